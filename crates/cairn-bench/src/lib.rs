@@ -1,0 +1,1 @@
+//! The benchmark harness (issues 5 and 6): OO1, ACOB, OO7 and RPC workloads, peers, reports and plots.

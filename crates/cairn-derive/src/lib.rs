@@ -1,0 +1,1 @@
+//! `#[derive(Persistent)]` (issue 4). Depends on no other Cairn crate.

@@ -1,0 +1,160 @@
+//! The storage layer's error type.
+//!
+//! Expected conditions a caller can act on get their own variants
+//! (`NotFound`, `Corrupt`, `LimitExceeded`, …). Every variant names *what* is
+//! wrong and *where* (a path, a page, an OID), so that a message alone is
+//! enough to find the damage.
+
+use std::path::PathBuf;
+
+use crate::ids::{GroupId, Oid, PageId};
+
+/// Result alias for the storage layer.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in `cairn-storage`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system I/O call failed.
+    #[error("I/O error during {op} on {}: {source}", path.display())]
+    Io {
+        /// What was being done ("read page", "fsync volume", …).
+        op: &'static str,
+        /// The file concerned.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A page failed verification: bad checksum, wrong id, impossible layout.
+    #[error("page {page} is corrupt: {reason}")]
+    Corrupt {
+        /// The damaged page.
+        page: PageId,
+        /// What exactly is wrong with it.
+        reason: String,
+    },
+
+    /// A file other than a page (the manifest, the volume's length) is damaged
+    /// or inconsistent.
+    #[error("{} is corrupt: {reason}", path.display())]
+    CorruptFile {
+        /// The damaged file.
+        path: PathBuf,
+        /// What exactly is wrong with it.
+        reason: String,
+    },
+
+    /// The directory is not a Cairn database (no manifest, wrong magic).
+    #[error("{} is not a Cairn database: {reason}", path.display())]
+    NotADatabase {
+        /// The directory or file that was opened.
+        path: PathBuf,
+        /// Why it was not recognised.
+        reason: String,
+    },
+
+    /// The database was written in a format version this build cannot read.
+    #[error("{} has format version {found}, this build reads version {supported}", path.display())]
+    UnsupportedVersion {
+        /// The file holding the version.
+        path: PathBuf,
+        /// The version found on disk.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+
+    /// A directory already holds a database where a new one was to be made.
+    #[error("{} already exists", path.display())]
+    AlreadyExists {
+        /// The existing path.
+        path: PathBuf,
+    },
+
+    /// No live object has this OID (never existed, deleted, or its slot was
+    /// reused by a newer object).
+    #[error("object {oid} not found")]
+    NotFound {
+        /// The OID that was looked up.
+        oid: Oid,
+    },
+
+    /// No group with this name or id.
+    #[error("group {0} not found")]
+    GroupNotFound(String),
+
+    /// A group with this name already exists.
+    #[error("group {0:?} already exists")]
+    GroupExists(String),
+
+    /// A limit was exceeded; the operation was refused and nothing changed.
+    #[error("{what}: {value} exceeds the limit of {limit}")]
+    LimitExceeded {
+        /// Which limit.
+        what: &'static str,
+        /// The value asked for.
+        value: u64,
+        /// The limit.
+        limit: u64,
+    },
+
+    /// A caller passed an argument that makes no sense (bad page size, a range
+    /// past the end of an object, …).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The operation needs a small object but the OID names a large one, or the
+    /// other way round.
+    #[error("object {oid} is {actual}, the operation needs a {expected} object")]
+    WrongKind {
+        /// The object.
+        oid: Oid,
+        /// "large" or "small".
+        expected: &'static str,
+        /// "large" or "small".
+        actual: &'static str,
+    },
+
+    /// An earlier I/O failure left the store in an unknown state; it refuses
+    /// all further work until it is closed and reopened.
+    #[error("the store refuses work after an earlier I/O failure ({0}); reopen it")]
+    Poisoned(String),
+
+    /// The volume cannot grow any further.
+    #[error("the volume is full: {0}")]
+    VolumeFull(String),
+
+    /// A group id named in an extent or object does not exist.
+    #[error("unknown group id {0:?}")]
+    UnknownGroupId(GroupId),
+}
+
+impl Error {
+    /// Builds an [`Error::Io`].
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Builds an [`Error::Corrupt`].
+    pub fn corrupt(page: PageId, reason: impl Into<String>) -> Error {
+        Error::Corrupt {
+            page,
+            reason: reason.into(),
+        }
+    }
+
+    /// The page this error names, if any (used by `cairn check` to report it).
+    pub fn page(&self) -> Option<PageId> {
+        match self {
+            Error::Corrupt { page, .. } => Some(*page),
+            _ => None,
+        }
+    }
+}

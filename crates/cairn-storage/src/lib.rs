@@ -1,0 +1,27 @@
+//! Cairn's storage manager.
+//!
+//! Layers, bottom up (each module's docs state its invariants):
+//! - [`io`]: the file seam ([`io::Vfs`]); fault injection for tests.
+//! - [`page`]: the common page header, checksums, page types.
+//! - [`volume`]: the database directory — manifest, volume file, header page,
+//!   space map and extent allocation, object groups.
+//! - [`buffer`]: the buffer pool (frames, pins, dirty pages, LRU / CLOCK).
+//! - [`access`]: the seams [`access::PageDevice`] (pool ↔ volume) and
+//!   [`access::PageAccess`] (record layer ↔ pages; the one narrow change path).
+//! - [`record`]: slotted pages, physical OIDs with forwarding, large objects.
+//! - [`store`]: the object store tying them together; [`check`]: the verifier.
+//!
+//! **Architecture invariant:** this crate uses no async runtime and depends on
+//! no other Cairn crate.
+
+pub mod access;
+pub mod buffer;
+pub mod error;
+pub mod ids;
+pub mod io;
+pub mod page;
+pub mod record;
+pub mod volume;
+
+pub use error::{Error, Result};
+pub use ids::{GroupId, Lsn, Oid, PageId, SlotIdx, Uniq};

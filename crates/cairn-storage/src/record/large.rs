@@ -1,0 +1,1 @@
+//! Large objects (being written).

@@ -1,0 +1,4 @@
+//! Records: slotted pages, physical OIDs with forwarding, large objects.
+
+pub mod large;
+pub mod slotted;

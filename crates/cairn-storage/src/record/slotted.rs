@@ -1,0 +1,1 @@
+//! Slotted record pages (being written).

@@ -1,0 +1,1 @@
+//! The volume (being written).
