@@ -16,11 +16,13 @@
 
 pub mod access;
 pub mod buffer;
+pub mod check;
 pub mod error;
 pub mod ids;
 pub mod io;
 pub mod page;
 pub mod record;
+pub mod store;
 pub mod volume;
 
 pub use error::{Error, Result};

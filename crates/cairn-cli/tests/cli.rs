@@ -1,0 +1,110 @@
+//! The `cairn` binary end to end: create, inspect (table and JSON), check on a
+//! sound database and on a damaged one.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use cairn_storage::store::Store;
+use cairn_storage::volume::VolumeOptions;
+use cairn_storage::GroupId;
+
+fn cairn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .output()
+        .expect("run cairn")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn populate(db: &Path) {
+    let mut s = Store::open(db, &VolumeOptions::default()).unwrap();
+    let g = s.create_group("parts").unwrap();
+    for i in 0..50u32 {
+        s.create(g, &i.to_le_bytes().repeat(30)).unwrap();
+    }
+    s.create(GroupId::DEFAULT, &vec![7u8; 100_000]).unwrap();
+    s.close().unwrap();
+}
+
+#[test]
+fn create_inspect_check_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let db_s = db.to_str().unwrap();
+    let o = cairn(&["create", db_s, "--page-size", "8192"]);
+    assert!(o.status.success(), "{o:?}");
+    populate(&db);
+
+    let o = cairn(&["inspect", db_s, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["page_size"], 8192);
+    let groups = v["groups"].as_array().unwrap();
+    let parts = groups.iter().find(|g| g["name"] == "parts").unwrap();
+    assert_eq!(parts["objects"], 50);
+    let default = groups.iter().find(|g| g["name"] == "default").unwrap();
+    assert_eq!(default["objects"], 1);
+    assert!(default["pages_used"].as_u64().unwrap() >= 100_000 / 8192);
+    assert!(v["pages"].as_u64().unwrap() > v["free_pages"].as_u64().unwrap());
+
+    let o = cairn(&["inspect", db_s]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("parts"), "{}", stdout(&o));
+
+    let o = cairn(&["check", db_s]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(stdout(&o).trim(), "ok");
+}
+
+#[test]
+fn check_names_a_damaged_page_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let db_s = db.to_str().unwrap();
+    assert!(cairn(&["create", db_s]).status.success());
+    populate(&db);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(db.join("volume.cairn"))
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, 5 * 4096 + 2000).unwrap();
+    f.write_all_at(&[b[0] ^ 0xff], 5 * 4096 + 2000).unwrap();
+    let o = cairn(&["check", db_s]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let out = stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("page 5: ") && l.contains("checksum")),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_arguments_and_non_databases_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let o = cairn(&["create", db.to_str().unwrap(), "--page-size", "5000"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("page size 5000"),
+        "{o:?}"
+    );
+
+    let o = cairn(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("not a Cairn database"), "{o:?}");
+
+    let o = cairn(&["inspect", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not a Cairn database"),
+        "{o:?}"
+    );
+}
