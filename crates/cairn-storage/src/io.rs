@@ -16,7 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// One open file, addressed by absolute offsets.
-#[expect(clippy::len_without_is_empty, reason = "a file's emptiness is never a question the store asks")]
+#[expect(
+    clippy::len_without_is_empty,
+    reason = "a file's emptiness is never a question the store asks"
+)]
 pub trait StorageFile: Send + Sync + fmt::Debug {
     /// Reads exactly `buf.len()` bytes at `offset`; a short file is
     /// `ErrorKind::UnexpectedEof`.

@@ -203,23 +203,8 @@ impl Volume {
             next_group_id: 1,
             region_pages: opts.region_pages,
         };
-        let pool = BufferPool::new(
-            file.clone() as Arc<dyn PageDevice>,
-            opts.buffer_frames.max(8),
-            opts.policy,
-        );
-        let mut vol = Volume {
-            dir: dir.to_path_buf(),
-            file,
-            pool,
-            header,
-            groups: Vec::new(),
-            group_by_id: HashMap::new(),
-            extent_by_start: BTreeMap::new(),
-            dir_pages: vec![PageId(2)],
-            scratch: vec![0u8; opts.page_size],
-            page_changes: 0,
-        };
+        let mut vol = Volume::assemble(dir, file, header, opts);
+        vol.dir_pages.push(PageId(2));
         vol.change(PageId::HEADER, true, |buf| {
             page::format(buf, PageId::HEADER, PageType::VolumeHeader);
             header.store(buf);
@@ -270,12 +255,25 @@ impl Volume {
             .map_err(|e| Error::io("open volume", &vpath, e))?;
         let file = Arc::new(VolumeFile::new(f, &vpath, page_size));
         let header = Self::read_header(&file, &m)?;
+        let mut vol = Volume::assemble(dir, file, header, opts);
+        vol.load_groups()?;
+        Ok(vol)
+    }
+
+    /// A volume with its buffer pool and no groups loaded yet.
+    fn assemble(
+        dir: &Path,
+        file: Arc<VolumeFile>,
+        header: VolumeHeader,
+        opts: &VolumeOptions,
+    ) -> Volume {
+        let page_size = header.page_size as usize;
         let pool = BufferPool::new(
             file.clone() as Arc<dyn PageDevice>,
             opts.buffer_frames.max(8),
             opts.policy,
         );
-        let mut vol = Volume {
+        Volume {
             dir: dir.to_path_buf(),
             file,
             pool,
@@ -286,9 +284,7 @@ impl Volume {
             dir_pages: Vec::new(),
             scratch: vec![0u8; page_size],
             page_changes: 0,
-        };
-        vol.load_groups()?;
-        Ok(vol)
+        }
     }
 
     /// Reads and validates page 0 against the manifest and the file length.
