@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::ids::{GroupId, Oid, PageId};
+use crate::ids::{GroupId, Oid, PageId, TxnId};
 
 /// Result alias for the storage layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -126,6 +126,45 @@ pub enum Error {
     /// The volume cannot grow any further.
     #[error("the volume is full: {0}")]
     VolumeFull(String),
+
+    /// The transaction was chosen as the victim of a deadlock; it must abort
+    /// (and may retry).
+    #[error("{txn} was chosen as a deadlock victim: {cycle}")]
+    Deadlock {
+        /// The victim.
+        txn: TxnId,
+        /// The cycle of waits, for the message.
+        cycle: String,
+    },
+
+    /// A lock wait timed out.
+    #[error("{txn} timed out after {waited_ms} ms waiting for {mode} on {resource}")]
+    LockTimeout {
+        /// The waiting transaction.
+        txn: TxnId,
+        /// The resource waited for.
+        resource: String,
+        /// The mode asked for.
+        mode: String,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+
+    /// The write-ahead log is damaged where it cannot be a torn tail.
+    #[error("the log is corrupt at {}, offset {offset}: {reason}", path.display())]
+    CorruptLog {
+        /// The segment file.
+        path: PathBuf,
+        /// Byte offset in the segment.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The transaction has ended (committed or aborted) or failed and must be
+    /// dropped.
+    #[error("{0} is no longer active")]
+    TxnNotActive(TxnId),
 
     /// A group id named in an extent or object does not exist.
     #[error("unknown group id {0:?}")]

@@ -55,6 +55,23 @@ impl GroupId {
     pub const DEFAULT: GroupId = GroupId(0);
 }
 
+/// A transaction's id. Ids are unique for the life of a database (they are
+/// never reused, across restarts included).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Debug)]
+pub struct TxnId(pub u64);
+
+impl fmt::Display for TxnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "txn {}", self.0)
+    }
+}
+
+/// The id of a client (a session of a remote workstation, or the embedded
+/// process itself, which is client 0). Lock holders are (client, txn) pairs,
+/// never threads, so a remote client can later be called back.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Debug)]
+pub struct ClientId(pub u32);
+
 /// A physical object identifier: the page and slot of the object's home
 /// record, and the uniquifier that slot had when the object was created.
 ///

@@ -20,10 +20,12 @@ pub mod check;
 pub mod error;
 pub mod ids;
 pub mod io;
+pub mod lock;
 pub mod page;
 pub mod record;
 pub mod store;
 pub mod volume;
+pub mod wal;
 
 pub use error::{Error, Result};
-pub use ids::{GroupId, Lsn, Oid, PageId, SlotIdx, Uniq};
+pub use ids::{ClientId, GroupId, Lsn, Oid, PageId, SlotIdx, TxnId, Uniq};

@@ -1,0 +1,1 @@
+//! The lock manager (being written).
