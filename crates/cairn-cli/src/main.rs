@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use cairn_storage::check::check_database;
-use cairn_storage::store::Store;
 use cairn_storage::volume::VolumeOptions;
+use cairn_storage::{Db, DbOptions};
 use clap::{Parser, Subcommand};
 
 /// Cairn, an object database.
@@ -67,29 +67,36 @@ fn main() -> ExitCode {
 }
 
 fn create(dir: &Path, page_size: usize, extent_pages: u32) -> anyhow::Result<()> {
-    let opts = VolumeOptions {
-        page_size,
-        extent_pages,
-        ..VolumeOptions::default()
+    let opts = DbOptions {
+        volume: VolumeOptions {
+            page_size,
+            extent_pages,
+            ..VolumeOptions::default()
+        },
+        background: false,
+        ..DbOptions::default()
     };
-    let store = Store::create_database(dir, &opts)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    store.close()?;
+    let db = Db::create(dir, &opts).with_context(|| format!("creating {}", dir.display()))?;
+    db.close()?;
     println!("created {} (page size {page_size})", dir.display());
     Ok(())
 }
 
 fn inspect(dir: &Path, json: bool) -> anyhow::Result<()> {
-    let mut store = Store::open(dir, &VolumeOptions::default())
-        .with_context(|| format!("opening {}", dir.display()))?;
-    let vol = store.volume();
-    let header = *vol.header();
-    let free = vol.free_pages();
+    let opts = DbOptions {
+        background: false,
+        ..DbOptions::default()
+    };
+    let db = Db::open(dir, &opts).with_context(|| format!("opening {}", dir.display()))?;
+    let header = db.header();
+    let (_, free) = db.page_counts();
     let mut groups = Vec::new();
-    for g in vol.groups() {
-        let objects = store.scan_all(g.id)?.len();
+    let mut txn = db.begin()?;
+    for g in db.groups() {
+        let objects = txn.scan_all(g.id)?.len();
         groups.push((g, objects));
     }
+    txn.commit()?;
     if json {
         let out = serde_json::json!({
             "page_size": header.page_size,
@@ -125,7 +132,7 @@ fn inspect(dir: &Path, json: bool) -> anyhow::Result<()> {
             );
         }
     }
-    store.close()?;
+    db.close()?;
     Ok(())
 }
 

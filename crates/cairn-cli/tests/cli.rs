@@ -6,9 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use cairn_storage::store::Store;
-use cairn_storage::volume::VolumeOptions;
-use cairn_storage::GroupId;
+use cairn_storage::{Db, DbOptions, GroupId};
 
 fn cairn(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cairn"))
@@ -22,13 +20,15 @@ fn stdout(o: &Output) -> String {
 }
 
 fn populate(db: &Path) {
-    let mut s = Store::open(db, &VolumeOptions::default()).unwrap();
-    let g = s.create_group("parts").unwrap();
+    let db = Db::open(db, &DbOptions::default()).unwrap();
+    let g = db.create_group("parts").unwrap();
+    let mut t = db.begin().unwrap();
     for i in 0..50u32 {
-        s.create(g, &i.to_le_bytes().repeat(30)).unwrap();
+        t.create(g, &i.to_le_bytes().repeat(30)).unwrap();
     }
-    s.create(GroupId::DEFAULT, &vec![7u8; 100_000]).unwrap();
-    s.close().unwrap();
+    t.create(GroupId::DEFAULT, &vec![7u8; 100_000]).unwrap();
+    t.commit().unwrap();
+    db.close().unwrap();
 }
 
 #[test]
@@ -80,8 +80,7 @@ fn check_names_a_damaged_page_and_exits_1() {
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let out = stdout(&o);
     assert!(
-        out.lines()
-            .any(|l| l.starts_with("page 5: ") && l.contains("checksum")),
+        out.lines().any(|l| l.starts_with("page 5: ") && l.contains("checksum")),
         "{out}"
     );
 }
@@ -92,10 +91,7 @@ fn bad_arguments_and_non_databases_are_clear_errors() {
     let db = dir.path().join("db");
     let o = cairn(&["create", db.to_str().unwrap(), "--page-size", "5000"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("page size 5000"),
-        "{o:?}"
-    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("page size 5000"), "{o:?}");
 
     let o = cairn(&["check", dir.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));

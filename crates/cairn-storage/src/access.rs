@@ -112,12 +112,7 @@ pub mod testing {
             Ok(r)
         }
 
-        fn allocate(
-            &mut self,
-            _group: GroupId,
-            _near: Option<PageId>,
-            ty: PageType,
-        ) -> Result<PageId> {
+        fn allocate(&mut self, _group: GroupId, _near: Option<PageId>, ty: PageType) -> Result<PageId> {
             let (id, mut buf) = match self.freed.pop_first() {
                 Some((id, buf)) => (id, buf),
                 None => {

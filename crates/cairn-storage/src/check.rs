@@ -17,11 +17,10 @@ use crate::error::Error;
 use crate::ids::{Oid, PageId};
 use crate::page::{self, PageType};
 use crate::record::large::{self, LargeDescriptor};
-use crate::record::slotted;
-use crate::store::{
-    FORWARD_SIZE, KIND_FORWARD, KIND_LARGE, KIND_MOVED_LARGE, KIND_MOVED_SMALL, KIND_SMALL,
-    KIND_SMALL_PADDED,
+use crate::record::object::{
+    FORWARD_SIZE, KIND_FORWARD, KIND_LARGE, KIND_MOVED_LARGE, KIND_MOVED_SMALL, KIND_SMALL, KIND_SMALL_PADDED,
 };
+use crate::record::slotted;
 use crate::volume::file::VolumeFile;
 use crate::volume::header::VolumeHeader;
 use crate::volume::manifest::{Manifest, VOLUME_FILE};
@@ -189,9 +188,7 @@ fn check_space_map(vol: &mut Volume, bad: &BTreeSet<PageId>, report: &mut CheckR
             spacemap::check(b, k)?;
             let lo = k * spacemap::bits_per_page(ps);
             let hi = (lo + spacemap::bits_per_page(ps)).min(count);
-            Ok((lo..hi)
-                .map(|p| (PageId(p), spacemap::get(b, PageId(p))))
-                .collect())
+            Ok((lo..hi).map(|p| (PageId(p), spacemap::get(b, PageId(p)))).collect())
         });
         match bits {
             Ok(Ok(bits)) => {
@@ -261,10 +258,7 @@ fn check_objects(vol: &mut Volume, bad: &BTreeSet<PageId>, report: &mut CheckRep
                 Ok(Some(PageType::ExtentList | PageType::GroupDir)) if system.contains(&p) => {}
                 Ok(t) => report.add(
                     Some(p),
-                    format!(
-                        "page in use holds an unexpected {} page",
-                        t.map_or("?", PageType::name)
-                    ),
+                    format!("page in use holds an unexpected {} page", t.map_or("?", PageType::name)),
                 ),
                 Err(e) => report.add_err(Some(p), &e),
             }
@@ -272,15 +266,18 @@ fn check_objects(vol: &mut Volume, bad: &BTreeSet<PageId>, report: &mut CheckRep
     }
     for p in data_pages {
         if !tally.claimed.contains_key(&p) {
-            report.add(
-                Some(p),
-                "large-object page is in use but no object reaches it (leaked)",
-            );
+            report.add(Some(p), "large-object page is in use but no object reaches it (leaked)");
         }
     }
     for (body, home) in &tally.bodies {
         if tally.stubs.get(body) != Some(home) {
-            report.add(Some(body.page), format!("moved record in slot {} (of object {home}) has no forwarding stub pointing to it", body.slot.0));
+            report.add(
+                Some(body.page),
+                format!(
+                    "moved record in slot {} (of object {home}) has no forwarding stub pointing to it",
+                    body.slot.0
+                ),
+            );
         }
     }
 }
@@ -317,10 +314,7 @@ fn check_slotted(vol: &mut Volume, p: PageId, tally: &mut Tally, report: &mut Ch
             KIND_SMALL_PADDED => {
                 report.objects += 1;
                 if data.len() != FORWARD_SIZE || data[FORWARD_SIZE - 1] as usize >= FORWARD_SIZE {
-                    report.add(
-                        Some(p),
-                        format!("slot {slot} holds a malformed padded record"),
-                    );
+                    report.add(Some(p), format!("slot {slot} holds a malformed padded record"));
                 }
             }
             KIND_LARGE => {
@@ -332,10 +326,7 @@ fn check_slotted(vol: &mut Volume, p: PageId, tally: &mut Tally, report: &mut Ch
                 report.objects += 1;
                 report.forwarded += 1;
                 match Oid::from_slice(&data).filter(|_| data.len() == FORWARD_SIZE) {
-                    None => report.add(
-                        Some(p),
-                        format!("slot {slot} holds a malformed forwarding stub"),
-                    ),
+                    None => report.add(Some(p), format!("slot {slot} holds a malformed forwarding stub")),
                     Some(target) => check_stub(vol, oid, target, tally, report),
                 }
             }
@@ -357,27 +348,18 @@ fn check_slotted(vol: &mut Volume, p: PageId, tally: &mut Tally, report: &mut Ch
     }
 }
 
-fn check_stub(
-    vol: &mut Volume,
-    home: Oid,
-    target: Oid,
-    tally: &mut Tally,
-    report: &mut CheckReport,
-) {
+fn check_stub(vol: &mut Volume, home: Oid, target: Oid, tally: &mut Tally, report: &mut CheckReport) {
     let p = home.page;
     let slot = home.slot.0;
     let found = if target.page.0 < vol.page_count() && vol.is_page_in_use(target.page) {
-        vol.read(
-            target.page,
-            |b| -> crate::Result<Option<(u8, Option<Oid>)>> {
-                if page::page_type(b) != Some(PageType::Slotted) {
-                    return Ok(None);
-                }
-                Ok(slotted::get(b, target.slot)?
-                    .filter(|s| s.uniq == target.uniq)
-                    .map(|s| (s.kind, Oid::from_slice(s.data))))
-            },
-        )
+        vol.read(target.page, |b| -> crate::Result<Option<(u8, Option<Oid>)>> {
+            if page::page_type(b) != Some(PageType::Slotted) {
+                return Ok(None);
+            }
+            Ok(slotted::get(b, target.slot)?
+                .filter(|s| s.uniq == target.uniq)
+                .map(|s| (s.kind, Oid::from_slice(s.data))))
+        })
     } else {
         Ok(Ok(None))
     };
@@ -397,13 +379,7 @@ fn check_stub(
     }
 }
 
-fn check_large(
-    vol: &mut Volume,
-    owner: Oid,
-    desc: &[u8],
-    tally: &mut Tally,
-    report: &mut CheckReport,
-) {
+fn check_large(vol: &mut Volume, owner: Oid, desc: &[u8], tally: &mut Tally, report: &mut CheckReport) {
     let d = match LargeDescriptor::decode(desc, owner.page) {
         Ok(d) => d,
         Err(e) => {

@@ -167,19 +167,12 @@ impl FaultyVfs {
     }
 }
 
-fn check_fault(
-    rule: &Mutex<Option<Arc<FaultRule>>>,
-    counter: &AtomicU64,
-    op: FileOp,
-    path: &Path,
-) -> io::Result<()> {
+fn check_fault(rule: &Mutex<Option<Arc<FaultRule>>>, counter: &AtomicU64, op: FileOp, path: &Path) -> io::Result<()> {
     let n = counter.fetch_add(1, Ordering::Relaxed);
     let rule = rule.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some(rule) = rule {
         if rule(op, path, n) {
-            return Err(io::Error::other(format!(
-                "injected {op:?} fault (operation {n})"
-            )));
+            return Err(io::Error::other(format!("injected {op:?} fault (operation {n})")));
         }
     }
     Ok(())
@@ -194,9 +187,7 @@ struct FaultyFile {
 
 impl fmt::Debug for FaultyFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FaultyFile")
-            .field("path", &self.path)
-            .finish()
+        f.debug_struct("FaultyFile").field("path", &self.path).finish()
     }
 }
 

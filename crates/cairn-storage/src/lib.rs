@@ -9,7 +9,10 @@
 //! - [`access`]: the seams [`access::PageDevice`] (pool ↔ volume) and
 //!   [`access::PageAccess`] (record layer ↔ pages; the one narrow change path).
 //! - [`record`]: slotted pages, physical OIDs with forwarding, large objects.
-//! - [`store`]: the object store tying them together; [`check`]: the verifier.
+//! - [`record::object`]: objects with physical OIDs over any page access.
+//! - [`lock`]: the lock manager; [`wal`]: the write-ahead log.
+//! - [`txn`]: the engine ([`txn::Db`]) and transactions ([`txn::Txn`]);
+//!   [`recovery`]: redo at open; [`check`]: the verifier.
 //!
 //! **Architecture invariant:** this crate uses no async runtime and depends on
 //! no other Cairn crate.
@@ -23,9 +26,11 @@ pub mod io;
 pub mod lock;
 pub mod page;
 pub mod record;
-pub mod store;
+pub mod recovery;
+pub mod txn;
 pub mod volume;
 pub mod wal;
 
 pub use error::{Error, Result};
 pub use ids::{ClientId, GroupId, Lsn, Oid, PageId, SlotIdx, TxnId, Uniq};
+pub use txn::{Db, DbOptions, Txn};

@@ -8,24 +8,33 @@ use std::path::{Path, PathBuf};
 
 use cairn_storage::access::PageAccess;
 use cairn_storage::check::check_database;
+use cairn_storage::record::object::KIND_FORWARD;
 use cairn_storage::record::slotted;
-use cairn_storage::store::{Store, KIND_FORWARD};
 use cairn_storage::volume::manifest::{MANIFEST_FILE, VOLUME_FILE};
 use cairn_storage::volume::VolumeOptions;
-use cairn_storage::{Error, GroupId, Oid, PageId};
+use cairn_storage::{Db, DbOptions, Error, GroupId, Oid, PageId};
 
-fn opts() -> VolumeOptions {
+fn vopts() -> VolumeOptions {
     VolumeOptions {
         buffer_frames: 16,
         ..VolumeOptions::default()
     }
 }
 
+fn opts() -> DbOptions {
+    DbOptions {
+        volume: vopts(),
+        background: false,
+        ..DbOptions::default()
+    }
+}
+
 /// Builds a database with small, moved and large objects; returns the OIDs
 /// (with contents) and the OID of a moved object.
 fn build(db: &Path) -> (Vec<(Oid, Vec<u8>)>, Oid) {
-    let mut s = Store::create_database(db, &opts()).unwrap();
-    let g = s.create_group("things").unwrap();
+    let d = Db::create(db, &opts()).unwrap();
+    let g = d.create_group("things").unwrap();
+    let mut s = d.begin().unwrap();
     let mut objs = Vec::new();
     let first = s.create(g, &[1u8; 100]).unwrap();
     objs.push((first, vec![1u8; 100]));
@@ -41,11 +50,12 @@ fn build(db: &Path) -> (Vec<(Oid, Vec<u8>)>, Oid) {
     let grown = vec![9u8; 900];
     s.update(first, &grown).unwrap();
     objs[0].1 = grown;
-    assert!(s.stats().records_moved >= 1, "the grown record moved");
+    assert!(s.object_stats().records_moved >= 1, "the grown record moved");
     let big: Vec<u8> = (0..50_000u32).map(|i| (i % 253) as u8).collect();
     let l = s.create(GroupId::DEFAULT, &big).unwrap();
     objs.push((l, big));
-    s.close().unwrap();
+    s.commit().unwrap();
+    d.close().unwrap();
     (objs, first)
 }
 
@@ -53,16 +63,16 @@ fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
     }
 }
 
 fn flip(path: &Path, offset: u64) {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
+    let f = OpenOptions::new().read(true).write(true).open(path).unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, offset).unwrap();
     b[0] ^= 0x5a;
@@ -71,7 +81,8 @@ fn flip(path: &Path, offset: u64) {
 
 /// Reads every object; returns the first error (there must be no panic).
 fn read_all(db: &Path, objs: &[(Oid, Vec<u8>)]) -> Result<(), Error> {
-    let mut s = Store::open(db, &opts())?;
+    let d = Db::open(db, &opts())?;
+    let mut s = d.begin()?;
     for (oid, data) in objs {
         let got = s.read(*oid)?;
         assert_eq!(&got, data, "a read that succeeds returns the right bytes");
@@ -92,12 +103,9 @@ fn a_flipped_byte_in_any_page_is_named_by_check_and_never_used() {
         // Vary the position inside the page: header, body, last byte.
         let within = [5u64, 30, 700, 4095][p as usize % 4];
         flip(&copy.join(VOLUME_FILE), p * 4096 + within);
-        let report = check_database(&copy, &opts());
+        let report = check_database(&copy, &vopts());
         assert!(
-            report
-                .problems
-                .iter()
-                .any(|pr| pr.page == Some(PageId(p as u32))),
+            report.problems.iter().any(|pr| pr.page == Some(PageId(p as u32))),
             "check must name page {p}; got {:?}",
             report.problems
         );
@@ -125,22 +133,17 @@ fn a_truncated_volume_is_refused_and_check_names_the_first_lost_page() {
         .unwrap()
         .set_len(keep_pages * 4096 + 100)
         .unwrap();
-    let err = Store::open(&db, &opts()).unwrap_err();
+    let err = Db::open(&db, &opts()).unwrap_err();
     assert!(
         matches!(err, Error::CorruptFile { .. }) && err.to_string().contains("truncated"),
         "{err}"
     );
-    let report = check_database(&db, &opts());
+    let report = check_database(&db, &vopts());
     assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
     assert_eq!(report.problems[0].page, Some(PageId(keep_pages as u32)));
 
-    OpenOptions::new()
-        .write(true)
-        .open(&vol)
-        .unwrap()
-        .set_len(100)
-        .unwrap();
-    let err = Store::open(&db, &opts()).unwrap_err();
+    OpenOptions::new().write(true).open(&vol).unwrap().set_len(100).unwrap();
+    let err = Db::open(&db, &opts()).unwrap_err();
     assert!(matches!(err, Error::CorruptFile { .. }), "{err}");
 }
 
@@ -153,11 +156,8 @@ fn wrong_headers_are_named_errors() {
     // Not a database at all.
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    assert!(matches!(
-        Store::open(&empty, &opts()),
-        Err(Error::NotADatabase { .. })
-    ));
-    let report = check_database(&empty, &opts());
+    assert!(matches!(Db::open(&empty, &opts()), Err(Error::NotADatabase { .. })));
+    let report = check_database(&empty, &vopts());
     assert!(!report.is_ok());
 
     // The manifest claims another page size than the volume has.
@@ -169,10 +169,9 @@ fn wrong_headers_are_named_errors() {
     let sum = crc32c::crc32c(&bytes[0..32]);
     bytes[32..36].copy_from_slice(&sum.to_le_bytes());
     std::fs::write(&m, &bytes).unwrap();
-    let err = Store::open(&c, &opts()).unwrap_err();
+    let err = Db::open(&c, &opts()).unwrap_err();
     assert!(
-        err.to_string()
-            .contains("page size 4096, the manifest says 8192"),
+        err.to_string().contains("page size 4096, the manifest says 8192"),
         "{err}"
     );
 
@@ -186,7 +185,7 @@ fn wrong_headers_are_named_errors() {
     bytes[32..36].copy_from_slice(&sum.to_le_bytes());
     std::fs::write(&m, &bytes).unwrap();
     assert!(matches!(
-        Store::open(&c, &opts()),
+        Db::open(&c, &opts()),
         Err(Error::UnsupportedVersion { found: 7, .. })
     ));
 
@@ -194,23 +193,17 @@ fn wrong_headers_are_named_errors() {
     let c = dir.path().join("magic");
     copy_dir(&db, &c);
     flip(&c.join(VOLUME_FILE), 24);
-    assert!(matches!(
-        Store::open(&c, &opts()),
-        Err(Error::NotADatabase { .. })
-    ));
-    let report = check_database(&c, &opts());
+    assert!(matches!(Db::open(&c, &opts()), Err(Error::NotADatabase { .. })));
+    let report = check_database(&c, &vopts());
     assert_eq!(report.problems[0].page, Some(PageId(0)));
 
     // A volume from another database.
     let other = dir.path().join("other");
-    Store::create_database(&other, &opts())
-        .unwrap()
-        .close()
-        .unwrap();
+    Db::create(&other, &opts()).unwrap().close().unwrap();
     let c = dir.path().join("swapped");
     copy_dir(&db, &c);
     std::fs::copy(other.join(MANIFEST_FILE), c.join(MANIFEST_FILE)).unwrap();
-    let err = Store::open(&c, &opts()).unwrap_err();
+    let err = Db::open(&c, &opts()).unwrap_err();
     assert!(err.to_string().contains("another database"), "{err}");
 }
 
@@ -220,24 +213,27 @@ fn a_forwarding_loop_is_a_named_error_and_check_names_the_page() {
     let db = dir.path().join("db");
     let (_objs, moved) = build(&db);
     {
-        let mut s = Store::open(&db, &opts()).unwrap();
+        let d = Db::open(&db, &opts()).unwrap();
+        let mut s = d.begin().unwrap();
         // Point the stub at itself: a loop of one.
-        s.volume_mut()
-            .modify(moved.page, |b| {
-                let stub = moved.to_bytes();
-                assert!(slotted::update(b, moved.slot, KIND_FORWARD, &stub)?);
-                Ok(())
-            })
-            .unwrap();
+        s.modify(moved.page, |b| {
+            let stub = moved.to_bytes();
+            assert!(slotted::update(b, moved.slot, KIND_FORWARD, &stub)?);
+            Ok(())
+        })
+        .unwrap();
+        s.commit().unwrap();
+        let mut s = d.begin().unwrap();
         let err = s.read(moved).unwrap_err();
         assert!(
             matches!(err, Error::Corrupt { page, .. } if page == moved.page),
             "{err}"
         );
         assert!(err.to_string().contains("forwarding"), "{err}");
-        s.close().unwrap();
+        drop(s);
+        d.close().unwrap();
     }
-    let report = check_database(&db, &opts());
+    let report = check_database(&db, &vopts());
     assert!(
         report
             .problems

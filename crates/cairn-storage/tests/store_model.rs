@@ -1,14 +1,15 @@
-//! Property test: random sequences of object operations against a plain
-//! in-memory model, with reopens, checking every read, and ending with a clean
-//! `check`. `CAIRN_PROPTEST_CASES` scales the number of cases (default 24).
+//! Property test: random sequences of object operations in transactions
+//! (committed, aborted, or cut off by a simulated crash) against a plain
+//! in-memory model, with clean reopens and crash reopens (recovery), checking
+//! every read, and ending with a clean `check`. `CAIRN_PROPTEST_CASES` scales
+//! the number of cases (default 24).
 
 use std::collections::HashMap;
 
 use cairn_storage::buffer::Policy;
 use cairn_storage::check::check_database;
-use cairn_storage::store::Store;
 use cairn_storage::volume::VolumeOptions;
-use cairn_storage::{Error, GroupId, Oid};
+use cairn_storage::{Db, DbOptions, Error, GroupId, Oid, Txn};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -54,7 +55,10 @@ enum Op {
         at_permille: u16,
         len: usize,
     },
+    Commit,
+    Abort,
     Reopen,
+    Crash,
 }
 
 fn size() -> impl Strategy<Value = usize> {
@@ -79,7 +83,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), 0u16..=1000).prop_map(|(target, to_permille)| Op::Truncate { target, to_permille }),
         2 => (any::<usize>(), 0u16..=1000, 0usize..3000)
             .prop_map(|(target, at_permille, len)| Op::ReadRange { target, at_permille, len }),
+        3 => Just(Op::Commit),
+        1 => Just(Op::Abort),
         1 => Just(Op::Reopen),
+        1 => Just(Op::Crash),
     ]
 }
 
@@ -89,6 +96,7 @@ fn bytes(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+#[derive(Clone)]
 struct Model {
     live: Vec<(Oid, Vec<u8>)>,
     index: HashMap<Oid, usize>,
@@ -117,53 +125,95 @@ impl Model {
 
 fn run(ops: Vec<Op>, policy: Policy) {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let opts = VolumeOptions {
-        buffer_frames: 12,
-        extent_pages: 4,
-        policy,
-        ..VolumeOptions::default()
+    let path = dir.path().join("db");
+    let opts = DbOptions {
+        volume: VolumeOptions {
+            buffer_frames: 12,
+            extent_pages: 4,
+            policy,
+            ..VolumeOptions::default()
+        },
+        // Tiny budgets, so spilling and checkpoints happen in small runs.
+        txn_memory_bytes: 6 * 4096,
+        background: false,
+        ..DbOptions::default()
     };
-    let mut store = Store::create_database(&db, &opts).unwrap();
-    let groups = [
-        GroupId::DEFAULT,
-        store.create_group("a").unwrap(),
-        store.create_group("b").unwrap(),
-    ];
-    let mut m = Model {
+    let mut db = Some(Db::create(&path, &opts).unwrap());
+    let groups = {
+        let d = db.as_ref().unwrap();
+        [
+            GroupId::DEFAULT,
+            d.create_group("a").unwrap(),
+            d.create_group("b").unwrap(),
+        ]
+    };
+    // `committed` is what the database holds; `m` adds the open transaction.
+    let mut committed = Model {
         live: Vec::new(),
         index: HashMap::new(),
         dead: Vec::new(),
     };
+    let mut m = committed.clone();
+    let mut txn: Option<Txn> = None;
     for op in ops {
+        if txn.is_none() && !matches!(op, Op::Reopen | Op::Crash) {
+            txn = Some(db.as_ref().unwrap().begin().unwrap());
+        }
+        match op {
+            Op::Commit => {
+                txn.take().unwrap().commit().unwrap();
+                committed = m.clone();
+                continue;
+            }
+            Op::Abort => {
+                txn.take().unwrap().abort().unwrap();
+                m = committed.clone();
+                continue;
+            }
+            Op::Reopen | Op::Crash => {
+                drop(txn.take());
+                m = committed.clone();
+                let d = db.take().unwrap();
+                if matches!(op, Op::Reopen) {
+                    d.close().unwrap();
+                } else {
+                    // Dirty pages in the pool are lost; the log must carry them.
+                    drop(d);
+                }
+                db = Some(Db::open(&path, &opts).unwrap());
+                continue;
+            }
+            _ => {}
+        }
+        let t = txn.as_mut().unwrap();
         match op {
             Op::Create { group, len, seed } => {
                 let data = bytes(len, seed);
-                let oid = store.create(groups[group as usize], &data).unwrap();
+                let oid = t.create(groups[group as usize], &data).unwrap();
                 m.add(oid, data);
             }
             Op::CreateNear { target, len, seed } => {
                 let Some(i) = m.pick(target) else { continue };
                 let data = bytes(len, seed);
-                let oid = store.create_near(m.live[i].0, &data).unwrap();
+                let oid = t.create_near(m.live[i].0, &data).unwrap();
                 m.add(oid, data);
             }
             Op::Read { target } => {
                 let Some(i) = m.pick(target) else { continue };
                 let (oid, data) = &m.live[i];
-                assert_eq!(&store.read(*oid).unwrap(), data, "object {oid}");
-                assert_eq!(store.len(*oid).unwrap(), data.len() as u64);
+                assert_eq!(&t.read(*oid).unwrap(), data, "object {oid}");
+                assert_eq!(t.len(*oid).unwrap(), data.len() as u64);
             }
             Op::Update { target, len, seed } => {
                 let Some(i) = m.pick(target) else { continue };
                 let data = bytes(len, seed);
-                store.update(m.live[i].0, &data).unwrap();
+                t.update(m.live[i].0, &data).unwrap();
                 m.live[i].1 = data;
             }
             Op::Delete { target } => {
                 let Some(i) = m.pick(target) else { continue };
                 let oid = m.remove(i);
-                store.delete(oid).unwrap();
+                t.delete(oid).unwrap();
                 m.dead.push(oid);
             }
             Op::WriteRange {
@@ -177,7 +227,7 @@ fn run(ops: Vec<Op>, policy: Policy) {
                 let cur = &mut m.live[i].1;
                 let at = cur.len() * at_permille as usize / 1000;
                 let data = bytes(len, seed);
-                store.write_range(oid, at as u64, &data).unwrap();
+                t.write_range(oid, at as u64, &data).unwrap();
                 if at + len > cur.len() {
                     cur.resize(at + len, 0);
                 }
@@ -186,16 +236,13 @@ fn run(ops: Vec<Op>, policy: Policy) {
             Op::Append { target, len, seed } => {
                 let Some(i) = m.pick(target) else { continue };
                 let data = bytes(len, seed);
-                store.append(m.live[i].0, &data).unwrap();
+                t.append(m.live[i].0, &data).unwrap();
                 m.live[i].1.extend_from_slice(&data);
             }
-            Op::Truncate {
-                target,
-                to_permille,
-            } => {
+            Op::Truncate { target, to_permille } => {
                 let Some(i) = m.pick(target) else { continue };
                 let to = m.live[i].1.len() * to_permille as usize / 1000;
-                store.truncate(m.live[i].0, to as u64).unwrap();
+                t.truncate(m.live[i].0, to as u64).unwrap();
                 m.live[i].1.truncate(to);
             }
             Op::ReadRange {
@@ -207,7 +254,7 @@ fn run(ops: Vec<Op>, policy: Policy) {
                 let (oid, data) = &m.live[i];
                 let at = data.len() * at_permille as usize / 1000;
                 let mut buf = vec![0u8; len];
-                let r = store.read_range(*oid, at as u64, &mut buf);
+                let r = t.read_range(*oid, at as u64, &mut buf);
                 if at + len <= data.len() {
                     r.unwrap();
                     assert_eq!(&buf[..], &data[at..at + len]);
@@ -215,41 +262,34 @@ fn run(ops: Vec<Op>, policy: Policy) {
                     assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
                 }
             }
-            Op::Reopen => {
-                store.close().unwrap();
-                store = Store::open(&db, &opts).unwrap();
-            }
+            Op::Commit | Op::Abort | Op::Reopen | Op::Crash => unreachable!(),
         }
-        store.volume().check_invariants();
     }
-    for (oid, data) in &m.live {
-        assert_eq!(&store.read(*oid).unwrap(), data, "object {oid} at the end");
+    if let Some(t) = txn.take() {
+        t.commit().unwrap();
+        committed = m.clone();
     }
-    for oid in &m.dead {
+    let db = db.unwrap();
+    let mut t = db.begin().unwrap();
+    for (oid, data) in &committed.live {
+        assert_eq!(&t.read(*oid).unwrap(), data, "object {oid} at the end");
+    }
+    for oid in &committed.dead {
         assert!(
-            matches!(store.read(*oid), Err(Error::NotFound { .. })),
+            matches!(t.read(*oid), Err(Error::NotFound { .. })),
             "deleted {oid} must stay NotFound"
         );
     }
-    let mut scanned: Vec<Oid> = groups
-        .iter()
-        .flat_map(|&g| store.scan_all(g).unwrap())
-        .collect();
+    let mut scanned: Vec<Oid> = groups.iter().flat_map(|&g| t.scan_all(g).unwrap()).collect();
     scanned.sort();
-    let mut expected: Vec<Oid> = m.live.iter().map(|(o, _)| *o).collect();
+    let mut expected: Vec<Oid> = committed.live.iter().map(|(o, _)| *o).collect();
     expected.sort();
-    assert_eq!(
-        scanned, expected,
-        "group scans yield every live object exactly once"
-    );
-    store.close().unwrap();
-    let report = check_database(&db, &opts);
-    assert!(
-        report.is_ok(),
-        "check found problems: {:?}",
-        report.problems
-    );
-    assert_eq!(report.objects, m.live.len() as u64);
+    assert_eq!(scanned, expected, "group scans yield every live object exactly once");
+    t.commit().unwrap();
+    db.close().unwrap();
+    let report = check_database(&path, &opts.volume);
+    assert!(report.is_ok(), "check found problems: {:?}", report.problems);
+    assert_eq!(report.objects, committed.live.len() as u64);
 }
 
 fn cases() -> u32 {

@@ -108,8 +108,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{
-    Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
-    TryLockError,
+    Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
 };
 
 use crate::access::PageDevice;
@@ -266,11 +265,7 @@ impl BufferPool {
 
     /// Like [`BufferPool::new`] with a caller-supplied replacer, built for
     /// `frame_count` frames.
-    pub fn with_replacer(
-        device: Arc<dyn PageDevice>,
-        frame_count: usize,
-        replacer: Box<dyn Replacer>,
-    ) -> BufferPool {
+    pub fn with_replacer(device: Arc<dyn PageDevice>, frame_count: usize, replacer: Box<dyn Replacer>) -> BufferPool {
         let page_size = device.page_size();
         let frames = (0..frame_count)
             .map(|_| RwLock::new(vec![0u8; page_size].into_boxed_slice()))
@@ -319,11 +314,7 @@ impl BufferPool {
         };
         let pin = Pin { pool: self, frame };
         let data = self.lock_frame_read(frame);
-        Ok(PageReadGuard {
-            data,
-            pin,
-            page: id,
-        })
+        Ok(PageReadGuard { data, pin, page: id })
     }
 
     /// Exclusive access to page `id`, read from the device on a miss. The
@@ -336,11 +327,7 @@ impl BufferPool {
             Some(data) => data,
             None => self.lock_frame_write(frame),
         };
-        Ok(PageWriteGuard {
-            data,
-            pin,
-            page: id,
-        })
+        Ok(PageWriteGuard { data, pin, page: id })
     }
 
     /// Exclusive access to a brand-new page `id`: the device is not read, the
@@ -355,11 +342,7 @@ impl BufferPool {
             None => self.lock_frame_write(frame),
         };
         data.fill(0);
-        Ok(PageWriteGuard {
-            data,
-            pin,
-            page: id,
-        })
+        Ok(PageWriteGuard { data, pin, page: id })
     }
 
     /// Writes page `id` to the device if it is cached and dirty (no sync).
@@ -391,11 +374,7 @@ impl BufferPool {
     pub fn flush_all(&self) -> Result<()> {
         let dirty: Vec<PageId> = {
             let st = self.lock_live()?;
-            st.metas
-                .iter()
-                .filter(|m| m.dirty)
-                .filter_map(|m| m.page)
-                .collect()
+            st.metas.iter().filter(|m| m.dirty).filter_map(|m| m.page).collect()
         };
         for id in dirty {
             self.flush_page(id)?;
@@ -452,10 +431,7 @@ impl BufferPool {
     /// runs with the page's frame locked and must not call back into the
     /// pool.
     pub fn set_before_write(&self, hook: Box<BeforeWriteHook>) {
-        *self
-            .before_write
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::from(hook));
+        *self.before_write.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::from(hook));
     }
 
     /// A snapshot of the counters.
@@ -550,16 +526,8 @@ impl BufferPool {
             }
         }
         assert_eq!(st.page_table.len(), mapped, "page table has stale entries");
-        assert_eq!(
-            st.free.len() + mapped,
-            n,
-            "every frame is either free or mapped"
-        );
-        assert_eq!(
-            st.replacer.tracked_count(),
-            tracked,
-            "replacer tracks other frames"
-        );
+        assert_eq!(st.free.len() + mapped, n, "every frame is either free or mapped");
+        assert_eq!(st.replacer.tracked_count(), tracked, "replacer tracks other frames");
         st.replacer.check_invariants();
     }
 
@@ -586,10 +554,7 @@ impl BufferPool {
 
     /// Waits until some frame leaves `Loading` or `WritingBack`.
     fn wait<'a>(&'a self, st: MutexGuard<'a, State>) -> Result<MutexGuard<'a, State>> {
-        let st = self
-            .changed
-            .wait(st)
-            .unwrap_or_else(PoisonError::into_inner);
+        let st = self.changed.wait(st).unwrap_or_else(PoisonError::into_inner);
         match &st.poisoned {
             Some(reason) => Err(Error::Poisoned(reason.clone())),
             None => Ok(st),
@@ -607,15 +572,11 @@ impl BufferPool {
     }
 
     fn lock_frame_read(&self, frame: FrameIdx) -> FrameRead<'_> {
-        self.frames[frame.0]
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.frames[frame.0].read().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn lock_frame_write(&self, frame: FrameIdx) -> FrameWrite<'_> {
-        self.frames[frame.0]
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.frames[frame.0].write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Locks a frame that the protocol guarantees nobody holds (free, or
@@ -703,9 +664,7 @@ impl BufferPool {
         if let Some(frame) = st.free.pop() {
             return Victim::Ready(frame);
         }
-        let State {
-            metas, replacer, ..
-        } = st;
+        let State { metas, replacer, .. } = st;
         match replacer.victim(&|f: FrameIdx| metas[f.0].evictable()) {
             Some(frame) if metas[frame.0].dirty => Victim::Dirty(frame),
             Some(frame) => Victim::Ready(frame),
@@ -777,16 +736,9 @@ impl BufferPool {
     /// during the I/O (the frame is `WritingBack` meanwhile). Returns `state`
     /// re-locked with the frame `Cached`: clean on success; still dirty on
     /// failure, which is returned.
-    fn clean_unpinned<'a>(
-        &'a self,
-        mut st: MutexGuard<'a, State>,
-        frame: FrameIdx,
-    ) -> Result<MutexGuard<'a, State>> {
+    fn clean_unpinned<'a>(&'a self, mut st: MutexGuard<'a, State>, frame: FrameIdx) -> Result<MutexGuard<'a, State>> {
         let meta = &mut st.metas[frame.0];
-        assert!(
-            meta.evictable() && meta.dirty,
-            "cleaning {frame:?}: {meta:?}"
-        );
+        assert!(meta.evictable() && meta.dirty, "cleaning {frame:?}: {meta:?}");
         let id = meta.page.expect("a cached frame holds a page");
         meta.state = FrameState::WritingBack;
         drop(st);
@@ -837,11 +789,7 @@ impl BufferPool {
     /// The WAL hook, then the device write. A device failure poisons the
     /// pool; a hook failure does not (nothing was written).
     fn write_out(&self, id: PageId, image: &mut [u8]) -> Result<()> {
-        let hook = self
-            .before_write
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let hook = self.before_write.read().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(hook) = hook {
             hook(id, page::lsn(image))?;
         }

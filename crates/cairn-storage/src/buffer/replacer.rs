@@ -288,11 +288,7 @@ impl Replacer for ClockReplacer {
     fn check_invariants(&self) {
         let n = self.tracked.len();
         assert_eq!(self.referenced.len(), n);
-        assert!(
-            self.hand < n || n == 0,
-            "CLOCK hand {} out of range",
-            self.hand
-        );
+        assert!(self.hand < n || n == 0, "CLOCK hand {} out of range", self.hand);
         assert_eq!(
             self.tracked.iter().filter(|&&t| t).count(),
             self.tracked_count,

@@ -180,11 +180,7 @@ fn lru_and_clock_choose_different_victims() {
         drop(pool.read(PageId(kept)).unwrap());
         assert_eq!(pool.stats().hits, 2, "{policy:?}: page {kept} was kept");
         drop(pool.read(PageId(evicted)).unwrap());
-        assert_eq!(
-            pool.stats().misses,
-            4,
-            "{policy:?}: page {evicted} was evicted"
-        );
+        assert_eq!(pool.stats().misses, 4, "{policy:?}: page {evicted} was evicted");
     }
 }
 
@@ -249,9 +245,7 @@ fn flush_all_writes_every_dirty_page_then_syncs() {
 fn flush_page_lets_readers_share_the_page() {
     let dev = MemDevice::new();
     let pool = pool_with(&dev, 2, Policy::Lru);
-    pool.create(PageId(1))
-        .unwrap()
-        .copy_from_slice(&image(PageId(1), 1));
+    pool.create(PageId(1)).unwrap().copy_from_slice(&image(PageId(1), 1));
     let reader = pool.read(PageId(1)).unwrap();
     pool.flush_page(PageId(1)).unwrap();
     assert_eq!(reader[HEADER_SIZE], 1);
@@ -410,9 +404,7 @@ fn write_failure_on_eviction_poisons_the_pool() {
     let dev = MemDevice::new();
     dev.put(PageId(2), &image(PageId(2), 2));
     let pool = pool_with(&dev, 1, Policy::Lru);
-    pool.create(PageId(1))
-        .unwrap()
-        .copy_from_slice(&image(PageId(1), 1));
+    pool.create(PageId(1)).unwrap().copy_from_slice(&image(PageId(1), 1));
     dev.fail_writes.store(true, Ordering::SeqCst);
     assert!(matches!(pool.read(PageId(2)), Err(Error::Io { .. })));
     pool.check_invariants();
@@ -440,9 +432,7 @@ fn write_failure_on_eviction_poisons_the_pool() {
 fn write_or_sync_failure_on_flush_poisons_the_pool() {
     let dev = MemDevice::new();
     let pool = pool_with(&dev, 2, Policy::Clock);
-    pool.create(PageId(1))
-        .unwrap()
-        .copy_from_slice(&image(PageId(1), 1));
+    pool.create(PageId(1)).unwrap().copy_from_slice(&image(PageId(1), 1));
     // A reader holding the page keeps its guard usable after the failure.
     let reader = pool.read(PageId(1)).unwrap();
     dev.fail_writes.store(true, Ordering::SeqCst);
@@ -454,9 +444,7 @@ fn write_or_sync_failure_on_flush_poisons_the_pool() {
 
     let dev = MemDevice::new();
     let pool = pool_with(&dev, 2, Policy::Clock);
-    pool.create(PageId(1))
-        .unwrap()
-        .copy_from_slice(&image(PageId(1), 1));
+    pool.create(PageId(1)).unwrap().copy_from_slice(&image(PageId(1), 1));
     dev.fail_syncs.store(true, Ordering::SeqCst);
     assert!(matches!(pool.flush_all(), Err(Error::Io { .. })));
     assert!(matches!(pool.flush_all(), Err(Error::Poisoned(_))));
@@ -473,9 +461,7 @@ fn panic_while_holding_a_write_guard_poisons_the_pool() {
         panic!("half-way through a change");
     }));
     assert!(result.is_err());
-    assert!(
-        matches!(pool.read(PageId(1)), Err(Error::Poisoned(ref why)) if why.contains("panicked"))
-    );
+    assert!(matches!(pool.read(PageId(1)), Err(Error::Poisoned(ref why)) if why.contains("panicked")));
     pool.check_invariants();
 }
 
@@ -507,16 +493,11 @@ fn before_write_hook_runs_before_every_write_with_the_page_lsn() {
 
     // A failing hook: nothing written, the page stays dirty, no poisoning.
     pool.set_before_write(Box::new(|_, lsn| {
-        Err(Error::InvalidArgument(format!(
-            "log not durable to {lsn:?}"
-        )))
+        Err(Error::InvalidArgument(format!("log not durable to {lsn:?}")))
     }));
     page::set_lsn(&mut pool.write(PageId(2)).unwrap(), Lsn(30));
     assert!(matches!(pool.flush_all(), Err(Error::InvalidArgument(_))));
-    assert!(matches!(
-        pool.create(PageId(3)),
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(pool.create(PageId(3)), Err(Error::InvalidArgument(_))));
     assert_eq!(pool.dirty_pages(), vec![(PageId(2), Lsn(30))]);
     assert_eq!(dev.writes(), 2);
     pool.check_invariants();
@@ -557,18 +538,11 @@ fn dirty_pages_lists_page_lsns_sorted() {
     }
     assert_eq!(
         pool.dirty_pages(),
-        vec![
-            (PageId(1), Lsn(8)),
-            (PageId(2), Lsn(2)),
-            (PageId(3), Lsn(5))
-        ]
+        vec![(PageId(1), Lsn(8)), (PageId(2), Lsn(2)), (PageId(3), Lsn(5))]
     );
     page::set_lsn(&mut pool.write(PageId(2)).unwrap(), Lsn(11));
     pool.flush_page(PageId(3)).unwrap();
-    assert_eq!(
-        pool.dirty_pages(),
-        vec![(PageId(1), Lsn(8)), (PageId(2), Lsn(11))]
-    );
+    assert_eq!(pool.dirty_pages(), vec![(PageId(1), Lsn(8)), (PageId(2), Lsn(11))]);
 }
 
 /// A xorshift generator: the threads' choices replay from their seeds.
@@ -612,9 +586,7 @@ fn threads_incrementing_counters_on_overlapping_pages_lose_nothing() {
         let dev = MemDevice::new();
         let pool = pool_with(&dev, 4, policy);
         for p in 1..=PAGES {
-            pool.create(PageId(p))
-                .unwrap()
-                .copy_from_slice(&image(PageId(p), 0));
+            pool.create(PageId(p)).unwrap().copy_from_slice(&image(PageId(p), 0));
         }
         pool.flush_all().unwrap();
 
@@ -683,21 +655,13 @@ fn threads_incrementing_counters_on_overlapping_pages_lose_nothing() {
         pool.check_invariants();
         let expected = |p: u32| totals.iter().map(|m| m[p as usize]).sum::<u64>();
         for p in 1..=PAGES {
-            assert_eq!(
-                counter(&pool.read(PageId(p)).unwrap()),
-                expected(p),
-                "{policy:?}"
-            );
+            assert_eq!(counter(&pool.read(PageId(p)).unwrap()), expected(p), "{policy:?}");
         }
         // And the same after a round trip through the device.
         pool.flush_all().unwrap();
         pool.evict_all().unwrap();
         for p in 1..=PAGES {
-            assert_eq!(
-                counter(&pool.read(PageId(p)).unwrap()),
-                expected(p),
-                "{policy:?}"
-            );
+            assert_eq!(counter(&pool.read(PageId(p)).unwrap()), expected(p), "{policy:?}");
         }
         let st = pool.stats();
         assert!(st.evictions > 0 && st.writes > 0 && st.misses > 0, "{st:?}");
@@ -803,10 +767,7 @@ fn run_model(policy: Policy, frame_count: usize, ops: Vec<Op>) {
                 let second = pool.read(PageId(b));
                 if held.is_ok() && a != b && frame_count == 1 {
                     // The only frame is pinned by `held`.
-                    assert!(
-                        matches!(second, Err(Error::LimitExceeded { .. })),
-                        "{second:?}"
-                    );
+                    assert!(matches!(second, Err(Error::LimitExceeded { .. })), "{second:?}");
                 } else {
                     check_read(&model, PageId(b), &second);
                 }

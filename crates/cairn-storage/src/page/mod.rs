@@ -203,16 +203,10 @@ pub fn verify(buf: &[u8], expected: PageId) -> Result<()> {
     }
     let id = page_id(buf);
     if id != expected {
-        return Err(Error::corrupt(
-            expected,
-            format!("page claims to be page {id}"),
-        ));
+        return Err(Error::corrupt(expected, format!("page claims to be page {id}")));
     }
     if page_type(buf).is_none() {
-        return Err(Error::corrupt(
-            expected,
-            format!("unknown page type {}", buf[OFF_TYPE]),
-        ));
+        return Err(Error::corrupt(expected, format!("unknown page type {}", buf[OFF_TYPE])));
     }
     Ok(())
 }
@@ -225,10 +219,7 @@ pub fn expect_type(buf: &[u8], id: PageId, ty: PageType) -> Result<()> {
             id,
             format!("expected a {} page, found a {} page", ty.name(), t.name()),
         )),
-        None => Err(Error::corrupt(
-            id,
-            format!("unknown page type {}", page_type_byte(buf)),
-        )),
+        None => Err(Error::corrupt(id, format!("unknown page type {}", page_type_byte(buf)))),
     }
 }
 
@@ -249,16 +240,7 @@ mod tests {
             let mut damaged = buf.clone();
             damaged[pos] ^= 0x10;
             let err = verify(&damaged, PageId(7)).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    Error::Corrupt {
-                        page: PageId(7),
-                        ..
-                    }
-                ),
-                "{err}"
-            );
+            assert!(matches!(err, Error::Corrupt { page: PageId(7), .. }), "{err}");
         }
     }
 

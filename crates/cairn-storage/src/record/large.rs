@@ -210,18 +210,9 @@ impl LargeDescriptor {
     /// without a length or the other way round) is [`Error::Corrupt`] naming
     /// `page_for_errors`, the page the bytes came from.
     pub fn decode(bytes: &[u8], page_for_errors: PageId) -> Result<Self> {
-        let bad = |reason: String| {
-            Error::corrupt(
-                page_for_errors,
-                format!("large-object descriptor: {reason}"),
-            )
-        };
+        let bad = |reason: String| Error::corrupt(page_for_errors, format!("large-object descriptor: {reason}"));
         if bytes.len() != Self::ENCODED_SIZE {
-            return Err(bad(format!(
-                "{} bytes, expected {}",
-                bytes.len(),
-                Self::ENCODED_SIZE
-            )));
+            return Err(bad(format!("{} bytes, expected {}", bytes.len(), Self::ENCODED_SIZE)));
         }
         if bytes[13] != Self::FORMAT {
             return Err(bad(format!("unknown format {}", bytes[13])));
@@ -242,10 +233,7 @@ impl LargeDescriptor {
             )));
         }
         if d.depth > LARGE_DEPTH_MAX {
-            return Err(bad(format!(
-                "depth {} exceeds the limit of {LARGE_DEPTH_MAX}",
-                d.depth
-            )));
+            return Err(bad(format!("depth {} exceeds the limit of {LARGE_DEPTH_MAX}", d.depth)));
         }
         if d.len == 0 {
             if d.root != NO_PAGE || d.depth != 0 {
@@ -256,16 +244,10 @@ impl LargeDescriptor {
             }
         } else {
             if d.root == NO_PAGE {
-                return Err(bad(format!(
-                    "an object of {} bytes has no root page",
-                    d.len
-                )));
+                return Err(bad(format!("an object of {} bytes has no root page", d.len)));
             }
             if d.owner == 0 {
-                return Err(bad(format!(
-                    "an object of {} bytes has no owner tag",
-                    d.len
-                )));
+                return Err(bad(format!("an object of {} bytes has no owner tag", d.len)));
             }
         }
         Ok(d)
@@ -274,12 +256,7 @@ impl LargeDescriptor {
 
 /// Creates a large object holding `data`, its first page allocated `near` the
 /// given page. An empty `data` allocates nothing.
-pub fn create<A: PageAccess>(
-    a: &mut A,
-    group: GroupId,
-    near: Option<PageId>,
-    data: &[u8],
-) -> Result<LargeDescriptor> {
+pub fn create<A: PageAccess>(a: &mut A, group: GroupId, near: Option<PageId>, data: &[u8]) -> Result<LargeDescriptor> {
     let mut d = LargeDescriptor::EMPTY;
     write_at(a, &mut d, group, near, 0, data)?;
     Ok(d)
@@ -287,12 +264,7 @@ pub fn create<A: PageAccess>(
 
 /// Reads `buf.len()` bytes at `offset`. A range reaching past the end is
 /// [`Error::InvalidArgument`].
-pub fn read<A: PageAccess>(
-    a: &mut A,
-    d: &LargeDescriptor,
-    offset: u64,
-    buf: &mut [u8],
-) -> Result<()> {
+pub fn read<A: PageAccess>(a: &mut A, d: &LargeDescriptor, offset: u64, buf: &mut [u8]) -> Result<()> {
     let end = offset
         .checked_add(buf.len() as u64)
         .filter(|&end| end <= d.len)
@@ -340,12 +312,7 @@ pub fn write<A: PageAccess>(
 }
 
 /// Appends `data` at the end of the object; see [`write()`].
-pub fn append<A: PageAccess>(
-    a: &mut A,
-    d: &mut LargeDescriptor,
-    group: GroupId,
-    data: &[u8],
-) -> Result<()> {
+pub fn append<A: PageAccess>(a: &mut A, d: &mut LargeDescriptor, group: GroupId, data: &[u8]) -> Result<()> {
     let offset = d.len;
     write_at(a, d, group, None, offset, data)
 }
@@ -502,22 +469,19 @@ impl Via {
     fn misplaced(self, id: PageId, what: impl fmt::Display) -> Error {
         match self {
             Via::Descriptor => Error::corrupt(id, format!("large-object root page {what}")),
-            Via::Parent { page, slot } => Error::corrupt(
-                page,
-                format!("child slot {slot} points to page {id}, which {what}"),
-            ),
+            Via::Parent { page, slot } => {
+                Error::corrupt(page, format!("child slot {slot} points to page {id}, which {what}"))
+            }
         }
     }
 
     /// Adds the path to an error about page `id` itself.
     fn context(self, id: PageId, e: Error) -> Error {
         match (self, e) {
-            (Via::Parent { page, slot }, Error::Corrupt { page: bad, reason }) if bad == id => {
-                Error::Corrupt {
-                    page: bad,
-                    reason: format!("{reason} (reached from page {page}, child slot {slot})"),
-                }
-            }
+            (Via::Parent { page, slot }, Error::Corrupt { page: bad, reason }) if bad == id => Error::Corrupt {
+                page: bad,
+                reason: format!("{reason} (reached from page {page}, child slot {slot})"),
+            },
             (_, e) => e,
         }
     }
@@ -538,8 +502,7 @@ impl Tree {
     /// Validates `d` against the page size (the depth must be the one its
     /// length implies) and starts working on it.
     fn open(g: Geometry, d: &LargeDescriptor) -> Result<Tree> {
-        let bad =
-            |reason: String| Error::corrupt(d.root, format!("large-object descriptor: {reason}"));
+        let bad = |reason: String| Error::corrupt(d.root, format!("large-object descriptor: {reason}"));
         if d.len > g.len_max() {
             return Err(bad(format!(
                 "length {} exceeds the limit of {} for {}-byte pages",
@@ -618,12 +581,7 @@ fn child_offset(slot: u64) -> usize {
 }
 
 /// Reads page `id` with `f`, adding the path to errors about the page.
-fn read_checked<A: PageAccess, R>(
-    a: &mut A,
-    id: PageId,
-    via: Via,
-    f: impl FnOnce(&[u8]) -> Result<R>,
-) -> Result<R> {
+fn read_checked<A: PageAccess, R>(a: &mut A, id: PageId, via: Via, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
     match a.read(id, f) {
         Ok(Ok(r)) => Ok(r),
         Ok(Err(e)) | Err(e) => Err(via.context(id, e)),
@@ -662,38 +620,24 @@ fn check_identity(p: &[u8], id: PageId, t: &Tree, place: Place, via: Via) -> Res
                 format_args!("is a {} page, expected a {} page", ty.name(), want.name()),
             ))
         }
-        None => {
-            return Err(via.misplaced(
-                id,
-                format_args!("has unknown page type {}", page::page_type_byte(p)),
-            ))
-        }
+        None => return Err(via.misplaced(id, format_args!("has unknown page type {}", page::page_type_byte(p)))),
     }
     let owner = get_u64(p, OFF_OWNER);
     if owner != t.owner {
         return Err(via.misplaced(
             id,
-            format_args!(
-                "belongs to large object {owner:#018x}, not {:#018x}",
-                t.owner
-            ),
+            format_args!("belongs to large object {owner:#018x}, not {:#018x}", t.owner),
         ));
     }
     let level = p[OFF_LEVEL];
     if level != place.level {
-        return Err(via.misplaced(
-            id,
-            format_args!("is at level {level}, expected level {}", place.level),
-        ));
+        return Err(via.misplaced(id, format_args!("is at level {level}, expected level {}", place.level)));
     }
     let first = u64::from(get_u32(p, OFF_FIRST));
     if first != place.first {
         return Err(via.misplaced(
             id,
-            format_args!(
-                "starts at data page {first}, expected data page {}",
-                place.first
-            ),
+            format_args!("starts at data page {first}, expected data page {}", place.first),
         ));
     }
     if p[OFF_RESERVED] != 0 {
@@ -707,22 +651,10 @@ fn check_identity(p: &[u8], id: PageId, t: &Tree, place: Place, via: Via) -> Res
 
 /// Checks that `p` is data page `index` of this object.
 fn check_data_page(p: &[u8], id: PageId, t: &Tree, index: u64, via: Via) -> Result<()> {
-    check_identity(
-        p,
-        id,
-        t,
-        Place {
-            level: 0,
-            first: index,
-        },
-        via,
-    )?;
+    check_identity(p, id, t, Place { level: 0, first: index }, via)?;
     let count = get_u16(p, OFF_COUNT);
     if count != 0 {
-        return Err(Error::corrupt(
-            id,
-            format!("data page has child count {count}"),
-        ));
+        return Err(Error::corrupt(id, format!("data page has child count {count}")));
     }
     Ok(())
 }
@@ -792,12 +724,7 @@ struct CachedIndex {
 
 impl Cursor {
     /// The page holding data page `index` (< `t.pages`) and how it was reached.
-    fn data_page<A: PageAccess>(
-        &mut self,
-        a: &mut A,
-        t: &Tree,
-        index: u64,
-    ) -> Result<(PageId, Via)> {
+    fn data_page<A: PageAccess>(&mut self, a: &mut A, t: &Tree, index: u64) -> Result<(PageId, Via)> {
         if t.depth == 0 {
             return Ok((t.root, Via::Descriptor));
         }
@@ -828,15 +755,9 @@ impl Cursor {
             let level = t.depth - (self.path.len() as u8 - 1);
             let span = g.span(level - 1);
             let slot = (index - node.first) / span;
-            let via = Via::Parent {
-                page: node.id,
-                slot,
-            };
+            let via = Via::Parent { page: node.id, slot };
             let Some(&child) = node.children.get(usize_of(slot)) else {
-                return Err(Error::corrupt(
-                    node.id,
-                    format!("no child for data page {index}"),
-                ));
+                return Err(Error::corrupt(node.id, format!("no child for data page {index}")));
             };
             if level == 1 {
                 return Ok((child, via));
@@ -1055,10 +976,7 @@ fn extend_node<A: PageAccess>(
         let mut result = Ok(());
         for slot in count_old..count_new {
             let index = place.first + slot;
-            let data_place = Place {
-                level: 0,
-                first: index,
-            };
+            let data_place = Place { level: 0, first: index };
             let payload = grow.src.page(index);
             match alloc_page(a, t, grow.group, grow.prev, data_place, &[], payload) {
                 Ok(page) => {
@@ -1108,13 +1026,7 @@ fn extend_node<A: PageAccess>(
 }
 
 /// Appends `new` to the children of index page `id`, which has `count_before`.
-fn link_children<A: PageAccess>(
-    a: &mut A,
-    id: PageId,
-    via: Via,
-    count_before: u64,
-    new: &[PageId],
-) -> Result<()> {
+fn link_children<A: PageAccess>(a: &mut A, id: PageId, via: Via, count_before: u64, new: &[PageId]) -> Result<()> {
     if new.is_empty() {
         return Ok(());
     }
@@ -1236,13 +1148,8 @@ fn trim<A: PageAccess>(a: &mut A, t: &mut Tree, keep: u64) -> Result<()> {
             level: t.depth - 1,
             first: 0,
         };
-        let via = Via::Parent {
-            page: root,
-            slot: 0,
-        };
-        read_checked(a, child, via, |p| {
-            check_identity(p, child, t, child_place, via)
-        })?;
+        let via = Via::Parent { page: root, slot: 0 };
+        read_checked(a, child, via, |p| check_identity(p, child, t, child_place, via))?;
         a.free(root)?;
         t.root = child;
         t.depth -= 1;
@@ -1253,14 +1160,7 @@ fn trim<A: PageAccess>(a: &mut A, t: &mut Tree, keep: u64) -> Result<()> {
 
 /// Trims the subtree of index page `id` to the data pages before `keep`
 /// (`keep > place.first`: the page itself stays).
-fn trim_node<A: PageAccess>(
-    a: &mut A,
-    t: &Tree,
-    id: PageId,
-    place: Place,
-    via: Via,
-    keep: u64,
-) -> Result<()> {
+fn trim_node<A: PageAccess>(a: &mut A, t: &Tree, id: PageId, place: Place, via: Via, keep: u64) -> Result<()> {
     let g = t.g;
     let count_keep = g.child_count(place.level, place.first, keep);
     let children = load_index(a, t, id, place, via, count_keep, g.fanout)?;
@@ -1271,10 +1171,7 @@ fn trim_node<A: PageAccess>(
             level: place.level - 1,
             first: place.first + last * span,
         };
-        let child_via = Via::Parent {
-            page: id,
-            slot: last,
-        };
+        let child_via = Via::Parent { page: id, slot: last };
         trim_node(a, t, children[usize_of(last)], child_place, child_via, keep)?;
     }
     let count = children.len() as u64;
@@ -1304,13 +1201,7 @@ fn trim_node<A: PageAccess>(
 /// Frees page `id` and everything under it, after checking each page belongs
 /// to this object at the expected place (a bad pointer never frees a page of
 /// another object).
-fn free_subtree<A: PageAccess>(
-    a: &mut A,
-    t: &Tree,
-    id: PageId,
-    place: Place,
-    via: Via,
-) -> Result<()> {
+fn free_subtree<A: PageAccess>(a: &mut A, t: &Tree, id: PageId, place: Place, via: Via) -> Result<()> {
     if place.level == 0 {
         read_checked(a, id, via, |p| check_data_page(p, id, t, place.first, via))?;
         return a.free(id);
@@ -1328,11 +1219,7 @@ fn free_subtree<A: PageAccess>(
     a.free(id)
 }
 
-fn walk_all<A: PageAccess>(
-    a: &mut A,
-    d: &LargeDescriptor,
-    visit: &mut dyn FnMut(PageId),
-) -> Result<()> {
+fn walk_all<A: PageAccess>(a: &mut A, d: &LargeDescriptor, visit: &mut dyn FnMut(PageId)) -> Result<()> {
     let g = Geometry::new(a.page_size())?;
     let t = Tree::open(g, d)?;
     if t.root == NO_PAGE {
@@ -1371,14 +1258,7 @@ fn walk<A: PageAccess>(
             level: place.level - 1,
             first: place.first + slot * span,
         };
-        walk(
-            a,
-            t,
-            child,
-            child_place,
-            Via::Parent { page: id, slot },
-            visit,
-        )?;
+        walk(a, t, child, child_place, Via::Parent { page: id, slot }, visit)?;
     }
     Ok(())
 }
@@ -1434,10 +1314,7 @@ mod tests {
         assert_eq!(a.pages.len(), all.len(), "pages leaked or lost");
         let g = geometry(a.page_size);
         assert_eq!(d.depth, g.depth_for(g.pages_for(d.len)));
-        assert_eq!(
-            LargeDescriptor::decode(&d.encode(), PageId(77)).unwrap(),
-            *d
-        );
+        assert_eq!(LargeDescriptor::decode(&d.encode(), PageId(77)).unwrap(), *d);
     }
 
     fn poke(a: &mut MemPages, id: PageId, off: usize, bytes: &[u8]) {
@@ -1479,12 +1356,7 @@ mod tests {
         fn modify<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
             self.inner.modify(id, f)
         }
-        fn allocate(
-            &mut self,
-            group: GroupId,
-            near: Option<PageId>,
-            ty: PageType,
-        ) -> Result<PageId> {
+        fn allocate(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
             if self.allocs.len() >= self.allocs_max {
                 return Err(Error::VolumeFull("test limit".to_string()));
             }
@@ -1551,16 +1423,7 @@ mod tests {
         bad.push(b.to_vec());
         for bytes in bad {
             let err = LargeDescriptor::decode(&bytes, PageId(9)).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    Error::Corrupt {
-                        page: PageId(9),
-                        ..
-                    }
-                ),
-                "{err}"
-            );
+            assert!(matches!(err, Error::Corrupt { page: PageId(9), .. }), "{err}");
         }
     }
 
@@ -1744,11 +1607,7 @@ mod tests {
             .filter(|(_, _, ty)| *ty == PageType::LargeData)
             .copied()
             .collect();
-        assert_eq!(
-            data_pages[0].1,
-            Some(PageId(500)),
-            "first page near the hint"
-        );
+        assert_eq!(data_pages[0].1, Some(PageId(500)), "first page near the hint");
         for pair in data_pages.windows(2) {
             assert_eq!(pair[1].1, Some(pair[0].0));
         }
@@ -1871,12 +1730,7 @@ mod tests {
             let mut buf = vec![0u8; min(9000, d.len - start) as usize];
             read(&mut a, &d, start, &mut buf).unwrap();
             for (j, &b) in buf.iter().enumerate() {
-                assert_eq!(
-                    b,
-                    byte_at(16, start + j as u64),
-                    "byte {}",
-                    start + j as u64
-                );
+                assert_eq!(b, byte_at(16, start + j as u64), "byte {}", start + j as u64);
             }
         }
         check(&mut a, &d).unwrap();
@@ -2032,11 +1886,7 @@ mod tests {
 
     fn ops(chunk_max: usize) -> impl Strategy<Value = Vec<Op>> {
         let op = prop_oneof![
-            (any::<u64>(), 0..chunk_max, any::<u64>()).prop_map(|(at, len, seed)| Op::Write {
-                at,
-                len,
-                seed
-            }),
+            (any::<u64>(), 0..chunk_max, any::<u64>()).prop_map(|(at, len, seed)| Op::Write { at, len, seed }),
             (0..chunk_max, any::<u64>()).prop_map(|(len, seed)| Op::Append { len, seed }),
             any::<u64>().prop_map(|at| Op::Truncate { at }),
             (any::<u64>(), 0..chunk_max).prop_map(|(at, len)| Op::Read { at, len }),

@@ -398,14 +398,8 @@ pub fn check(buf: &[u8]) -> Result<()> {
         }
     }
     let recs = heap_records(buf, &hdr)?;
-    if let Some(nz) = buf[hdr.dir_end()..hdr.heap_start]
-        .iter()
-        .position(|&b| b != 0)
-    {
-        return Err(hdr.corrupt(format!(
-            "stale byte in the free gap at offset {}",
-            hdr.dir_end() + nz
-        )));
+    if let Some(nz) = buf[hdr.dir_end()..hdr.heap_start].iter().position(|&b| b != 0) {
+        return Err(hdr.corrupt(format!("stale byte in the free gap at offset {}", hdr.dir_end() + nz)));
     }
     // `recs` runs from the page end down; check the hole above each record.
     let mut hole_end = hdr.page_size;
@@ -499,11 +493,7 @@ impl Header {
         debug_assert!(self.dir_end() <= self.heap_start && self.heap_start <= self.page_size);
         debug_assert!(self.garbage <= self.page_size - self.heap_start);
         wr_u16(buf, OFF_SLOT_COUNT, to_u16(self.slot_count));
-        wr_u32(
-            buf,
-            OFF_HEAP_SIZE,
-            (self.page_size - self.heap_start) as u32,
-        );
+        wr_u32(buf, OFF_HEAP_SIZE, (self.page_size - self.heap_start) as u32);
         wr_u32(buf, OFF_GARBAGE, self.garbage as u32);
     }
 
@@ -746,11 +736,7 @@ fn compact(buf: &mut [u8], hdr: &mut Header) -> Result<()> {
         let to = end - r.len;
         debug_assert!(to >= r.offset);
         buf.copy_within(r.offset..r.offset + r.len, to);
-        wr_u16(
-            buf,
-            DIR_START + r.slot * SLOT_ENTRY_SIZE + ENT_OFFSET,
-            to_u16(to),
-        );
+        wr_u16(buf, DIR_START + r.slot * SLOT_ENTRY_SIZE + ENT_OFFSET, to_u16(to));
         end = to;
     }
     buf[hdr.heap_start..end].fill(0);
@@ -801,9 +787,7 @@ mod tests {
     }
 
     fn bytes(len: usize, seed: u8) -> Vec<u8> {
-        (0..len)
-            .map(|i| seed.wrapping_add((i % 251) as u8) | 1)
-            .collect()
+        (0..len).map(|i| seed.wrapping_add((i % 251) as u8) | 1).collect()
     }
 
     fn ins(buf: &mut [u8], data: &[u8]) -> (SlotIdx, Uniq) {
@@ -811,9 +795,7 @@ mod tests {
     }
 
     fn read(buf: &[u8], slot: SlotIdx) -> Option<(u8, Uniq, Vec<u8>)> {
-        get(buf, slot)
-            .unwrap()
-            .map(|r| (r.kind, r.uniq, r.data.to_vec()))
+        get(buf, slot).unwrap().map(|r| (r.kind, r.uniq, r.data.to_vec()))
     }
 
     fn assert_corrupt<T: std::fmt::Debug>(r: Result<T>, page: u32, needle: &str) {
@@ -917,10 +899,7 @@ mod tests {
         assert_eq!(slot_count(&buf), 3);
         let (b2, ub2) = ins(&mut buf, b"bb");
         assert_eq!(b2, b, "lowest free slot is reused");
-        assert!(
-            ub2 > ub,
-            "an old OID to slot {b:?} must not match the new occupant"
-        );
+        assert!(ub2 > ub, "an old OID to slot {b:?} must not match the new occupant");
         assert_eq!(read(&buf, a).unwrap().2, b"a");
         assert_eq!(read(&buf, c).unwrap().2, b"c");
         check(&buf).unwrap();
@@ -951,14 +930,8 @@ mod tests {
         let (a, _) = ins(&mut buf, b"a");
         ins(&mut buf, b"b");
         delete(&mut buf, a).unwrap();
-        assert!(matches!(
-            delete(&mut buf, a),
-            Err(Error::InvalidArgument(_))
-        ));
-        assert!(matches!(
-            delete(&mut buf, SlotIdx(9)),
-            Err(Error::InvalidArgument(_))
-        ));
+        assert!(matches!(delete(&mut buf, a), Err(Error::InvalidArgument(_))));
+        assert!(matches!(delete(&mut buf, SlotIdx(9)), Err(Error::InvalidArgument(_))));
         assert!(matches!(
             update(&mut buf, a, KIND_RECORD, b"x"),
             Err(Error::InvalidArgument(_))
@@ -969,9 +942,7 @@ mod tests {
     fn compaction_reclaims_holes() {
         let mut buf = new_page(4096, 1);
         let mut slots = Vec::new();
-        while let Some((s, _)) =
-            insert(&mut buf, KIND_RECORD, &bytes(100, slots.len() as u8)).unwrap()
-        {
+        while let Some((s, _)) = insert(&mut buf, KIND_RECORD, &bytes(100, slots.len() as u8)).unwrap() {
             slots.push(s);
         }
         assert_eq!(slots.len(), (4096 - 36) / 110);
@@ -1125,11 +1096,7 @@ mod tests {
         let mut buf = good.clone();
         let ua = rd_u32(&buf, entry(a) + ENT_UNIQ);
         wr_u32(&mut buf, entry(b) + ENT_UNIQ, ua);
-        assert_corrupt(
-            check(&buf),
-            42,
-            "slot 1: uniquifier 1 is also held by slot 0",
-        );
+        assert_corrupt(check(&buf), 42, "slot 1: uniquifier 1 is also held by slot 0");
         let mut buf = good.clone();
         buf[entry(b) + ENT_KIND] = 0;
         assert_corrupt(check(&buf), 42, "slot 1: free slot has offset");
@@ -1174,10 +1141,7 @@ mod tests {
             Ok(()) => {}
             Err(Error::Corrupt { page: p, reason }) => {
                 assert_eq!(p, page);
-                assert!(
-                    !healthy,
-                    "{what} reports {reason:?} on a page check() passes"
-                );
+                assert!(!healthy, "{what} reports {reason:?} on a page check() passes");
             }
             Err(Error::InvalidArgument(_)) if caller_error_ok => {}
             Err(e) => panic!("{what}: unexpected error {e}"),
@@ -1185,30 +1149,18 @@ mod tests {
         ok_or_corrupt("live_count", live_count(buf).map(drop), false);
         ok_or_corrupt("iter", iter(buf).try_for_each(|r| r.map(drop)), false);
         let free = free_for_insert(buf);
-        ok_or_corrupt(
-            "free_for_insert",
-            free.as_ref().map(drop).map_err(clone_err),
-            false,
-        );
+        ok_or_corrupt("free_for_insert", free.as_ref().map(drop).map_err(clone_err), false);
         let _ = slot_count(buf);
         for &s in slots {
             ok_or_corrupt("get", get(buf, SlotIdx(s)).map(drop), false);
             let mut copy = buf.to_vec();
-            ok_or_corrupt(
-                "update",
-                update(&mut copy, SlotIdx(s), 1, &[5; 300]).map(drop),
-                true,
-            );
+            ok_or_corrupt("update", update(&mut copy, SlotIdx(s), 1, &[5; 300]).map(drop), true);
             let mut copy = buf.to_vec();
             ok_or_corrupt("delete", delete(&mut copy, SlotIdx(s)), true);
         }
         for len in [0, 1, 1000] {
             let mut copy = buf.to_vec();
-            ok_or_corrupt(
-                "insert",
-                insert(&mut copy, 1, &vec![7; len]).map(drop),
-                false,
-            );
+            ok_or_corrupt("insert", insert(&mut copy, 1, &vec![7; len]).map(drop), false);
         }
         if let Ok(Some(n)) = free {
             let mut copy = buf.to_vec();
@@ -1278,12 +1230,7 @@ mod tests {
                         model.insert(slot, (*kind, uniq, data));
                     }
                 }
-                Op::Update {
-                    pick,
-                    kind,
-                    len,
-                    seed,
-                } => {
+                Op::Update { pick, kind, len, seed } => {
                     if model.is_empty() {
                         continue;
                     }
@@ -1331,10 +1278,7 @@ mod tests {
                 assert!(insert(&mut copy, 1, &vec![3; n]).unwrap().is_some(), "{n}");
                 check(&copy).unwrap();
                 let mut copy = buf.clone();
-                assert!(
-                    insert(&mut copy, 1, &vec![3; n + 1]).unwrap().is_none(),
-                    "{n}"
-                );
+                assert!(insert(&mut copy, 1, &vec![3; n + 1]).unwrap().is_none(), "{n}");
             } else {
                 assert!(insert(&mut buf.clone(), 1, b"").unwrap().is_none());
             }

@@ -56,9 +56,7 @@ impl VolumeFile {
 
     /// The file's length in bytes.
     pub fn len_bytes(&self) -> Result<u64> {
-        self.file
-            .len()
-            .map_err(|e| Error::io("stat volume", &self.path, e))
+        self.file.len().map_err(|e| Error::io("stat volume", &self.path, e))
     }
 
     /// Reads page `id` without verifying it (for the checker and for reading
@@ -111,11 +109,7 @@ impl PageDevice for VolumeFile {
 
     fn write_page(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
         debug_assert_eq!(buf.len(), self.page_size);
-        debug_assert_eq!(
-            page::page_id(buf),
-            id,
-            "writing a page image under another page's id"
-        );
+        debug_assert_eq!(page::page_id(buf), id, "writing a page image under another page's id");
         page::seal(buf);
         let offset = id.index() * self.page_size as u64;
         self.file

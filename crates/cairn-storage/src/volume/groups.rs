@@ -115,9 +115,7 @@ pub fn read_dir(buf: &[u8], id: PageId) -> Result<Vec<DirEntry>> {
             ));
         }
         let name = std::str::from_utf8(&e[8..8 + name_len])
-            .map_err(|_| {
-                Error::corrupt(id, format!("group entry {i} has a name that is not UTF-8"))
-            })?
+            .map_err(|_| Error::corrupt(id, format!("group entry {i} has a name that is not UTF-8")))?
             .to_string();
         out.push(DirEntry {
             id: GroupId(get_u32(e, 0)),
@@ -182,10 +180,7 @@ pub fn read_list(buf: &[u8], id: PageId) -> Result<(GroupId, Vec<ExtentEntry>)> 
         let len = u32::from(u16::from_le_bytes([buf[off + 4], buf[off + 5]]));
         let used = u64::from_le_bytes(buf[off + 8..off + 16].try_into().expect("8 bytes"));
         if len == 0 || len > 64 {
-            return Err(Error::corrupt(
-                id,
-                format!("extent entry {i} has length {len}"),
-            ));
+            return Err(Error::corrupt(id, format!("extent entry {i} has length {len}")));
         }
         if len < 64 && used >> len != 0 {
             return Err(Error::corrupt(

@@ -72,8 +72,7 @@ impl VolumeHeader {
         buf[OFF_PAGE_SIZE..OFF_PAGE_SIZE + 4].copy_from_slice(&self.page_size.to_le_bytes());
         buf[OFF_CREATION..OFF_CREATION + 16].copy_from_slice(&self.creation_id.to_le_bytes());
         buf[OFF_PAGE_COUNT..OFF_PAGE_COUNT + 4].copy_from_slice(&self.page_count.to_le_bytes());
-        buf[OFF_EXTENT_PAGES..OFF_EXTENT_PAGES + 4]
-            .copy_from_slice(&self.extent_pages.to_le_bytes());
+        buf[OFF_EXTENT_PAGES..OFF_EXTENT_PAGES + 4].copy_from_slice(&self.extent_pages.to_le_bytes());
         buf[OFF_GROUP_DIR..OFF_GROUP_DIR + 4].copy_from_slice(&self.group_dir_page.0.to_le_bytes());
         buf[OFF_NEXT_GROUP..OFF_NEXT_GROUP + 4].copy_from_slice(&self.next_group_id.to_le_bytes());
         buf[OFF_REGION..OFF_REGION + 4].copy_from_slice(&self.region_pages.to_le_bytes());
@@ -100,28 +99,17 @@ impl VolumeHeader {
         if ps != expected_page_size {
             return Err(Error::CorruptFile {
                 path: path.to_path_buf(),
-                reason: format!(
-                    "the volume header says page size {ps}, the manifest says {expected_page_size}"
-                ),
+                reason: format!("the volume header says page size {ps}, the manifest says {expected_page_size}"),
             });
         }
         Ok(())
     }
 
     /// Decodes a verified page-0 image and checks it against the manifest.
-    pub fn load(
-        buf: &[u8],
-        expected_page_size: u32,
-        expected_creation: u128,
-        path: &Path,
-    ) -> Result<VolumeHeader> {
+    pub fn load(buf: &[u8], expected_page_size: u32, expected_creation: u128, path: &Path) -> Result<VolumeHeader> {
         page::expect_type(buf, PageId::HEADER, PageType::VolumeHeader)?;
         Self::precheck(buf, expected_page_size, path)?;
-        let creation_id = u128::from_le_bytes(
-            buf[OFF_CREATION..OFF_CREATION + 16]
-                .try_into()
-                .expect("16 bytes"),
-        );
+        let creation_id = u128::from_le_bytes(buf[OFF_CREATION..OFF_CREATION + 16].try_into().expect("16 bytes"));
         if creation_id != expected_creation {
             return Err(Error::CorruptFile {
                 path: path.to_path_buf(),
@@ -145,10 +133,7 @@ impl VolumeHeader {
             ));
         }
         if h.page_count < 3 {
-            return bad(format!(
-                "page count {} is below the 3 system pages",
-                h.page_count
-            ));
+            return bad(format!("page count {} is below the 3 system pages", h.page_count));
         }
         if h.group_dir_page.0 == 0 || h.group_dir_page.0 >= h.page_count {
             return bad(format!(

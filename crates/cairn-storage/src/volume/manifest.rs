@@ -63,10 +63,7 @@ impl Manifest {
         if bytes.len() != MANIFEST_SIZE {
             return Err(Error::CorruptFile {
                 path: path.to_path_buf(),
-                reason: format!(
-                    "manifest is {} bytes, expected {MANIFEST_SIZE}",
-                    bytes.len()
-                ),
+                reason: format!("manifest is {} bytes, expected {MANIFEST_SIZE}", bytes.len()),
             });
         }
         let stored = u32::from_le_bytes(bytes[32..36].try_into().expect("4 bytes"));
@@ -74,9 +71,7 @@ impl Manifest {
         if stored != actual {
             return Err(Error::CorruptFile {
                 path: path.to_path_buf(),
-                reason: format!(
-                    "manifest checksum mismatch: stored {stored:#010x}, computed {actual:#010x}"
-                ),
+                reason: format!("manifest checksum mismatch: stored {stored:#010x}, computed {actual:#010x}"),
             });
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
@@ -93,10 +88,7 @@ impl Manifest {
             reason: format!("manifest names an impossible page size {page_size}"),
         })?;
         let creation_id = u128::from_le_bytes(bytes[16..32].try_into().expect("16 bytes"));
-        Ok(Manifest {
-            page_size,
-            creation_id,
-        })
+        Ok(Manifest { page_size, creation_id })
     }
 
     /// Reads the manifest of database directory `dir`.
@@ -117,9 +109,7 @@ impl Manifest {
         let file = vfs
             .open(&path, false)
             .map_err(|e| Error::io("open manifest", &path, e))?;
-        let len = file
-            .len()
-            .map_err(|e| Error::io("stat manifest", &path, e))?;
+        let len = file.len().map_err(|e| Error::io("stat manifest", &path, e))?;
         // Cheap size check before reading: a manifest is tiny.
         let len = usize::try_from(len.min(MANIFEST_SIZE as u64 + 1)).expect("small");
         let mut buf = vec![0u8; len];
@@ -141,13 +131,11 @@ impl Manifest {
             .map_err(|e| Error::io("create manifest", &tmp, e))?;
         file.write_all_at(&self.encode(), 0)
             .map_err(|e| Error::io("write manifest", &tmp, e))?;
-        file.sync_data()
-            .map_err(|e| Error::io("fsync manifest", &tmp, e))?;
+        file.sync_data().map_err(|e| Error::io("fsync manifest", &tmp, e))?;
         let path = dir.join(MANIFEST_FILE);
         vfs.rename(&tmp, &path)
             .map_err(|e| Error::io("rename manifest", &path, e))?;
-        vfs.sync_dir(dir)
-            .map_err(|e| Error::io("fsync directory", dir, e))?;
+        vfs.sync_dir(dir).map_err(|e| Error::io("fsync directory", dir, e))?;
         Ok(())
     }
 }
@@ -183,17 +171,11 @@ mod tests {
 
         let mut bad = m.encode();
         bad[20] ^= 1;
-        assert!(matches!(
-            Manifest::decode(&bad, p),
-            Err(Error::CorruptFile { .. })
-        ));
+        assert!(matches!(Manifest::decode(&bad, p), Err(Error::CorruptFile { .. })));
 
         let mut other = m.encode();
         other[0] = b'X';
-        assert!(matches!(
-            Manifest::decode(&other, p),
-            Err(Error::NotADatabase { .. })
-        ));
+        assert!(matches!(Manifest::decode(&other, p), Err(Error::NotADatabase { .. })));
 
         let mut v2 = m.encode();
         v2[8..12].copy_from_slice(&2u32.to_le_bytes());

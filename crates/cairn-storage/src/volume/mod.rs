@@ -33,14 +33,17 @@ pub mod spacemap;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use crate::access::{PageAccess, PageDevice};
 use crate::buffer::{BufferPool, BufferStats, Policy};
 use crate::error::{Error, Result};
-use crate::ids::{GroupId, PageId};
+use crate::ids::{GroupId, Lsn, PageId, TxnId};
 use crate::io::{OsVfs, Vfs};
 use crate::page::{self, PageType};
+use crate::txn::redo::{self, Redo, SYSTEM_TXN};
+use crate::wal::Wal;
 
 use self::file::{VolumeFile, VolumeStats};
 use self::groups::{DirEntry, ExtentEntry, GROUP_NAME_MAX};
@@ -135,11 +138,41 @@ pub struct GroupInfo {
     pub pages_used: u64,
 }
 
+/// Where a volume logs its own page changes (system actions: allocation,
+/// groups). Shared with the transaction layer.
+#[derive(Clone)]
+pub struct LogSink {
+    /// The write-ahead log.
+    pub wal: Arc<Wal>,
+    /// The redo LSN of the checkpoint in progress or last taken: a page whose
+    /// LSN is below it gets a full image on its next change.
+    pub redo_lsn: Arc<AtomicU64>,
+    /// Held (shared) from appending a change to applying it, so a checkpoint
+    /// (which takes it exclusively to pick its redo LSN) never sees a change
+    /// logged but not yet in the buffer pool.
+    pub gate: Arc<RwLock<()>>,
+}
+
+impl std::fmt::Debug for LogSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogSink").field("redo_lsn", &self.redo_lsn).finish()
+    }
+}
+
+impl LogSink {
+    /// True if a page whose LSN is `page_lsn` must be logged as a full image
+    /// on its next change (its first since the current checkpoint began).
+    pub fn needs_full_image(&self, page_lsn: Lsn) -> bool {
+        page_lsn.0 < self.redo_lsn.load(Ordering::SeqCst)
+    }
+}
+
 /// An open volume: see the module docs.
 pub struct Volume {
     dir: PathBuf,
     file: Arc<VolumeFile>,
-    pool: BufferPool,
+    pool: Arc<BufferPool>,
+    log: Option<LogSink>,
     header: VolumeHeader,
     groups: Vec<GroupState>,
     group_by_id: HashMap<GroupId, usize>,
@@ -261,22 +294,18 @@ impl Volume {
     }
 
     /// A volume with its buffer pool and no groups loaded yet.
-    fn assemble(
-        dir: &Path,
-        file: Arc<VolumeFile>,
-        header: VolumeHeader,
-        opts: &VolumeOptions,
-    ) -> Volume {
+    fn assemble(dir: &Path, file: Arc<VolumeFile>, header: VolumeHeader, opts: &VolumeOptions) -> Volume {
         let page_size = header.page_size as usize;
-        let pool = BufferPool::new(
+        let pool = Arc::new(BufferPool::new(
             file.clone() as Arc<dyn PageDevice>,
             opts.buffer_frames.max(8),
             opts.policy,
-        );
+        ));
         Volume {
             dir: dir.to_path_buf(),
             file,
             pool,
+            log: None,
             header,
             groups: Vec::new(),
             group_by_id: HashMap::new(),
@@ -325,9 +354,7 @@ impl Volume {
             if !seen.insert(dir_page) {
                 return Err(Error::corrupt(dir_page, "the group directory chain loops"));
             }
-            let (entries, n) = self.read(dir_page, |b| {
-                (groups::read_dir(b, dir_page), groups::next_page(b))
-            })?;
+            let (entries, n) = self.read(dir_page, |b| (groups::read_dir(b, dir_page), groups::next_page(b)))?;
             let entries = entries?;
             self.dir_pages.push(dir_page);
             for (i, e) in entries.iter().enumerate() {
@@ -360,16 +387,12 @@ impl Volume {
                     format!("the extent list of group {:?} loops", e.name),
                 ));
             }
-            let (parsed, n) =
-                self.read(lp, |b| (groups::read_list(b, lp), groups::next_page(b)))?;
+            let (parsed, n) = self.read(lp, |b| (groups::read_list(b, lp), groups::next_page(b)))?;
             let (owner, entries) = parsed?;
             if owner != e.id {
                 return Err(Error::corrupt(
                     lp,
-                    format!(
-                        "extent list of group {} claims to belong to group {}",
-                        e.id.0, owner.0
-                    ),
+                    format!("extent list of group {} claims to belong to group {}", e.id.0, owner.0),
                 ));
             }
             tail_count = entries.len();
@@ -378,10 +401,7 @@ impl Volume {
                 if x.start.0 == 0 || end > u64::from(self.header.page_count) {
                     return Err(Error::corrupt(
                         lp,
-                        format!(
-                            "extent entry {i} ({}+{}) lies outside the volume",
-                            x.start, x.len
-                        ),
+                        format!("extent entry {i} ({}+{}) lies outside the volume", x.start, x.len),
                     ));
                 }
                 out.push(ExtentState {
@@ -456,10 +476,7 @@ impl Volume {
             if overlaps {
                 return Err(Error::corrupt(
                     at,
-                    format!(
-                        "extent {}+{} overlaps the extent at page {s}",
-                        x.start, x.len
-                    ),
+                    format!("extent {}+{} overlaps the extent at page {s}", x.start, x.len),
                 ));
             }
         }
@@ -491,31 +508,65 @@ impl Volume {
     /// The one narrow place through which every page change goes. `fresh`
     /// pages are not read from the volume (they never held anything).
     /// `f` runs on a copy; the copy replaces the page only if `f` succeeds.
-    fn change<R>(
-        &mut self,
-        id: PageId,
-        fresh: bool,
-        f: impl FnOnce(&mut [u8]) -> Result<R>,
-    ) -> Result<R> {
-        let Volume { pool, scratch, .. } = self;
-        let mut guard = if fresh {
-            pool.create(id)?
-        } else {
-            pool.write(id)?
-        };
+    /// With a log attached, the change is logged (a full image on the page's
+    /// first change since the checkpoint, else the changed bytes) and the page
+    /// LSN advanced before the copy is installed.
+    fn change<R>(&mut self, id: PageId, fresh: bool, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+        let Volume { pool, scratch, log, .. } = self;
+        let log = &*log;
+        let _gate = log.as_ref().map(|l| l.gate.read().unwrap_or_else(|e| e.into_inner()));
+        let mut guard = if fresh { pool.create(id)? } else { pool.write(id)? };
         scratch.copy_from_slice(&guard);
         let r = f(scratch)?;
-        debug_assert_eq!(
-            page::page_id(scratch),
-            id,
-            "a change must not alter the page id"
-        );
-        // Issue 3 hooks in here: append the redo record describing
-        // `guard → scratch` to the log and advance the page LSN.
+        debug_assert_eq!(page::page_id(scratch), id, "a change must not alter the page id");
+        if let Some(l) = log {
+            let full = fresh || l.needs_full_image(page::lsn(&guard));
+            let rec = redo::page_record(SYSTEM_TXN, id, (!full).then_some(&guard[..]), scratch);
+            let lsn = l.wal.append(&[&rec])?[0];
+            page::set_lsn(scratch, lsn);
+        }
         guard.copy_from_slice(scratch);
         drop(guard);
         self.page_changes += 1;
         Ok(r)
+    }
+
+    /// Appends a marker record (allocation bookkeeping for recovery).
+    fn marker(&mut self, rec: Redo) -> Result<()> {
+        if let Some(l) = &self.log {
+            let _gate = l.gate.read().unwrap_or_else(|e| e.into_inner());
+            l.wal.append(&[&rec.encode()])?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the log: from now on every page change is logged.
+    pub fn attach_log(&mut self, sink: LogSink) {
+        self.log = Some(sink);
+    }
+
+    /// The buffer pool, shared.
+    pub fn pool_arc(&self) -> Arc<BufferPool> {
+        self.pool.clone()
+    }
+
+    /// The volume file.
+    pub fn file(&self) -> &Arc<VolumeFile> {
+        &self.file
+    }
+
+    /// Allocates a page for transaction `txn` (a system action, logged with
+    /// an ALLOC marker so recovery can give it back if `txn` never commits).
+    pub fn allocate_for(&mut self, txn: TxnId, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        let page = self.allocate(group, near, ty)?;
+        self.marker(Redo::Alloc { txn, page })?;
+        Ok(page)
+    }
+
+    /// Frees a page (a system action, logged with a FREE marker).
+    pub fn free_logged(&mut self, page: PageId) -> Result<()> {
+        self.free(page)?;
+        self.marker(Redo::Free { page })
     }
 
     /// The database directory.
@@ -570,9 +621,7 @@ impl Volume {
 
     /// The name of a group.
     pub fn group_name(&self, id: GroupId) -> Option<&str> {
-        self.group_by_id
-            .get(&id)
-            .map(|&i| self.groups[i].name.as_str())
+        self.group_by_id.get(&id).map(|&i| self.groups[i].name.as_str())
     }
 
     /// Every group with its space.
@@ -584,11 +633,7 @@ impl Volume {
                 name: g.name.clone(),
                 extents: g.extents.len(),
                 pages_reserved: g.extents.iter().map(|x| u64::from(x.len)).sum(),
-                pages_used: g
-                    .extents
-                    .iter()
-                    .map(|x| u64::from(x.used.count_ones()))
-                    .sum(),
+                pages_used: g.extents.iter().map(|x| u64::from(x.used.count_ones())).sum(),
             })
             .collect()
     }
@@ -671,9 +716,7 @@ impl Volume {
     /// Creates a new, empty group.
     pub fn create_group(&mut self, name: &str) -> Result<GroupId> {
         if name.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a group name must not be empty".into(),
-            ));
+            return Err(Error::InvalidArgument("a group name must not be empty".into()));
         }
         if name.len() > GROUP_NAME_MAX {
             return Err(Error::LimitExceeded {
@@ -734,10 +777,7 @@ impl Volume {
     }
 
     fn group_index(&self, id: GroupId) -> Result<usize> {
-        self.group_by_id
-            .get(&id)
-            .copied()
-            .ok_or(Error::UnknownGroupId(id))
+        self.group_by_id.get(&id).copied().ok_or(Error::UnknownGroupId(id))
     }
 
     /// Finds an unused page of group `gi`, near `near` if possible.
@@ -918,9 +958,7 @@ impl Volume {
                 assert_eq!(self.extent_by_start.get(&x.start.0), Some(&(gi, xi)));
                 assert!(x.start.0 + x.len <= self.header.page_count);
                 assert_eq!(g.with_free.contains(&xi), x.has_free());
-                assert!(
-                    (x.start.0..x.start.0 + x.len).all(|p| !spacemap::is_map_page(PageId(p), ps))
-                );
+                assert!((x.start.0..x.start.0 + x.len).all(|p| !spacemap::is_map_page(PageId(p), ps)));
             }
         }
         assert_eq!(count, self.extent_by_start.len());
@@ -1026,9 +1064,7 @@ mod tests {
         for _ in 0..20 {
             pages.push(v.allocate(g, None, PageType::Slotted).unwrap());
         }
-        let d = v
-            .allocate(GroupId::DEFAULT, None, PageType::Slotted)
-            .unwrap();
+        let d = v.allocate(GroupId::DEFAULT, None, PageType::Slotted).unwrap();
         v.check_invariants();
         v.free(pages[3]).unwrap();
         assert!(v.free(pages[3]).is_err(), "double free is refused");
@@ -1047,10 +1083,8 @@ mod tests {
             20 + 1,
             "20 pages + the extent-list page"
         );
-        v.read(pages[0], |b| {
-            assert_eq!(page::page_type(b), Some(PageType::Slotted))
-        })
-        .unwrap();
+        v.read(pages[0], |b| assert_eq!(page::page_type(b), Some(PageType::Slotted)))
+            .unwrap();
     }
 
     #[test]
@@ -1070,10 +1104,7 @@ mod tests {
         v.close().unwrap();
         let v = Volume::open(&db, &opts()).unwrap();
         assert_eq!(v.groups().len(), n + 1);
-        assert_eq!(
-            v.group_id(&format!("g{}", n - 1)).map(|g| g.0),
-            Some(n as u32)
-        );
+        assert_eq!(v.group_id(&format!("g{}", n - 1)).map(|g| g.0), Some(n as u32));
     }
 
     #[test]
@@ -1091,9 +1122,7 @@ mod tests {
         let b = spacemap::bits_per_page(4096);
         let mut last = PageId(0);
         while last.0 < b + 200 {
-            last = v
-                .allocate(GroupId::DEFAULT, None, PageType::LargeData)
-                .unwrap();
+            last = v.allocate(GroupId::DEFAULT, None, PageType::LargeData).unwrap();
             assert!(!spacemap::is_map_page(last, 4096));
         }
         v.check_invariants();
@@ -1112,9 +1141,6 @@ mod tests {
         assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
         let db = dir.path().join("db");
         Volume::create(&db, &opts()).unwrap().close().unwrap();
-        assert!(matches!(
-            Volume::create(&db, &opts()),
-            Err(Error::AlreadyExists { .. })
-        ));
+        assert!(matches!(Volume::create(&db, &opts()), Err(Error::AlreadyExists { .. })));
     }
 }

@@ -79,11 +79,7 @@ pub fn set(buf: &mut [u8], id: PageId, reserved: bool) {
 pub fn check(buf: &[u8], k: u32) -> Result<()> {
     let id = map_page(k, buf.len());
     page::expect_type(buf, id, PageType::SpaceMap)?;
-    let stored = u32::from_le_bytes(
-        buf[OFF_INTERVAL..OFF_INTERVAL + 4]
-            .try_into()
-            .expect("4 bytes"),
-    );
+    let stored = u32::from_le_bytes(buf[OFF_INTERVAL..OFF_INTERVAL + 4].try_into().expect("4 bytes"));
     if stored != k {
         return Err(Error::corrupt(
             id,
@@ -91,10 +87,7 @@ pub fn check(buf: &[u8], k: u32) -> Result<()> {
         ));
     }
     if !get(buf, id) {
-        return Err(Error::corrupt(
-            id,
-            "space map does not mark its own page reserved",
-        ));
+        return Err(Error::corrupt(id, "space map does not mark its own page reserved"));
     }
     Ok(())
 }

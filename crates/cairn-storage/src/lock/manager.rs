@@ -1,0 +1,557 @@
+//! [`LockManager`]: the lock table under one mutex, per-owner condition
+//! variables for waiting, deadlock detection and timeouts. The protocol is
+//! described in the [module docs](super).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::graph::find_cycle;
+use super::mode::LockMode;
+use super::queue::{Queue, Request, Ticket};
+use super::resource::{LockOwner, Resource};
+use crate::error::{Error, Result};
+
+/// Lock manager settings.
+#[derive(Clone, Debug)]
+pub struct LockOptions {
+    /// How long [`LockManager::lock`] waits before giving up with
+    /// [`Error::LockTimeout`].
+    pub timeout: Duration,
+}
+
+impl Default for LockOptions {
+    fn default() -> LockOptions {
+        LockOptions {
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Lock manager counters since it was created.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockStats {
+    /// Calls of `lock`, `lock_timeout` and `try_lock`.
+    pub requests: u64,
+    /// Requests that had to wait (each counted once).
+    pub waits: u64,
+    /// Requests (or external waits) refused because they closed a cycle.
+    pub deadlocks: u64,
+    /// Waits that gave up at their timeout.
+    pub timeouts: u64,
+    /// Requests that asked to strengthen a lock the owner already held.
+    pub upgrades: u64,
+}
+
+/// What became of a waiting request, recorded by the thread that decided it
+/// for the waiting thread to collect.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Outcome {
+    Granted,
+    /// `release_all` ended the owner while it waited.
+    Cancelled,
+}
+
+/// An owner that holds or waits for something.
+#[derive(Debug)]
+struct OwnerState {
+    /// The resources it holds (each has a `Grant` for it in its queue).
+    held: HashSet<Resource>,
+    /// The one request it waits on, if any.
+    wait: Option<(Resource, Ticket)>,
+    /// Where its waiting thread sleeps; only that thread waits on it.
+    wakeup: Arc<Condvar>,
+}
+
+impl OwnerState {
+    fn new() -> OwnerState {
+        OwnerState {
+            held: HashSet::new(),
+            wait: None,
+            wakeup: Arc::new(Condvar::new()),
+        }
+    }
+}
+
+/// Everything under the manager's mutex.
+#[derive(Debug, Default)]
+struct Table {
+    /// A queue per resource held or waited for; empty queues are removed.
+    queues: HashMap<Resource, Queue>,
+    /// Every owner that holds or waits for a lock (and no other).
+    owners: HashMap<LockOwner, OwnerState>,
+    /// External waits-for edges (waits on callbacks): waiter → owners it
+    /// waits for. No empty sets.
+    external: HashMap<LockOwner, HashSet<LockOwner>>,
+    /// Decisions about waiting requests not yet collected by their thread.
+    outcomes: HashMap<Ticket, Outcome>,
+    next_ticket: Ticket,
+    stats: LockStats,
+}
+
+/// The lock manager: strict two-phase locking for owners (transactions of
+/// clients), with FIFO queues, conversions, deadlock detection on a
+/// waits-for graph that includes external (callback) edges, and timeouts.
+///
+/// Shared by reference (it is `Send + Sync`); any thread may act for any
+/// owner, but one owner makes one request at a time.
+#[derive(Debug)]
+pub struct LockManager {
+    table: Mutex<Table>,
+    opts: LockOptions,
+}
+
+impl LockManager {
+    /// A lock manager with no locks.
+    pub fn new(opts: LockOptions) -> LockManager {
+        LockManager {
+            table: Mutex::new(Table::default()),
+            opts,
+        }
+    }
+
+    /// The settings it was made with.
+    pub fn options(&self) -> &LockOptions {
+        &self.opts
+    }
+
+    /// Locks `res` in `mode` for `owner`, waiting up to the default timeout;
+    /// see [`LockManager::lock_timeout`].
+    pub fn lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<()> {
+        self.lock_timeout(owner, res, mode, self.opts.timeout)
+    }
+
+    /// Locks `res` in `mode` for `owner`, blocking until granted.
+    ///
+    /// If the owner already holds `res`, this is a conversion to
+    /// `sup(held, mode)`; asking for a mode the held one covers returns at
+    /// once. A conversion waits only for incompatible *holders* and goes
+    /// ahead of waiting new requests; a new request also waits behind every
+    /// earlier incompatible waiter (FIFO).
+    ///
+    /// Errors:
+    /// - [`Error::Deadlock`] if waiting would close a cycle in the waits-for
+    ///   graph: **the requester is the victim**. Nothing it held is released
+    ///   (a failed conversion keeps the old mode); the caller must abort
+    ///   (`release_all`) and may retry.
+    /// - [`Error::LockTimeout`] after `timeout`; the request leaves the
+    ///   queue and held locks stay.
+    /// - [`Error::TxnNotActive`] if `release_all` ended the owner meanwhile.
+    /// - [`Error::InvalidArgument`] if the owner already waits (for a lock
+    ///   or a callback): an owner makes one request at a time.
+    pub fn lock_timeout(&self, owner: LockOwner, res: Resource, mode: LockMode, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut t = self.lock_table();
+        let Some(target) = t.begin_request(owner, res, mode)? else {
+            return Ok(());
+        };
+        if t.grant_now(owner, res, target) {
+            return Ok(());
+        }
+
+        // Must wait: enqueue, then look for a cycle through the new edges.
+        let ticket = t.enqueue(owner, res, target);
+        if let Some(cycle) = find_cycle(owner, |o| t.waits_for(o)) {
+            let cycle = t.describe_cycle(&cycle);
+            t.cancel(res, ticket);
+            t.stats.deadlocks += 1;
+            return Err(Error::Deadlock { txn: owner.txn, cycle });
+        }
+        let wakeup = Arc::clone(&t.owners[&owner].wakeup);
+        let deadline = start.checked_add(timeout);
+        loop {
+            // A decision taken while we slept wins over the timeout.
+            match t.outcomes.remove(&ticket) {
+                Some(Outcome::Granted) => return Ok(()),
+                Some(Outcome::Cancelled) => return Err(Error::TxnNotActive(owner.txn)),
+                None => {}
+            }
+            // No outcome: the request is still in its queue.
+            let now = Instant::now();
+            let left = match deadline {
+                Some(d) if now >= d => {
+                    t.cancel(res, ticket);
+                    t.stats.timeouts += 1;
+                    return Err(Error::LockTimeout {
+                        txn: owner.txn,
+                        resource: res.to_string(),
+                        mode: target.to_string(),
+                        waited_ms: u64::try_from(now.duration_since(start).as_millis()).unwrap_or(u64::MAX),
+                    });
+                }
+                Some(d) => d - now,
+                // A timeout too far away to represent: wait in long naps.
+                None => Duration::from_secs(3600),
+            };
+            t = wakeup.wait_timeout(t, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+
+    /// Locks `res` in `mode` for `owner` only if that can be done now:
+    /// `Ok(true)` if granted (or already covered), `Ok(false)` if it would
+    /// have to wait; then nothing changes. The same FIFO rule as
+    /// [`LockManager::lock`]: a new request does not overtake a waiter.
+    ///
+    /// Errors: [`Error::InvalidArgument`] if the owner already waits.
+    pub fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool> {
+        let mut t = self.lock_table();
+        let Some(target) = t.begin_request(owner, res, mode)? else {
+            return Ok(true);
+        };
+        Ok(t.grant_now(owner, res, target))
+    }
+
+    /// Releases every lock `owner` holds and grants what that makes
+    /// grantable. Commit and abort both call it (strict 2PL releases nothing
+    /// earlier). It also cancels a request the owner is waiting on (its
+    /// thread gets [`Error::TxnNotActive`]) and drops the owner's external
+    /// waits. Releasing an unknown owner does nothing.
+    pub fn release_all(&self, owner: LockOwner) {
+        let mut t = self.lock_table();
+        t.external.remove(&owner);
+        let Some(state) = t.owners.remove(&owner) else {
+            return;
+        };
+        let mut touched: Vec<Resource> = Vec::with_capacity(state.held.len() + 1);
+        if let Some((res, ticket)) = state.wait {
+            let q = t.queues.get_mut(&res).expect("a waiter's queue exists");
+            q.remove_waiting(ticket).expect("a waiter is in its queue");
+            t.outcomes.insert(ticket, Outcome::Cancelled);
+            state.wakeup.notify_all();
+            touched.push(res);
+        }
+        for res in state.held {
+            let q = t.queues.get_mut(&res).expect("a held resource has a queue");
+            let before = q.granted.len();
+            q.granted.retain(|g| g.owner != owner);
+            assert_eq!(q.granted.len() + 1, before, "{owner} held {res} once");
+            touched.push(res);
+        }
+        for res in touched {
+            t.settle(res);
+        }
+    }
+
+    /// The mode `owner` holds on `res`, if any.
+    pub fn held_mode(&self, owner: LockOwner, res: &Resource) -> Option<LockMode> {
+        self.lock_table().queues.get(res)?.granted_mode(owner)
+    }
+
+    /// The granted group of `res`, in grant order.
+    pub fn holders(&self, res: &Resource) -> Vec<(LockOwner, LockMode)> {
+        self.lock_table()
+            .queues
+            .get(res)
+            .map(|q| q.granted.iter().map(|g| (g.owner, g.mode)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The requests waiting for `res`, in queue order, with the mode each
+    /// will hold once granted.
+    pub fn waiters(&self, res: &Resource) -> Vec<(LockOwner, LockMode)> {
+        self.lock_table()
+            .queues
+            .get(res)
+            .map(|q| q.waiting.iter().map(|r| (r.owner, r.mode)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Records that `waiter` waits for `on` outside the lock table (for a
+    /// callback; see the module docs), so that deadlock detection sees it.
+    /// Adding an edge that is already there does nothing.
+    ///
+    /// Errors: [`Error::Deadlock`] (and no edge) if the edge would close a
+    /// cycle — `waiter` is the victim; [`Error::InvalidArgument`] if
+    /// `waiter == on` or `waiter` is waiting for a lock.
+    pub fn add_external_wait(&self, waiter: LockOwner, on: LockOwner) -> Result<()> {
+        let mut t = self.lock_table();
+        if waiter == on {
+            return Err(Error::InvalidArgument(format!("{waiter} cannot wait for itself")));
+        }
+        if let Some((res, _)) = t.owners.get(&waiter).and_then(|s| s.wait) {
+            return Err(Error::InvalidArgument(format!(
+                "{waiter} waits for a lock on {res} and cannot also wait for a callback"
+            )));
+        }
+        if !t.external.entry(waiter).or_default().insert(on) {
+            return Ok(());
+        }
+        if let Some(cycle) = find_cycle(waiter, |o| t.waits_for(o)) {
+            let cycle = t.describe_cycle(&cycle);
+            t.remove_external(waiter, on);
+            t.stats.deadlocks += 1;
+            return Err(Error::Deadlock { txn: waiter.txn, cycle });
+        }
+        Ok(())
+    }
+
+    /// Removes the external edge `waiter → on` (the callback answered);
+    /// `false` if there was none.
+    pub fn remove_external_wait(&self, waiter: LockOwner, on: LockOwner) -> bool {
+        self.lock_table().remove_external(waiter, on)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> LockStats {
+        self.lock_table().stats.clone()
+    }
+
+    /// Asserts the lock table's invariants (see the module docs); panics
+    /// naming the first one broken.
+    pub fn check_invariants(&self) {
+        self.lock_table().check_invariants();
+    }
+
+    /// The table, even after a panic elsewhere: every change to it is made
+    /// by code that panics only on a broken invariant, which tests report.
+    fn lock_table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Table {
+    /// Counts a request and works out what it asks for: `Ok(None)` if the
+    /// owner already holds a mode covering `mode`, else the mode it will hold
+    /// once granted. Refuses an owner that already waits.
+    fn begin_request(&mut self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<LockMode>> {
+        self.stats.requests += 1;
+        if let Some((waiting_on, _)) = self.owners.get(&owner).and_then(|s| s.wait) {
+            return Err(Error::InvalidArgument(format!(
+                "{owner} already waits for {waiting_on}; an owner makes one request at a time"
+            )));
+        }
+        if self.external.contains_key(&owner) {
+            return Err(Error::InvalidArgument(format!(
+                "{owner} waits for a callback; an owner makes one request at a time"
+            )));
+        }
+        match self.queues.get(&res).and_then(|q| q.granted_mode(owner)) {
+            Some(held) if held.covers(mode) => Ok(None),
+            Some(held) => {
+                self.stats.upgrades += 1;
+                Ok(Some(held.sup(mode)))
+            }
+            None => Ok(Some(mode)),
+        }
+    }
+
+    /// Grants `target` on `res` to `owner` if nothing blocks it; `false`
+    /// (and no change) otherwise.
+    ///
+    /// The owner waits for nothing (`begin_request` checked), so the edges
+    /// a grant may add *into* it (from waiters now incompatible with it)
+    /// cannot close a cycle.
+    fn grant_now(&mut self, owner: LockOwner, res: Resource, target: LockMode) -> bool {
+        let q = self.queues.entry(res).or_default();
+        let converting = q.granted_mode(owner).is_some();
+        let ahead = if converting { 0 } else { q.waiting.len() };
+        if !q.blockers(owner, target, ahead).is_empty() {
+            if q.is_empty() {
+                self.queues.remove(&res);
+            }
+            return false;
+        }
+        q.grant(owner, target);
+        self.owners
+            .entry(owner)
+            .or_insert_with(OwnerState::new)
+            .held
+            .insert(res);
+        true
+    }
+
+    /// Puts a request that must wait into its queue and returns its ticket.
+    fn enqueue(&mut self, owner: LockOwner, res: Resource, target: LockMode) -> Ticket {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.stats.waits += 1;
+        let q = self.queues.entry(res).or_default();
+        let converting = q.granted_mode(owner).is_some();
+        q.enqueue(Request {
+            owner,
+            mode: target,
+            converting,
+            ticket,
+        });
+        let state = self.owners.entry(owner).or_insert_with(OwnerState::new);
+        debug_assert!(state.wait.is_none(), "begin_request refused a waiting owner");
+        state.wait = Some((res, ticket));
+        ticket
+    }
+
+    /// The waiting thread withdraws its own request (victim or timeout):
+    /// out of the queue, the owner's wait cleared, and the requests behind
+    /// it granted if it was all that blocked them.
+    fn cancel(&mut self, res: Resource, ticket: Ticket) {
+        let q = self.queues.get_mut(&res).expect("a waiter's queue exists");
+        let r = q.remove_waiting(ticket).expect("a waiter is in its queue");
+        let state = self.owners.get_mut(&r.owner).expect("a waiter is an owner");
+        state.wait = None;
+        if state.held.is_empty() {
+            self.owners.remove(&r.owner);
+        }
+        self.settle(res);
+    }
+
+    /// Grants what has become grantable on `res`, wakes exactly those
+    /// owners, and drops the queue if it is empty.
+    fn settle(&mut self, res: Resource) {
+        let Some(q) = self.queues.get_mut(&res) else {
+            return;
+        };
+        let granted = q.settle();
+        if q.is_empty() {
+            self.queues.remove(&res);
+        }
+        for r in granted {
+            let state = self.owners.get_mut(&r.owner).expect("a waiter is an owner");
+            state.wait = None;
+            state.held.insert(res);
+            self.outcomes.insert(r.ticket, Outcome::Granted);
+            state.wakeup.notify_all();
+        }
+    }
+
+    fn remove_external(&mut self, waiter: LockOwner, on: LockOwner) -> bool {
+        let Some(set) = self.external.get_mut(&waiter) else {
+            return false;
+        };
+        let removed = set.remove(&on);
+        if set.is_empty() {
+            self.external.remove(&waiter);
+        }
+        removed
+    }
+
+    /// The owners `owner` waits for: the blockers of its queued request and
+    /// its external edges.
+    fn waits_for(&self, owner: LockOwner) -> Vec<LockOwner> {
+        let mut out = Vec::new();
+        if let Some((res, ticket)) = self.owners.get(&owner).and_then(|s| s.wait) {
+            let q = &self.queues[&res];
+            let at = q.position(ticket).expect("a waiter is in its queue");
+            out = q.blockers_of(at);
+        }
+        if let Some(set) = self.external.get(&owner) {
+            out.extend(set.iter().copied());
+        }
+        out
+    }
+
+    /// "txn 1 of client 0 (wants X on page 2) → txn 2 of client 0 (…) → txn 1 of client 0".
+    fn describe_cycle(&self, cycle: &[LockOwner]) -> String {
+        let mut s = String::new();
+        for &o in cycle {
+            let what = match self.owners.get(&o).and_then(|st| st.wait) {
+                Some((res, ticket)) => {
+                    let q = &self.queues[&res];
+                    let mode = q.waiting[q.position(ticket).expect("queued")].mode;
+                    format!("wants {mode} on {res}")
+                }
+                None => "waits for a callback".to_string(),
+            };
+            s.push_str(&format!("{o} ({what}) → "));
+        }
+        s.push_str(&cycle[0].to_string());
+        s
+    }
+
+    fn check_invariants(&self) {
+        let mut waits_seen: HashMap<LockOwner, (Resource, Ticket)> = HashMap::new();
+        let mut grants_seen: HashMap<LockOwner, usize> = HashMap::new();
+        for (res, q) in &self.queues {
+            assert!(!q.is_empty(), "{res}: empty queue kept");
+            for (i, a) in q.granted.iter().enumerate() {
+                *grants_seen.entry(a.owner).or_default() += 1;
+                let state = self.owners.get(&a.owner);
+                assert!(
+                    state.is_some_and(|s| s.held.contains(res)),
+                    "{res}: holder {} does not list it as held",
+                    a.owner
+                );
+                for b in &q.granted[i + 1..] {
+                    assert_ne!(a.owner, b.owner, "{res}: {} granted twice", a.owner);
+                    assert!(
+                        a.mode.compatible(b.mode),
+                        "{res}: {} holds {} and {} holds {}",
+                        a.owner,
+                        a.mode,
+                        b.owner,
+                        b.mode
+                    );
+                }
+            }
+            let conversions = q.conversion_count();
+            for (i, r) in q.waiting.iter().enumerate() {
+                assert_eq!(
+                    r.converting,
+                    i < conversions,
+                    "{res}: conversions must precede new requests"
+                );
+                match q.granted_mode(r.owner) {
+                    Some(held) => {
+                        assert!(r.converting, "{res}: holder {} waits as new", r.owner);
+                        assert!(
+                            r.mode.covers(held) && r.mode != held,
+                            "{res}: {} converts {held} to {}, not stronger",
+                            r.owner,
+                            r.mode
+                        );
+                    }
+                    None => assert!(!r.converting, "{res}: {} converts nothing", r.owner),
+                }
+                assert!(
+                    waits_seen.insert(r.owner, (*res, r.ticket)).is_none(),
+                    "{} waits on two things",
+                    r.owner
+                );
+                assert!(
+                    !self.outcomes.contains_key(&r.ticket),
+                    "{res}: queued request of {} already decided",
+                    r.owner
+                );
+                assert!(
+                    !q.blockers_of(i).is_empty(),
+                    "{res}: {} waits for {} but nothing blocks it",
+                    r.owner,
+                    r.mode
+                );
+            }
+        }
+        for (owner, state) in &self.owners {
+            assert!(
+                !state.held.is_empty() || state.wait.is_some(),
+                "{owner}: kept with nothing held or awaited"
+            );
+            assert_eq!(
+                grants_seen.get(owner).copied().unwrap_or(0),
+                state.held.len(),
+                "{owner}: held set and granted groups disagree"
+            );
+            assert_eq!(
+                state.wait,
+                waits_seen.get(owner).copied(),
+                "{owner}: recorded wait and queues disagree"
+            );
+        }
+        assert!(
+            waits_seen.keys().all(|o| self.owners.contains_key(o)),
+            "a waiter is not an owner"
+        );
+        for (waiter, set) in &self.external {
+            assert!(!set.is_empty(), "{waiter}: empty external set kept");
+            assert!(!set.contains(waiter), "{waiter}: waits for itself");
+            assert!(
+                !waits_seen.contains_key(waiter),
+                "{waiter} waits on a lock and a callback at once"
+            );
+        }
+        // Every cycle is refused when its last edge appears, so there is none.
+        let nodes = waits_seen.keys().chain(self.external.keys());
+        for &node in nodes {
+            if let Some(cycle) = find_cycle(node, |o| self.waits_for(o)) {
+                panic!("waits-for cycle left in place: {}", self.describe_cycle(&cycle));
+            }
+        }
+    }
+}

@@ -1,0 +1,606 @@
+//! Objects with physical OIDs, over any [`ObjectSpace`]: the operations
+//! behind a transaction's create / read / update / delete.
+//!
+//! An object's *home slot* is the slot its OID names. What the home slot
+//! holds depends on the object (the `kind` tag of the slotted page):
+//!
+//! | kind | name          | payload                                        |
+//! |------|---------------|------------------------------------------------|
+//! | 1    | SMALL         | the object's bytes (10 bytes or more)          |
+//! | 6    | SMALL_PADDED  | bytes, zero padding to 9, then the length (u8) |
+//! | 4    | LARGE         | a large-object descriptor                      |
+//! | 2    | FORWARD       | the OID of the moved body record               |
+//! | 3    | MOVED_SMALL   | (body, never a home) home OID, then the bytes  |
+//! | 5    | MOVED_LARGE   | (body, never a home) home OID, then descriptor |
+//!
+//! Invariants:
+//! - every home payload is at least [`FORWARD_SIZE`] bytes, so a home slot can
+//!   always be turned into a forwarding stub in place, however full its page;
+//! - a FORWARD stub points at a MOVED body whose back pointer is the stub's
+//!   own OID; a body is reached only through its stub (one hop, never a
+//!   chain: moving a moved record re-points the home stub);
+//! - records up to [`Store::small_max`] bytes are small, larger ones are large
+//!   objects whose pages belong to the object's group;
+//! - a lookup whose uniquifier does not match the slot's is `NotFound`: a
+//!   deleted object's OID never reaches a newer object in a reused slot.
+//!
+//! The functions here are generic over [`ObjectSpace`], a [`PageAccess`] that
+//! also answers questions about space (which group owns a page, which pages
+//! are in use) and keeps the per-group fill hints; a transaction is one.
+
+use crate::access::PageAccess;
+use crate::error::{Error, Result};
+use crate::ids::{GroupId, Oid, PageId};
+use crate::page::{self, PageType};
+use crate::record::large::{self, LargeDescriptor};
+use crate::record::slotted;
+
+/// Slot kind: a small object stored in its home slot.
+pub const KIND_SMALL: u8 = 1;
+/// Slot kind: a forwarding stub in the home slot.
+pub const KIND_FORWARD: u8 = 2;
+/// Slot kind: the body of a moved small object.
+pub const KIND_MOVED_SMALL: u8 = 3;
+/// Slot kind: a large-object descriptor in the home slot.
+pub const KIND_LARGE: u8 = 4;
+/// Slot kind: the body of a moved large-object descriptor.
+pub const KIND_MOVED_LARGE: u8 = 5;
+/// Slot kind: a small object shorter than a forwarding stub, padded.
+pub const KIND_SMALL_PADDED: u8 = 6;
+/// Payload bytes of a forwarding stub (an encoded OID).
+pub const FORWARD_SIZE: usize = Oid::ENCODED_SIZE;
+const _: () = assert!(LargeDescriptor::ENCODED_SIZE >= FORWARD_SIZE);
+
+/// Where and how an object is stored.
+#[derive(Clone, Debug)]
+struct Located {
+    /// The slot holding the object's record: the home slot, or the moved body.
+    body: Oid,
+    /// True if `body` is a moved body (the home slot is a forwarding stub).
+    moved: bool,
+    content: Content,
+}
+
+#[derive(Clone, Debug)]
+enum Content {
+    Small(Vec<u8>),
+    Large(LargeDescriptor),
+}
+
+/// Encodes a home record for `bytes` of a small object: (kind, payload).
+fn small_payload(bytes: &[u8]) -> (u8, Vec<u8>) {
+    if bytes.len() >= FORWARD_SIZE {
+        (KIND_SMALL, bytes.to_vec())
+    } else {
+        let mut p = vec![0u8; FORWARD_SIZE];
+        p[..bytes.len()].copy_from_slice(bytes);
+        p[FORWARD_SIZE - 1] = bytes.len() as u8;
+        (KIND_SMALL_PADDED, p)
+    }
+}
+
+fn decode_padded(p: &[u8], at: Oid) -> Result<Vec<u8>> {
+    let n = *p.last().unwrap_or(&0) as usize;
+    if p.len() != FORWARD_SIZE || n >= FORWARD_SIZE {
+        return Err(Error::corrupt(
+            at.page,
+            format!("slot {} holds a padded record with bad length {n}", at.slot.0),
+        ));
+    }
+    Ok(p[..n].to_vec())
+}
+
+/// Counters of the object layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectStats {
+    /// Records moved off their home page (forwarding stubs created or re-pointed).
+    pub records_moved: u64,
+    /// Forwarding hops followed by reads.
+    pub forwards_followed: u64,
+}
+
+/// What the object layer needs besides pages.
+pub trait ObjectSpace: PageAccess {
+    /// Pages in the volume.
+    fn page_count(&self) -> u32;
+    /// True if the group exists.
+    fn group_exists(&self, group: GroupId) -> bool;
+    /// The group owning the extent of page `id`.
+    fn group_of_page(&self, id: PageId) -> Option<GroupId>;
+    /// True if page `id` is allocated and usable (a transaction reports the
+    /// pages it has freed as not in use).
+    fn is_page_in_use(&self, id: PageId) -> bool;
+    /// The clustering region, in pages, for create-near.
+    fn region_pages(&self) -> u32;
+    /// The in-use pages of a group in physical order.
+    fn group_pages(&self, group: GroupId) -> Result<Vec<PageId>>;
+    /// The page the next insert into `group` tries first.
+    fn fill_page(&self, group: GroupId) -> Option<PageId>;
+    /// Sets (or, with `None`, clears) the fill page of `group`.
+    fn set_fill_page(&mut self, group: GroupId, page: Option<PageId>);
+    /// Forgets `page` as a fill page of any group (it was freed).
+    fn forget_fill_page(&mut self, page: PageId);
+    /// Whether a candidate page for an insert may be tried now: a transaction
+    /// answers false for a page another transaction has locked, so inserts
+    /// go elsewhere instead of waiting.
+    fn may_try_page(&mut self, page: PageId) -> Result<bool>;
+    /// The object-layer counters.
+    fn stats_mut(&mut self) -> &mut ObjectStats;
+}
+
+/// Creates an object in `group`.
+pub fn create<S: ObjectSpace>(s: &mut S, group: GroupId, data: &[u8]) -> Result<Oid> {
+    create_at(s, group, None, data)
+}
+
+/// Creates an object near `near`: on its page if it fits, else within the
+/// clustering region around it, in `near`'s group.
+pub fn create_near<S: ObjectSpace>(s: &mut S, near: Oid, data: &[u8]) -> Result<Oid> {
+    locate(s, near)?;
+    let group = s.group_of_page(near.page).ok_or(Error::NotFound { oid: near })?;
+    create_at(s, group, Some(near.page), data)
+}
+
+fn create_at<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, data: &[u8]) -> Result<Oid> {
+    if !s.group_exists(group) {
+        return Err(Error::UnknownGroupId(group));
+    }
+    if data.len() <= small_max(s.page_size()) {
+        let (kind, payload) = small_payload(data);
+        return place(s, group, near, kind, &payload);
+    }
+    let desc = large::create(s, group, near, data)?;
+    match place(s, group, near, KIND_LARGE, &desc.encode()) {
+        Ok(oid) => Ok(oid),
+        Err(e) => {
+            // Give the pages back; the error that matters is the first one.
+            let _ = large::destroy(s, desc);
+            Err(e)
+        }
+    }
+}
+
+/// Inserts a record into a page of `group`, trying in order: the page
+/// `near` (if given), pages of the clustering region around it, the
+/// group's current fill page, then a newly allocated page.
+fn place<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, kind: u8, payload: &[u8]) -> Result<Oid> {
+    let mut candidates = Vec::new();
+    if let Some(n) = near {
+        candidates.push(n);
+        let half = s.region_pages() / 2;
+        for d in 1..=half {
+            candidates.push(PageId(n.0.saturating_add(d)));
+            if let Some(p) = n.0.checked_sub(d) {
+                candidates.push(PageId(p));
+            }
+        }
+    } else if let Some(&p) = s.fill_page(group).as_ref() {
+        candidates.push(p);
+    }
+    for p in candidates {
+        if !s.is_page_in_use(p) || s.group_of_page(p) != Some(group) || !s.may_try_page(p)? {
+            continue;
+        }
+        if s.read(p, page::page_type)? != Some(PageType::Slotted) {
+            continue;
+        }
+        if let Some((slot, uniq)) = s.modify(p, |b| slotted::insert(b, kind, payload))? {
+            if near.is_none() {
+                s.set_fill_page(group, Some(p));
+            }
+            return Ok(Oid { page: p, slot, uniq });
+        }
+    }
+    // A new page comes formatted (an empty slotted page); it is not
+    // re-initialised here, since another transaction may already have used it.
+    let p = s.allocate(group, near, PageType::Slotted)?;
+    let placed = s.modify(p, |b| slotted::insert(b, kind, payload))?;
+    let (slot, uniq) = placed.ok_or_else(|| {
+        Error::corrupt(
+            p,
+            format!(
+                "a record of {} bytes does not fit a newly allocated page",
+                payload.len()
+            ),
+        )
+    })?;
+    s.set_fill_page(group, Some(p));
+    Ok(Oid { page: p, slot, uniq })
+}
+
+/// Reads the raw slot `oid` names, checking the uniquifier.
+fn slot<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Option<(u8, Vec<u8>)>> {
+    if oid.page.0 >= s.page_count() || !s.is_page_in_use(oid.page) {
+        return Ok(None);
+    }
+    s.read(oid.page, |b| {
+        if page::page_type(b) != Some(PageType::Slotted) {
+            return Ok(None);
+        }
+        match slotted::get(b, oid.slot)? {
+            Some(s) if s.uniq == oid.uniq => Ok(Some((s.kind, s.data.to_vec()))),
+            _ => Ok(None),
+        }
+    })?
+}
+
+/// Finds where an object's record lives and what it holds.
+fn locate<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Located> {
+    let (kind, data) = slot(s, oid)?.ok_or(Error::NotFound { oid })?;
+    match kind {
+        KIND_SMALL => Ok(Located {
+            body: oid,
+            moved: false,
+            content: Content::Small(data),
+        }),
+        KIND_SMALL_PADDED => Ok(Located {
+            body: oid,
+            moved: false,
+            content: Content::Small(decode_padded(&data, oid)?),
+        }),
+        KIND_LARGE => Ok(Located {
+            body: oid,
+            moved: false,
+            content: Content::Large(LargeDescriptor::decode(&data, oid.page)?),
+        }),
+        KIND_FORWARD => {
+            let target = Oid::from_slice(&data)
+                .filter(|_| data.len() == FORWARD_SIZE)
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        oid.page,
+                        format!("slot {} holds a malformed forwarding stub", oid.slot.0),
+                    )
+                })?;
+            let bad = |why: &str| {
+                Error::corrupt(
+                    oid.page,
+                    format!("forwarding stub in slot {} points to {target}, {why}", oid.slot.0),
+                )
+            };
+            let (tkind, tdata) = slot(s, target)?.ok_or_else(|| bad("which does not exist"))?;
+            if !matches!(tkind, KIND_MOVED_SMALL | KIND_MOVED_LARGE) {
+                return Err(bad("which is not a moved record (a forwarding loop or chain)"));
+            }
+            if Oid::from_slice(&tdata) != Some(oid) {
+                return Err(bad("whose back pointer names another object"));
+            }
+            s.stats_mut().forwards_followed += 1;
+            let body = tdata[FORWARD_SIZE..].to_vec();
+            let content = if tkind == KIND_MOVED_SMALL {
+                Content::Small(body)
+            } else {
+                Content::Large(LargeDescriptor::decode(&body, target.page)?)
+            };
+            Ok(Located {
+                body: target,
+                moved: true,
+                content,
+            })
+        }
+        // An OID naming a moved body directly is no object's OID.
+        KIND_MOVED_SMALL | KIND_MOVED_LARGE => Err(Error::NotFound { oid }),
+        other => Err(Error::corrupt(
+            oid.page,
+            format!("slot {} has unknown kind {other}", oid.slot.0),
+        )),
+    }
+}
+
+/// True if `oid` names a live object.
+pub fn exists<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<bool> {
+    match locate(s, oid) {
+        Ok(_) => Ok(true),
+        Err(Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// True if the object is stored as a large object.
+pub fn is_large<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<bool> {
+    Ok(matches!(locate(s, oid)?.content, Content::Large(_)))
+}
+
+/// The object's length in bytes.
+pub fn len<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<u64> {
+    Ok(match locate(s, oid)?.content {
+        Content::Small(d) => d.len() as u64,
+        Content::Large(d) => d.len,
+    })
+}
+
+/// Reads a whole object. For large objects prefer [`Store::read_range`].
+pub fn read<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Vec<u8>> {
+    match locate(s, oid)?.content {
+        Content::Small(d) => Ok(d),
+        Content::Large(d) => {
+            let len = usize::try_from(d.len).map_err(|_| Error::LimitExceeded {
+                what: "object bytes read at once",
+                value: d.len,
+                limit: usize::MAX as u64,
+            })?;
+            let mut buf = vec![0u8; len];
+            large::read(s, &d, 0, &mut buf)?;
+            Ok(buf)
+        }
+    }
+}
+
+/// Reads `buf.len()` bytes of the object starting at `offset`.
+pub fn read_range<S: ObjectSpace>(s: &mut S, oid: Oid, offset: u64, buf: &mut [u8]) -> Result<()> {
+    match locate(s, oid)?.content {
+        Content::Small(d) => {
+            let end = offset
+                .checked_add(buf.len() as u64)
+                .filter(|&e| e <= d.len() as u64)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "range {offset}+{} is past the end of object {oid} ({} bytes)",
+                        buf.len(),
+                        d.len()
+                    ))
+                })?;
+            buf.copy_from_slice(&d[offset as usize..end as usize]);
+            Ok(())
+        }
+        Content::Large(d) => large::read(s, &d, offset, buf),
+    }
+}
+
+/// Replaces an object's bytes. It may grow or shrink, move to another page
+/// (leaving a forwarding stub), or become a large object or a small one.
+pub fn update<S: ObjectSpace>(s: &mut S, oid: Oid, data: &[u8]) -> Result<()> {
+    let loc = locate(s, oid)?;
+    let group = group_of(s, oid)?;
+    if data.len() <= small_max(s.page_size()) {
+        let (kind, payload) = small_payload(data);
+        store_record(s, oid, &loc, kind, &payload)?;
+        if let Content::Large(d) = loc.content {
+            large::destroy(s, d)?;
+        }
+        return Ok(());
+    }
+    match loc.content {
+        Content::Large(mut d) => {
+            let old = d;
+            large::write(s, &mut d, group, 0, data)?;
+            if d.len > data.len() as u64 {
+                large::truncate(s, &mut d, data.len() as u64)?;
+            }
+            if d != old {
+                store_record(s, oid, &loc, KIND_LARGE, &d.encode())?;
+            }
+            Ok(())
+        }
+        Content::Small(_) => {
+            let d = large::create(s, group, Some(oid.page), data)?;
+            if let Err(e) = store_record(s, oid, &loc, KIND_LARGE, &d.encode()) {
+                let _ = large::destroy(s, d);
+                return Err(e);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn group_of<S: ObjectSpace>(s: &S, oid: Oid) -> Result<GroupId> {
+    s.group_of_page(oid.page).ok_or(Error::NotFound { oid })
+}
+
+/// Stores a home record (`kind` SMALL, SMALL_PADDED or LARGE) for the
+/// object at `oid`: in its home slot if it fits, else in its moved body
+/// if it fits there, else in a new body near home, re-pointing the stub.
+fn store_record<S: ObjectSpace>(s: &mut S, oid: Oid, loc: &Located, kind: u8, payload: &[u8]) -> Result<()> {
+    if s.modify(oid.page, |b| slotted::update(b, oid.slot, kind, payload))? {
+        if loc.moved {
+            delete_slot(s, loc.body)?;
+        }
+        return Ok(());
+    }
+    let body_kind = if kind == KIND_LARGE {
+        KIND_MOVED_LARGE
+    } else {
+        KIND_MOVED_SMALL
+    };
+    let body_payload = match kind {
+        KIND_SMALL_PADDED => {
+            // A body needs no padding: it is never turned into a stub.
+            let mut p = oid.to_bytes().to_vec();
+            p.extend_from_slice(&decode_padded(payload, oid)?);
+            p
+        }
+        _ => {
+            let mut p = oid.to_bytes().to_vec();
+            p.extend_from_slice(payload);
+            p
+        }
+    };
+    if loc.moved {
+        let b = loc.body;
+        if s.modify(b.page, |pg| slotted::update(pg, b.slot, body_kind, &body_payload))? {
+            return Ok(());
+        }
+    }
+    let group = group_of(s, oid)?;
+    let body = place(s, group, Some(oid.page), body_kind, &body_payload)?;
+    let stub = body.to_bytes();
+    let ok = s.modify(oid.page, |b| slotted::update(b, oid.slot, KIND_FORWARD, &stub))?;
+    if !ok {
+        return Err(Error::corrupt(
+            oid.page,
+            format!("slot {} cannot hold a forwarding stub", oid.slot.0),
+        ));
+    }
+    s.stats_mut().records_moved += 1;
+    if loc.moved {
+        delete_slot(s, loc.body)?;
+    }
+    Ok(())
+}
+
+/// Frees one slot; frees its page when it was the page's last record.
+fn delete_slot<S: ObjectSpace>(s: &mut S, at: Oid) -> Result<()> {
+    let empty = s.modify(at.page, |b| {
+        slotted::delete(b, at.slot)?;
+        Ok(slotted::live_count(b)? == 0)
+    })?;
+    if empty {
+        s.forget_fill_page(at.page);
+        s.free(at.page)?;
+    }
+    Ok(())
+}
+
+/// Deletes an object: its home slot, its moved body and its large-object
+/// pages. Its OID answers `NotFound` from now on.
+pub fn delete<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<()> {
+    let loc = locate(s, oid)?;
+    if let Content::Large(d) = loc.content {
+        large::destroy(s, d)?;
+    }
+    if loc.moved {
+        delete_slot(s, loc.body)?;
+    }
+    delete_slot(s, oid)
+}
+
+/// Writes `data` at `offset` of the object, extending it if the range
+/// runs past the end (`offset` may not be past the end).
+pub fn write_range<S: ObjectSpace>(s: &mut S, oid: Oid, offset: u64, data: &[u8]) -> Result<()> {
+    let loc = locate(s, oid)?;
+    match loc.content {
+        Content::Small(mut bytes) => {
+            let off = usize::try_from(offset)
+                .ok()
+                .filter(|&o| o <= bytes.len())
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "offset {offset} is past the end of object {oid} ({} bytes)",
+                        bytes.len()
+                    ))
+                })?;
+            let end = off
+                .checked_add(data.len())
+                .ok_or_else(|| Error::InvalidArgument("range overflows".into()))?;
+            if end > bytes.len() {
+                bytes.resize(end, 0);
+            }
+            bytes[off..end].copy_from_slice(data);
+            update(s, oid, &bytes)
+        }
+        Content::Large(mut d) => {
+            let old = d;
+            let group = group_of(s, oid)?;
+            large::write(s, &mut d, group, offset, data)?;
+            if d != old {
+                store_record(s, oid, &loc, KIND_LARGE, &d.encode())?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Appends `data` to the object.
+pub fn append<S: ObjectSpace>(s: &mut S, oid: Oid, data: &[u8]) -> Result<()> {
+    let len = len(s, oid)?;
+    write_range(s, oid, len, data)
+}
+
+/// Cuts the object to `new_len` bytes (which may not exceed its length).
+/// A large object cut below the small limit stays large.
+pub fn truncate<S: ObjectSpace>(s: &mut S, oid: Oid, new_len: u64) -> Result<()> {
+    let loc = locate(s, oid)?;
+    match loc.content {
+        Content::Small(mut bytes) => {
+            if new_len > bytes.len() as u64 {
+                return Err(Error::InvalidArgument(format!(
+                    "cannot truncate object {oid} of {} bytes to {new_len}",
+                    bytes.len()
+                )));
+            }
+            bytes.truncate(new_len as usize);
+            update(s, oid, &bytes)
+        }
+        Content::Large(mut d) => {
+            let old = d;
+            large::truncate(s, &mut d, new_len)?;
+            if d != old {
+                store_record(s, oid, &loc, KIND_LARGE, &d.encode())?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Starts a scan of `group`'s objects in physical order (page by page,
+/// slot by slot of each object's home slot).
+pub fn scan<S: ObjectSpace>(s: &mut S, group: GroupId) -> Result<GroupScan> {
+    let mut pages = s.group_pages(group)?;
+    pages.reverse();
+    Ok(GroupScan {
+        pages,
+        current: Vec::new(),
+    })
+}
+
+/// Every object of a group, in physical order.
+pub fn scan_all<S: ObjectSpace>(s: &mut S, group: GroupId) -> Result<Vec<Oid>> {
+    let mut scan = scan(s, group)?;
+    let mut out = Vec::new();
+    while let Some(oid) = scan.next(s)? {
+        out.push(oid);
+    }
+    Ok(out)
+}
+
+/// The largest small object for a page size: about a quarter page.
+pub fn small_max(page_size: usize) -> usize {
+    (page_size - page::HEADER_SIZE) / 4
+}
+
+/// True for slot kinds that are an object's home (as opposed to moved bodies).
+pub fn is_home_kind(kind: u8) -> bool {
+    matches!(kind, KIND_SMALL | KIND_SMALL_PADDED | KIND_LARGE | KIND_FORWARD)
+}
+
+/// A cursor over a group's objects; see [`scan`].
+#[derive(Debug)]
+pub struct GroupScan {
+    /// Pages still to visit, last first.
+    pages: Vec<PageId>,
+    /// OIDs of the current page still to yield, last first.
+    current: Vec<Oid>,
+}
+
+impl GroupScan {
+    /// The next object, or `None` at the end of the group.
+    pub fn next<S: ObjectSpace>(&mut self, s: &mut S) -> Result<Option<Oid>> {
+        loop {
+            if let Some(oid) = self.current.pop() {
+                return Ok(Some(oid));
+            }
+            let Some(p) = self.pages.pop() else {
+                return Ok(None);
+            };
+            let mut oids = s.read(p, |b| -> Result<Vec<Oid>> {
+                if page::page_type(b) != Some(PageType::Slotted) {
+                    return Ok(Vec::new());
+                }
+                let mut v = Vec::new();
+                for entry in slotted::iter(b) {
+                    let (slot, r) = entry?;
+                    if is_home_kind(r.kind) {
+                        v.push(Oid {
+                            page: p,
+                            slot,
+                            uniq: r.uniq,
+                        });
+                    }
+                }
+                Ok(v)
+            })??;
+            oids.reverse();
+            self.current = oids;
+        }
+    }
+}
