@@ -64,11 +64,15 @@ pub fn redo(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovere
     // Pass 1: analysis.
     let mut committed: HashSet<TxnId> = HashSet::new();
     let mut max_txn = 0u64;
-    let mut checkpoint: Option<(Lsn, u64)> = None;
+    let mut checkpoint: Option<(Lsn, u64, Vec<(TxnId, PageId)>)> = None;
     for item in wal.read_from(wal.first_lsn())? {
         let (lsn, payload) = item?;
         match Redo::decode(&payload, lsn)? {
-            Redo::Checkpoint { redo_lsn, next_txn } => checkpoint = Some((redo_lsn, next_txn)),
+            Redo::Checkpoint {
+                redo_lsn,
+                next_txn,
+                pending,
+            } => checkpoint = Some((redo_lsn, next_txn, pending)),
             Redo::Commit { txn, .. } => {
                 committed.insert(txn);
                 max_txn = max_txn.max(txn.0);
@@ -77,12 +81,9 @@ pub fn redo(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovere
             Redo::Free { .. } => {}
         }
     }
-    let (redo_lsn, ckpt_next) = checkpoint.unwrap_or((Lsn(0), 1));
+    let (redo_lsn, ckpt_next, ckpt_pending) = checkpoint.unwrap_or((Lsn(0), 1, Vec::new()));
     out.redo_lsn = redo_lsn;
     out.next_txn = ckpt_next.max(max_txn + 1);
-    if wal.end_lsn() <= redo_lsn {
-        return Ok(out);
-    }
 
     // Pass 2: redo, on a pool of our own that is flushed at the end.
     let m = Manifest::read(opts.vfs.as_ref(), dir)?;
@@ -94,7 +95,9 @@ pub fn redo(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovere
         .map_err(|e| Error::io("open volume", &vpath, e))?;
     let file = Arc::new(VolumeFile::new(f, &vpath, page_size));
     let pool = BufferPool::new(file as Arc<dyn PageDevice>, opts.buffer_frames.max(64), opts.policy);
-    let mut alloc_owner: HashMap<PageId, TxnId> = HashMap::new();
+    // Allocations still pending at the checkpoint, whose ALLOC markers may be
+    // gone with older segments; later markers override them.
+    let mut alloc_owner: HashMap<PageId, TxnId> = ckpt_pending.into_iter().map(|(t, p)| (p, t)).collect();
     let mut pending_frees: BTreeSet<PageId> = BTreeSet::new();
     let mut unrecoverable: HashMap<PageId, String> = HashMap::new();
     for item in wal.read_from(redo_lsn)? {

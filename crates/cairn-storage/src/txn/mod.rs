@@ -173,17 +173,22 @@ impl Shared {
     fn checkpoint(&self) -> Result<()> {
         self.check_poisoned()?;
         let mut last = lock(&self.ckpt);
-        let redo_lsn = {
+        // Under the gate no commit is between logging and installing its
+        // pages, and none has logged its COMMIT without dropping its pending
+        // allocations, so the redo LSN and the pending list agree.
+        let (redo_lsn, pending) = {
             let _gate = self.sink.gate.write().unwrap_or_else(|e| e.into_inner());
             let end = self.wal.end_lsn();
             self.sink.redo_lsn.store(end.0, Ordering::SeqCst);
-            end
+            let pending: Vec<(TxnId, PageId)> = lock(&self.pending_alloc).iter().map(|(p, t)| (*t, *p)).collect();
+            (end, pending)
         };
         let result = (|| {
             self.pool.flush_all()?;
             let rec = Redo::Checkpoint {
                 redo_lsn,
                 next_txn: self.next_txn.load(Ordering::SeqCst),
+                pending,
             };
             let lsn = self.wal.append(&[&rec.encode()])?[0];
             self.wal.flush(lsn)?;
@@ -636,6 +641,9 @@ impl Txn {
                         .inspect_err(|e| db.poison(format!("log append failed: {e}")))?;
                     lsns.extend(batch_ids.iter().copied().zip(got.iter().copied()));
                     commit_lsn = *got.last().expect("a batch is never empty");
+                    if last {
+                        self.drop_pending_allocations();
+                    }
                     batch.clear();
                     batch_ids.clear();
                     batch_bytes = 0;
@@ -651,6 +659,7 @@ impl Txn {
                     .wal
                     .append(&[&rec])
                     .inspect_err(|e| db.poison(format!("log append failed: {e}")))?[0];
+                self.drop_pending_allocations();
             }
             // 2. Durable (group commit).
             db.wal
@@ -697,7 +706,7 @@ impl Txn {
         self.pages.clear();
         if !self.allocated.is_empty() {
             let mut vol = lock(&db.vol);
-            for p in std::mem::take(&mut self.allocated) {
+            for &p in &self.allocated {
                 if vol.is_page_in_use(p) {
                     if let Err(e) = vol.free_logged(p) {
                         db.poison(format!("giving back page {p} at abort failed: {e}"));
@@ -710,13 +719,20 @@ impl Txn {
         db.counters.aborts.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn finish(&mut self) {
-        {
-            let mut pending = lock(&self.db.pending_alloc);
-            for p in &self.allocated {
+    /// Forgets this transaction's entries in the pending allocations (only
+    /// its own: a page it freed may already be another's). Called under the
+    /// commit gate right after the COMMIT record is appended, and at the end.
+    fn drop_pending_allocations(&self) {
+        let mut pending = lock(&self.db.pending_alloc);
+        for p in &self.allocated {
+            if pending.get(p) == Some(&self.id) {
                 pending.remove(p);
             }
         }
+    }
+
+    fn finish(&mut self) {
+        self.drop_pending_allocations();
         let mut fill = lock(&self.db.fill);
         for p in self.allocated.iter().chain(self.to_free.iter()) {
             fill.retain(|_, f| f != p);

@@ -8,7 +8,9 @@
 //!  PAGE (1)        txn u64 | page u32 | flags u8 (bit 0: full image) | run count u32
 //!                  | runs: offset u32, length u32, bytes[length]
 //!  COMMIT (2)      txn u64 | free count u32 | pages u32[count]
-//!  CHECKPOINT (3)  redo_lsn u64 | next_txn u64
+//!  CHECKPOINT (3)  redo_lsn u64 | next_txn u64 | pending count u32
+//!                  | pending: txn u64, page u32 (pages allocated by transactions
+//!                    that had not committed when the checkpoint began)
 //!  ALLOC (4)       txn u64 | page u32          a system action allocated the page for txn
 //!  FREE (5)        page u32                    a system action freed the page
 //! ```
@@ -72,6 +74,9 @@ pub enum Redo {
         redo_lsn: Lsn,
         /// Transaction ids below this were handed out.
         next_txn: u64,
+        /// Pages allocated by transactions not yet committed at `redo_lsn`:
+        /// their ALLOC markers may be in log segments already removed.
+        pending: Vec<(TxnId, PageId)>,
     },
     /// A page was allocated on behalf of a transaction.
     Alloc {
@@ -161,10 +166,19 @@ impl Redo {
                     out.extend_from_slice(&p.0.to_le_bytes());
                 }
             }
-            Redo::Checkpoint { redo_lsn, next_txn } => {
+            Redo::Checkpoint {
+                redo_lsn,
+                next_txn,
+                pending,
+            } => {
                 out.push(TYPE_CHECKPOINT);
                 out.extend_from_slice(&redo_lsn.0.to_le_bytes());
                 out.extend_from_slice(&next_txn.to_le_bytes());
+                out.extend_from_slice(&(pending.len() as u32).to_le_bytes());
+                for (t, p) in pending {
+                    out.extend_from_slice(&t.0.to_le_bytes());
+                    out.extend_from_slice(&p.0.to_le_bytes());
+                }
             }
             Redo::Alloc { txn, page } => {
                 out.push(TYPE_ALLOC);
@@ -221,10 +235,22 @@ impl Redo {
                 let frees = (0..count).map(|_| r.u32().map(PageId)).collect::<Result<_>>()?;
                 Redo::Commit { txn, frees }
             }
-            TYPE_CHECKPOINT => Redo::Checkpoint {
-                redo_lsn: Lsn(r.u64()?),
-                next_txn: r.u64()?,
-            },
+            TYPE_CHECKPOINT => {
+                let redo_lsn = Lsn(r.u64()?);
+                let next_txn = r.u64()?;
+                let count = r.u32()? as usize;
+                if count > r.remaining() / 12 {
+                    return Err(r.bad(format!("{count} pending pages cannot fit in {} bytes", r.remaining())));
+                }
+                let pending = (0..count)
+                    .map(|_| Ok((TxnId(r.u64()?), PageId(r.u32()?))))
+                    .collect::<Result<_>>()?;
+                Redo::Checkpoint {
+                    redo_lsn,
+                    next_txn,
+                    pending,
+                }
+            }
             TYPE_ALLOC => Redo::Alloc {
                 txn: TxnId(r.u64()?),
                 page: PageId(r.u32()?),
@@ -324,6 +350,7 @@ mod tests {
             },
             Redo::Checkpoint {
                 redo_lsn: Lsn(12345),
+                pending: vec![(TxnId(5), PageId(6))],
                 next_txn: 99,
             },
             Redo::Alloc {

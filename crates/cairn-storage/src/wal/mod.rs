@@ -486,7 +486,10 @@ impl Wal {
             if let Err(e) = synced {
                 return Err(self.fail(&mut st, "fsync log segment", &path, e));
             }
-            self.mark_durable(&mut st, target, records);
+            // A log poisoned meanwhile (a failed append) claims nothing more.
+            if st.poisoned.is_none() {
+                self.mark_durable(&mut st, target, records);
+            }
         }
     }
 
