@@ -49,6 +49,9 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     /// True if the path exists.
     fn exists(&self, path: &Path) -> bool;
+    /// The names of the entries of a directory (not `.` and `..`), in no
+    /// particular order.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<std::ffi::OsString>>;
 }
 
 /// The real file system.
@@ -110,6 +113,10 @@ impl Vfs for OsVfs {
 
     fn exists(&self, path: &Path) -> bool {
         path.exists()
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        std::fs::read_dir(dir)?.map(|e| e.map(|e| e.file_name())).collect()
     }
 }
 
@@ -248,6 +255,11 @@ impl Vfs for FaultyVfs {
 
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        check_fault(&self.rule, &self.counter, FileOp::Read, dir)?;
+        self.inner.list_dir(dir)
     }
 }
 

@@ -149,6 +149,7 @@ pub(crate) struct Shared {
     counters: Counters,
     stop: (Mutex<bool>, Condvar),
     txn_memory_pages: usize,
+    recovered: crate::recovery::Recovered,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -294,6 +295,7 @@ impl Db {
             counters: Counters::default(),
             stop: (Mutex::new(false), Condvar::new()),
             txn_memory_pages: (opts.txn_memory_bytes / page_size).max(4),
+            recovered,
         });
         spill::remove_leftovers(&shared.vfs, dir);
         // A checkpoint now makes the next recovery short and trims the log.
@@ -362,6 +364,11 @@ impl Db {
     /// The volume header.
     pub fn header(&self) -> crate::volume::header::VolumeHeader {
         *lock(&self.shared.vol).header()
+    }
+
+    /// What recovery did when this database was opened.
+    pub fn recovery(&self) -> &crate::recovery::Recovered {
+        &self.shared.recovered
     }
 
     /// Takes a checkpoint now.

@@ -203,10 +203,10 @@ impl Drop for PrivatePages {
 /// Removes spill files a crashed process left behind.
 pub fn remove_leftovers(vfs: &Arc<dyn Vfs>, db_dir: &Path) {
     let dir = db_dir.join(TMP_DIR);
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().ends_with(".spill") {
-                let _ = vfs.remove_file(&e.path());
+    if let Ok(names) = vfs.list_dir(&dir) {
+        for name in names {
+            if name.to_string_lossy().ends_with(".spill") {
+                let _ = vfs.remove_file(&dir.join(name));
             }
         }
     }

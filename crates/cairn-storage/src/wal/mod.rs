@@ -341,7 +341,7 @@ impl Wal {
         }
         let mut report = OpenReport::default();
         let mut stats = WalStats::default();
-        let listed = list_segments(&dir)?;
+        let listed = list_segments(&*vfs, &dir)?;
         let (segments, current, end) = match listed.split_last() {
             None => {
                 let (file, path) = create_segment(&*vfs, &dir, Lsn(0))?;

@@ -37,18 +37,12 @@ pub fn parse_segment_file_name(name: &str) -> Option<Lsn> {
 }
 
 /// The segment files in `dir`, by starting LSN. Other files are ignored.
-///
-/// This is the one file-system call of the log that does not go through
-/// [`Vfs`]: the seam has no directory listing yet. Listing neither writes nor
-/// syncs, so no fault a test would inject is bypassed.
-pub fn list_segments(dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list log directory", dir, e))?;
+pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
+    let names = vfs.list_dir(dir).map_err(|e| Error::io("list log directory", dir, e))?;
     let mut found = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io("list log directory", dir, e))?;
-        let name = entry.file_name();
+    for name in names {
         if let Some(start) = name.to_str().and_then(parse_segment_file_name) {
-            found.push((start, entry.path()));
+            found.push((start, dir.join(&name)));
         }
     }
     found.sort_by_key(|(start, _)| *start);

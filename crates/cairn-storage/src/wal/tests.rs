@@ -56,7 +56,7 @@ fn append(wal: &Wal, model: &mut Model, records: &[Vec<u8>]) -> Vec<Lsn> {
 }
 
 fn segments(dir: &Path) -> Vec<(Lsn, PathBuf)> {
-    list_segments(&dir.join(WAL_DIR)).unwrap()
+    list_segments(&crate::io::OsVfs, &dir.join(WAL_DIR)).unwrap()
 }
 
 /// The segment file and file offset holding log position `lsn`.
