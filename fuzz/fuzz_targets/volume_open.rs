@@ -5,15 +5,16 @@
 
 use cairn_storage::check::check_database;
 use cairn_storage::page;
-use cairn_storage::store::Store;
 use cairn_storage::volume::VolumeOptions;
+use cairn_storage::{Db, DbOptions};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let opts = VolumeOptions { buffer_frames: 8, ..VolumeOptions::default() };
-    Store::create_database(&db, &opts).unwrap().close().unwrap();
+    let vopts = VolumeOptions { buffer_frames: 8, ..VolumeOptions::default() };
+    let opts = DbOptions { volume: vopts.clone(), background: false, ..DbOptions::default() };
+    Db::create(&db, &opts).unwrap().close().unwrap();
     // Overlay the input onto the volume after the header page, resealing each
     // page so the structure decoders (not only the checksum) are exercised.
     let vol = db.join("volume.cairn");
@@ -28,15 +29,16 @@ fuzz_target!(|data: &[u8]| {
         page::seal(page);
     }
     std::fs::write(&vol, &bytes).unwrap();
-    if let Ok(mut s) = Store::open(&db, &opts) {
-        let groups: Vec<_> = s.volume().groups().into_iter().map(|g| g.id).collect();
-        for g in groups {
-            if let Ok(oids) = s.scan_all(g) {
-                for oid in oids.into_iter().take(64) {
-                    let _ = s.read(oid);
+    if let Ok(d) = Db::open(&db, &opts) {
+        if let Ok(mut t) = d.begin() {
+            for g in d.groups().into_iter().map(|g| g.id) {
+                if let Ok(oids) = t.scan_all(g) {
+                    for oid in oids.into_iter().take(64) {
+                        let _ = t.read(oid);
+                    }
                 }
             }
         }
     }
-    let _ = check_database(&db, &opts);
+    let _ = check_database(&db, &vopts);
 });
