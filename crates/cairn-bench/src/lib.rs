@@ -1,1 +1,4 @@
-//! The benchmark harness (issues 5 and 6): OO1, ACOB, OO7 and RPC workloads, peers, reports and plots.
+//! The benchmark harness (issues 5 and 6): OO1, ACOB, OO7 and RPC workloads,
+//! peers, reports and plots. Today: [`commit`], the group-commit benchmark.
+
+pub mod commit;

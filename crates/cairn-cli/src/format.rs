@@ -393,7 +393,10 @@ mod tests {
     fn sample_ws() -> Vec<Entry> {
         vec![
             Entry { key: 7, version: 3 },
-            Entry { key: 9, version: DELETED },
+            Entry {
+                key: 9,
+                version: DELETED,
+            },
             Entry { key: 11, version: 1 },
         ]
     }
@@ -488,7 +491,9 @@ mod tests {
                 version: 3,
                 crc: 0x9ae0_c2d1,
             },
-            DigestEntry::Delete { key: 0x5f3a_09c1_0100_0002 },
+            DigestEntry::Delete {
+                key: 0x5f3a_09c1_0100_0002,
+            },
             DigestEntry::Write {
                 key: 1,
                 version: u64::MAX - 1,

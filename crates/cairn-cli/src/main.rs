@@ -1,10 +1,17 @@
-//! The `cairn` command-line tool: create, inspect and check databases (and,
-//! in later issues, serve, bench, torture and verify).
+//! The `cairn` command-line tool: create, inspect and check databases;
+//! `torture` and `verify` for crash testing; `bench commit`. (Serve and the
+//! other benchmarks arrive with later issues.)
+//!
+//! Exit codes: 0 success, 1 problems found (`check`, `verify`), 2 the
+//! command could not run.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use cairn_bench::commit::{self, CommitOptions, CommitReport};
+use cairn_cli::{torture, verify};
 use cairn_storage::check::check_database;
 use cairn_storage::volume::VolumeOptions;
 use cairn_storage::{Db, DbOptions};
@@ -44,6 +51,51 @@ enum Command {
         /// The database directory.
         dir: PathBuf,
     },
+    /// Run random transactions for a while, printing `committed <txid>
+    /// <digest>` on stdout after each acknowledged commit (kill it at will).
+    Torture {
+        /// The database directory (created if missing, reused if not).
+        dir: PathBuf,
+        /// How long to run.
+        #[arg(long)]
+        seconds: f64,
+        /// Concurrent worker threads.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Random seed (default: from the clock; printed to stderr).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Check a tortured database against the log of acknowledged commits:
+    /// nothing lost, nothing partial, nothing corrupt.
+    Verify {
+        /// The database directory.
+        dir: PathBuf,
+        /// The file torture's stdout was appended to.
+        #[arg(long)]
+        log: PathBuf,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Commits per second and fsyncs per commit with 1, 4 and 16 committers.
+    Commit {
+        /// Measured seconds per committer count.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Where to create the scratch databases (default: the temp directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -56,6 +108,16 @@ fn main() -> ExitCode {
         } => create(&dir, page_size, extent_pages),
         Command::Inspect { dir, json } => inspect(&dir, json),
         Command::Check { dir } => return check(&dir),
+        Command::Torture {
+            dir,
+            seconds,
+            threads,
+            seed,
+        } => run_torture(dir, seconds, threads, seed),
+        Command::Verify { dir, log } => return run_verify(&dir, &log),
+        Command::Bench {
+            which: BenchCommand::Commit { seconds, dir, json },
+        } => bench_commit(seconds, dir, json.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -146,5 +208,87 @@ fn check(dir: &Path) -> ExitCode {
             println!("{p}");
         }
         ExitCode::from(1)
+    }
+}
+
+fn run_torture(dir: PathBuf, seconds: f64, threads: usize, seed: Option<u64>) -> anyhow::Result<()> {
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    eprintln!("torture: seed {seed}");
+    torture::run(&torture::Options {
+        dir,
+        seconds,
+        threads,
+        seed,
+    })?;
+    Ok(())
+}
+
+fn run_verify(dir: &Path, log: &Path) -> ExitCode {
+    match verify::run(dir, log) {
+        Ok(report) => {
+            for line in report.problem_lines() {
+                println!("{line}");
+            }
+            eprintln!(
+                "verify: {} objects, {} tombstones, {} torn commit lines ignored",
+                report.objects, report.tombstones, report.malformed_lines
+            );
+            println!("{}", report.summary_line());
+            if report.is_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn bench_commit(seconds: f64, dir: Option<PathBuf>, json: Option<&Path>) -> anyhow::Result<()> {
+    let report = commit::run(&CommitOptions {
+        dir,
+        seconds,
+        ..CommitOptions::default()
+    })?;
+    print_commit_table(&report);
+    if let Some(path) = json {
+        let m = commit::machine();
+        let out = serde_json::json!({
+            "benchmark": "commit",
+            "machine": { "cores": m.cores, "memory_bytes": m.memory_bytes },
+            "results": report.results.iter().map(|r| serde_json::json!({
+                "threads": r.threads,
+                "commits": r.commits,
+                "commits_per_s": r.commits_per_s,
+                "fsyncs": r.fsyncs,
+                "fsyncs_per_commit": r.fsyncs_per_commit,
+                "mean_us": r.mean_us,
+                "p99_us": r.p99_us,
+                "retries": r.retries,
+            })).collect::<Vec<_>>(),
+        });
+        let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        writeln!(f, "{}", serde_json::to_string_pretty(&out)?)?;
+    }
+    Ok(())
+}
+
+fn print_commit_table(report: &CommitReport) {
+    println!(
+        "{:>7} {:>9} {:>10} {:>8} {:>13} {:>10} {:>10}",
+        "threads", "commits", "commits/s", "fsyncs", "fsyncs/commit", "mean µs", "p99 µs"
+    );
+    for r in &report.results {
+        println!(
+            "{:>7} {:>9} {:>10.0} {:>8} {:>13.3} {:>10.0} {:>10.0}",
+            r.threads, r.commits, r.commits_per_s, r.fsyncs, r.fsyncs_per_commit, r.mean_us, r.p99_us
+        );
     }
 }

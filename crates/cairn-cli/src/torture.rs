@@ -47,8 +47,8 @@ use cairn_storage::volume::VolumeOptions;
 use cairn_storage::{Db, DbOptions, Error, GroupId, Oid, Txn};
 
 use crate::format::{
-    decode, encode, format_commit_line, object_len_min, peek_header, splitmix64, DigestEntry, Entry, Kind,
-    DELETED, HEADER_SIZE,
+    decode, encode, format_commit_line, object_len_min, peek_header, splitmix64, DigestEntry, Entry, Kind, DELETED,
+    HEADER_SIZE,
 };
 
 /// The group torture writes to and verify reads.
@@ -449,7 +449,10 @@ impl Worker<'_> {
             let old = s.old_len as usize;
             match s.action {
                 Action::Create => {
-                    let near = steps[..i].iter().filter(|p| p.action != Action::Delete).find_map(|p| p.oid);
+                    let near = steps[..i]
+                        .iter()
+                        .filter(|p| p.action != Action::Delete)
+                        .find_map(|p| p.oid);
                     let oid = match near {
                         Some(n) if self.rng.chance(40) => txn.create_near(n, &data)?,
                         _ => txn.create(self.group, &data)?,
@@ -474,7 +477,9 @@ impl Worker<'_> {
                 Action::Rewrite => {
                     let oid = s.oid.expect("existing");
                     let pieces = 1 + self.rng.below(4) as usize;
-                    let mut cuts: Vec<usize> = (1..pieces).map(|_| self.rng.below(data.len() as u64) as usize).collect();
+                    let mut cuts: Vec<usize> = (1..pieces)
+                        .map(|_| self.rng.below(data.len() as u64) as usize)
+                        .collect();
                     cuts.push(0);
                     cuts.push(data.len());
                     cuts.sort_unstable();
@@ -690,7 +695,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
                     db: &db,
                     group,
                     pool: &pool,
-                    rng: Rng::new(splitmix64(opts.seed ^ (t as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407))),
+                    rng: Rng::new(splitmix64(
+                        opts.seed ^ (t as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407),
+                    )),
                     sizes,
                     key_base: (u64::from(nonce) << 32) | ((t as u64) << 24),
                     counter: 0,
@@ -777,7 +784,13 @@ mod tests {
             old_len: 200,
             new_len: 200,
         };
-        assert_eq!(s.entry(), Entry { key: 5, version: DELETED });
+        assert_eq!(
+            s.entry(),
+            Entry {
+                key: 5,
+                version: DELETED
+            }
+        );
         let s = Step {
             action: Action::Grow,
             ..s

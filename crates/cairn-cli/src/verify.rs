@@ -181,7 +181,9 @@ fn scan(dir: &Path, report: &mut Report) -> anyhow::Result<Present> {
             let rec = match decode(&bytes) {
                 Ok(r) => r,
                 Err(d) => {
-                    report.corrupt.push(format!("object {oid} is a partial/corrupt object: {d}"));
+                    report
+                        .corrupt
+                        .push(format!("object {oid} is a partial/corrupt object: {d}"));
                     continue;
                 }
             };
@@ -332,6 +334,8 @@ pub fn run(dir: &Path, log: &Path) -> anyhow::Result<Report> {
     check_lost(&log, &present, &mut report);
     check_partial(&present, &mut report);
     let check = check_database(dir, &VolumeOptions::default());
-    report.corrupt.extend(check.problems.iter().map(|p| format!("check: {p}")));
+    report
+        .corrupt
+        .extend(check.problems.iter().map(|p| format!("check: {p}")));
     Ok(report)
 }

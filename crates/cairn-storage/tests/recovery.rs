@@ -17,7 +17,10 @@ use cairn_storage::volume::VolumeOptions;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, PageId};
 
 fn opts() -> DbOptions {
-    DbOptions { background: false, ..DbOptions::default() }
+    DbOptions {
+        background: false,
+        ..DbOptions::default()
+    }
 }
 
 fn tear(path: &Path, page: PageId) {
@@ -69,11 +72,18 @@ fn a_page_damaged_outside_the_log_is_reported_not_used() {
     let db = Db::open(&path, &opts()).unwrap();
     let mut t = db.begin().unwrap();
     let err = t.read(cold).unwrap_err();
-    assert!(matches!(err, cairn_storage::Error::Corrupt { page, .. } if page == cold.page), "{err}");
+    assert!(
+        matches!(err, cairn_storage::Error::Corrupt { page, .. } if page == cold.page),
+        "{err}"
+    );
     drop(t);
     drop(db);
     let report = check_database(&path, &VolumeOptions::default());
-    assert!(report.problems.iter().any(|p| p.page == Some(cold.page)), "{:?}", report.problems);
+    assert!(
+        report.problems.iter().any(|p| p.page == Some(cold.page)),
+        "{:?}",
+        report.problems
+    );
 }
 
 #[test]
@@ -107,11 +117,22 @@ fn recovery_interrupted_and_run_again_gives_the_same_database() {
     let (wal, _) = cairn_storage::wal::Wal::open(&path, wal_opts).unwrap();
     let first = cairn_storage::recovery::redo(&path, &VolumeOptions::default(), &Arc::new(wal)).unwrap();
     assert!(first.applied > 0);
-    assert!(!first.to_free.is_empty(), "the uncommitted allocation is to be given back");
+    assert!(
+        !first.to_free.is_empty(),
+        "the uncommitted allocation is to be given back"
+    );
 
     let db = Db::open(&path, &opts()).unwrap();
-    assert_eq!(db.recovery().applied, 0, "everything was already redone: {:?}", db.recovery());
-    assert!(db.groups()[0].pages_used < pages_used, "the uncommitted large object's pages were given back");
+    assert_eq!(
+        db.recovery().applied,
+        0,
+        "everything was already redone: {:?}",
+        db.recovery()
+    );
+    assert!(
+        db.groups()[0].pages_used < pages_used,
+        "the uncommitted large object's pages were given back"
+    );
     let mut t = db.begin().unwrap();
     for (oid, data) in &objs {
         assert_eq!(&t.read(*oid).unwrap(), data);
@@ -152,7 +173,10 @@ impl StorageFile for Watched {
         if self.path.ends_with("volume.cairn") && buf.len() == 4096 {
             self.volume_writes.fetch_add(1, Ordering::Relaxed);
             let lsn = u64::from_le_bytes(buf[8..16].try_into().unwrap());
-            let durable = self.synced_log_len.load(Ordering::SeqCst).saturating_sub(SEGMENT_HEADER);
+            let durable = self
+                .synced_log_len
+                .load(Ordering::SeqCst)
+                .saturating_sub(SEGMENT_HEADER);
             if lsn > durable {
                 self.violations.lock().unwrap().push(format!(
                     "page {} written with LSN {lsn}, log durable to {durable}",
@@ -219,7 +243,11 @@ fn no_page_reaches_the_volume_before_its_log_is_durable() {
     let opts = DbOptions {
         // A tiny pool: allocation's system pages and committed pages are
         // evicted (written) all the time, often before the next commit's fsync.
-        volume: VolumeOptions { buffer_frames: 8, vfs: vfs.clone(), ..VolumeOptions::default() },
+        volume: VolumeOptions {
+            buffer_frames: 8,
+            vfs: vfs.clone(),
+            ..VolumeOptions::default()
+        },
         // One segment, so log offsets map to LSNs simply.
         wal_segment_bytes: 1 << 30,
         background: false,
@@ -241,6 +269,9 @@ fn no_page_reaches_the_volume_before_its_log_is_durable() {
     }
     db.close().unwrap();
     let v = vfs.violations.lock().unwrap();
-    assert!(vfs.volume_writes.load(Ordering::Relaxed) > 50, "the test must make the engine write pages");
+    assert!(
+        vfs.volume_writes.load(Ordering::Relaxed) > 50,
+        "the test must make the engine write pages"
+    );
     assert!(v.is_empty(), "WAL rule broken: {:?}", &v[..v.len().min(5)]);
 }

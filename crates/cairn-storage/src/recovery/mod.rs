@@ -4,12 +4,12 @@
 //!
 //! 1. **Analysis.** Read the whole log once: the last CHECKPOINT gives the
 //!    redo LSN and the next transaction id; COMMIT records name the
-//!    transactions whose changes count; ALLOC / FREE markers and COMMIT free
-//!    lists tell which pages must be given back afterwards (allocated by a
-//!    transaction that never committed, or freed by one that did without its
-//!    FREE record reaching the log).
+//!    transactions and system actions whose changes count; ALLOC / FREE
+//!    markers of committed actions and COMMIT free lists tell which pages must
+//!    be given back afterwards (allocated by a transaction that never
+//!    committed, or freed by one that did without its FREE reaching the log).
 //! 2. **Redo.** From the redo LSN, apply every PAGE record of a committed
-//!    transaction or of a system action (transaction 0), in log order, to the
+//!    transaction or system action, in log order, to the
 //!    page — but only if the page's LSN is below the record's, so replaying
 //!    twice (a crash during recovery) changes nothing. A page that fails
 //!    verification (torn by a crash, or never written) is rebuilt from a
@@ -31,7 +31,7 @@ use crate::buffer::BufferPool;
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, PageId, TxnId};
 use crate::page;
-use crate::txn::redo::{self, Redo, SYSTEM_TXN};
+use crate::txn::redo::{self, Redo};
 use crate::volume::file::VolumeFile;
 use crate::volume::manifest::{Manifest, VOLUME_FILE};
 use crate::volume::VolumeOptions;
@@ -77,8 +77,9 @@ pub fn redo(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovere
                 committed.insert(txn);
                 max_txn = max_txn.max(txn.0);
             }
-            Redo::Page { txn, .. } | Redo::Alloc { txn, .. } => max_txn = max_txn.max(txn.0),
-            Redo::Free { .. } => {}
+            Redo::Page { txn, .. } => max_txn = max_txn.max(txn.0),
+            Redo::Alloc { action, txn, .. } => max_txn = max_txn.max(txn.0).max(action.0),
+            Redo::Free { action, .. } => max_txn = max_txn.max(action.0),
         }
     }
     let (redo_lsn, ckpt_next, ckpt_pending) = checkpoint.unwrap_or((Lsn(0), 1, Vec::new()));
@@ -109,7 +110,7 @@ pub fn redo(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovere
                 full,
                 runs,
             } => {
-                if txn != SYSTEM_TXN && !committed.contains(&txn) {
+                if !committed.contains(&txn) {
                     out.uncommitted += 1;
                     continue;
                 }
@@ -140,12 +141,16 @@ pub fn redo(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovere
                 out.committed += u64::from(committed.contains(&txn));
                 pending_frees.extend(frees);
             }
-            Redo::Alloc { txn, page } => {
-                alloc_owner.insert(page, txn);
+            Redo::Alloc { action, txn, page } => {
+                if committed.contains(&action) {
+                    alloc_owner.insert(page, txn);
+                }
             }
-            Redo::Free { page } => {
-                alloc_owner.remove(&page);
-                pending_frees.remove(&page);
+            Redo::Free { action, page } => {
+                if committed.contains(&action) {
+                    alloc_owner.remove(&page);
+                    pending_frees.remove(&page);
+                }
             }
             Redo::Checkpoint { .. } => {}
         }

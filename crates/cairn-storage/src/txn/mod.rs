@@ -138,7 +138,7 @@ pub(crate) struct Shared {
     wal: Arc<Wal>,
     sink: LogSink,
     locks: LockManager,
-    next_txn: AtomicU64,
+    next_txn: Arc<AtomicU64>,
     fill: Mutex<HashMap<GroupId, PageId>>,
     /// Pages allocated by transactions still running: others must not put
     /// objects on them (an abort would free them).
@@ -256,10 +256,12 @@ impl Db {
         let wal = Arc::new(wal);
         let recovered = crate::recovery::redo(dir, &opts.volume, &wal)?;
         let mut vol = Volume::open(dir, &opts.volume)?;
+        let next_txn = Arc::new(AtomicU64::new(recovered.next_txn.max(1)));
         let sink = LogSink {
             wal: wal.clone(),
             redo_lsn: Arc::new(AtomicU64::new(recovered.redo_lsn.0)),
             gate: Arc::new(RwLock::new(())),
+            next_id: next_txn.clone(),
         };
         vol.attach_log(sink.clone());
         let pool = vol.pool_arc();
@@ -286,7 +288,7 @@ impl Db {
             locks: LockManager::new(LockOptions {
                 timeout: opts.lock_timeout,
             }),
-            next_txn: AtomicU64::new(recovered.next_txn.max(1)),
+            next_txn,
             fill: Mutex::new(HashMap::new()),
             pending_alloc: Mutex::new(HashMap::new()),
             ckpt: Mutex::new(Lsn(0)),

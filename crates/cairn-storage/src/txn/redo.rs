@@ -11,8 +11,8 @@
 //!  CHECKPOINT (3)  redo_lsn u64 | next_txn u64 | pending count u32
 //!                  | pending: txn u64, page u32 (pages allocated by transactions
 //!                    that had not committed when the checkpoint began)
-//!  ALLOC (4)       txn u64 | page u32          a system action allocated the page for txn
-//!  FREE (5)        page u32                    a system action freed the page
+//!  ALLOC (4)       action u64 | txn u64 | page u32   system action `action` allocated the page for txn
+//!  FREE (5)        action u64 | page u32             system action `action` freed the page
 //! ```
 //!
 //! A PAGE record describes bytes `16..page_size` of a page (everything after
@@ -43,9 +43,6 @@ pub const PAGE_FIXED_PREFIX: usize = 16;
 
 /// Changed runs closer than this are merged into one run.
 const MERGE_GAP: usize = 8;
-
-/// The system pseudo-transaction (space allocation).
-pub const SYSTEM_TXN: TxnId = TxnId(0);
 
 /// A decoded redo record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,13 +77,17 @@ pub enum Redo {
     },
     /// A page was allocated on behalf of a transaction.
     Alloc {
-        /// The transaction.
+        /// The system action that allocated it.
+        action: TxnId,
+        /// The transaction it was allocated for.
         txn: TxnId,
         /// The page.
         page: PageId,
     },
     /// A page was freed.
     Free {
+        /// The system action that freed it.
+        action: TxnId,
         /// The page.
         page: PageId,
     },
@@ -180,13 +181,15 @@ impl Redo {
                     out.extend_from_slice(&p.0.to_le_bytes());
                 }
             }
-            Redo::Alloc { txn, page } => {
+            Redo::Alloc { action, txn, page } => {
                 out.push(TYPE_ALLOC);
+                out.extend_from_slice(&action.0.to_le_bytes());
                 out.extend_from_slice(&txn.0.to_le_bytes());
                 out.extend_from_slice(&page.0.to_le_bytes());
             }
-            Redo::Free { page } => {
+            Redo::Free { action, page } => {
                 out.push(TYPE_FREE);
+                out.extend_from_slice(&action.0.to_le_bytes());
                 out.extend_from_slice(&page.0.to_le_bytes());
             }
         }
@@ -252,10 +255,14 @@ impl Redo {
                 }
             }
             TYPE_ALLOC => Redo::Alloc {
+                action: TxnId(r.u64()?),
                 txn: TxnId(r.u64()?),
                 page: PageId(r.u32()?),
             },
-            TYPE_FREE => Redo::Free { page: PageId(r.u32()?) },
+            TYPE_FREE => Redo::Free {
+                action: TxnId(r.u64()?),
+                page: PageId(r.u32()?),
+            },
             other => return Err(r.bad(format!("unknown record type {other}"))),
         };
         if r.remaining() != 0 {
@@ -354,10 +361,14 @@ mod tests {
                 next_txn: 99,
             },
             Redo::Alloc {
+                action: TxnId(9),
                 txn: TxnId(8),
                 page: PageId(77),
             },
-            Redo::Free { page: PageId(77) },
+            Redo::Free {
+                action: TxnId(10),
+                page: PageId(77),
+            },
         ];
         for r in recs {
             let mut b = r.encode();

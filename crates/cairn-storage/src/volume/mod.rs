@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 use crate::ids::{GroupId, Lsn, PageId, TxnId};
 use crate::io::{OsVfs, Vfs};
 use crate::page::{self, PageType};
-use crate::txn::redo::{self, Redo, SYSTEM_TXN};
+use crate::txn::redo::{self, Redo};
 use crate::wal::Wal;
 
 use self::file::{VolumeFile, VolumeStats};
@@ -151,6 +151,9 @@ pub struct LogSink {
     /// (which takes it exclusively to pick its redo LSN) never sees a change
     /// logged but not yet in the buffer pool.
     pub gate: Arc<RwLock<()>>,
+    /// Where system actions take their ids (shared with transactions: an
+    /// action is committed like a transaction, under its own id).
+    pub next_id: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for LogSink {
@@ -167,12 +170,27 @@ impl LogSink {
     }
 }
 
+/// A system action in progress: see [`Volume::run_action`].
+struct Action {
+    id: TxnId,
+    /// Changed page → (the page before the action, `None` if fresh; after).
+    pages: BTreeMap<PageId, (Option<Vec<u8>>, Vec<u8>)>,
+    /// ALLOC / FREE markers, logged with the action.
+    markers: Vec<Redo>,
+}
+
 /// An open volume: see the module docs.
 pub struct Volume {
     dir: PathBuf,
     file: Arc<VolumeFile>,
     pool: Arc<BufferPool>,
     log: Option<LogSink>,
+    /// The system action in progress (with a log attached): its changed
+    /// pages, kept private until the action commits as one log batch.
+    action: Option<Action>,
+    /// Set when an action failed after changing pages: the in-memory space
+    /// state may disagree with the pages, so the volume refuses further work.
+    poisoned: Option<String>,
     header: VolumeHeader,
     groups: Vec<GroupState>,
     group_by_id: HashMap<GroupId, usize>,
@@ -306,6 +324,8 @@ impl Volume {
             file,
             pool,
             log: None,
+            action: None,
+            poisoned: None,
             header,
             groups: Vec::new(),
             group_by_id: HashMap::new(),
@@ -507,37 +527,130 @@ impl Volume {
 
     /// The one narrow place through which every page change goes. `fresh`
     /// pages are not read from the volume (they never held anything).
-    /// `f` runs on a copy; the copy replaces the page only if `f` succeeds.
-    /// With a log attached, the change is logged (a full image on the page's
-    /// first change since the checkpoint, else the changed bytes) and the page
-    /// LSN advanced before the copy is installed.
+    /// `f` runs on a copy; the copy is kept only if `f` succeeds.
+    ///
+    /// Without a log (creating a volume, tests, the checker) the copy replaces
+    /// the page in the buffer pool at once. With a log, the change joins the
+    /// system action in progress ([`Volume::run_action`]) and reaches the pool
+    /// when the action commits.
     fn change<R>(&mut self, id: PageId, fresh: bool, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
-        let Volume { pool, scratch, log, .. } = self;
-        let log = &*log;
-        let _gate = log.as_ref().map(|l| l.gate.read().unwrap_or_else(|e| e.into_inner()));
+        let Volume {
+            pool,
+            scratch,
+            log,
+            action,
+            ..
+        } = self;
+        if log.is_some() {
+            let act = action
+                .as_mut()
+                .ok_or_else(|| Error::corrupt(id, "a logged page change outside a system action (a bug)"))?;
+            if !act.pages.contains_key(&id) {
+                let base = if fresh { None } else { Some(pool.read(id)?.to_vec()) };
+                let after = base.clone().unwrap_or_else(|| vec![0u8; scratch.len()]);
+                act.pages.insert(id, (base, after));
+            }
+            let (_, after) = act.pages.get_mut(&id).expect("just inserted");
+            scratch.copy_from_slice(after);
+            let r = f(scratch)?;
+            debug_assert_eq!(page::page_id(scratch), id, "a change must not alter the page id");
+            after.copy_from_slice(scratch);
+            self.page_changes += 1;
+            return Ok(r);
+        }
         let mut guard = if fresh { pool.create(id)? } else { pool.write(id)? };
         scratch.copy_from_slice(&guard);
         let r = f(scratch)?;
         debug_assert_eq!(page::page_id(scratch), id, "a change must not alter the page id");
-        if let Some(l) = log {
-            let full = fresh || l.needs_full_image(page::lsn(&guard));
-            let rec = redo::page_record(SYSTEM_TXN, id, (!full).then_some(&guard[..]), scratch);
-            let lsn = l.wal.append(&[&rec])?[0];
-            page::set_lsn(scratch, lsn);
-        }
         guard.copy_from_slice(scratch);
         drop(guard);
         self.page_changes += 1;
         Ok(r)
     }
 
-    /// Appends a marker record (allocation bookkeeping for recovery).
-    fn marker(&mut self, rec: Redo) -> Result<()> {
-        if let Some(l) = &self.log {
-            let _gate = l.gate.read().unwrap_or_else(|e| e.into_inner());
-            l.wal.append(&[&rec.encode()])?;
+    /// Records a marker (allocation bookkeeping for recovery) in the action.
+    fn marker(&mut self, rec: Redo) {
+        if let Some(act) = self.action.as_mut() {
+            act.markers.push(rec);
         }
-        Ok(())
+    }
+
+    /// Runs `f` as one **system action**: every page it changes, and its
+    /// markers, are logged as one batch ending in a COMMIT under the action's
+    /// own id, and only then installed in the buffer pool, each page stamped
+    /// with the COMMIT's LSN. Recovery redoes an action only if its COMMIT is
+    /// in the log, so an action is all or nothing however the log is cut; and
+    /// since a page's LSN is the COMMIT's, the WAL rule keeps any of its pages
+    /// off the volume until the whole action is durable. No fsync here: the
+    /// next commit that depends on the action makes it durable.
+    ///
+    /// If `f` fails after changing pages, the in-memory space state may no
+    /// longer match the pages, so the volume refuses further work.
+    fn run_action<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        let Some(log) = self.log.clone() else { return f(self) };
+        let id = TxnId(log.next_id.fetch_add(1, Ordering::SeqCst));
+        self.action = Some(Action {
+            id,
+            pages: BTreeMap::new(),
+            markers: Vec::new(),
+        });
+        let result = f(self);
+        let act = self.action.take().expect("the action is still there");
+        let r = match result {
+            Ok(r) => r,
+            Err(e) => {
+                if !act.pages.is_empty() {
+                    self.poisoned = Some(format!("a space allocation failed half-way: {e}"));
+                }
+                return Err(e);
+            }
+        };
+        if act.pages.is_empty() && act.markers.is_empty() {
+            return Ok(r);
+        }
+        let _gate = log.gate.read().unwrap_or_else(|e| e.into_inner());
+        let mut recs: Vec<Vec<u8>> = Vec::with_capacity(act.pages.len() + act.markers.len() + 1);
+        for (pid, (base, after)) in &act.pages {
+            let before = base.as_deref().filter(|b| !log.needs_full_image(page::lsn(b)));
+            recs.push(redo::page_record(act.id, *pid, before, after));
+        }
+        recs.extend(act.markers.iter().map(Redo::encode));
+        recs.push(
+            Redo::Commit {
+                txn: act.id,
+                frees: Vec::new(),
+            }
+            .encode(),
+        );
+        let refs: Vec<&[u8]> = recs.iter().map(|r| &r[..]).collect();
+        let lsns = match log.wal.append(&refs) {
+            Ok(l) => l,
+            Err(e) => {
+                self.poisoned = Some(format!("logging a space allocation failed: {e}"));
+                return Err(e);
+            }
+        };
+        let commit = *lsns.last().expect("the batch has a commit");
+        for (pid, (base, mut after)) in act.pages {
+            page::set_lsn(&mut after, commit);
+            let installed = (|| {
+                let mut g = if base.is_none() {
+                    self.pool.create(pid)?
+                } else {
+                    self.pool.write(pid)?
+                };
+                g.copy_from_slice(&after);
+                Ok::<_, Error>(())
+            })();
+            if let Err(e) = installed {
+                self.poisoned = Some(format!("installing a space allocation failed: {e}"));
+                return Err(e);
+            }
+        }
+        Ok(r)
     }
 
     /// Attaches the log: from now on every page change is logged.
@@ -558,15 +671,22 @@ impl Volume {
     /// Allocates a page for transaction `txn` (a system action, logged with
     /// an ALLOC marker so recovery can give it back if `txn` never commits).
     pub fn allocate_for(&mut self, txn: TxnId, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
-        let page = self.allocate(group, near, ty)?;
-        self.marker(Redo::Alloc { txn, page })?;
-        Ok(page)
+        self.run_action(|v| {
+            let page = v.allocate_page(group, near, ty)?;
+            let action = v.action.as_ref().map_or(TxnId(0), |a| a.id);
+            v.marker(Redo::Alloc { action, txn, page });
+            Ok(page)
+        })
     }
 
     /// Frees a page (a system action, logged with a FREE marker).
     pub fn free_logged(&mut self, page: PageId) -> Result<()> {
-        self.free(page)?;
-        self.marker(Redo::Free { page })
+        self.run_action(|v| {
+            v.free_page(page)?;
+            let action = v.action.as_ref().map_or(TxnId(0), |a| a.id);
+            v.marker(Redo::Free { action, page });
+            Ok(())
+        })
     }
 
     /// The database directory.
@@ -713,8 +833,12 @@ impl Volume {
         out
     }
 
-    /// Creates a new, empty group.
+    /// Creates a new, empty group (a system action).
     pub fn create_group(&mut self, name: &str) -> Result<GroupId> {
+        self.run_action(|v| v.create_group_inner(name))
+    }
+
+    fn create_group_inner(&mut self, name: &str) -> Result<GroupId> {
         if name.is_empty() {
             return Err(Error::InvalidArgument("a group name must not be empty".into()));
         }
@@ -745,7 +869,7 @@ impl Volume {
         let mut dir_page = *self.dir_pages.last().expect("the directory has a page");
         let mut index = self.read(dir_page, groups::entry_count)?;
         if index >= groups::dir_capacity(self.page_size()) {
-            let new_page = self.allocate(GroupId::DEFAULT, Some(dir_page), PageType::GroupDir)?;
+            let new_page = self.allocate_page(GroupId::DEFAULT, Some(dir_page), PageType::GroupDir)?;
             self.change(new_page, false, |b| {
                 groups::init_dir(b, new_page);
                 Ok(())
@@ -947,6 +1071,48 @@ impl Volume {
         Ok(())
     }
 
+    /// Allocates a page (inside a system action, if logged).
+    fn allocate_page(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        let gi = self.group_index(group)?;
+        let (xi, bit) = match self.find_free_page(gi, near) {
+            Some(found) => found,
+            None => {
+                let xi = self.reserve_extent(gi)?;
+                let x = &self.groups[gi].extents[xi];
+                (xi, (!x.used).trailing_zeros())
+            }
+        };
+        let id = PageId(self.groups[gi].extents[xi].start.0 + bit);
+        // Format first: if reading the free page fails, nothing is marked used.
+        self.change(id, false, |b| {
+            page::expect_type(b, id, PageType::Free)?;
+            page::format(b, id, ty);
+            Ok(())
+        })?;
+        self.set_used(gi, xi, bit, true)?;
+        Ok(id)
+    }
+
+    /// Frees a page (inside a system action, if logged).
+    fn free_page(&mut self, id: PageId) -> Result<()> {
+        let (gi, xi) = self
+            .extent_of(id)
+            .ok_or_else(|| Error::corrupt(id, "freeing a page that belongs to no extent"))?;
+        let x = self.groups[gi].extents[xi];
+        let bit = id.0 - x.start.0;
+        if x.used >> bit & 1 == 0 {
+            return Err(Error::corrupt(id, "freeing a page that is not in use"));
+        }
+        if x.list_page == id {
+            return Err(Error::corrupt(id, "freeing an extent-list page"));
+        }
+        self.change(id, false, |b| {
+            page::format(b, id, PageType::Free);
+            Ok(())
+        })?;
+        self.set_used(gi, xi, bit, false)
+    }
+
     /// Asserts the in-memory invariants listed in the module docs.
     pub fn check_invariants(&self) {
         let ps = self.page_size();
@@ -985,6 +1151,9 @@ impl PageAccess for Volume {
                 ),
             ));
         }
+        if let Some((_, after)) = self.action.as_ref().and_then(|a| a.pages.get(&id)) {
+            return Ok(f(after));
+        }
         let guard = self.pool.read(id)?;
         Ok(f(&guard))
     }
@@ -999,47 +1168,15 @@ impl PageAccess for Volume {
                 ),
             ));
         }
-        self.change(id, false, f)
+        self.run_action(|v| v.change(id, false, f))
     }
 
     fn allocate(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
-        let gi = self.group_index(group)?;
-        let (xi, bit) = match self.find_free_page(gi, near) {
-            Some(found) => found,
-            None => {
-                let xi = self.reserve_extent(gi)?;
-                let x = &self.groups[gi].extents[xi];
-                (xi, (!x.used).trailing_zeros())
-            }
-        };
-        let id = PageId(self.groups[gi].extents[xi].start.0 + bit);
-        // Format first: if reading the free page fails, nothing is marked used.
-        self.change(id, false, |b| {
-            page::expect_type(b, id, PageType::Free)?;
-            page::format(b, id, ty);
-            Ok(())
-        })?;
-        self.set_used(gi, xi, bit, true)?;
-        Ok(id)
+        self.run_action(|v| v.allocate_page(group, near, ty))
     }
 
     fn free(&mut self, id: PageId) -> Result<()> {
-        let (gi, xi) = self
-            .extent_of(id)
-            .ok_or_else(|| Error::corrupt(id, "freeing a page that belongs to no extent"))?;
-        let x = self.groups[gi].extents[xi];
-        let bit = id.0 - x.start.0;
-        if x.used >> bit & 1 == 0 {
-            return Err(Error::corrupt(id, "freeing a page that is not in use"));
-        }
-        if x.list_page == id {
-            return Err(Error::corrupt(id, "freeing an extent-list page"));
-        }
-        self.change(id, false, |b| {
-            page::format(b, id, PageType::Free);
-            Ok(())
-        })?;
-        self.set_used(gi, xi, bit, false)
+        self.run_action(|v| v.free_page(id))
     }
 }
 
