@@ -941,8 +941,11 @@ impl Volume {
     /// its pages as free pages and records it in the group's extent list.
     fn reserve_extent(&mut self, gi: usize) -> Result<usize> {
         let ps = self.page_size();
-        let len = self.header.extent_pages;
-        // Skip (and create) space-map pages: an extent never contains one.
+        let mut len = self.header.extent_pages;
+        // An extent never contains a space-map page, and the volume never
+        // skips a page (every page below page_count is a valid page): an
+        // extent that would reach the next interval's map page is cut short
+        // before it, and the map page is created when the volume reaches it.
         let mut start = self.header.page_count;
         loop {
             if u64::from(start) + u64::from(len) > u64::from(VOLUME_PAGES_MAX) {
@@ -953,6 +956,10 @@ impl Volume {
             }
             match (start..start + len).find(|&p| spacemap::is_map_page(PageId(p), ps)) {
                 None => break,
+                Some(map) if map > start => {
+                    len = map - start;
+                    break;
+                }
                 Some(map) => {
                     let k = spacemap::interval_of(PageId(map), ps);
                     self.change(PageId(map), true, |b| {
@@ -1259,7 +1266,7 @@ mod tests {
         let b = spacemap::bits_per_page(4096);
         let mut last = PageId(0);
         while last.0 < b + 200 {
-            last = v.allocate(GroupId::DEFAULT, None, PageType::LargeData).unwrap();
+            last = v.allocate(GroupId::DEFAULT, None, PageType::Slotted).unwrap();
             assert!(!spacemap::is_map_page(last, 4096));
         }
         v.check_invariants();
@@ -1267,6 +1274,10 @@ mod tests {
         let v = Volume::open(&db, &opts()).unwrap();
         v.check_invariants();
         assert!(v.page_count() > b + 200);
+        drop(v);
+        // Every page below page_count is a valid page: no gap before the map page.
+        let report = crate::check::check_database(&db, &opts());
+        assert!(report.is_ok(), "{:?}", &report.problems[..report.problems.len().min(5)]);
     }
 
     #[test]
