@@ -166,6 +166,15 @@ pub enum Error {
     #[error("{0} is no longer active")]
     TxnNotActive(TxnId),
 
+    /// A unique index already holds the key.
+    #[error("duplicate key {key} in a unique index (root page {root})")]
+    DuplicateKey {
+        /// The index's root page.
+        root: PageId,
+        /// The key, printed (hex or text).
+        key: String,
+    },
+
     /// A group id named in an extent or object does not exist.
     #[error("unknown group id {0:?}")]
     UnknownGroupId(GroupId),

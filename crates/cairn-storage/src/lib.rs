@@ -18,6 +18,7 @@
 //! no other Cairn crate.
 
 pub mod access;
+pub mod btree;
 pub mod buffer;
 pub mod check;
 pub mod error;

@@ -1,0 +1,1 @@
+//! The B+-tree (being written).
