@@ -1,5 +1,39 @@
-//! Cairn's public API. The typed layer (`Database`, `Transaction`, `Ref<T>`,
-//! `#[derive(Persistent)]`) arrives with issue 4; today this crate re-exports
-//! the storage manager so applications and tools have one entry point.
+//! Cairn: typed persistent objects in a transactional object database.
+//!
+//! ```ignore
+//! #[derive(cairn::Persistent)]
+//! struct Part { id: u32, x: i32, to: cairn::List<cairn::Ref<Part>> }
+//!
+//! let db = cairn::Database::open("parts.cairn")?;
+//! let mut tx = db.begin()?;
+//! let p = tx.create(Part { id: 1, x: 0, to: cairn::List::new() })?;
+//! tx.set_root("first-part", &p)?;
+//! tx.update(&p, |p| p.x += 1)?;
+//! tx.commit()?;
+//! ```
+//!
+//! - [`Database`] / [`Transaction`]: embedded, serializable transactions
+//!   (`database.rs`); the remote backends will sit behind the same API.
+//! - [`Ref<T>`]: typed references, swizzled to object-cache slots (`reference.rs`).
+//! - [`cache::ObjectCache`]: decoded objects bounded in bytes, LRU or CLOCK.
+//! - [`List`], [`Set`], [`Map`] fields and [`Index`] (a B+-tree on a field).
+//! - [`codec`], [`fields`]: the record encoding and `#[derive(Persistent)]`'s traits.
+//! - `catalog.rs`: class ids and schema versions, named roots, index directory.
 
+pub mod cache;
+mod catalog;
+pub mod codec;
+pub mod collections;
+mod database;
+mod error;
+pub mod fields;
+mod reference;
+
+pub use cache::{CachePolicy, CacheStats};
+pub use cairn_derive::Persistent;
 pub use cairn_storage as storage;
+pub use codec::{DecodeError, Field, FieldDesc, Persistent, Reader, TypeDesc, Value, Writer};
+pub use collections::{List, Map, Set};
+pub use database::{Database, Index, Options, Transaction};
+pub use error::{Error, Result};
+pub use reference::Ref;

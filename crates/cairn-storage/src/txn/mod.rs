@@ -503,6 +503,14 @@ impl Txn {
         Ok(())
     }
 
+    /// Locks a page, shared or exclusive, until the transaction ends. The
+    /// typed layer locks an object's home page this way before using a
+    /// cached copy (shared) and before changing the object (exclusive).
+    pub fn lock_page(&mut self, page: PageId, exclusive: bool) -> Result<()> {
+        self.check_active()?;
+        self.lock(Resource::Page(page), if exclusive { LockMode::X } else { LockMode::S })
+    }
+
     /// Creates an object in `group`.
     pub fn create(&mut self, group: GroupId, data: &[u8]) -> Result<Oid> {
         self.check_active()?;

@@ -1,0 +1,446 @@
+//! The client object cache: decoded objects by OID, bounded in bytes, with
+//! stable slots that references swizzle to.
+//!
+//! Each cached object lives in a *slot*. A [`crate::Ref`] that has been
+//! followed once remembers its slot index and the slot's *generation*;
+//! following it again checks the generation and reads the slot by index —
+//! no hash lookup. Evicting or invalidating an object bumps its slot's
+//! generation, so every reference to it stops pointing at it safely (it
+//! falls back to a lookup, then a fault).
+//!
+//! The cache holds committed state only. The typed layer removes an object
+//! from it when a transaction changes or deletes it (under an exclusive lock
+//! on the object's home page), and locks the home page (shared) before using
+//! a cached copy, so a cached object is never stale for a transaction that
+//! uses it. Each slot remembers the last transaction that locked it, so a
+//! transaction following the same reference again skips the lock manager.
+//!
+//! Replacement is LRU (a list threaded through the slots) or CLOCK (a
+//! reference bit and a hand), chosen at creation; the size bound counts
+//! encoded object bytes plus a fixed per-object overhead.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cairn_storage::Oid;
+
+/// Bytes charged per cached object on top of its encoded size.
+pub const ENTRY_OVERHEAD_BYTES: usize = 96;
+
+/// Replacement policy of the object cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// Least recently used.
+    #[default]
+    Lru,
+    /// CLOCK (second chance).
+    Clock,
+}
+
+/// Counters of the object cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Objects read from the store (misses).
+    pub faults: u64,
+    /// Lookups answered from the cache (by OID or through a swizzled reference).
+    pub hits: u64,
+    /// Of the hits, those through a swizzled reference (no hash lookup).
+    pub swizzled_hits: u64,
+    /// References swizzled (bound to a slot).
+    pub swizzles: u64,
+    /// Objects evicted to stay within the size bound.
+    pub evictions: u64,
+    /// Objects removed because a transaction changed or deleted them.
+    pub invalidations: u64,
+    /// Objects cached now.
+    pub objects: u64,
+    /// Bytes charged now.
+    pub bytes: u64,
+}
+
+/// A cached, decoded object.
+pub type CachedObject = Arc<dyn Any + Send + Sync>;
+
+const NIL: u32 = u32::MAX;
+
+struct Slot {
+    oid: Oid,
+    gen: u32,
+    obj: Option<CachedObject>,
+    bytes: usize,
+    last_txn: u64,
+    referenced: bool,
+    prev: u32,
+    next: u32,
+}
+
+struct State {
+    map: HashMap<Oid, u32>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    bytes: usize,
+    /// LRU list: head = most recent.
+    head: u32,
+    tail: u32,
+    hand: usize,
+}
+
+/// The object cache. Shared by all transactions of a database.
+pub struct ObjectCache {
+    state: Mutex<State>,
+    capacity_bytes: usize,
+    policy: CachePolicy,
+    faults: AtomicU64,
+    hits: AtomicU64,
+    swizzled_hits: AtomicU64,
+    swizzles: AtomicU64,
+    evictions: AtomicU64,
+    invalidations: AtomicU64,
+}
+
+impl std::fmt::Debug for ObjectCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectCache").field("stats", &self.stats()).finish()
+    }
+}
+
+/// A cache hit: the object, its slot and generation, and the last
+/// transaction that locked it.
+pub struct Hit {
+    /// The object.
+    pub obj: CachedObject,
+    /// Its slot.
+    pub slot: u32,
+    /// The slot's generation.
+    pub gen: u32,
+    /// The last transaction that locked its home page.
+    pub last_txn: u64,
+}
+
+impl ObjectCache {
+    /// A cache of at most `capacity_bytes`.
+    pub fn new(capacity_bytes: usize, policy: CachePolicy) -> ObjectCache {
+        ObjectCache {
+            state: Mutex::new(State {
+                map: HashMap::new(),
+                slots: Vec::new(),
+                free: Vec::new(),
+                bytes: 0,
+                head: NIL,
+                tail: NIL,
+                hand: 0,
+            }),
+            capacity_bytes,
+            policy,
+            faults: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            swizzled_hits: AtomicU64::new(0),
+            swizzles: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            invalidations: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads slot `slot` if it still holds generation `gen` of `oid`.
+    pub fn get_slot(&self, slot: u32, gen: u32, oid: Oid) -> Option<Hit> {
+        let mut st = self.lock();
+        let s = st.slots.get(slot as usize)?;
+        if s.gen != gen || s.oid != oid {
+            return None;
+        }
+        let obj = s.obj.clone()?;
+        let last_txn = s.last_txn;
+        self.touch(&mut st, slot);
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.swizzled_hits.fetch_add(1, Ordering::Relaxed);
+        Some(Hit {
+            obj,
+            slot,
+            gen,
+            last_txn,
+        })
+    }
+
+    /// Looks `oid` up by hash.
+    pub fn lookup(&self, oid: Oid) -> Option<Hit> {
+        let mut st = self.lock();
+        let slot = *st.map.get(&oid)?;
+        let s = &st.slots[slot as usize];
+        let hit = Hit {
+            obj: s.obj.clone()?,
+            slot,
+            gen: s.gen,
+            last_txn: s.last_txn,
+        };
+        self.touch(&mut st, slot);
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(hit)
+    }
+
+    /// Records that transaction `txn` holds the lock for the object in `slot`.
+    pub fn set_last_txn(&self, slot: u32, gen: u32, txn: u64) {
+        let mut st = self.lock();
+        if let Some(s) = st.slots.get_mut(slot as usize) {
+            if s.gen == gen {
+                s.last_txn = txn;
+            }
+        }
+    }
+
+    /// Counts a reference swizzle.
+    pub fn note_swizzle(&self) {
+        self.swizzles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Caches a freshly read object (a fault); returns its slot and generation.
+    pub fn insert(&self, oid: Oid, obj: CachedObject, encoded_bytes: usize, txn: u64) -> (u32, u32) {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        let charge = encoded_bytes + ENTRY_OVERHEAD_BYTES;
+        let mut st = self.lock();
+        if let Some(&old) = st.map.get(&oid) {
+            self.drop_slot(&mut st, old);
+        }
+        while st.bytes + charge > self.capacity_bytes && !st.map.is_empty() {
+            if !self.evict_one(&mut st) {
+                break;
+            }
+        }
+        let slot = match st.free.pop() {
+            Some(i) => i,
+            None => {
+                st.slots.push(Slot {
+                    oid,
+                    gen: 0,
+                    obj: None,
+                    bytes: 0,
+                    last_txn: 0,
+                    referenced: false,
+                    prev: NIL,
+                    next: NIL,
+                });
+                (st.slots.len() - 1) as u32
+            }
+        };
+        let s = &mut st.slots[slot as usize];
+        s.oid = oid;
+        s.obj = Some(obj);
+        s.bytes = charge;
+        s.last_txn = txn;
+        s.referenced = true;
+        let gen = s.gen;
+        st.bytes += charge;
+        st.map.insert(oid, slot);
+        self.link_front(&mut st, slot);
+        (slot, gen)
+    }
+
+    /// Removes `oid` (a transaction changed or deleted it).
+    pub fn invalidate(&self, oid: Oid) {
+        let mut st = self.lock();
+        if let Some(&slot) = st.map.get(&oid) {
+            self.drop_slot(&mut st, slot);
+            self.invalidations.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops every object.
+    pub fn clear(&self) {
+        let mut st = self.lock();
+        let slots: Vec<u32> = st.map.values().copied().collect();
+        for s in slots {
+            self.drop_slot(&mut st, s);
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> CacheStats {
+        let st = self.lock();
+        CacheStats {
+            faults: self.faults.load(Ordering::Relaxed),
+            hits: self.hits.load(Ordering::Relaxed),
+            swizzled_hits: self.swizzled_hits.load(Ordering::Relaxed),
+            swizzles: self.swizzles.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            invalidations: self.invalidations.load(Ordering::Relaxed),
+            objects: st.map.len() as u64,
+            bytes: st.bytes as u64,
+        }
+    }
+
+    fn drop_slot(&self, st: &mut State, slot: u32) {
+        self.unlink(st, slot);
+        let s = &mut st.slots[slot as usize];
+        st.map.remove(&s.oid);
+        s.obj = None;
+        s.gen = s.gen.wrapping_add(1);
+        st.bytes -= s.bytes;
+        s.bytes = 0;
+        st.free.push(slot);
+    }
+
+    fn evict_one(&self, st: &mut State) -> bool {
+        let victim = match self.policy {
+            CachePolicy::Lru => st.tail,
+            CachePolicy::Clock => {
+                let n = st.slots.len();
+                let mut found = NIL;
+                for _ in 0..2 * n + 1 {
+                    let i = st.hand % n.max(1);
+                    st.hand = (st.hand + 1) % n.max(1);
+                    let s = &mut st.slots[i];
+                    if s.obj.is_none() {
+                        continue;
+                    }
+                    if s.referenced {
+                        s.referenced = false;
+                    } else {
+                        found = i as u32;
+                        break;
+                    }
+                }
+                found
+            }
+        };
+        if victim == NIL {
+            return false;
+        }
+        self.drop_slot(st, victim);
+        self.evictions.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    fn touch(&self, st: &mut State, slot: u32) {
+        match self.policy {
+            CachePolicy::Clock => st.slots[slot as usize].referenced = true,
+            CachePolicy::Lru => {
+                if st.head != slot {
+                    self.unlink(st, slot);
+                    self.link_front(st, slot);
+                }
+            }
+        }
+    }
+
+    fn link_front(&self, st: &mut State, slot: u32) {
+        if self.policy != CachePolicy::Lru {
+            return;
+        }
+        let old = st.head;
+        {
+            let s = &mut st.slots[slot as usize];
+            s.prev = NIL;
+            s.next = old;
+        }
+        if old != NIL {
+            st.slots[old as usize].prev = slot;
+        } else {
+            st.tail = slot;
+        }
+        st.head = slot;
+    }
+
+    fn unlink(&self, st: &mut State, slot: u32) {
+        if self.policy != CachePolicy::Lru {
+            return;
+        }
+        let (prev, next) = {
+            let s = &st.slots[slot as usize];
+            (s.prev, s.next)
+        };
+        if prev != NIL {
+            st.slots[prev as usize].next = next;
+        } else if st.head == slot {
+            st.head = next;
+        }
+        if next != NIL {
+            st.slots[next as usize].prev = prev;
+        } else if st.tail == slot {
+            st.tail = prev;
+        }
+        let s = &mut st.slots[slot as usize];
+        s.prev = NIL;
+        s.next = NIL;
+    }
+
+    /// Asserts the cache's internal consistency (tests).
+    pub fn check_invariants(&self) {
+        let st = self.lock();
+        let mut bytes = 0;
+        for (oid, &slot) in &st.map {
+            let s = &st.slots[slot as usize];
+            assert_eq!(s.oid, *oid);
+            assert!(s.obj.is_some());
+            bytes += s.bytes;
+        }
+        assert_eq!(bytes, st.bytes);
+        assert!(st.bytes <= self.capacity_bytes || st.map.len() <= 1);
+        if self.policy == CachePolicy::Lru {
+            let mut n = 0;
+            let mut cur = st.head;
+            while cur != NIL {
+                n += 1;
+                assert!(n <= st.map.len());
+                cur = st.slots[cur as usize].next;
+            }
+            assert_eq!(n, st.map.len(), "LRU list covers every cached object");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_storage::{PageId, SlotIdx, Uniq};
+
+    fn oid(n: u32) -> Oid {
+        Oid {
+            page: PageId(n),
+            slot: SlotIdx(0),
+            uniq: Uniq(1),
+        }
+    }
+
+    #[test]
+    fn bounded_by_bytes_and_generations_invalidate_swizzles() {
+        for policy in [CachePolicy::Lru, CachePolicy::Clock] {
+            let c = ObjectCache::new(10 * (100 + ENTRY_OVERHEAD_BYTES), policy);
+            let mut slots = Vec::new();
+            for i in 0..30u32 {
+                slots.push(c.insert(oid(i), Arc::new(i), 100, 0));
+                c.check_invariants();
+            }
+            let st = c.stats();
+            assert_eq!(st.objects, 10);
+            assert_eq!(st.evictions, 20);
+            // The first objects were evicted: their swizzles no longer hit.
+            let (s0, g0) = slots[0];
+            assert!(c.get_slot(s0, g0, oid(0)).is_none());
+            let (s29, g29) = slots[29];
+            let hit = c.get_slot(s29, g29, oid(29)).unwrap();
+            assert_eq!(*hit.obj.downcast::<u32>().unwrap(), 29);
+            c.invalidate(oid(29));
+            assert!(c.get_slot(s29, g29, oid(29)).is_none());
+            assert!(c.lookup(oid(29)).is_none());
+            c.check_invariants();
+        }
+    }
+
+    #[test]
+    fn lru_keeps_what_is_used() {
+        let c = ObjectCache::new(3 * (10 + ENTRY_OVERHEAD_BYTES), CachePolicy::Lru);
+        c.insert(oid(1), Arc::new(1u8), 10, 0);
+        c.insert(oid(2), Arc::new(2u8), 10, 0);
+        c.insert(oid(3), Arc::new(3u8), 10, 0);
+        assert!(c.lookup(oid(1)).is_some());
+        c.insert(oid(4), Arc::new(4u8), 10, 0);
+        assert!(c.lookup(oid(1)).is_some(), "recently used stays");
+        assert!(c.lookup(oid(2)).is_none(), "least recently used goes");
+        c.check_invariants();
+    }
+}

@@ -1,0 +1,525 @@
+//! The schema catalog, named roots and index directory.
+//!
+//! All three live in B+-trees whose root pages are named by the *meta
+//! object*, the first object of the group `cairn.system`:
+//!
+//! ```text
+//!  meta object: "CAIRNMT1" | roots tree u32 | classes tree u32 | indexes tree u32
+//!  roots tree   (unique): root name (UTF-8)                       → OID (10 bytes)
+//!  classes tree (unique): "n" + type name                         → class id u32 | latest version u16
+//!                         "s" + class id (BE u32) + version (BE u16) → schema (fields)
+//!                         "c"                                     → next class id u32
+//!  indexes tree (unique): class id (BE u32) + field name           → index tree root page u32
+//! ```
+//!
+//! A schema is a field count (LEB128), then per field: name (LEB128 length +
+//! UTF-8), `has_default` (u8), and its type descriptor (a tag byte, then the
+//! element, key/value or struct-field descriptors; nesting is limited).
+//!
+//! Classes are registered on first use in a session, in a transaction of
+//! their own (so user transactions never hold locks on the classes tree): a
+//! new type gets the next class id and version 1; a type whose fields changed
+//! gets a new version if every change is an added field with
+//! `#[cairn(default)]`, and `SchemaMismatch` naming the field otherwise.
+
+use std::collections::HashMap;
+
+use cairn_storage::btree::BTree;
+use cairn_storage::{GroupId, Oid, PageId, Txn};
+
+use crate::codec::{DecodeError, FieldDesc, Reader, TypeDesc, Writer};
+use crate::error::{Error, Result};
+
+/// The group holding the meta object and the catalog trees.
+pub const SYSTEM_GROUP: &str = "cairn.system";
+/// The group holding index trees.
+pub const INDEX_GROUP: &str = "cairn.index";
+const META_MAGIC: &[u8; 8] = b"CAIRNMT1";
+const TYPE_DEPTH_MAX: usize = 32;
+
+/// The catalog trees, by root page.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Meta {
+    pub roots: BTree,
+    pub classes: BTree,
+    pub indexes: BTree,
+}
+
+/// A registered class, as this session uses it.
+#[derive(Clone, Debug)]
+pub(crate) struct ClassInfo {
+    pub id: u32,
+    pub version: u16,
+}
+
+/// What the catalog knows, in memory.
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    /// Type name → registered class (this session's version).
+    pub registered: HashMap<String, ClassInfo>,
+    /// Class id → name.
+    pub names: HashMap<u32, String>,
+    /// (class id, version) → fields.
+    pub schemas: HashMap<(u32, u16), Vec<FieldDesc>>,
+}
+
+fn stored(e: cairn_storage::Error) -> Error {
+    Error::from(e)
+}
+
+fn corrupt_catalog(reason: impl Into<String>) -> Error {
+    Error::Corrupt {
+        page: PageId(0),
+        reason: format!("catalog: {}", reason.into()),
+    }
+}
+
+/// Finds or creates the meta object and its trees.
+pub(crate) fn open_meta(txn: &mut Txn, system: GroupId) -> Result<Meta> {
+    let objs = txn.scan_all(system).map_err(stored)?;
+    if let Some(&first) = objs.first() {
+        let b = txn.read(first).map_err(stored)?;
+        if b.len() != 20 || &b[..8] != META_MAGIC {
+            return Err(corrupt_catalog(format!("object {first} is not the meta object")));
+        }
+        let page = |i: usize| PageId(u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")));
+        return Ok(Meta {
+            roots: BTree::open(txn, page(8)).map_err(stored)?,
+            classes: BTree::open(txn, page(12)).map_err(stored)?,
+            indexes: BTree::open(txn, page(16)).map_err(stored)?,
+        });
+    }
+    let roots = BTree::create(txn, system, true).map_err(stored)?;
+    let classes = BTree::create(txn, system, true).map_err(stored)?;
+    let indexes = BTree::create(txn, system, true).map_err(stored)?;
+    let mut b = META_MAGIC.to_vec();
+    for t in [roots, classes, indexes] {
+        b.extend_from_slice(&t.root().0.to_le_bytes());
+    }
+    txn.create(system, &b).map_err(stored)?;
+    Ok(Meta {
+        roots,
+        classes,
+        indexes,
+    })
+}
+
+fn class_key(name: &str) -> Vec<u8> {
+    let mut k = b"n".to_vec();
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn schema_key(id: u32, version: u16) -> Vec<u8> {
+    let mut k = b"s".to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(&version.to_be_bytes());
+    k
+}
+
+/// Loads every class and schema version into memory.
+pub(crate) fn load(txn: &mut Txn, meta: &Meta, cat: &mut Catalog) -> Result<()> {
+    use std::ops::Bound;
+    let mut cur = meta
+        .classes
+        .range(
+            txn,
+            Bound::Unbounded,
+            Bound::Unbounded,
+            cairn_storage::btree::Direction::Forward,
+        )
+        .map_err(stored)?;
+    while let Some((k, v)) = cur.next(txn).map_err(stored)? {
+        match k.first() {
+            Some(b'n') => {
+                let name =
+                    String::from_utf8(k[1..].to_vec()).map_err(|_| corrupt_catalog("a class name is not UTF-8"))?;
+                if v.len() != 6 {
+                    return Err(corrupt_catalog(format!("class entry of {name} has {} bytes", v.len())));
+                }
+                let id = u32::from_le_bytes(v[..4].try_into().expect("4"));
+                cat.names.insert(id, name);
+            }
+            Some(b's') if k.len() == 7 => {
+                let id = u32::from_be_bytes(k[1..5].try_into().expect("4"));
+                let ver = u16::from_be_bytes(k[5..7].try_into().expect("2"));
+                let fields = decode_schema(&v).map_err(|e| corrupt_catalog(e.to_string()))?;
+                cat.schemas.insert((id, ver), fields);
+            }
+            Some(b'c') => {}
+            _ => return Err(corrupt_catalog("unknown key in the classes tree")),
+        }
+    }
+    Ok(())
+}
+
+/// Registers type `name` with `fields` (in its own transaction `txn`, which
+/// the caller commits), applying the evolution rules.
+pub(crate) fn register(
+    txn: &mut Txn,
+    meta: &Meta,
+    cat: &mut Catalog,
+    name: &str,
+    fields: &[FieldDesc],
+) -> Result<ClassInfo> {
+    let classes = meta.classes;
+    match classes.get(txn, &class_key(name)).map_err(stored)? {
+        None => {
+            let next = match classes.get(txn, b"c").map_err(stored)? {
+                Some(v) if v.len() == 4 => u32::from_le_bytes(v[..4].try_into().expect("4")),
+                Some(_) => return Err(corrupt_catalog("the class counter is malformed")),
+                None => 1,
+            };
+            let info = ClassInfo { id: next, version: 1 };
+            put(txn, &classes, b"c", &(next + 1).to_le_bytes())?;
+            let mut v = next.to_le_bytes().to_vec();
+            v.extend_from_slice(&1u16.to_le_bytes());
+            put(txn, &classes, &class_key(name), &v)?;
+            put(txn, &classes, &schema_key(next, 1), &encode_schema(fields))?;
+            cat.names.insert(next, name.to_string());
+            cat.schemas.insert((next, 1), fields.to_vec());
+            Ok(info)
+        }
+        Some(v) => {
+            if v.len() != 6 {
+                return Err(corrupt_catalog(format!("class entry of {name} has {} bytes", v.len())));
+            }
+            let id = u32::from_le_bytes(v[..4].try_into().expect("4"));
+            let latest = u16::from_le_bytes(v[4..6].try_into().expect("2"));
+            let stored_fields = match cat.schemas.get(&(id, latest)) {
+                Some(f) => f.clone(),
+                None => {
+                    let b = classes
+                        .get(txn, &schema_key(id, latest))
+                        .map_err(stored)?
+                        .ok_or_else(|| corrupt_catalog(format!("schema {latest} of {name} is missing")))?;
+                    decode_schema(&b).map_err(|e| corrupt_catalog(e.to_string()))?
+                }
+            };
+            if same_shape(&stored_fields, fields) {
+                return Ok(ClassInfo { id, version: latest });
+            }
+            check_evolution(name, &stored_fields, fields)?;
+            let version = latest
+                .checked_add(1)
+                .ok_or_else(|| Error::InvalidArgument(format!("type {name} has run out of schema versions")))?;
+            let mut v = id.to_le_bytes().to_vec();
+            v.extend_from_slice(&version.to_le_bytes());
+            put(txn, &classes, &class_key(name), &v)?;
+            put(txn, &classes, &schema_key(id, version), &encode_schema(fields))?;
+            cat.names.insert(id, name.to_string());
+            cat.schemas.insert((id, version), fields.to_vec());
+            Ok(ClassInfo { id, version })
+        }
+    }
+}
+
+fn same_shape(a: &[FieldDesc], b: &[FieldDesc]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.name == y.name && x.ty == y.ty)
+}
+
+/// The evolution rules: every stored field must still exist with the same
+/// type; new fields must have a default.
+fn check_evolution(name: &str, old: &[FieldDesc], new: &[FieldDesc]) -> Result<()> {
+    for o in old {
+        match new.iter().find(|n| n.name == o.name) {
+            None => {
+                return Err(Error::SchemaMismatch {
+                    type_name: name.into(),
+                    field: o.name.clone(),
+                    reason: "the field was removed (removing a field needs a migration)".into(),
+                })
+            }
+            Some(n) if n.ty != o.ty => {
+                return Err(Error::SchemaMismatch {
+                    type_name: name.into(),
+                    field: o.name.clone(),
+                    reason: format!(
+                        "the field's type changed from {:?} to {:?} (needs a migration)",
+                        o.ty, n.ty
+                    ),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    for n in new {
+        if !old.iter().any(|o| o.name == n.name) && !n.has_default {
+            return Err(Error::SchemaMismatch {
+                type_name: name.into(),
+                field: n.name.clone(),
+                reason: "a new field needs #[cairn(default)] so that older records can be read".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn put(txn: &mut Txn, tree: &BTree, key: &[u8], value: &[u8]) -> Result<()> {
+    tree.delete(txn, key, None).map_err(stored)?;
+    tree.insert(txn, key, value).map_err(stored)?;
+    Ok(())
+}
+
+/// The index tree of (class, field), created if `create`.
+pub(crate) fn index_tree(
+    txn: &mut Txn,
+    meta: &Meta,
+    class: u32,
+    field: &str,
+    create: Option<GroupId>,
+) -> Result<Option<BTree>> {
+    let mut key = class.to_be_bytes().to_vec();
+    key.extend_from_slice(field.as_bytes());
+    if let Some(v) = meta.indexes.get(txn, &key).map_err(stored)? {
+        if v.len() != 4 {
+            return Err(corrupt_catalog(format!(
+                "index entry for {field} has {} bytes",
+                v.len()
+            )));
+        }
+        let root = PageId(u32::from_le_bytes(v[..4].try_into().expect("4")));
+        return Ok(Some(BTree::open(txn, root).map_err(stored)?));
+    }
+    let Some(group) = create else { return Ok(None) };
+    let tree = BTree::create(txn, group, false).map_err(stored)?;
+    meta.indexes
+        .insert(txn, &key, &tree.root().0.to_le_bytes())
+        .map_err(stored)?;
+    Ok(Some(tree))
+}
+
+/// Reads a named root.
+pub(crate) fn get_root(txn: &mut Txn, meta: &Meta, name: &str) -> Result<Option<Oid>> {
+    match meta.roots.get(txn, name.as_bytes()).map_err(stored)? {
+        None => Ok(None),
+        Some(v) => Oid::from_slice(&v)
+            .filter(|_| v.len() == Oid::ENCODED_SIZE)
+            .map(Some)
+            .ok_or_else(|| corrupt_catalog(format!("root {name:?} is malformed"))),
+    }
+}
+
+/// Sets (or, with `None`, removes) a named root.
+pub(crate) fn set_root(txn: &mut Txn, meta: &Meta, name: &str, oid: Option<Oid>) -> Result<()> {
+    meta.roots.delete(txn, name.as_bytes(), None).map_err(stored)?;
+    if let Some(oid) = oid {
+        meta.roots
+            .insert(txn, name.as_bytes(), &oid.to_bytes())
+            .map_err(stored)?;
+    }
+    Ok(())
+}
+
+fn encode_type(t: &TypeDesc, w: &mut Writer) {
+    let put_str = |w: &mut Writer, s: &str| {
+        w.put_len(s.len() as u64);
+        w.put(s.as_bytes());
+    };
+    match t {
+        TypeDesc::Bool => w.put(&[1]),
+        TypeDesc::U8 => w.put(&[2]),
+        TypeDesc::U16 => w.put(&[3]),
+        TypeDesc::U32 => w.put(&[4]),
+        TypeDesc::U64 => w.put(&[5]),
+        TypeDesc::I8 => w.put(&[6]),
+        TypeDesc::I16 => w.put(&[7]),
+        TypeDesc::I32 => w.put(&[8]),
+        TypeDesc::I64 => w.put(&[9]),
+        TypeDesc::F32 => w.put(&[10]),
+        TypeDesc::F64 => w.put(&[11]),
+        TypeDesc::String => w.put(&[12]),
+        TypeDesc::Seq(e) => {
+            w.put(&[13]);
+            encode_type(e, w);
+        }
+        TypeDesc::Set(e) => {
+            w.put(&[14]);
+            encode_type(e, w);
+        }
+        TypeDesc::Map(k, v) => {
+            w.put(&[15]);
+            encode_type(k, w);
+            encode_type(v, w);
+        }
+        TypeDesc::Option(e) => {
+            w.put(&[16]);
+            encode_type(e, w);
+        }
+        TypeDesc::Struct(name, fields) => {
+            w.put(&[17]);
+            put_str(w, name);
+            w.put_len(fields.len() as u64);
+            for (n, t) in fields {
+                put_str(w, n);
+                encode_type(t, w);
+            }
+        }
+        TypeDesc::Ref(name) => {
+            w.put(&[18]);
+            put_str(w, name);
+        }
+    }
+}
+
+fn decode_str(r: &mut Reader<'_>) -> Result<String, DecodeError> {
+    let n = r.get_count("name", 1)?;
+    let b = r.take(n, "name")?;
+    String::from_utf8(b.to_vec()).map_err(|_| r.error("name", "not UTF-8"))
+}
+
+fn decode_type(r: &mut Reader<'_>, depth: usize) -> Result<TypeDesc, DecodeError> {
+    if depth > TYPE_DEPTH_MAX {
+        return Err(r.error("type", "nested too deeply"));
+    }
+    let tag = r.take(1, "type tag")?[0];
+    Ok(match tag {
+        1 => TypeDesc::Bool,
+        2 => TypeDesc::U8,
+        3 => TypeDesc::U16,
+        4 => TypeDesc::U32,
+        5 => TypeDesc::U64,
+        6 => TypeDesc::I8,
+        7 => TypeDesc::I16,
+        8 => TypeDesc::I32,
+        9 => TypeDesc::I64,
+        10 => TypeDesc::F32,
+        11 => TypeDesc::F64,
+        12 => TypeDesc::String,
+        13 => TypeDesc::Seq(Box::new(decode_type(r, depth + 1)?)),
+        14 => TypeDesc::Set(Box::new(decode_type(r, depth + 1)?)),
+        15 => TypeDesc::Map(
+            Box::new(decode_type(r, depth + 1)?),
+            Box::new(decode_type(r, depth + 1)?),
+        ),
+        16 => TypeDesc::Option(Box::new(decode_type(r, depth + 1)?)),
+        17 => {
+            let name = decode_str(r)?;
+            let n = r.get_count("struct fields", 2)?;
+            let mut fields = Vec::with_capacity(n);
+            for _ in 0..n {
+                let f = decode_str(r)?;
+                fields.push((f, decode_type(r, depth + 1)?));
+            }
+            TypeDesc::Struct(name, fields)
+        }
+        18 => TypeDesc::Ref(decode_str(r)?),
+        other => return Err(r.error("type tag", format!("unknown tag {other}"))),
+    })
+}
+
+/// Encodes a schema (field list).
+pub fn encode_schema(fields: &[FieldDesc]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.put_len(fields.len() as u64);
+    for f in fields {
+        w.put_len(f.name.len() as u64);
+        w.put(f.name.as_bytes());
+        w.put(&[u8::from(f.has_default)]);
+        encode_type(&f.ty, &mut w);
+    }
+    w.into_bytes()
+}
+
+/// Decodes a schema.
+pub fn decode_schema(b: &[u8]) -> Result<Vec<FieldDesc>, DecodeError> {
+    let mut r = Reader::new(b);
+    let n = r.get_count("schema", 3)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = decode_str(&mut r)?;
+        let has_default = match r.take(1, "default flag")?[0] {
+            0 => false,
+            1 => true,
+            other => return Err(r.error("default flag", format!("{other} is neither 0 nor 1"))),
+        };
+        out.push(FieldDesc {
+            name,
+            ty: decode_type(&mut r, 0)?,
+            has_default,
+        });
+    }
+    r.finish("schema")?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_round_trip_and_damage_is_an_error() {
+        let fields = vec![
+            FieldDesc {
+                name: "id".into(),
+                ty: TypeDesc::U32,
+                has_default: false,
+            },
+            FieldDesc {
+                name: "to".into(),
+                ty: TypeDesc::Seq(Box::new(TypeDesc::Struct(
+                    "Connection".into(),
+                    vec![
+                        ("to".into(), TypeDesc::Ref("Part".into())),
+                        ("length".into(), TypeDesc::I32),
+                    ],
+                ))),
+                has_default: false,
+            },
+            FieldDesc {
+                name: "m".into(),
+                ty: TypeDesc::Map(
+                    Box::new(TypeDesc::String),
+                    Box::new(TypeDesc::Option(Box::new(TypeDesc::F64))),
+                ),
+                has_default: true,
+            },
+        ];
+        let b = encode_schema(&fields);
+        assert_eq!(decode_schema(&b).unwrap(), fields);
+        for cut in 0..b.len() {
+            assert!(decode_schema(&b[..cut]).is_err());
+        }
+        let mut deep = vec![1u8];
+        deep.extend(std::iter::repeat_n(13u8, 100));
+        assert!(decode_schema(&[&[1, 1, b'x', 0][..], &deep[1..]].concat()).is_err());
+    }
+
+    #[test]
+    fn evolution_rules() {
+        let f = |n: &str, t: TypeDesc, d: bool| FieldDesc {
+            name: n.into(),
+            ty: t,
+            has_default: d,
+        };
+        let v1 = vec![f("a", TypeDesc::U32, false), f("b", TypeDesc::String, false)];
+        let added = vec![
+            f("a", TypeDesc::U32, false),
+            f("b", TypeDesc::String, false),
+            f("c", TypeDesc::I64, true),
+        ];
+        assert!(check_evolution("T", &v1, &added).is_ok());
+        let no_default = vec![
+            f("a", TypeDesc::U32, false),
+            f("b", TypeDesc::String, false),
+            f("c", TypeDesc::I64, false),
+        ];
+        let e = check_evolution("T", &v1, &no_default).unwrap_err();
+        assert!(
+            matches!(e, Error::SchemaMismatch { ref field, .. } if field == "c"),
+            "{e}"
+        );
+        let removed = vec![f("a", TypeDesc::U32, false)];
+        let e = check_evolution("T", &v1, &removed).unwrap_err();
+        assert!(
+            matches!(e, Error::SchemaMismatch { ref field, .. } if field == "b"),
+            "{e}"
+        );
+        let retyped = vec![f("a", TypeDesc::U64, false), f("b", TypeDesc::String, false)];
+        let e = check_evolution("T", &v1, &retyped).unwrap_err();
+        assert!(
+            matches!(e, Error::SchemaMismatch { ref field, .. } if field == "a"),
+            "{e}"
+        );
+    }
+}

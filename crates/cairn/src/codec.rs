@@ -1,0 +1,308 @@
+//! The encoding of persistent objects (see `docs/encoding.md`).
+//!
+//! An object's record is `class id (u32) | schema version (u16) | fields`,
+//! fields in declaration order, each encoded by its type's [`Field`] impl:
+//! little-endian fixed-width numbers, `bool` as one byte (0 or 1), strings
+//! as a LEB128 length then the UTF-8 bytes, `Vec<T>` as a LEB128
+//! count then the elements, `Option<T>` as a tag byte (0 none, 1 some) then
+//! the value, nested plain structs as their fields in order, `Ref<T>` as the
+//! 10-byte OID. Records written with an older schema version are decoded
+//! field by field with that version's type descriptors (from the catalog)
+//! into [`Value`]s and rebuilt by name ([`Persistent::from_values`]).
+//!
+//! Decoding never trusts a length: every count is checked against the bytes
+//! left before anything is allocated, and trailing bytes are an error.
+
+use cairn_storage::Oid;
+
+/// A decoding failure: what was expected, at which byte offset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot decode {what} at byte {offset}: {reason}")]
+pub struct DecodeError {
+    /// What was being decoded (a type or field name).
+    pub what: String,
+    /// The byte offset in the record.
+    pub offset: usize,
+    /// Why it failed.
+    pub reason: String,
+}
+
+/// Builds a record.
+#[derive(Debug, Default, Clone)]
+pub struct Writer {
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    /// An empty writer.
+    pub fn new() -> Writer {
+        Writer::default()
+    }
+
+    /// The bytes written.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// The bytes written so far.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Appends raw bytes.
+    pub fn put(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
+
+    /// Appends an unsigned LEB128 number (lengths and counts).
+    pub fn put_len(&mut self, mut n: u64) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                self.buf.push(byte);
+                return;
+            }
+            self.buf.push(byte | 0x80);
+        }
+    }
+}
+
+/// Reads a record, checking every length against the bytes left.
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over `buf`.
+    pub fn new(buf: &'a [u8]) -> Reader<'a> {
+        Reader { buf, pos: 0 }
+    }
+
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// The current offset.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    /// A decode error at the current offset.
+    pub fn error(&self, what: &str, reason: impl Into<String>) -> DecodeError {
+        DecodeError {
+            what: what.to_string(),
+            offset: self.pos,
+            reason: reason.into(),
+        }
+    }
+
+    /// Takes `n` bytes.
+    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], DecodeError> {
+        if n > self.remaining() {
+            return Err(self.error(what, format!("needs {n} bytes, {} left", self.remaining())));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    /// Takes exactly `N` bytes.
+    pub fn take_array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], DecodeError> {
+        Ok(self.take(N, what)?.try_into().expect("N bytes"))
+    }
+
+    /// Reads an unsigned LEB128 number (at most 10 bytes).
+    pub fn get_len(&mut self, what: &str) -> Result<u64, DecodeError> {
+        let mut n: u64 = 0;
+        for i in 0..10 {
+            let b = self.take(1, what)?[0];
+            n |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(n);
+            }
+        }
+        Err(self.error(what, "length runs past 10 bytes"))
+    }
+
+    /// Reads a count of elements, each at least `min_elem_bytes` long, and
+    /// checks it against the bytes left (so a hostile count allocates nothing).
+    pub fn get_count(&mut self, what: &str, min_elem_bytes: usize) -> Result<usize, DecodeError> {
+        let n = self.get_len(what)?;
+        let limit = (self.remaining() / min_elem_bytes.max(1)) as u64;
+        if n > limit {
+            return Err(self.error(what, format!("count {n} cannot fit in {} bytes", self.remaining())));
+        }
+        Ok(n as usize)
+    }
+
+    /// Fails unless every byte was read.
+    pub fn finish(&self, what: &str) -> Result<(), DecodeError> {
+        if self.remaining() != 0 {
+            return Err(self.error(what, format!("{} trailing bytes", self.remaining())));
+        }
+        Ok(())
+    }
+}
+
+/// The type of a stored field, as recorded in the schema catalog.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TypeDesc {
+    /// `bool`.
+    Bool,
+    /// `u8`.
+    U8,
+    /// `u16`.
+    U16,
+    /// `u32`.
+    U32,
+    /// `u64`.
+    U64,
+    /// `i8`.
+    I8,
+    /// `i16`.
+    I16,
+    /// `i32`.
+    I32,
+    /// `i64`.
+    I64,
+    /// `f32`.
+    F32,
+    /// `f64`.
+    F64,
+    /// `String`.
+    String,
+    /// `Vec<T>` (and `List<T>`; a `Vec<u8>` is a sequence of `U8`, which
+    /// encodes as a length and the bytes).
+    Seq(Box<TypeDesc>),
+    /// `Set<T>`: a sorted sequence without duplicates.
+    Set(Box<TypeDesc>),
+    /// `Map<K, V>`: sorted (key, value) pairs.
+    Map(Box<TypeDesc>, Box<TypeDesc>),
+    /// `Option<T>`.
+    Option(Box<TypeDesc>),
+    /// A nested plain struct: its name and fields.
+    Struct(String, Vec<(String, TypeDesc)>),
+    /// `Ref<T>`: the target type's name.
+    Ref(String),
+}
+
+/// A field value decoded without knowing its Rust type (old schema versions).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// Any unsigned integer or bool.
+    U(u64),
+    /// Any signed integer.
+    I(i64),
+    /// Any float.
+    F(f64),
+    /// A string.
+    Str(String),
+    /// A sequence, set or map (maps as 2-element sequences).
+    Seq(Vec<Value>),
+    /// An option.
+    Opt(Option<Box<Value>>),
+    /// A nested struct's fields by name.
+    Struct(Vec<(String, Value)>),
+    /// A reference.
+    Ref(Oid),
+}
+
+/// A type that can be a field of a persistent object.
+pub trait Field: Sized {
+    /// The stored type, for the catalog.
+    fn type_desc() -> TypeDesc;
+    /// Appends the encoding.
+    fn encode(&self, w: &mut Writer);
+    /// Decodes one value.
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError>;
+    /// Converts a value decoded with an older schema (same type descriptor).
+    fn from_value(v: Value) -> Result<Self, DecodeError>;
+}
+
+/// A field of a stored schema version.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FieldDesc {
+    /// The field's name.
+    pub name: String,
+    /// Its stored type.
+    pub ty: TypeDesc,
+    /// True if `#[cairn(default)]`: old records without it read as `Default`.
+    pub has_default: bool,
+}
+
+/// A persistent type: `#[derive(Persistent)]` implements it.
+pub trait Persistent: Sized + Send + Sync + 'static {
+    /// The type's name in the catalog (the struct's name).
+    const NAME: &'static str;
+    /// The fields, in order.
+    fn fields() -> Vec<FieldDesc>;
+    /// Encodes the fields (current schema), without the record header.
+    fn encode_fields(&self, w: &mut Writer);
+    /// Decodes the fields written with the current schema.
+    fn decode_fields(r: &mut Reader<'_>) -> Result<Self, DecodeError>;
+    /// Rebuilds from fields decoded with an older schema, by name; fields the
+    /// old schema lacks take their default.
+    fn from_values(values: Vec<(String, Value)>) -> Result<Self, DecodeError>;
+    /// Index keys of `#[cairn(index)]` fields: (field name, order-preserving key bytes).
+    fn index_keys(&self) -> Vec<(&'static str, Vec<u8>)> {
+        Vec::new()
+    }
+}
+
+/// Decodes one value of type `ty` without knowing its Rust type.
+pub fn decode_value(ty: &TypeDesc, r: &mut Reader<'_>) -> Result<Value, DecodeError> {
+    Ok(match ty {
+        TypeDesc::Bool => Value::U(u64::from(r.take(1, "bool")?[0])),
+        TypeDesc::U8 => Value::U(u64::from(r.take(1, "u8")?[0])),
+        TypeDesc::U16 => Value::U(u64::from(u16::from_le_bytes(r.take_array("u16")?))),
+        TypeDesc::U32 => Value::U(u64::from(u32::from_le_bytes(r.take_array("u32")?))),
+        TypeDesc::U64 => Value::U(u64::from_le_bytes(r.take_array("u64")?)),
+        TypeDesc::I8 => Value::I(i64::from(i8::from_le_bytes(r.take_array("i8")?))),
+        TypeDesc::I16 => Value::I(i64::from(i16::from_le_bytes(r.take_array("i16")?))),
+        TypeDesc::I32 => Value::I(i64::from(i32::from_le_bytes(r.take_array("i32")?))),
+        TypeDesc::I64 => Value::I(i64::from_le_bytes(r.take_array("i64")?)),
+        TypeDesc::F32 => Value::F(f64::from(f32::from_le_bytes(r.take_array("f32")?))),
+        TypeDesc::F64 => Value::F(f64::from_le_bytes(r.take_array("f64")?)),
+        TypeDesc::String => {
+            let n = r.get_count("string", 1)?;
+            let b = r.take(n, "string")?;
+            Value::Str(String::from_utf8(b.to_vec()).map_err(|_| r.error("string", "not UTF-8"))?)
+        }
+        TypeDesc::Seq(t) | TypeDesc::Set(t) => {
+            let n = r.get_count("sequence", 1)?;
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(decode_value(t, r)?);
+            }
+            Value::Seq(v)
+        }
+        TypeDesc::Map(k, val) => {
+            let n = r.get_count("map", 2)?;
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(Value::Seq(vec![decode_value(k, r)?, decode_value(val, r)?]));
+            }
+            Value::Seq(v)
+        }
+        TypeDesc::Option(t) => match r.take(1, "option tag")?[0] {
+            0 => Value::Opt(None),
+            1 => Value::Opt(Some(Box::new(decode_value(t, r)?))),
+            other => return Err(r.error("option tag", format!("tag {other} is neither 0 nor 1"))),
+        },
+        TypeDesc::Struct(_, fields) => {
+            let mut v = Vec::with_capacity(fields.len());
+            for (name, t) in fields {
+                v.push((name.clone(), decode_value(t, r)?));
+            }
+            Value::Struct(v)
+        }
+        TypeDesc::Ref(_) => {
+            let b: [u8; Oid::ENCODED_SIZE] = r.take_array("reference")?;
+            Value::Ref(Oid::from_bytes(&b))
+        }
+    })
+}

@@ -1,0 +1,331 @@
+//! The typed API end to end on a real database: create, get, update, delete,
+//! named roots, references in both directions, an index on a field, reopen,
+//! a tiny object cache under a long traversal, and schema evolution.
+
+use cairn::{CachePolicy, Database, Error, Index, List, Options, Persistent, Ref};
+
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Connection {
+    to: Ref<Part>,
+    kind: String,
+    length: i32,
+}
+
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Part {
+    #[cairn(index)]
+    id: u32,
+    kind: String,
+    x: i32,
+    y: i32,
+    build: i64,
+    to: Vec<Connection>,
+    from: List<Ref<Part>>,
+}
+
+const BY_ID: Index<u32, Part> = Index::on("id");
+
+fn opts(cache_bytes: usize, policy: CachePolicy) -> Options {
+    let mut o = Options {
+        cache_bytes,
+        cache_policy: policy,
+        ..Options::default()
+    };
+    o.storage.background = false;
+    o
+}
+
+/// A small graph: part i connects to (i*7+1) % n, (i*13+2) % n, (i*3+5) % n.
+fn build(db: &Database, n: u32) -> Vec<Ref<Part>> {
+    let mut tx = db.begin().unwrap();
+    let parts: Vec<Ref<Part>> = (0..n)
+        .map(|i| {
+            tx.create_in(
+                "parts",
+                Part {
+                    id: i,
+                    kind: format!("part-type{}", i % 10),
+                    x: i as i32,
+                    y: -(i as i32),
+                    build: i64::from(i) * 1000,
+                    to: Vec::new(),
+                    from: List::new(),
+                },
+            )
+            .unwrap()
+        })
+        .collect();
+    for i in 0..n {
+        for (k, t) in [(i * 7 + 1) % n, (i * 13 + 2) % n, (i * 3 + 5) % n]
+            .into_iter()
+            .enumerate()
+        {
+            let target = parts[t as usize].clone();
+            tx.update(&parts[i as usize], |p| {
+                p.to.push(Connection {
+                    to: target.clone(),
+                    kind: format!("c{k}"),
+                    length: (i + t) as i32,
+                })
+            })
+            .unwrap();
+            let source = parts[i as usize].clone();
+            tx.update(&parts[t as usize], |p| p.from.push(source)).unwrap();
+        }
+    }
+    tx.set_root("first-part", &parts[0]).unwrap();
+    tx.commit().unwrap();
+    parts
+}
+
+/// Depth-first over `to` from the root to `depth` hops: visited ids in order.
+fn traverse(db: &Database, depth: u32) -> Vec<u32> {
+    fn go(tx: &mut cairn::Transaction<'_>, r: &Ref<Part>, depth: u32, out: &mut Vec<u32>) {
+        let p = tx.get(r).unwrap();
+        out.push(p.id);
+        if depth == 0 {
+            return;
+        }
+        for c in &p.to {
+            go(tx, &c.to, depth - 1, out);
+        }
+    }
+    let mut tx = db.begin().unwrap();
+    let root: Ref<Part> = tx.root("first-part").unwrap();
+    let mut out = Vec::new();
+    go(&mut tx, &root, depth, &mut out);
+    tx.commit().unwrap();
+    out
+}
+
+#[test]
+fn create_follow_update_delete_roots_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Database::open_with(&path, opts(64 << 20, CachePolicy::Lru)).unwrap();
+    let parts = build(&db, 200);
+    let visits = traverse(&db, 4);
+    assert_eq!(visits.len(), 1 + 3 + 9 + 27 + 81);
+
+    // Both directions: every `to` edge has the matching `from` entry.
+    let mut tx = db.begin().unwrap();
+    for r in &parts {
+        let p = tx.get(r).unwrap();
+        for c in &p.to {
+            let q = tx.get(&c.to).unwrap();
+            assert!(q.from.contains(r), "part {} lacks the reverse edge from {}", q.id, p.id);
+        }
+    }
+    // Update, then read back in the same and a later transaction.
+    tx.update(&parts[5], |p| p.x = 12345).unwrap();
+    assert_eq!(tx.get(&parts[5]).unwrap().x, 12345);
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&parts[5]).unwrap().x, 12345);
+    // An aborted change leaves nothing.
+    tx.update(&parts[6], |p| p.x = -1).unwrap();
+    tx.abort().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&parts[6]).unwrap().x, 6);
+    // Delete: the reference answers NotFound.
+    tx.delete(&parts[7]).unwrap();
+    assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound(_))));
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound(_))));
+    assert!(matches!(tx.root::<Part>("no-such-root"), Err(Error::NotFound(_))));
+    tx.commit().unwrap();
+    let stats = db.cache_stats();
+    assert!(stats.hits > 0 && stats.faults > 0 && stats.swizzles > 0, "{stats:?}");
+    db.close().unwrap();
+
+    let db = Database::open_with(&path, opts(64 << 20, CachePolicy::Clock)).unwrap();
+    assert_eq!(traverse(&db, 4), visits, "the same graph after reopening");
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&parts[5]).unwrap().x, 12345);
+    assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound(_))));
+    tx.commit().unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn the_index_follows_creates_updates_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_with(dir.path().join("db"), opts(1 << 20, CachePolicy::Lru)).unwrap();
+    let parts = build(&db, 100);
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.find(&BY_ID, &42).unwrap(), vec![parts[42].clone()]);
+    let range = tx
+        .find_range(&BY_ID, std::ops::Bound::Included(&10), std::ops::Bound::Excluded(&20))
+        .unwrap();
+    assert_eq!(range, parts[10..20].to_vec());
+    tx.update(&parts[42], |p| p.id = 4242).unwrap();
+    assert!(tx.find(&BY_ID, &42).unwrap().is_empty());
+    assert_eq!(tx.find(&BY_ID, &4242).unwrap(), vec![parts[42].clone()]);
+    tx.delete(&parts[43]).unwrap();
+    assert!(tx.find(&BY_ID, &43).unwrap().is_empty());
+    tx.abort().unwrap();
+    // The abort undid the index changes with the objects.
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.find(&BY_ID, &42).unwrap(), vec![parts[42].clone()]);
+    assert_eq!(tx.find(&BY_ID, &43).unwrap(), vec![parts[43].clone()]);
+    assert!(tx.find(&BY_ID, &4242).unwrap().is_empty());
+    tx.commit().unwrap();
+}
+
+#[test]
+fn a_tiny_cache_gives_the_same_answers_and_never_a_wrong_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Database::open_with(&path, opts(64 << 20, CachePolicy::Lru)).unwrap();
+    build(&db, 300);
+    let expected = traverse(&db, 6);
+    db.close().unwrap();
+    for policy in [CachePolicy::Lru, CachePolicy::Clock] {
+        // Room for a handful of objects only: references are swizzled and
+        // then their targets evicted, again and again.
+        let db = Database::open_with(&path, opts(2_000, policy)).unwrap();
+        assert_eq!(traverse(&db, 6), expected, "{policy:?}");
+        assert_eq!(traverse(&db, 6), expected, "{policy:?}, second run");
+        let s = db.cache_stats();
+        assert!(s.evictions > 1000, "{policy:?}: {s:?}");
+        assert!(s.objects <= 10, "{policy:?}: {s:?}");
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn a_reference_to_another_type_is_an_error_not_a_wrong_object() {
+    #[derive(Persistent, Debug)]
+    struct Other {
+        name: String,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_with(dir.path().join("db"), opts(1 << 20, CachePolicy::Lru)).unwrap();
+    let mut tx = db.begin().unwrap();
+    let o = tx
+        .create(Other {
+            name: "not a part".into(),
+        })
+        .unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    let wrong: Ref<Part> = o.cast();
+    assert!(matches!(tx.get(&wrong), Err(Error::WrongType { .. })));
+    assert_eq!(tx.get(&o).unwrap().name, "not a part");
+    tx.commit().unwrap();
+}
+
+mod v1 {
+    #[derive(cairn::Persistent, Debug)]
+    pub struct Gadget {
+        pub name: String,
+        pub size: u32,
+    }
+}
+
+mod v2 {
+    #[derive(cairn::Persistent, Debug)]
+    pub struct Gadget {
+        pub name: String,
+        pub size: u32,
+        #[cairn(default)]
+        pub color: String,
+        #[cairn(default)]
+        pub tags: Vec<String>,
+    }
+}
+
+mod v3_removed {
+    #[derive(cairn::Persistent, Debug)]
+    pub struct Gadget {
+        pub name: String,
+    }
+}
+
+mod v3_retyped {
+    #[derive(cairn::Persistent, Debug)]
+    pub struct Gadget {
+        pub name: String,
+        pub size: u64,
+    }
+}
+
+mod v3_no_default {
+    #[derive(cairn::Persistent, Debug)]
+    pub struct Gadget {
+        pub name: String,
+        pub size: u32,
+        #[cairn(default)]
+        pub color: String,
+        #[cairn(default)]
+        pub tags: Vec<String>,
+        pub weight: u32,
+    }
+}
+
+#[test]
+fn schema_evolution_adds_fields_with_defaults_and_refuses_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+    let mut tx = db.begin().unwrap();
+    let g = tx
+        .create(v1::Gadget {
+            name: "widget".into(),
+            size: 3,
+        })
+        .unwrap();
+    tx.set_root("g", &g).unwrap();
+    tx.commit().unwrap();
+    db.close().unwrap();
+
+    // Version 2 reads the version-1 record, with defaults for the new fields,
+    // and writes version-2 records.
+    let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+    let mut tx = db.begin().unwrap();
+    let g2: Ref<v2::Gadget> = tx.root("g").unwrap();
+    let v = tx.get(&g2).unwrap();
+    assert_eq!(
+        (v.name.as_str(), v.size, v.color.as_str(), v.tags.len()),
+        ("widget", 3, "", 0)
+    );
+    tx.update(&g2, |g| g.color = "red".into()).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&g2).unwrap().color, "red");
+    tx.commit().unwrap();
+    db.close().unwrap();
+
+    for (what, field_named, err) in [
+        (
+            "removed",
+            "size",
+            Database::open_with(&path, opts(1 << 20, CachePolicy::Lru))
+                .unwrap()
+                .register::<v3_removed::Gadget>(),
+        ),
+        (
+            "retyped",
+            "size",
+            Database::open_with(&path, opts(1 << 20, CachePolicy::Lru))
+                .unwrap()
+                .register::<v3_retyped::Gadget>(),
+        ),
+        (
+            "added without default",
+            "weight",
+            Database::open_with(&path, opts(1 << 20, CachePolicy::Lru))
+                .unwrap()
+                .register::<v3_no_default::Gadget>(),
+        ),
+    ] {
+        match err {
+            Err(Error::SchemaMismatch { type_name, field, .. }) => {
+                assert_eq!(type_name, "Gadget", "{what}");
+                assert_eq!(field, field_named, "{what}");
+            }
+            other => panic!("{what}: expected SchemaMismatch, got {other:?}"),
+        }
+    }
+}
