@@ -146,6 +146,8 @@ fn create_follow_update_delete_roots_and_reopen() {
     assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound(_))));
     tx.commit().unwrap();
     db.close().unwrap();
+    let report = cairn::storage::check::check_database(&path, &cairn::storage::volume::VolumeOptions::default());
+    assert!(report.is_ok(), "{:?}", report.problems);
 }
 
 #[test]

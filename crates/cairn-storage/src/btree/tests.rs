@@ -700,7 +700,7 @@ fn key_strategy() -> impl Strategy<Value = Vec<u8>> {
 /// separators stay long and inner nodes hold few: deep trees from few entries.
 fn long_key_strategy() -> impl Strategy<Value = Vec<u8>> {
     (
-        prop::sample::select(vec![400usize, 500, 580]),
+        prop::sample::select(vec![540usize, 560, 580]),
         prop::collection::vec(prop::sample::select(vec![0u8, b'a', b'b', 0xff]), 0..8),
     )
         .prop_map(|(len, s)| {
@@ -818,7 +818,6 @@ fn run_model(unique: bool, ops: &[Op]) {
         }
     }
     t.check(&mut m).unwrap();
-    eprintln!("DEPTH {} {}", level(&mut m, &t), m.pages.len());
     let n = if unique { uniq.len() } else { model.len() };
     assert_eq!(t.len(&mut m).unwrap(), n as u64);
     let pages = m.pages.len();
@@ -841,14 +840,14 @@ proptest! {
 
     #[test]
     fn deep_non_unique_tree_matches_model(
-        ops in prop::collection::vec(op_strategy_with(long_key_strategy().boxed()), 1..400),
+        ops in prop::collection::vec(op_strategy_with(long_key_strategy().boxed()), 1..800),
     ) {
         run_model(false, &ops);
     }
 
     #[test]
     fn deep_unique_tree_matches_model(
-        ops in prop::collection::vec(op_strategy_with(long_key_strategy().boxed()), 1..400),
+        ops in prop::collection::vec(op_strategy_with(long_key_strategy().boxed()), 1..800),
     ) {
         run_model(true, &ops);
     }

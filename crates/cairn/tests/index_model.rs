@@ -1,0 +1,144 @@
+//! Index consistency: random creates, key updates and deletes in
+//! transactions that commit or abort (and occasional reopens), against a
+//! model; after every transaction the whole index, scanned in key order,
+//! equals the model's. `CAIRN_PROPTEST_CASES` scales the cases (default 16).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use cairn::{Database, Index, Options, Persistent, Ref};
+use proptest::prelude::*;
+
+#[derive(Persistent, Debug, Clone)]
+struct Item {
+    #[cairn(index)]
+    key: i32,
+    payload: String,
+}
+
+const BY_KEY: Index<i32, Item> = Index::on("key");
+
+#[derive(Clone, Debug)]
+enum Op {
+    Create(i32),
+    Rekey(usize, i32),
+    Delete(usize),
+    Commit,
+    Abort,
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (-20i32..20).prop_map(Op::Create),
+        3 => (any::<usize>(), -20i32..20).prop_map(|(i, k)| Op::Rekey(i, k)),
+        2 => any::<usize>().prop_map(Op::Delete),
+        3 => Just(Op::Commit),
+        1 => Just(Op::Abort),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// The index as the model sees it: (key, oid) pairs in order.
+fn expected(m: &BTreeMap<Ref<Item>, i32>) -> Vec<(i32, Ref<Item>)> {
+    let mut v: Vec<(i32, Ref<Item>)> = m.iter().map(|(r, k)| (*k, r.clone())).collect();
+    v.sort();
+    v
+}
+
+fn run(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut opts = Options {
+        cache_bytes: 4_000,
+        ..Options::default()
+    };
+    opts.storage.background = false;
+    let mut committed: BTreeMap<Ref<Item>, i32> = BTreeMap::new();
+    // Each run of operations between reopens uses one open database.
+    for segment in ops.split(|o| matches!(o, Op::Reopen)) {
+        let db = Database::open_with(&path, opts.clone()).unwrap();
+        let mut current = committed.clone();
+        let mut tx = None;
+        for op in segment {
+            if tx.is_none() {
+                tx = Some(db.begin().unwrap());
+            }
+            match *op {
+                Op::Create(k) => {
+                    let r = tx
+                        .as_mut()
+                        .unwrap()
+                        .create(Item {
+                            key: k,
+                            payload: format!("item {k}"),
+                        })
+                        .unwrap();
+                    current.insert(r, k);
+                }
+                Op::Rekey(i, k) => {
+                    let Some(r) = current.keys().nth(i % current.len().max(1)).cloned() else {
+                        continue;
+                    };
+                    tx.as_mut().unwrap().update(&r, |it| it.key = k).unwrap();
+                    current.insert(r, k);
+                }
+                Op::Delete(i) => {
+                    let Some(r) = current.keys().nth(i % current.len().max(1)).cloned() else {
+                        continue;
+                    };
+                    tx.as_mut().unwrap().delete(&r).unwrap();
+                    current.remove(&r);
+                }
+                Op::Commit | Op::Abort => {
+                    let t = tx.take().unwrap();
+                    if matches!(op, Op::Commit) {
+                        t.commit().unwrap();
+                        committed = current.clone();
+                    } else {
+                        t.abort().unwrap();
+                        current = committed.clone();
+                    }
+                    let mut check = db.begin().unwrap();
+                    let all = check.find_range(&BY_KEY, Bound::Unbounded, Bound::Unbounded).unwrap();
+                    let want: Vec<Ref<Item>> = expected(&committed).into_iter().map(|(_, r)| r).collect();
+                    assert_eq!(all, want, "the index after {op:?}");
+                    for k in -20..20 {
+                        let mut got = check.find(&BY_KEY, &k).unwrap();
+                        got.sort();
+                        let want: Vec<Ref<Item>> = committed
+                            .iter()
+                            .filter(|(_, v)| **v == k)
+                            .map(|(r, _)| r.clone())
+                            .collect();
+                        assert_eq!(got, want, "find({k})");
+                    }
+                    for (r, k) in &committed {
+                        assert_eq!(check.get(r).unwrap().key, *k);
+                    }
+                    check.commit().unwrap();
+                }
+                Op::Reopen => unreachable!(),
+            }
+        }
+        // An open transaction at a reopen is dropped: it aborts.
+        drop(tx);
+        db.close().unwrap();
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("CAIRN_PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_index_matches_the_model(ops in proptest::collection::vec(op(), 1..80)) {
+        run(ops);
+    }
+}
