@@ -1,4 +1,6 @@
 //! The benchmark harness (issues 5 and 6): OO1, ACOB, OO7 and RPC workloads,
-//! peers, reports and plots. Today: [`commit`], the group-commit benchmark.
+//! peers, reports and plots. Today: [`commit`], the group-commit benchmark, and [`refs`], the cost of
+//! following a reference against the in-memory floor.
 
 pub mod commit;
+pub mod refs;

@@ -96,6 +96,15 @@ enum BenchCommand {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Following a reference: swizzled, by OID lookup, from storage, against a plain Vec.
+    Refs {
+        /// Objects in the ring.
+        #[arg(long, default_value_t = 10_000)]
+        nodes: usize,
+        /// Steps per timed walk.
+        #[arg(long, default_value_t = 1_000_000)]
+        steps: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -118,6 +127,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Commit { seconds, dir, json },
         } => bench_commit(seconds, dir, json.as_deref()),
+        Command::Bench {
+            which: BenchCommand::Refs { nodes, steps },
+        } => bench_refs(nodes, steps),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -276,6 +288,20 @@ fn bench_commit(seconds: f64, dir: Option<PathBuf>, json: Option<&Path>) -> anyh
         });
         let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         writeln!(f, "{}", serde_json::to_string_pretty(&out)?)?;
+    }
+    Ok(())
+}
+
+fn bench_refs(nodes: usize, steps: usize) -> anyhow::Result<()> {
+    let results = cairn_bench::refs::run(&cairn_bench::refs::RefsOptions {
+        nodes,
+        steps,
+        dir: None,
+    })?;
+    println!("following a reference: {nodes} objects in a ring, {steps} steps, warm");
+    println!("{:<14} {:>10} {:>10}", "way", "ns/step", "× floor");
+    for r in &results {
+        println!("{:<14} {:>10.1} {:>10.2}", r.system, r.ns_per_step, r.ratio_to_floor);
     }
     Ok(())
 }

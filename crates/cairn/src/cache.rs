@@ -32,10 +32,10 @@ pub const ENTRY_OVERHEAD_BYTES: usize = 96;
 /// Replacement policy of the object cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CachePolicy {
-    /// Least recently used.
-    #[default]
+    /// Least recently used (a list threaded through the slots, moved on every hit).
     Lru,
-    /// CLOCK (second chance).
+    /// CLOCK (second chance): a hit only sets a bit, so it is the default.
+    #[default]
     Clock,
 }
 

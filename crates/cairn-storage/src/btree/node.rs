@@ -487,6 +487,12 @@ pub fn insert_cell(buf: &mut [u8], id: PageId, idx: usize, cell: &[u8]) -> Resul
         compact(buf, id)?;
     }
     let n = Node::parse(buf, id)?;
+    if n.heap_start - n.dir_end() < need {
+        return Err(Error::corrupt(
+            id,
+            "b-tree page: its garbage count overstates the free space",
+        ));
+    }
     let (count, heap_start) = (n.count, n.heap_start);
     let off = heap_start - cell.len();
     buf[off..heap_start].copy_from_slice(cell);

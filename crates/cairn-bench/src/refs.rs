@@ -1,0 +1,210 @@
+//! `cairn bench refs`: the cost of following a reference, against the
+//! in-memory floor.
+//!
+//! A ring of `nodes` objects in random order, each pointing at the next; a
+//! walk of `steps` follows the pointers and sums a field. Four ways, timed in
+//! the same run (the machines are noisy, so the ratios are what counts):
+//!
+//! - **floor**: a plain `Vec<Node>`, following an index (`nodes[next]`);
+//! - **swizzled**: `Transaction::get` on the `Ref` stored in the cached
+//!   object — bound to its cache slot after the first lap, so no hash lookup;
+//! - **oid-lookup**: the same through a fresh, unswizzled `Ref` each step
+//!   (a hash lookup in the object cache);
+//! - **storage-read**: reading and decoding the record from the buffer pool
+//!   each step (no object cache).
+//!
+//! All cairn walks are warm (one lap first) and inside one transaction.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cairn::{Database, Options, Persistent, Ref};
+
+#[derive(Persistent, Debug)]
+struct Node {
+    next: Ref<Node>,
+    value: u64,
+}
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct RefsOptions {
+    /// Objects in the ring.
+    pub nodes: usize,
+    /// Steps per timed walk.
+    pub steps: usize,
+    /// Scratch directory (a temporary one if `None`).
+    pub dir: Option<std::path::PathBuf>,
+}
+
+impl Default for RefsOptions {
+    fn default() -> Self {
+        RefsOptions {
+            nodes: 10_000,
+            steps: 1_000_000,
+            dir: None,
+        }
+    }
+}
+
+/// One measured way of following references.
+#[derive(Clone, Debug)]
+pub struct RefsResult {
+    /// "floor", "swizzled", "oid-lookup" or "storage-read".
+    pub system: &'static str,
+    /// Nanoseconds per step.
+    pub ns_per_step: f64,
+    /// Ratio to the floor.
+    pub ratio_to_floor: f64,
+}
+
+fn permutation(n: usize, mut seed: u64) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let j = (seed >> 33) as usize % (i + 1);
+        v.swap(i, j);
+    }
+    v
+}
+
+/// Runs the benchmark.
+pub fn run(opts: &RefsOptions) -> cairn::Result<Vec<RefsResult>> {
+    let n = opts.nodes.max(2);
+    let order = permutation(n, 42);
+    // The floor: next[i] is the index of the node after i in the ring.
+    let mut next_of = vec![0usize; n];
+    for w in 0..n {
+        next_of[order[w]] = order[(w + 1) % n];
+    }
+    struct Plain {
+        next: usize,
+        value: u64,
+    }
+    let plain: Vec<Plain> = (0..n)
+        .map(|i| Plain {
+            next: next_of[i],
+            value: i as u64,
+        })
+        .collect();
+    let t = Instant::now();
+    let (mut cur, mut sum) = (order[0], 0u64);
+    for _ in 0..opts.steps {
+        sum = sum.wrapping_add(plain[cur].value);
+        cur = plain[cur].next;
+    }
+    let floor_ns = t.elapsed().as_nanos() as f64 / opts.steps as f64;
+    std::hint::black_box(sum);
+
+    let tmp = tempdir(opts.dir.as_deref())?;
+    let mut o = Options {
+        cache_bytes: 1 << 30,
+        ..Options::default()
+    };
+    o.storage.background = false;
+    let db = Database::open_with(tmp.join("refs.cairn"), o)?;
+    // Build the ring: create every node, then point each at its successor.
+    let mut tx = db.begin()?;
+    let placeholder = Ref::from_oid(cairn::storage::Oid {
+        page: cairn::storage::PageId(0),
+        slot: cairn::storage::SlotIdx(0),
+        uniq: cairn::storage::Uniq(0),
+    });
+    let refs: Vec<Ref<Node>> = (0..n)
+        .map(|i| {
+            tx.create_in(
+                "ring",
+                Node {
+                    next: placeholder.clone(),
+                    value: i as u64,
+                },
+            )
+        })
+        .collect::<cairn::Result<_>>()?;
+    for i in 0..n {
+        let to = refs[next_of[i]].clone();
+        tx.update(&refs[i], |node| node.next = to)?;
+    }
+    tx.set_root("ring", &refs[order[0]])?;
+    tx.commit()?;
+
+    let mut tx = db.begin()?;
+    let start: Ref<Node> = tx.root("ring")?;
+    let walk = |tx: &mut cairn::Transaction<'_>, steps: usize, swizzle: bool| -> cairn::Result<u64> {
+        let mut cur: Arc<Node> = tx.get(&start)?;
+        let mut sum = 0u64;
+        for _ in 0..steps {
+            let nxt = if swizzle {
+                tx.get(&cur.next)?
+            } else {
+                tx.get(&Ref::<Node>::from_oid(cur.next.oid()))?
+            };
+            sum = sum.wrapping_add(nxt.value);
+            cur = nxt;
+        }
+        Ok(sum)
+    };
+    walk(&mut tx, n + 1, true)?;
+    let t = Instant::now();
+    std::hint::black_box(walk(&mut tx, opts.steps, true)?);
+    let swizzled_ns = t.elapsed().as_nanos() as f64 / opts.steps as f64;
+    let t = Instant::now();
+    std::hint::black_box(walk(&mut tx, opts.steps, false)?);
+    let lookup_ns = t.elapsed().as_nanos() as f64 / opts.steps as f64;
+
+    // Storage reads: record bytes from the buffer pool and decode, no cache.
+    let storage_steps = (opts.steps / 10).max(n);
+    let st = tx.storage();
+    let mut oid = start.oid();
+    let t = Instant::now();
+    let mut sum = 0u64;
+    for _ in 0..storage_steps {
+        let bytes = st.read(oid)?;
+        // Skip the 6-byte header; the next OID and the value follow.
+        let next = cairn::storage::Oid::from_slice(&bytes[6..]).expect("an OID");
+        sum = sum.wrapping_add(u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")));
+        oid = next;
+    }
+    std::hint::black_box(sum);
+    let storage_ns = t.elapsed().as_nanos() as f64 / storage_steps as f64;
+    tx.commit()?;
+    db.close()?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    let r = |system, ns: f64| RefsResult {
+        system,
+        ns_per_step: ns,
+        ratio_to_floor: ns / floor_ns,
+    };
+    Ok(vec![
+        r("floor", floor_ns),
+        r("swizzled", swizzled_ns),
+        r("oid-lookup", lookup_ns),
+        r("storage-read", storage_ns),
+    ])
+}
+
+fn tempdir(base: Option<&std::path::Path>) -> cairn::Result<std::path::PathBuf> {
+    let base = base.map(|p| p.to_path_buf()).unwrap_or_else(std::env::temp_dir);
+    let d = base.join(format!("cairn-bench-refs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).map_err(|e| cairn::Error::InvalidArgument(format!("{}: {e}", d.display())))?;
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tiny_run_measures_every_way() {
+        let r = run(&RefsOptions {
+            nodes: 50,
+            steps: 500,
+            dir: None,
+        })
+        .unwrap();
+        let names: Vec<_> = r.iter().map(|x| x.system).collect();
+        assert_eq!(names, ["floor", "swizzled", "oid-lookup", "storage-read"]);
+        assert!(r.iter().all(|x| x.ns_per_step > 0.0));
+    }
+}
