@@ -22,6 +22,7 @@ pub mod btree;
 pub mod buffer;
 pub mod check;
 pub mod error;
+pub mod fxhash;
 pub mod ids;
 pub mod io;
 pub mod lock;

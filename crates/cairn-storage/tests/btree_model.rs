@@ -106,7 +106,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(unique, key, value)| Op::Delete { unique, key, value }),
         6 => (any::<bool>(), key()).prop_map(|(unique, key)| Op::Get { unique, key }),
         4 => (any::<bool>(), bound(), bound(), dir).prop_map(|(unique, lo, hi, dir)| Op::Range { unique, lo, hi, dir }),
-        3 => (any::<bool>(), any::<u32>(), 0u32..200).prop_map(|(unique, seed, n)| Op::InsertBatch { unique, seed, n }),
+        3 => (any::<bool>(), any::<u32>(), 0u32..600).prop_map(|(unique, seed, n)| Op::InsertBatch { unique, seed, n }),
         2 => (any::<bool>(), bound(), bound()).prop_map(|(unique, lo, hi)| Op::DeleteRange { unique, lo, hi }),
         1 => Just(Op::Rebuild),
         2 => Just(Op::Check),
@@ -409,6 +409,12 @@ fn run(ops: Vec<Op>) {
     d.close().unwrap();
 
     let report = check_database(&path, &opts.volume);
+    eprintln!(
+        "DBG pages={} u={} p={}",
+        report.pages_checked,
+        committed.unique.len(),
+        committed.pairs.len()
+    );
     assert!(report.is_ok(), "check found problems: {:?}", report.problems);
 }
 

@@ -20,7 +20,6 @@
 //! encoded object bytes plus a fixed per-object overhead.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -77,7 +76,7 @@ struct Slot {
 }
 
 struct State {
-    map: HashMap<Oid, u32>,
+    map: cairn_storage::fxhash::FxHashMap<Oid, u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     bytes: usize,
@@ -124,7 +123,7 @@ impl ObjectCache {
     pub fn new(capacity_bytes: usize, policy: CachePolicy) -> ObjectCache {
         ObjectCache {
             state: Mutex::new(State {
-                map: HashMap::new(),
+                map: cairn_storage::fxhash::FxHashMap::default(),
                 slots: Vec::new(),
                 free: Vec::new(),
                 bytes: 0,

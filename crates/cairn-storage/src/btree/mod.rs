@@ -86,12 +86,15 @@
 //! - finally an inner root with a single child takes that child's contents
 //!   (the tree gets one level lower) until it has two children or is a leaf.
 //!
-//! There is no borrowing from a neighbour that is too full to merge with, so
-//! the worst case is a node holding a single entry between same-parent
-//! neighbours that are nearly full (about half the bytes of three pages for
-//! a bit over two pages of data); the height is at most what the largest size
-//! the tree ever reached needs. Empty pages are always given back. Merges
-//! never make a parent larger, so a delete never splits.
+//! There is no borrowing from a neighbour that is too full to merge with.
+//! Worst case: a node keeps as little as one entry for as long as its
+//! same-parent neighbours are too full to take it, so a level whose nodes
+//! alternate between one entry and full uses about twice the pages its
+//! entries need, and a node at a parent's edge can stay tiny beside a tiny
+//! cousin under the next parent. Empty pages are always given back, and the
+//! height never exceeds what the largest size the tree ever reached needed.
+//! Merges never make a parent larger, so a delete never splits and never
+//! allocates.
 //!
 //! # Inserts
 //!

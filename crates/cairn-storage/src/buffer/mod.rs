@@ -103,7 +103,6 @@ mod tests;
 
 pub use replacer::{ClockReplacer, FrameIdx, LruReplacer, Policy, Replacer};
 
-use std::collections::HashMap;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -198,7 +197,7 @@ impl FrameMeta {
 
 /// Everything guarded by the pool's `state` mutex.
 struct State {
-    page_table: HashMap<PageId, FrameIdx>,
+    page_table: crate::fxhash::FxHashMap<PageId, FrameIdx>,
     metas: Vec<FrameMeta>,
     /// Free frames; popped from the end, so frame 0 is used first.
     free: Vec<FrameIdx>,
@@ -271,7 +270,7 @@ impl BufferPool {
             .map(|_| RwLock::new(vec![0u8; page_size].into_boxed_slice()))
             .collect();
         let state = State {
-            page_table: HashMap::with_capacity(frame_count),
+            page_table: crate::fxhash::FxHashMap::with_capacity_and_hasher(frame_count, Default::default()),
             metas: (0..frame_count).map(|_| FrameMeta::free()).collect(),
             free: (0..frame_count).rev().map(FrameIdx).collect(),
             replacer,

@@ -77,9 +77,9 @@ impl OwnerState {
 #[derive(Debug, Default)]
 struct Table {
     /// A queue per resource held or waited for; empty queues are removed.
-    queues: HashMap<Resource, Queue>,
+    queues: crate::fxhash::FxHashMap<Resource, Queue>,
     /// Every owner that holds or waits for a lock (and no other).
-    owners: HashMap<LockOwner, OwnerState>,
+    owners: crate::fxhash::FxHashMap<LockOwner, OwnerState>,
     /// External waits-for edges (waits on callbacks): waiter → owners it
     /// waits for. No empty sets.
     external: HashMap<LockOwner, HashSet<LockOwner>>,

@@ -327,7 +327,7 @@ impl Db {
             db: self.shared.clone(),
             id,
             owner: LockOwner::new(client, id),
-            held: HashMap::new(),
+            held: crate::fxhash::FxHashMap::default(),
             pages,
             scratch: vec![0u8; self.shared.page_size],
             allocated: Vec::new(),
@@ -457,7 +457,7 @@ pub struct Txn {
     id: TxnId,
     owner: LockOwner,
     /// Locks known to be held, to skip the lock manager on repeats.
-    held: HashMap<Resource, LockMode>,
+    held: crate::fxhash::FxHashMap<Resource, LockMode>,
     pages: PrivatePages,
     scratch: Vec<u8>,
     allocated: Vec<PageId>,
