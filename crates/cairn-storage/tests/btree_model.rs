@@ -7,6 +7,7 @@
 //! budget force evictions and spills. `CAIRN_PROPTEST_CASES` scales the
 //! number of cases (default 16).
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -76,7 +77,7 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
     )
         .prop_map(|(mut p, s, pad)| {
             p.extend(s);
-            p.extend(std::iter::repeat(b'z').take(pad));
+            p.extend(vec![b'z'; pad]);
             p.truncate(200);
             p
         })
@@ -134,6 +135,21 @@ impl Model {
             self.unique.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
         } else {
             self.pairs.keys().cloned().collect()
+        }
+    }
+
+    /// Follows an insert into a tree, checking its result.
+    fn insert(&mut self, unique: bool, key: Vec<u8>, value: Vec<u8>, r: Result<bool, Error>) {
+        if !unique {
+            assert_eq!(r.unwrap(), self.pairs.insert((key, value), ()).is_none());
+            return;
+        }
+        match self.unique.entry(key) {
+            Entry::Occupied(_) => assert!(matches!(r, Err(Error::DuplicateKey { .. })), "{r:?}"),
+            Entry::Vacant(e) => {
+                assert!(r.unwrap());
+                e.insert(value);
+            }
         }
     }
 
@@ -282,16 +298,7 @@ fn run(ops: Vec<Op>) {
             Op::Insert { unique, key, value } => {
                 let tree = open(t, m.root(unique), unique);
                 let r = tree.insert(t, &key, &value);
-                if unique {
-                    if m.unique.contains_key(&key) {
-                        assert!(matches!(r, Err(Error::DuplicateKey { .. })), "{r:?}");
-                    } else {
-                        assert!(r.unwrap());
-                        m.unique.insert(key, value);
-                    }
-                } else {
-                    assert_eq!(r.unwrap(), m.pairs.insert((key, value), ()).is_none());
-                }
+                m.insert(unique, key, value, r);
             }
             Op::Delete { unique, key, value } => {
                 let tree = open(t, m.root(unique), unique);
@@ -342,16 +349,7 @@ fn run(ops: Vec<Op>) {
                 for i in 0..n {
                     let (key, value) = batch_entry(seed, i);
                     let r = tree.insert(t, &key, &value);
-                    if unique {
-                        if m.unique.contains_key(&key) {
-                            assert!(matches!(r, Err(Error::DuplicateKey { .. })), "{r:?}");
-                        } else {
-                            assert!(r.unwrap());
-                            m.unique.insert(key, value);
-                        }
-                    } else {
-                        assert_eq!(r.unwrap(), m.pairs.insert((key, value), ()).is_none());
-                    }
+                    m.insert(unique, key, value, r);
                 }
             }
             Op::DeleteRange { unique, lo, hi } => {

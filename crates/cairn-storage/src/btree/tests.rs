@@ -1,11 +1,12 @@
 //! Unit tests of the b-tree over `MemPages`.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use proptest::prelude::*;
 
-use super::node::{self, Node, NODE_HEADER_SIZE};
+use super::node::{self, NODE_HEADER_SIZE};
 use super::*;
 use crate::access::testing::MemPages;
 use crate::page;
@@ -607,6 +608,7 @@ fn check_catches_a_wrong_level_and_a_leaked_root_flag() {
 
 // ---- garbage and random damage never panic ----
 
+#[expect(clippy::too_many_arguments, reason = "one argument per header field under test")]
 fn plausible_page(
     id: u32,
     ty: u8,
@@ -690,7 +692,7 @@ fn key_strategy() -> impl Strategy<Value = Vec<u8>> {
     )
         .prop_map(|(mut p, s, pad)| {
             p.extend(s);
-            p.extend(std::iter::repeat(b'z').take(pad));
+            p.extend(vec![b'z'; pad]);
             p.truncate(200);
             p
         })
@@ -756,11 +758,12 @@ fn run_model(unique: bool, ops: &[Op]) {
             Op::Insert(k, v) => {
                 let r = t.insert(&mut m, k, v);
                 if unique {
-                    if uniq.contains_key(k) {
-                        assert!(matches!(r, Err(Error::DuplicateKey { .. })), "{r:?}");
-                    } else {
-                        assert!(r.unwrap());
-                        uniq.insert(k.clone(), v.clone());
+                    match uniq.entry(k.clone()) {
+                        Entry::Occupied(_) => assert!(matches!(r, Err(Error::DuplicateKey { .. })), "{r:?}"),
+                        Entry::Vacant(e) => {
+                            assert!(r.unwrap());
+                            e.insert(v.clone());
+                        }
                     }
                 } else {
                     assert_eq!(r.unwrap(), model.insert((k.clone(), v.clone()), ()).is_none());
