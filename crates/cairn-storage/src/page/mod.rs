@@ -62,9 +62,9 @@ pub enum PageType {
     LargeIndex = 6,
     /// Data page of a large object.
     LargeData = 7,
-    /// B+-tree leaf (later issue).
+    /// B+-tree leaf.
     BTreeLeaf = 8,
-    /// B+-tree interior node (later issue).
+    /// B+-tree interior node.
     BTreeInner = 9,
     /// A page inside an extent that is not in use.
     Free = 10,
