@@ -166,17 +166,19 @@ impl ObjectCache {
         })
     }
 
-    /// Looks `oid` up by hash.
-    pub fn lookup(&self, oid: Oid) -> Option<Hit> {
+    /// Looks `oid` up by hash, recording `txn` as the last transaction that
+    /// locked it (the caller holds the lock).
+    pub fn lookup(&self, oid: Oid, txn: u64) -> Option<Hit> {
         let mut st = self.lock();
         let slot = *st.map.get(&oid)?;
-        let s = &st.slots[slot as usize];
+        let s = &mut st.slots[slot as usize];
         let hit = Hit {
             obj: s.obj.clone()?,
             slot,
             gen: s.gen,
             last_txn: s.last_txn,
         };
+        s.last_txn = txn;
         self.touch(&mut st, slot);
         self.hits.fetch_add(1, Ordering::Relaxed);
         Some(hit)
@@ -190,6 +192,13 @@ impl ObjectCache {
                 s.last_txn = txn;
             }
         }
+    }
+
+    /// Counts hits answered by a transaction's own table of fetched objects
+    /// (through swizzled references).
+    pub fn add_hits(&self, n: u64) {
+        self.hits.fetch_add(n, Ordering::Relaxed);
+        self.swizzled_hits.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Counts a reference swizzle.
@@ -425,7 +434,7 @@ mod tests {
             assert_eq!(*hit.obj.downcast::<u32>().unwrap(), 29);
             c.invalidate(oid(29));
             assert!(c.get_slot(s29, g29, oid(29)).is_none());
-            assert!(c.lookup(oid(29)).is_none());
+            assert!(c.lookup(oid(29), 0).is_none());
             c.check_invariants();
         }
     }
@@ -436,10 +445,10 @@ mod tests {
         c.insert(oid(1), Arc::new(1u8), 10, 0);
         c.insert(oid(2), Arc::new(2u8), 10, 0);
         c.insert(oid(3), Arc::new(3u8), 10, 0);
-        assert!(c.lookup(oid(1)).is_some());
+        assert!(c.lookup(oid(1), 0).is_some());
         c.insert(oid(4), Arc::new(4u8), 10, 0);
-        assert!(c.lookup(oid(1)).is_some(), "recently used stays");
-        assert!(c.lookup(oid(2)).is_none(), "least recently used goes");
+        assert!(c.lookup(oid(1), 0).is_some(), "recently used stays");
+        assert!(c.lookup(oid(2), 0).is_none(), "least recently used goes");
         c.check_invariants();
     }
 }

@@ -112,6 +112,8 @@ impl Database {
             inner: &self.inner,
             txn: self.inner.db.begin()?,
             overlay: HashMap::new(),
+            local: Vec::new(),
+            local_hits: 0,
         })
     }
 
@@ -262,6 +264,15 @@ pub struct Transaction<'db> {
     inner: &'db Inner,
     txn: Txn,
     overlay: HashMap<Oid, CachedObject>,
+    /// Objects this transaction has already locked and fetched, by cache
+    /// slot: (generation, object). Following a swizzled reference again is an
+    /// index into this vector and a generation check — no lock, no hash. It
+    /// keeps the objects alive until the transaction ends, even if the cache
+    /// evicts them meanwhile (they cannot change: this transaction holds
+    /// their home pages' locks).
+    local: Vec<Option<(u32, CachedObject)>>,
+    /// Hits answered from `local`, added to the cache's counters in batches.
+    local_hits: u64,
 }
 
 impl std::fmt::Debug for Transaction<'_> {
@@ -333,36 +344,64 @@ impl<'db> Transaction<'db> {
                 return downcast(oid, o.clone());
             }
         }
+        let swizzle = r.swizzled();
+        if let Some((slot, gen)) = swizzle {
+            // Fast path: already fetched by this transaction.
+            if let Some(Some((g, obj))) = self.local.get(slot as usize) {
+                if *g == gen {
+                    let obj = obj.clone();
+                    self.local_hits += 1;
+                    if self.local_hits >= 4096 {
+                        self.flush_hits();
+                    }
+                    return downcast(oid, obj);
+                }
+            }
+        }
         let me = self.txn.id().0;
         let cache = &self.inner.cache;
-        if let Some((slot, gen)) = r.swizzled() {
+        if let Some((slot, gen)) = swizzle {
             if let Some(hit) = cache.get_slot(slot, gen, oid) {
-                if hit.last_txn == me {
-                    return downcast(oid, hit.obj);
+                if hit.last_txn != me {
+                    // Lock first, then trust the cache: a writer removes the
+                    // object under its exclusive lock.
+                    self.txn.lock_page(oid.page, false)?;
                 }
-                // Lock first, then trust the cache: a writer removes the
-                // object under its exclusive lock.
-                self.txn.lock_page(oid.page, false)?;
                 if let Some(hit) = cache.get_slot(slot, gen, oid) {
                     cache.set_last_txn(slot, gen, me);
+                    self.remember(slot, gen, &hit.obj);
                     return downcast(oid, hit.obj);
                 }
             }
             r.unswizzle();
         }
         self.txn.lock_page(oid.page, false)?;
-        if let Some(hit) = cache.lookup(oid) {
-            cache.set_last_txn(hit.slot, hit.gen, me);
+        if let Some(hit) = cache.lookup(oid, me) {
             r.swizzle(hit.slot, hit.gen);
             cache.note_swizzle();
+            self.remember(hit.slot, hit.gen, &hit.obj);
             return downcast(oid, hit.obj);
         }
         let bytes = self.txn.read(oid)?;
         let value: Arc<T> = Arc::new(self.inner.decode::<T>(oid, &bytes)?);
-        let (slot, gen) = cache.insert(oid, value.clone(), bytes.len(), me);
+        let obj: CachedObject = value.clone();
+        let (slot, gen) = cache.insert(oid, obj.clone(), bytes.len(), me);
         r.swizzle(slot, gen);
         cache.note_swizzle();
+        self.remember(slot, gen, &obj);
         Ok(value)
+    }
+
+    fn remember(&mut self, slot: u32, gen: u32, obj: &CachedObject) {
+        let i = slot as usize;
+        if i >= self.local.len() {
+            self.local.resize(i + 1, None);
+        }
+        self.local[i] = Some((gen, obj.clone()));
+    }
+
+    fn flush_hits(&mut self) {
+        self.inner.cache.add_hits(std::mem::take(&mut self.local_hits));
     }
 
     /// Reads the object afresh (for a change), decoded into an owned value.
@@ -496,12 +535,14 @@ impl<'db> Transaction<'db> {
     }
 
     /// Commits: the changes are durable when this returns Ok.
-    pub fn commit(self) -> Result<()> {
+    pub fn commit(mut self) -> Result<()> {
+        self.flush_hits();
         Ok(self.txn.commit()?)
     }
 
     /// Aborts: nothing the transaction did remains.
-    pub fn abort(self) -> Result<()> {
+    pub fn abort(mut self) -> Result<()> {
+        self.flush_hits();
         Ok(self.txn.abort()?)
     }
 }

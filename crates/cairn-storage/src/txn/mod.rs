@@ -145,6 +145,8 @@ pub(crate) struct Shared {
     pending_alloc: Mutex<HashMap<PageId, TxnId>>,
     ckpt: Mutex<Lsn>,
     poisoned: Mutex<Option<String>>,
+    /// Set with `poisoned`, so the hot path checks an atomic, not a mutex.
+    is_poisoned: std::sync::atomic::AtomicBool,
     opts: DbOptions,
     counters: Counters,
     stop: (Mutex<bool>, Condvar),
@@ -158,6 +160,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shared {
     fn check_poisoned(&self) -> Result<()> {
+        if !self.is_poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &*lock(&self.poisoned) {
             Some(why) => Err(Error::Poisoned(why.clone())),
             None => Ok(()),
@@ -169,6 +174,7 @@ impl Shared {
         if p.is_none() {
             *p = Some(why);
         }
+        self.is_poisoned.store(true, Ordering::Release);
     }
 
     fn checkpoint(&self) -> Result<()> {
@@ -293,6 +299,7 @@ impl Db {
             pending_alloc: Mutex::new(HashMap::new()),
             ckpt: Mutex::new(Lsn(0)),
             poisoned: Mutex::new(None),
+            is_poisoned: std::sync::atomic::AtomicBool::new(false),
             opts: opts.clone(),
             counters: Counters::default(),
             stop: (Mutex::new(false), Condvar::new()),

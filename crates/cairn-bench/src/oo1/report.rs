@@ -1,0 +1,338 @@
+//! The OO1 report: the human table (stdout), the target lines, and the JSON
+//! document (`--json`).
+//!
+//! Cold is run 1 after a cold open; warm is the median of runs 2.. with their
+//! min–max. Counters are per run: run 1's for cold, the mean of runs 2.. for
+//! warm. Every time is also given as a ratio to the in-memory floor and to
+//! SQLite measured in the same process, the figures to read on a noisy
+//! machine.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::workload::{Measure, Sample, SystemResult};
+use super::{Machine, Oo1Config};
+
+/// Cold or warm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Run 1, after a cold open.
+    Cold,
+    /// Runs 2.., after the first.
+    Warm,
+}
+
+impl Phase {
+    /// The name in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Cold => "cold",
+            Phase::Warm => "warm",
+        }
+    }
+}
+
+/// One row of results: a system's measure in one phase.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// The system.
+    pub system: &'static str,
+    /// The measure.
+    pub measure: Measure,
+    /// Cold or warm.
+    pub phase: Phase,
+    /// Median milliseconds.
+    pub median_ms: f64,
+    /// Fastest run.
+    pub min_ms: f64,
+    /// Slowest run.
+    pub max_ms: f64,
+    /// Counters per run, with hit rates derived.
+    pub counters: BTreeMap<String, f64>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn counters_per_run(samples: &[Sample]) -> BTreeMap<String, f64> {
+    let mut sum: BTreeMap<String, f64> = BTreeMap::new();
+    for s in samples {
+        for (k, v) in &s.counters.0 {
+            *sum.entry((*k).to_string()).or_default() += *v as f64;
+        }
+    }
+    for v in sum.values_mut() {
+        *v /= samples.len() as f64;
+    }
+    let rate = |hits: &str, misses: &str, m: &BTreeMap<String, f64>| {
+        let (h, f) = (m.get(hits).copied()?, m.get(misses).copied()?);
+        (h + f > 0.0).then(|| h / (h + f))
+    };
+    if let Some(r) = rate("object_hits", "object_faults", &sum) {
+        sum.insert("object_hit_rate".into(), r);
+    }
+    if let Some(r) = rate("page_hits", "page_reads", &sum) {
+        sum.insert("page_hit_rate".into(), r);
+    }
+    sum
+}
+
+fn row(system: &'static str, measure: Measure, phase: Phase, samples: &[Sample]) -> Row {
+    let mut ms: Vec<f64> = samples.iter().map(|s| s.ms).collect();
+    let (min_ms, max_ms) = ms.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    Row {
+        system,
+        measure,
+        phase,
+        median_ms: median(&mut ms),
+        min_ms,
+        max_ms,
+        counters: counters_per_run(samples),
+    }
+}
+
+/// The rows of every system, measure and phase (warm only with 2+ runs).
+pub fn rows(results: &[SystemResult]) -> Vec<Row> {
+    let mut out = Vec::new();
+    for m in Measure::ALL {
+        for phase in [Phase::Cold, Phase::Warm] {
+            for s in results {
+                let Some((_, samples)) = s.runs.iter().find(|(x, _)| *x == m) else {
+                    continue;
+                };
+                match phase {
+                    Phase::Cold if !samples.is_empty() => out.push(row(s.system, m, phase, &samples[..1])),
+                    Phase::Warm if samples.len() > 1 => out.push(row(s.system, m, phase, &samples[1..])),
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+fn find<'a>(rows: &'a [Row], system: &str, m: Measure, p: Phase) -> Option<&'a Row> {
+    rows.iter().find(|r| r.system == system && r.measure == m && r.phase == p)
+}
+
+fn ratio(rows: &[Row], r: &Row, base: &str) -> Option<f64> {
+    let b = find(rows, base, r.measure, r.phase)?;
+    (b.median_ms > 0.0).then(|| r.median_ms / b.median_ms)
+}
+
+fn fmt_ms(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.1}")
+    } else if x >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn fmt_bytes(b: Option<u64>) -> String {
+    match b {
+        None => "-".into(),
+        Some(b) if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / f64::from(1 << 20)),
+        Some(b) => format!("{:.1} KiB", b as f64 / 1024.0),
+    }
+}
+
+fn fmt_counters(c: &BTreeMap<String, f64>) -> String {
+    let mut s = String::new();
+    let mut add = |label: &str, key: &str, pct: bool| {
+        if let Some(v) = c.get(key) {
+            if !s.is_empty() {
+                s.push_str(", ");
+            }
+            if pct {
+                let _ = write!(s, "{label} {:.1}%", v * 100.0);
+            } else {
+                let _ = write!(s, "{label} {v:.0}");
+            }
+        }
+    };
+    add("obj faults", "object_faults", false);
+    add("obj hit", "object_hit_rate", true);
+    add("page reads", "page_reads", false);
+    add("page hit", "page_hit_rate", true);
+    add("fsyncs", "fsyncs", false);
+    if s.is_empty() {
+        s.push('-');
+    }
+    s
+}
+
+/// The human report.
+pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows: &[Row]) -> String {
+    let mut o = String::new();
+    let runs = cfg.runs;
+    let _ = writeln!(
+        o,
+        "OO1 (Cattell & Skeen 1992): {} parts, seed {}, {runs} runs per measure; cold = run 1 after a cold open, \
+         warm = median (min–max) of runs 2–{runs}",
+        cfg.parts, cfg.seed
+    );
+    let _ = writeln!(
+        o,
+        "machine: {} cores, {:.1} GiB, {}; cairn: embedded, object cache 1 GiB, 32768 × 4 KiB page frames; \
+         sqlite: WAL, synchronous=FULL, 64 MiB cache",
+        machine.cores,
+        machine.memory_bytes as f64 / f64::from(1 << 30),
+        machine.os
+    );
+    if let Some(first) = results.first() {
+        let same = results.iter().all(|r| r.check == first.check);
+        let _ = writeln!(
+            o,
+            "{} ({})",
+            first.check.line(),
+            if same {
+                "identical for every system"
+            } else {
+                "DIFFERS between systems"
+            }
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "{:<16} {:>11} {:>13}", "system", "load ms", "size on disk");
+    for r in results {
+        let _ = writeln!(o, "{:<16} {:>11} {:>13}", r.system, fmt_ms(r.load_ms), fmt_bytes(r.db_size_bytes));
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<18} {:<5} {:<16} {:>10} {:>21} {:>11} {:>8}  counters per run",
+        "measure", "phase", "system", "median ms", "min–max ms", "× in-memory", "× sqlite"
+    );
+    let mut last = None;
+    for r in rows {
+        if last.is_some() && last != Some((r.measure, r.phase)) && r.phase == Phase::Cold {
+            let _ = writeln!(o);
+        }
+        last = Some((r.measure, r.phase));
+        let x = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+        let _ = writeln!(
+            o,
+            "{:<18} {:<5} {:<16} {:>10} {:>21} {:>11} {:>8}  {}",
+            r.measure.name(),
+            r.phase.name(),
+            r.system,
+            fmt_ms(r.median_ms),
+            format!("{}–{}", fmt_ms(r.min_ms), fmt_ms(r.max_ms)),
+            x(ratio(rows, r, "in-memory")),
+            x(ratio(rows, r, "sqlite")),
+            fmt_counters(&r.counters)
+        );
+    }
+    let targets = targets(rows);
+    if !targets.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "targets (BENCHMARKS.md):");
+        for t in targets {
+            let _ = writeln!(o, "  {:<4} {}", if t.met { "met" } else { "MISS" }, t.text);
+        }
+    }
+    o
+}
+
+/// A target line.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Whether it is met.
+    pub met: bool,
+    /// What it says, with the figure.
+    pub text: String,
+}
+
+/// The OO1 targets for `cairn-embedded`, where the run has the figures.
+pub fn targets(rows: &[Row]) -> Vec<Target> {
+    let me = "cairn-embedded";
+    let mut out = Vec::new();
+    for m in [Measure::Lookup, Measure::Traversal] {
+        if let Some(r) = find(rows, me, m, Phase::Warm) {
+            if let Some(x) = ratio(rows, r, "in-memory") {
+                out.push(Target {
+                    met: x <= 2.0,
+                    text: format!("warm {} within 2× in-memory: {x:.2}×", m.name()),
+                });
+            }
+        }
+    }
+    for m in Measure::ALL {
+        for p in [Phase::Cold, Phase::Warm] {
+            if let Some(r) = find(rows, me, m, p) {
+                if let Some(x) = ratio(rows, r, "sqlite") {
+                    out.push(Target {
+                        met: x < 1.0,
+                        text: format!("{} {} faster than sqlite: {x:.2}× sqlite's time", p.name(), m.name()),
+                    });
+                }
+            }
+        }
+    }
+    for p in [Phase::Cold, Phase::Warm] {
+        if let Some(r) = find(rows, me, Measure::Insert, p) {
+            if let Some(&f) = r.counters.get("fsyncs") {
+                out.push(Target {
+                    met: f <= 2.0,
+                    text: format!(
+                        "{} insert: one durable commit, at most 2 fsyncs: {f:.1} fsyncs, {:.1} commits",
+                        p.name(),
+                        r.counters.get("commits").copied().unwrap_or(0.0)
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The JSON document.
+pub fn json(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows: &[Row]) -> serde_json::Value {
+    serde_json::json!({
+        "benchmark": "oo1",
+        "machine": {
+            "cores": machine.cores,
+            "memory_bytes": machine.memory_bytes,
+            "os": machine.os,
+        },
+        "config": {
+            "parts": cfg.parts,
+            "runs": cfg.runs,
+            "seed": cfg.seed,
+            "systems": results.iter().map(|r| r.system).collect::<Vec<_>>(),
+            "lookup_ids": super::generate::LOOKUP_IDS,
+            "traversal_hops": super::generate::TRAVERSAL_HOPS,
+            "insert_parts": super::generate::INSERT_PARTS,
+            "check": results.first().map(|r| serde_json::json!({
+                "parts": r.check.parts,
+                "connections": r.check.connections,
+                "checksum": format!("{:016x}", r.check.checksum),
+            })),
+        },
+        "systems": results.iter().map(|r| serde_json::json!({
+            "system": r.system,
+            "load_ms": r.load_ms,
+            "db_size_bytes": r.db_size_bytes,
+        })).collect::<Vec<_>>(),
+        "results": rows.iter().map(|r| serde_json::json!({
+            "system": r.system,
+            "measure": r.measure.name(),
+            "phase": r.phase.name(),
+            "median_ms": r.median_ms,
+            "min_ms": r.min_ms,
+            "max_ms": r.max_ms,
+            "ratio_to_in_memory": ratio(rows, r, "in-memory"),
+            "ratio_to_sqlite": ratio(rows, r, "sqlite"),
+            "counters": r.counters,
+        })).collect::<Vec<_>>(),
+    })
+}
