@@ -3,4 +3,5 @@
 //! following a reference against the in-memory floor.
 
 pub mod commit;
+pub mod oo1;
 pub mod refs;

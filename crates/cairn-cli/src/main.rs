@@ -105,6 +105,9 @@ enum BenchCommand {
         #[arg(long, default_value_t = 1_000_000)]
         steps: usize,
     },
+    /// OO1 (Cattell & Skeen): lookup, traversal, reverse traversal and insert,
+    /// cold and warm, for Cairn against the in-memory floor and SQLite.
+    Oo1(cairn_bench::oo1::Oo1Args),
 }
 
 fn main() -> ExitCode {
@@ -130,6 +133,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Refs { nodes, steps },
         } => bench_refs(nodes, steps),
+        Command::Bench {
+            which: BenchCommand::Oo1(args),
+        } => cairn_bench::oo1::main(&args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -46,6 +46,15 @@ pub trait PageAccess {
 
     /// Returns page `id` to its extent's free pages.
     fn free(&mut self, id: PageId) -> Result<()>;
+
+    /// Announces that page `id` is about to be read and then changed, so a
+    /// transaction takes its exclusive lock at once (two transactions that
+    /// both read a page shared and then ask to change it would deadlock).
+    /// Without locking, nothing to do.
+    fn lock_for_update(&mut self, id: PageId) -> Result<()> {
+        let _ = id;
+        Ok(())
+    }
 }
 
 /// A [`PageAccess`] over a plain map of page images, for unit tests of the

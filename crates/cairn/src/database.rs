@@ -270,7 +270,7 @@ pub struct Transaction<'db> {
     /// keeps the objects alive until the transaction ends, even if the cache
     /// evicts them meanwhile (they cannot change: this transaction holds
     /// their home pages' locks).
-    local: Vec<Option<(u32, CachedObject)>>,
+    local: Vec<Option<(u32, Oid, CachedObject)>>,
     /// Hits answered from `local`, added to the cache's counters in batches.
     local_hits: u64,
 }
@@ -347,8 +347,11 @@ impl<'db> Transaction<'db> {
         let swizzle = r.swizzled();
         if let Some((slot, gen)) = swizzle {
             // Fast path: already fetched by this transaction.
-            if let Some(Some((g, obj))) = self.local.get(slot as usize) {
-                if *g == gen {
+            // The OID is compared too: a reference may carry a swizzle from
+            // another database instance (kept across a reopen), whose slot
+            // numbers mean nothing here.
+            if let Some(Some((g, o, obj))) = self.local.get(slot as usize) {
+                if *g == gen && *o == oid {
                     let obj = obj.clone();
                     self.local_hits += 1;
                     if self.local_hits >= 4096 {
@@ -369,7 +372,7 @@ impl<'db> Transaction<'db> {
                 }
                 if let Some(hit) = cache.get_slot(slot, gen, oid) {
                     cache.set_last_txn(slot, gen, me);
-                    self.remember(slot, gen, &hit.obj);
+                    self.remember(slot, gen, oid, &hit.obj);
                     return downcast(oid, hit.obj);
                 }
             }
@@ -379,7 +382,7 @@ impl<'db> Transaction<'db> {
         if let Some(hit) = cache.lookup(oid, me) {
             r.swizzle(hit.slot, hit.gen);
             cache.note_swizzle();
-            self.remember(hit.slot, hit.gen, &hit.obj);
+            self.remember(hit.slot, hit.gen, oid, &hit.obj);
             return downcast(oid, hit.obj);
         }
         let bytes = self.txn.read(oid)?;
@@ -388,16 +391,16 @@ impl<'db> Transaction<'db> {
         let (slot, gen) = cache.insert(oid, obj.clone(), bytes.len(), me);
         r.swizzle(slot, gen);
         cache.note_swizzle();
-        self.remember(slot, gen, &obj);
+        self.remember(slot, gen, oid, &obj);
         Ok(value)
     }
 
-    fn remember(&mut self, slot: u32, gen: u32, obj: &CachedObject) {
+    fn remember(&mut self, slot: u32, gen: u32, oid: Oid, obj: &CachedObject) {
         let i = slot as usize;
         if i >= self.local.len() {
             self.local.resize(i + 1, None);
         }
-        self.local[i] = Some((gen, obj.clone()));
+        self.local[i] = Some((gen, oid, obj.clone()));
     }
 
     fn flush_hits(&mut self) {

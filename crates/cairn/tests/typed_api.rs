@@ -331,3 +331,33 @@ fn schema_evolution_adds_fields_with_defaults_and_refuses_the_rest() {
         }
     }
 }
+
+/// Regression: a reference swizzled in one database instance, kept across a
+/// reopen, must not be taken at its old slot number in the new instance's
+/// cache (where that slot holds another object).
+#[test]
+fn a_reference_kept_across_a_reopen_never_yields_another_object() {
+    #[derive(Persistent, Debug)]
+    struct Named {
+        name: String,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Clock)).unwrap();
+    let mut tx = db.begin().unwrap();
+    let a = tx.create(Named { name: "a".into() }).unwrap();
+    let b = tx.create(Named { name: "b".into() }).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&a).unwrap().name, "a");
+    assert!(a.is_swizzled());
+    tx.commit().unwrap();
+    db.close().unwrap();
+
+    let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Clock)).unwrap();
+    let mut tx = db.begin().unwrap();
+    // `b` faults first and takes the slot `a` was swizzled to before.
+    assert_eq!(tx.get(&b).unwrap().name, "b");
+    assert_eq!(tx.get(&a).unwrap().name, "a", "the stale swizzle must not yield b");
+    tx.commit().unwrap();
+}

@@ -129,14 +129,26 @@ impl Check {
     /// Adds a part.
     pub fn add_part(&mut self, id: u32, kind: &str, x: i32, y: i32, build: i64) {
         self.parts += 1;
-        let h = fold(fold(fold(fold(fold(0x5041_5254, u64::from(id)), str_digest(kind)), x as u64), y as u64), build as u64);
+        let h = fold(
+            fold(
+                fold(fold(fold(0x5041_5254, u64::from(id)), str_digest(kind)), x as u64),
+                y as u64,
+            ),
+            build as u64,
+        );
         self.checksum = self.checksum.wrapping_add(h);
     }
 
     /// Adds a connection, seen from its source.
     pub fn add_connection(&mut self, from: u32, to: u32, kind: &str, length: i32) {
         self.connections += 1;
-        let h = fold(fold(fold(fold(0x434f_4e4e, u64::from(from)), u64::from(to)), str_digest(kind)), length as u64);
+        let h = fold(
+            fold(
+                fold(fold(0x434f_4e4e, u64::from(from)), u64::from(to)),
+                str_digest(kind),
+            ),
+            length as u64,
+        );
         self.checksum = self.checksum.wrapping_add(h);
     }
 
@@ -165,7 +177,9 @@ fn fold(h: u64, v: u64) -> u64 {
 }
 
 fn str_digest(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// The paper's locality rule for one connection of `part` in a database of
@@ -342,7 +356,10 @@ mod tests {
         let n = 20_000;
         // Mid-range: the 200 ids around the part, once each.
         let mid = near_histogram(10_000, n);
-        assert_eq!(mid.keys().copied().collect::<Vec<_>>(), (9_900..=10_099).collect::<Vec<_>>());
+        assert_eq!(
+            mid.keys().copied().collect::<Vec<_>>(),
+            (9_900..=10_099).collect::<Vec<_>>()
+        );
         assert!(mid.values().all(|&c| c == 1));
         // Part 50: the window 50−100 ..= 50+99 has its ids below 100 raised
         // by 100, so the targets are 50..=199 with 100..=149 twice.
@@ -353,7 +370,10 @@ mod tests {
         }
         // Part N−49, mirrored: targets N−199 ..= N−50 with N−149 ..= N−100 twice.
         let high = near_histogram(n - 49, n);
-        assert_eq!(high.keys().copied().collect::<Vec<_>>(), (n - 199..=n - 50).collect::<Vec<_>>());
+        assert_eq!(
+            high.keys().copied().collect::<Vec<_>>(),
+            (n - 199..=n - 50).collect::<Vec<_>>()
+        );
         for (&id, &count) in &high {
             assert_eq!(count, if (n - 149..=n - 100).contains(&id) { 2 } else { 1 }, "id {id}");
         }

@@ -86,7 +86,9 @@ fn counters_per_run(samples: &[Sample]) -> BTreeMap<String, f64> {
 
 fn row(system: &'static str, measure: Measure, phase: Phase, samples: &[Sample]) -> Row {
     let mut ms: Vec<f64> = samples.iter().map(|s| s.ms).collect();
-    let (min_ms, max_ms) = ms.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    let (min_ms, max_ms) = ms
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
     Row {
         system,
         measure,
@@ -119,7 +121,8 @@ pub fn rows(results: &[SystemResult]) -> Vec<Row> {
 }
 
 fn find<'a>(rows: &'a [Row], system: &str, m: Measure, p: Phase) -> Option<&'a Row> {
-    rows.iter().find(|r| r.system == system && r.measure == m && r.phase == p)
+    rows.iter()
+        .find(|r| r.system == system && r.measure == m && r.phase == p)
 }
 
 fn ratio(rows: &[Row], r: &Row, base: &str) -> Option<f64> {
@@ -204,7 +207,13 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
     let _ = writeln!(o);
     let _ = writeln!(o, "{:<16} {:>11} {:>13}", "system", "load ms", "size on disk");
     for r in results {
-        let _ = writeln!(o, "{:<16} {:>11} {:>13}", r.system, fmt_ms(r.load_ms), fmt_bytes(r.db_size_bytes));
+        let _ = writeln!(
+            o,
+            "{:<16} {:>11} {:>13}",
+            r.system,
+            fmt_ms(r.load_ms),
+            fmt_bytes(r.db_size_bytes)
+        );
     }
     let _ = writeln!(o);
     let _ = writeln!(

@@ -206,7 +206,8 @@ fn evict_file(path: &Path) -> Result<()> {
         Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
     };
     // DONTNEED drops only clean pages, so write dirty ones back first.
-    f.sync_data().map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+    f.sync_data()
+        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
     // SAFETY: `f` is an open file for the duration of the call; fadvise
     // reads no memory of ours.
     let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };

@@ -149,7 +149,12 @@ fn run_once(sys: &mut dyn System, graph: &Graph, seed: u64, measure: Measure, ru
     if let Some(e) = expected.filter(|&e| e != visits.count) {
         return Err(wrong(
             sys,
-            format!("{} run {} visited {} parts, not {e}", measure.name(), run + 1, visits.count),
+            format!(
+                "{} run {} visited {} parts, not {e}",
+                measure.name(),
+                run + 1,
+                visits.count
+            ),
         ));
     }
     let ms = if measure == Measure::ReverseTraversal {
@@ -177,7 +182,10 @@ pub fn run_system(
     bar.inc(1);
     let check = sys.check()?;
     if check != *expected {
-        return Err(wrong(sys, format!("{} differs from the generated {}", check.line(), expected.line())));
+        return Err(wrong(
+            sys,
+            format!("{} differs from the generated {}", check.line(), expected.line()),
+        ));
     }
     sys.close()?;
     let db_size_bytes = sys.size_on_disk_bytes();
@@ -193,7 +201,14 @@ pub fn run_system(
         if m == Measure::Insert {
             let after = sys.check()?;
             if after != *expected {
-                return Err(wrong(sys, format!("after the insert runs, {} differs from {}", after.line(), expected.line())));
+                return Err(wrong(
+                    sys,
+                    format!(
+                        "after the insert runs, {} differs from {}",
+                        after.line(),
+                        expected.line()
+                    ),
+                ));
             }
         }
         sys.close()?;

@@ -192,7 +192,7 @@ fn collect<A: PageAccess>(
 
 /// Counts the entries by walking the leaf chain from the leftmost leaf.
 pub(super) fn count<A: PageAccess>(tree: &BTree, a: &mut A) -> Result<u64> {
-    let d = tree.descend(a, Target::Min)?;
+    let d = tree.descend(a, Target::Min, false)?;
     let mut seen = HashSet::new();
     let (mut id, mut prev, mut total) = (d.leaf, PageId(0), 0u64);
     while id != PageId(0) {

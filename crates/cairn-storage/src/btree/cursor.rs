@@ -132,7 +132,7 @@ impl Cursor {
                     Bound::Included(k) => Target::Pair(k, &[]),
                     Bound::Excluded(k) => Target::After(k),
                 };
-                let d = self.tree.descend(a, t)?;
+                let d = self.tree.descend(a, t, false)?;
                 forward_from(a, d.leaf, d.idx)
             }
             Direction::Backward => {
@@ -141,7 +141,7 @@ impl Cursor {
                     Bound::Included(k) => Target::After(k),
                     Bound::Excluded(k) => Target::Pair(k, &[]),
                 };
-                let d = self.tree.descend(a, t)?;
+                let d = self.tree.descend(a, t, false)?;
                 backward_from(a, d.leaf, d.idx)
             }
         }
@@ -166,14 +166,14 @@ impl Cursor {
             (Direction::Forward, true) => forward_from(a, leaf, idx + 1),
             (Direction::Backward, true) => backward_from(a, leaf, idx),
             (Direction::Forward, false) => {
-                let d = self.tree.descend(a, Target::Pair(key, value))?;
+                let d = self.tree.descend(a, Target::Pair(key, value), false)?;
                 match forward_from(a, d.leaf, d.idx)? {
                     Some((l, i, k, v)) if k == key && v == value => forward_from(a, l, i + 1),
                     other => Ok(other),
                 }
             }
             (Direction::Backward, false) => {
-                let d = self.tree.descend(a, Target::Pair(key, value))?;
+                let d = self.tree.descend(a, Target::Pair(key, value), false)?;
                 backward_from(a, d.leaf, d.idx)
             }
         }

@@ -278,13 +278,20 @@ impl BTree {
 
     /// Searches from the root for the leaf position of `t`, checking levels
     /// and the root flag on the way down (so a damaged tree cannot loop).
-    fn descend<A: PageAccess>(&self, a: &mut A, t: Target<'_>) -> Result<Descent> {
+    /// Descends to the leaf for `t`. With `for_update`, the leaf is locked
+    /// for update before it is read (its parent's level says it is a leaf),
+    /// so concurrent inserters into one leaf queue instead of deadlocking on
+    /// a shared-to-exclusive upgrade.
+    fn descend<A: PageAccess>(&self, a: &mut A, t: Target<'_>, for_update: bool) -> Result<Descent> {
         let mut path = Vec::new();
         let mut id = self.root;
         let mut level = None;
         let mut root = None;
         loop {
             let expect = level;
+            if for_update && expect == Some(0) {
+                a.lock_for_update(id)?;
+            }
             let step = with_node(a, id, |n| {
                 match expect {
                     None if !n.is_root() => {
@@ -350,7 +357,7 @@ impl BTree {
         } else {
             Target::Pair(key, value)
         };
-        let d = self.descend(a, t)?;
+        let d = self.descend(a, t, true)?;
         let at = d.idx;
         let found = with_node(a, d.leaf, |n| {
             if at < n.count {
@@ -514,7 +521,7 @@ impl BTree {
         } else {
             Target::Pair(key, value)
         };
-        let d = self.descend(a, t)?;
+        let d = self.descend(a, t, true)?;
         let at = d.idx;
         let hit = with_node(a, d.leaf, |n| Ok(at < n.count && n.entry(at)? == (key, value)))?;
         if !hit {

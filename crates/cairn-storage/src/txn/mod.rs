@@ -830,6 +830,10 @@ impl PageAccess for Txn {
         Ok(p)
     }
 
+    fn lock_for_update(&mut self, id: PageId) -> Result<()> {
+        self.lock(Resource::Page(id), LockMode::X)
+    }
+
     fn free(&mut self, id: PageId) -> Result<()> {
         self.lock(Resource::Page(id), LockMode::X)?;
         // The private copy stays: it is installed at commit before the page

@@ -162,29 +162,27 @@ impl System for CairnEmbedded {
         // final count, so pass 2 rewrites each record in place at its size.
         let mut refs = Vec::with_capacity(graph.parts.len());
         for (p, from) in graph.parts.iter().zip(&reverse) {
-            let to = p
-                .to
-                .iter()
-                .map(|c| Connection {
-                    to: placeholder(),
-                    kind: c.kind_str().to_string(),
-                    length: c.length,
-                })
-                .collect();
+            let to =
+                p.to.iter()
+                    .map(|c| Connection {
+                        to: placeholder(),
+                        kind: c.kind_str().to_string(),
+                        length: c.length,
+                    })
+                    .collect();
             let from = List(vec![placeholder(); from.len()]);
             refs.push(tx.create_in(GROUP, part_value(p, to, from))?);
         }
         // Pass 2: the real references, both ways.
         for ((p, from), r) in graph.parts.iter().zip(&reverse).zip(&refs) {
-            let to = p
-                .to
-                .iter()
-                .map(|c| Connection {
-                    to: refs[c.to as usize - 1].clone(),
-                    kind: c.kind_str().to_string(),
-                    length: c.length,
-                })
-                .collect();
+            let to =
+                p.to.iter()
+                    .map(|c| Connection {
+                        to: refs[c.to as usize - 1].clone(),
+                        kind: c.kind_str().to_string(),
+                        length: c.length,
+                    })
+                    .collect();
             let from = from.iter().map(|&f| refs[f as usize - 1].clone()).collect();
             tx.put(r, part_value(p, to, from))?;
         }

@@ -38,17 +38,22 @@ impl InMemory {
     }
 
     fn index_of(&self, id: u32) -> Result<usize> {
-        self.by_id.get(&id).copied().ok_or_else(|| crate::oo1::system::Error::Wrong {
-            system: "in-memory".into(),
-            reason: format!("no part {id}"),
-        })
+        self.by_id
+            .get(&id)
+            .copied()
+            .ok_or_else(|| crate::oo1::system::Error::Wrong {
+                system: "in-memory".into(),
+                reason: format!("no part {id}"),
+            })
     }
 
     fn add(&mut self, p: &PartSpec) -> Result<()> {
         let at = self.parts.len();
         let mut to = Vec::with_capacity(p.to.len());
         for c in &p.to {
-            let t = self.index_of(c.to).or_else(|e| if c.to == p.id { Ok(at) } else { Err(e) })?;
+            let t = self
+                .index_of(c.to)
+                .or_else(|e| if c.to == p.id { Ok(at) } else { Err(e) })?;
             to.push(Conn {
                 to: t,
                 kind: CONN_TYPES[usize::from(c.kind)],

@@ -106,7 +106,9 @@ fn visit_part(c: &Connection, id: u32, v: &mut Visits) -> Result<()> {
 /// The parts connected from (`sql = FORWARD`) or to (`BACKWARD`) `id`.
 fn neighbours(c: &Connection, sql: &str, id: u32) -> Result<Vec<u32>> {
     let mut st = c.prepare_cached(sql)?;
-    let ids = st.query_map([id], |r| r.get::<_, u32>(0))?.collect::<rusqlite::Result<Vec<u32>>>()?;
+    let ids = st
+        .query_map([id], |r| r.get::<_, u32>(0))?
+        .collect::<rusqlite::Result<Vec<u32>>>()?;
     Ok(ids)
 }
 
@@ -188,7 +190,8 @@ impl System for Sqlite {
         evict_os_cache(&self.dir)?;
         self.open()?;
         // Parse the schema now, as Cairn's open loads its catalog.
-        self.conn()?.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
+        self.conn()?
+            .query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
         Ok(())
     }
 
@@ -242,7 +245,8 @@ impl System for Sqlite {
         c.execute_batch("BEGIN IMMEDIATE")?;
         for p in parts {
             c.prepare_cached("DELETE FROM part WHERE id = ?1")?.execute([p.id])?;
-            c.prepare_cached("DELETE FROM connection WHERE frm = ?1")?.execute([p.id])?;
+            c.prepare_cached("DELETE FROM connection WHERE frm = ?1")?
+                .execute([p.id])?;
         }
         c.execute_batch("COMMIT")?;
         Ok(())
@@ -254,13 +258,24 @@ impl System for Sqlite {
         let mut st = c.prepare("SELECT id, part_type, x, y, build FROM part")?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
-            check.add_part(r.get(0)?, r.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?, r.get(2)?, r.get(3)?, r.get(4)?);
+            check.add_part(
+                r.get(0)?,
+                r.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+            );
         }
         let mut st = c.prepare("SELECT frm, too, conn_type, length FROM connection")?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
             let (frm, too): (u32, u32) = (r.get(0)?, r.get(1)?);
-            check.add_connection(frm, too, r.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?, r.get(3)?);
+            check.add_connection(
+                frm,
+                too,
+                r.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?,
+                r.get(3)?,
+            );
         }
         // The reverse direction, read through its own index.
         let mut st = c.prepare("SELECT frm, too FROM connection INDEXED BY rconn ORDER BY too")?;

@@ -1,0 +1,239 @@
+//! `cairn bench oo1`: the OO1 benchmark (Cattell & Skeen 1992) as
+//! `../shared/BENCHMARKS.md` specifies it, on a harness where each system
+//! under test is one [`System`] implementation.
+//!
+//! Code map:
+//!
+//! | file | what it is |
+//! |---|---|
+//! | `rng.rs` | the Park–Miller generator |
+//! | `generate.rs` | the database (parts, connections, the locality rule), each run's random choices, the [`Check`] |
+//! | `system.rs` | the [`System`] trait, [`Visits`], [`Counters`], the null procedure, OS cache eviction |
+//! | `systems/` | `cairn-embedded`, `in-memory` (the floor), `sqlite` |
+//! | `workload.rs` | the measures and the run loop (build, check, cold open, runs, cross-system comparison) |
+//! | `report.rs` | the table, the target lines, the JSON |
+//! | `plot.rs` | the PNG figure |
+//!
+//! Invariant: every system builds the identical graph (same [`Check`]) and
+//! does identical work in every run (same [`Visits`]); the run fails
+//! otherwise. Timing is never asserted in tests.
+
+pub mod generate;
+pub mod plot;
+pub mod report;
+pub mod rng;
+pub mod system;
+pub mod systems;
+pub mod workload;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+pub use generate::{Check, Graph};
+pub use system::{Counters, Error, Result, System, Visits};
+pub use workload::{Measure, SystemResult};
+
+/// How to run the benchmark.
+#[derive(Clone, Debug)]
+pub struct Oo1Config {
+    /// Parts in the database (small 20,000; large 200,000).
+    pub parts: u32,
+    /// Runs per measure (run 1 cold, the rest warm); at least 2.
+    pub runs: usize,
+    /// The Park–Miller seed.
+    pub seed: u64,
+    /// Systems, by name, in report order.
+    pub systems: Vec<String>,
+    /// Where the databases go (a fresh directory under it, removed after).
+    pub dir: Option<PathBuf>,
+    /// Show progress bars on stderr.
+    pub progress: bool,
+}
+
+impl Default for Oo1Config {
+    fn default() -> Self {
+        Oo1Config {
+            parts: 20_000,
+            runs: 10,
+            seed: 1,
+            systems: systems::ALL.iter().map(|s| s.to_string()).collect(),
+            dir: None,
+            progress: false,
+        }
+    }
+}
+
+/// The machine the benchmark ran on.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    /// Cores available.
+    pub cores: usize,
+    /// Physical memory.
+    pub memory_bytes: u64,
+    /// The operating system.
+    pub os: String,
+}
+
+/// This machine.
+pub fn machine() -> Machine {
+    let m = crate::commit::machine();
+    let os = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| format!("{} {}", std::env::consts::OS, r.trim()))
+        .unwrap_or_else(|_| std::env::consts::OS.to_string());
+    Machine {
+        cores: m.cores,
+        memory_bytes: m.memory_bytes,
+        os,
+    }
+}
+
+/// Everything one run of the benchmark produced.
+#[derive(Clone, Debug)]
+pub struct Oo1Report {
+    /// The configuration.
+    pub config: Oo1Config,
+    /// The machine.
+    pub machine: Machine,
+    /// The check of the generated graph.
+    pub check: Check,
+    /// Each system's results, in order.
+    pub results: Vec<SystemResult>,
+    /// The summary rows (cold and warm per measure and system).
+    pub rows: Vec<report::Row>,
+}
+
+impl Oo1Report {
+    /// The human table.
+    pub fn table(&self) -> String {
+        report::table(&self.config, &self.machine, &self.results, &self.rows)
+    }
+
+    /// The JSON document.
+    pub fn json(&self) -> serde_json::Value {
+        report::json(&self.config, &self.machine, &self.results, &self.rows)
+    }
+}
+
+/// A directory removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(parent: Option<&Path>) -> Result<Scratch> {
+    let base = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir = base.join(format!("cairn-bench-oo1-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    Ok(Scratch(dir))
+}
+
+/// Runs the benchmark.
+pub fn run(cfg: &Oo1Config) -> Result<Oo1Report> {
+    if cfg.parts < generate::PARTS_MIN {
+        return Err(Error::InvalidArgument(format!(
+            "--parts must be at least {}",
+            generate::PARTS_MIN
+        )));
+    }
+    if cfg.runs < 2 {
+        return Err(Error::InvalidArgument(
+            "--runs must be at least 2 (1 cold, then warm)".into(),
+        ));
+    }
+    if cfg.systems.is_empty() {
+        return Err(Error::InvalidArgument("no systems to run".into()));
+    }
+    let dir = scratch(cfg.dir.as_deref())?;
+    let mut systems = cfg
+        .systems
+        .iter()
+        .map(|name| systems::by_name(name, &dir.0))
+        .collect::<Result<Vec<_>>>()?;
+    let bar = workload::progress(
+        cfg.progress,
+        (systems.len() * (1 + Measure::ALL.len() * cfg.runs)) as u64,
+    );
+    bar.set_message("generating");
+    let graph = Graph::generate(&mut rng::ParkMiller::new(cfg.seed), cfg.parts);
+    let check = graph.check();
+    let mut results = Vec::with_capacity(systems.len());
+    for sys in &mut systems {
+        results.push(workload::run_system(
+            sys.as_mut(),
+            &graph,
+            &check,
+            cfg.seed,
+            cfg.runs,
+            &bar,
+        )?);
+    }
+    bar.finish_and_clear();
+    workload::compare_visits(&results)?;
+    let rows = report::rows(&results);
+    Ok(Oo1Report {
+        config: cfg.clone(),
+        machine: machine(),
+        check,
+        results,
+        rows,
+    })
+}
+
+/// `cairn bench oo1`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Oo1Args {
+    /// Parts in the database (small: 20000; large: 200000).
+    #[arg(long, default_value_t = 20_000)]
+    pub parts: u32,
+    /// Systems to run, comma-separated: cairn-embedded, in-memory, sqlite.
+    #[arg(long, value_delimiter = ',', default_value = "cairn-embedded,in-memory,sqlite")]
+    pub systems: Vec<String>,
+    /// Runs per measure (run 1 cold, the median of the rest warm).
+    #[arg(long, default_value_t = 10)]
+    pub runs: usize,
+    /// The Park–Miller seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Also draw the figure (oo1.png) into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Where to create the scratch databases (default: the temp directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Runs `cairn bench oo1`: the table on stdout, progress on stderr, and the
+/// JSON and figure if asked.
+pub fn main(args: &Oo1Args) -> Result<()> {
+    let cfg = Oo1Config {
+        parts: args.parts,
+        runs: args.runs,
+        seed: args.seed,
+        systems: args.systems.iter().map(|s| s.trim().to_string()).collect(),
+        dir: args.dir.clone(),
+        progress: true,
+    };
+    let report = run(&cfg)?;
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        let mut f = std::fs::File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        let text = serde_json::to_string_pretty(&report.json()).map_err(|e| Error::Plot(e.to_string()))?;
+        writeln!(f, "{text}").map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(dir) = &args.plot {
+        let names: Vec<&str> = report.results.iter().map(|r| r.system).collect();
+        let path = plot::draw(dir, cfg.parts, &names, &report.rows)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! OO1 correctness (never timing): each measure's visit counts, the same
+//! check on every system, and a tiny run of the whole benchmark.
+
+use cairn_bench::oo1::generate::{self, Graph, TRAVERSAL_VISITS};
+use cairn_bench::oo1::rng::ParkMiller;
+use cairn_bench::oo1::systems;
+use cairn_bench::oo1::{Measure, Oo1Config};
+
+const PARTS: u32 = 500;
+
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("oo1-{name}-")).tempdir().unwrap()
+}
+
+#[test]
+fn every_system_stores_the_same_graph_and_visits_the_same_parts() {
+    let graph = Graph::generate(&mut ParkMiller::new(1), PARTS);
+    let expected = graph.check();
+    let dir = scratch("systems");
+    let mut seen: Vec<(String, Vec<u64>)> = Vec::new();
+    for name in systems::ALL {
+        let mut sys = systems::by_name(name, dir.path()).unwrap();
+        sys.build(&graph).unwrap();
+        assert_eq!(sys.check().unwrap(), expected, "{name} stored the generated graph");
+        sys.close().unwrap();
+        sys.open_cold().unwrap();
+        let ids = generate::lookup_ids(&mut ParkMiller::new(5), PARTS);
+        let lookup = sys.lookup(&ids).unwrap();
+        assert_eq!(lookup.count, 1_000, "{name}: lookup visits 1,000 parts");
+        let mut digests = vec![lookup.digest];
+        let mut reverse_counts = Vec::new();
+        for start in [1, 2, PARTS / 2, PARTS - 1, PARTS] {
+            let fwd = sys.traversal(start, generate::TRAVERSAL_HOPS).unwrap();
+            assert_eq!(fwd.count, TRAVERSAL_VISITS, "{name}: 7 hops from {start} visit 3,280 parts");
+            let rev = sys.reverse_traversal(start, generate::TRAVERSAL_HOPS).unwrap();
+            digests.extend([fwd.digest, rev.digest]);
+            reverse_counts.push(rev.count);
+        }
+        digests.extend(reverse_counts);
+        // Insert, then remove: the database is back as it was.
+        let batch = generate::insert_batch(&mut ParkMiller::new(11), PARTS);
+        let ins = sys.insert(&batch).unwrap();
+        assert_eq!(ins.count, 100);
+        let grown = sys.check().unwrap();
+        assert_eq!((grown.parts, grown.connections, grown.reverse_connections), (600, 1_800, 1_800), "{name}");
+        // The new parts are reachable both ways.
+        let last = sys.traversal(PARTS + 100, 1).unwrap();
+        assert_eq!(last.count, 4, "{name}: a new part and its 3 targets");
+        digests.push(sys.reverse_traversal(PARTS + 1, 7).unwrap().count);
+        digests.push(grown.checksum);
+        sys.remove(&batch).unwrap();
+        assert_eq!(sys.check().unwrap(), expected, "{name}: the insert was undone exactly");
+        sys.close().unwrap();
+        seen.push((name.to_string(), digests));
+    }
+    for (name, d) in &seen[1..] {
+        assert_eq!(d, &seen[0].1, "{name} visited what {} visited", seen[0].0);
+    }
+}
+
+#[test]
+fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
+    let dir = scratch("run");
+    let report = cairn_bench::oo1::run(&Oo1Config {
+        parts: PARTS,
+        runs: 2,
+        dir: Some(dir.path().to_path_buf()),
+        ..Oo1Config::default()
+    })
+    .unwrap();
+    assert_eq!(report.results.len(), 3);
+    for r in &report.results {
+        assert_eq!(r.check, report.check, "{}", r.system);
+        assert_eq!(r.runs.len(), 4);
+        for (m, samples) in &r.runs {
+            assert_eq!(samples.len(), 2);
+            if *m == Measure::Traversal {
+                assert!(samples.iter().all(|s| s.visits.count == TRAVERSAL_VISITS));
+            }
+        }
+    }
+    // 3 systems × 4 measures × cold and warm.
+    assert_eq!(report.rows.len(), 24);
+    let cairn = report.results.iter().find(|r| r.system == "cairn-embedded").unwrap();
+    let insert = &cairn.runs.iter().find(|(m, _)| *m == Measure::Insert).unwrap().1;
+    for s in insert {
+        assert_eq!(s.counters.0["commits"], 1, "one commit per insert run");
+        assert!(s.counters.0["fsyncs"] >= 1, "the insert commit is durable");
+    }
+    let cold_lookup = &cairn.runs[0].1[0];
+    assert!(cold_lookup.counters.0["object_faults"] > 0, "a cold run faults objects in");
+    let table = report.table();
+    assert!(table.contains(&report.check.line()));
+    assert!(table.contains("identical for every system"));
+    for m in ["lookup", "traversal", "reverse_traversal", "insert"] {
+        assert!(table.contains(m), "{m} in the table");
+    }
+    let json = report.json();
+    assert_eq!(json["benchmark"], "oo1");
+    assert_eq!(json["results"].as_array().unwrap().len(), 24);
+    assert_eq!(json["systems"][0]["system"], "cairn-embedded");
+    let plot_dir = dir.path().join("plot");
+    let names: Vec<&str> = report.results.iter().map(|r| r.system).collect();
+    let png = cairn_bench::oo1::plot::draw(&plot_dir, PARTS, &names, &report.rows).unwrap();
+    assert!(std::fs::metadata(png).unwrap().len() > 1_000);
+}
+
+#[test]
+fn a_system_that_is_not_known_is_refused() {
+    let err = cairn_bench::oo1::run(&Oo1Config {
+        parts: PARTS,
+        runs: 2,
+        systems: vec!["oracle".into()],
+        ..Oo1Config::default()
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("unknown system"));
+}

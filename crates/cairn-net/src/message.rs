@@ -1,0 +1,597 @@
+//! Messages: what a frame's kind, flags and body mean.
+//!
+//! The kind space is split in two (`docs/protocol.md` has the byte diagrams):
+//!
+//! | kind | message | direction | id |
+//! |---|---|---|---|
+//! | `0x0001` HELLO | [`Hello`]: architecture, auth token, client name | client → server, first frame | 0 |
+//! | `0x0002` WELCOME | [`Welcome`]: version, capabilities, limits, session id | server → client | 0 |
+//! | `0x0003` REFUSAL | [`Fault`]: why the handshake failed; the server closes | server → client | 0 |
+//! | `0x0004` GOODBYE | [`Fault`]: why the server is closing the connection | server → client | 0 or the offending request |
+//! | `0x0005` PING | empty request answered by the RPC layer itself | client → server | request |
+//! | `0x0006..=0x00FF` | reserved for the envelope; a peer sending one gets UNKNOWN_KIND and is closed | | |
+//! | `0x0100..=0xFFFF` | service requests, handed to the server's [`crate::rpc::Handler`] | client → server | request |
+//!
+//! A reply carries its request's kind and id with the REPLY flag: a part has MORE, the final
+//! reply has neither MORE nor ERROR, an error reply has ERROR and a [`Fault`] body. So the
+//! database-specific services (issue 6 on) only define kinds from `0x0100` and their bodies; the
+//! envelope, matching and streaming stay the same.
+//!
+//! Decoding follows the frame rule: lengths are checked against what is there before anything is
+//! taken, and trailing bytes are an error.
+
+use bytes::Bytes;
+
+pub use crate::frame::Kind;
+use crate::frame::{Flags, Frame, FrameHeader, RequestId};
+
+impl Kind {
+    /// The client's first frame.
+    pub const HELLO: Kind = Kind(0x0001);
+    /// The server's acceptance of a HELLO.
+    pub const WELCOME: Kind = Kind(0x0002);
+    /// The server's refusal of a HELLO; the connection closes after it.
+    pub const REFUSAL: Kind = Kind(0x0003);
+    /// The server closes the connection, saying why.
+    pub const GOODBYE: Kind = Kind(0x0004);
+    /// A request answered by the RPC layer itself with an empty final reply.
+    pub const PING: Kind = Kind(0x0005);
+    /// The first kind the server hands to its handler.
+    pub const SERVICE_MIN: Kind = Kind(0x0100);
+
+    /// Whether the kind is a service kind (handed to the handler).
+    pub const fn is_service(self) -> bool {
+        self.0 >= Self::SERVICE_MIN.0
+    }
+}
+
+/// The client architecture a connection asks for (DESIGN.md §7). The RPC layer only carries it;
+/// the server's handler decides whether it serves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Architecture(pub u16);
+
+impl Architecture {
+    /// Plain RPC, no database session (benchmarks, tests, health checks).
+    pub const RPC: Architecture = Architecture(0);
+    /// Page server.
+    pub const PAGE: Architecture = Architecture(1);
+    /// Object server.
+    pub const OBJECT: Architecture = Architecture(2);
+    /// File server.
+    pub const FILE: Architecture = Architecture(3);
+}
+
+/// Why something failed, as sent in error replies, refusals and goodbyes. Codes below
+/// [`ErrorCode::APPLICATION_MIN`] belong to the protocol; the handler uses the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ErrorCode(pub u16);
+
+impl ErrorCode {
+    /// A frame failed its checks (magic, header checksum, flags, reserved word).
+    pub const BAD_FRAME: ErrorCode = ErrorCode(1);
+    /// A body over the limit.
+    pub const TOO_LARGE: ErrorCode = ErrorCode(2);
+    /// A body that does not match its checksum.
+    pub const BAD_CHECKSUM: ErrorCode = ErrorCode(3);
+    /// The stream ended, or stalled past the frame timeout, inside a frame.
+    pub const TRUNCATED: ErrorCode = ErrorCode(4);
+    /// A message kind the receiver does not know, or not expected in that direction.
+    pub const UNKNOWN_KIND: ErrorCode = ErrorCode(5);
+    /// A well-formed message at the wrong time (e.g. a request before HELLO) or a malformed body.
+    pub const PROTOCOL: ErrorCode = ErrorCode(6);
+    /// A protocol version the server does not speak.
+    pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(7);
+    /// The auth token is not one the server knows.
+    pub const UNKNOWN_TOKEN: ErrorCode = ErrorCode(8);
+    /// The architecture asked for is not served.
+    pub const UNSUPPORTED_ARCHITECTURE: ErrorCode = ErrorCode(9);
+    /// The server is at its connection limit.
+    pub const TOO_MANY_CONNECTIONS: ErrorCode = ErrorCode(10);
+    /// The handshake did not complete in time.
+    pub const HANDSHAKE_TIMEOUT: ErrorCode = ErrorCode(11);
+    /// The server is shutting down.
+    pub const SHUTTING_DOWN: ErrorCode = ErrorCode(12);
+    /// The handler failed without answering (it panicked or was cancelled).
+    pub const INTERNAL: ErrorCode = ErrorCode(13);
+    /// The first code the server's handler may use for its own errors.
+    pub const APPLICATION_MIN: ErrorCode = ErrorCode(0x1000);
+}
+
+/// A reason with a code: the body of ERROR replies, REFUSAL and GOODBYE.
+///
+/// ```text
+/// code u16 | message_len u16 | message (UTF-8) | detail_len u32 | detail
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// What kind of failure.
+    pub code: ErrorCode,
+    /// For people.
+    pub message: String,
+    /// For programs (handler-defined; empty for protocol faults).
+    pub detail: Bytes,
+}
+
+impl Fault {
+    /// A fault without detail. The message is cut to 65,535 bytes (at a character boundary).
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Fault {
+        let mut message = message.into();
+        if message.len() > u16::MAX as usize {
+            let mut end = u16::MAX as usize;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+        }
+        Fault {
+            code,
+            message,
+            detail: Bytes::new(),
+        }
+    }
+
+    /// Encodes the body.
+    pub fn encode(&self) -> Vec<u8> {
+        let message = &self.message.as_bytes()[..self.message.len().min(u16::MAX as usize)];
+        let mut out = Vec::with_capacity(8 + message.len() + self.detail.len());
+        out.extend_from_slice(&self.code.0.to_le_bytes());
+        out.extend_from_slice(&(message.len() as u16).to_le_bytes());
+        out.extend_from_slice(message);
+        out.extend_from_slice(&(self.detail.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.detail);
+        out
+    }
+
+    /// Decodes a body.
+    pub fn decode(body: &[u8]) -> Result<Fault, MessageError> {
+        let mut r = Reader::new(body, "fault");
+        let code = ErrorCode(r.u16()?);
+        let message = r.string16()?;
+        let detail_len = r.u32()? as usize;
+        let detail = Bytes::copy_from_slice(r.take(detail_len)?);
+        r.end()?;
+        Ok(Fault { code, message, detail })
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (code {})", self.message, self.code.0)
+    }
+}
+
+/// The client's first frame.
+///
+/// ```text
+/// architecture u16 | token_len u16 | token | name_len u16 | client name (UTF-8)
+/// ```
+/// The magic and protocol version are the frame header's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// The architecture asked for.
+    pub architecture: Architecture,
+    /// The auth token (opaque to this layer; the handler checks it).
+    pub token: Bytes,
+    /// The client's name, for logs.
+    pub client_name: String,
+}
+
+impl Hello {
+    /// Encodes the body. Token and name are cut to 65,535 bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let token = &self.token[..self.token.len().min(u16::MAX as usize)];
+        let name = truncate_str(&self.client_name, u16::MAX as usize);
+        let mut out = Vec::with_capacity(6 + token.len() + name.len());
+        out.extend_from_slice(&self.architecture.0.to_le_bytes());
+        out.extend_from_slice(&(token.len() as u16).to_le_bytes());
+        out.extend_from_slice(token);
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out
+    }
+
+    /// Decodes a body.
+    pub fn decode(body: &[u8]) -> Result<Hello, MessageError> {
+        let mut r = Reader::new(body, "hello");
+        let architecture = Architecture(r.u16()?);
+        let token_len = r.u16()? as usize;
+        let token = Bytes::copy_from_slice(r.take(token_len)?);
+        let client_name = r.string16()?;
+        r.end()?;
+        Ok(Hello {
+            architecture,
+            token,
+            client_name,
+        })
+    }
+}
+
+/// Capability bits a WELCOME announces. The low 16 bits belong to this layer; the handler
+/// supplies the rest ([`crate::rpc::Handler::capabilities`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Capabilities(pub u64);
+
+impl Capabilities {
+    /// Replies may come in parts.
+    pub const PARTIAL_REPLIES: Capabilities = Capabilities(1);
+    /// PING is answered.
+    pub const PING: Capabilities = Capabilities(2);
+    /// Everything this layer offers.
+    pub const NET: Capabilities = Capabilities(3);
+}
+
+/// The server's acceptance.
+///
+/// ```text
+/// version u16 | capabilities u64 | body_max u32 | in_flight_max u32 | session u64 | name_len u16 | server name
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Welcome {
+    /// The protocol version the server speaks on this connection.
+    pub version: u16,
+    /// What the server offers.
+    pub capabilities: Capabilities,
+    /// The largest body the server accepts from now on.
+    pub body_max: u32,
+    /// Requests the server runs at once for this connection; more wait in the socket.
+    pub in_flight_max: u32,
+    /// The session's id (for logs on both sides).
+    pub session: u64,
+    /// The server's name and version, for logs.
+    pub server_name: String,
+}
+
+impl Welcome {
+    /// Encodes the body.
+    pub fn encode(&self) -> Vec<u8> {
+        let name = truncate_str(&self.server_name, u16::MAX as usize);
+        let mut out = Vec::with_capacity(32 + name.len());
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(&self.capabilities.0.to_le_bytes());
+        out.extend_from_slice(&self.body_max.to_le_bytes());
+        out.extend_from_slice(&self.in_flight_max.to_le_bytes());
+        out.extend_from_slice(&self.session.to_le_bytes());
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out
+    }
+
+    /// Decodes a body.
+    pub fn decode(body: &[u8]) -> Result<Welcome, MessageError> {
+        let mut r = Reader::new(body, "welcome");
+        let w = Welcome {
+            version: r.u16()?,
+            capabilities: Capabilities(r.u64()?),
+            body_max: r.u32()?,
+            in_flight_max: r.u32()?,
+            session: r.u64()?,
+            server_name: r.string16()?,
+        };
+        r.end()?;
+        Ok(w)
+    }
+}
+
+/// Every message of the envelope, decoded from a frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// HELLO.
+    Hello(Hello),
+    /// WELCOME.
+    Welcome(Welcome),
+    /// REFUSAL.
+    Refusal(Fault),
+    /// GOODBYE, naming the request that caused it if any.
+    Goodbye {
+        /// The offending request, or [`RequestId::CONNECTION`].
+        request_id: RequestId,
+        /// Why.
+        fault: Fault,
+    },
+    /// A request (PING or a service kind).
+    Request {
+        /// The request's kind.
+        kind: Kind,
+        /// Its id.
+        id: RequestId,
+        /// Its body.
+        body: Bytes,
+    },
+    /// A partial reply: more parts follow.
+    ReplyPart {
+        /// The request's kind.
+        kind: Kind,
+        /// The request's id.
+        id: RequestId,
+        /// This part.
+        body: Bytes,
+    },
+    /// The final reply.
+    Reply {
+        /// The request's kind.
+        kind: Kind,
+        /// The request's id.
+        id: RequestId,
+        /// The reply.
+        body: Bytes,
+    },
+    /// The final reply, an error.
+    ErrorReply {
+        /// The request's kind.
+        kind: Kind,
+        /// The request's id.
+        id: RequestId,
+        /// Why.
+        fault: Fault,
+    },
+}
+
+/// Why a well-framed message was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MessageError {
+    /// A kind in the envelope's reserved range, or an envelope kind with the wrong flags or id.
+    #[error("unknown message kind {kind:#06x} with flags {flags:#04x}")]
+    UnknownKind {
+        /// The kind.
+        kind: Kind,
+        /// The flags.
+        flags: u8,
+        /// The frame's request id.
+        request_id: RequestId,
+    },
+    /// A body that does not decode.
+    #[error("malformed {what} body: {problem}")]
+    Malformed {
+        /// Which message.
+        what: &'static str,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+impl Message {
+    /// The frame fields of the message: kind, flags, id and body.
+    pub fn to_parts(&self) -> (Kind, Flags, RequestId, Bytes) {
+        let conn = RequestId::CONNECTION;
+        match self {
+            Message::Hello(h) => (Kind::HELLO, Flags::NONE, conn, h.encode().into()),
+            Message::Welcome(w) => (Kind::WELCOME, Flags::NONE, conn, w.encode().into()),
+            Message::Refusal(f) => (Kind::REFUSAL, Flags::NONE, conn, f.encode().into()),
+            Message::Goodbye { request_id, fault } => (Kind::GOODBYE, Flags::NONE, *request_id, fault.encode().into()),
+            Message::Request { kind, id, body } => (*kind, Flags::NONE, *id, body.clone()),
+            Message::ReplyPart { kind, id, body } => (*kind, Flags::REPLY.with(Flags::MORE), *id, body.clone()),
+            Message::Reply { kind, id, body } => (*kind, Flags::REPLY, *id, body.clone()),
+            Message::ErrorReply { kind, id, fault } => (*kind, Flags::REPLY.with(Flags::ERROR), *id, fault.encode().into()),
+        }
+    }
+
+    /// Appends the message as one frame to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let (kind, flags, id, body) = self.to_parts();
+        crate::frame::encode_frame(kind, flags, id, &body, out);
+    }
+
+    /// Interprets a verified frame.
+    pub fn from_frame(frame: Frame) -> Result<Message, MessageError> {
+        let Frame { header, body } = frame;
+        let FrameHeader {
+            kind, flags, request_id, ..
+        } = header;
+        let unknown = MessageError::UnknownKind {
+            kind,
+            flags: flags.0,
+            request_id,
+        };
+        if kind.is_service() || kind == Kind::PING {
+            return Ok(if !flags.contains(Flags::REPLY) {
+                Message::Request {
+                    kind,
+                    id: request_id,
+                    body,
+                }
+            } else if flags.contains(Flags::MORE) {
+                Message::ReplyPart {
+                    kind,
+                    id: request_id,
+                    body,
+                }
+            } else if flags.contains(Flags::ERROR) {
+                Message::ErrorReply {
+                    kind,
+                    id: request_id,
+                    fault: Fault::decode(&body)?,
+                }
+            } else {
+                Message::Reply {
+                    kind,
+                    id: request_id,
+                    body,
+                }
+            });
+        }
+        if flags != Flags::NONE {
+            return Err(unknown);
+        }
+        let connection_level = request_id == RequestId::CONNECTION;
+        match kind {
+            Kind::HELLO if connection_level => Ok(Message::Hello(Hello::decode(&body)?)),
+            Kind::WELCOME if connection_level => Ok(Message::Welcome(Welcome::decode(&body)?)),
+            Kind::REFUSAL if connection_level => Ok(Message::Refusal(Fault::decode(&body)?)),
+            Kind::GOODBYE => Ok(Message::Goodbye {
+                request_id,
+                fault: Fault::decode(&body)?,
+            }),
+            _ => Err(unknown),
+        }
+    }
+}
+
+fn truncate_str(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A bounds-checked little-endian cursor over a body.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8], what: &'static str) -> Reader<'a> {
+        Reader { bytes, what }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], MessageError> {
+        if self.bytes.len() < n {
+            return Err(MessageError::Malformed {
+                what: self.what,
+                problem: "body too short",
+            });
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn u16(&mut self) -> Result<u16, MessageError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+
+    fn u32(&mut self) -> Result<u32, MessageError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self) -> Result<u64, MessageError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    fn string16(&mut self) -> Result<String, MessageError> {
+        let len = self.u16()? as usize;
+        let what = self.what;
+        let raw = self.take(len)?;
+        String::from_utf8(raw.to_vec()).map_err(|_| MessageError::Malformed {
+            what,
+            problem: "text is not UTF-8",
+        })
+    }
+
+    fn end(&self) -> Result<(), MessageError> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(MessageError::Malformed {
+                what: self.what,
+                problem: "trailing bytes",
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::FrameDecoder;
+
+    pub(crate) fn every_message() -> Vec<Message> {
+        let fault = Fault {
+            code: ErrorCode(0x1234),
+            message: "nope".into(),
+            detail: Bytes::from_static(b"\x01\x02"),
+        };
+        vec![
+            Message::Hello(Hello {
+                architecture: Architecture::OBJECT,
+                token: Bytes::from_static(b"secret"),
+                client_name: "test client".into(),
+            }),
+            Message::Welcome(Welcome {
+                version: 1,
+                capabilities: Capabilities(0x1_0003),
+                body_max: 1 << 24,
+                in_flight_max: 256,
+                session: 99,
+                server_name: "cairn".into(),
+            }),
+            Message::Refusal(Fault::new(ErrorCode::UNKNOWN_TOKEN, "unknown token")),
+            Message::Goodbye {
+                request_id: RequestId(5),
+                fault: fault.clone(),
+            },
+            Message::Request {
+                kind: Kind::PING,
+                id: RequestId(1),
+                body: Bytes::new(),
+            },
+            Message::Request {
+                kind: Kind(0x0101),
+                id: RequestId(2),
+                body: Bytes::from_static(b"request"),
+            },
+            Message::ReplyPart {
+                kind: Kind(0x0101),
+                id: RequestId(2),
+                body: Bytes::from_static(b"part"),
+            },
+            Message::Reply {
+                kind: Kind(0xFFFF),
+                id: RequestId(u64::MAX),
+                body: Bytes::from_static(b"final"),
+            },
+            Message::ErrorReply {
+                kind: Kind(0x0101),
+                id: RequestId(3),
+                fault,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in every_message() {
+            let mut bytes = Vec::new();
+            m.encode(&mut bytes);
+            let mut d = FrameDecoder::new(1 << 20);
+            d.push(&bytes);
+            let frame = d.decode().unwrap().unwrap();
+            assert_eq!(Message::from_frame(frame).unwrap(), m);
+            assert_eq!(d.buffered(), 0);
+        }
+    }
+
+    #[test]
+    fn reserved_kinds_and_trailing_bytes_are_rejected() {
+        let frame = |kind: u16, flags: Flags, id: u64, body: &[u8]| {
+            let mut bytes = Vec::new();
+            crate::frame::encode_frame(Kind(kind), flags, RequestId(id), body, &mut bytes);
+            let mut d = FrameDecoder::new(1 << 20);
+            d.push(&bytes);
+            d.decode().unwrap().unwrap()
+        };
+        assert!(matches!(
+            Message::from_frame(frame(0x77, Flags::NONE, 1, b"")),
+            Err(MessageError::UnknownKind { .. })
+        ));
+        assert!(matches!(
+            Message::from_frame(frame(1, Flags::REPLY, 0, b"")),
+            Err(MessageError::UnknownKind { .. })
+        ));
+        let mut body = Fault::new(ErrorCode::PROTOCOL, "x").encode();
+        body.push(0);
+        assert!(matches!(
+            Message::from_frame(frame(4, Flags::NONE, 0, &body)),
+            Err(MessageError::Malformed { .. })
+        ));
+        assert!(matches!(
+            Message::from_frame(frame(1, Flags::NONE, 0, &[1])),
+            Err(MessageError::Malformed { .. })
+        ));
+    }
+}

@@ -1,0 +1,689 @@
+//! The server half: [`run`] accepts connections on a [`Listener`] and serves each with a
+//! [`Handler`] until a shutdown future completes.
+//!
+//! # A connection
+//!
+//! Each connection is two tokio tasks plus one task per running request:
+//!
+//! - the *reader* (the connection task) decodes frames, answers PING itself, and spawns one task
+//!   per service request ([`Handler::handle`]), so one connection's requests run concurrently;
+//! - the *writer* drains an unbounded channel of encoded frames into the socket, coalescing
+//!   whatever is queued into one write (this is what makes pipelined replies cheap).
+//!
+//! ```text
+//!            accept                 HELLO ok (Handler::open)          EOF / GOODBYE / shutdown / bad frame
+//!   [limit?] ──────► Handshaking ─────────────────────────► Serving ─────────────────────────────────► Draining ──► Closed
+//!      │ full            │ bad frame, wrong first message,               (no more reads; in-flight requests
+//!      ▼                 │ refused, timeout                               finish, GOODBYE if we are the
+//!   REFUSAL ──► Closed   ▼                                                 ones closing, Handler::closed)
+//!                     REFUSAL ──► Closed
+//! ```
+//!
+//! | transition | made by |
+//! |---|---|
+//! | accept, or refuse at the connection limit | [`run`] |
+//! | Handshaking → Serving / Closed | `handshake` (timeout [`Limits::handshake_timeout`]) |
+//! | Serving → Draining | `serve` returns (EOF, client GOODBYE, shutdown signal, bad input) |
+//! | Draining → Closed | `connection`: waits for in-flight (≤ [`Limits::shutdown_grace`]), then the writer flushes and shuts the socket |
+//!
+//! # Bounds
+//!
+//! Per connection: at most [`Limits::in_flight_max`] requests run at once (the reader stops
+//! reading until one finishes, so the rest wait in the socket: back-pressure, not an error);
+//! request bodies being handled hold at most [`Limits::request_bytes_max`] bytes (permits are
+//! taken as soon as a frame's header is known, before its body is read); replies queued for the
+//! writer hold at most [`Limits::reply_bytes_max`] bytes (a handler streaming parts to a slow client
+//! waits in [`Replier::part`]). The two budgets are separate so a request never waits for bytes
+//! that only its own reply could free. Across connections: at most
+//! [`Limits::connections_max`]; the next one gets a REFUSAL and is closed.
+//!
+//! # Bad input
+//!
+//! A bad frame, an unknown kind or a message out of place ends the connection: an ERROR reply
+//! to the request when the header was verified (so its id can be trusted), then a GOODBYE with
+//! the reason, then close. Before HELLO the answer is a REFUSAL instead. A length field over the
+//! limit is rejected from the header alone; nothing is allocated for it. After closing with an
+//! error the server reads and discards what the client still sends for a short while (a
+//! "lingering close") so that the client's kernel does not discard our GOODBYE on a reset.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::error::Error;
+use crate::frame::{self, Flags, Frame, FrameDecoder, FrameError, Kind, RequestId, HEADER_SIZE};
+use crate::message::{Capabilities, ErrorCode, Fault, Hello, Message, MessageError, Welcome};
+use crate::transport::{Listener, ReadHalf, Stream, WriteHalf};
+
+/// The server's bounds. [`Limits::default`] suits a database server; tests shrink them.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest body accepted after the handshake (and largest reply a handler may send).
+    pub body_max: u32,
+    /// Largest body accepted before the handshake completes.
+    pub handshake_body_max: u32,
+    /// Connections served at once; one more is refused.
+    pub connections_max: usize,
+    /// Requests of one connection running at once.
+    pub in_flight_max: u32,
+    /// Bytes of request frames of one connection held while their handlers run. At least
+    /// `body_max` + 32.
+    pub request_bytes_max: u32,
+    /// Bytes of reply frames of one connection queued for the socket. At least `body_max` + 32.
+    pub reply_bytes_max: u32,
+    /// Time a new connection has to complete its HELLO.
+    pub handshake_timeout: Duration,
+    /// Time the rest of a frame may take once its first byte has arrived (a stalled frame is
+    /// treated as truncated).
+    pub frame_timeout: Duration,
+    /// On shutdown, how long in-flight requests get to finish before their connection is closed
+    /// under them.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            body_max: frame::BODY_MAX_DEFAULT,
+            handshake_body_max: frame::HANDSHAKE_BODY_MAX_DEFAULT,
+            connections_max: 1024,
+            in_flight_max: 256,
+            request_bytes_max: 64 << 20,
+            reply_bytes_max: 64 << 20,
+            handshake_timeout: Duration::from_secs(10),
+            frame_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Limits {
+    /// The limits with every bound at least the least that works (one connection, one request,
+    /// byte budgets that fit one largest frame).
+    pub fn validated(&self) -> Limits {
+        let frame_max = (self.body_max as u64 + HEADER_SIZE as u64).min(u32::MAX as u64) as u32;
+        let body_max = frame_max - HEADER_SIZE as u32;
+        Limits {
+            body_max,
+            handshake_body_max: self.handshake_body_max.min(body_max),
+            connections_max: self.connections_max.max(1),
+            in_flight_max: self.in_flight_max.clamp(1, Semaphore::MAX_PERMITS as u32),
+            request_bytes_max: self.request_bytes_max.max(frame_max),
+            reply_bytes_max: self.reply_bytes_max.max(frame_max),
+            ..self.clone()
+        }
+    }
+}
+
+/// A service request handed to the [`Handler`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The service kind (at least [`Kind::SERVICE_MIN`]).
+    pub kind: Kind,
+    /// The client's id for it.
+    pub id: RequestId,
+    /// The body, checksum verified.
+    pub body: Bytes,
+}
+
+/// What the server crate implements: admission of a connection, and the requests of its session.
+pub trait Handler: Send + Sync + 'static {
+    /// Per-connection state (the session: its transactions, locks, cache callbacks).
+    type Session: Send + Sync + 'static;
+
+    /// Decides on a HELLO: a session, or a refusal (e.g. [`ErrorCode::UNKNOWN_TOKEN`],
+    /// [`ErrorCode::UNSUPPORTED_ARCHITECTURE`]) that is sent before the connection closes.
+    fn open(&self, hello: &Hello, peer: &str) -> Result<Self::Session, Fault>;
+
+    /// Capability bits (above the low 16) to announce in the WELCOME.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities(0)
+    }
+
+    /// Runs one request. Partial replies go out through `reply` as they are made; the returned
+    /// value is the final reply (or an error reply). Requests of one session run concurrently.
+    fn handle(
+        &self,
+        session: &Self::Session,
+        request: Request,
+        reply: &Replier,
+    ) -> impl Future<Output = Result<Bytes, Fault>> + Send;
+
+    /// Called once when the connection has ended and its last request has finished.
+    fn closed(&self, session: &Self::Session) {
+        let _ = session;
+    }
+}
+
+/// An encoded frame queued for the writer, holding its share of the reply budget.
+struct Outgoing {
+    header: [u8; HEADER_SIZE],
+    body: Bytes,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Outgoing {
+    fn new(kind: Kind, flags: Flags, id: RequestId, body: Bytes, permit: Option<OwnedSemaphorePermit>) -> Outgoing {
+        Outgoing {
+            header: frame::encode_header(kind, flags, id, &body),
+            body,
+            _permit: permit,
+        }
+    }
+
+    fn message(m: &Message) -> Outgoing {
+        let (kind, flags, id, body) = m.to_parts();
+        Outgoing::new(kind, flags, id, body, None)
+    }
+}
+
+/// The handle a [`Handler`] sends partial replies through.
+pub struct Replier {
+    kind: Kind,
+    id: RequestId,
+    tx: mpsc::UnboundedSender<Outgoing>,
+    reply_bytes: Arc<Semaphore>,
+    body_max: u32,
+}
+
+impl Replier {
+    /// The request's kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The request's id.
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+
+    /// Sends one partial reply (PRIMA's `Reply_Part_Of_Task`). Waits while the connection's
+    /// reply budget is spent (a slow client slows its stream down). Fails with
+    /// [`Error::Disconnected`] once the client is gone, so a handler can stop producing.
+    pub async fn part(&self, body: impl Into<Bytes>) -> Result<(), Error> {
+        let body = body.into();
+        if body.len() > self.body_max as usize {
+            return Err(Error::TooLarge {
+                len: body.len(),
+                max: self.body_max,
+            });
+        }
+        let permit = acquire_bytes(&self.reply_bytes, HEADER_SIZE + body.len()).await;
+        let out = Outgoing::new(self.kind, Flags::REPLY.with(Flags::MORE), self.id, body, permit);
+        self.tx.send(out).map_err(|_| Error::Disconnected)
+    }
+}
+
+/// Sends an INTERNAL error reply if a request task ends without its final reply (the handler
+/// panicked or the task was cancelled), so no client call waits forever.
+struct Unanswered {
+    kind: Kind,
+    id: RequestId,
+    tx: Option<mpsc::UnboundedSender<Outgoing>>,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let fault = Fault::new(ErrorCode::INTERNAL, "the request failed on the server without an answer");
+            let _ = tx.send(Outgoing::new(
+                self.kind,
+                Flags::REPLY.with(Flags::ERROR),
+                self.id,
+                fault.encode().into(),
+                None,
+            ));
+        }
+    }
+}
+
+async fn acquire_bytes(budget: &Arc<Semaphore>, bytes: usize) -> Option<OwnedSemaphorePermit> {
+    let n = u32::try_from(bytes).unwrap_or(u32::MAX);
+    budget.clone().acquire_many_owned(n).await.ok()
+}
+
+/// What [`run`] shares with its connections.
+struct Shared<H> {
+    handler: Arc<H>,
+    limits: Limits,
+    sessions: AtomicU64,
+}
+
+/// Serves `listener` with `handler` until `shutdown` completes, then stops accepting, lets each
+/// connection finish its in-flight requests (within [`Limits::shutdown_grace`]), says GOODBYE,
+/// and returns when every connection has closed. Must run inside a tokio runtime (multi-threaded
+/// for requests to run in parallel).
+pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = ()>, handler: Arc<H>, limits: Limits) {
+    let shared = Arc::new(Shared {
+        handler,
+        limits: limits.validated(),
+        sessions: AtomicU64::new(1),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let connections = Arc::new(Semaphore::new(shared.limits.connections_max));
+    // Refusing is cheap but not free: past this many refusals at once, extra connections are
+    // simply closed.
+    let refusals = Arc::new(Semaphore::new(64));
+    let mut tasks = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => match connections.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let shared = shared.clone();
+                        let stop = stop_rx.clone();
+                        tasks.spawn(async move {
+                            connection(stream, peer, shared, stop).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                            tasks.spawn(async move {
+                                refuse_busy(stream).await;
+                                drop(permit);
+                            });
+                        }
+                    }
+                },
+                // Out of file descriptors and the like: pause rather than spin.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+        }
+    }
+    let _ = stop_tx.send(true);
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Answers a connection over the limit with a REFUSAL and closes it.
+async fn refuse_busy(stream: Stream) {
+    let (mut r, mut w) = stream.into_split();
+    let mut bytes = Vec::new();
+    Message::Refusal(Fault::new(
+        ErrorCode::TOO_MANY_CONNECTIONS,
+        "the server is at its connection limit",
+    ))
+    .encode(&mut bytes);
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        w.write_all(&bytes).await?;
+        w.shutdown().await
+    })
+    .await;
+    linger(&mut r).await;
+}
+
+/// Reads and discards what the peer still sends, for a little while, after we closed our side:
+/// closing a socket with unread data makes the kernel send a reset, which can destroy the reason
+/// we just sent before the peer reads it.
+async fn linger(r: &mut ReadHalf) {
+    let mut sink = [0u8; 8192];
+    let mut left = 1usize << 20;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while left > 0 {
+            match r.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+}
+
+/// Why the serving loop ended.
+enum End {
+    /// The client closed (EOF or GOODBYE): no reason to send.
+    Client,
+    /// We are closing with a reason (bad input or shutdown), already queued.
+    Server {
+        /// Whether to drain the socket before closing (bad input).
+        linger: bool,
+    },
+}
+
+/// One connection, from accept to close.
+async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared<H>>, mut stop: watch::Receiver<bool>) {
+    let limits = &shared.limits;
+    let (mut r, w) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_loop(w, rx));
+    let mut conn = Reader {
+        dec: FrameDecoder::new(limits.handshake_body_max),
+        frame_timeout: limits.frame_timeout,
+        request_bytes: Arc::new(Semaphore::new(limits.request_bytes_max as usize)),
+        pending: None,
+    };
+    let mut linger_after = false;
+    if let Some(session) = handshake(&mut r, &mut conn, &tx, &shared, &peer, &mut stop, &mut linger_after).await {
+        let session = Arc::new(session);
+        let in_flight = Arc::new(Semaphore::new(limits.in_flight_max as usize));
+        let reply_bytes = Arc::new(Semaphore::new(limits.reply_bytes_max as usize));
+        let end = serve(&mut r, &mut conn, &tx, &shared, &session, &in_flight, &reply_bytes, &mut stop).await;
+        // Draining: every request already started finishes and queues its reply.
+        let all = limits.in_flight_max;
+        let _ = tokio::time::timeout(limits.shutdown_grace, in_flight.acquire_many(all)).await;
+        let shutting_down = match end {
+            End::Client => false,
+            End::Server { linger } => {
+                linger_after = linger;
+                !linger
+            }
+        };
+        if shutting_down {
+            let _ = tx.send(Outgoing::message(&Message::Goodbye {
+                request_id: RequestId::CONNECTION,
+                fault: Fault::new(ErrorCode::SHUTTING_DOWN, "the server is shutting down"),
+            }));
+        }
+        shared.handler.closed(&session);
+    }
+    drop(tx);
+    // The writer ends once every sender is gone and the queue is empty.
+    let _ = writer.await;
+    if linger_after {
+        linger(&mut r).await;
+    }
+}
+
+/// Reads HELLO and answers WELCOME or REFUSAL. `None`: the connection is over.
+async fn handshake<H: Handler>(
+    r: &mut ReadHalf,
+    conn: &mut Reader,
+    tx: &mpsc::UnboundedSender<Outgoing>,
+    shared: &Shared<H>,
+    peer: &str,
+    stop: &mut watch::Receiver<bool>,
+    linger_after: &mut bool,
+) -> Option<H::Session> {
+    let limits = &shared.limits;
+    let refuse = |fault: Fault| {
+        let _ = tx.send(Outgoing::message(&Message::Refusal(fault)));
+    };
+    let first = tokio::select! {
+        biased;
+        _ = stop.wait_for(|s| *s) => {
+            refuse(Fault::new(ErrorCode::SHUTTING_DOWN, "the server is shutting down"));
+            return None;
+        }
+        first = tokio::time::timeout(limits.handshake_timeout, conn.read_frame(r, false)) => first,
+    };
+    let frame = match first {
+        Err(_elapsed) => {
+            refuse(Fault::new(ErrorCode::HANDSHAKE_TIMEOUT, "no HELLO in time"));
+            *linger_after = true;
+            return None;
+        }
+        Ok(Ok(Some((frame, _)))) => frame,
+        Ok(Ok(None)) => return None,
+        Ok(Err(e)) => {
+            refuse(frame_fault(&e));
+            *linger_after = true;
+            return None;
+        }
+    };
+    let hello = match Message::from_frame(frame) {
+        Ok(Message::Hello(hello)) => hello,
+        Ok(_) => {
+            refuse(Fault::new(ErrorCode::PROTOCOL, "the first message must be HELLO"));
+            *linger_after = true;
+            return None;
+        }
+        Err(e) => {
+            refuse(message_fault(&e));
+            *linger_after = true;
+            return None;
+        }
+    };
+    match shared.handler.open(&hello, peer) {
+        Ok(session) => {
+            let welcome = Welcome {
+                version: frame::PROTOCOL_VERSION as u16,
+                capabilities: Capabilities(Capabilities::NET.0 | (shared.handler.capabilities().0 & !0xFFFF)),
+                body_max: limits.body_max,
+                in_flight_max: limits.in_flight_max,
+                session: shared.sessions.fetch_add(1, Ordering::Relaxed),
+                server_name: concat!("cairn ", env!("CARGO_PKG_VERSION")).to_string(),
+            };
+            let _ = tx.send(Outgoing::message(&Message::Welcome(welcome)));
+            conn.dec.set_body_max(limits.body_max);
+            Some(session)
+        }
+        Err(fault) => {
+            refuse(fault);
+            None
+        }
+    }
+}
+
+/// The serving loop: read requests and start them until the client leaves, the server stops,
+/// or the client breaks the protocol.
+#[expect(clippy::too_many_arguments, reason = "one call site; the connection's parts")]
+async fn serve<H: Handler>(
+    r: &mut ReadHalf,
+    conn: &mut Reader,
+    tx: &mpsc::UnboundedSender<Outgoing>,
+    shared: &Arc<Shared<H>>,
+    session: &Arc<H::Session>,
+    in_flight: &Arc<Semaphore>,
+    reply_bytes: &Arc<Semaphore>,
+    stop: &mut watch::Receiver<bool>,
+) -> End {
+    let goodbye = |request_id: RequestId, fault: Fault| {
+        let _ = tx.send(Outgoing::message(&Message::Goodbye { request_id, fault }));
+        End::Server { linger: true }
+    };
+    loop {
+        let read = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return End::Server { linger: false },
+            read = conn.read_frame(r, true) => read,
+        };
+        let (frame, permit) = match read {
+            Ok(Some(f)) => f,
+            Ok(None) => return End::Client,
+            Err(e) => {
+                let fault = frame_fault(&e);
+                if let Some((kind, id)) = e.request() {
+                    if kind.is_service() || kind == Kind::PING {
+                        let m = Message::ErrorReply {
+                            kind,
+                            id,
+                            fault: fault.clone(),
+                        };
+                        let _ = tx.send(Outgoing::message(&m));
+                    }
+                    return goodbye(id, fault);
+                }
+                return goodbye(RequestId::CONNECTION, fault);
+            }
+        };
+        let id = frame.header.request_id;
+        match Message::from_frame(frame) {
+            Ok(Message::Request { kind: Kind::PING, id, .. }) => {
+                let _ = tx.send(Outgoing::new(Kind::PING, Flags::REPLY, id, Bytes::new(), None));
+            }
+            Ok(Message::Request { kind, id, body }) => {
+                // Back-pressure: at the limit, stop reading until a request finishes.
+                let Ok(running) = in_flight.clone().acquire_owned().await else {
+                    return End::Client;
+                };
+                let replier = Replier {
+                    kind,
+                    id,
+                    tx: tx.clone(),
+                    reply_bytes: reply_bytes.clone(),
+                    body_max: shared.limits.body_max,
+                };
+                let shared = shared.clone();
+                let session = session.clone();
+                tokio::spawn(async move {
+                    let guard = Unanswered {
+                        kind,
+                        id,
+                        tx: Some(replier.tx.clone()),
+                    };
+                    let request = Request { kind, id, body };
+                    let result = shared.handler.handle(&session, request, &replier).await;
+                    drop(permit);
+                    let (flags, body) = match result {
+                        Ok(body) if body.len() <= shared.limits.body_max as usize => (Flags::REPLY, body),
+                        Ok(body) => {
+                            let fault = Fault::new(
+                                ErrorCode::TOO_LARGE,
+                                format!("reply of {} bytes exceeds the limit of {}", body.len(), shared.limits.body_max),
+                            );
+                            (Flags::REPLY.with(Flags::ERROR), fault.encode().into())
+                        }
+                        Err(fault) => (Flags::REPLY.with(Flags::ERROR), fault.encode().into()),
+                    };
+                    let permit = acquire_bytes(&replier.reply_bytes, HEADER_SIZE + body.len()).await;
+                    let mut guard = guard;
+                    guard.tx = None;
+                    let _ = replier.tx.send(Outgoing::new(kind, flags, id, body, permit));
+                    drop(running);
+                });
+            }
+            Ok(Message::Goodbye { .. }) => return End::Client,
+            Ok(other) => {
+                let what = match other {
+                    Message::Hello(_) => "HELLO after the handshake",
+                    _ => "a server-to-client message",
+                };
+                return goodbye(id, Fault::new(ErrorCode::PROTOCOL, format!("unexpected {what}")));
+            }
+            Err(e) => {
+                let fault = message_fault(&e);
+                if let MessageError::UnknownKind { kind, flags, request_id } = e {
+                    if flags == 0 && request_id != RequestId::CONNECTION {
+                        let m = Message::ErrorReply {
+                            kind,
+                            id: request_id,
+                            fault: fault.clone(),
+                        };
+                        let _ = tx.send(Outgoing::message(&m));
+                    }
+                }
+                return goodbye(id, fault);
+            }
+        }
+    }
+}
+
+/// The reading side of a connection: the decoder and the request-byte budget.
+struct Reader {
+    dec: FrameDecoder,
+    frame_timeout: Duration,
+    request_bytes: Arc<Semaphore>,
+    /// Budget taken for the frame whose header has been decoded and whose body is arriving.
+    pending: Option<OwnedSemaphorePermit>,
+}
+
+impl Reader {
+    /// The next whole frame (with its budget when `budget`), `None` at a clean end of stream.
+    /// Cancel-safe: the decoder and any budget already taken stay in `self`.
+    async fn read_frame(
+        &mut self,
+        r: &mut ReadHalf,
+        budget: bool,
+    ) -> Result<Option<(Frame, Option<OwnedSemaphorePermit>)>, FrameError> {
+        loop {
+            if let Some(frame) = self.dec.decode()? {
+                let permit = match self.pending.take() {
+                    Some(p) => Some(p),
+                    None if budget => acquire_bytes(&self.request_bytes, HEADER_SIZE + frame.body.len()).await,
+                    None => None,
+                };
+                return Ok(Some((frame, permit)));
+            }
+            if budget && self.pending.is_none() {
+                if let Some(h) = self.dec.current() {
+                    let size = HEADER_SIZE + h.body_len as usize;
+                    self.pending = acquire_bytes(&self.request_bytes, size).await;
+                }
+            }
+            self.dec.read_hint();
+            let read = if self.dec.buffered() == 0 {
+                r.read_buf(self.dec.buffer_mut()).await
+            } else {
+                match tokio::time::timeout(self.frame_timeout, r.read_buf(self.dec.buffer_mut())).await {
+                    Ok(read) => read,
+                    Err(_stalled) => {
+                        return Err(FrameError::Truncated {
+                            have: self.dec.buffered(),
+                            need: self
+                                .dec
+                                .current()
+                                .map_or(HEADER_SIZE, |h| HEADER_SIZE + h.body_len as usize),
+                        })
+                    }
+                }
+            };
+            match read {
+                Ok(0) => {
+                    self.dec.finish()?;
+                    return Ok(None);
+                }
+                Ok(_) => {}
+                // A reset or similar: the client is gone; nothing to answer.
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+}
+
+/// Writes queued frames, coalescing everything already queued into one write.
+async fn write_loop(mut w: WriteHalf, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+    const COALESCE_MAX: usize = 64 << 10;
+    let mut buf: Vec<u8> = Vec::with_capacity(COALESCE_MAX);
+    let mut held: Vec<Outgoing> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(out) = next {
+            buf.extend_from_slice(&out.header);
+            buf.extend_from_slice(&out.body);
+            held.push(out);
+            next = if buf.len() < COALESCE_MAX { rx.try_recv().ok() } else { None };
+        }
+        if w.write_all(&buf).await.is_err() {
+            // The client is gone: dropping the receiver makes further sends fail, which tells
+            // streaming handlers to stop.
+            return;
+        }
+        buf.clear();
+        if buf.capacity() > 4 * COALESCE_MAX {
+            buf.shrink_to(COALESCE_MAX);
+        }
+        // Frames written: their budget goes back.
+        held.clear();
+    }
+    let _ = w.shutdown().await;
+}
+
+fn frame_fault(e: &FrameError) -> Fault {
+    let code = match e {
+        FrameError::UnsupportedVersion { .. } => ErrorCode::UNSUPPORTED_VERSION,
+        FrameError::TooLarge { .. } => ErrorCode::TOO_LARGE,
+        FrameError::BodyChecksum { .. } => ErrorCode::BAD_CHECKSUM,
+        FrameError::Truncated { .. } => ErrorCode::TRUNCATED,
+        _ => ErrorCode::BAD_FRAME,
+    };
+    Fault::new(code, e.to_string())
+}
+
+fn message_fault(e: &MessageError) -> Fault {
+    let code = match e {
+        MessageError::UnknownKind { .. } => ErrorCode::UNKNOWN_KIND,
+        _ => ErrorCode::PROTOCOL,
+    };
+    Fault::new(code, e.to_string())
+}
