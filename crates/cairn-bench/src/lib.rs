@@ -5,3 +5,4 @@
 pub mod commit;
 pub mod oo1;
 pub mod refs;
+pub mod rpc;

@@ -9,7 +9,10 @@ use cairn_bench::oo1::{Measure, Oo1Config};
 const PARTS: u32 = 500;
 
 fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new().prefix(&format!("oo1-{name}-")).tempdir().unwrap()
+    tempfile::Builder::new()
+        .prefix(&format!("oo1-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 #[test]
@@ -31,18 +34,27 @@ fn every_system_stores_the_same_graph_and_visits_the_same_parts() {
         let mut reverse_counts = Vec::new();
         for start in [1, 2, PARTS / 2, PARTS - 1, PARTS] {
             let fwd = sys.traversal(start, generate::TRAVERSAL_HOPS).unwrap();
-            assert_eq!(fwd.count, TRAVERSAL_VISITS, "{name}: 7 hops from {start} visit 3,280 parts");
+            assert_eq!(
+                fwd.count, TRAVERSAL_VISITS,
+                "{name}: 7 hops from {start} visit 3,280 parts"
+            );
             let rev = sys.reverse_traversal(start, generate::TRAVERSAL_HOPS).unwrap();
             digests.extend([fwd.digest, rev.digest]);
             reverse_counts.push(rev.count);
         }
         digests.extend(reverse_counts);
         // Insert, then remove: the database is back as it was.
-        let batch = generate::insert_batch(&mut ParkMiller::new(11), PARTS);
+        let mut batch = generate::insert_batch(&mut ParkMiller::new(11), PARTS);
+        // The rule can connect an inserted part to itself (N/100 odd): make sure one does.
+        batch[1].to[2].to = batch[1].id;
         let ins = sys.insert(&batch).unwrap();
         assert_eq!(ins.count, 100);
         let grown = sys.check().unwrap();
-        assert_eq!((grown.parts, grown.connections, grown.reverse_connections), (600, 1_800, 1_800), "{name}");
+        assert_eq!(
+            (grown.parts, grown.connections, grown.reverse_connections),
+            (600, 1_800, 1_800),
+            "{name}"
+        );
         // The new parts are reachable both ways.
         let last = sys.traversal(PARTS + 100, 1).unwrap();
         assert_eq!(last.count, 4, "{name}: a new part and its 3 targets");
@@ -88,7 +100,10 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         assert!(s.counters.0["fsyncs"] >= 1, "the insert commit is durable");
     }
     let cold_lookup = &cairn.runs[0].1[0];
-    assert!(cold_lookup.counters.0["object_faults"] > 0, "a cold run faults objects in");
+    assert!(
+        cold_lookup.counters.0["object_faults"] > 0,
+        "a cold run faults objects in"
+    );
     let table = report.table();
     assert!(table.contains(&report.check.line()));
     assert!(table.contains("identical for every system"));

@@ -481,7 +481,7 @@ mod tests {
             let mut b = good.clone();
             b[5] = flags;
             let crc = crc32c::crc32c(&b[..28]);
-            b[28..].copy_from_slice(&crc.to_le_bytes());
+            b[28..32].copy_from_slice(&crc.to_le_bytes());
             assert_eq!(decode(&b).is_ok(), ok, "flags {flags}");
         }
     }
@@ -492,7 +492,7 @@ mod tests {
         let mut b = frame(0x101, Flags::NONE, 1, b"");
         b[16..20].copy_from_slice(&(u32::MAX - 1).to_le_bytes());
         let crc = crc32c::crc32c(&b[..28]);
-        b[28..].copy_from_slice(&crc.to_le_bytes());
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
         d.push(&b);
         assert_eq!(d.decode(), Ok(None));
         let hint = d.read_hint();

@@ -1,1 +1,23 @@
-//! The wire protocol and RPC layer (issue 5). Depends on `cairn-storage` for OID and page-id types only; does no disk I/O.
+//! Cairn's wire protocol and RPC layer (DESIGN.md §6, PRIMA's Remote Cooperation System).
+//!
+//! - [`frame`]: the 32-byte frame header, checksums, and the incremental [`frame::FrameDecoder`].
+//! - [`message`]: the envelope's message kinds (handshake, requests, reply parts, final and error
+//!   replies, GOODBYE, PING) and their bodies.
+//! - [`transport`]: TCP and Unix domain sockets behind one [`transport::Address`].
+//! - [`rpc`]: the client ([`rpc::Client`]: invoke now, collect later; partial replies as a
+//!   stream; a synchronous `call`) and the server ([`rpc::run`] with a [`rpc::Handler`]).
+//!
+//! Architecture invariant: this crate does no disk I/O and knows nothing of the database; the
+//! server crate gives meaning to service kinds (`0x0100` and up). `docs/protocol.md` has the byte
+//! layouts.
+
+pub mod error;
+pub mod frame;
+pub mod message;
+pub mod rpc;
+pub mod transport;
+
+pub use error::{Error, Result};
+pub use frame::{Kind, RequestId};
+pub use message::{Architecture, ErrorCode, Fault};
+pub use transport::Address;

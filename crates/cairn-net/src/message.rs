@@ -331,7 +331,7 @@ pub enum Message {
 #[non_exhaustive]
 pub enum MessageError {
     /// A kind in the envelope's reserved range, or an envelope kind with the wrong flags or id.
-    #[error("unknown message kind {kind:#06x} with flags {flags:#04x}")]
+    #[error("unknown message kind {:#06x} with flags {flags:#04x}", kind.0)]
     UnknownKind {
         /// The kind.
         kind: Kind,
@@ -383,7 +383,9 @@ impl Message {
             flags: flags.0,
             request_id,
         };
-        if kind.is_service() || kind == Kind::PING {
+        // A reply echoes its request's kind, whatever it was (even an unknown kind's error
+        // reply), so replies are recognised by the flag alone.
+        if kind.is_service() || kind == Kind::PING || flags.contains(Flags::REPLY) {
             return Ok(if !flags.contains(Flags::REPLY) {
                 Message::Request {
                     kind,
@@ -580,8 +582,12 @@ mod tests {
             Err(MessageError::UnknownKind { .. })
         ));
         assert!(matches!(
-            Message::from_frame(frame(1, Flags::REPLY, 0, b"")),
+            Message::from_frame(frame(1, Flags::NONE, 3, b"")),
             Err(MessageError::UnknownKind { .. })
+        ));
+        assert!(matches!(
+            Message::from_frame(frame(0x77, Flags::REPLY, 3, b"")),
+            Ok(Message::Reply { .. })
         ));
         let mut body = Fault::new(ErrorCode::PROTOCOL, "x").encode();
         body.push(0);

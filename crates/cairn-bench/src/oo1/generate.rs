@@ -196,8 +196,8 @@ pub fn connect(rng: &mut ParkMiller, part: u32, n: u32) -> u32 {
 /// The near branch of the rule, given `r = rand[1..n/100]`:
 /// `cpart = part + r − 1 − n/200`, "doubled up at the ends" (raised by
 /// `n/200` below `n/200`, lowered by `n/200` above `n − n/200`) so the id
-/// stays in `1..=n`. For a part past `n` (an inserted one) the result is
-/// always below `part`, so it exists.
+/// stays in `1..=n`. For a part past `n` (an inserted one) the result is at
+/// most `part` (a connection to itself when `n / 100` is odd), so it exists.
 pub fn near_target(part: u32, n: u32, r: u32) -> u32 {
     let (n, part, r) = (i64::from(n), i64::from(part), i64::from(r));
     let mut cpart = part + r - 1 - n / 200;
@@ -292,8 +292,8 @@ impl Graph {
 /// The 100 parts of one insert run into a database of `n` parts: ids
 /// `n+1 ..= n+100`, attributes as at generation, connections by the same
 /// locality rule with the database's `n` (so 90% go to the parts with the
-/// largest ids, possibly earlier parts of the same batch, and 10% to any of
-/// the original parts).
+/// largest ids, possibly earlier parts of the same batch or the part itself,
+/// and 10% to any of the original parts).
 pub fn insert_batch(rng: &mut ParkMiller, n: u32) -> Vec<PartSpec> {
     (n + 1..=n + INSERT_PARTS as u32)
         .map(|id| {
@@ -382,9 +382,11 @@ mod tests {
             let h = near_histogram(part, n);
             assert!(h.keys().all(|t| (1..=n).contains(t)), "part {part}");
         }
-        // An inserted part's near targets lie below it (so they exist).
+        // An inserted part's near targets lie below it (so they exist); with
+        // an odd n/100 the fold can also land on the part itself.
         for part in n + 1..=n + 100 {
             assert!(near_histogram(part, n).keys().all(|&t| t < part));
+            assert!(near_histogram(part, 500).keys().all(|&t| t <= part));
         }
     }
 
@@ -394,7 +396,8 @@ mod tests {
         let batch = insert_batch(&mut ParkMiller::new(9), n);
         assert_eq!(batch.len(), INSERT_PARTS);
         for p in &batch {
-            assert!(p.to.iter().all(|c| c.to >= 1 && c.to < p.id), "{p:?}");
+            // At most the part itself (when N/100 is odd the fold can land on it).
+            assert!(p.to.iter().all(|c| c.to >= 1 && c.to <= p.id), "{p:?}");
         }
     }
 

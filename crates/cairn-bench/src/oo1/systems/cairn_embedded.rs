@@ -248,16 +248,31 @@ impl System for CairnEmbedded {
             v.visit(p.x, p.y, p.kind_str());
             let mut to = Vec::with_capacity(p.to.len());
             for c in &p.to {
+                // A connection to the part itself gets its reference once
+                // the part exists.
+                let target = if c.to == p.id {
+                    placeholder()
+                } else {
+                    find(&mut tx, c.to)?
+                };
                 to.push(Connection {
-                    to: find(&mut tx, c.to)?,
+                    to: target,
                     kind: c.kind_str().to_string(),
                     length: c.length,
                 });
             }
-            let targets: Vec<Ref<Part>> = to.iter().map(|c| c.to.clone()).collect();
             let r = tx.create_in(GROUP, part_value(p, to, List::new()))?;
-            for t in &targets {
-                tx.update(t, |target| target.from.push(r.clone()))?;
+            let loops: Vec<usize> = (0..p.to.len()).filter(|&k| p.to[k].to == p.id).collect();
+            if !loops.is_empty() {
+                tx.update(&r, |me| {
+                    for &k in &loops {
+                        me.to[k].to = r.clone();
+                    }
+                })?;
+            }
+            for c in &p.to {
+                let target = if c.to == p.id { r.clone() } else { find(&mut tx, c.to)? };
+                tx.update(&target, |t| t.from.push(r.clone()))?;
             }
         }
         tx.commit()?;

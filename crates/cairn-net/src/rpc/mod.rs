@@ -1,0 +1,8 @@
+//! RPC after PRIMA's Remote Cooperation System: asynchronous, pipelined calls with partial
+//! replies. [`client`] is the calling half (synchronous API), [`server`] the serving half (tokio).
+
+pub mod client;
+pub mod server;
+
+pub use client::{Call, Client, ClientOptions, Part};
+pub use server::{run, Handler, Limits, Replier, Request};

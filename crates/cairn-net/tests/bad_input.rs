@@ -1,0 +1,226 @@
+//! Each kind of bad input against a real server: the offender gets an error reply where
+//! possible and a closed connection; a well-behaved client connected all along is still served,
+//! and so is a new one.
+
+mod common;
+
+use std::time::Duration;
+
+use cairn_net::frame::HEADER_SIZE;
+use cairn_net::message::{ErrorCode, Message};
+use cairn_net::rpc::Limits;
+use cairn_net::{Kind, RequestId};
+use common::{both, Raw, Server, Transport, ECHO};
+
+/// Starts a server, connects a good client, lets `attack` misbehave on a handshaken raw
+/// connection, checks what it got back, then checks the good clients.
+fn case(limits: Limits, attack: impl Fn(&mut Raw), check: impl Fn(&[Message])) {
+    for transport in both() {
+        let server = Server::start(transport, limits.clone());
+        let good = server.connect();
+        good.ping().unwrap();
+        let mut raw = Raw::connect(&server.addr);
+        raw.handshake();
+        attack(&mut raw);
+        let got = raw.messages_until_closed();
+        check(&got);
+        assert_eq!(good.call(ECHO, &b"still here"[..]).unwrap(), &b"still here"[..]);
+        common::well_behaved(&server);
+    }
+}
+
+fn goodbye(m: &Message) -> (RequestId, ErrorCode) {
+    match m {
+        Message::Goodbye { request_id, fault } => (*request_id, fault.code),
+        other => panic!("expected GOODBYE, got {other:?}"),
+    }
+}
+
+fn error_reply(m: &Message) -> (Kind, RequestId, ErrorCode) {
+    match m {
+        Message::ErrorReply { kind, id, fault } => (*kind, *id, fault.code),
+        other => panic!("expected an error reply, got {other:?}"),
+    }
+}
+
+#[test]
+fn oversized_length_is_rejected_from_the_header() {
+    let limits = Limits {
+        body_max: 4096,
+        ..Limits::default()
+    };
+    for claimed in [4097u32, u32::MAX - 1] {
+        case(
+            limits.clone(),
+            |raw| {
+                let mut f = common::request_frame(ECHO, 7, b"");
+                f[16..20].copy_from_slice(&claimed.to_le_bytes());
+                common::reseal(&mut f);
+                raw.send(&f);
+            },
+            |got| {
+                assert_eq!(got.len(), 2, "{got:?}");
+                assert_eq!(error_reply(&got[0]), (ECHO, RequestId(7), ErrorCode::TOO_LARGE));
+                assert_eq!(goodbye(&got[1]), (RequestId(7), ErrorCode::TOO_LARGE));
+            },
+        );
+    }
+}
+
+#[test]
+fn wrong_magic_is_a_bad_frame() {
+    case(
+        Limits::default(),
+        |raw| raw.send(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+        |got| {
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(goodbye(&got[0]), (RequestId(0), ErrorCode::BAD_FRAME));
+        },
+    );
+}
+
+#[test]
+fn bad_header_checksum_is_a_bad_frame() {
+    case(
+        Limits::default(),
+        |raw| {
+            let mut f = common::request_frame(ECHO, 3, b"abc");
+            f[10] ^= 0x40; // the id, under the checksum
+            raw.send(&f);
+        },
+        |got| {
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(goodbye(&got[0]), (RequestId(0), ErrorCode::BAD_FRAME));
+        },
+    );
+}
+
+#[test]
+fn bad_body_checksum_gets_an_error_reply() {
+    case(
+        Limits::default(),
+        |raw| {
+            let mut f = common::request_frame(ECHO, 11, b"payload");
+            let last = f.len() - 1;
+            f[last] ^= 1;
+            raw.send(&f);
+        },
+        |got| {
+            assert_eq!(got.len(), 2, "{got:?}");
+            assert_eq!(error_reply(&got[0]), (ECHO, RequestId(11), ErrorCode::BAD_CHECKSUM));
+            assert_eq!(goodbye(&got[1]), (RequestId(11), ErrorCode::BAD_CHECKSUM));
+        },
+    );
+}
+
+#[test]
+fn truncated_frame_at_end_of_stream() {
+    case(
+        Limits::default(),
+        |raw| {
+            let f = common::request_frame(ECHO, 5, b"cut short");
+            raw.send(&f[..HEADER_SIZE + 3]);
+            raw.shutdown_write();
+        },
+        |got| {
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(goodbye(&got[0]), (RequestId(0), ErrorCode::TRUNCATED));
+        },
+    );
+}
+
+#[test]
+fn stalled_frame_is_truncated_after_the_frame_timeout() {
+    let limits = Limits {
+        frame_timeout: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    case(
+        limits,
+        |raw| {
+            let f = common::request_frame(ECHO, 5, b"never finished");
+            raw.send(&f[..10]);
+        },
+        |got| {
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(goodbye(&got[0]), (RequestId(0), ErrorCode::TRUNCATED));
+        },
+    );
+}
+
+#[test]
+fn unknown_message_kind_gets_an_error_reply() {
+    case(
+        Limits::default(),
+        |raw| raw.send(&common::request_frame(Kind(0x0077), 21, b"")),
+        |got| {
+            assert_eq!(got.len(), 2, "{got:?}");
+            assert_eq!(error_reply(&got[0]), (Kind(0x0077), RequestId(21), ErrorCode::UNKNOWN_KIND));
+            assert_eq!(goodbye(&got[1]), (RequestId(21), ErrorCode::UNKNOWN_KIND));
+        },
+    );
+}
+
+#[test]
+fn a_server_message_from_the_client_is_a_protocol_error() {
+    case(
+        Limits::default(),
+        |raw| {
+            raw.send_message(&Message::Reply {
+                kind: ECHO,
+                id: RequestId(4),
+                body: bytes::Bytes::new(),
+            })
+        },
+        |got| {
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(goodbye(&got[0]), (RequestId(4), ErrorCode::PROTOCOL));
+        },
+    );
+}
+
+#[test]
+fn a_flood_of_idle_connections() {
+    let limits = Limits {
+        connections_max: 8,
+        handshake_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = Server::start(Transport::Tcp, limits);
+    let good = server.connect();
+    let mut idle: Vec<Raw> = (0..40).map(|_| Raw::connect(&server.addr)).collect();
+    // The connected client is served throughout the flood.
+    assert_eq!(good.call(ECHO, &b"during"[..]).unwrap(), &b"during"[..]);
+    // Every idle connection is refused, at once (over the limit) or when its handshake time runs
+    // out, and closed.
+    let mut codes = Vec::new();
+    for raw in &mut idle {
+        let got = raw.messages_until_closed();
+        match &got[..] {
+            [Message::Refusal(f)] => codes.push(f.code),
+            other => panic!("expected one REFUSAL, got {other:?}"),
+        }
+    }
+    assert!(codes.contains(&ErrorCode::TOO_MANY_CONNECTIONS));
+    assert!(codes.contains(&ErrorCode::HANDSHAKE_TIMEOUT));
+    assert!(codes
+        .iter()
+        .all(|c| *c == ErrorCode::TOO_MANY_CONNECTIONS || *c == ErrorCode::HANDSHAKE_TIMEOUT));
+    drop(idle);
+    // With the flood gone, new clients are served (the server may take a moment to see the
+    // connections close).
+    let mut served = false;
+    for _ in 0..200 {
+        match cairn_net::rpc::Client::connect(&server.addr, &common::options()) {
+            Ok(c) => {
+                c.ping().unwrap();
+                served = true;
+                break;
+            }
+            Err(cairn_net::Error::Refused(_)) => std::thread::sleep(Duration::from_millis(25)),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(served);
+    assert_eq!(good.call(ECHO, &b"after"[..]).unwrap(), &b"after"[..]);
+}

@@ -1,0 +1,339 @@
+//! A real server on a real socket for the integration tests: `run(...)` on its own tokio
+//! runtime thread, with a test handler.
+#![allow(dead_code, reason = "each test file uses part of the harness")]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
+use cairn_net::rpc::{self, Client, ClientOptions, Handler, Limits, Replier, Request};
+use cairn_net::transport::{Address, Listener};
+use cairn_net::Kind;
+use tokio::sync::{oneshot, Notify};
+
+/// Replies with the request body.
+pub const ECHO: Kind = Kind(0x0100);
+/// Body `n: u32`: sends parts 0..n (each the index as u32 LE), then the final reply `b"end"`.
+pub const STREAM: Kind = Kind(0x0101);
+/// Waits until a RELEASE request arrives, then replies with its body.
+pub const HOLD: Kind = Kind(0x0102);
+/// Wakes every HOLD.
+pub const RELEASE: Kind = Kind(0x0103);
+/// Fails with application error 0x1001.
+pub const FAIL: Kind = Kind(0x0104);
+/// Panics.
+pub const PANIC: Kind = Kind(0x0105);
+
+pub const TOKEN: &[u8] = b"secret";
+
+/// The test handler; counts what it sees.
+#[derive(Default)]
+pub struct TestHandler {
+    release: Notify,
+    released: std::sync::atomic::AtomicBool,
+    pub running: AtomicUsize,
+    pub running_max: AtomicUsize,
+    pub holding: AtomicUsize,
+    pub opened: AtomicUsize,
+    pub closed: AtomicUsize,
+}
+
+impl TestHandler {
+    /// Wakes every HOLD (as a RELEASE request would).
+    pub fn release_all(&self) {
+        self.released.store(true, Ordering::SeqCst);
+        self.release.notify_waiters();
+    }
+}
+
+impl Handler for TestHandler {
+    type Session = ();
+
+    fn open(&self, hello: &Hello, _peer: &str) -> Result<(), Fault> {
+        if hello.token != TOKEN {
+            return Err(Fault::new(ErrorCode::UNKNOWN_TOKEN, "unknown token"));
+        }
+        if hello.architecture != Architecture::RPC && hello.architecture != Architecture::PAGE {
+            return Err(Fault::new(ErrorCode::UNSUPPORTED_ARCHITECTURE, "architecture not served"));
+        }
+        self.opened.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn handle(&self, _session: &(), request: Request, reply: &Replier) -> Result<Bytes, Fault> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.running_max.fetch_max(now, Ordering::SeqCst);
+        let result = match request.kind {
+            ECHO => Ok(request.body),
+            STREAM => {
+                let n = u32::from_le_bytes(request.body[..4].try_into().unwrap());
+                for i in 0..n {
+                    if reply.part(Bytes::copy_from_slice(&i.to_le_bytes())).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Bytes::from_static(b"end"))
+            }
+            HOLD => {
+                self.holding.fetch_add(1, Ordering::SeqCst);
+                loop {
+                    let notified = self.release.notified();
+                    if self.released.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    notified.await;
+                }
+                Ok(request.body)
+            }
+            RELEASE => {
+                self.released.store(true, Ordering::SeqCst);
+                self.release.notify_waiters();
+                Ok(Bytes::new())
+            }
+            FAIL => Err(Fault::new(ErrorCode(0x1001), "asked to fail")),
+            PANIC => panic!("asked to panic"),
+            other => Err(Fault::new(ErrorCode(0x1000), format!("unknown kind {:#x}", other.0))),
+        };
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    fn closed(&self, _session: &()) {
+        self.closed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Which socket.
+#[derive(Clone, Copy, Debug)]
+pub enum Transport {
+    Tcp,
+    Unix,
+}
+
+/// A running server; shuts down (gracefully) when dropped.
+pub struct Server {
+    pub addr: Address,
+    pub handler: Arc<TestHandler>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    pub fn start(transport: Transport, limits: Limits) -> Server {
+        let handler = Arc::new(TestHandler::default());
+        let (dir, addr) = match transport {
+            Transport::Tcp => (None, Address::Tcp("127.0.0.1:0".parse::<SocketAddr>().unwrap())),
+            Transport::Unix => {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("cairn.sock");
+                (Some(dir), Address::Unix(path))
+            }
+        };
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let h = handler.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = Listener::bind(&addr).await.unwrap();
+                addr_tx.send(listener.local_addr().unwrap()).unwrap();
+                rpc::run(
+                    listener,
+                    async move {
+                        let _ = stop_rx.await;
+                    },
+                    h,
+                    limits,
+                )
+                .await;
+            });
+        });
+        let addr = addr_rx.recv().unwrap();
+        Server {
+            addr,
+            handler,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            _dir: dir,
+        }
+    }
+
+    pub fn connect(&self) -> Client {
+        Client::connect(&self.addr, &options()).unwrap()
+    }
+
+    /// Asks the server to shut down and waits until `run` has returned.
+    pub fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+
+    /// Starts shutting down without waiting.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+pub fn options() -> ClientOptions {
+    ClientOptions {
+        token: Bytes::from_static(TOKEN),
+        client_name: "test".into(),
+        ..ClientOptions::default()
+    }
+}
+
+/// A well-behaved client does a few echo calls and a ping.
+pub fn well_behaved(server: &Server) {
+    let c = server.connect();
+    for i in 0..10u32 {
+        let body = Bytes::copy_from_slice(&i.to_le_bytes());
+        assert_eq!(c.call(ECHO, body.clone()).unwrap(), body);
+    }
+    c.ping().unwrap();
+}
+
+pub fn both() -> [Transport; 2] {
+    [Transport::Tcp, Transport::Unix]
+}
+
+/// A plain blocking socket, for sending what no well-behaved client would.
+pub enum Raw {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl std::io::Read for Raw {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Raw::Tcp(s) => s.read(buf),
+            Raw::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl std::io::Write for Raw {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Raw::Tcp(s) => s.write(buf),
+            Raw::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Raw {
+    /// Connects; reads give up after 20 s so a bug hangs no test forever.
+    pub fn connect(addr: &Address) -> Raw {
+        let guard = Some(std::time::Duration::from_secs(20));
+        match addr {
+            Address::Tcp(a) => {
+                let s = std::net::TcpStream::connect(a).unwrap();
+                s.set_read_timeout(guard).unwrap();
+                Raw::Tcp(s)
+            }
+            Address::Unix(p) => {
+                let s = std::os::unix::net::UnixStream::connect(p).unwrap();
+                s.set_read_timeout(guard).unwrap();
+                Raw::Unix(s)
+            }
+        }
+    }
+
+    /// Closes the writing side.
+    pub fn shutdown_write(&self) {
+        match self {
+            Raw::Tcp(s) => s.shutdown(std::net::Shutdown::Write).unwrap(),
+            Raw::Unix(s) => s.shutdown(std::net::Shutdown::Write).unwrap(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.write_all(bytes).unwrap();
+    }
+
+    pub fn send_message(&mut self, m: &cairn_net::message::Message) {
+        let mut b = Vec::new();
+        m.encode(&mut b);
+        self.send(&b);
+    }
+
+    /// HELLO with the right token; returns the WELCOME.
+    pub fn handshake(&mut self) -> cairn_net::message::Welcome {
+        self.send_message(&cairn_net::message::Message::Hello(hello()));
+        match self.next_message() {
+            Some(cairn_net::message::Message::Welcome(w)) => w,
+            other => panic!("expected WELCOME, got {other:?}"),
+        }
+    }
+
+    /// The next message, `None` at end of stream (or a reset).
+    pub fn next_message(&mut self) -> Option<cairn_net::message::Message> {
+        use std::io::Read;
+        let mut header = [0u8; cairn_net::frame::HEADER_SIZE];
+        if self.read_exact(&mut header).is_err() {
+            return None;
+        }
+        let mut dec = cairn_net::frame::FrameDecoder::new(u32::MAX);
+        dec.push(&header);
+        let h = cairn_net::frame::FrameHeader::decode(&header).unwrap();
+        let mut body = vec![0u8; h.body_len as usize];
+        self.read_exact(&mut body).unwrap();
+        dec.push(&body);
+        let frame = dec.decode().unwrap().unwrap();
+        Some(cairn_net::message::Message::from_frame(frame).unwrap())
+    }
+
+    /// Every message until the server closes.
+    pub fn messages_until_closed(&mut self) -> Vec<cairn_net::message::Message> {
+        let mut out = Vec::new();
+        while let Some(m) = self.next_message() {
+            out.push(m);
+        }
+        out
+    }
+}
+
+pub fn hello() -> Hello {
+    Hello {
+        architecture: Architecture::RPC,
+        token: Bytes::from_static(TOKEN),
+        client_name: "raw".into(),
+    }
+}
+
+/// The frame of a request, for tampering with.
+pub fn request_frame(kind: Kind, id: u64, body: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    cairn_net::frame::encode_frame(kind, cairn_net::frame::Flags::NONE, cairn_net::RequestId(id), body, &mut b);
+    b
+}
+
+/// Recomputes a tampered header's checksum.
+pub fn reseal(frame: &mut [u8]) {
+    let crc = crc32c::crc32c(&frame[..28]);
+    frame[28..32].copy_from_slice(&crc.to_le_bytes());
+}
