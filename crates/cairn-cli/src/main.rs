@@ -108,6 +108,12 @@ enum BenchCommand {
     /// OO1 (Cattell & Skeen): lookup, traversal, reverse traversal and insert,
     /// cold and warm, for Cairn against the in-memory floor and SQLite.
     Oo1(cairn_bench::oo1::Oo1Args),
+    /// RPC (PRIMA): empty tasks, 1–200 in flight, 1–8 client processes, Unix and TCP, against
+    /// the raw ping-pong floor; and a streamed reply.
+    Rpc(cairn_bench::rpc::RpcArgs),
+    /// A client process of `bench rpc` (started by it; commands on stdin).
+    #[command(hide = true)]
+    RpcClient(cairn_bench::rpc::ClientArgs),
 }
 
 fn main() -> ExitCode {
@@ -136,6 +142,12 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Oo1(args),
         } => cairn_bench::oo1::main(&args).map_err(Into::into),
+        Command::Bench {
+            which: BenchCommand::Rpc(args),
+        } => cairn_bench::rpc::cli_main(&args).map_err(Into::into),
+        Command::Bench {
+            which: BenchCommand::RpcClient(args),
+        } => cairn_bench::rpc::client_main(&args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -255,11 +255,17 @@ impl FrameHeader {
         let request_id = RequestId(u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")));
         let flags = Flags(b[5]);
         if !flags.is_valid() {
-            return Err(FrameError::BadFlags { flags: b[5], request_id });
+            return Err(FrameError::BadFlags {
+                flags: b[5],
+                request_id,
+            });
         }
         let reserved = u32_at(24);
         if reserved != 0 {
-            return Err(FrameError::Reserved { found: reserved, request_id });
+            return Err(FrameError::Reserved {
+                found: reserved,
+                request_id,
+            });
         }
         let kind = Kind(u16::from_le_bytes([b[6], b[7]]));
         if kind.0 == 0 {
@@ -431,7 +437,10 @@ impl FrameDecoder {
     /// Checks the decoder's invariants (tests and debug builds).
     pub fn check_invariants(&self) {
         if let Some(h) = self.current {
-            assert!(h.body_len <= self.body_max || self.body_max == 0, "current frame over the limit");
+            assert!(
+                h.body_len <= self.body_max || self.body_max == 0,
+                "current frame over the limit"
+            );
             assert!(self.buf.len() >= HEADER_SIZE, "current header without its bytes");
             assert!(
                 self.buf.len() < HEADER_SIZE + h.body_len as usize,
@@ -477,7 +486,16 @@ mod tests {
             b[i] ^= 0x10;
             assert!(matches!(decode(&b), Err(FrameError::HeaderChecksum { .. })), "byte {i}");
         }
-        for (flags, ok) in [(0u8, true), (1, true), (3, true), (5, true), (2, false), (4, false), (7, false), (8, false)] {
+        for (flags, ok) in [
+            (0u8, true),
+            (1, true),
+            (3, true),
+            (5, true),
+            (2, false),
+            (4, false),
+            (7, false),
+            (8, false),
+        ] {
             let mut b = good.clone();
             b[5] = flags;
             let crc = crc32c::crc32c(&b[..28]);
@@ -511,7 +529,13 @@ mod tests {
         b[last] ^= 1;
         let mut d = FrameDecoder::new(100);
         d.push(&b);
-        assert!(matches!(d.decode(), Err(FrameError::BodyChecksum { request_id: RequestId(3), .. })));
+        assert!(matches!(
+            d.decode(),
+            Err(FrameError::BodyChecksum {
+                request_id: RequestId(3),
+                ..
+            })
+        ));
 
         let b = frame(0x101, Flags::NONE, 3, b"body");
         let mut d = FrameDecoder::new(100);

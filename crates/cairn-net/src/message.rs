@@ -362,7 +362,9 @@ impl Message {
             Message::Request { kind, id, body } => (*kind, Flags::NONE, *id, body.clone()),
             Message::ReplyPart { kind, id, body } => (*kind, Flags::REPLY.with(Flags::MORE), *id, body.clone()),
             Message::Reply { kind, id, body } => (*kind, Flags::REPLY, *id, body.clone()),
-            Message::ErrorReply { kind, id, fault } => (*kind, Flags::REPLY.with(Flags::ERROR), *id, fault.encode().into()),
+            Message::ErrorReply { kind, id, fault } => {
+                (*kind, Flags::REPLY.with(Flags::ERROR), *id, fault.encode().into())
+            }
         }
     }
 
@@ -376,7 +378,10 @@ impl Message {
     pub fn from_frame(frame: Frame) -> Result<Message, MessageError> {
         let Frame { header, body } = frame;
         let FrameHeader {
-            kind, flags, request_id, ..
+            kind,
+            flags,
+            request_id,
+            ..
         } = header;
         let unknown = MessageError::UnknownKind {
             kind,

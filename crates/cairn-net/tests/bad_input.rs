@@ -155,7 +155,10 @@ fn unknown_message_kind_gets_an_error_reply() {
         |raw| raw.send(&common::request_frame(Kind(0x0077), 21, b"")),
         |got| {
             assert_eq!(got.len(), 2, "{got:?}");
-            assert_eq!(error_reply(&got[0]), (Kind(0x0077), RequestId(21), ErrorCode::UNKNOWN_KIND));
+            assert_eq!(
+                error_reply(&got[0]),
+                (Kind(0x0077), RequestId(21), ErrorCode::UNKNOWN_KIND)
+            );
             assert_eq!(goodbye(&got[1]), (RequestId(21), ErrorCode::UNKNOWN_KIND));
         },
     );

@@ -14,13 +14,16 @@ fn message() -> impl Strategy<Value = Message> {
     let body = proptest::collection::vec(any::<u8>(), 0..300).prop_map(Bytes::from);
     let kind = (0x0100u16..=0xFFFF).prop_map(Kind);
     let id = (1u64..u64::MAX).prop_map(RequestId);
-    let fault = (any::<u16>(), "[a-z ]{0,40}", proptest::collection::vec(any::<u8>(), 0..20)).prop_map(
-        |(code, message, detail)| Fault {
+    let fault = (
+        any::<u16>(),
+        "[a-z ]{0,40}",
+        proptest::collection::vec(any::<u8>(), 0..20),
+    )
+        .prop_map(|(code, message, detail)| Fault {
             code: ErrorCode(code),
             message,
             detail: detail.into(),
-        },
-    );
+        });
     prop_oneof![
         (kind.clone(), id.clone(), body.clone()).prop_map(|(kind, id, body)| Message::Request { kind, id, body }),
         (kind.clone(), id.clone(), body.clone()).prop_map(|(kind, id, body)| Message::ReplyPart { kind, id, body }),
@@ -28,13 +31,16 @@ fn message() -> impl Strategy<Value = Message> {
         (kind, id.clone(), fault.clone()).prop_map(|(kind, id, fault)| Message::ErrorReply { kind, id, fault }),
         (id, fault.clone()).prop_map(|(request_id, fault)| Message::Goodbye { request_id, fault }),
         fault.prop_map(Message::Refusal),
-        (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..40), "[a-z]{0,20}").prop_map(
-            |(a, token, client_name)| Message::Hello(Hello {
+        (
+            any::<u16>(),
+            proptest::collection::vec(any::<u8>(), 0..40),
+            "[a-z]{0,20}"
+        )
+            .prop_map(|(a, token, client_name)| Message::Hello(Hello {
                 architecture: Architecture(a),
                 token: token.into(),
                 client_name
-            })
-        ),
+            })),
     ]
 }
 

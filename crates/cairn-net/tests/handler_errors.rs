@@ -27,7 +27,10 @@ fn errors_and_panics_are_error_replies() {
         Err(Error::Remote(f)) => assert_eq!(f.code, ErrorCode(0x1000)),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(c.invoke(Kind::HELLO, Bytes::new()), Err(Error::NotARequest(1))));
+    assert!(matches!(
+        c.invoke(Kind::HELLO, Bytes::new()),
+        Err(Error::NotARequest(1))
+    ));
     assert_eq!(c.call(ECHO, &b"ok"[..]).unwrap(), &b"ok"[..]);
 }
 

@@ -82,7 +82,10 @@ fn a_request_before_hello_is_refused() {
     let mut raw = Raw::connect(&server.addr);
     raw.send(&common::request_frame(ECHO, 1, b"hi"));
     let got = raw.messages_until_closed();
-    assert!(matches!(&got[..], [Message::Refusal(f)] if f.code == ErrorCode::PROTOCOL), "{got:?}");
+    assert!(
+        matches!(&got[..], [Message::Refusal(f)] if f.code == ErrorCode::PROTOCOL),
+        "{got:?}"
+    );
     common::well_behaved(&server);
 }
 
@@ -98,7 +101,10 @@ fn hello_over_the_handshake_limit_is_refused() {
     hello.client_name = "x".repeat(100);
     raw.send_message(&Message::Hello(hello));
     let got = raw.messages_until_closed();
-    assert!(matches!(&got[..], [Message::Refusal(f)] if f.code == ErrorCode::TOO_LARGE), "{got:?}");
+    assert!(
+        matches!(&got[..], [Message::Refusal(f)] if f.code == ErrorCode::TOO_LARGE),
+        "{got:?}"
+    );
     common::well_behaved(&server);
 }
 

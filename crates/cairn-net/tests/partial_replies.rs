@@ -31,7 +31,10 @@ fn parts_arrive_in_order_and_complete() {
         assert_eq!(last.body, Bytes::from_static(b"end"));
         assert!(call.next().unwrap().is_none());
         // A stream of no parts is just the final reply.
-        assert_eq!(c.invoke(STREAM, n(0)).unwrap().collect().unwrap(), vec![Bytes::from_static(b"end")]);
+        assert_eq!(
+            c.invoke(STREAM, n(0)).unwrap().collect().unwrap(),
+            vec![Bytes::from_static(b"end")]
+        );
     }
 }
 

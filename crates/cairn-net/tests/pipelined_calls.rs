@@ -76,7 +76,8 @@ fn one_client_shared_by_threads() {
                 s.spawn(move || {
                     for seq in 0..500u32 {
                         if seq % 3 == 0 {
-                            let calls: Vec<_> = (0..8).map(|k| (k, c.invoke(ECHO, body(t, seq + k)).unwrap())).collect();
+                            let calls: Vec<_> =
+                                (0..8).map(|k| (k, c.invoke(ECHO, body(t, seq + k)).unwrap())).collect();
                             for (k, call) in calls.into_iter().rev() {
                                 assert_eq!(call.wait().unwrap(), body(t, seq + k));
                             }

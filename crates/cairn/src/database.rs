@@ -57,6 +57,9 @@ pub(crate) struct Inner {
     meta: Meta,
     catalog: Mutex<Catalog>,
     groups: Mutex<HashMap<String, GroupId>>,
+    /// Index trees known to be committed, by (class id, field). A root page
+    /// never moves, so the entry stays right for the database's life.
+    index_roots: Mutex<HashMap<(u32, String), cairn_storage::btree::BTree>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -102,6 +105,7 @@ impl Database {
                 meta,
                 catalog: Mutex::new(cat),
                 groups: Mutex::new(HashMap::new()),
+                index_roots: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -114,6 +118,7 @@ impl Database {
             overlay: HashMap::new(),
             local: Vec::new(),
             local_hits: 0,
+            index_roots: HashMap::new(),
         })
     }
 
@@ -273,6 +278,10 @@ pub struct Transaction<'db> {
     local: Vec<Option<(u32, Oid, CachedObject)>>,
     /// Hits answered from `local`, added to the cache's counters in batches.
     local_hits: u64,
+    /// Index trees this transaction looked up or created; they join the
+    /// database's table when it commits (a tree created by a transaction
+    /// that aborts must not be remembered).
+    index_roots: HashMap<(u32, String), cairn_storage::btree::BTree>,
 }
 
 impl std::fmt::Debug for Transaction<'_> {
@@ -326,12 +335,23 @@ impl<'db> Transaction<'db> {
 
     fn index_tree<T: Persistent>(&mut self, field: &str, create: bool) -> Result<Option<cairn_storage::btree::BTree>> {
         let class = self.inner.class::<T>()?;
+        let key = (class.id, field.to_string());
+        if let Some(t) = lock(&self.inner.index_roots).get(&key) {
+            return Ok(Some(*t));
+        }
+        if let Some(t) = self.index_roots.get(&key) {
+            return Ok(Some(*t));
+        }
         let group = if create {
             Some(self.inner.group(catalog::INDEX_GROUP)?)
         } else {
             None
         };
-        catalog::index_tree(&mut self.txn, &self.inner.meta, class.id, field, group)
+        let tree = catalog::index_tree(&mut self.txn, &self.inner.meta, class.id, field, group)?;
+        if let Some(t) = tree {
+            self.index_roots.insert(key, t);
+        }
+        Ok(tree)
     }
 
     /// Follows a reference: the object, from this transaction's changes, the
@@ -484,7 +504,39 @@ impl<'db> Transaction<'db> {
 
     /// The objects whose indexed field equals `key`.
     pub fn find<K: IndexKey, T: Persistent>(&mut self, index: &Index<K, T>, key: &K) -> Result<Vec<Ref<T>>> {
-        self.find_range(index, Bound::Included(key), Bound::Included(key))
+        let Some(tree) = self.index_tree::<T>(index.field, false)? else {
+            return Ok(Vec::new());
+        };
+        let mut k = Vec::new();
+        key.key_bytes(&mut k);
+        let values = tree.get_all(&mut self.txn, &k)?;
+        values
+            .into_iter()
+            .map(|v| self.index_ref(&tree, index.field, &v))
+            .collect()
+    }
+
+    /// The first object whose indexed field equals `key` (for unique fields).
+    pub fn find_one<K: IndexKey, T: Persistent>(&mut self, index: &Index<K, T>, key: &K) -> Result<Option<Ref<T>>> {
+        let Some(tree) = self.index_tree::<T>(index.field, false)? else {
+            return Ok(None);
+        };
+        let mut k = Vec::new();
+        key.key_bytes(&mut k);
+        match tree.get(&mut self.txn, &k)? {
+            Some(v) => Ok(Some(self.index_ref(&tree, index.field, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn index_ref<T>(&self, tree: &cairn_storage::btree::BTree, field: &str, v: &[u8]) -> Result<Ref<T>> {
+        Oid::from_slice(v)
+            .filter(|_| v.len() == Oid::ENCODED_SIZE)
+            .map(Ref::from_oid)
+            .ok_or_else(|| Error::Corrupt {
+                page: tree.root(),
+                reason: format!("index on {field} holds a malformed OID"),
+            })
     }
 
     /// The objects whose indexed field lies between `lo` and `hi`, in key order.
@@ -540,7 +592,12 @@ impl<'db> Transaction<'db> {
     /// Commits: the changes are durable when this returns Ok.
     pub fn commit(mut self) -> Result<()> {
         self.flush_hits();
-        Ok(self.txn.commit()?)
+        let roots = std::mem::take(&mut self.index_roots);
+        self.txn.commit()?;
+        if !roots.is_empty() {
+            lock(&self.inner.index_roots).extend(roots);
+        }
+        Ok(())
     }
 
     /// Aborts: nothing the transaction did remains.

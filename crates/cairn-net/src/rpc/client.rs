@@ -276,7 +276,10 @@ impl Client {
         let st = self.inner.shared.lock();
         for (id, slot) in &st.calls {
             assert!(*id != 0, "request id 0 is the connection's");
-            assert!(!(slot.abandoned && !slot.events.is_empty()), "abandoned call {id} holds replies");
+            assert!(
+                !(slot.abandoned && !slot.events.is_empty()),
+                "abandoned call {id} holds replies"
+            );
             let finals = slot
                 .events
                 .iter()
@@ -323,7 +326,10 @@ pub struct Call {
 
 impl std::fmt::Debug for Call {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Call").field("id", &self.id).field("done", &self.done).finish()
+        f.debug_struct("Call")
+            .field("id", &self.id)
+            .field("done", &self.done)
+            .finish()
     }
 }
 
@@ -446,9 +452,7 @@ impl Drop for Call {
 /// Connects and runs the handshake; returns the halves, the decoder (it may already hold frames
 /// that followed the WELCOME) and the WELCOME.
 async fn handshake(addr: &Address, opts: &ClientOptions) -> Result<(ReadHalf, WriteHalf, FrameDecoder, Welcome)> {
-    let stream = Stream::connect(addr)
-        .await
-        .map_err(|e| Error::io("connecting", e))?;
+    let stream = Stream::connect(addr).await.map_err(|e| Error::io("connecting", e))?;
     let (mut r, mut w) = stream.into_split();
     let mut hello = Vec::new();
     Message::Hello(Hello {

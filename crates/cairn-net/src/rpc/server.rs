@@ -47,8 +47,10 @@
 //! "lingering close") so that the client's kernel does not discard our GOODBYE on a reset.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -231,7 +233,10 @@ struct Unanswered {
 impl Drop for Unanswered {
     fn drop(&mut self) {
         if let Some(tx) = self.tx.take() {
-            let fault = Fault::new(ErrorCode::INTERNAL, "the request failed on the server without an answer");
+            let fault = Fault::new(
+                ErrorCode::INTERNAL,
+                "the request failed on the server without an answer",
+            );
             let _ = tx.send(Outgoing::new(
                 self.kind,
                 Flags::REPLY.with(Flags::ERROR),
@@ -368,7 +373,17 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
         let session = Arc::new(session);
         let in_flight = Arc::new(Semaphore::new(limits.in_flight_max as usize));
         let reply_bytes = Arc::new(Semaphore::new(limits.reply_bytes_max as usize));
-        let end = serve(&mut r, &mut conn, &tx, &shared, &session, &in_flight, &reply_bytes, &mut stop).await;
+        let end = serve(
+            &mut r,
+            &mut conn,
+            &tx,
+            &shared,
+            &session,
+            &in_flight,
+            &reply_bytes,
+            &mut stop,
+        )
+        .await;
         // Draining: every request already started finishes and queues its reply.
         let all = limits.in_flight_max;
         let _ = tokio::time::timeout(limits.shutdown_grace, in_flight.acquire_many(all)).await;
@@ -509,7 +524,9 @@ async fn serve<H: Handler>(
         };
         let id = frame.header.request_id;
         match Message::from_frame(frame) {
-            Ok(Message::Request { kind: Kind::PING, id, .. }) => {
+            Ok(Message::Request {
+                kind: Kind::PING, id, ..
+            }) => {
                 let _ = tx.send(Outgoing::new(Kind::PING, Flags::REPLY, id, Bytes::new(), None));
             }
             Ok(Message::Request { kind, id, body }) => {
@@ -526,7 +543,7 @@ async fn serve<H: Handler>(
                 };
                 let shared = shared.clone();
                 let session = session.clone();
-                tokio::spawn(async move {
+                let task = Box::pin(async move {
                     let guard = Unanswered {
                         kind,
                         id,
@@ -540,7 +557,11 @@ async fn serve<H: Handler>(
                         Ok(body) => {
                             let fault = Fault::new(
                                 ErrorCode::TOO_LARGE,
-                                format!("reply of {} bytes exceeds the limit of {}", body.len(), shared.limits.body_max),
+                                format!(
+                                    "reply of {} bytes exceeds the limit of {}",
+                                    body.len(),
+                                    shared.limits.body_max
+                                ),
                             );
                             (Flags::REPLY.with(Flags::ERROR), fault.encode().into())
                         }
@@ -552,6 +573,7 @@ async fn serve<H: Handler>(
                     let _ = replier.tx.send(Outgoing::new(kind, flags, id, body, permit));
                     drop(running);
                 });
+                run_eagerly(task);
             }
             Ok(Message::Goodbye { .. }) => return End::Client,
             Ok(other) => {
@@ -563,7 +585,12 @@ async fn serve<H: Handler>(
             }
             Err(e) => {
                 let fault = message_fault(&e);
-                if let MessageError::UnknownKind { kind, flags, request_id } = e {
+                if let MessageError::UnknownKind {
+                    kind,
+                    flags,
+                    request_id,
+                } = e
+                {
                     if flags == 0 && request_id != RequestId::CONNECTION {
                         let m = Message::ErrorReply {
                             kind,
@@ -577,6 +604,33 @@ async fn serve<H: Handler>(
             }
         }
     }
+}
+
+/// Polls a request's task once right here, in the reader, and spawns it only if it has to wait.
+///
+/// A request that completes without waiting (the common, cheap case) then costs no task switch,
+/// and the replies of a batch of such requests read together reach the writer together and leave
+/// in one write. Polling first with a waker that does nothing is sound because a future must
+/// arrange to wake the waker of its *latest* poll, and the spawned task polls it again at once.
+/// A panic in the handler is contained here; the request's `Unanswered` guard has then already
+/// queued an INTERNAL error reply.
+fn run_eagerly(mut task: Pin<Box<impl Future<Output = ()> + Send + 'static>>) {
+    let waker = noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut cx))) {
+        Ok(Poll::Ready(())) | Err(_) => {}
+        Ok(Poll::Pending) => {
+            tokio::spawn(task);
+        }
+    }
+}
+
+fn noop_waker() -> Waker {
+    const VTABLE: RawWakerVTable = RawWakerVTable::new(|_| RAW, |_| {}, |_| {}, |_| {});
+    const RAW: RawWaker = RawWaker::new(std::ptr::null(), &VTABLE);
+    // SAFETY: every function of the vtable ignores the (null) data pointer and does nothing, so
+    // the RawWaker contract (clone returns an equivalent waker; wake/drop release nothing) holds.
+    unsafe { Waker::from_raw(RAW) }
 }
 
 /// The reading side of a connection: the decoder and the request-byte budget.
@@ -652,7 +706,11 @@ async fn write_loop(mut w: WriteHalf, mut rx: mpsc::UnboundedReceiver<Outgoing>)
             buf.extend_from_slice(&out.header);
             buf.extend_from_slice(&out.body);
             held.push(out);
-            next = if buf.len() < COALESCE_MAX { rx.try_recv().ok() } else { None };
+            next = if buf.len() < COALESCE_MAX {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
         }
         if w.write_all(&buf).await.is_err() {
             // The client is gone: dropping the receiver makes further sends fail, which tells

@@ -57,7 +57,10 @@ impl Handler for TestHandler {
             return Err(Fault::new(ErrorCode::UNKNOWN_TOKEN, "unknown token"));
         }
         if hello.architecture != Architecture::RPC && hello.architecture != Architecture::PAGE {
-            return Err(Fault::new(ErrorCode::UNSUPPORTED_ARCHITECTURE, "architecture not served"));
+            return Err(Fault::new(
+                ErrorCode::UNSUPPORTED_ARCHITECTURE,
+                "architecture not served",
+            ));
         }
         self.opened.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -328,7 +331,13 @@ pub fn hello() -> Hello {
 /// The frame of a request, for tampering with.
 pub fn request_frame(kind: Kind, id: u64, body: &[u8]) -> Vec<u8> {
     let mut b = Vec::new();
-    cairn_net::frame::encode_frame(kind, cairn_net::frame::Flags::NONE, cairn_net::RequestId(id), body, &mut b);
+    cairn_net::frame::encode_frame(
+        kind,
+        cairn_net::frame::Flags::NONE,
+        cairn_net::RequestId(id),
+        body,
+        &mut b,
+    );
     b
 }
 

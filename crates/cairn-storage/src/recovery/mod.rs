@@ -95,7 +95,13 @@ pub fn redo(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovere
         .open(&vpath, false)
         .map_err(|e| Error::io("open volume", &vpath, e))?;
     let file = Arc::new(VolumeFile::new(f, &vpath, page_size));
-    let pool = BufferPool::new(file as Arc<dyn PageDevice>, opts.buffer_frames.max(64), opts.policy);
+    // A pool of its own, flushed at the end; small, since replay touches
+    // pages in log order and eviction only writes recovered pages.
+    let pool = BufferPool::new(
+        file as Arc<dyn PageDevice>,
+        opts.buffer_frames.clamp(64, 4096),
+        opts.policy,
+    );
     // Allocations still pending at the checkpoint, whose ALLOC markers may be
     // gone with older segments; later markers override them.
     let mut alloc_owner: HashMap<PageId, TxnId> = ckpt_pending.into_iter().map(|(t, p)| (p, t)).collect();
