@@ -130,6 +130,9 @@ pub struct RpcResult {
     pub system: &'static str,
     /// `"unix"` or `"tcp"`.
     pub transport: String,
+    /// `"each"` (every request written as it is made) or `"coalesced"` (requests made while
+    /// working through received replies leave together).
+    pub writes: &'static str,
     /// Client processes.
     pub clients: usize,
     /// Tasks in flight per client.
@@ -159,6 +162,7 @@ impl RpcReport {
     fn find(
         &self,
         system: &str,
+        writes: &str,
         transport: &str,
         clients: usize,
         in_flight: usize,
@@ -166,6 +170,7 @@ impl RpcReport {
     ) -> Option<&RpcResult> {
         self.results.iter().find(|r| {
             r.system == system
+                && (r.writes == writes || in_flight == 1)
                 && r.transport == transport
                 && r.clients == clients
                 && r.in_flight == in_flight
@@ -245,15 +250,10 @@ impl Servers {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let unix = cairn_unix.clone();
         let thread = std::thread::spawn(move || {
-            let rt = match std::env::var("CAIRN_RPC_RT").as_deref() {
-                Ok("current") => tokio::runtime::Builder::new_current_thread().enable_all().build(),
-                Ok(n) if n.parse::<usize>().is_ok() => tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(n.parse().unwrap())
-                    .enable_all()
-                    .build(),
-                _ => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
-            }
-            .expect("server runtime");
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("server runtime");
             rt.block_on(async move {
                 let handler = Arc::new(BenchHandler);
                 let tcp = Listener::bind(&Address::Tcp("127.0.0.1:0".parse().expect("address")))
@@ -406,16 +406,21 @@ pub fn client_main(args: &ClientArgs) -> io::Result<()> {
     for line in io::stdin().lock().lines() {
         let line = line?;
         let words: Vec<&str> = line.split_whitespace().collect();
-        let [cmd, system, transport, k, n] = words[..] else {
+        let [cmd, system, writes, transport, k, n] = words[..] else {
             return Err(err(format!("bad command {line:?}")));
         };
         let k: usize = k.parse().map_err(|_| err("bad K"))?;
         let n: usize = n.parse().map_err(|_| err("bad N"))?;
+        let coalesce = match writes {
+            "each" => false,
+            "coalesced" => true,
+            _ => return Err(err(format!("bad command {line:?}"))),
+        };
         match (cmd, system, transport) {
-            ("run", "cairn-rpc", "unix") => run_cairn(&cairn_unix, k, n)?,
-            ("run", "cairn-rpc", "tcp") => run_cairn(&cairn_tcp, k, n)?,
-            ("run", "raw-pingpong", "unix") => run_raw(raw_unix.stream(), k, n)?,
-            ("run", "raw-pingpong", "tcp") => run_raw(raw_tcp.stream(), k, n)?,
+            ("run", "cairn-rpc", "unix") => run_cairn(&cairn_unix, k, n, coalesce)?,
+            ("run", "cairn-rpc", "tcp") => run_cairn(&cairn_tcp, k, n, coalesce)?,
+            ("run", "raw-pingpong", "unix") => run_raw(raw_unix.stream(), k, n, coalesce)?,
+            ("run", "raw-pingpong", "tcp") => run_raw(raw_tcp.stream(), k, n, coalesce)?,
             ("stream", "cairn-rpc", "unix") => run_stream(&cairn_unix, k, n)?,
             ("stream", "cairn-rpc", "tcp") => run_stream(&cairn_tcp, k, n)?,
             _ => return Err(err(format!("bad command {line:?}"))),
@@ -426,8 +431,10 @@ pub fn client_main(args: &ClientArgs) -> io::Result<()> {
     Ok(())
 }
 
-/// PRIMA's client loop over Cairn's RPC: K invocations, then one per result.
-fn run_cairn(c: &Client, k: usize, n: usize) -> io::Result<()> {
+/// PRIMA's client loop over Cairn's RPC: K invocations, then one per result. With `coalesce`,
+/// the invocations made while working through replies already received are deferred
+/// ([`Client::invoke_deferred`]) and leave together before the next wait that blocks.
+fn run_cairn(c: &Client, k: usize, n: usize, coalesce: bool) -> io::Result<()> {
     let e = |e: cairn_net::Error| err(e.to_string());
     let mut q = VecDeque::with_capacity(k);
     let mut invoked = 0;
@@ -438,7 +445,12 @@ fn run_cairn(c: &Client, k: usize, n: usize) -> io::Result<()> {
     while let Some(call) = q.pop_front() {
         call.wait().map_err(e)?;
         if invoked < n {
-            q.push_back(c.invoke(EMPTY, Bytes::new()).map_err(e)?);
+            let next = if coalesce {
+                c.invoke_deferred(EMPTY, Bytes::new())
+            } else {
+                c.invoke(EMPTY, Bytes::new())
+            };
+            q.push_back(next.map_err(e)?);
             invoked += 1;
         }
     }
@@ -453,7 +465,7 @@ fn run_stream(c: &Client, parts: usize, n: usize) -> io::Result<()> {
             .invoke(STREAM, Bytes::copy_from_slice(&(parts as u32).to_le_bytes()))
             .map_err(e)?;
         let mut got = 0;
-        while let Some(p) = call.next().map_err(e)? {
+        while let Some(p) = call.next_part().map_err(e)? {
             got += 1;
             if p.last {
                 break;
@@ -466,8 +478,10 @@ fn run_stream(c: &Client, parts: usize, n: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// The same loop with the bare frame over a blocking socket.
-fn run_raw(s: &mut dyn ReadWrite, k: usize, n: usize) -> io::Result<()> {
+/// The same loop with the bare frame over a blocking socket; with `coalesce`, the requests made
+/// while replies are buffered leave in one write before the next blocking read.
+fn run_raw(s: &mut dyn ReadWrite, k: usize, n: usize, coalesce: bool) -> io::Result<()> {
+    let mut out: Vec<u8> = Vec::new();
     let ping = frame::encode_header(Kind::PING, Flags::NONE, RequestId(1), &[]);
     let mut buf = vec![0u8; 64 << 10];
     let mut have = 0usize;
@@ -479,6 +493,10 @@ fn run_raw(s: &mut dyn ReadWrite, k: usize, n: usize) -> io::Result<()> {
     }
     while done < n {
         if have < HEADER_SIZE {
+            if !out.is_empty() {
+                s.write_all(&out)?;
+                out.clear();
+            }
             let r = s.read(&mut buf[have..])?;
             if r == 0 {
                 return Err(err("raw server closed"));
@@ -491,7 +509,11 @@ fn run_raw(s: &mut dyn ReadWrite, k: usize, n: usize) -> io::Result<()> {
         have -= HEADER_SIZE;
         done += 1;
         if invoked < n {
-            s.write_all(&ping)?;
+            if coalesce {
+                out.extend_from_slice(&ping);
+            } else {
+                s.write_all(&ping)?;
+            }
             invoked += 1;
         }
     }
@@ -585,24 +607,36 @@ pub fn run(opts: &RpcOptions) -> io::Result<RpcReport> {
         // Warm up every connection once.
         for t in &opts.transports {
             for sys in ["cairn-rpc", "raw-pingpong"] {
-                timed(&mut procs, |i| format!("run {sys} {t} 1 {}", share(i).min(200)))?;
+                timed(&mut procs, |i| format!("run {sys} each {t} 1 {}", share(i).min(200)))?;
             }
         }
         for t in &opts.transports {
             eprint!("rpc: {clients} client(s), {t}:");
             for &k in &opts.in_flight {
-                let mut samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+                // One synchronous setting; two write modes when there is something to coalesce.
+                let settings: &[(&'static str, &'static str)] = if k == 1 {
+                    &[("raw-pingpong", "each"), ("cairn-rpc", "each")]
+                } else {
+                    &[
+                        ("raw-pingpong", "each"),
+                        ("cairn-rpc", "each"),
+                        ("raw-pingpong", "coalesced"),
+                        ("cairn-rpc", "coalesced"),
+                    ]
+                };
+                let mut samples = vec![Vec::new(); settings.len()];
                 for _ in 0..reps {
-                    for (s, sys) in ["raw-pingpong", "cairn-rpc"].iter().enumerate() {
-                        let us = timed(&mut procs, |i| format!("run {sys} {t} {k} {}", share(i)))?;
+                    for (s, (sys, writes)) in settings.iter().enumerate() {
+                        let us = timed(&mut procs, |i| format!("run {sys} {writes} {t} {k} {}", share(i)))?;
                         samples[s].push(us / opts.tasks as f64);
                     }
                 }
-                for (s, sys) in ["raw-pingpong", "cairn-rpc"].into_iter().enumerate() {
+                for (s, &(sys, writes)) in settings.iter().enumerate() {
                     let (median, min, max) = median_min_max(samples[s].clone());
                     report.results.push(RpcResult {
                         system: sys,
                         transport: t.clone(),
+                        writes,
                         clients,
                         in_flight: k,
                         tasks: opts.tasks,
@@ -621,7 +655,7 @@ pub fn run(opts: &RpcOptions) -> io::Result<RpcReport> {
                 let mut samples = Vec::new();
                 for _ in 0..reps {
                     let us = timed(&mut procs, |_| {
-                        format!("stream cairn-rpc {t} {} {}", opts.stream_parts, opts.stream_tasks)
+                        format!("stream cairn-rpc each {t} {} {}", opts.stream_parts, opts.stream_tasks)
                     })?;
                     samples.push(us / opts.stream_tasks as f64);
                 }
@@ -629,6 +663,7 @@ pub fn run(opts: &RpcOptions) -> io::Result<RpcReport> {
                 report.results.push(RpcResult {
                     system: "cairn-rpc",
                     transport: t.clone(),
+                    writes: "each",
                     clients: 1,
                     in_flight: 1,
                     tasks: opts.stream_tasks,
@@ -647,13 +682,15 @@ pub fn run(opts: &RpcOptions) -> io::Result<RpcReport> {
 // ---------------------------------------------------------------------------------------------
 // Reporting.
 
-/// The human table: µs per task for the floor and Cairn, the ratio to the floor, and Cairn's
-/// rate against its own synchronous rate; then the streaming case and the two targets.
+/// The human table: µs per task for the floor and Cairn in both write modes, the ratios to the
+/// floor, and Cairn's rate against its own synchronous rate; then the streaming case and the two
+/// targets.
 pub fn print_table(report: &RpcReport, opts: &RpcOptions, out: &mut dyn Write) -> io::Result<()> {
     let m = crate::commit::machine();
     writeln!(
         out,
-        "RPC: {} empty tasks per measurement; median of {} (min–max); {} cores, {:.1} GiB; server: tokio, {} workers",
+        "RPC: {} empty tasks per measurement, mean µs per task (median of {}); {} cores, {:.1} GiB; server: tokio, {} \
+         workers",
         opts.tasks,
         report.reps,
         m.cores,
@@ -662,47 +699,57 @@ pub fn print_table(report: &RpcReport, opts: &RpcOptions, out: &mut dyn Write) -
     )?;
     writeln!(
         out,
-        "{:<5} {:>7} {:>9} {:>10} {:>10} {:>19} {:>9} {:>10}",
-        "sock", "clients", "in flight", "raw µs", "rpc µs", "rpc min–max", "rpc/raw", "× rpc sync"
+        "each: a write per request; coal: requests made while taking replies leave in one write (invoke_deferred)"
     )?;
+    writeln!(
+        out,
+        "{:<4} {:>3} {:>4} | {:>8} {:>8} {:>7} {:>6} | {:>8} {:>8} {:>7} {:>6}",
+        "sock", "cl", "K", "raw each", "rpc each", "rpc/raw", "×sync", "raw coal", "rpc coal", "rpc/raw", "×sync"
+    )?;
+    let f = |x: Option<f64>, prec: usize| x.map_or("-".to_string(), |v| format!("{v:.prec$}"));
+    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     for r in report
         .results
         .iter()
-        .filter(|r| r.system == "cairn-rpc" && r.parts_per_task == 0)
+        .filter(|r| r.system == "cairn-rpc" && r.parts_per_task == 0 && r.writes == "each")
     {
-        let raw = report.find("raw-pingpong", &r.transport, r.clients, r.in_flight, 0);
-        let sync = report.find("cairn-rpc", &r.transport, r.clients, 1, 0);
+        let (t, c, k) = (r.transport.as_str(), r.clients, r.in_flight);
+        let get = |sys: &str, writes: &str| report.find(sys, writes, t, c, k, 0).map(|x| x.mean_us_per_task);
+        let sync = report.find("cairn-rpc", "each", t, c, 1, 0).map(|x| x.mean_us_per_task);
+        let (re, ce) = (get("raw-pingpong", "each"), get("cairn-rpc", "each"));
+        let (rc, cc) = if k == 1 {
+            (None, None)
+        } else {
+            (get("raw-pingpong", "coalesced"), get("cairn-rpc", "coalesced"))
+        };
         writeln!(
             out,
-            "{:<5} {:>7} {:>9} {:>10} {:>10.2} {:>19} {:>9} {:>10}",
-            r.transport,
-            r.clients,
-            r.in_flight,
-            raw.map_or("-".into(), |x| format!("{:.2}", x.mean_us_per_task)),
-            r.mean_us_per_task,
-            format!("{:.2}–{:.2}", r.min_us_per_task, r.max_us_per_task),
-            raw.map_or("-".into(), |x| format!(
-                "{:.2}",
-                r.mean_us_per_task / x.mean_us_per_task
-            )),
-            sync.map_or("-".into(), |s| format!(
-                "{:.1}",
-                s.mean_us_per_task / r.mean_us_per_task
-            )),
+            "{:<4} {:>3} {:>4} | {:>8} {:>8} {:>7} {:>6} | {:>8} {:>8} {:>7} {:>6}",
+            t,
+            c,
+            k,
+            f(re, 2),
+            f(ce, 2),
+            f(ratio(ce, re), 2),
+            f(ratio(sync, ce), 1),
+            f(rc, 2),
+            f(cc, 2),
+            f(ratio(cc, rc), 2),
+            f(ratio(sync, cc), 1),
         )?;
     }
     for r in report.results.iter().filter(|r| r.parts_per_task > 0) {
-        let sync = report.find("cairn-rpc", &r.transport, 1, 1, 0);
+        let sync = report.find("cairn-rpc", "each", &r.transport, 1, 1, 0);
         let per_part = r.mean_us_per_task / (r.parts_per_task + 1) as f64;
         writeln!(
             out,
-            "stream {:<5}: 1 request, {} partial replies + final: {:.1} µs per request, {:.3} µs per part{}",
+            "stream {:<4}: 1 request, {} partial replies + final: {:.1} µs per request, {:.3} µs per part{}",
             r.transport,
             r.parts_per_task,
             r.mean_us_per_task,
             per_part,
             sync.map_or(String::new(), |s| format!(
-                " ({:.1}× faster than a synchronous call per item)",
+                " ({:.1}× the synchronous rate)",
                 s.mean_us_per_task / per_part
             )),
         )?;
@@ -713,9 +760,8 @@ pub fn print_table(report: &RpcReport, opts: &RpcOptions, out: &mut dyn Write) -
         .map(|r| r.transport.clone())
         .collect::<std::collections::BTreeSet<_>>()
     {
-        let raw = report.find("raw-pingpong", &t, 1, 1, 0);
-        let sync = report.find("cairn-rpc", &t, 1, 1, 0);
-        let k50 = report.find("cairn-rpc", &t, 1, 50, 0);
+        let raw = report.find("raw-pingpong", "each", &t, 1, 1, 0);
+        let sync = report.find("cairn-rpc", "each", &t, 1, 1, 0);
         if let (Some(raw), Some(sync)) = (raw, sync) {
             let ratio = sync.mean_us_per_task / raw.mean_us_per_task;
             writeln!(
@@ -724,13 +770,15 @@ pub fn print_table(report: &RpcReport, opts: &RpcOptions, out: &mut dyn Write) -
                 if ratio <= 1.5 { "met" } else { "NOT met" }
             )?;
         }
-        if let (Some(sync), Some(k50)) = (sync, k50) {
-            let speedup = sync.mean_us_per_task / k50.mean_us_per_task;
-            writeln!(
-                out,
-                "target {t}: 50 in flight ≥ 10× the synchronous rate: {speedup:.1}× — {}",
-                if speedup >= 10.0 { "met" } else { "NOT met" }
-            )?;
+        for writes in ["each", "coalesced"] {
+            if let (Some(sync), Some(k50)) = (sync, report.find("cairn-rpc", writes, &t, 1, 50, 0)) {
+                let speedup = sync.mean_us_per_task / k50.mean_us_per_task;
+                writeln!(
+                    out,
+                    "target {t}: 50 in flight ({writes}) ≥ 10× the synchronous rate: {speedup:.1}× — {}",
+                    if speedup >= 10.0 { "met" } else { "NOT met" }
+                )?;
+            }
         }
     }
     Ok(())
@@ -747,6 +795,7 @@ pub fn to_json(report: &RpcReport) -> serde_json::Value {
             let mut v = serde_json::json!({
                 "system": r.system,
                 "transport": r.transport,
+                "writes": r.writes,
                 "clients": r.clients,
                 "in_flight": r.in_flight,
                 "tasks": r.tasks,
@@ -792,9 +841,11 @@ mod tests {
     fn loops_run_against_real_servers() {
         let servers = Servers::start().unwrap();
         let c = Client::connect(&servers.cairn_unix, &ClientOptions::default()).unwrap();
-        run_cairn(&c, 5, 100).unwrap();
+        run_cairn(&c, 5, 100, false).unwrap();
+        run_cairn(&c, 5, 100, true).unwrap();
         run_stream(&c, 10, 3).unwrap();
         let mut s = UnixStream::connect(&servers.raw_unix).unwrap();
-        run_raw(&mut s, 5, 100).unwrap();
+        run_raw(&mut s, 5, 100, false).unwrap();
+        run_raw(&mut s, 5, 100, true).unwrap();
     }
 }

@@ -82,14 +82,9 @@ proptest! {
         let mut dec = FrameDecoder::new(1 << 20);
         dec.push(&bytes);
         let mut decoded = 0;
-        loop {
-            match dec.decode() {
-                Ok(Some(frame)) => {
-                    decoded += 1;
-                    let _ = Message::from_frame(frame);
-                }
-                Ok(None) | Err(_) => break,
-            }
+        while let Ok(Some(frame)) = dec.decode() {
+            decoded += 1;
+            let _ = Message::from_frame(frame);
         }
         // One flipped bit is always caught: the frame holding it never decodes.
         prop_assert!(decoded < messages.len());

@@ -22,14 +22,14 @@ fn parts_arrive_in_order_and_complete() {
         let c = server.connect();
         let mut call = c.invoke(STREAM, n(1000)).unwrap();
         for i in 0..1000 {
-            let part = call.next().unwrap().unwrap();
+            let part = call.next_part().unwrap().unwrap();
             assert!(!part.last);
             assert_eq!(index(&part.body), i);
         }
-        let last = call.next().unwrap().unwrap();
+        let last = call.next_part().unwrap().unwrap();
         assert!(last.last);
         assert_eq!(last.body, Bytes::from_static(b"end"));
-        assert!(call.next().unwrap().is_none());
+        assert!(call.next_part().unwrap().is_none());
         // A stream of no parts is just the final reply.
         assert_eq!(
             c.invoke(STREAM, n(0)).unwrap().collect().unwrap(),
@@ -80,7 +80,7 @@ fn wait_on_a_stream_returns_the_final_reply() {
     let c = server.connect();
     assert_eq!(c.call(STREAM, n(100)).unwrap(), Bytes::from_static(b"end"));
     let mut call = c.invoke(STREAM, n(3)).unwrap();
-    assert_eq!(index(&call.next().unwrap().unwrap().body), 0);
+    assert_eq!(index(&call.next_part().unwrap().unwrap().body), 0);
     drop(call);
     c.ping().unwrap();
 }

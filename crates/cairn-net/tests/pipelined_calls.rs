@@ -112,3 +112,43 @@ fn dropped_calls_are_discarded_and_the_connection_stays_usable() {
     }
     assert_eq!(c.pending(), 0);
 }
+
+#[test]
+fn deferred_requests_leave_before_a_wait_blocks() {
+    for transport in both() {
+        let server = Server::start(transport, Limits::default());
+        let c = server.connect();
+        let calls: Vec<_> = (0..100u32)
+            .map(|i| (i, c.invoke_deferred(ECHO, body(9, i)).unwrap()))
+            .collect();
+        // Nothing was written yet; the first wait flushes them all.
+        for (i, call) in calls.into_iter().rev() {
+            assert_eq!(call.wait().unwrap(), body(9, i));
+        }
+        let late = c.invoke_deferred(ECHO, body(9, 1000)).unwrap();
+        c.flush().unwrap();
+        assert_eq!(late.wait().unwrap(), body(9, 1000));
+    }
+}
+
+#[test]
+fn sending_much_and_reading_nothing_does_not_deadlock() {
+    // The server runs few requests at once and queues few reply bytes, so it soon stops reading;
+    // the client's socket fills; its stalled writes must take replies off the socket themselves.
+    let limits = Limits {
+        in_flight_max: 2,
+        body_max: 64 << 10,
+        reply_bytes_max: 64 << 10,
+        request_bytes_max: 64 << 10,
+        ..Limits::default()
+    };
+    for transport in both() {
+        let server = Server::start(transport, limits.clone());
+        let c = server.connect();
+        let big = Bytes::from(vec![7u8; 16 << 10]);
+        let calls: Vec<_> = (0..400).map(|_| c.invoke(ECHO, big.clone()).unwrap()).collect();
+        for call in calls {
+            assert_eq!(call.wait().unwrap(), big);
+        }
+    }
+}

@@ -1,53 +1,63 @@
 //! The client half: one connection, many requests in flight, usable from synchronous code.
 //!
 //! [`Client::invoke`] is PRIMA's `Remote_Service_Invocation`: it sends the request now and
-//! returns a [`Call`]; [`Call::next`] is `Get_Service_Result` with the "complete or not" flag
+//! returns a [`Call`]; [`Call::next_part`] is `Get_Service_Result` with the "complete or not" flag
 //! ([`Part::last`]), and [`Call::wait`] / [`Client::call`] are the plain synchronous forms. Replies
 //! are matched by request id and may arrive in any order.
 //!
-//! # Why a private current-thread runtime, driven by the callers
+//! # Why blocking sockets and no thread of its own
 //!
-//! Each client owns a tokio *current-thread* runtime and a reader task on it, and has no thread
-//! of its own. The runtime only runs while some caller is inside `block_on`: a caller waiting for
-//! a reply drives the reader task itself, so a synchronous call costs the same as the raw
-//! exchange — write, then read on the calling thread — with no hand-off to another thread (a
-//! dedicated reader thread would add a wake-up and a context switch to every call, about as much
-//! as the round trip itself on a loaded two-core machine). When several threads wait at once,
-//! one drives the reader and tokio wakes the others as their replies are dispatched (the
-//! leader/follower pattern). Requests are written directly from the caller's thread with
-//! `try_write`; only when the socket is full does the caller enter the runtime, which then also
-//! drives the reader, so a client that sends much and reads little cannot deadlock against a
-//! server that has stopped reading until its replies are taken.
+//! The client uses plain blocking std sockets and has no thread of its own: the callers take
+//! turns reading (the leader/follower pattern). A caller that needs a reply and finds nobody
+//! reading becomes the reader: it reads whatever has arrived, hands every reply to its call's
+//! slot, and wakes the callers whose replies came (a condition variable, touched only when some
+//! other thread is actually waiting). So a synchronous call costs what the raw exchange costs —
+//! write, then a blocking read on the calling thread — with no hand-off to a reader thread or a
+//! runtime (each hand-off is a wake-up and a context switch, about as much as the round trip
+//! itself on a loaded two-core machine), and pipelined replies are taken a socket-buffer at a
+//! time. An async runtime would add exactly those hand-offs, and async callers are not the
+//! client's users (the application API above is synchronous).
 //!
-//! The price: replies are read only while someone waits or sends. They queue in the kernel in
-//! the meantime, which is back-pressure the server respects (it bounds queued reply bytes). And
-//! the client must not be used from inside another tokio runtime's worker (`block_on` would
-//! panic); the async server-side code that needs a client should run it on a blocking thread.
+//! Requests are written from the caller's thread. Writes time out after [`WRITE_STALL`]: a
+//! caller whose write stalls (the socket is full because nobody reads the replies and the server
+//! has stopped reading until its replies are taken) reads replies itself before trying again, so
+//! a client that sends much and reads little cannot deadlock against the server's back-pressure.
+//! Reads time out after [`READ_POLL`] only so that a reader re-checks for a closed connection;
+//! a timeout is not an error.
+//!
+//! The price: replies are read only while someone waits or sends. They queue in the kernel in the
+//! meantime, which is back-pressure the server respects (it bounds queued reply bytes).
 //!
 //! # A call's states
 //!
 //! ```text
-//!   invoke ──► Pending ──(part)──► Pending ──(final / error reply)──► Done (slot removed by Call::next)
+//!   invoke ──► Pending ──(part)──► Pending ──(final / error reply)──► Done (slot removed by Call::next_part)
 //!                 │                                                   ▲
 //!                 └── Call dropped ──► Abandoned ──(final arrives)────┘ (slot removed by the reader)
 //!                 └── connection closes ──► Failed (every pending call gets the same error)
 //! ```
 
 use std::collections::{HashMap, VecDeque};
-use std::future::poll_fn;
-use std::io;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Poll, Waker};
-use std::time::Duration;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::runtime::Runtime;
 
 use crate::error::{Error, Result};
-use crate::frame::{self, Flags, FrameDecoder, Kind, RequestId};
-use crate::message::{Architecture, Hello, Message, Welcome};
-use crate::transport::{Address, ReadHalf, Stream, WriteHalf};
+use crate::frame::{self, Flags, Frame, FrameDecoder, Kind, RequestId};
+use crate::message::{Architecture, Fault, Hello, Message, Welcome};
+use crate::transport::Address;
+
+/// How long a write may stall before its caller reads replies instead.
+pub const WRITE_STALL: Duration = Duration::from_millis(1);
+/// How long a reader blocks before it re-checks the connection's state.
+pub const READ_POLL: Duration = Duration::from_millis(200);
+/// Bytes a reader asks the socket for at once.
+const READ_BUF: usize = 64 << 10;
 
 /// How to connect.
 #[derive(Clone, Debug)]
@@ -90,79 +100,278 @@ pub struct Part {
 enum Event {
     Part(Bytes),
     Final(Bytes),
-    Failed(crate::message::Fault),
+    Failed(Fault),
 }
 
 #[derive(Debug, Default)]
 struct Slot {
     events: VecDeque<Event>,
-    waker: Option<Waker>,
     /// The [`Call`] was dropped: discard what arrives, remove the slot at the final reply.
     abandoned: bool,
 }
 
-#[derive(Debug, Default)]
+/// The socket, either kind. Reads and writes go through `&Sock`, so one thread can read while
+/// another writes.
+#[derive(Debug)]
+enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => (&*s).read(buf),
+            Sock::Unix(s) => (&*s).read(buf),
+        }
+    }
+
+    fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => (&*s).write(buf),
+            Sock::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    fn set_timeouts(&self, read: Option<Duration>, write: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => {
+                s.set_read_timeout(read)?;
+                s.set_write_timeout(write)
+            }
+            Sock::Unix(s) => {
+                s.set_read_timeout(read)?;
+                s.set_write_timeout(write)
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        let _ = match self {
+            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
+            Sock::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+}
+
+/// The reading side, owned by whichever caller is reading.
+#[derive(Debug)]
+struct ReadSide {
+    dec: FrameDecoder,
+    buf: Box<[u8]>,
+}
+
+#[derive(Debug)]
 struct State {
     calls: HashMap<u64, Slot>,
     /// Set once, when the connection ends; every later wait fails with it.
     closed: Option<Error>,
-}
-
-/// The state the reader task shares with the callers.
-#[derive(Debug, Default)]
-struct Shared {
-    state: Mutex<State>,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves the map consistent (every change is one
-        // insert/remove/push), so a poisoned lock is still usable.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Ends the connection for every caller.
-    fn close(&self, error: Error) {
-        let wakers: Vec<Waker> = {
-            let mut st = self.lock();
-            if st.closed.is_none() {
-                st.closed = Some(error);
-            }
-            st.calls.values_mut().filter_map(|s| s.waker.take()).collect()
-        };
-        for w in wakers {
-            w.wake();
-        }
-    }
+    /// `None` while a caller is reading (it holds the reading side).
+    read_side: Option<ReadSide>,
+    /// Callers blocked on the condition variable.
+    waiters: usize,
 }
 
 struct Writer {
-    half: WriteHalf,
-    buf: Vec<u8>,
+    /// Frames not yet written: deferred requests ([`Client::invoke_deferred`]), then the one
+    /// being sent.
+    queued: Vec<u8>,
     next_id: u64,
 }
 
+/// Deferred requests are written at the latest when this many bytes are queued.
+const QUEUED_MAX: usize = 64 << 10;
+
 struct Inner {
-    /// `Some` until dropped.
-    rt: Option<Runtime>,
+    sock: Sock,
     writer: Mutex<Writer>,
-    shared: Arc<Shared>,
+    /// Whether `writer.queued` holds deferred requests (read without the writer's lock).
+    has_queued: AtomicBool,
+    state: Mutex<State>,
+    /// Signalled when replies have been handed out or the reading side is free again.
+    changed: Condvar,
     welcome: Welcome,
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every change under these locks is a single insert/remove/push, so a panic while holding
+    // one leaves the data consistent and a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Inner {
-    fn rt(&self) -> &Runtime {
-        self.rt.as_ref().expect("runtime lives as long as the client")
+    /// Takes the next event of call `id`, reading the socket (as the leader) or waiting for
+    /// the reader (as a follower) until one is there. With `block` false, returns `Ok(None)`
+    /// instead of waiting.
+    fn next_event(&self, id: u64) -> Result<Event> {
+        let mut st = lock(&self.state);
+        loop {
+            match st.calls.get_mut(&id) {
+                Some(slot) => {
+                    if let Some(ev) = slot.events.pop_front() {
+                        return Ok(ev);
+                    }
+                }
+                None => return Err(st.closed.clone().unwrap_or(Error::Disconnected)),
+            }
+            if let Some(e) = &st.closed {
+                return Err(e.clone());
+            }
+            // About to block: deferred requests go out first (the reply may depend on them).
+            if self.has_queued.load(Ordering::Acquire) {
+                drop(st);
+                self.flush()?;
+                st = lock(&self.state);
+                continue;
+            }
+            st = match st.read_side.take() {
+                Some(side) => self.read_round(st, side),
+                None => {
+                    st.waiters += 1;
+                    let mut st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+                    st.waiters -= 1;
+                    st
+                }
+            };
+        }
+    }
+
+    /// One turn as the reader: read what has arrived (blocking up to [`READ_POLL`]), hand every
+    /// whole frame to its call, give the reading side back, wake waiting callers.
+    fn read_round<'a>(&'a self, st: MutexGuard<'a, State>, mut side: ReadSide) -> MutexGuard<'a, State> {
+        drop(st);
+        let mut frames: Vec<Frame> = Vec::new();
+        let mut failure: Option<Error> = None;
+        match self.sock.read(&mut side.buf) {
+            Ok(0) => {
+                failure = Some(match side.dec.finish() {
+                    Ok(()) => Error::Disconnected,
+                    Err(e) => Error::Frame(e),
+                })
+            }
+            Ok(n) => {
+                side.dec.push(&side.buf[..n]);
+                loop {
+                    match side.dec.decode() {
+                        Ok(Some(f)) => frames.push(f),
+                        Ok(None) => break,
+                        Err(e) => {
+                            failure = Some(Error::Frame(e));
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => failure = Some(Error::io("reading replies", e)),
+        }
+        let mut st = lock(&self.state);
+        st.read_side = Some(side);
+        for frame in frames {
+            if let Err(e) = dispatch(&mut st, frame) {
+                failure = Some(e);
+                break;
+            }
+        }
+        if let Some(e) = failure {
+            if st.closed.is_none() {
+                st.closed = Some(e);
+            }
+        }
+        if st.waiters > 0 {
+            self.changed.notify_all();
+        }
+        st
+    }
+
+    /// Writes the deferred requests.
+    fn flush(&self) -> Result<()> {
+        let mut w = lock(&self.writer);
+        self.send_queued(&mut w)
+    }
+
+    /// Writes everything queued (the writer's lock held).
+    fn send_queued(&self, w: &mut Writer) -> Result<()> {
+        self.has_queued.store(false, Ordering::Release);
+        let result = self.write_all(&w.queued);
+        w.queued.clear();
+        if w.queued.capacity() > 4 * QUEUED_MAX {
+            w.queued.shrink_to(QUEUED_MAX);
+        }
+        if let Err(e) = &result {
+            self.close(e.clone());
+        }
+        result
+    }
+
+    fn close(&self, error: Error) {
+        let mut st = lock(&self.state);
+        if st.closed.is_none() {
+            st.closed = Some(error);
+        }
+        if st.waiters > 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Writes all of `buf`; a stalled write reads replies before trying again.
+    fn write_all(&self, buf: &[u8]) -> Result<()> {
+        let mut off = 0;
+        while off < buf.len() {
+            match self.sock.write(&buf[off..]) {
+                Ok(0) => return Err(Error::io("sending a request", io::ErrorKind::WriteZero.into())),
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    // The socket is full: take replies off it if nobody else is, so the server
+                    // can go on reading.
+                    let mut st = lock(&self.state);
+                    if let Some(e) = &st.closed {
+                        return Err(e.clone());
+                    }
+                    if let Some(side) = st.read_side.take() {
+                        st = self.read_round(st, side);
+                    }
+                    drop(st);
+                }
+                Err(e) => return Err(Error::io("sending a request", e)),
+            }
+        }
+        Ok(())
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.shared.close(Error::Disconnected);
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
+        self.sock.shutdown();
     }
+}
+
+/// Hands one reply frame to its call.
+fn dispatch(st: &mut State, frame: Frame) -> Result<()> {
+    let (id, event) = match Message::from_frame(frame)? {
+        Message::ReplyPart { id, body, .. } => (id, Event::Part(body)),
+        Message::Reply { id, body, .. } => (id, Event::Final(body)),
+        Message::ErrorReply { id, fault, .. } => (id, Event::Failed(fault)),
+        Message::Goodbye { fault, .. } => return Err(Error::Closed(fault)),
+        other => return Err(Error::Protocol(format!("unexpected message {other:?}"))),
+    };
+    let is_final = !matches!(event, Event::Part(_));
+    let Some(slot) = st.calls.get_mut(&id.0) else {
+        return Err(Error::Protocol(format!("reply to unknown request {}", id.0)));
+    };
+    if slot.abandoned {
+        if is_final {
+            st.calls.remove(&id.0);
+        }
+    } else {
+        slot.events.push_back(event);
+    }
+    Ok(())
 }
 
 /// A connection to a Cairn server. Cheap to clone (clones share the connection) and usable from
@@ -181,25 +390,36 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects, says HELLO and waits for WELCOME. A REFUSAL is [`Error::Refused`].
     pub fn connect(addr: &Address, opts: &ClientOptions) -> Result<Client> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(|e| Error::io("starting the client runtime", e))?;
-        let (r, w, dec, welcome) = rt
-            .block_on(async { tokio::time::timeout(opts.connect_timeout, handshake(addr, opts)).await })
-            .map_err(|_| Error::Timeout("connecting and handshake"))??;
-        let shared = Arc::new(Shared::default());
-        rt.spawn(read_loop(r, dec, shared.clone()));
+        let deadline = Instant::now() + opts.connect_timeout;
+        let sock = match addr {
+            Address::Tcp(a) => {
+                let s = TcpStream::connect_timeout(a, opts.connect_timeout).map_err(|e| Error::io("connecting", e))?;
+                s.set_nodelay(true).map_err(|e| Error::io("connecting", e))?;
+                Sock::Tcp(s)
+            }
+            Address::Unix(p) => Sock::Unix(UnixStream::connect(p).map_err(|e| Error::io("connecting", e))?),
+        };
+        let (dec, welcome) = handshake(&sock, opts, deadline)?;
+        sock.set_timeouts(Some(READ_POLL), Some(WRITE_STALL))
+            .map_err(|e| Error::io("configuring the socket", e))?;
         Ok(Client {
             inner: Arc::new(Inner {
-                rt: Some(rt),
+                sock,
                 writer: Mutex::new(Writer {
-                    half: w,
-                    buf: Vec::new(),
+                    queued: Vec::new(),
                     next_id: 1,
                 }),
-                shared,
+                has_queued: AtomicBool::new(false),
+                state: Mutex::new(State {
+                    calls: HashMap::new(),
+                    closed: None,
+                    read_side: Some(ReadSide {
+                        dec,
+                        buf: vec![0u8; READ_BUF].into_boxed_slice(),
+                    }),
+                    waiters: 0,
+                }),
+                changed: Condvar::new(),
                 welcome,
             }),
         })
@@ -211,23 +431,40 @@ impl Client {
     }
 
     /// Sends a request now and returns its [`Call`], to collect the reply later
-    /// (`Remote_Service_Invocation`). Any number may be in flight.
+    /// (`Remote_Service_Invocation`). Any number may be in flight. Requests deferred earlier go
+    /// out with it, in order.
     pub fn invoke(&self, kind: Kind, body: impl Into<Bytes>) -> Result<Call> {
+        self.enqueue(kind, body.into(), true)
+    }
+
+    /// Queues a request without writing it: it goes out with the next [`Client::invoke`] or
+    /// [`Client::flush`], before any wait for a reply has to block, or once 64 KiB are queued.
+    /// A caller working through a batch of replies that invokes one new request per reply (the
+    /// PRIMA loop) sends them all in one write this way, instead of one write each.
+    pub fn invoke_deferred(&self, kind: Kind, body: impl Into<Bytes>) -> Result<Call> {
+        self.enqueue(kind, body.into(), false)
+    }
+
+    /// Writes the deferred requests now.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+
+    fn enqueue(&self, kind: Kind, body: Bytes, now: bool) -> Result<Call> {
         if !(kind.is_service() || kind == Kind::PING) {
             return Err(Error::NotARequest(kind.0));
         }
-        let body = body.into();
         if body.len() > self.inner.welcome.body_max as usize {
             return Err(Error::TooLarge {
                 len: body.len(),
                 max: self.inner.welcome.body_max,
             });
         }
-        let mut w = self.inner.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = lock(&self.inner.writer);
         let id = RequestId(w.next_id);
         w.next_id += 1;
         {
-            let mut st = self.inner.shared.lock();
+            let mut st = lock(&self.inner.state);
             if let Some(e) = &st.closed {
                 return Err(e.clone());
             }
@@ -239,18 +476,17 @@ impl Client {
             id,
             done: false,
         };
-        let Writer { half, buf, .. } = &mut *w;
-        buf.clear();
-        frame::encode_frame(kind, Flags::NONE, id, &body, buf);
-        if let Err(e) = write_all(self.inner.rt(), half, buf) {
-            self.inner.shared.close(e.clone());
-            return Err(e);
+        frame::encode_frame(kind, Flags::NONE, id, &body, &mut w.queued);
+        if now || w.queued.len() >= QUEUED_MAX {
+            self.inner.send_queued(&mut w)?;
+        } else {
+            self.inner.has_queued.store(true, Ordering::Release);
         }
         Ok(call)
     }
 
     /// A synchronous call: invoke and wait for the final reply (parts before it are dropped; use
-    /// [`Client::invoke`] and [`Call::next`] for streamed replies).
+    /// [`Client::invoke`] and [`Call::next_part`] for streamed replies).
     pub fn call(&self, kind: Kind, body: impl Into<Bytes>) -> Result<Bytes> {
         self.invoke(kind, body)?.wait()
     }
@@ -263,21 +499,21 @@ impl Client {
     /// Requests sent whose final reply has not been taken (including abandoned ones whose final
     /// reply has not arrived).
     pub fn pending(&self) -> usize {
-        self.inner.shared.lock().calls.len()
+        lock(&self.inner.state).calls.len()
     }
 
     /// Whether the connection has ended (and why).
     pub fn closed(&self) -> Option<Error> {
-        self.inner.shared.lock().closed.clone()
+        lock(&self.inner.state).closed.clone()
     }
 
     /// Checks the client's invariants (tests and debug builds).
     pub fn check_invariants(&self) {
-        let st = self.inner.shared.lock();
+        let st = lock(&self.inner.state);
         for (id, slot) in &st.calls {
             assert!(*id != 0, "request id 0 is the connection's");
             assert!(
-                !(slot.abandoned && !slot.events.is_empty()),
+                !slot.abandoned || slot.events.is_empty(),
                 "abandoned call {id} holds replies"
             );
             let finals = slot
@@ -293,30 +529,13 @@ impl Client {
                 );
             }
         }
-    }
-}
-
-/// Writes all of `buf`, directly while the socket takes it, else inside the runtime (which then
-/// also drives the reader, so replies keep being drained while we wait).
-fn write_all(rt: &Runtime, half: &mut WriteHalf, buf: &[u8]) -> Result<()> {
-    let mut off = 0;
-    while off < buf.len() {
-        match half.try_write(&buf[off..]) {
-            Ok(0) => return Err(Error::io("sending a request", io::ErrorKind::WriteZero.into())),
-            Ok(n) => off += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let rest = &buf[off..];
-                return rt
-                    .block_on(half.write_all(rest))
-                    .map_err(|e| Error::io("sending a request", e));
-            }
-            Err(e) => return Err(Error::io("sending a request", e)),
+        if let Some(side) = &st.read_side {
+            side.dec.check_invariants();
         }
     }
-    Ok(())
 }
 
-/// A request in flight: collect its reply with [`Call::next`] (parts, for a streamed reply) or
+/// A request in flight: collect its reply with [`Call::next_part`] (parts, for a streamed reply) or
 /// [`Call::wait`]. Dropping it abandons the reply.
 pub struct Call {
     inner: Arc<Inner>,
@@ -341,33 +560,11 @@ impl Call {
 
     /// The next part of the reply, waiting for it (`Get_Service_Result`); `None` after the final
     /// part. An error reply is [`Error::Remote`]; a lost connection fails every pending call.
-    pub fn next(&mut self) -> Result<Option<Part>> {
+    pub fn next_part(&mut self) -> Result<Option<Part>> {
         if self.done {
             return Ok(None);
         }
-        let taken = self.try_take();
-        let event = match taken {
-            Some(ev) => ev,
-            None => self.inner.rt().block_on(poll_fn(|cx| {
-                let mut st = self.inner.shared.lock();
-                let st = &mut *st;
-                let Some(slot) = st.calls.get_mut(&self.id.0) else {
-                    return Poll::Ready(Err(st.closed.clone().unwrap_or(Error::Disconnected)));
-                };
-                if let Some(ev) = slot.events.pop_front() {
-                    return Poll::Ready(Ok(ev));
-                }
-                if let Some(e) = &st.closed {
-                    return Poll::Ready(Err(e.clone()));
-                }
-                match &slot.waker {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => slot.waker = Some(cx.waker().clone()),
-                }
-                Poll::Pending
-            })),
-        };
-        match event {
+        match self.inner.next_event(self.id.0) {
             Ok(Event::Part(body)) => Ok(Some(Part { body, last: false })),
             Ok(Event::Final(body)) => {
                 self.finish();
@@ -384,11 +581,11 @@ impl Call {
         }
     }
 
-    /// Waits for the final reply and returns it; parts not yet taken with [`Call::next`] are
+    /// Waits for the final reply and returns it; parts not yet taken with [`Call::next_part`] are
     /// dropped.
     pub fn wait(mut self) -> Result<Bytes> {
         loop {
-            match self.next()? {
+            match self.next_part()? {
                 Some(Part { body, last: true }) => return Ok(body),
                 Some(_) => {}
                 None => return Err(Error::Protocol("reply already taken".into())),
@@ -399,28 +596,15 @@ impl Call {
     /// Every part of the reply in order, the final one last.
     pub fn collect(mut self) -> Result<Vec<Bytes>> {
         let mut parts = Vec::new();
-        while let Some(p) = self.next()? {
+        while let Some(p) = self.next_part()? {
             parts.push(p.body);
         }
         Ok(parts)
     }
 
-    /// An event already received, without waiting.
-    fn try_take(&self) -> Option<Result<Event>> {
-        let mut st = self.inner.shared.lock();
-        let st = &mut *st;
-        match st.calls.get_mut(&self.id.0) {
-            Some(slot) => match slot.events.pop_front() {
-                Some(ev) => Some(Ok(ev)),
-                None => st.closed.clone().map(Err),
-            },
-            None => Some(Err(st.closed.clone().unwrap_or(Error::Disconnected))),
-        }
-    }
-
     fn finish(&mut self) {
         self.done = true;
-        self.inner.shared.lock().calls.remove(&self.id.0);
+        lock(&self.inner.state).calls.remove(&self.id.0);
     }
 }
 
@@ -429,7 +613,7 @@ impl Drop for Call {
         if self.done {
             return;
         }
-        let mut st = self.inner.shared.lock();
+        let mut st = lock(&self.inner.state);
         let finished = match st.calls.get_mut(&self.id.0) {
             Some(slot) => {
                 let finished = slot
@@ -438,7 +622,6 @@ impl Drop for Call {
                     .any(|e| matches!(e, Event::Final(_) | Event::Failed(_)));
                 slot.events.clear();
                 slot.abandoned = true;
-                slot.waker = None;
                 finished
             }
             None => false,
@@ -449,11 +632,16 @@ impl Drop for Call {
     }
 }
 
-/// Connects and runs the handshake; returns the halves, the decoder (it may already hold frames
-/// that followed the WELCOME) and the WELCOME.
-async fn handshake(addr: &Address, opts: &ClientOptions) -> Result<(ReadHalf, WriteHalf, FrameDecoder, Welcome)> {
-    let stream = Stream::connect(addr).await.map_err(|e| Error::io("connecting", e))?;
-    let (mut r, mut w) = stream.into_split();
+/// Says HELLO and reads up to WELCOME; returns the decoder (it may already hold frames that
+/// followed the WELCOME) and the WELCOME.
+fn handshake(sock: &Sock, opts: &ClientOptions, deadline: Instant) -> Result<(FrameDecoder, Welcome)> {
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    };
+    sock.set_timeouts(Some(left()), Some(left()))
+        .map_err(|e| Error::io("configuring the socket", e))?;
     let mut hello = Vec::new();
     Message::Hello(Hello {
         architecture: opts.architecture,
@@ -461,81 +649,44 @@ async fn handshake(addr: &Address, opts: &ClientOptions) -> Result<(ReadHalf, Wr
         client_name: opts.client_name.clone(),
     })
     .encode(&mut hello);
-    w.write_all(&hello).await.map_err(|e| Error::io("sending HELLO", e))?;
+    let mut off = 0;
+    while off < hello.len() {
+        match sock.write(&hello[off..]) {
+            Ok(n) => off += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(Error::Timeout("sending HELLO"))
+            }
+            Err(e) => return Err(Error::io("sending HELLO", e)),
+        }
+    }
     let mut dec = FrameDecoder::new(opts.body_max);
+    let mut buf = vec![0u8; 4096];
     loop {
         if let Some(frame) = dec.decode()? {
             return match Message::from_frame(frame)? {
-                Message::Welcome(welcome) => Ok((r, w, dec, welcome)),
+                Message::Welcome(welcome) => Ok((dec, welcome)),
                 Message::Refusal(fault) => Err(Error::Refused(fault)),
                 Message::Goodbye { fault, .. } => Err(Error::Closed(fault)),
                 other => Err(Error::Protocol(format!("expected WELCOME, got {other:?}"))),
             };
         }
-        dec.read_hint();
-        let n = r
-            .read_buf(dec.buffer_mut())
-            .await
-            .map_err(|e| Error::io("reading WELCOME", e))?;
-        if n == 0 {
-            dec.finish()?;
-            return Err(Error::Disconnected);
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout("waiting for WELCOME"));
         }
-    }
-}
-
-/// The reader task: decodes replies and hands them to their calls until the connection ends.
-async fn read_loop(mut r: ReadHalf, mut dec: FrameDecoder, shared: Arc<Shared>) {
-    let mut wake: Vec<Waker> = Vec::new();
-    let error = 'conn: loop {
-        // Dispatch every whole frame buffered under one lock, then wake their callers.
-        {
-            let mut st = shared.lock();
-            loop {
-                let frame = match dec.decode() {
-                    Ok(Some(frame)) => frame,
-                    Ok(None) => break,
-                    Err(e) => break 'conn Error::Frame(e),
-                };
-                let (id, event) = match Message::from_frame(frame) {
-                    Ok(Message::ReplyPart { id, body, .. }) => (id, Event::Part(body)),
-                    Ok(Message::Reply { id, body, .. }) => (id, Event::Final(body)),
-                    Ok(Message::ErrorReply { id, fault, .. }) => (id, Event::Failed(fault)),
-                    Ok(Message::Goodbye { fault, .. }) => break 'conn Error::Closed(fault),
-                    Ok(other) => break 'conn Error::Protocol(format!("unexpected message {other:?}")),
-                    Err(e) => break 'conn Error::Message(e),
-                };
-                let is_final = !matches!(event, Event::Part(_));
-                let Some(slot) = st.calls.get_mut(&id.0) else {
-                    break 'conn Error::Protocol(format!("reply to unknown request {}", id.0));
-                };
-                if slot.abandoned {
-                    if is_final {
-                        st.calls.remove(&id.0);
-                    }
-                    continue;
-                }
-                slot.events.push_back(event);
-                if let Some(w) = slot.waker.take() {
-                    wake.push(w);
-                }
+        sock.set_timeouts(Some(left()), Some(left()))
+            .map_err(|e| Error::io("configuring the socket", e))?;
+        match sock.read(&mut buf) {
+            Ok(0) => {
+                dec.finish()?;
+                return Err(Error::Disconnected);
             }
+            Ok(n) => dec.push(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(Error::Timeout("waiting for WELCOME"))
+            }
+            Err(e) => return Err(Error::io("reading WELCOME", e)),
         }
-        for w in wake.drain(..) {
-            w.wake();
-        }
-        dec.read_hint();
-        match r.read_buf(dec.buffer_mut()).await {
-            Ok(0) => match dec.finish() {
-                Ok(()) => break Error::Disconnected,
-                Err(e) => break Error::Frame(e),
-            },
-            Ok(_) => {}
-            Err(e) => break Error::io("reading replies", e),
-        }
-    };
-    for w in wake.drain(..) {
-        w.wake();
     }
-    shared.close(error);
 }
