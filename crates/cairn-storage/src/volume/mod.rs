@@ -1032,15 +1032,7 @@ impl Volume {
                 Ok(())
             })?;
         }
-        let entry = ExtentEntry {
-            start: x.start,
-            len: x.len,
-            used: x.used,
-        };
-        self.change(x.list_page, false, |b| {
-            groups::write_list_entry(b, x.list_index, &entry);
-            Ok(())
-        })?;
+        self.write_extent(&x)?;
         let g = &mut self.groups[gi];
         g.list_tail_count += 1;
         let xi = g.extents.len();
@@ -1052,6 +1044,20 @@ impl Volume {
         Ok(xi)
     }
 
+    /// Writes an extent's entry into its extent-list page.
+    fn write_extent(&mut self, x: &ExtentState) -> Result<()> {
+        let entry = ExtentEntry {
+            start: x.start,
+            len: x.len,
+            used: x.used,
+        };
+        let (page, index) = (x.list_page, x.list_index);
+        self.change(page, false, |b| {
+            groups::write_list_entry(b, index, &entry);
+            Ok(())
+        })
+    }
+
     fn set_used(&mut self, gi: usize, xi: usize, bit: u32, used: bool) -> Result<()> {
         let mut x = self.groups[gi].extents[xi];
         if used {
@@ -1059,15 +1065,7 @@ impl Volume {
         } else {
             x.used &= !(1 << bit);
         }
-        let entry = ExtentEntry {
-            start: x.start,
-            len: x.len,
-            used: x.used,
-        };
-        self.change(x.list_page, false, |b| {
-            groups::write_list_entry(b, x.list_index, &entry);
-            Ok(())
-        })?;
+        self.write_extent(&x)?;
         let g = &mut self.groups[gi];
         g.extents[xi] = x;
         if x.has_free() {
