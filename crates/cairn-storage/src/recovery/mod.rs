@@ -64,7 +64,9 @@ pub fn redo(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovere
     // Pass 1: analysis.
     let mut committed: HashSet<TxnId> = HashSet::new();
     let mut max_txn = 0u64;
-    let mut checkpoint: Option<(Lsn, u64, Vec<(TxnId, PageId)>)> = None;
+    // (redo LSN, next transaction id, allocations pending at the checkpoint)
+    type Checkpoint = (Lsn, u64, Vec<(TxnId, PageId)>);
+    let mut checkpoint: Option<Checkpoint> = None;
     for item in wal.read_from(wal.first_lsn())? {
         let (lsn, payload) = item?;
         match Redo::decode(&payload, lsn)? {

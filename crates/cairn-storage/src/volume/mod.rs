@@ -545,10 +545,10 @@ impl Volume {
             let act = action
                 .as_mut()
                 .ok_or_else(|| Error::corrupt(id, "a logged page change outside a system action (a bug)"))?;
-            if !act.pages.contains_key(&id) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = act.pages.entry(id) {
                 let base = if fresh { None } else { Some(pool.read(id)?.to_vec()) };
                 let after = base.clone().unwrap_or_else(|| vec![0u8; scratch.len()]);
-                act.pages.insert(id, (base, after));
+                slot.insert((base, after));
             }
             let (_, after) = act.pages.get_mut(&id).expect("just inserted");
             scratch.copy_from_slice(after);
