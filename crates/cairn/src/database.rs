@@ -13,7 +13,6 @@
 //! A record is `class id (u32) | schema version (u16) | fields`; the class
 //! and version come from the catalog ([`crate::catalog`]).
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::Bound;
@@ -291,13 +290,10 @@ impl std::fmt::Debug for Transaction<'_> {
 }
 
 fn downcast<T: Persistent>(oid: Oid, obj: CachedObject) -> Result<Arc<T>> {
-    obj.downcast::<T>().map_err(|o: Arc<dyn Any + Send + Sync>| {
-        let _ = o;
-        Error::WrongType {
-            oid,
-            expected: T::NAME.into(),
-            found: "another type (cached)".into(),
-        }
+    obj.downcast::<T>().map_err(|_| Error::WrongType {
+        oid,
+        expected: T::NAME.into(),
+        found: "another type (cached)".into(),
     })
 }
 
