@@ -57,7 +57,11 @@ impl Hasher for FxHasher {
     }
     #[inline]
     fn finish(&self) -> u64 {
-        self.hash
+        // The multiply leaves a word's high bits only in the hash's high
+        // bits; tables index by the low bits, so rotate them down (as
+        // rustc-hash 2 does). Without it, big-endian keys whose last byte
+        // varies all land in a handful of buckets.
+        self.hash.rotate_left(26)
     }
 }
 

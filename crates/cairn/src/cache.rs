@@ -57,6 +57,10 @@ pub struct CacheStats {
     pub objects: u64,
     /// Bytes charged now.
     pub bytes: u64,
+    /// Index lookups answered from the index cache (no B+-tree descent).
+    pub index_hits: u64,
+    /// Index lookups that descended the B+-tree.
+    pub index_misses: u64,
 }
 
 /// A cached, decoded object.
@@ -278,6 +282,8 @@ impl ObjectCache {
             invalidations: self.invalidations.load(Ordering::Relaxed),
             objects: st.map.len() as u64,
             bytes: st.bytes as u64,
+            index_hits: 0,
+            index_misses: 0,
         }
     }
 

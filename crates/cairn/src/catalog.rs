@@ -46,7 +46,7 @@ pub(crate) struct Meta {
 }
 
 /// A registered class, as this session uses it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct ClassInfo {
     pub id: u32,
     pub version: u16,

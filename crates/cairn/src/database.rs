@@ -13,10 +13,12 @@
 //! A record is `class id (u32) | schema version (u16) | fields`; the class
 //! and version come from the catalog ([`crate::catalog`]).
 
+use std::any::TypeId;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cairn_storage::btree::Direction;
@@ -27,6 +29,7 @@ use crate::catalog::{self, Catalog, ClassInfo, Meta};
 use crate::codec::{decode_value, Persistent, Reader, Writer};
 use crate::error::{Error, Result};
 use crate::fields::IndexKey;
+use crate::index_cache::{IndexCache, TreeCache};
 use crate::reference::Ref;
 
 /// How to open a database.
@@ -45,7 +48,7 @@ impl Default for Options {
         Options {
             storage: DbOptions::default(),
             cache_bytes: 64 << 20,
-            cache_policy: CachePolicy::Lru,
+            cache_policy: CachePolicy::Clock,
         }
     }
 }
@@ -59,6 +62,10 @@ pub(crate) struct Inner {
     /// Index trees known to be committed, by (class id, field). A root page
     /// never moves, so the entry stays right for the database's life.
     index_roots: Mutex<HashMap<(u32, String), cairn_storage::btree::BTree>>,
+    /// Committed index entries by key ([`crate::index_cache`]).
+    index_cache: IndexCache,
+    index_hits: AtomicU64,
+    index_misses: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -105,6 +112,9 @@ impl Database {
                 catalog: Mutex::new(cat),
                 groups: Mutex::new(HashMap::new()),
                 index_roots: Mutex::new(HashMap::new()),
+                index_cache: IndexCache::new((opts.cache_bytes / 64).max(1024)),
+                index_hits: AtomicU64::new(0),
+                index_misses: AtomicU64::new(0),
             }),
         })
     }
@@ -118,17 +128,28 @@ impl Database {
             local: Vec::new(),
             local_hits: 0,
             index_roots: HashMap::new(),
+            classes: Vec::new(),
+            trees: Vec::new(),
+            changed_trees: Vec::new(),
+            key: Vec::new(),
+            index_hits: 0,
+            index_misses: 0,
         })
     }
 
     /// The object cache's counters.
     pub fn cache_stats(&self) -> CacheStats {
-        self.inner.cache.stats()
+        CacheStats {
+            index_hits: self.inner.index_hits.load(Ordering::Relaxed),
+            index_misses: self.inner.index_misses.load(Ordering::Relaxed),
+            ..self.inner.cache.stats()
+        }
     }
 
     /// Empties the object cache (and the page buffer pool): a cold start.
     pub fn clear_caches(&self) -> Result<()> {
         self.inner.cache.clear();
+        self.inner.index_cache.clear();
         self.inner.db.evict_cache()?;
         Ok(())
     }
@@ -169,7 +190,7 @@ impl Inner {
     fn class<T: Persistent>(&self) -> Result<ClassInfo> {
         let mut cat = lock(&self.catalog);
         if let Some(c) = cat.registered.get(T::NAME) {
-            return Ok(c.clone());
+            return Ok(*c);
         }
         let fields = T::fields();
         let info = retry(|| {
@@ -178,7 +199,7 @@ impl Inner {
             txn.commit()?;
             Ok(info)
         })?;
-        cat.registered.insert(T::NAME.to_string(), info.clone());
+        cat.registered.insert(T::NAME.to_string(), info);
         Ok(info)
     }
 
@@ -199,8 +220,7 @@ impl Inner {
         Ok(g)
     }
 
-    fn encode<T: Persistent>(&self, v: &T) -> Result<Vec<u8>> {
-        let c = self.class::<T>()?;
+    fn encode<T: Persistent>(&self, c: ClassInfo, v: &T) -> Result<Vec<u8>> {
         let mut w = Writer::new();
         w.put(&c.id.to_le_bytes());
         w.put(&c.version.to_le_bytes());
@@ -208,8 +228,7 @@ impl Inner {
         Ok(w.into_bytes())
     }
 
-    fn decode<T: Persistent>(&self, oid: Oid, bytes: &[u8]) -> Result<T> {
-        let c = self.class::<T>()?;
+    fn decode<T: Persistent>(&self, c: ClassInfo, oid: Oid, bytes: &[u8]) -> Result<T> {
         let mut r = Reader::new(bytes);
         let dec = |source| Error::Decode { oid, source };
         let class = u32::from_le_bytes(r.take_array("class id").map_err(dec)?);
@@ -281,11 +300,34 @@ pub struct Transaction<'db> {
     /// database's table when it commits (a tree created by a transaction
     /// that aborts must not be remembered).
     index_roots: HashMap<(u32, String), cairn_storage::btree::BTree>,
+    /// Classes this transaction has used, by Rust type: skips the catalog's
+    /// mutex and name hash on every decode.
+    classes: Vec<(TypeId, ClassInfo)>,
+    /// Index trees this transaction has used, by (type, field): skips the
+    /// class lookup, a `String` and the shared table on every `find`.
+    trees: Vec<(TypeId, &'static str, cairn_storage::btree::BTree, Arc<TreeCache>)>,
+    /// Roots of the index trees this transaction changed: it bypasses their
+    /// cached entries (its own changes are in its private pages).
+    changed_trees: Vec<cairn_storage::PageId>,
+    /// Scratch space for an encoded index key.
+    key: Vec<u8>,
+    /// Index lookups answered from / missing the index cache, added to the
+    /// database's counters when the transaction ends.
+    index_hits: u64,
+    index_misses: u64,
 }
 
 impl std::fmt::Debug for Transaction<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transaction").field("txn", &self.txn.id()).finish()
+    }
+}
+
+/// An index entry whose value is not an OID.
+fn malformed(tree: &cairn_storage::btree::BTree, field: &str) -> Error {
+    Error::Corrupt {
+        page: tree.root(),
+        reason: format!("index on {field} holds a malformed OID"),
     }
 }
 
@@ -306,7 +348,8 @@ impl<'db> Transaction<'db> {
     /// Creates an object in the named group (created if missing).
     pub fn create_in<T: Persistent>(&mut self, group: &str, value: T) -> Result<Ref<T>> {
         let g = self.inner.group(group)?;
-        let bytes = self.inner.encode(&value)?;
+        let c = self.class_of::<T>()?;
+        let bytes = self.inner.encode(c, &value)?;
         let oid = self.txn.create(g, &bytes)?;
         self.after_create(oid, value)
     }
@@ -314,7 +357,8 @@ impl<'db> Transaction<'db> {
     /// Creates an object near `near` (on its page if it fits, else within
     /// its clustering region), in `near`'s group.
     pub fn create_near<T: Persistent, U>(&mut self, near: &Ref<U>, value: T) -> Result<Ref<T>> {
-        let bytes = self.inner.encode(&value)?;
+        let c = self.class_of::<T>()?;
+        let bytes = self.inner.encode(c, &value)?;
         let oid = self.txn.create_near(near.oid(), &bytes)?;
         self.after_create(oid, value)
     }
@@ -324,13 +368,133 @@ impl<'db> Transaction<'db> {
         for (field, key) in value.index_keys() {
             let tree = self.index_tree::<T>(field, true)?.expect("created");
             tree.insert(&mut self.txn, &key, &oid.to_bytes())?;
+            self.changed_tree(&tree);
         }
         self.overlay.insert(oid, Arc::new(value));
         Ok(Ref::from_oid(oid))
     }
 
+    /// The class of `T`, from this transaction's table when it is there.
+    fn class_of<T: Persistent>(&mut self) -> Result<ClassInfo> {
+        let ty = TypeId::of::<T>();
+        if let Some((_, c)) = self.classes.iter().find(|(t, _)| *t == ty) {
+            return Ok(*c);
+        }
+        let c = self.inner.class::<T>()?;
+        self.classes.push((ty, c));
+        Ok(c)
+    }
+
+    /// The tree of the index on `T`'s `field`, if it exists, through this
+    /// transaction's table of trees it has used.
+    fn find_tree<T: Persistent>(
+        &mut self,
+        field: &'static str,
+    ) -> Result<Option<(cairn_storage::btree::BTree, Arc<TreeCache>)>> {
+        let ty = TypeId::of::<T>();
+        if let Some((_, _, t, c)) = self.trees.iter().find(|(t, f, _, _)| *t == ty && *f == field) {
+            return Ok(Some((*t, Arc::clone(c))));
+        }
+        let Some(tree) = self.index_tree::<T>(field, false)? else {
+            return Ok(None);
+        };
+        let cache = self.inner.index_cache.tree(tree.root());
+        self.trees.push((ty, field, tree, Arc::clone(&cache)));
+        Ok(Some((tree, cache)))
+    }
+
+    /// Notes that this transaction changed `tree` (it holds the changed
+    /// leaves' exclusive locks): the tree's cached entries go.
+    fn changed_tree(&mut self, tree: &cairn_storage::btree::BTree) {
+        if !self.changed_trees.contains(&tree.root()) {
+            self.changed_trees.push(tree.root());
+        }
+        self.inner.index_cache.tree(tree.root()).invalidate();
+    }
+
+    /// Looks `self.key` up in `tree`: through the index cache when the
+    /// transaction has not changed the tree, else (or on a miss) in the
+    /// tree, filling the cache from the key's leaf. Appends the OIDs (the
+    /// first only, with `first_only`) to `out`.
+    fn index_lookup(
+        &mut self,
+        tree: cairn_storage::btree::BTree,
+        cache: &TreeCache,
+        field: &str,
+        first_only: bool,
+        out: &mut Vec<Oid>,
+    ) -> Result<()> {
+        let take = |oids: &[Oid], out: &mut Vec<Oid>| {
+            let n = if first_only { oids.len().min(1) } else { oids.len() };
+            out.extend_from_slice(&oids[..n]);
+        };
+        if self.changed_trees.contains(&tree.root()) {
+            return self.tree_lookup(tree, field, first_only, out);
+        }
+        let mark = out.len();
+        if let Some((leaf, epoch)) = cache.get(&self.key, first_only, out) {
+            // The leaf's lock validates the entry ([`crate::index_cache`]).
+            self.txn.lock_page(leaf, false)?;
+            if cache.epoch() == epoch {
+                self.index_hits += 1;
+                return Ok(());
+            }
+            out.truncate(mark);
+        }
+        self.index_misses += 1;
+        // Read the key's whole leaf (under its lock), answer from it when
+        // the key lies strictly inside it, and cache it.
+        let epoch = cache.epoch();
+        let mut keys: Vec<u8> = Vec::new();
+        let mut ents: Vec<(usize, usize, Option<Oid>)> = Vec::new();
+        let leaf = tree.leaf_entries(&mut self.txn, &self.key, |k, v| {
+            let start = keys.len();
+            keys.extend_from_slice(k);
+            let oid = Oid::from_slice(v).filter(|_| v.len() == Oid::ENCODED_SIZE);
+            ents.push((start, keys.len(), oid));
+        })?;
+        let mut pairs: Vec<(&[u8], Oid)> = Vec::with_capacity(ents.len());
+        for &(s, e, oid) in &ents {
+            pairs.push((&keys[s..e], oid.ok_or_else(|| malformed(&tree, field))?));
+        }
+        let inside = match (pairs.first(), pairs.last()) {
+            (Some((first, _)), Some((last, _))) => *first < &self.key[..] && &self.key[..] < *last,
+            _ => false,
+        };
+        if inside {
+            let found: Vec<Oid> = pairs.iter().filter(|(k, _)| *k == &self.key[..]).map(|(_, o)| *o).collect();
+            take(&found, out);
+        } else {
+            self.tree_lookup(tree, field, first_only, out)?;
+        }
+        cache.fill(epoch, leaf, &pairs, self.inner.index_cache.max_entries);
+        Ok(())
+    }
+
+    /// Looks `self.key` up in the tree itself.
+    fn tree_lookup(
+        &mut self,
+        tree: cairn_storage::btree::BTree,
+        field: &str,
+        first_only: bool,
+        out: &mut Vec<Oid>,
+    ) -> Result<()> {
+        let mut bad = false;
+        tree.get_each(&mut self.txn, &self.key, |v| {
+            match Oid::from_slice(v).filter(|_| v.len() == Oid::ENCODED_SIZE) {
+                Some(oid) => out.push(oid),
+                None => bad = true,
+            }
+            !bad && !first_only
+        })?;
+        if bad {
+            return Err(malformed(&tree, field));
+        }
+        Ok(())
+    }
+
     fn index_tree<T: Persistent>(&mut self, field: &str, create: bool) -> Result<Option<cairn_storage::btree::BTree>> {
-        let class = self.inner.class::<T>()?;
+        let class = self.class_of::<T>()?;
         let key = (class.id, field.to_string());
         if let Some(t) = lock(&self.inner.index_roots).get(&key) {
             return Ok(Some(*t));
@@ -402,7 +566,8 @@ impl<'db> Transaction<'db> {
             return downcast(oid, hit.obj);
         }
         let bytes = self.txn.read(oid)?;
-        let value: Arc<T> = Arc::new(self.inner.decode::<T>(oid, &bytes)?);
+        let c = self.class_of::<T>()?;
+        let value: Arc<T> = Arc::new(self.inner.decode::<T>(c, oid, &bytes)?);
         let obj: CachedObject = value.clone();
         let (slot, gen) = cache.insert(oid, obj.clone(), bytes.len(), me);
         r.swizzle(slot, gen);
@@ -421,12 +586,16 @@ impl<'db> Transaction<'db> {
 
     fn flush_hits(&mut self) {
         self.inner.cache.add_hits(std::mem::take(&mut self.local_hits));
+        let i = &self.inner;
+        i.index_hits.fetch_add(std::mem::take(&mut self.index_hits), Ordering::Relaxed);
+        i.index_misses.fetch_add(std::mem::take(&mut self.index_misses), Ordering::Relaxed);
     }
 
     /// Reads the object afresh (for a change), decoded into an owned value.
     fn load_owned<T: Persistent>(&mut self, oid: Oid) -> Result<T> {
         let bytes = self.txn.read(oid)?;
-        self.inner.decode::<T>(oid, &bytes)
+        let c = self.class_of::<T>()?;
+        self.inner.decode::<T>(c, oid, &bytes)
     }
 
     /// Changes an object in place with `f`.
@@ -448,7 +617,8 @@ impl<'db> Transaction<'db> {
     }
 
     fn write<T: Persistent>(&mut self, oid: Oid, value: T, old_keys: Vec<(&'static str, Vec<u8>)>) -> Result<()> {
-        let bytes = self.inner.encode(&value)?;
+        let c = self.class_of::<T>()?;
+        let bytes = self.inner.encode(c, &value)?;
         self.inner.cache.invalidate(oid);
         self.txn.update(oid, &bytes)?;
         let new_keys = value.index_keys();
@@ -457,6 +627,7 @@ impl<'db> Transaction<'db> {
                 let tree = self.index_tree::<T>(field, true)?.expect("created");
                 tree.delete(&mut self.txn, old, Some(&oid.to_bytes()))?;
                 tree.insert(&mut self.txn, new, &oid.to_bytes())?;
+                self.changed_tree(&tree);
             }
         }
         self.overlay.insert(oid, Arc::new(value));
@@ -472,6 +643,7 @@ impl<'db> Transaction<'db> {
         for (field, key) in old.index_keys() {
             if let Some(tree) = self.index_tree::<T>(field, false)? {
                 tree.delete(&mut self.txn, &key, Some(&oid.to_bytes()))?;
+                self.changed_tree(&tree);
             }
         }
         self.txn.delete(oid)?;
@@ -500,39 +672,26 @@ impl<'db> Transaction<'db> {
 
     /// The objects whose indexed field equals `key`.
     pub fn find<K: IndexKey, T: Persistent>(&mut self, index: &Index<K, T>, key: &K) -> Result<Vec<Ref<T>>> {
-        let Some(tree) = self.index_tree::<T>(index.field, false)? else {
+        let Some((tree, cache)) = self.find_tree::<T>(index.field)? else {
             return Ok(Vec::new());
         };
-        let mut k = Vec::new();
-        key.key_bytes(&mut k);
-        let values = tree.get_all(&mut self.txn, &k)?;
-        values
-            .into_iter()
-            .map(|v| self.index_ref(&tree, index.field, &v))
-            .collect()
+        self.key.clear();
+        key.key_bytes(&mut self.key);
+        let mut oids = Vec::new();
+        self.index_lookup(tree, &cache, index.field, false, &mut oids)?;
+        Ok(oids.into_iter().map(Ref::from_oid).collect())
     }
 
     /// The first object whose indexed field equals `key` (for unique fields).
     pub fn find_one<K: IndexKey, T: Persistent>(&mut self, index: &Index<K, T>, key: &K) -> Result<Option<Ref<T>>> {
-        let Some(tree) = self.index_tree::<T>(index.field, false)? else {
+        let Some((tree, cache)) = self.find_tree::<T>(index.field)? else {
             return Ok(None);
         };
-        let mut k = Vec::new();
-        key.key_bytes(&mut k);
-        match tree.get(&mut self.txn, &k)? {
-            Some(v) => Ok(Some(self.index_ref(&tree, index.field, &v)?)),
-            None => Ok(None),
-        }
-    }
-
-    fn index_ref<T>(&self, tree: &cairn_storage::btree::BTree, field: &str, v: &[u8]) -> Result<Ref<T>> {
-        Oid::from_slice(v)
-            .filter(|_| v.len() == Oid::ENCODED_SIZE)
-            .map(Ref::from_oid)
-            .ok_or_else(|| Error::Corrupt {
-                page: tree.root(),
-                reason: format!("index on {field} holds a malformed OID"),
-            })
+        self.key.clear();
+        key.key_bytes(&mut self.key);
+        let mut oids = Vec::with_capacity(1);
+        self.index_lookup(tree, &cache, index.field, true, &mut oids)?;
+        Ok(oids.first().map(|o| Ref::from_oid(*o)))
     }
 
     /// The objects whose indexed field lies between `lo` and `hi`, in key order.
@@ -542,7 +701,7 @@ impl<'db> Transaction<'db> {
         lo: Bound<&K>,
         hi: Bound<&K>,
     ) -> Result<Vec<Ref<T>>> {
-        let Some(tree) = self.index_tree::<T>(index.field, false)? else {
+        let Some((tree, _)) = self.find_tree::<T>(index.field)? else {
             return Ok(Vec::new());
         };
         let enc = |b: Bound<&K>| -> Bound<Vec<u8>> {
@@ -571,10 +730,7 @@ impl<'db> Transaction<'db> {
         while let Some((_, v)) = cur.next(&mut self.txn)? {
             let oid = Oid::from_slice(&v)
                 .filter(|_| v.len() == Oid::ENCODED_SIZE)
-                .ok_or_else(|| Error::Corrupt {
-                    page: tree.root(),
-                    reason: format!("index on {} holds a malformed OID", index.field),
-                })?;
+                .ok_or_else(|| malformed(&tree, index.field))?;
             out.push(Ref::from_oid(oid));
         }
         Ok(out)

@@ -26,6 +26,7 @@ pub mod codec;
 pub mod collections;
 mod database;
 mod error;
+mod index_cache;
 pub mod fields;
 mod reference;
 

@@ -345,6 +345,59 @@ impl BTree {
         }
     }
 
+    /// Calls `f` on every entry `(key, value)` of the leaf where `key` lives
+    /// (or would live), in order, and returns that leaf's page. With the
+    /// leaf's lock held, the entries stay exactly so until the transaction
+    /// ends; the typed layer's index cache fills itself from them.
+    pub fn leaf_entries<A: PageAccess>(&self, a: &mut A, key: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Result<PageId> {
+        let (leaf, _) = self.find_leaf(a, Target::Pair(key, &[]))?;
+        with_node(a, leaf, |n| {
+            for i in 0..n.count {
+                let (k, v) = n.entry(i)?;
+                f(k, v);
+            }
+            Ok(())
+        })?;
+        Ok(leaf)
+    }
+
+    /// The leaf position of `t`, for a read: [`BTree::descend`]'s checks
+    /// without recording the path.
+    fn find_leaf<A: PageAccess>(&self, a: &mut A, t: Target<'_>) -> Result<(PageId, usize)> {
+        let mut id = self.root;
+        let mut level: Option<u8> = None;
+        loop {
+            let expect = level;
+            let (down, idx, lvl) = with_node(a, id, |n| {
+                match expect {
+                    None if !n.is_root() => return Err(Error::corrupt(id, "page is not the root of a b-tree")),
+                    Some(l) if n.level != l => {
+                        return Err(Error::corrupt(
+                            id,
+                            format!("b-tree child should be at level {l} but is at level {}", n.level),
+                        ));
+                    }
+                    Some(_) if n.is_root() => {
+                        return Err(Error::corrupt(id, "b-tree page below the root is marked as a root"));
+                    }
+                    _ => {}
+                }
+                if n.is_leaf() {
+                    Ok((None, n.lower_bound(&t)?, 0))
+                } else {
+                    Ok((Some(n.child(n.child_index(&t)?)?), 0, n.level))
+                }
+            })?;
+            match down {
+                None => return Ok((id, idx)),
+                Some(child) => {
+                    level = Some(lvl - 1);
+                    id = child;
+                }
+            }
+        }
+    }
+
     /// Inserts `(key, value)`. A unique tree refuses a key it holds
     /// ([`Error::DuplicateKey`]); a non-unique tree returns `Ok(false)` for a
     /// pair it holds. Entries over [`key_value_max`] are
@@ -485,18 +538,60 @@ impl BTree {
 
     /// The first value stored under `key`, if any.
     pub fn get<A: PageAccess>(&self, a: &mut A, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut c = self.range(a, Bound::Included(key), Bound::Included(key), Direction::Forward)?;
-        Ok(c.next(a)?.map(|(_, v)| v))
+        let mut first = None;
+        self.get_each(a, key, |v| {
+            first = Some(v.to_vec());
+            false
+        })?;
+        Ok(first)
     }
 
     /// Every value stored under `key`, in order.
     pub fn get_all<A: PageAccess>(&self, a: &mut A, key: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let mut c = self.range(a, Bound::Included(key), Bound::Included(key), Direction::Forward)?;
         let mut out = Vec::new();
-        while let Some((_, v)) = c.next(a)? {
-            out.push(v);
-        }
+        self.get_each(a, key, |v| {
+            out.push(v.to_vec());
+            true
+        })?;
         Ok(out)
+    }
+
+    /// Calls `f` on each value stored under `key`, in order, while it returns
+    /// true; returns how many values it was called on. The point lookup:
+    /// one descent, then a scan of the leaf (and its right siblings while
+    /// they hold `key`), copying nothing.
+    pub fn get_each<A: PageAccess>(&self, a: &mut A, key: &[u8], mut f: impl FnMut(&[u8]) -> bool) -> Result<usize> {
+        let (first, idx0) = self.find_leaf(a, Target::Pair(key, &[]))?;
+        let (mut leaf, mut idx) = (first, idx0);
+        let mut seen: Vec<PageId> = Vec::new();
+        let mut n = 0;
+        loop {
+            let next = with_node(a, leaf, |node| {
+                if !node.is_leaf() {
+                    return Err(Error::corrupt(leaf, "b-tree leaf chain reaches an inner page"));
+                }
+                for i in idx..node.count {
+                    let (k, v) = node.entry(i)?;
+                    if k != key {
+                        return Ok(None);
+                    }
+                    n += 1;
+                    if !f(v) {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(node.next).filter(|p| *p != PageId(0)))
+            })?;
+            let Some(next) = next else { return Ok(n) };
+            // Only a run of one key spanning leaves gets here; a damaged
+            // sibling chain that loops must not loop us.
+            if seen.contains(&next) || next == first {
+                return Err(Error::corrupt(leaf, format!("b-tree sibling chain loops back to page {next}")));
+            }
+            seen.push(leaf);
+            leaf = next;
+            idx = 0;
+        }
     }
 
     /// Deletes `(key, value)`, or with `value` `None` every entry of `key`;

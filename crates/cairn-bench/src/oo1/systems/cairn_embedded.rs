@@ -98,10 +98,7 @@ fn wrong(reason: impl Into<String>) -> Error {
 }
 
 fn find(tx: &mut Transaction<'_>, id: u32) -> Result<Ref<Part>> {
-    tx.find(&BY_ID, &id)?
-        .into_iter()
-        .next()
-        .ok_or_else(|| wrong(format!("no part {id} in the index")))
+    tx.find_one(&BY_ID, &id)?.ok_or_else(|| wrong(format!("no part {id} in the index")))
 }
 
 fn forward(tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, v: &mut Visits) -> Result<()> {
@@ -332,6 +329,8 @@ impl System for CairnEmbedded {
             let st = db.storage().stats();
             c.set("object_faults", cache.faults)
                 .set("object_hits", cache.hits)
+                .set("index_hits", cache.index_hits)
+                .set("index_misses", cache.index_misses)
                 .set("page_reads", st.buffer.reads)
                 .set("page_hits", st.buffer.hits)
                 .set("fsyncs", st.wal.fsyncs)
