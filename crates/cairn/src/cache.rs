@@ -43,6 +43,9 @@ pub enum CachePolicy {
 pub struct CacheStats {
     /// Objects read from the store (misses).
     pub faults: u64,
+    /// Objects decoded and cached because a fault read their page anyway
+    /// (not counted in `faults`).
+    pub prefetches: u64,
     /// Lookups answered from the cache (by OID or through a swizzled reference).
     pub hits: u64,
     /// Of the hits, those through a swizzled reference (no hash lookup).
@@ -81,6 +84,9 @@ struct Slot {
 
 struct State {
     map: cairn_storage::fxhash::FxHashMap<Oid, u32>,
+    /// Pages an object was faulted from once: a second fault there
+    /// prefetches the page's objects ([`ObjectCache::second_fault_on`]).
+    faulted_pages: cairn_storage::fxhash::FxHashSet<cairn_storage::PageId>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     bytes: usize,
@@ -99,6 +105,7 @@ pub struct ObjectCache {
     hits: AtomicU64,
     swizzled_hits: AtomicU64,
     swizzles: AtomicU64,
+    prefetches: AtomicU64,
     evictions: AtomicU64,
     invalidations: AtomicU64,
 }
@@ -128,6 +135,7 @@ impl ObjectCache {
         ObjectCache {
             state: Mutex::new(State {
                 map: cairn_storage::fxhash::FxHashMap::default(),
+                faulted_pages: Default::default(),
                 slots: Vec::new(),
                 free: Vec::new(),
                 bytes: 0,
@@ -141,6 +149,7 @@ impl ObjectCache {
             hits: AtomicU64::new(0),
             swizzled_hits: AtomicU64::new(0),
             swizzles: AtomicU64::new(0),
+            prefetches: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
         }
@@ -213,13 +222,56 @@ impl ObjectCache {
     /// Caches a freshly read object (a fault); returns its slot and generation.
     pub fn insert(&self, oid: Oid, obj: CachedObject, encoded_bytes: usize, txn: u64) -> (u32, u32) {
         self.faults.fetch_add(1, Ordering::Relaxed);
-        let charge = encoded_bytes + ENTRY_OVERHEAD_BYTES;
         let mut st = self.lock();
         if let Some(&old) = st.map.get(&oid) {
             self.drop_slot(&mut st, old);
         }
+        self.place(&mut st, oid, obj, encoded_bytes, txn, true)
+    }
+
+    /// Notes a fault on `page`; true if it is the page's second (or later)
+    /// since the page was last forgotten. The typed layer prefetches a
+    /// page's objects only then: a page faulted once (a random lookup) costs
+    /// one decode, a page that keeps being faulted (a traversal through
+    /// clustered objects, repeated lookups nearby) is decoded whole. The set
+    /// is bounded by the number of cached objects, and cleared past it.
+    pub fn second_fault_on(&self, page: cairn_storage::PageId) -> bool {
+        let mut st = self.lock();
+        if st.faulted_pages.contains(&page) {
+            return true;
+        }
+        if st.faulted_pages.len() > st.map.len() + 1024 {
+            st.faulted_pages.clear();
+        }
+        st.faulted_pages.insert(page);
+        false
+    }
+
+    /// True if `oid` is cached.
+    pub fn contains(&self, oid: Oid) -> bool {
+        self.lock().map.contains_key(&oid)
+    }
+
+    /// Caches objects decoded because a fault read their page anyway: each
+    /// (OID, object, encoded bytes) not cached already is added, unreferenced
+    /// (CLOCK evicts it first unless it is used).
+    pub fn insert_prefetched(&self, objects: Vec<(Oid, CachedObject, usize)>) {
+        let mut st = self.lock();
+        let mut n = 0;
+        for (oid, obj, bytes) in objects {
+            if !st.map.contains_key(&oid) {
+                self.place(&mut st, oid, obj, bytes, 0, false);
+                n += 1;
+            }
+        }
+        self.prefetches.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Puts `oid` (not cached) into a slot, evicting to make room.
+    fn place(&self, st: &mut State, oid: Oid, obj: CachedObject, encoded_bytes: usize, txn: u64, referenced: bool) -> (u32, u32) {
+        let charge = encoded_bytes + ENTRY_OVERHEAD_BYTES;
         while st.bytes + charge > self.capacity_bytes && !st.map.is_empty() {
-            if !self.evict_one(&mut st) {
+            if !self.evict_one(st) {
                 break;
             }
         }
@@ -244,11 +296,11 @@ impl ObjectCache {
         s.obj = Some(obj);
         s.bytes = charge;
         s.last_txn = txn;
-        s.referenced = true;
+        s.referenced = referenced;
         let gen = s.gen;
         st.bytes += charge;
         st.map.insert(oid, slot);
-        self.link_front(&mut st, slot);
+        self.link_front(st, slot);
         (slot, gen)
     }
 
@@ -268,6 +320,7 @@ impl ObjectCache {
         for s in slots {
             self.drop_slot(&mut st, s);
         }
+        st.faulted_pages.clear();
     }
 
     /// The counters.
@@ -275,6 +328,7 @@ impl ObjectCache {
         let st = self.lock();
         CacheStats {
             faults: self.faults.load(Ordering::Relaxed),
+            prefetches: self.prefetches.load(Ordering::Relaxed),
             hits: self.hits.load(Ordering::Relaxed),
             swizzled_hits: self.swizzled_hits.load(Ordering::Relaxed),
             swizzles: self.swizzles.load(Ordering::Relaxed),

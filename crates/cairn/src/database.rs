@@ -41,6 +41,10 @@ pub struct Options {
     pub cache_bytes: usize,
     /// The object cache's replacement policy.
     pub cache_policy: CachePolicy,
+    /// On the second object fault from one page, also decode and cache the
+    /// other objects of the same type there (read and locked anyway), so
+    /// objects clustered together stop faulting one by one.
+    pub fault_whole_pages: bool,
 }
 
 impl Default for Options {
@@ -49,6 +53,7 @@ impl Default for Options {
             storage: DbOptions::default(),
             cache_bytes: 64 << 20,
             cache_policy: CachePolicy::Clock,
+            fault_whole_pages: true,
         }
     }
 }
@@ -66,6 +71,7 @@ pub(crate) struct Inner {
     index_cache: IndexCache,
     index_hits: AtomicU64,
     index_misses: AtomicU64,
+    fault_whole_pages: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -115,6 +121,7 @@ impl Database {
                 index_cache: IndexCache::new((opts.cache_bytes / 64).max(1024)),
                 index_hits: AtomicU64::new(0),
                 index_misses: AtomicU64::new(0),
+                fault_whole_pages: opts.fault_whole_pages,
             }),
         })
     }
@@ -573,7 +580,39 @@ impl<'db> Transaction<'db> {
         r.swizzle(slot, gen);
         cache.note_swizzle();
         self.remember(slot, gen, oid, &obj);
+        if self.inner.fault_whole_pages
+            && cache.second_fault_on(oid.page)
+            && !self.txn.has_private_copy(oid.page)
+        {
+            self.prefetch_page::<T>(c, oid)?;
+        }
         Ok(value)
+    }
+
+    /// Decodes and caches the other objects of class `c` on `faulted`'s
+    /// page, which this transaction has locked and not changed (so the page
+    /// holds committed state). An object that does not decode is left to
+    /// report its error when it is fetched itself.
+    fn prefetch_page<T: Persistent>(&mut self, c: ClassInfo, faulted: Oid) -> Result<()> {
+        let inner = self.inner;
+        // Only records of this class at this schema version: decoding an
+        // older version takes the catalog's mutex, not done under a page latch.
+        let mut header = [0u8; 6];
+        header[..4].copy_from_slice(&c.id.to_le_bytes());
+        header[4..].copy_from_slice(&c.version.to_le_bytes());
+        let mut found: Vec<(Oid, CachedObject, usize)> = Vec::new();
+        self.txn.page_objects(faulted.page, |oid, bytes| {
+            if oid == faulted || bytes.get(..6) != Some(&header[..]) {
+                return;
+            }
+            if let Ok(v) = inner.decode::<T>(c, oid, bytes) {
+                found.push((oid, Arc::new(v), bytes.len()));
+            }
+        })?;
+        if !found.is_empty() {
+            inner.cache.insert_prefetched(found);
+        }
+        Ok(())
     }
 
     fn remember(&mut self, slot: u32, gen: u32, oid: Oid, obj: &CachedObject) {

@@ -287,6 +287,36 @@ fn locate<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Located> {
     }
 }
 
+/// Calls `f` with the OID and bytes of every small object stored whole in
+/// its home slot on `page`: the objects that reading one of them brings into
+/// memory anyway. Forwarding stubs, moved bodies and large objects are
+/// skipped (each is read through its own OID). A page that is not an object
+/// page in use yields nothing.
+pub fn page_objects<S: ObjectSpace>(s: &mut S, page: PageId, mut f: impl FnMut(Oid, &[u8])) -> Result<()> {
+    if page.0 >= s.page_count() || !s.is_page_in_use(page) {
+        return Ok(());
+    }
+    s.read(page, |b| {
+        if page::page_type(b) != Some(PageType::Slotted) {
+            return Ok(());
+        }
+        for r in slotted::iter(b) {
+            let (slot, rec) = r?;
+            let oid = Oid {
+                page,
+                slot,
+                uniq: rec.uniq,
+            };
+            match rec.kind {
+                KIND_SMALL => f(oid, rec.data),
+                KIND_SMALL_PADDED => f(oid, &decode_padded(rec.data, oid)?),
+                _ => {}
+            }
+        }
+        Ok(())
+    })?
+}
+
 /// True if `oid` names a live object.
 pub fn exists<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<bool> {
     match locate(s, oid) {

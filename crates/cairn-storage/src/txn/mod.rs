@@ -537,6 +537,20 @@ impl Txn {
         object::read(self, oid)
     }
 
+    /// Calls `f` with the OID and bytes of every small object stored whole
+    /// in its home slot on `page` (see [`object::page_objects`]), under the
+    /// page's shared lock.
+    pub fn page_objects(&mut self, page: PageId, f: impl FnMut(Oid, &[u8])) -> Result<()> {
+        self.check_active()?;
+        object::page_objects(self, page, f)
+    }
+
+    /// True if this transaction holds a private (changed) copy of `page`:
+    /// what it reads there is not committed state.
+    pub fn has_private_copy(&self, page: PageId) -> bool {
+        self.pages.contains(page)
+    }
+
     /// Reads part of an object.
     pub fn read_range(&mut self, oid: Oid, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_active()?;
