@@ -21,6 +21,21 @@ pub trait PageDevice: Send + Sync {
     /// Reads page `id` into `buf` (exactly one page) and verifies it
     /// (checksum, page id, type); a page that fails is `Error::Corrupt`.
     fn read_page(&self, id: PageId, buf: &mut [u8]) -> Result<()>;
+    /// Reads the `buf.len() / page_size` consecutive pages starting at
+    /// `first` into `buf` **without verifying them** (the caller verifies each
+    /// page it keeps, [`crate::page::verify`]), in as few device reads as it
+    /// can: the buffer pool's read-ahead. A page that cannot be read (past
+    /// the end of the volume) is left zeroed, which fails verification. The
+    /// default reads page by page.
+    fn read_pages(&self, first: PageId, buf: &mut [u8]) -> Result<()> {
+        let ps = self.page_size();
+        for (i, chunk) in buf.chunks_exact_mut(ps).enumerate() {
+            if self.read_page(PageId(first.0 + i as u32), chunk).is_err() {
+                chunk.fill(0);
+            }
+        }
+        Ok(())
+    }
     /// Seals `buf` (computes its checksum) and writes it as page `id`.
     fn write_page(&self, id: PageId, buf: &mut [u8]) -> Result<()>;
     /// Makes every completed page write durable.

@@ -105,7 +105,7 @@ pub use replacer::{ClockReplacer, FrameIdx, LruReplacer, Policy, Replacer};
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{
     Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
 };
@@ -136,6 +136,9 @@ pub struct BufferStats {
     pub writes: u64,
     /// Pages dropped from the pool (to make room, or by `evict_all`).
     pub evictions: u64,
+    /// Of `reads`, pages read ahead: brought in with a missed page, in the
+    /// same device read, into frames that were free.
+    pub read_ahead: u64,
 }
 
 #[derive(Default)]
@@ -145,6 +148,7 @@ struct Counters {
     reads: AtomicU64,
     writes: AtomicU64,
     evictions: AtomicU64,
+    read_ahead: AtomicU64,
 }
 
 impl Counters {
@@ -242,6 +246,8 @@ pub struct BufferPool {
     changed: Condvar,
     before_write: RwLock<Option<Arc<BeforeWriteHook>>>,
     counters: Counters,
+    /// Pages per read-ahead unit (a power of two; 1 = none).
+    read_ahead: AtomicUsize,
 }
 
 impl fmt::Debug for BufferPool {
@@ -284,7 +290,22 @@ impl BufferPool {
             changed: Condvar::new(),
             before_write: RwLock::new(None),
             counters: Counters::default(),
+            read_ahead: AtomicUsize::new(1),
         }
+    }
+
+    /// Sets read-ahead: a read that misses page `p` also brings in the other
+    /// pages of `p`'s aligned run of `pages` (rounded down to a power of two,
+    /// at most 64) that are not cached, in one device read, **but only into
+    /// free frames**: read-ahead never evicts a cached page, so it speeds up
+    /// a cold start (and a scan through clustered pages) and costs nothing
+    /// once the pool is full. Pages that fail verification are dropped
+    /// silently (they may never have been written); only the page asked for
+    /// reports an error. 0 or 1 turns it off.
+    pub fn set_read_ahead(&self, pages: usize) {
+        let p = pages.clamp(1, 64);
+        let p = 1usize << (usize::BITS - 1 - p.leading_zeros());
+        self.read_ahead.store(p, Ordering::Relaxed);
     }
 
     /// The page size in bytes (the device's).
@@ -442,6 +463,7 @@ impl BufferPool {
             reads: c.reads.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
             evictions: c.evictions.load(Ordering::Relaxed),
+            read_ahead: c.read_ahead.load(Ordering::Relaxed),
         }
     }
 
@@ -651,11 +673,105 @@ impl BufferPool {
                 Access::Read | Access::Write => {
                     self.claim(&mut st, frame, id, FrameState::Loading);
                     Counters::bump(&self.counters.misses);
+                    let ahead = if access == Access::Read {
+                        self.claim_read_ahead(&mut st, id)
+                    } else {
+                        Vec::new()
+                    };
                     drop(st);
-                    self.load(frame, id).map(|data| (frame, Some(data)))
+                    if ahead.is_empty() {
+                        self.load(frame, id).map(|data| (frame, Some(data)))
+                    } else {
+                        self.load_run(frame, id, ahead).map(|data| (frame, Some(data)))
+                    }
                 }
             };
         }
+    }
+
+    /// Claims free frames (`Loading`) for the uncached pages of `id`'s
+    /// read-ahead run; never evicts.
+    fn claim_read_ahead(&self, st: &mut State, id: PageId) -> Vec<(PageId, FrameIdx)> {
+        let n = self.read_ahead.load(Ordering::Relaxed) as u32;
+        if n <= 1 || st.free.is_empty() {
+            return Vec::new();
+        }
+        let start = id.0 & !(n - 1);
+        let mut out = Vec::new();
+        for p in (start..start.saturating_add(n)).map(PageId) {
+            if p == id || p == PageId(0) || st.page_table.contains_key(&p) {
+                continue;
+            }
+            let Some(frame) = st.free.pop() else { break };
+            self.claim(st, frame, p, FrameState::Loading);
+            out.push((p, frame));
+        }
+        out
+    }
+
+    /// Loads `id` into `frame` (both claimed, `Loading`) together with the
+    /// read-ahead pages in `ahead`, with one device read over the run they
+    /// span. The read-ahead pages that verify become cached and unpinned;
+    /// the others go back to the free list. `id` ends as [`BufferPool::load`]
+    /// leaves it.
+    fn load_run(&self, frame: FrameIdx, id: PageId, ahead: Vec<(PageId, FrameIdx)>) -> Result<FrameWrite<'_>> {
+        let ps = self.page_size;
+        let lo = ahead.iter().map(|(p, _)| p.0).chain([id.0]).min().unwrap_or(id.0);
+        let hi = ahead.iter().map(|(p, _)| p.0).chain([id.0]).max().unwrap_or(id.0);
+        let mut run = vec![0u8; (hi - lo + 1) as usize * ps];
+        let read = self.device.read_pages(PageId(lo), &mut run);
+        let mut kept = Vec::new();
+        let mut dropped = Vec::new();
+        for (p, f) in ahead {
+            let off = (p.0 - lo) as usize * ps;
+            let image = &run[off..off + ps];
+            if read.is_ok() && page::verify(image, p).is_ok() {
+                self.lock_frame_write(f).copy_from_slice(image);
+                kept.push((p, f, page::lsn(image)));
+            } else {
+                dropped.push((p, f));
+            }
+        }
+        {
+            let mut st = self.lock_state();
+            for &(_, f, lsn) in &kept {
+                let meta = &mut st.metas[f.0];
+                assert_eq!(meta.state, FrameState::Loading);
+                meta.state = FrameState::Cached;
+                meta.pin_count = 0;
+                meta.lsn = lsn;
+                st.replacer.record_access(f);
+            }
+            for &(p, f) in &dropped {
+                let removed = st.page_table.remove(&p);
+                assert_eq!(removed, Some(f), "page table entry for {p}");
+                st.metas[f.0] = FrameMeta::free();
+                st.free.push(f);
+            }
+        }
+        self.counters.reads.fetch_add(kept.len() as u64, Ordering::Relaxed);
+        self.counters.read_ahead.fetch_add(kept.len() as u64, Ordering::Relaxed);
+        self.changed.notify_all();
+        // The page asked for: from the run when it verifies, else (a failed
+        // run read, say) through the ordinary path, which reports its error.
+        let off = (id.0 - lo) as usize * ps;
+        let image = &run[off..off + ps];
+        if read.is_ok() && page::verify(image, id).is_ok() {
+            let mut data = self.lock_frame_write(frame);
+            data.copy_from_slice(image);
+            Counters::bump(&self.counters.reads);
+            let mut st = self.lock_state();
+            let meta = &mut st.metas[frame.0];
+            assert_eq!(meta.state, FrameState::Loading);
+            meta.state = FrameState::Cached;
+            meta.pin_count = 1;
+            meta.lsn = page::lsn(&data);
+            st.replacer.record_access(frame);
+            drop(st);
+            self.changed.notify_all();
+            return Ok(data);
+        }
+        self.load(frame, id)
     }
 
     /// Chooses a frame for a miss: a free one, else the replacer's victim.

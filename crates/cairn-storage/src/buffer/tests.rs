@@ -121,6 +121,7 @@ fn stats(hits: u64, misses: u64, reads: u64, writes: u64, evictions: u64) -> Buf
         reads,
         writes,
         evictions,
+        read_ahead: 0,
     }
 }
 
@@ -728,9 +729,10 @@ fn check_device(dev: &MemDevice, pool: &BufferPool, model: &HashMap<PageId, Vec<
     }
 }
 
-fn run_model(policy: Policy, frame_count: usize, ops: Vec<Op>) {
+fn run_model(policy: Policy, frame_count: usize, read_ahead: usize, ops: Vec<Op>) {
     let dev = MemDevice::new();
     let pool = pool_with(&dev, frame_count, policy);
+    pool.set_read_ahead(read_ahead);
     let mut model: HashMap<PageId, Vec<u8>> = HashMap::new();
     for (step, op) in ops.into_iter().enumerate() {
         let lsn = Lsn(step as u64 + 1);
@@ -809,8 +811,66 @@ proptest! {
     fn pool_matches_a_map_model(
         policy in policy(),
         frame_count in 1usize..=4,
+        read_ahead in prop_oneof![Just(1usize), Just(2), Just(4), Just(8)],
         ops in proptest::collection::vec(op(), 1..80),
     ) {
-        run_model(policy, frame_count, ops);
+        run_model(policy, frame_count, read_ahead, ops);
     }
+}
+
+#[test]
+fn read_ahead_fills_free_frames_with_the_run_and_drops_what_does_not_verify() {
+    let dev = MemDevice::new();
+    // Pages 8..=13 written; 14 and 15 never were.
+    for p in 8..=13 {
+        dev.put(PageId(p), &image(PageId(p), p as u8));
+    }
+    let pool = pool_with(&dev, 16, Policy::Clock);
+    pool.set_read_ahead(8);
+    assert_eq!(pool.read(PageId(10)).unwrap()[HEADER_SIZE], 10);
+    let s = pool.stats();
+    assert_eq!((s.misses, s.reads, s.read_ahead), (1, 6, 5), "{s:?}");
+    pool.check_invariants();
+    for p in 8..=13 {
+        assert_eq!(pool.read(PageId(p)).unwrap()[HEADER_SIZE], p as u8);
+    }
+    assert_eq!(pool.stats().misses, 1, "the run was cached");
+    // A never-written page still reports its damage.
+    assert!(matches!(pool.read(PageId(14)), Err(Error::Corrupt { .. })));
+    pool.check_invariants();
+}
+
+#[test]
+fn read_ahead_never_evicts() {
+    let dev = MemDevice::new();
+    for p in 0..32 {
+        dev.put(PageId(p), &image(PageId(p), p as u8));
+    }
+    let pool = pool_with(&dev, 4, Policy::Lru);
+    pool.set_read_ahead(8);
+    drop(pool.read(PageId(17)).unwrap());
+    assert_eq!(pool.stats().read_ahead, 3, "three free frames, three pages ahead");
+    drop(pool.read(PageId(25)).unwrap());
+    let s = pool.stats();
+    assert_eq!((s.misses, s.read_ahead), (2, 3), "a full pool reads only the page asked for: {s:?}");
+    for p in [16, 18, 19, 25] {
+        assert_eq!(pool.read(PageId(p)).unwrap()[HEADER_SIZE], p as u8);
+    }
+    pool.check_invariants();
+}
+
+#[test]
+fn read_ahead_rounds_to_a_power_of_two_and_one_turns_it_off() {
+    let dev = MemDevice::new();
+    for p in 0..16 {
+        dev.put(PageId(p), &image(PageId(p), p as u8));
+    }
+    let pool = pool_with(&dev, 32, Policy::Clock);
+    pool.set_read_ahead(1);
+    drop(pool.read(PageId(3)).unwrap());
+    assert_eq!(pool.stats().read_ahead, 0);
+    pool.set_read_ahead(6); // 4: pages 4..=7 around page 5
+    drop(pool.read(PageId(5)).unwrap());
+    assert_eq!(pool.stats().read_ahead, 3);
+    pool.check_invariants();
 }

@@ -56,7 +56,7 @@ enum Outcome {
 #[derive(Debug)]
 struct OwnerState {
     /// The resources it holds (each has a `Grant` for it in its queue).
-    held: HashSet<Resource>,
+    held: crate::fxhash::FxHashSet<Resource>,
     /// The one request it waits on, if any.
     wait: Option<(Resource, Ticket)>,
     /// Where its waiting thread sleeps; only that thread waits on it.
@@ -66,7 +66,7 @@ struct OwnerState {
 impl OwnerState {
     fn new() -> OwnerState {
         OwnerState {
-            held: HashSet::new(),
+            held: Default::default(),
             wait: None,
             wakeup: Arc::new(Condvar::new()),
         }
@@ -140,7 +140,6 @@ impl LockManager {
     /// - [`Error::InvalidArgument`] if the owner already waits (for a lock
     ///   or a callback): an owner makes one request at a time.
     pub fn lock_timeout(&self, owner: LockOwner, res: Resource, mode: LockMode, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
         let mut t = self.lock_table();
         let Some(target) = t.begin_request(owner, res, mode)? else {
             return Ok(());
@@ -148,6 +147,8 @@ impl LockManager {
         if t.grant_now(owner, res, target) {
             return Ok(());
         }
+        // The clock is read only by requests that wait.
+        let start = Instant::now();
 
         // Must wait: enqueue, then look for a cycle through the new edges.
         let ticket = t.enqueue(owner, res, target);

@@ -827,7 +827,8 @@ impl PageAccess for Txn {
             .ok_or_else(|| Error::corrupt(id, "private page vanished"))?;
         scratch.copy_from_slice(page);
         let r = f(scratch)?;
-        page.copy_from_slice(scratch);
+        // The changed copy becomes the page; the old image is the next scratch.
+        std::mem::swap(page, scratch);
         Ok(r)
     }
 

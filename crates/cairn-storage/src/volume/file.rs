@@ -107,6 +107,23 @@ impl PageDevice for VolumeFile {
         page::verify(buf, id)
     }
 
+    fn read_pages(&self, first: PageId, buf: &mut [u8]) -> Result<()> {
+        match self.read_raw(first, buf) {
+            Ok(()) => Ok(()),
+            // The run reaches past the end of the file: page by page, the
+            // missing ones zeroed.
+            Err(Error::Corrupt { .. }) => {
+                for (i, chunk) in buf.chunks_exact_mut(self.page_size).enumerate() {
+                    if self.read_raw(PageId(first.0 + i as u32), chunk).is_err() {
+                        chunk.fill(0);
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn write_page(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
         debug_assert_eq!(buf.len(), self.page_size);
         debug_assert_eq!(page::page_id(buf), id, "writing a page image under another page's id");

@@ -66,6 +66,9 @@ pub struct VolumeOptions {
     pub buffer_frames: usize,
     /// Buffer replacement policy.
     pub policy: Policy,
+    /// Read-ahead on a buffer miss, in pages (see
+    /// [`BufferPool::set_read_ahead`]: only into free frames; 1 = off).
+    pub read_ahead_pages: usize,
     /// The file system.
     pub vfs: Arc<dyn Vfs>,
 }
@@ -78,6 +81,7 @@ impl Default for VolumeOptions {
             region_pages: 8,
             buffer_frames: 1024,
             policy: Policy::Clock,
+            read_ahead_pages: 8,
             vfs: Arc::new(OsVfs),
         }
     }
@@ -319,6 +323,7 @@ impl Volume {
             opts.buffer_frames.max(8),
             opts.policy,
         ));
+        pool.set_read_ahead(opts.read_ahead_pages);
         Volume {
             dir: dir.to_path_buf(),
             file,
