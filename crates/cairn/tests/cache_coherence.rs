@@ -19,7 +19,10 @@ struct Item {
 const BY_KEY: Index<u32, Item> = Index::on("key");
 
 fn opts() -> Options {
-    let mut o = Options::default();
+    let mut o = Options {
+        fault_whole_pages: true,
+        ..Options::default()
+    };
     o.storage.background = false;
     o.storage.lock_timeout = std::time::Duration::from_secs(20);
     o
@@ -72,7 +75,24 @@ fn index_cache_follows_committed_key_changes() {
     // An aborted change leaves the committed entries.
     let mut tx = db.begin().unwrap();
     tx.update(&refs[700], |it| it.key = 7000).unwrap();
+    // Lookups on the changed leaf read the private copy (and must not
+    // cache what they read there).
+    assert_eq!(tx.find_one(&BY_KEY, &7000).unwrap().as_ref(), Some(&refs[700]));
+    assert_eq!(tx.find_one(&BY_KEY, &701).unwrap().as_ref(), Some(&refs[701]));
+    assert_eq!(tx.find_one(&BY_KEY, &700).unwrap(), None);
     tx.abort().unwrap();
+    // A private change inside one leaf: key 801 twice, then a lookup of a
+    // neighbour in the same leaf, then abort.
+    let mut tx = db.begin().unwrap();
+    tx.update(&refs[800], |it| it.key = 801).unwrap();
+    assert_eq!(tx.find(&BY_KEY, &801).unwrap().len(), 2);
+    assert_eq!(tx.find_one(&BY_KEY, &802).unwrap().as_ref(), Some(&refs[802]));
+    tx.abort().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.find(&BY_KEY, &801).unwrap(), vec![refs[801].clone()], "an aborted entry was cached");
+    assert_eq!(tx.find(&BY_KEY, &800).unwrap(), vec![refs[800].clone()]);
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.find_one(&BY_KEY, &700).unwrap().as_ref(), Some(&refs[700]));
     assert_eq!(tx.find_one(&BY_KEY, &7000).unwrap(), None);

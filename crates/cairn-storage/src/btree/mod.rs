@@ -345,20 +345,27 @@ impl BTree {
         }
     }
 
-    /// Calls `f` on every entry `(key, value)` of the leaf where `key` lives
-    /// (or would live), in order, and returns that leaf's page. With the
-    /// leaf's lock held, the entries stay exactly so until the transaction
-    /// ends; the typed layer's index cache fills itself from them.
-    pub fn leaf_entries<A: PageAccess>(&self, a: &mut A, key: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Result<PageId> {
-        let (leaf, _) = self.find_leaf(a, Target::Pair(key, &[]))?;
+    /// The leaf where `key` lives (or would live): its first entry at or
+    /// after `key` is there, or (at the leaf's end) in its right sibling.
+    pub fn leaf_of<A: PageAccess>(&self, a: &mut A, key: &[u8]) -> Result<PageId> {
+        Ok(self.find_leaf(a, Target::Pair(key, &[]))?.0)
+    }
+
+    /// Calls `f` on every entry `(key, value)` of `leaf` (a leaf of this
+    /// tree, from [`BTree::leaf_of`]), in order. With the leaf's lock held,
+    /// the entries stay exactly so until the transaction ends; the typed
+    /// layer's index cache fills itself from them.
+    pub fn leaf_entries<A: PageAccess>(&self, a: &mut A, leaf: PageId, mut f: impl FnMut(&[u8], &[u8])) -> Result<()> {
         with_node(a, leaf, |n| {
+            if !n.is_leaf() {
+                return Err(Error::corrupt(leaf, "expected a b-tree leaf, found an inner page"));
+            }
             for i in 0..n.count {
                 let (k, v) = n.entry(i)?;
                 f(k, v);
             }
             Ok(())
-        })?;
-        Ok(leaf)
+        })
     }
 
     /// The leaf position of `t`, for a read: [`BTree::descend`]'s checks
