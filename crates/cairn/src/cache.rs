@@ -84,9 +84,10 @@ struct Slot {
 
 struct State {
     map: cairn_storage::fxhash::FxHashMap<Oid, u32>,
-    /// Pages an object was faulted from once: a second fault there
-    /// prefetches the page's objects ([`ObjectCache::second_fault_on`]).
-    faulted_pages: cairn_storage::fxhash::FxHashSet<cairn_storage::PageId>,
+    /// Pages an object was faulted from, and by which transaction: a fault
+    /// there by another transaction prefetches the page's objects
+    /// ([`ObjectCache::refaulted`]).
+    faulted_pages: cairn_storage::fxhash::FxHashMap<cairn_storage::PageId, u64>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     bytes: usize,
@@ -229,21 +230,22 @@ impl ObjectCache {
         self.place(&mut st, oid, obj, encoded_bytes, txn, true)
     }
 
-    /// Notes a fault on `page`; true if it is the page's second (or later)
-    /// since the page was last forgotten. The typed layer prefetches a
-    /// page's objects only then: a page faulted once (a random lookup) costs
-    /// one decode, a page that keeps being faulted (a traversal through
-    /// clustered objects, repeated lookups nearby) is decoded whole. The set
-    /// is bounded by the number of cached objects, and cleared past it.
-    pub fn second_fault_on(&self, page: cairn_storage::PageId) -> bool {
+    /// Notes a fault on `page` by transaction `txn`; true if an earlier
+    /// transaction faulted there too. The typed layer prefetches a page's
+    /// objects only then: within one transaction (a cold start, a one-off
+    /// scan) every fault costs one decode, and a page that keeps being
+    /// faulted across transactions (the working set coming back) is decoded
+    /// whole. The table is bounded by the number of cached objects, and
+    /// cleared past it.
+    pub fn refaulted(&self, page: cairn_storage::PageId, txn: u64) -> bool {
         let mut st = self.lock();
-        if st.faulted_pages.contains(&page) {
-            return true;
+        if let Some(&t) = st.faulted_pages.get(&page) {
+            return t != txn;
         }
         if st.faulted_pages.len() > st.map.len() + 1024 {
             st.faulted_pages.clear();
         }
-        st.faulted_pages.insert(page);
+        st.faulted_pages.insert(page, txn);
         false
     }
 

@@ -41,12 +41,16 @@ pub struct Options {
     pub cache_bytes: usize,
     /// The object cache's replacement policy.
     pub cache_policy: CachePolicy,
-    /// On the second object fault from one page, also decode and cache the
-    /// other objects of the same type there (read and locked anyway), so
-    /// objects clustered together stop faulting one by one. Off by default:
-    /// in OO1 it made warm lookups about 20% faster but cold lookups and
-    /// traversals 1.5–2× slower (decoding objects nobody asked for), as
-    /// Kemper & Kossmann found eager copying losing to lazy copying.
+    /// When a transaction faults an object from a page another transaction
+    /// faulted from before, also decode and cache the other objects of the
+    /// same type there (read and locked anyway), so a working set that comes
+    /// back stops faulting one object at a time. Within one transaction
+    /// (a cold start, a one-off scan) nothing is prefetched. Off by default:
+    /// in OO1 it cut warm lookups by 10–40% but made warm traversals about
+    /// 1.5× slower (each run starts somewhere new and decodes pages it then
+    /// leaves), and decoding every object of a page on its second fault in
+    /// one transaction made cold runs 1.5–2× slower — Kemper & Kossmann's
+    /// finding that lazy copying beats eager copying, measured again.
     pub fault_whole_pages: bool,
 }
 
@@ -510,7 +514,7 @@ impl<'db> Transaction<'db> {
         let leaf = tree.leaf_of(&mut self.txn, &self.key)?;
         if self.txn.has_private_copy(leaf) {
             // Changed here: the leaf holds uncommitted entries, never cached.
-            return self.tree_lookup(tree, field, first_only, out);
+            return self.tree_lookup(tree, leaf, field, first_only, out);
         }
         let mut keys: Vec<u8> = Vec::with_capacity(4096);
         let mut ents: Vec<(usize, usize, Option<Oid>)> = Vec::with_capacity(256);
@@ -532,28 +536,30 @@ impl<'db> Transaction<'db> {
             let found: Vec<Oid> = pairs.iter().filter(|(k, _)| *k == &self.key[..]).map(|(_, o)| *o).collect();
             take(&found, out);
         } else {
-            self.tree_lookup(tree, field, first_only, out)?;
+            self.tree_lookup(tree, leaf, field, first_only, out)?;
         }
         cache.fill(mark, leaf, &pairs, self.inner.index_cache.max_entries);
         Ok(())
     }
 
-    /// Looks `self.key` up in the tree itself.
+    /// Looks `self.key` up in the tree itself, from `leaf`, its leaf.
     fn tree_lookup(
         &mut self,
         tree: cairn_storage::btree::BTree,
+        leaf: cairn_storage::PageId,
         field: &str,
         first_only: bool,
         out: &mut Vec<Oid>,
     ) -> Result<()> {
         let mut bad = false;
-        tree.get_each(&mut self.txn, &self.key, |v| {
+        let f = |v: &[u8]| {
             match Oid::from_slice(v).filter(|_| v.len() == Oid::ENCODED_SIZE) {
                 Some(oid) => out.push(oid),
                 None => bad = true,
             }
             !bad && !first_only
-        })?;
+        };
+        tree.get_each_in(&mut self.txn, leaf, &self.key, f)?;
         if bad {
             return Err(malformed(&tree, field));
         }
@@ -641,7 +647,7 @@ impl<'db> Transaction<'db> {
         cache.note_swizzle();
         self.remember(slot, gen, oid, &obj);
         if self.inner.fault_whole_pages
-            && cache.second_fault_on(oid.page)
+            && cache.refaulted(oid.page, me)
             && !self.txn.has_private_copy(oid.page)
         {
             self.prefetch_page::<T>(c, oid)?;

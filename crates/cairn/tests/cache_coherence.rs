@@ -118,28 +118,37 @@ fn prefetched_objects_are_committed_state_only() {
     assert_eq!(refs[0].oid().page, refs[1].oid().page);
     assert_eq!(refs[0].oid().page, refs[2].oid().page);
 
-    // A transaction changes item 2, then faults items 0 and 1 from the same
-    // page: the page is its private copy, so nothing from it is prefetched.
+    // One transaction faults item 0. Another changes item 2, then faults
+    // item 1 from the same page: a refault, but the page is its private copy,
+    // so nothing from it is prefetched.
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&refs[0]).unwrap().value, 0);
+    tx.commit().unwrap();
     let mut tx = db.begin().unwrap();
     tx.update(&refs[2], |it| it.value = 999).unwrap();
-    assert_eq!(tx.get(&refs[0]).unwrap().value, 0);
     assert_eq!(tx.get(&refs[1]).unwrap().value, 1);
     tx.abort().unwrap();
     let before = db.cache_stats();
+    assert_eq!(before.prefetches, 0);
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.get(&refs[2]).unwrap().value, 2, "an aborted change leaked into the cache");
     tx.commit().unwrap();
     assert!(db.cache_stats().faults > before.faults, "item 2 must be read from the store");
 
-    // Two faults on one clean page prefetch the rest of it.
+    // Two faults on one page in one transaction prefetch nothing; a fault
+    // there in a later transaction prefetches the rest of the page.
     db.clear_caches().unwrap();
     let s0 = db.cache_stats();
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.get(&refs[10]).unwrap().value, 10);
     assert_eq!(tx.get(&refs[11]).unwrap().value, 11);
     tx.commit().unwrap();
+    assert_eq!(db.cache_stats().prefetches, s0.prefetches, "one transaction");
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&refs[12]).unwrap().value, 12);
+    tx.commit().unwrap();
     let s1 = db.cache_stats();
-    assert_eq!(s1.faults - s0.faults, 2);
+    assert_eq!(s1.faults - s0.faults, 3);
     assert!(s1.prefetches > s0.prefetches, "{s1:?}");
     let page = refs[10].oid().page;
     let mut tx = db.begin().unwrap();

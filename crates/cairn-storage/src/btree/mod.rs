@@ -567,9 +567,40 @@ impl BTree {
     /// true; returns how many values it was called on. The point lookup:
     /// one descent, then a scan of the leaf (and its right siblings while
     /// they hold `key`), copying nothing.
-    pub fn get_each<A: PageAccess>(&self, a: &mut A, key: &[u8], mut f: impl FnMut(&[u8]) -> bool) -> Result<usize> {
-        let (first, idx0) = self.find_leaf(a, Target::Pair(key, &[]))?;
-        let (mut leaf, mut idx) = (first, idx0);
+    pub fn get_each<A: PageAccess>(&self, a: &mut A, key: &[u8], f: impl FnMut(&[u8]) -> bool) -> Result<usize> {
+        let (leaf, idx) = self.find_leaf(a, Target::Pair(key, &[]))?;
+        self.scan_key(a, leaf, idx, key, f)
+    }
+
+    /// [`BTree::get_each`] from `leaf`, the leaf [`BTree::leaf_of`] gave for
+    /// `key` (no second descent).
+    pub fn get_each_in<A: PageAccess>(
+        &self,
+        a: &mut A,
+        leaf: PageId,
+        key: &[u8],
+        f: impl FnMut(&[u8]) -> bool,
+    ) -> Result<usize> {
+        let idx = with_node(a, leaf, |n| {
+            if !n.is_leaf() {
+                return Err(Error::corrupt(leaf, "expected a b-tree leaf, found an inner page"));
+            }
+            n.lower_bound(&Target::Pair(key, &[]))
+        })?;
+        self.scan_key(a, leaf, idx, key, f)
+    }
+
+    /// Calls `f` on the values of `key` from position `idx` of `first` on,
+    /// following right siblings while they hold `key`.
+    fn scan_key<A: PageAccess>(
+        &self,
+        a: &mut A,
+        first: PageId,
+        idx: usize,
+        key: &[u8],
+        mut f: impl FnMut(&[u8]) -> bool,
+    ) -> Result<usize> {
+        let (mut leaf, mut idx) = (first, idx);
         let mut seen: Vec<PageId> = Vec::new();
         let mut n = 0;
         loop {
