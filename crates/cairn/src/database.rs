@@ -333,6 +333,14 @@ impl std::fmt::Debug for Transaction<'_> {
     }
 }
 
+/// The record header of class `c` at its current schema version.
+fn header(c: ClassInfo) -> [u8; 6] {
+    let mut h = [0u8; 6];
+    h[..4].copy_from_slice(&c.id.to_le_bytes());
+    h[4..].copy_from_slice(&c.version.to_le_bytes());
+    h
+}
+
 /// A storage transaction that records the pages a B+-tree operation
 /// changes, allocates or frees (for the index cache's versions).
 struct Recording<'t> {
@@ -638,11 +646,10 @@ impl<'db> Transaction<'db> {
             self.remember(hit.slot, hit.gen, oid, &hit.obj);
             return downcast(oid, hit.obj);
         }
-        let bytes = self.txn.read(oid)?;
-        let c = self.class_of::<T>()?;
-        let value: Arc<T> = Arc::new(self.inner.decode::<T>(c, oid, &bytes)?);
+        let (value, len) = self.fetch::<T>(oid)?;
+        let value: Arc<T> = Arc::new(value);
         let obj: CachedObject = value.clone();
-        let (slot, gen) = cache.insert(oid, obj.clone(), bytes.len(), me);
+        let (slot, gen) = cache.insert(oid, obj.clone(), len, me);
         r.swizzle(slot, gen);
         cache.note_swizzle();
         self.remember(slot, gen, oid, &obj);
@@ -650,6 +657,7 @@ impl<'db> Transaction<'db> {
             && cache.refaulted(oid.page, me)
             && !self.txn.has_private_copy(oid.page)
         {
+            let c = self.class_of::<T>()?;
             self.prefetch_page::<T>(c, oid)?;
         }
         Ok(value)
@@ -663,9 +671,7 @@ impl<'db> Transaction<'db> {
         let inner = self.inner;
         // Only records of this class at this schema version: decoding an
         // older version takes the catalog's mutex, not done under a page latch.
-        let mut header = [0u8; 6];
-        header[..4].copy_from_slice(&c.id.to_le_bytes());
-        header[4..].copy_from_slice(&c.version.to_le_bytes());
+        let header = header(c);
         let mut found: Vec<(Oid, CachedObject, usize)> = Vec::new();
         self.txn.page_objects(faulted.page, |oid, bytes| {
             if oid == faulted || bytes.get(..6) != Some(&header[..]) {
@@ -698,9 +704,27 @@ impl<'db> Transaction<'db> {
 
     /// Reads the object afresh (for a change), decoded into an owned value.
     fn load_owned<T: Persistent>(&mut self, oid: Oid) -> Result<T> {
-        let bytes = self.txn.read(oid)?;
+        Ok(self.fetch::<T>(oid)?.0)
+    }
+
+    /// Reads and decodes an object from the store, with its encoded size:
+    /// in place in its page when it is stored there at this schema version
+    /// (decoding an older one takes the catalog's mutex, not done under a
+    /// page latch), else from a copy.
+    fn fetch<T: Persistent>(&mut self, oid: Oid) -> Result<(T, usize)> {
         let c = self.class_of::<T>()?;
-        self.inner.decode::<T>(c, oid, &bytes)
+        let inner = self.inner;
+        let current = header(c);
+        let direct = self.txn.read_with(oid, |bytes| {
+            (bytes.get(..6) == Some(&current[..])).then(|| (inner.decode::<T>(c, oid, bytes), bytes.len()))
+        })?;
+        match direct {
+            Some((v, len)) => Ok((v?, len)),
+            None => {
+                let bytes = self.txn.read(oid)?;
+                Ok((self.inner.decode::<T>(c, oid, &bytes)?, bytes.len()))
+            }
+        }
     }
 
     /// Changes an object in place with `f`.

@@ -108,7 +108,7 @@ pub trait ObjectSpace: PageAccess {
     /// The group owning the extent of page `id`.
     fn group_of_page(&self, id: PageId) -> Option<GroupId>;
     /// True if page `id` is allocated and usable (a transaction reports the
-    /// pages it has freed as not in use).
+    /// pages it has freed as not in use); false beyond the volume's end.
     fn is_page_in_use(&self, id: PageId) -> bool;
     /// The clustering region, in pages, for create-near.
     fn region_pages(&self) -> u32;
@@ -210,7 +210,7 @@ fn place<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, kind: 
 
 /// Reads the raw slot `oid` names, checking the uniquifier.
 fn slot<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Option<(u8, Vec<u8>)>> {
-    if oid.page.0 >= s.page_count() || !s.is_page_in_use(oid.page) {
+    if !s.is_page_in_use(oid.page) {
         return Ok(None);
     }
     s.read(oid.page, |b| {
@@ -293,7 +293,7 @@ fn locate<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Located> {
 /// skipped (each is read through its own OID). A page that is not an object
 /// page in use yields nothing.
 pub fn page_objects<S: ObjectSpace>(s: &mut S, page: PageId, mut f: impl FnMut(Oid, &[u8])) -> Result<()> {
-    if page.0 >= s.page_count() || !s.is_page_in_use(page) {
+    if !s.is_page_in_use(page) {
         return Ok(());
     }
     s.read(page, |b| {
@@ -354,6 +354,32 @@ pub fn read<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Vec<u8>> {
             Ok(buf)
         }
     }
+}
+
+/// Calls `f` with the object's bytes: in place in its page (no copy) when
+/// it is a small object in its home slot, else from a copy made by [`read`].
+/// `f` runs while the page is latched for reading, so it must not block.
+pub fn read_with<S: ObjectSpace, R>(s: &mut S, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    let mut f = Some(f);
+    if s.is_page_in_use(oid.page) {
+        let direct = s.read(oid.page, |b| -> Result<Option<R>> {
+            if page::page_type(b) != Some(PageType::Slotted) {
+                return Ok(None);
+            }
+            match slotted::get(b, oid.slot)? {
+                Some(r) if r.uniq == oid.uniq && r.kind == KIND_SMALL => Ok(f.take().map(|f| f(r.data))),
+                _ => Ok(None),
+            }
+        })??;
+        if let Some(r) = direct {
+            return Ok(r);
+        }
+    }
+    // Padded, forwarded, large or missing: the general path says which.
+    let bytes = read(s, oid)?;
+    f.take()
+        .map(|f| f(&bytes))
+        .ok_or_else(|| Error::corrupt(oid.page, "an object was read twice"))
 }
 
 /// Reads `buf.len()` bytes of the object starting at `offset`.

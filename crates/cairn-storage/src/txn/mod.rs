@@ -551,6 +551,13 @@ impl Txn {
         self.pages.contains(page)
     }
 
+    /// Calls `f` with an object's bytes, in place in its page when it can
+    /// (see [`object::read_with`]); `f` must not block.
+    pub fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        self.check_active()?;
+        object::read_with(self, oid, f)
+    }
+
     /// Reads part of an object.
     pub fn read_range(&mut self, oid: Oid, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_active()?;
