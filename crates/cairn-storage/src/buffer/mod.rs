@@ -208,6 +208,9 @@ struct State {
     replacer: Box<dyn Replacer>,
     /// Why the pool refuses work, once a write-back failed.
     poisoned: Option<String>,
+    /// Read-ahead runs with one miss so far: a second miss in a run reads
+    /// the rest of it (bounded; cleared when it outgrows the pool).
+    missed_runs: crate::fxhash::FxHashSet<u32>,
 }
 
 /// What a miss can do for a frame.
@@ -281,6 +284,7 @@ impl BufferPool {
             free: (0..frame_count).rev().map(FrameIdx).collect(),
             replacer,
             poisoned: None,
+            missed_runs: Default::default(),
         };
         BufferPool {
             device,
@@ -294,14 +298,16 @@ impl BufferPool {
         }
     }
 
-    /// Sets read-ahead: a read that misses page `p` also brings in the other
-    /// pages of `p`'s aligned run of `pages` (rounded down to a power of two,
-    /// at most 64) that are not cached, in one device read, **but only into
+    /// Sets read-ahead: the second read that misses in an aligned run of
+    /// `pages` (rounded down to a power of two, at most 64) also brings in
+    /// the run's other uncached pages, in one device read, **but only into
     /// free frames**: read-ahead never evicts a cached page, so it speeds up
-    /// a cold start (and a scan through clustered pages) and costs nothing
-    /// once the pool is full. Pages that fail verification are dropped
-    /// silently (they may never have been written); only the page asked for
-    /// reports an error. 0 or 1 turns it off.
+    /// a cold start and a walk through clustered pages, and costs nothing
+    /// once the pool is full. The first miss in a run reads one page, so
+    /// random reads across a large volume do not pay for neighbours nobody
+    /// asked for. Pages that fail verification are dropped silently (they
+    /// may never have been written); only the page asked for reports an
+    /// error. 0 or 1 turns it off.
     pub fn set_read_ahead(&self, pages: usize) {
         let p = pages.clamp(1, 64);
         let p = 1usize << (usize::BITS - 1 - p.leading_zeros());
@@ -697,6 +703,15 @@ impl BufferPool {
             return Vec::new();
         }
         let start = id.0 & !(n - 1);
+        // Only a run that has missed before: random misses across a large
+        // volume read one page each; misses that cluster read their run.
+        if st.missed_runs.insert(start) {
+            if st.missed_runs.len() > st.metas.len() {
+                st.missed_runs.clear();
+            }
+            return Vec::new();
+        }
+        st.missed_runs.remove(&start);
         let mut out = Vec::new();
         for p in (start..start.saturating_add(n)).map(PageId) {
             if p == id || p == PageId(0) || st.page_table.contains_key(&p) {
