@@ -1,7 +1,10 @@
-//! Index consistency: random creates, key updates and deletes in
-//! transactions that commit or abort (and occasional reopens), against a
-//! model; after every transaction the whole index, scanned in key order,
-//! equals the model's. `CAIRN_PROPTEST_CASES` scales the cases (default 16).
+//! Index consistency: random creates (one at a time and in bursts that
+//! split leaves), key updates, deletes and lookups in transactions that
+//! commit or abort (and occasional reopens), against a model; a lookup
+//! inside a transaction sees its own changes, and after every transaction
+//! the whole index, scanned in key order, equals the model's. This is also
+//! the index cache's model test: lookups go through it.
+//! `CAIRN_PROPTEST_CASES` scales the cases (default 16).
 #![expect(
     clippy::mutable_key_type,
     reason = "a Ref's swizzle is interior-mutable, but its equality, order and hash are by OID alone"
@@ -21,10 +24,14 @@ struct Item {
 }
 
 const BY_KEY: Index<i32, Item> = Index::on("key");
+const KEY_MAX: i32 = 300;
 
 #[derive(Clone, Debug)]
 enum Op {
     Create(i32),
+    /// 60 items with keys spread over the key range from a start.
+    Burst(i32),
+    Find(i32),
     Rekey(usize, i32),
     Delete(usize),
     Commit,
@@ -34,8 +41,10 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (-20i32..20).prop_map(Op::Create),
-        3 => (any::<usize>(), -20i32..20).prop_map(|(i, k)| Op::Rekey(i, k)),
+        5 => (-20i32..KEY_MAX).prop_map(Op::Create),
+        1 => (0i32..KEY_MAX).prop_map(Op::Burst),
+        4 => (-20i32..KEY_MAX).prop_map(Op::Find),
+        3 => (any::<usize>(), -20i32..KEY_MAX).prop_map(|(i, k)| Op::Rekey(i, k)),
         2 => any::<usize>().prop_map(Op::Delete),
         3 => Just(Op::Commit),
         1 => Just(Op::Abort),
@@ -80,6 +89,27 @@ fn run(ops: Vec<Op>) {
                         .unwrap();
                     current.insert(r, k);
                 }
+                Op::Burst(start) => {
+                    for j in 0..60 {
+                        let k = (start + j * 7) % KEY_MAX;
+                        let r = tx
+                            .as_mut()
+                            .unwrap()
+                            .create(Item {
+                                key: k,
+                                payload: format!("burst {k}"),
+                            })
+                            .unwrap();
+                        current.insert(r, k);
+                    }
+                }
+                Op::Find(k) => {
+                    let mut got = tx.as_mut().unwrap().find(&BY_KEY, &k).unwrap();
+                    got.sort();
+                    let want: Vec<Ref<Item>> =
+                        current.iter().filter(|(_, v)| **v == k).map(|(r, _)| r.clone()).collect();
+                    assert_eq!(got, want, "find({k}) inside the transaction");
+                }
                 Op::Rekey(i, k) => {
                     let Some(r) = current.keys().nth(i % current.len().max(1)).cloned() else {
                         continue;
@@ -107,7 +137,7 @@ fn run(ops: Vec<Op>) {
                     let all = check.find_range(&BY_KEY, Bound::Unbounded, Bound::Unbounded).unwrap();
                     let want: Vec<Ref<Item>> = expected(&committed).into_iter().map(|(_, r)| r).collect();
                     assert_eq!(all, want, "the index after {op:?}");
-                    for k in -20..20 {
+                    for k in -20..KEY_MAX {
                         let mut got = check.find(&BY_KEY, &k).unwrap();
                         got.sort();
                         let want: Vec<Ref<Item>> = committed
