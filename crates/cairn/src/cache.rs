@@ -270,7 +270,15 @@ impl ObjectCache {
     }
 
     /// Puts `oid` (not cached) into a slot, evicting to make room.
-    fn place(&self, st: &mut State, oid: Oid, obj: CachedObject, encoded_bytes: usize, txn: u64, referenced: bool) -> (u32, u32) {
+    fn place(
+        &self,
+        st: &mut State,
+        oid: Oid,
+        obj: CachedObject,
+        encoded_bytes: usize,
+        txn: u64,
+        referenced: bool,
+    ) -> (u32, u32) {
         let charge = encoded_bytes + ENTRY_OVERHEAD_BYTES;
         while st.bytes + charge > self.capacity_bytes && !st.map.is_empty() {
             if !self.evict_one(st) {

@@ -541,7 +541,11 @@ impl<'db> Transaction<'db> {
             _ => false,
         };
         if inside {
-            let found: Vec<Oid> = pairs.iter().filter(|(k, _)| *k == &self.key[..]).map(|(_, o)| *o).collect();
+            let found: Vec<Oid> = pairs
+                .iter()
+                .filter(|(k, _)| *k == &self.key[..])
+                .map(|(_, o)| *o)
+                .collect();
             take(&found, out);
         } else {
             self.tree_lookup(tree, leaf, field, first_only, out)?;
@@ -653,10 +657,7 @@ impl<'db> Transaction<'db> {
         r.swizzle(slot, gen);
         cache.note_swizzle();
         self.remember(slot, gen, oid, &obj);
-        if self.inner.fault_whole_pages
-            && cache.refaulted(oid.page, me)
-            && !self.txn.has_private_copy(oid.page)
-        {
+        if self.inner.fault_whole_pages && cache.refaulted(oid.page, me) && !self.txn.has_private_copy(oid.page) {
             let c = self.class_of::<T>()?;
             self.prefetch_page::<T>(c, oid)?;
         }
@@ -698,8 +699,10 @@ impl<'db> Transaction<'db> {
     fn flush_hits(&mut self) {
         self.inner.cache.add_hits(std::mem::take(&mut self.local_hits));
         let i = &self.inner;
-        i.index_hits.fetch_add(std::mem::take(&mut self.index_hits), Ordering::Relaxed);
-        i.index_misses.fetch_add(std::mem::take(&mut self.index_misses), Ordering::Relaxed);
+        i.index_hits
+            .fetch_add(std::mem::take(&mut self.index_hits), Ordering::Relaxed);
+        i.index_misses
+            .fetch_add(std::mem::take(&mut self.index_misses), Ordering::Relaxed);
     }
 
     /// Reads the object afresh (for a change), decoded into an owned value.

@@ -320,8 +320,14 @@ mod tests {
         let t = TreeCache::default();
         let keys: Vec<Vec<u8>> = (0u8..5).map(|k| vec![k; KEY_MAX + usize::from(k % 2)]).collect();
         t.fill(t.mark(), PageId(7), &pairs(&keys), 100);
-        assert!(t.get(&keys[2], false, &mut Vec::new()).is_some(), "a key of exactly KEY_MAX bytes");
-        assert!(t.get(&keys[1], false, &mut Vec::new()).is_none(), "a key over KEY_MAX bytes");
+        assert!(
+            t.get(&keys[2], false, &mut Vec::new()).is_some(),
+            "a key of exactly KEY_MAX bytes"
+        );
+        assert!(
+            t.get(&keys[1], false, &mut Vec::new()).is_none(),
+            "a key over KEY_MAX bytes"
+        );
         assert!(t.get(&keys[3], false, &mut Vec::new()).is_none());
         assert_eq!(t.len(), 1);
     }
@@ -337,7 +343,10 @@ mod tests {
         t.changed(&[PageId(7)]);
         assert!(!t.still(leaf, v), "a reader holding the entry must re-check");
         assert!(t.get(&[2], false, &mut Vec::new()).is_none());
-        assert!(t.get(&[12], false, &mut Vec::new()).is_some(), "another leaf's entries stay");
+        assert!(
+            t.get(&[12], false, &mut Vec::new()).is_some(),
+            "another leaf's entries stay"
+        );
     }
 
     #[test]

@@ -26,8 +26,8 @@ pub mod codec;
 pub mod collections;
 mod database;
 mod error;
-mod index_cache;
 pub mod fields;
+mod index_cache;
 mod reference;
 
 pub use cache::{CachePolicy, CacheStats};

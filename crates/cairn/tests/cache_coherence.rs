@@ -39,7 +39,9 @@ fn item(key: u32, value: i64) -> Item {
 /// `n` items with keys 0..n, in one group so they share pages.
 fn fill(db: &Database, n: u32) -> Vec<Ref<Item>> {
     let mut tx = db.begin().unwrap();
-    let refs = (0..n).map(|k| tx.create_in("items", item(k, i64::from(k))).unwrap()).collect();
+    let refs = (0..n)
+        .map(|k| tx.create_in("items", item(k, i64::from(k))).unwrap())
+        .collect();
     tx.commit().unwrap();
     refs
 }
@@ -89,10 +91,13 @@ fn index_cache_follows_committed_key_changes() {
     assert_eq!(tx.find_one(&BY_KEY, &802).unwrap().as_ref(), Some(&refs[802]));
     tx.abort().unwrap();
     let mut tx = db.begin().unwrap();
-    assert_eq!(tx.find(&BY_KEY, &801).unwrap(), vec![refs[801].clone()], "an aborted entry was cached");
+    assert_eq!(
+        tx.find(&BY_KEY, &801).unwrap(),
+        vec![refs[801].clone()],
+        "an aborted entry was cached"
+    );
     assert_eq!(tx.find(&BY_KEY, &800).unwrap(), vec![refs[800].clone()]);
     tx.commit().unwrap();
-    let mut tx = db.begin().unwrap();
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.find_one(&BY_KEY, &700).unwrap().as_ref(), Some(&refs[700]));
     assert_eq!(tx.find_one(&BY_KEY, &7000).unwrap(), None);
@@ -131,9 +136,16 @@ fn prefetched_objects_are_committed_state_only() {
     let before = db.cache_stats();
     assert_eq!(before.prefetches, 0);
     let mut tx = db.begin().unwrap();
-    assert_eq!(tx.get(&refs[2]).unwrap().value, 2, "an aborted change leaked into the cache");
+    assert_eq!(
+        tx.get(&refs[2]).unwrap().value,
+        2,
+        "an aborted change leaked into the cache"
+    );
     tx.commit().unwrap();
-    assert!(db.cache_stats().faults > before.faults, "item 2 must be read from the store");
+    assert!(
+        db.cache_stats().faults > before.faults,
+        "item 2 must be read from the store"
+    );
 
     // Two faults on one page in one transaction prefetch nothing; a fault
     // there in a later transaction prefetches the rest of the page.
@@ -177,7 +189,10 @@ fn concurrent_key_swaps_never_show_a_torn_index() {
     const N: u32 = 600;
     let refs = Arc::new(fill(&db, N));
     let stop = Arc::new(AtomicBool::new(false));
-    let rounds: u32 = std::env::var("CAIRN_TRANSFERS").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
+    let rounds: u32 = std::env::var("CAIRN_TRANSFERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
 
     let writer = {
         let (db, refs) = (Arc::clone(&db), Arc::clone(&refs));
@@ -223,7 +238,10 @@ fn concurrent_key_swaps_never_show_a_torn_index() {
                             let found = tx.find(&BY_KEY, &k)?;
                             assert_eq!(found.len(), 1, "key {k} found {} times", found.len());
                             assert_eq!(tx.get(&found[0])?.key, k, "key {k} names an item with another key");
-                            assert!(tx.find(&BY_KEY, &1_000_000)?.is_empty(), "an uncommitted key is visible");
+                            assert!(
+                                tx.find(&BY_KEY, &1_000_000)?.is_empty(),
+                                "an uncommitted key is visible"
+                            );
                         }
                         tx.commit()
                     })();

@@ -106,8 +106,11 @@ fn run(ops: Vec<Op>) {
                 Op::Find(k) => {
                     let mut got = tx.as_mut().unwrap().find(&BY_KEY, &k).unwrap();
                     got.sort();
-                    let want: Vec<Ref<Item>> =
-                        current.iter().filter(|(_, v)| **v == k).map(|(r, _)| r.clone()).collect();
+                    let want: Vec<Ref<Item>> = current
+                        .iter()
+                        .filter(|(_, v)| **v == k)
+                        .map(|(r, _)| r.clone())
+                        .collect();
                     assert_eq!(got, want, "find({k}) inside the transaction");
                 }
                 Op::Rekey(i, k) => {

@@ -624,7 +624,10 @@ impl BTree {
             // Only a run of one key spanning leaves gets here; a damaged
             // sibling chain that loops must not loop us.
             if seen.contains(&next) || next == first {
-                return Err(Error::corrupt(leaf, format!("b-tree sibling chain loops back to page {next}")));
+                return Err(Error::corrupt(
+                    leaf,
+                    format!("b-tree sibling chain loops back to page {next}"),
+                ));
             }
             seen.push(leaf);
             leaf = next;

@@ -856,7 +856,11 @@ fn read_ahead_never_evicts() {
     drop(pool.read(PageId(25)).unwrap());
     drop(pool.read(PageId(26)).unwrap());
     let s = pool.stats();
-    assert_eq!((s.misses, s.read_ahead), (4, 2), "a full pool reads only the page asked for: {s:?}");
+    assert_eq!(
+        (s.misses, s.read_ahead),
+        (4, 2),
+        "a full pool reads only the page asked for: {s:?}"
+    );
     for p in [16, 17, 18, 20, 25, 26] {
         assert_eq!(pool.read(PageId(p)).unwrap()[HEADER_SIZE], p as u8);
     }

@@ -98,7 +98,8 @@ fn wrong(reason: impl Into<String>) -> Error {
 }
 
 fn find(tx: &mut Transaction<'_>, id: u32) -> Result<Ref<Part>> {
-    tx.find_one(&BY_ID, &id)?.ok_or_else(|| wrong(format!("no part {id} in the index")))
+    tx.find_one(&BY_ID, &id)?
+        .ok_or_else(|| wrong(format!("no part {id} in the index")))
 }
 
 fn forward(tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, v: &mut Visits) -> Result<()> {
