@@ -73,6 +73,9 @@ impl OwnerState {
     }
 }
 
+/// Emptied lock queues kept for reuse, at most.
+const SPARE_QUEUES: usize = 4096;
+
 /// Everything under the manager's mutex.
 #[derive(Debug, Default)]
 struct Table {
@@ -82,7 +85,10 @@ struct Table {
     owners: crate::fxhash::FxHashMap<LockOwner, OwnerState>,
     /// External waits-for edges (waits on callbacks): waiter → owners it
     /// waits for. No empty sets.
-    external: HashMap<LockOwner, HashSet<LockOwner>>,
+    external: crate::fxhash::FxHashMap<LockOwner, HashSet<LockOwner>>,
+    /// Emptied queues kept for reuse, so a lock on a new resource does not
+    /// allocate (bounded by [`SPARE_QUEUES`]).
+    spare: Vec<Queue>,
     /// Decisions about waiting requests not yet collected by their thread.
     outcomes: HashMap<Ticket, Outcome>,
     next_ticket: Ticket,
@@ -321,7 +327,7 @@ impl Table {
                 "{owner} already waits for {waiting_on}; an owner makes one request at a time"
             )));
         }
-        if self.external.contains_key(&owner) {
+        if !self.external.is_empty() && self.external.contains_key(&owner) {
             return Err(Error::InvalidArgument(format!(
                 "{owner} waits for a callback; an owner makes one request at a time"
             )));
@@ -343,12 +349,16 @@ impl Table {
     /// a grant may add *into* it (from waiters now incompatible with it)
     /// cannot close a cycle.
     fn grant_now(&mut self, owner: LockOwner, res: Resource, target: LockMode) -> bool {
-        let q = self.queues.entry(res).or_default();
+        let spare = &mut self.spare;
+        let q = self
+            .queues
+            .entry(res)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
         let converting = q.granted_mode(owner).is_some();
         let ahead = if converting { 0 } else { q.waiting.len() };
         if !q.blockers(owner, target, ahead).is_empty() {
             if q.is_empty() {
-                self.queues.remove(&res);
+                self.drop_queue(res);
             }
             return false;
         }
@@ -402,7 +412,7 @@ impl Table {
         };
         let granted = q.settle();
         if q.is_empty() {
-            self.queues.remove(&res);
+            self.drop_queue(res);
         }
         for r in granted {
             let state = self.owners.get_mut(&r.owner).expect("a waiter is an owner");
@@ -410,6 +420,15 @@ impl Table {
             state.held.insert(res);
             self.outcomes.insert(r.ticket, Outcome::Granted);
             state.wakeup.notify_all();
+        }
+    }
+
+    /// Removes the (empty) queue of `res`, keeping it for reuse.
+    fn drop_queue(&mut self, res: Resource) {
+        if let Some(q) = self.queues.remove(&res) {
+            if self.spare.len() < SPARE_QUEUES {
+                self.spare.push(q);
+            }
         }
     }
 
