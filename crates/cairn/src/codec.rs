@@ -39,6 +39,13 @@ impl Writer {
         Writer::default()
     }
 
+    /// An empty writer with room for `bytes` before it grows.
+    pub fn with_capacity(bytes: usize) -> Writer {
+        Writer {
+            buf: Vec::with_capacity(bytes),
+        }
+    }
+
     /// The bytes written.
     pub fn into_bytes(self) -> Vec<u8> {
         self.buf

@@ -234,7 +234,8 @@ impl Inner {
     }
 
     fn encode<T: Persistent>(&self, c: ClassInfo, v: &T) -> Result<Vec<u8>> {
-        let mut w = Writer::new();
+        // Most records are small: one allocation instead of a doubling series.
+        let mut w = Writer::with_capacity(256);
         w.put(&c.id.to_le_bytes());
         w.put(&c.version.to_le_bytes());
         v.encode_fields(&mut w);
