@@ -189,7 +189,7 @@ fn concurrent_key_swaps_never_show_a_torn_index() {
     const N: u32 = 600;
     let refs = Arc::new(fill(&db, N));
     let stop = Arc::new(AtomicBool::new(false));
-    let rounds: u32 = std::env::var("CAIRN_TRANSFERS")
+    let rounds: u32 = std::env::var("CAIRN_KEY_SWAPS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
