@@ -19,7 +19,7 @@
 //! - a FORWARD stub points at a MOVED body whose back pointer is the stub's
 //!   own OID; a body is reached only through its stub (one hop, never a
 //!   chain: moving a moved record re-points the home stub);
-//! - records up to [`Store::small_max`] bytes are small, larger ones are large
+//! - records up to [`small_max`] bytes are small, larger ones are large
 //!   objects whose pages belong to the object's group;
 //! - a lookup whose uniquifier does not match the slot's is `NotFound`: a
 //!   deleted object's OID never reaches a newer object in a reused slot.
@@ -339,7 +339,7 @@ pub fn len<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<u64> {
     })
 }
 
-/// Reads a whole object. For large objects prefer [`Store::read_range`].
+/// Reads a whole object. For large objects prefer [`read_range`].
 pub fn read<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Vec<u8>> {
     match locate(s, oid)?.content {
         Content::Small(d) => Ok(d),

@@ -4,7 +4,7 @@
 //! [`Volume`] implements [`PageAccess`] for the record layer: page reads and
 //! changes go through its buffer pool, and every change — the record layer's
 //! and the allocator's own (space map, extent lists, group directory, header)
-//! — goes through [`Volume::change`], the one narrow place where the next
+//! — goes through `Volume::change`, the one narrow place where the next
 //! issue writes the redo log record and advances the page LSN.
 //!
 //! **Allocation.** Space is reserved in *extents* of `extent_pages` contiguous

@@ -1,4 +1,4 @@
-//! The systems under test, one [`System`](super::system::System)
+//! The systems under test, one [`System`]
 //! implementation each.
 
 pub mod cairn_embedded;
