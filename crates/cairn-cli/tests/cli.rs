@@ -59,6 +59,9 @@ fn create_inspect_check_round_trip() {
     let o = cairn(&["check", db_s]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     assert_eq!(stdout(&o).trim(), "ok");
+    let o = cairn(&["check", "--no-recover", db_s]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(stdout(&o).trim(), "ok");
 }
 
 #[test]
