@@ -518,11 +518,13 @@ impl<'db> Transaction<'db> {
         }
         self.index_misses += 1;
         // Read the key's whole leaf (under its lock), answer from it when
-        // the key lies strictly inside it, and cache it.
+        // the key lies strictly inside it, and cache it (on the leaf's
+        // second miss).
         let mark = cache.mark();
         let leaf = tree.leaf_of(&mut self.txn, &self.key)?;
-        if self.txn.has_private_copy(leaf) {
-            // Changed here: the leaf holds uncommitted entries, never cached.
+        // Changed here, the leaf holds uncommitted entries, never cached;
+        // and a leaf's first miss just descends.
+        if self.txn.has_private_copy(leaf) || !cache.worth_filling(leaf, self.inner.index_cache.max_entries) {
             return self.tree_lookup(tree, leaf, field, first_only, out);
         }
         let mut keys: Vec<u8> = Vec::with_capacity(4096);

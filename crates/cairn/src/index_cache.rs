@@ -1,9 +1,10 @@
 //! The index cache: committed index entries, key → (leaf page, OIDs), so a
 //! lookup by key skips the B+-tree descent and the binary searches.
 //!
-//! Filled a whole leaf at a time: a lookup that misses reads the leaf its key
-//! lives in and caches every key of it, so the next lookups of keys nearby
-//! hit. Entries are *validated by the leaf's lock and version*, the way
+//! Filled a whole leaf at a time: the second lookup that misses on a leaf
+//! reads the leaf and caches every key of it, so the next lookups of keys
+//! nearby hit (the first just descends: random lookups over a large index
+//! touch most leaves once). Entries are *validated by the leaf's lock and version*, the way
 //! cached objects are validated by their home page's lock:
 //!
 //! - **Every leaf has a version** in the tree's cache, taken from one
@@ -101,6 +102,9 @@ struct State {
     entries: FxHashMap<Key, Entry>,
     /// Versions of the leaves changed since the database opened.
     versions: FxHashMap<PageId, u64>,
+    /// Leaves a lookup missed on once: the second miss fills the leaf
+    /// ([`TreeCache::worth_filling`]).
+    missed: cairn_storage::fxhash::FxHashSet<PageId>,
 }
 
 impl State {
@@ -159,6 +163,23 @@ impl TreeCache {
     /// The counter to note before reading a leaf to fill from.
     pub fn mark(&self) -> u64 {
         self.counter.load(Ordering::Acquire)
+    }
+
+    /// Notes a lookup that missed on `leaf`; true if one missed there before
+    /// (since the leaf was last filled), so the leaf is worth copying into
+    /// the cache. Random lookups over a large index touch most leaves once:
+    /// they descend and move on instead of paying for ~200 entries each.
+    /// The set is bounded by the entry bound, and cleared past it.
+    pub fn worth_filling(&self, leaf: PageId, max_entries: usize) -> bool {
+        let mut st = self.write();
+        if st.missed.remove(&leaf) {
+            return true;
+        }
+        if st.missed.len() >= max_entries {
+            st.missed.clear();
+        }
+        st.missed.insert(leaf);
+        false
     }
 
     /// Caches the entries of one leaf, read under its shared lock after
@@ -361,6 +382,17 @@ mod tests {
         assert_eq!(t.len(), 3);
         let (_, v) = t.get(&[2], false, &mut Vec::new()).unwrap();
         assert!(v > 0);
+    }
+
+    #[test]
+    fn a_leaf_is_worth_filling_on_its_second_miss() {
+        let t = TreeCache::default();
+        assert!(!t.worth_filling(PageId(7), 100));
+        assert!(!t.worth_filling(PageId(8), 100));
+        assert!(t.worth_filling(PageId(7), 100));
+        assert!(!t.worth_filling(PageId(7), 100), "counting starts again after a fill");
+        assert!(!t.worth_filling(PageId(9), 2), "past the bound the set starts over");
+        assert!(!t.worth_filling(PageId(8), 2));
     }
 
     #[test]
