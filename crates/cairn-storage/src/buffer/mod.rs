@@ -208,9 +208,9 @@ struct State {
     replacer: Box<dyn Replacer>,
     /// Why the pool refuses work, once a write-back failed.
     poisoned: Option<String>,
-    /// Read-ahead runs with one miss so far: a second miss in a run reads
-    /// the rest of it (bounded; cleared when it outgrows the pool).
-    missed_runs: crate::fxhash::FxHashSet<u32>,
+    /// The runs of the last [`RECENT_RUNS`] misses: a miss in a run that
+    /// missed recently reads the rest of it.
+    missed_runs: std::collections::VecDeque<u32>,
 }
 
 /// What a miss can do for a frame.
@@ -236,6 +236,9 @@ enum Access {
 type FrameLock = RwLock<Box<[u8]>>;
 type FrameRead<'a> = RwLockReadGuard<'a, Box<[u8]>>;
 type FrameWrite<'a> = RwLockWriteGuard<'a, Box<[u8]>>;
+
+/// How many recent misses' runs read-ahead remembers.
+const RECENT_RUNS: usize = 64;
 
 /// A fixed-size, thread-safe page cache over a [`PageDevice`].
 ///
@@ -298,12 +301,13 @@ impl BufferPool {
         }
     }
 
-    /// Sets read-ahead: the second read that misses in an aligned run of
-    /// `pages` (rounded down to a power of two, at most 64) also brings in
-    /// the run's other uncached pages, in one device read, **but only into
-    /// free frames**: read-ahead never evicts a cached page, so it speeds up
-    /// a cold start and a walk through clustered pages, and costs nothing
-    /// once the pool is full. The first miss in a run reads one page, so
+    /// Sets read-ahead: a read that misses in an aligned run of `pages`
+    /// (rounded down to a power of two, at most 64) within the last 64
+    /// misses' runs — the second of two misses close in space and time —
+    /// also brings in the run's other uncached pages, in one device read,
+    /// **but only into free frames**: read-ahead never evicts a cached page,
+    /// so it speeds up a cold start and a walk through clustered pages, and
+    /// costs nothing once the pool is full. A lone miss reads one page, so
     /// random reads across a large volume do not pay for neighbours nobody
     /// asked for. Pages that fail verification are dropped silently (they
     /// may never have been written); only the page asked for reports an
@@ -703,15 +707,21 @@ impl BufferPool {
             return Vec::new();
         }
         let start = id.0 & !(n - 1);
-        // Only a run that has missed before: random misses across a large
-        // volume read one page each; misses that cluster read their run.
-        if st.missed_runs.insert(start) {
-            if st.missed_runs.len() > st.metas.len() {
-                st.missed_runs.clear();
+        // Only a run that missed recently: misses scattered over a large
+        // volume read one page each; misses that cluster (in space and
+        // time) read their run.
+        match st.missed_runs.iter().position(|&r| r == start) {
+            Some(i) => {
+                st.missed_runs.remove(i);
             }
-            return Vec::new();
+            None => {
+                if st.missed_runs.len() == RECENT_RUNS {
+                    st.missed_runs.pop_front();
+                }
+                st.missed_runs.push_back(start);
+                return Vec::new();
+            }
         }
-        st.missed_runs.remove(&start);
         let mut out = Vec::new();
         for p in (start..start.saturating_add(n)).map(PageId) {
             if p == id || p == PageId(0) || st.page_table.contains_key(&p) {
