@@ -221,6 +221,20 @@ fn with_node<A: PageAccess, R>(a: &mut A, id: PageId, f: impl FnOnce(&Node<'_>) 
     a.read(id, |b| Node::parse(b, id).and_then(|n| f(&n)))?
 }
 
+/// On the way down from the root: `n` is the root when `expect` is `None`,
+/// else a non-root node at level `expect` (so a damaged tree cannot loop).
+fn check_level(n: &Node<'_>, expect: Option<u8>) -> Result<()> {
+    match expect {
+        None if !n.is_root() => Err(Error::corrupt(n.id, "page is not the root of a b-tree")),
+        Some(l) if n.level != l => Err(Error::corrupt(
+            n.id,
+            format!("b-tree child should be at level {l} but is at level {}", n.level),
+        )),
+        Some(_) if n.is_root() => Err(Error::corrupt(n.id, "b-tree page below the root is marked as a root")),
+        _ => Ok(()),
+    }
+}
+
 /// A node's header and a copy of its cells.
 fn load_node<A: PageAccess>(a: &mut A, id: PageId) -> Result<(Header, Vec<Vec<u8>>, usize)> {
     with_node(a, id, |n| Ok((n.header(), n.cells()?, n.used_bytes())))
@@ -293,21 +307,7 @@ impl BTree {
                 a.lock_for_update(id)?;
             }
             let step = with_node(a, id, |n| {
-                match expect {
-                    None if !n.is_root() => {
-                        return Err(Error::corrupt(id, "page is not the root of a b-tree"));
-                    }
-                    Some(l) if n.level != l => {
-                        return Err(Error::corrupt(
-                            id,
-                            format!("b-tree child should be at level {l} but is at level {}", n.level),
-                        ));
-                    }
-                    Some(_) if n.is_root() => {
-                        return Err(Error::corrupt(id, "b-tree page below the root is marked as a root"));
-                    }
-                    _ => {}
-                }
+                check_level(n, expect)?;
                 let info = RootInfo {
                     unique: n.is_unique(),
                     group: n.group,
@@ -376,19 +376,7 @@ impl BTree {
         loop {
             let expect = level;
             let (down, idx, lvl) = with_node(a, id, |n| {
-                match expect {
-                    None if !n.is_root() => return Err(Error::corrupt(id, "page is not the root of a b-tree")),
-                    Some(l) if n.level != l => {
-                        return Err(Error::corrupt(
-                            id,
-                            format!("b-tree child should be at level {l} but is at level {}", n.level),
-                        ));
-                    }
-                    Some(_) if n.is_root() => {
-                        return Err(Error::corrupt(id, "b-tree page below the root is marked as a root"));
-                    }
-                    _ => {}
-                }
+                check_level(n, expect)?;
                 if n.is_leaf() {
                     Ok((None, n.lower_bound(&t)?, 0))
                 } else {

@@ -784,17 +784,7 @@ impl BufferPool {
         if read.is_ok() && page::verify(image, id).is_ok() {
             let mut data = self.lock_frame_write(frame);
             data.copy_from_slice(image);
-            Counters::bump(&self.counters.reads);
-            let mut st = self.lock_state();
-            let meta = &mut st.metas[frame.0];
-            assert_eq!(meta.state, FrameState::Loading);
-            meta.state = FrameState::Cached;
-            meta.pin_count = 1;
-            meta.lsn = page::lsn(&data);
-            st.replacer.record_access(frame);
-            drop(st);
-            self.changed.notify_all();
-            return Ok(data);
+            return Ok(self.finish_load(frame, data));
         }
         self.load(frame, id)
     }
@@ -859,6 +849,12 @@ impl BufferPool {
             self.changed.notify_all();
             return Err(e);
         }
+        Ok(self.finish_load(frame, data))
+    }
+
+    /// Makes `frame` (`Loading`, its page now in `data`) cached and pinned
+    /// once by the loader, and wakes those waiting for it.
+    fn finish_load<'a>(&'a self, frame: FrameIdx, data: FrameWrite<'a>) -> FrameWrite<'a> {
         Counters::bump(&self.counters.reads);
         let mut st = self.lock_state();
         let meta = &mut st.metas[frame.0];
@@ -869,7 +865,7 @@ impl BufferPool {
         st.replacer.record_access(frame);
         drop(st);
         self.changed.notify_all();
-        Ok(data)
+        data
     }
 
     /// Writes back the dirty, unpinned, cached `frame`, letting go of `state`
