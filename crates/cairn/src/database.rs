@@ -138,7 +138,7 @@ impl Database {
         Ok(Transaction {
             inner: &self.inner,
             txn: self.inner.db.begin()?,
-            overlay: HashMap::new(),
+            overlay: cairn_storage::fxhash::FxHashMap::default(),
             local: Vec::new(),
             local_hits: 0,
             index_roots: HashMap::new(),
@@ -300,7 +300,7 @@ impl<K, T> Index<K, T> {
 pub struct Transaction<'db> {
     inner: &'db Inner,
     txn: Txn,
-    overlay: HashMap<Oid, CachedObject>,
+    overlay: cairn_storage::fxhash::FxHashMap<Oid, CachedObject>,
     /// Objects this transaction has already locked and fetched, by cache
     /// slot: (generation, object). Following a swizzled reference again is an
     /// index into this vector and a generation check — no lock, no hash. It

@@ -68,14 +68,14 @@ enum Content {
 }
 
 /// Encodes a home record for `bytes` of a small object: (kind, payload).
-fn small_payload(bytes: &[u8]) -> (u8, Vec<u8>) {
+fn small_payload(bytes: &[u8]) -> (u8, std::borrow::Cow<'_, [u8]>) {
     if bytes.len() >= FORWARD_SIZE {
-        (KIND_SMALL, bytes.to_vec())
+        (KIND_SMALL, std::borrow::Cow::Borrowed(bytes))
     } else {
         let mut p = vec![0u8; FORWARD_SIZE];
         p[..bytes.len()].copy_from_slice(bytes);
         p[FORWARD_SIZE - 1] = bytes.len() as u8;
-        (KIND_SMALL_PADDED, p)
+        (KIND_SMALL_PADDED, std::borrow::Cow::Owned(p))
     }
 }
 
