@@ -334,6 +334,28 @@ fn run(ops: Vec<Op>) {
                     .collect();
                 assert_eq!(tree.get(t, &key).unwrap(), want.first().cloned());
                 assert_eq!(tree.get_all(t, &key).unwrap(), want);
+                // The index cache's path: the key's leaf, scanned from there,
+                // and that leaf's entries in order, holding the key's first
+                // entry unless it starts in the next leaf.
+                let leaf = tree.leaf_of(t, &key).unwrap();
+                let mut from_leaf = Vec::new();
+                tree.get_each_in(t, leaf, &key, |v| {
+                    from_leaf.push(v.to_vec());
+                    true
+                })
+                .unwrap();
+                assert_eq!(from_leaf, want);
+                let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+                tree.leaf_entries(t, leaf, |k, v| entries.push((k.to_vec(), v.to_vec())))
+                    .unwrap();
+                assert!(entries.windows(2).all(|w| w[0] <= w[1]), "leaf entries out of order");
+                let last_below = entries.last().is_none_or(|(k, _)| *k < key);
+                if let Some(first) = want.first() {
+                    assert!(
+                        last_below || entries.iter().any(|(k, v)| *k == key && v == first),
+                        "the key's first entry is neither in its leaf nor after it"
+                    );
+                }
             }
             Op::Range { unique, lo, hi, dir } => {
                 let tree = open(t, m.root(unique), unique);
