@@ -110,6 +110,12 @@ impl Oid {
         }
     }
 
+    /// Decodes an OID from exactly [`Oid::ENCODED_SIZE`] bytes, or `None`
+    /// for any other length (a stored OID value).
+    pub fn from_exact(bytes: &[u8]) -> Option<Oid> {
+        bytes.try_into().ok().map(Oid::from_bytes)
+    }
+
     /// Decodes an OID from the front of `bytes`, or `None` if it is too short.
     pub fn from_slice(bytes: &[u8]) -> Option<Oid> {
         let arr: &[u8; Self::ENCODED_SIZE] = bytes.get(..Self::ENCODED_SIZE)?.try_into().ok()?;

@@ -249,11 +249,6 @@ impl ObjectCache {
         false
     }
 
-    /// True if `oid` is cached.
-    pub fn contains(&self, oid: Oid) -> bool {
-        self.lock().map.contains_key(&oid)
-    }
-
     /// Caches objects decoded because a fault read their page anyway: each
     /// (OID, object, encoded bytes) not cached already is added, unreferenced
     /// (CLOCK evicts it first unless it is used).

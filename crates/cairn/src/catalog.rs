@@ -293,8 +293,7 @@ pub(crate) fn index_tree(
 pub(crate) fn get_root(txn: &mut Txn, meta: &Meta, name: &str) -> Result<Option<Oid>> {
     match meta.roots.get(txn, name.as_bytes()).map_err(stored)? {
         None => Ok(None),
-        Some(v) => Oid::from_slice(&v)
-            .filter(|_| v.len() == Oid::ENCODED_SIZE)
+        Some(v) => Oid::from_exact(&v)
             .map(Some)
             .ok_or_else(|| corrupt_catalog(format!("root {name:?} is malformed"))),
     }

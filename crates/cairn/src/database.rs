@@ -487,10 +487,10 @@ impl<'db> Transaction<'db> {
         Ok(r?)
     }
 
-    /// Looks `self.key` up in `tree`: through the index cache when the
-    /// transaction has not changed the tree, else (or on a miss) in the
-    /// tree, filling the cache from the key's leaf. Appends the OIDs (the
-    /// first only, with `first_only`) to `out`.
+    /// Looks `self.key` up in `tree`: through the index cache when its entry
+    /// validates, else in the tree, filling the cache from the key's leaf on
+    /// that leaf's second miss. Appends the OIDs (the first only, with
+    /// `first_only`) to `out`.
     fn index_lookup(
         &mut self,
         tree: cairn_storage::btree::BTree,
@@ -499,10 +499,6 @@ impl<'db> Transaction<'db> {
         first_only: bool,
         out: &mut Vec<Oid>,
     ) -> Result<()> {
-        let take = |oids: &[Oid], out: &mut Vec<Oid>| {
-            let n = if first_only { oids.len().min(1) } else { oids.len() };
-            out.extend_from_slice(&oids[..n]);
-        };
         let start = out.len();
         if let Some((leaf, version)) = cache.get(&self.key, first_only, out) {
             // The leaf's lock and version validate the entry
@@ -532,8 +528,7 @@ impl<'db> Transaction<'db> {
         tree.leaf_entries(&mut self.txn, leaf, |k, v| {
             let start = keys.len();
             keys.extend_from_slice(k);
-            let oid = Oid::from_slice(v).filter(|_| v.len() == Oid::ENCODED_SIZE);
-            ents.push((start, keys.len(), oid));
+            ents.push((start, keys.len(), Oid::from_exact(v)));
         })?;
         let mut pairs: Vec<(&[u8], Oid)> = Vec::with_capacity(ents.len());
         for &(s, e, oid) in &ents {
@@ -544,12 +539,14 @@ impl<'db> Transaction<'db> {
             _ => false,
         };
         if inside {
-            let found: Vec<Oid> = pairs
-                .iter()
-                .filter(|(k, _)| *k == &self.key[..])
-                .map(|(_, o)| *o)
-                .collect();
-            take(&found, out);
+            let n = if first_only { 1 } else { usize::MAX };
+            out.extend(
+                pairs
+                    .iter()
+                    .filter(|(k, _)| *k == &self.key[..])
+                    .map(|(_, o)| *o)
+                    .take(n),
+            );
         } else {
             self.tree_lookup(tree, leaf, field, first_only, out)?;
         }
@@ -568,7 +565,7 @@ impl<'db> Transaction<'db> {
     ) -> Result<()> {
         let mut bad = false;
         let f = |v: &[u8]| {
-            match Oid::from_slice(v).filter(|_| v.len() == Oid::ENCODED_SIZE) {
+            match Oid::from_exact(v) {
                 Some(oid) => out.push(oid),
                 None => bad = true,
             }
@@ -863,9 +860,7 @@ impl<'db> Transaction<'db> {
         )?;
         let mut out = Vec::new();
         while let Some((_, v)) = cur.next(&mut self.txn)? {
-            let oid = Oid::from_slice(&v)
-                .filter(|_| v.len() == Oid::ENCODED_SIZE)
-                .ok_or_else(|| malformed(&tree, index.field))?;
+            let oid = Oid::from_exact(&v).ok_or_else(|| malformed(&tree, index.field))?;
             out.push(Ref::from_oid(oid));
         }
         Ok(out)
