@@ -302,10 +302,38 @@ impl Inner {
         if w.queued.capacity() > 4 * QUEUED_MAX {
             w.queued.shrink_to(QUEUED_MAX);
         }
-        if let Err(e) = &result {
-            self.close(e.clone());
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let e = self.why_broken(e);
+                self.close(e.clone());
+                Err(e)
+            }
         }
-        result
+    }
+
+    /// A write failed because the peer closed the connection: the server
+    /// may have said why first (GOODBYE after a shutdown), so read what is
+    /// left and report that instead of the bare broken pipe.
+    fn why_broken(&self, e: Error) -> Error {
+        let broken = matches!(&e, Error::Io { source, .. }
+            if matches!(source.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset));
+        if !broken {
+            return e;
+        }
+        let mut st = lock(&self.state);
+        // A few read turns at most: the frames are already in the socket.
+        for _ in 0..4 {
+            if st.closed.is_some() {
+                break;
+            }
+            let Some(side) = st.read_side.take() else { break };
+            st = self.read_round(st, side);
+        }
+        match &st.closed {
+            Some(closed @ Error::Closed(_)) => closed.clone(),
+            _ => e,
+        }
     }
 
     fn close(&self, error: Error) {
