@@ -52,7 +52,24 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     /// The names of the entries of a directory (not `.` and `..`), in no
     /// particular order.
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<std::ffi::OsString>>;
+    /// Takes an exclusive lock on the file at `path` (created if missing)
+    /// and writes `note` into it (who holds it: the process id). The lock is
+    /// held until the returned guard is dropped, and excludes every other
+    /// opener, in this process or another. If someone else holds it, the
+    /// answer is `Ok(Err(their note))`.
+    fn lock_exclusive(&self, path: &Path, note: &str) -> io::Result<std::result::Result<Box<dyn FileLock>, String>>;
 }
+
+/// A held exclusive lock (see [`Vfs::lock_exclusive`]); dropping it releases
+/// the lock.
+pub trait FileLock: Send + Sync + fmt::Debug {}
+
+#[derive(Debug)]
+struct OsFileLock {
+    _file: File,
+}
+
+impl FileLock for OsFileLock {}
 
 /// The real file system.
 #[derive(Debug, Default, Clone, Copy)]
@@ -117,6 +134,31 @@ impl Vfs for OsVfs {
 
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<std::ffi::OsString>> {
         std::fs::read_dir(dir)?.map(|e| e.map(|e| e.file_name())).collect()
+    }
+
+    fn lock_exclusive(&self, path: &Path, note: &str) -> io::Result<std::result::Result<Box<dyn FileLock>, String>> {
+        use std::io::Read;
+        // flock(2) locks belong to the open file description, so a second
+        // open in this same process is excluded as well as another process.
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                // The holder's note is informative only; a read error leaves it empty.
+                let _ = file.read_to_string(&mut holder);
+                return Ok(Err(holder.trim().to_string()));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        file.set_len(0)?;
+        std::os::unix::fs::FileExt::write_all_at(&file, note.as_bytes(), 0)?;
+        Ok(Ok(Box::new(OsFileLock { _file: file })))
     }
 }
 
@@ -260,6 +302,10 @@ impl Vfs for FaultyVfs {
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<std::ffi::OsString>> {
         check_fault(&self.rule, &self.counter, FileOp::Read, dir)?;
         self.inner.list_dir(dir)
+    }
+
+    fn lock_exclusive(&self, path: &Path, note: &str) -> io::Result<std::result::Result<Box<dyn FileLock>, String>> {
+        self.inner.lock_exclusive(path, note)
     }
 }
 

@@ -227,6 +227,13 @@ impl Vfs for WalRuleVfs {
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         OsVfs.remove_file(path)
     }
+    fn lock_exclusive(
+        &self,
+        path: &Path,
+        note: &str,
+    ) -> io::Result<std::result::Result<Box<dyn cairn_storage::io::FileLock>, String>> {
+        OsVfs.lock_exclusive(path, note)
+    }
     fn exists(&self, path: &Path) -> bool {
         OsVfs.exists(path)
     }
