@@ -4,7 +4,7 @@
 #![no_main]
 
 use cairn_storage::ids::{Lsn, PageId};
-use cairn_storage::txn::redo::{self, Redo};
+use cairn_storage::wal::redo::{self, Redo};
 use cairn_storage::wal::format::{self, RecordHeader, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE};
 use libfuzzer_sys::fuzz_target;
 

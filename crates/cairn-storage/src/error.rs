@@ -178,6 +178,42 @@ pub enum Error {
     /// A group id named in an extent or object does not exist.
     #[error("unknown group id {0:?}")]
     UnknownGroupId(GroupId),
+
+    /// Another opener (this process or another) holds the database.
+    #[error("the database {} is in use by {holder}", path.display())]
+    InUse {
+        /// The database directory.
+        path: PathBuf,
+        /// Who holds it, as the holder wrote it ("process 1234").
+        holder: String,
+    },
+
+    /// A log segment belongs to another database (its creation id is not
+    /// the volume's): a leftover `wal/` must never be replayed onto a volume.
+    #[error("{} belongs to another database: creation id {found:032x}, the volume's is {expected:032x}", path.display())]
+    ForeignLog {
+        /// The segment file.
+        path: PathBuf,
+        /// The creation id in the segment header.
+        found: u128,
+        /// The volume's creation id.
+        expected: u128,
+    },
+
+    /// An earlier error inside the transaction left it half-way through a
+    /// change; every call but abort refuses until it is aborted.
+    #[error("{txn} is doomed by an earlier error ({cause}); abort it")]
+    TxnDoomed {
+        /// The transaction.
+        txn: TxnId,
+        /// The error that doomed it.
+        cause: String,
+    },
+
+    /// A bug in Cairn: an internal invariant does not hold. Not damage on
+    /// disk; please report it.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {

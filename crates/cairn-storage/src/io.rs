@@ -162,6 +162,33 @@ impl Vfs for OsVfs {
     }
 }
 
+/// Creates `dir` and any missing parents, and makes each new directory
+/// entry durable by fsyncing the directory that holds it: without that, a
+/// power loss could remove a database whose commits were acknowledged.
+pub fn create_dir_durably(vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at {
+        if d.as_os_str().is_empty() || vfs.exists(d) {
+            break;
+        }
+        missing.push(d);
+        at = d.parent();
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    vfs.create_dir_all(dir)?;
+    for d in missing.iter().rev() {
+        let parent = match d.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        vfs.sync_dir(parent)?;
+    }
+    Ok(())
+}
+
 /// The kind of file operation a fault can be injected into.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum FileOp {

@@ -20,6 +20,7 @@
 pub mod access;
 pub mod btree;
 pub mod buffer;
+pub mod bytes;
 pub mod check;
 pub mod error;
 pub mod fxhash;

@@ -110,12 +110,16 @@ fn recovery_interrupted_and_run_again_gives_the_same_database() {
     t.create(GroupId::DEFAULT, &vec![9u8; 50_000]).unwrap();
     std::mem::forget(t);
     let pages_used = db.groups()[0].pages_used;
-    drop(db);
+    db.crash();
 
     // A recovery that redid everything and then "crashed" before finishing.
-    let wal_opts = cairn_storage::wal::WalOptions::default();
+    let manifest = cairn_storage::volume::manifest::Manifest::read(&cairn_storage::io::OsVfs, &path).unwrap();
+    let wal_opts = cairn_storage::wal::WalOptions {
+        creation_id: manifest.creation_id,
+        ..Default::default()
+    };
     let (wal, _) = cairn_storage::wal::Wal::open(&path, wal_opts).unwrap();
-    let first = cairn_storage::recovery::redo(&path, &VolumeOptions::default(), &Arc::new(wal)).unwrap();
+    let first = cairn_storage::recovery::run(&path, &VolumeOptions::default(), &Arc::new(wal)).unwrap();
     assert!(first.applied > 0);
     assert!(
         !first.to_free.is_empty(),
@@ -123,11 +127,14 @@ fn recovery_interrupted_and_run_again_gives_the_same_database() {
     );
 
     let db = Db::open(&path, &opts()).unwrap();
+    // Full images are applied again whatever the page says (a cached page
+    // may only look current), and the diffs after them with them; the second
+    // run sees the same records and finds no page damaged.
+    let second = db.recovery();
     assert_eq!(
-        db.recovery().applied,
-        0,
-        "everything was already redone: {:?}",
-        db.recovery()
+        (second.applied + second.skipped, second.rebuilt.len()),
+        (first.applied + first.skipped, 0),
+        "{second:?} after {first:?}"
     );
     assert!(
         db.groups()[0].pages_used < pages_used,
@@ -162,8 +169,8 @@ struct Watched {
     volume_writes: Arc<AtomicU64>,
 }
 
-/// The log segment header is 32 bytes and the first segment starts at LSN 0.
-const SEGMENT_HEADER: u64 = 32;
+/// The first segment starts at LSN 0, after its header.
+const SEGMENT_HEADER: u64 = cairn_storage::wal::SEGMENT_HEADER_SIZE as u64;
 
 impl StorageFile for Watched {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

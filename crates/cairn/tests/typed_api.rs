@@ -300,27 +300,21 @@ fn schema_evolution_adds_fields_with_defaults_and_refuses_the_rest() {
     db.close().unwrap();
 
     for (what, field_named, err) in [
-        (
-            "removed",
-            "size",
-            Database::open_with(&path, opts(1 << 20, CachePolicy::Lru))
-                .unwrap()
-                .register::<v3_removed::Gadget>(),
-        ),
-        (
-            "retyped",
-            "size",
-            Database::open_with(&path, opts(1 << 20, CachePolicy::Lru))
-                .unwrap()
-                .register::<v3_retyped::Gadget>(),
-        ),
-        (
-            "added without default",
-            "weight",
-            Database::open_with(&path, opts(1 << 20, CachePolicy::Lru))
-                .unwrap()
-                .register::<v3_no_default::Gadget>(),
-        ),
+        ("removed", "size", {
+            // One opener at a time: the directory lock refuses a second.
+            let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+            db.register::<v3_removed::Gadget>()
+        }),
+        ("retyped", "size", {
+            // One opener at a time: the directory lock refuses a second.
+            let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+            db.register::<v3_retyped::Gadget>()
+        }),
+        ("added without default", "weight", {
+            // One opener at a time: the directory lock refuses a second.
+            let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+            db.register::<v3_no_default::Gadget>()
+        }),
     ] {
         match err {
             Err(Error::SchemaMismatch { type_name, field, .. }) => {

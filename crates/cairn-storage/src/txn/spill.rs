@@ -82,13 +82,16 @@ impl PrivatePages {
             return Ok(true);
         }
         let Some(s) = self.spill.as_mut() else { return Ok(false) };
-        let Some(off) = s.slots.remove(&id) else {
+        let Some(&off) = s.slots.get(&id) else {
             return Ok(false);
         };
         let mut buf = vec![0u8; self.page_size];
+        // The slot is given up only once its page is back in memory: a
+        // failed read loses nothing (the transaction is doomed by the error).
         s.file
             .read_exact_at(&mut buf, off)
             .map_err(|e| Error::io("read spilled page", &s.path, e))?;
+        s.slots.remove(&id);
         s.free.push(off);
         self.mem.insert(id, buf);
         self.order.push_back(id);
@@ -141,19 +144,32 @@ impl PrivatePages {
             let Some(bytes) = self.mem.remove(&victim) else {
                 continue;
             };
-            let s = self.spill_file()?;
-            let off = s.free.pop().unwrap_or_else(|| {
-                let o = s.next;
-                s.next += bytes.len() as u64;
-                o
-            });
-            s.file
-                .write_all_at(&bytes, off)
-                .map_err(|e| Error::io("write spilled page", &s.path, e))?;
-            s.slots.insert(victim, off);
+            // The victim goes back into memory if it cannot be written out,
+            // so a failed spill never drops a private page.
+            if let Err(e) = self.write_out(victim, &bytes) {
+                self.mem.insert(victim, bytes);
+                self.order.push_front(victim);
+                return Err(e);
+            }
             spilled += 1;
         }
         Ok(spilled)
+    }
+
+    /// Writes `bytes` (page `id`) to a slot of the spill file.
+    fn write_out(&mut self, id: PageId, bytes: &[u8]) -> Result<()> {
+        let s = self.spill_file()?;
+        let off = s.free.pop().unwrap_or_else(|| {
+            let o = s.next;
+            s.next += bytes.len() as u64;
+            o
+        });
+        if let Err(e) = s.file.write_all_at(bytes, off) {
+            s.free.push(off);
+            return Err(Error::io("write spilled page", &s.path, e));
+        }
+        s.slots.insert(id, off);
+        Ok(())
     }
 
     fn spill_file(&mut self) -> Result<&mut SpillFile> {

@@ -33,17 +33,17 @@ pub mod spacemap;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::access::{PageAccess, PageDevice};
 use crate::buffer::{BufferPool, BufferStats, Policy};
 use crate::error::{Error, Result};
-use crate::ids::{GroupId, Lsn, PageId, TxnId};
+use crate::ids::{GroupId, PageId, TxnId};
 use crate::io::{OsVfs, Vfs};
 use crate::page::{self, PageType};
-use crate::txn::redo::{self, Redo};
-use crate::wal::Wal;
+use crate::wal::redo::{self, Redo};
+use crate::wal::LogSink;
 
 use self::file::{VolumeFile, VolumeStats};
 use self::groups::{DirEntry, ExtentEntry, GROUP_NAME_MAX};
@@ -142,38 +142,6 @@ pub struct GroupInfo {
     pub pages_used: u64,
 }
 
-/// Where a volume logs its own page changes (system actions: allocation,
-/// groups). Shared with the transaction layer.
-#[derive(Clone)]
-pub struct LogSink {
-    /// The write-ahead log.
-    pub wal: Arc<Wal>,
-    /// The redo LSN of the checkpoint in progress or last taken: a page whose
-    /// LSN is below it gets a full image on its next change.
-    pub redo_lsn: Arc<AtomicU64>,
-    /// Held (shared) from appending a change to applying it, so a checkpoint
-    /// (which takes it exclusively to pick its redo LSN) never sees a change
-    /// logged but not yet in the buffer pool.
-    pub gate: Arc<RwLock<()>>,
-    /// Where system actions take their ids (shared with transactions: an
-    /// action is committed like a transaction, under its own id).
-    pub next_id: Arc<AtomicU64>,
-}
-
-impl std::fmt::Debug for LogSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogSink").field("redo_lsn", &self.redo_lsn).finish()
-    }
-}
-
-impl LogSink {
-    /// True if a page whose LSN is `page_lsn` must be logged as a full image
-    /// on its next change (its first since the current checkpoint began).
-    pub fn needs_full_image(&self, page_lsn: Lsn) -> bool {
-        page_lsn.0 < self.redo_lsn.load(Ordering::SeqCst)
-    }
-}
-
 /// A system action in progress: see [`Volume::run_action`].
 struct Action {
     id: TxnId,
@@ -235,8 +203,7 @@ impl Volume {
             ));
         }
         let vfs = &opts.vfs;
-        vfs.create_dir_all(dir)
-            .map_err(|e| Error::io("create directory", dir, e))?;
+        crate::io::create_dir_durably(vfs.as_ref(), dir).map_err(|e| Error::io("create directory", dir, e))?;
         for name in [MANIFEST_FILE, VOLUME_FILE] {
             let p = dir.join(name);
             if vfs.exists(&p) {

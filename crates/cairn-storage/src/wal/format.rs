@@ -3,14 +3,17 @@
 //! All integers are little-endian and of fixed width.
 //!
 //! ```text
-//!  segment header (SEGMENT_HEADER_SIZE = 32 bytes, at file offset 0)
+//!  segment header (SEGMENT_HEADER_SIZE = 48 bytes, at file offset 0)
 //!  offset size field
 //!  0      8    magic           b"CAIRNWAL"
-//!  8      4    format_version  WAL_FORMAT_VERSION (1)
+//!  8      4    format_version  WAL_FORMAT_VERSION (2)
 //!  12     4    flags           0
 //!  16     8    start_lsn       LSN of the first record byte; also the file's name
-//!  24     4    reserved        0
-//!  28     4    checksum        CRC32C of bytes 0..28
+//!  24     16   creation_id     the database's creation id (as in the manifest
+//!                              and the volume header): a log is never replayed
+//!                              onto another database's volume
+//!  40     4    reserved        0
+//!  44     4    checksum        CRC32C of bytes 0..44
 //!
 //!  record (RECORD_HEADER_SIZE = 20 bytes + len, at file offset 32 + (start − start_lsn))
 //!  offset size field
@@ -28,16 +31,21 @@
 //! record is found at; a well-formed record anywhere else (stale bytes in a
 //! reused file, a record copied into a payload) is never taken as valid.
 
+use crate::bytes::{get_u128, get_u32, get_u64, put_u128, put_u32, put_u64};
 use crate::ids::Lsn;
 
 /// Bytes of the segment header at the start of every segment file.
-pub const SEGMENT_HEADER_SIZE: usize = 32;
+pub const SEGMENT_HEADER_SIZE: usize = 48;
 /// Bytes of the header in front of every record's payload.
 pub const RECORD_HEADER_SIZE: usize = 20;
+/// The largest log position a segment may start at (2^62 bytes of log):
+/// positions read from file names and headers are refused past it, so sums
+/// of a position and a length never overflow.
+pub const LSN_MAX: u64 = 1 << 62;
 /// The largest payload one record may carry (64 MiB).
 pub const RECORD_LEN_MAX: u32 = 64 << 20;
 /// The log format version this build reads and writes.
-pub const WAL_FORMAT_VERSION: u32 = 1;
+pub const WAL_FORMAT_VERSION: u32 = 2;
 /// The magic at the start of every segment file.
 pub const SEGMENT_MAGIC: &[u8; 8] = b"CAIRNWAL";
 
@@ -45,11 +53,13 @@ const SEG_OFF_MAGIC: usize = 0;
 const SEG_OFF_VERSION: usize = 8;
 const SEG_OFF_FLAGS: usize = 12;
 const SEG_OFF_START: usize = 16;
-const SEG_OFF_RESERVED: usize = 24;
-const SEG_OFF_CHECKSUM: usize = 28;
+const SEG_OFF_CREATION_ID: usize = 24;
+const SEG_OFF_RESERVED: usize = 40;
+const SEG_OFF_CHECKSUM: usize = 44;
 const _: () = assert!(SEG_OFF_MAGIC + 8 == SEG_OFF_VERSION);
 const _: () = assert!(SEG_OFF_FLAGS + 4 == SEG_OFF_START);
-const _: () = assert!(SEG_OFF_START + 8 == SEG_OFF_RESERVED);
+const _: () = assert!(SEG_OFF_START + 8 == SEG_OFF_CREATION_ID);
+const _: () = assert!(SEG_OFF_CREATION_ID + 16 == SEG_OFF_RESERVED);
 const _: () = assert!(SEG_OFF_CHECKSUM + 4 == SEGMENT_HEADER_SIZE);
 
 const REC_OFF_CHECKSUM: usize = 0;
@@ -69,14 +79,25 @@ pub fn record_size(len: u32) -> u64 {
     RECORD_HEADER_SIZE as u64 + u64::from(len)
 }
 
-/// Encodes the header of a segment whose first record starts at `start`.
-pub fn encode_segment_header(start: Lsn) -> [u8; SEGMENT_HEADER_SIZE] {
+/// A segment header's fields.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SegmentHeader {
+    /// The LSN of the segment's first record byte.
+    pub start: Lsn,
+    /// The creation id of the database the log belongs to.
+    pub creation_id: u128,
+}
+
+/// Encodes the header of a segment whose first record starts at `start`,
+/// in the log of the database created as `creation_id`.
+pub fn encode_segment_header(start: Lsn, creation_id: u128) -> [u8; SEGMENT_HEADER_SIZE] {
     let mut b = [0u8; SEGMENT_HEADER_SIZE];
     b[SEG_OFF_MAGIC..SEG_OFF_VERSION].copy_from_slice(SEGMENT_MAGIC);
-    b[SEG_OFF_VERSION..SEG_OFF_FLAGS].copy_from_slice(&WAL_FORMAT_VERSION.to_le_bytes());
-    b[SEG_OFF_START..SEG_OFF_RESERVED].copy_from_slice(&start.0.to_le_bytes());
+    put_u32(&mut b, SEG_OFF_VERSION, WAL_FORMAT_VERSION);
+    put_u64(&mut b, SEG_OFF_START, start.0);
+    put_u128(&mut b, SEG_OFF_CREATION_ID, creation_id);
     let sum = crc32c::crc32c(&b[..SEG_OFF_CHECKSUM]);
-    b[SEG_OFF_CHECKSUM..].copy_from_slice(&sum.to_le_bytes());
+    put_u32(&mut b, SEG_OFF_CHECKSUM, sum);
     b
 }
 
@@ -113,23 +134,26 @@ impl std::fmt::Display for SegmentHeaderError {
 }
 
 /// Decodes a segment header, returning the segment's starting LSN.
-pub fn decode_segment_header(b: &[u8; SEGMENT_HEADER_SIZE]) -> Result<Lsn, SegmentHeaderError> {
+pub fn decode_segment_header(b: &[u8; SEGMENT_HEADER_SIZE]) -> Result<SegmentHeader, SegmentHeaderError> {
     if &b[SEG_OFF_MAGIC..SEG_OFF_VERSION] != SEGMENT_MAGIC {
         return Err(SegmentHeaderError::BadMagic);
     }
-    let stored = le_u32(&b[SEG_OFF_CHECKSUM..]);
+    let stored = get_u32(b, SEG_OFF_CHECKSUM);
     let computed = crc32c::crc32c(&b[..SEG_OFF_CHECKSUM]);
     if stored != computed {
         return Err(SegmentHeaderError::Checksum { stored, computed });
     }
-    let version = le_u32(&b[SEG_OFF_VERSION..]);
+    let version = get_u32(b, SEG_OFF_VERSION);
     if version != WAL_FORMAT_VERSION {
         return Err(SegmentHeaderError::Version(version));
     }
-    if le_u32(&b[SEG_OFF_FLAGS..]) != 0 || le_u32(&b[SEG_OFF_RESERVED..]) != 0 {
+    if get_u32(b, SEG_OFF_FLAGS) != 0 || get_u32(b, SEG_OFF_RESERVED) != 0 {
         return Err(SegmentHeaderError::Reserved);
     }
-    Ok(Lsn(le_u64(&b[SEG_OFF_START..])))
+    Ok(SegmentHeader {
+        start: Lsn(get_u64(b, SEG_OFF_START)),
+        creation_id: get_u128(b, SEG_OFF_CREATION_ID),
+    })
 }
 
 /// A record's header, decoded.
@@ -196,13 +220,13 @@ impl RecordHeader {
     /// The `(len, lsn)` fields without any check: a cheap filter when
     /// scanning for a record at unknown offsets.
     pub fn peek_len_lsn(b: &[u8; RECORD_HEADER_SIZE]) -> (u32, Lsn) {
-        (le_u32(&b[REC_OFF_LEN..]), Lsn(le_u64(&b[REC_OFF_LSN..])))
+        (get_u32(b, REC_OFF_LEN), Lsn(get_u64(b, REC_OFF_LSN)))
     }
 
     /// Decodes and checks a header: its checksum, then its length against
     /// [`RECORD_LEN_MAX`]. The caller checks the LSN against the position.
     pub fn decode(b: &[u8; RECORD_HEADER_SIZE]) -> Result<RecordHeader, RecordHeaderError> {
-        let stored = le_u32(&b[REC_OFF_CHECKSUM..]);
+        let stored = get_u32(b, REC_OFF_CHECKSUM);
         let computed = crc32c::crc32c(&b[REC_OFF_LEN..]);
         if stored != computed {
             return Err(RecordHeaderError::Checksum { stored, computed });
@@ -214,7 +238,7 @@ impl RecordHeader {
         Ok(RecordHeader {
             len,
             lsn,
-            payload_checksum: le_u32(&b[REC_OFF_PAYLOAD_CHECKSUM..]),
+            payload_checksum: get_u32(b, REC_OFF_PAYLOAD_CHECKSUM),
         })
     }
 }
@@ -228,22 +252,20 @@ pub fn encode_record(out: &mut Vec<u8>, start: Lsn, payload: &[u8]) -> Lsn {
     header.lsn
 }
 
-fn le_u32(b: &[u8]) -> u32 {
-    u32::from_le_bytes(b[..4].try_into().expect("4 bytes"))
-}
-
-fn le_u64(b: &[u8]) -> u64 {
-    u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn segment_header_round_trips_and_refuses_damage() {
-        let b = encode_segment_header(Lsn(0x1234));
-        assert_eq!(decode_segment_header(&b), Ok(Lsn(0x1234)));
+        let b = encode_segment_header(Lsn(0x1234), 0xfeed_u128 << 64);
+        assert_eq!(
+            decode_segment_header(&b),
+            Ok(SegmentHeader {
+                start: Lsn(0x1234),
+                creation_id: 0xfeed_u128 << 64
+            })
+        );
         let mut bad = b;
         bad[17] ^= 1;
         assert!(matches!(

@@ -142,18 +142,22 @@
 
 pub mod format;
 mod reader;
+pub mod redo;
 mod segment;
+mod sink;
 #[cfg(test)]
 mod tests;
 
 pub use format::{RECORD_HEADER_SIZE, RECORD_LEN_MAX, SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, WAL_FORMAT_VERSION};
 pub use reader::WalReader;
+pub use sink::LogSink;
 
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
+use format::RECORD_HEADER_SIZE as HEADER_BYTES;
 use format::{encode_record, record_size};
 use reader::SegmentSnapshot;
 use segment::{check_segment_header, corrupt, create_segment, list_segments, write_segment_header, Cursor, Step};
@@ -182,13 +186,28 @@ pub struct WalOptions {
     pub segment_bytes: u64,
     /// The file system.
     pub vfs: Arc<dyn Vfs>,
+    /// The creation id of the database the log belongs to: every segment
+    /// header carries it, and a segment with another is refused
+    /// ([`Error::ForeignLog`]).
+    pub creation_id: u128,
+    /// True for a payload whose presence proves the log before it durable
+    /// (the database's CHECKPOINT records, written only after a flush). At
+    /// open, a bad record followed by such a record is damage inside the
+    /// durable log ([`Error::CorruptLog`]); a bad record followed only by
+    /// others is the end of the log — bytes past the last durable point,
+    /// never acknowledged, of which a power loss kept some and not others.
+    pub proves_durable: fn(&[u8]) -> bool,
 }
 
 impl Default for WalOptions {
+    /// A log in which every record counts as proof of durability: the most
+    /// conservative reading, for a log used on its own.
     fn default() -> WalOptions {
         WalOptions {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             vfs: Arc::new(OsVfs),
+            creation_id: 0,
+            proves_durable: |_| true,
         }
     }
 }
@@ -301,6 +320,7 @@ pub struct Wal {
     dir: PathBuf,
     vfs: Arc<dyn Vfs>,
     segment_bytes: u64,
+    creation_id: u128,
     state: Mutex<State>,
     /// Signalled when a flush round ends (or the log is poisoned).
     flushed: Condvar,
@@ -331,6 +351,7 @@ impl Wal {
             ));
         }
         let vfs = opts.vfs;
+        let creation_id = opts.creation_id;
         let dir = db_dir.join(WAL_DIR);
         let existed = vfs.exists(&dir);
         vfs.create_dir_all(&dir)
@@ -342,9 +363,10 @@ impl Wal {
         let mut report = OpenReport::default();
         let mut stats = WalStats::default();
         let listed = list_segments(&*vfs, &dir)?;
+        refuse_foreign_segments(&*vfs, &listed, creation_id)?;
         let (segments, current, end) = match listed.split_last() {
             None => {
-                let (file, path) = create_segment(&*vfs, &dir, Lsn(0))?;
+                let (file, path) = create_segment(&*vfs, &dir, Lsn(0), creation_id)?;
                 report.created = true;
                 stats.segments_created = 1;
                 stats.fsyncs += 1;
@@ -354,12 +376,26 @@ impl Wal {
             Some(((last_start, last_path), older)) => {
                 for (i, (start, path)) in older.iter().enumerate() {
                     let next_start = listed[i + 1].0;
-                    check_full_segment(&*vfs, path, *start, next_start)?;
+                    check_full_segment(&*vfs, path, *start, next_start, creation_id)?;
                 }
                 let file = vfs
                     .open(last_path, false)
                     .map_err(|e| Error::io("open log segment", last_path, e))?;
-                let (end, records) = scan_last_segment(&*vfs, &dir, &file, last_path, *last_start, &mut report)?;
+                let last = LastSegment {
+                    dir: &dir,
+                    file: &file,
+                    path: last_path,
+                    start: *last_start,
+                    creation_id,
+                    proves_durable: opts.proves_durable,
+                };
+                let (end, records) = last.scan(&*vfs, &mut report)?;
+                // Bytes read back from the OS cache may never have reached
+                // the disk (a failed fsync leaves them cached but clean, and
+                // a later fsync reports success without writing them):
+                // written again, they are dirty, and the fsync below makes
+                // them durable or fails.
+                last.rewrite(end)?;
                 file.sync_data()
                     .map_err(|e| Error::io("fsync log segment", last_path, e))?;
                 stats.fsyncs += 1;
@@ -381,6 +417,7 @@ impl Wal {
             dir,
             vfs,
             segment_bytes: opts.segment_bytes,
+            creation_id,
             state: Mutex::new(State {
                 end,
                 durable: end,
@@ -544,12 +581,12 @@ impl Wal {
                 }
             })
             .collect();
-        Ok(WalReader::new(self.vfs.clone(), snapshots, from))
+        Ok(WalReader::new(self.vfs.clone(), snapshots, from, self.creation_id))
     }
 
     /// Deletes the segment files holding only records that end at or before
-    /// `lsn` (after a checkpoint at `lsn`), oldest first, then fsyncs the
-    /// directory. The segment being written is never deleted. Returns how
+    /// `lsn` (after a checkpoint at `lsn`), oldest first, fsyncing the
+    /// directory after each. The segment being written is never deleted. Returns how
     /// many segments were removed.
     ///
     /// A failure to remove a file leaves it (and the newer ones) on disk; the
@@ -566,7 +603,11 @@ impl Wal {
         drop(st);
         // Readers made from now on no longer see these segments; the files are
         // deleted without the mutex.
+        // Oldest first, each removal made durable before the next: a crash
+        // can bring back at most the one in flight, so the segments on disk
+        // stay one contiguous run (a gap would be damage).
         let mut done = 0u64;
+        let mut syncs = 0u64;
         let mut outcome = Ok(());
         for seg in &removed {
             if let Err(e) = self.vfs.remove_file(&seg.path) {
@@ -574,14 +615,17 @@ impl Wal {
                 break;
             }
             done += 1;
+            syncs += 1;
+            if let Err(e) = self.vfs.sync_dir(&self.dir) {
+                outcome = Err(Error::io("fsync log directory", &self.dir, e));
+                break;
+            }
         }
-        let synced = self.vfs.sync_dir(&self.dir);
         let mut st = self.lock_state();
         st.stats.segments_removed += done;
-        st.stats.dir_syncs += 1;
+        st.stats.dir_syncs += syncs;
         drop(st);
         outcome?;
-        synced.map_err(|e| Error::io("fsync log directory", &self.dir, e))?;
         Ok(done)
     }
 
@@ -647,7 +691,7 @@ impl Wal {
         st.stats.fsyncs += 1;
         let (end, records) = (st.end, st.records_total);
         self.mark_durable(st, end, records);
-        let (file, path) = match create_segment(&*self.vfs, &self.dir, end) {
+        let (file, path) = match create_segment(&*self.vfs, &self.dir, end, self.creation_id) {
             Ok(created) => created,
             Err(e) => {
                 self.poison(st, e.to_string());
@@ -709,11 +753,11 @@ impl Wal {
 
 /// Checks a segment that is not the last: its header, and that it is exactly
 /// as long as the next segment's start says.
-fn check_full_segment(vfs: &dyn Vfs, path: &Path, start: Lsn, next_start: Lsn) -> Result<()> {
+fn check_full_segment(vfs: &dyn Vfs, path: &Path, start: Lsn, next_start: Lsn, creation_id: u128) -> Result<()> {
     let file = vfs
         .open(path, false)
         .map_err(|e| Error::io("open log segment", path, e))?;
-    check_segment_header(&*file, path, start)?;
+    check_segment_header(&*file, path, start, creation_id)?;
     let len = file.len().map_err(|e| Error::io("stat log segment", path, e))?;
     let expected = SEGMENT_HEADER_SIZE as u64 + (next_start.0 - start.0);
     if len != expected {
@@ -730,63 +774,120 @@ fn check_full_segment(vfs: &dyn Vfs, path: &Path, start: Lsn, next_start: Lsn) -
     Ok(())
 }
 
-/// Scans the last segment, cuts a torn tail, and returns the end of the valid
-/// log and the number of valid records in the segment.
-fn scan_last_segment(
-    vfs: &dyn Vfs,
-    dir: &Path,
-    file: &Arc<dyn StorageFile>,
-    path: &Path,
+/// The last segment at open: what scanning and repairing it needs.
+struct LastSegment<'a> {
+    dir: &'a Path,
+    file: &'a Arc<dyn StorageFile>,
+    path: &'a Path,
     start: Lsn,
-    report: &mut OpenReport,
-) -> Result<(Lsn, u64)> {
-    let stat = |file: &Arc<dyn StorageFile>| file.len().map_err(|e| Error::io("stat log segment", path, e));
-    let len = stat(file)?;
-    if len <= SEGMENT_HEADER_SIZE as u64 && check_segment_header(&**file, path, start).is_err() {
-        // The segment's creation was cut short by a crash before its header
-        // was durable: nothing was ever written after it.
-        write_segment_header(&**file, path, start)?;
-        vfs.sync_dir(dir)
-            .map_err(|e| Error::io("fsync log directory", dir, e))?;
-        report.rewritten_header = Some(path.to_path_buf());
-        return Ok((start, 0));
-    }
-    check_segment_header(&**file, path, start)?;
-    let limit = Lsn(start.0 + (len - SEGMENT_HEADER_SIZE as u64));
-    let mut cursor = Cursor::new(file.clone(), path.to_path_buf(), start, limit, Lsn(0));
-    let read_err = |e| Error::io("read log segment", path, e);
-    let mut records = 0u64;
-    loop {
-        match cursor.next().map_err(read_err)? {
-            Step::Record { .. } => records += 1,
-            Step::End => return Ok((cursor.pos(), records)),
-            Step::Bad(bad) => {
-                if bad.certain {
-                    return Err(corrupt(path, bad.offset, bad.reason));
+    creation_id: u128,
+    proves_durable: fn(&[u8]) -> bool,
+}
+
+impl LastSegment<'_> {
+    /// Scans the segment, cuts a torn tail, and returns the end of the valid
+    /// log and the number of valid records in the segment.
+    fn scan(&self, vfs: &dyn Vfs, report: &mut OpenReport) -> Result<(Lsn, u64)> {
+        let (file, path, start) = (self.file, self.path, self.start);
+        let len = file.len().map_err(|e| Error::io("stat log segment", path, e))?;
+        if len <= SEGMENT_HEADER_SIZE as u64 && check_segment_header(&**file, path, start, self.creation_id).is_err() {
+            // The segment's creation was cut short by a crash before its header
+            // was durable: nothing was ever written after it.
+            write_segment_header(&**file, path, start, self.creation_id)?;
+            vfs.sync_dir(self.dir)
+                .map_err(|e| Error::io("fsync log directory", self.dir, e))?;
+            report.rewritten_header = Some(path.to_path_buf());
+            return Ok((start, 0));
+        }
+        check_segment_header(&**file, path, start, self.creation_id)?;
+        let limit = Lsn(start.0 + (len - SEGMENT_HEADER_SIZE as u64));
+        let mut cursor = Cursor::new(file.clone(), path.to_path_buf(), start, limit, Lsn(0));
+        let read_err = |e| Error::io("read log segment", path, e);
+        let mut records = 0u64;
+        loop {
+            match cursor.next().map_err(read_err)? {
+                Step::Record { .. } => records += 1,
+                Step::End => return Ok((cursor.pos(), records)),
+                Step::Bad(bad) => {
+                    if bad.certain {
+                        return Err(corrupt(path, bad.offset, bad.reason));
+                    }
+                    if let Some(proof) = self.durable_record_after(&mut cursor, bad.lsn).map_err(read_err)? {
+                        return Err(corrupt(
+                            path,
+                            bad.offset,
+                            format!(
+                                "{}; the record at offset {} proves the log before it durable, \
+                                 so this is damage, not the end of the log",
+                                bad.reason,
+                                cursor.file_offset(proof)
+                            ),
+                        ));
+                    }
+                    file.set_len(bad.offset)
+                        .map_err(|e| Error::io("truncate log segment", path, e))?;
+                    report.torn_tail = Some(TornTail {
+                        path: path.to_path_buf(),
+                        offset: bad.offset,
+                        lsn: bad.lsn,
+                        bytes_cut: len - bad.offset,
+                        reason: bad.reason,
+                    });
+                    return Ok((bad.lsn, records));
                 }
-                if let Some(valid) = cursor.find_valid_record_after(bad.lsn).map_err(read_err)? {
-                    return Err(corrupt(
-                        path,
-                        bad.offset,
-                        format!(
-                            "{}; a valid record follows at offset {}, so this is damage, \
-                             not a torn tail",
-                            bad.reason,
-                            cursor.file_offset(valid)
-                        ),
-                    ));
-                }
-                file.set_len(bad.offset)
-                    .map_err(|e| Error::io("truncate log segment", path, e))?;
-                report.torn_tail = Some(TornTail {
-                    path: path.to_path_buf(),
-                    offset: bad.offset,
-                    lsn: bad.lsn,
-                    bytes_cut: len - bad.offset,
-                    reason: bad.reason,
-                });
-                return Ok((bad.lsn, records));
             }
         }
     }
+
+    /// The start of the first valid record after `after` whose payload
+    /// proves the log before it durable, if any. Valid records that prove
+    /// nothing (commits a power loss kept while losing earlier unsynced
+    /// bytes) are passed over.
+    fn durable_record_after(&self, cursor: &mut Cursor, after: Lsn) -> std::io::Result<Option<Lsn>> {
+        let mut probe = after;
+        while let Some(found) = cursor.find_valid_record_after(probe)? {
+            let (len, _) = cursor.peek_header(found)?;
+            let mut payload = vec![0u8; len as usize];
+            self.file
+                .read_exact_at(&mut payload, cursor.file_offset(found) + HEADER_BYTES as u64)?;
+            if (self.proves_durable)(&payload) {
+                return Ok(Some(found));
+            }
+            probe = found;
+        }
+        Ok(None)
+    }
+
+    /// Writes the segment's valid bytes again (see [`Wal::open`]).
+    fn rewrite(&self, end: Lsn) -> Result<()> {
+        let total = end.0 - self.start.0;
+        let mut buf = vec![0u8; (total.min(1 << 20)) as usize];
+        let mut done = 0u64;
+        while done < total {
+            let n = (total - done).min(buf.len() as u64) as usize;
+            let at = SEGMENT_HEADER_SIZE as u64 + done;
+            self.file
+                .read_exact_at(&mut buf[..n], at)
+                .map_err(|e| Error::io("read log segment", self.path, e))?;
+            self.file
+                .write_all_at(&buf[..n], at)
+                .map_err(|e| Error::io("rewrite log segment", self.path, e))?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses the log if any segment belongs to another database, before any
+/// other check could describe a leftover `wal/` as mere damage.
+fn refuse_foreign_segments(vfs: &dyn Vfs, listed: &[(Lsn, PathBuf)], creation_id: u128) -> Result<()> {
+    for (start, path) in listed {
+        let file = vfs
+            .open(path, false)
+            .map_err(|e| Error::io("open log segment", path, e))?;
+        if let Err(e @ Error::ForeignLog { .. }) = check_segment_header(&*file, path, *start, creation_id) {
+            return Err(e);
+        }
+    }
+    Ok(())
 }

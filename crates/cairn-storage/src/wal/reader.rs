@@ -40,6 +40,7 @@ pub struct WalReader {
     cursor: Option<Cursor>,
     from: Lsn,
     done: bool,
+    creation_id: u128,
 }
 
 impl std::fmt::Debug for WalReader {
@@ -56,7 +57,7 @@ impl std::fmt::Debug for WalReader {
 impl WalReader {
     /// A reader over `segments` (in order, contiguous, the first starting at
     /// or before `from`).
-    pub(super) fn new(vfs: Arc<dyn Vfs>, segments: Vec<SegmentSnapshot>, from: Lsn) -> WalReader {
+    pub(super) fn new(vfs: Arc<dyn Vfs>, segments: Vec<SegmentSnapshot>, from: Lsn, creation_id: u128) -> WalReader {
         debug_assert!(segments.windows(2).all(|w| w[0].end == w[1].start));
         debug_assert!(segments.iter().take(1).all(|s| s.start <= from));
         WalReader {
@@ -66,6 +67,7 @@ impl WalReader {
             cursor: None,
             from,
             done: false,
+            creation_id,
         }
     }
 
@@ -94,7 +96,7 @@ impl WalReader {
                             }
                         })?,
                     };
-                    check_segment_header(&*file, &seg.path, seg.start)?;
+                    check_segment_header(&*file, &seg.path, seg.start, self.creation_id)?;
                     self.cursor
                         .insert(Cursor::new(file, seg.path.clone(), seg.start, seg.end, self.from))
                 }

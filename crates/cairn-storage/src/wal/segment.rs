@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::format::{
     decode_segment_header, encode_segment_header, record_size, RecordHeader, RecordHeaderError, SegmentHeaderError,
-    RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE,
+    LSN_MAX, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE,
 };
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
@@ -36,13 +36,26 @@ pub fn parse_segment_file_name(name: &str) -> Option<Lsn> {
     u64::from_str_radix(hex, 16).ok().map(Lsn)
 }
 
-/// The segment files in `dir`, by starting LSN. Other files are ignored.
+/// The segment files in `dir`, by starting LSN. Other files are ignored; a
+/// segment named for a position past [`LSN_MAX`] is refused (no log grows
+/// that long, and positions near `u64::MAX` would overflow).
 pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
     let names = vfs.list_dir(dir).map_err(|e| Error::io("list log directory", dir, e))?;
     let mut found = Vec::new();
     for name in names {
         if let Some(start) = name.to_str().and_then(parse_segment_file_name) {
-            found.push((start, dir.join(&name)));
+            let path = dir.join(&name);
+            if start.0 > LSN_MAX {
+                return Err(corrupt(
+                    &path,
+                    0,
+                    format!(
+                        "the segment is named for LSN {}, past the largest log position {LSN_MAX}",
+                        start.0
+                    ),
+                ));
+            }
+            found.push((start, path));
         }
     }
     found.sort_by_key(|(start, _)| *start);
@@ -52,12 +65,17 @@ pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
 /// Creates the segment starting at `start` in `dir` and makes it durable: the
 /// header is written and synced, then the directory is synced. Returns the
 /// open file and its path.
-pub fn create_segment(vfs: &dyn Vfs, dir: &Path, start: Lsn) -> Result<(Arc<dyn StorageFile>, PathBuf)> {
+pub fn create_segment(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    start: Lsn,
+    creation_id: u128,
+) -> Result<(Arc<dyn StorageFile>, PathBuf)> {
     let path = dir.join(segment_file_name(start));
     let file = vfs
         .open(&path, true)
         .map_err(|e| Error::io("create log segment", &path, e))?;
-    write_segment_header(&*file, &path, start)?;
+    write_segment_header(&*file, &path, start, creation_id)?;
     vfs.sync_dir(dir)
         .map_err(|e| Error::io("fsync log directory", dir, e))?;
     Ok((file, path))
@@ -65,17 +83,17 @@ pub fn create_segment(vfs: &dyn Vfs, dir: &Path, start: Lsn) -> Result<(Arc<dyn 
 
 /// Writes a fresh header for the segment starting at `start`, cuts the file
 /// to just the header and syncs it.
-pub fn write_segment_header(file: &dyn StorageFile, path: &Path, start: Lsn) -> Result<()> {
+pub fn write_segment_header(file: &dyn StorageFile, path: &Path, start: Lsn, creation_id: u128) -> Result<()> {
     file.set_len(0)
         .map_err(|e| Error::io("truncate log segment", path, e))?;
-    file.write_all_at(&encode_segment_header(start), 0)
+    file.write_all_at(&encode_segment_header(start, creation_id), 0)
         .map_err(|e| Error::io("write log segment header", path, e))?;
     file.sync_data().map_err(|e| Error::io("fsync log segment", path, e))
 }
 
 /// Reads and checks the header of the segment at `path`, which is named for
-/// `start`.
-pub fn check_segment_header(file: &dyn StorageFile, path: &Path, start: Lsn) -> Result<()> {
+/// `start` and must belong to the database created as `creation_id`.
+pub fn check_segment_header(file: &dyn StorageFile, path: &Path, start: Lsn, creation_id: u128) -> Result<()> {
     let len = file.len().map_err(|e| Error::io("stat log segment", path, e))?;
     if len < SEGMENT_HEADER_SIZE as u64 {
         return Err(corrupt(
@@ -88,15 +106,20 @@ pub fn check_segment_header(file: &dyn StorageFile, path: &Path, start: Lsn) -> 
     file.read_exact_at(&mut b, 0)
         .map_err(|e| Error::io("read log segment header", path, e))?;
     match decode_segment_header(&b) {
-        Ok(found) if found == start => Ok(()),
-        Ok(found) => Err(corrupt(
+        Ok(found) if found.start != start => Err(corrupt(
             path,
             0,
             format!(
                 "the header says the segment starts at LSN {}, its name says {}",
-                found.0, start.0
+                found.start.0, start.0
             ),
         )),
+        Ok(found) if found.creation_id != creation_id => Err(Error::ForeignLog {
+            path: path.to_path_buf(),
+            found: found.creation_id,
+            expected: creation_id,
+        }),
+        Ok(_) => Ok(()),
         Err(SegmentHeaderError::Version(found)) => Err(Error::UnsupportedVersion {
             path: path.to_path_buf(),
             found,
@@ -307,6 +330,14 @@ impl Cursor {
     /// checksum holds, whose LSN matches its position and whose payload is
     /// whole and matches its checksum. Used to tell a torn tail (nothing valid
     /// after the damage) from damage in the middle of the log.
+    /// The length and LSN fields of the record header at `at` (unchecked:
+    /// for a record [`Cursor::find_valid_record_after`] found valid).
+    pub fn peek_header(&self, at: Lsn) -> io::Result<(u32, Lsn)> {
+        let mut hb = [0u8; RECORD_HEADER_SIZE];
+        self.file.read_exact_at(&mut hb, self.file_offset(at))?;
+        Ok(RecordHeader::peek_len_lsn(&hb))
+    }
+
     pub fn find_valid_record_after(&mut self, after: Lsn) -> io::Result<Option<Lsn>> {
         let header_size = RECORD_HEADER_SIZE as u64;
         let mut window_start = after.0 + 1;

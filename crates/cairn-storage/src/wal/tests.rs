@@ -307,11 +307,77 @@ fn a_bad_checksum_before_valid_records_is_corruption_not_a_tail() {
                 reason,
             }) => {
                 assert_eq!((p, o), (path.clone(), offset), "{what}: {reason}");
-                assert!(reason.contains("valid record follows"), "{reason}");
+                assert!(reason.contains("proves the log before it durable"), "{reason}");
             }
             other => panic!("{what}: expected CorruptLog, got {other:?}"),
         }
         assert_eq!(file_len(&path), len_before, "nothing is cut");
+    }
+}
+
+/// Defect 7 of the durability review: a power loss can keep a later unsynced
+/// write and lose an earlier one. Records past the last durable point were
+/// never acknowledged, so a hole followed by valid records that prove
+/// nothing ends the log; it is not corruption.
+#[test]
+fn a_hole_in_the_unsynced_tail_ends_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = build_log(dir.path(), 1 << 20, 40, 1500, 11);
+    let k = middle_of_last_segment(dir.path(), &model);
+    let start = record_start(model[k].0, &model[k].1);
+    let (path, offset) = locate(dir.path(), start);
+    xor_byte(&path, offset + RECORD_HEADER_SIZE as u64, 0x01);
+    // Only payloads starting with 0xCC prove durability; none in this log do.
+    assert!(model.iter().all(|(_, p)| p.first() != Some(&0xCC)));
+    let opts = WalOptions {
+        proves_durable: |p| p.first() == Some(&0xCC),
+        ..options(1 << 20)
+    };
+    let (wal, report) = Wal::open(dir.path(), opts).unwrap();
+    let torn = report.torn_tail.expect("the hole ends the log");
+    assert_eq!((torn.path, torn.offset, torn.lsn), (path.clone(), offset, start));
+    assert_eq!(wal.end_lsn(), start);
+    assert_eq!(read_all(&wal, Lsn(0)).unwrap(), model[..k].to_vec());
+}
+
+/// Defect 4 of the durability review: a leftover `wal/` must not be replayed
+/// onto another database's volume.
+#[test]
+fn a_log_of_another_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_id = |id: u128| WalOptions {
+        creation_id: id,
+        ..options(1 << 20)
+    };
+    let (wal, _) = Wal::open(dir.path(), with_id(7)).unwrap();
+    let lsn = wal.append(&[b"a record"]).unwrap()[0];
+    wal.flush(lsn).unwrap();
+    drop(wal);
+    match Wal::open(dir.path(), with_id(8)) {
+        Err(Error::ForeignLog { found, expected, .. }) => assert_eq!((found, expected), (7, 8)),
+        other => panic!("expected ForeignLog, got {other:?}"),
+    }
+    let (wal, _) = Wal::open(dir.path(), with_id(7)).unwrap();
+    assert_eq!(read_all(&wal, Lsn(0)).unwrap(), vec![(lsn, b"a record".to_vec())]);
+}
+
+/// Defect 9 of the durability review: a segment named near `u64::MAX` must
+/// be a clear error, not an overflow.
+#[test]
+fn a_segment_named_near_the_end_of_the_lsn_space_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path(), 4096).unwrap());
+    let bogus = dir
+        .path()
+        .join(WAL_DIR)
+        .join(segment::segment_file_name(Lsn(u64::MAX - 3)));
+    std::fs::write(&bogus, vec![0u8; 100]).unwrap();
+    match open(dir.path(), 4096) {
+        Err(Error::CorruptLog { path, reason, .. }) => {
+            assert_eq!(path, bogus);
+            assert!(reason.contains("past the largest log position"), "{reason}");
+        }
+        other => panic!("expected CorruptLog, got {other:?}"),
     }
 }
 
@@ -540,6 +606,7 @@ fn faulty(dir: &Path, segment_bytes: u64) -> (Arc<FaultyVfs>, Wal) {
         WalOptions {
             segment_bytes,
             vfs: vfs.clone(),
+            ..Default::default()
         },
     )
     .unwrap();

@@ -1,4 +1,5 @@
-//! Redo records: what the transaction layer writes into the log.
+//! Redo records: the payloads the transaction layer and system actions
+//! write into the log (the log itself only frames them).
 //!
 //! The log frames and checksums each record ([`crate::wal`]); this module
 //! defines the payloads. Every record starts with a type byte; integers are
@@ -11,6 +12,9 @@
 //!  CHECKPOINT (3)  redo_lsn u64 | next_txn u64 | pending count u32
 //!                  | pending: txn u64, page u32 (pages allocated by transactions
 //!                    that had not committed when the checkpoint began)
+//!                  | pending-free count u32 | pending frees: txn u64, page u32
+//!                    (pages freed by committed transactions whose FREE
+//!                    actions had not been logged when the checkpoint began)
 //!  ALLOC (4)       action u64 | txn u64 | page u32   system action `action` allocated the page for txn
 //!  FREE (5)        action u64 | page u32             system action `action` freed the page
 //! ```
@@ -27,6 +31,7 @@
 //! Decoding checks every count and length against the bytes present before
 //! allocating, and rejects trailing bytes.
 
+use crate::bytes::{DecodeError, Reader};
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, PageId, TxnId};
 use crate::page;
@@ -74,6 +79,10 @@ pub enum Redo {
         /// Pages allocated by transactions not yet committed at `redo_lsn`:
         /// their ALLOC markers may be in log segments already removed.
         pending: Vec<(TxnId, PageId)>,
+        /// Pages freed by transactions whose COMMIT is before `redo_lsn` but
+        /// whose deferred FREE actions were not yet logged: their COMMIT
+        /// records may be in log segments already removed.
+        pending_frees: Vec<(TxnId, PageId)>,
     },
     /// A page was allocated on behalf of a transaction.
     Alloc {
@@ -183,14 +192,17 @@ impl Redo {
                 redo_lsn,
                 next_txn,
                 pending,
+                pending_frees,
             } => {
                 out.push(TYPE_CHECKPOINT);
                 out.extend_from_slice(&redo_lsn.0.to_le_bytes());
                 out.extend_from_slice(&next_txn.to_le_bytes());
-                out.extend_from_slice(&(pending.len() as u32).to_le_bytes());
-                for (t, p) in pending {
-                    out.extend_from_slice(&t.0.to_le_bytes());
-                    out.extend_from_slice(&p.0.to_le_bytes());
+                for list in [pending, pending_frees] {
+                    out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+                    for (t, p) in list {
+                        out.extend_from_slice(&t.0.to_le_bytes());
+                        out.extend_from_slice(&p.0.to_le_bytes());
+                    }
                 }
             }
             Redo::Alloc { action, txn, page } => {
@@ -210,27 +222,40 @@ impl Redo {
 
     /// Decodes a record; `at` (the record's LSN) names it in errors.
     pub fn decode(bytes: &[u8], at: Lsn) -> Result<Redo> {
-        let mut r = Reader { bytes, pos: 0, at };
+        let bad = |reason: String| Error::CorruptLog {
+            path: std::path::PathBuf::from("wal"),
+            offset: at.0,
+            reason: format!("redo record ending at LSN {}: {reason}", at.0),
+        };
+        let mut r = Reader::new(bytes);
+        let rec = Redo::decode_fields(&mut r).map_err(|e| match e {
+            Bad::Decode(e) => bad(e.to_string()),
+            Bad::Field(reason) => bad(reason),
+        })?;
+        r.finish().map_err(|e| bad(e.to_string()))?;
+        Ok(rec)
+    }
+
+    fn decode_fields(r: &mut Reader<'_>) -> std::result::Result<Redo, Bad> {
         let ty = r.u8()?;
-        let rec = match ty {
+        Ok(match ty {
             TYPE_PAGE => {
                 let txn = TxnId(r.u64()?);
                 let page = PageId(r.u32()?);
                 let flags = r.u8()?;
                 if flags > 1 {
-                    return Err(r.bad(format!("unknown page-record flags {flags}")));
+                    return Err(Bad::Field(format!("unknown page-record flags {flags}")));
                 }
-                let count = r.u32()? as usize;
-                // Each run needs at least 8 bytes: bound the count before allocating.
-                if count > r.remaining() / 8 {
-                    return Err(r.bad(format!("{count} runs cannot fit in {} bytes", r.remaining())));
-                }
+                // Each run needs at least 8 bytes: the count is bounded before allocating.
+                let count = r.count(8)?;
                 let mut runs = Vec::with_capacity(count);
                 for _ in 0..count {
                     let off = r.u32()?;
                     let len = r.u32()? as usize;
                     if (off as usize) < PAGE_FIXED_PREFIX {
-                        return Err(r.bad(format!("run at offset {off} overwrites the fixed page prefix")));
+                        return Err(Bad::Field(format!(
+                            "run at offset {off} overwrites the fixed page prefix"
+                        )));
                     }
                     runs.push((off, r.take(len)?.to_vec()));
                 }
@@ -243,27 +268,19 @@ impl Redo {
             }
             TYPE_COMMIT => {
                 let txn = TxnId(r.u64()?);
-                let count = r.u32()? as usize;
-                if count > r.remaining() / 4 {
-                    return Err(r.bad(format!("{count} freed pages cannot fit in {} bytes", r.remaining())));
-                }
-                let frees = (0..count).map(|_| r.u32().map(PageId)).collect::<Result<_>>()?;
+                let frees = pages(r)?;
                 Redo::Commit { txn, frees }
             }
             TYPE_CHECKPOINT => {
                 let redo_lsn = Lsn(r.u64()?);
                 let next_txn = r.u64()?;
-                let count = r.u32()? as usize;
-                if count > r.remaining() / 12 {
-                    return Err(r.bad(format!("{count} pending pages cannot fit in {} bytes", r.remaining())));
-                }
-                let pending = (0..count)
-                    .map(|_| Ok((TxnId(r.u64()?), PageId(r.u32()?))))
-                    .collect::<Result<_>>()?;
+                let pending = txn_pages(r)?;
+                let pending_frees = txn_pages(r)?;
                 Redo::Checkpoint {
                     redo_lsn,
                     next_txn,
                     pending,
+                    pending_frees,
                 }
             }
             TYPE_ALLOC => Redo::Alloc {
@@ -275,13 +292,40 @@ impl Redo {
                 action: TxnId(r.u64()?),
                 page: PageId(r.u32()?),
             },
-            other => return Err(r.bad(format!("unknown record type {other}"))),
-        };
-        if r.remaining() != 0 {
-            return Err(r.bad(format!("{} trailing bytes", r.remaining())));
-        }
-        Ok(rec)
+            other => return Err(Bad::Field(format!("unknown record type {other}"))),
+        })
     }
+
+    /// True if `payload` is a CHECKPOINT record. A checkpoint record proves
+    /// the log before it durable (it is written only after the log and the
+    /// volume were fsynced), which tells a damaged log from a torn tail.
+    pub fn is_checkpoint(payload: &[u8]) -> bool {
+        payload.first() == Some(&TYPE_CHECKPOINT)
+    }
+}
+
+/// Why a record's fields were refused.
+enum Bad {
+    Decode(DecodeError),
+    Field(String),
+}
+
+impl From<DecodeError> for Bad {
+    fn from(e: DecodeError) -> Bad {
+        Bad::Decode(e)
+    }
+}
+
+/// A `u32` count of page ids, then the ids.
+fn pages(r: &mut Reader<'_>) -> std::result::Result<Vec<PageId>, Bad> {
+    let count = r.count(4)?;
+    (0..count).map(|_| Ok(PageId(r.u32()?))).collect()
+}
+
+/// A `u32` count of (transaction, page) pairs, then the pairs.
+fn txn_pages(r: &mut Reader<'_>) -> std::result::Result<Vec<(TxnId, PageId)>, Bad> {
+    let count = r.count(12)?;
+    (0..count).map(|_| Ok((TxnId(r.u64()?), PageId(r.u32()?)))).collect()
 }
 
 /// Applies a PAGE record's runs to `buf` (a whole page) and stamps the page id
@@ -312,42 +356,6 @@ pub fn apply(buf: &mut [u8], page: PageId, full: bool, runs: &[(u32, Vec<u8>)], 
     Ok(())
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-    at: Lsn,
-}
-
-impl Reader<'_> {
-    fn bad(&self, reason: String) -> Error {
-        Error::CorruptLog {
-            path: std::path::PathBuf::from("wal"),
-            offset: self.at.0,
-            reason: format!("redo record ending at LSN {}: {reason}", self.at.0),
-        }
-    }
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
-    }
-    fn take(&mut self, n: usize) -> Result<&[u8]> {
-        if n > self.remaining() {
-            return Err(self.bad(format!("needs {n} more bytes, has {}", self.remaining())));
-        }
-        let s = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,6 +379,7 @@ mod tests {
                 redo_lsn: Lsn(12345),
                 pending: vec![(TxnId(5), PageId(6))],
                 next_txn: 99,
+                pending_frees: vec![(TxnId(4), PageId(8)), (TxnId(4), PageId(9))],
             },
             Redo::Alloc {
                 action: TxnId(9),

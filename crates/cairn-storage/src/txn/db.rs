@@ -1,0 +1,493 @@
+//! The embedded engine: [`Db`] opens (recovers) a database directory and
+//! shares its volume, buffer pool, log and lock manager with every
+//! transaction; [`Shared::checkpoint`] takes fuzzy checkpoints.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::access::PageAccess;
+use crate::buffer::{BufferPool, BufferStats};
+use crate::error::{Error, Result};
+use crate::ids::{ClientId, GroupId, Lsn, PageId, TxnId};
+use crate::io::{FileLock, Vfs};
+use crate::lock::{LockManager, LockOptions, LockOwner, LockStats};
+use crate::volume::{GroupInfo, Volume, VolumeOptions};
+use crate::wal::redo::Redo;
+use crate::wal::LogSink;
+use crate::wal::{Wal, WalOptions, WalStats};
+
+use super::spill::{self, PrivatePages};
+use super::Txn;
+
+/// The lock file inside a database directory: held (flock) by the one
+/// process that has the database open.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// How to open a database.
+#[derive(Clone, Debug)]
+pub struct DbOptions {
+    /// Volume options (page size etc. for a new database; buffer frames, vfs).
+    pub volume: VolumeOptions,
+    /// Log segment size.
+    pub wal_segment_bytes: u64,
+    /// How long a lock wait may last.
+    pub lock_timeout: Duration,
+    /// Private page bytes a transaction keeps in memory before spilling.
+    pub txn_memory_bytes: usize,
+    /// A checkpoint is taken when this many log bytes follow the last one.
+    pub checkpoint_log_bytes: u64,
+    /// Run the background checkpointer thread.
+    pub background: bool,
+}
+
+impl Default for DbOptions {
+    fn default() -> Self {
+        DbOptions {
+            volume: VolumeOptions::default(),
+            wal_segment_bytes: crate::wal::SEGMENT_BYTES_DEFAULT,
+            lock_timeout: Duration::from_secs(10),
+            txn_memory_bytes: 64 << 20,
+            checkpoint_log_bytes: 64 << 20,
+            background: true,
+        }
+    }
+}
+
+/// Counters of the engine.
+#[derive(Clone, Debug, Default)]
+pub struct DbStats {
+    /// Transactions committed (with changes).
+    pub commits: u64,
+    /// Read-only transactions ended.
+    pub read_only: u64,
+    /// Transactions aborted.
+    pub aborts: u64,
+    /// Checkpoints taken.
+    pub checkpoints: u64,
+    /// Private pages spilled to temporary files.
+    pub pages_spilled: u64,
+    /// The log.
+    pub wal: WalStats,
+    /// The buffer pool.
+    pub buffer: BufferStats,
+    /// The lock manager.
+    pub locks: LockStats,
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) commits: AtomicU64,
+    pub(super) read_only: AtomicU64,
+    pub(super) aborts: AtomicU64,
+    pub(super) checkpoints: AtomicU64,
+    pub(super) pages_spilled: AtomicU64,
+}
+
+/// State shared by the engine and its transactions.
+pub(crate) struct Shared {
+    pub(super) dir: PathBuf,
+    pub(super) vfs: Arc<dyn Vfs>,
+    pub(super) page_size: usize,
+    pub(super) region_pages: u32,
+    pub(super) vol: Mutex<Volume>,
+    pub(super) pool: Arc<BufferPool>,
+    pub(super) wal: Arc<Wal>,
+    pub(super) sink: LogSink,
+    pub(super) locks: LockManager,
+    pub(super) next_txn: Arc<AtomicU64>,
+    pub(super) fill: Mutex<HashMap<GroupId, PageId>>,
+    /// Pages allocated by transactions still running: others must not put
+    /// objects on them (an abort would free them). Changed under the
+    /// `Volume` mutex, with the allocation it records.
+    pub(super) pending_alloc: Mutex<HashMap<PageId, TxnId>>,
+    /// Pages freed by committed transactions whose deferred FREE actions
+    /// have not run yet (registered with the COMMIT record, under the gate;
+    /// each removed under the `Volume` mutex with the FREE that does it). A
+    /// checkpoint records them, since the COMMIT naming them may be in a
+    /// segment it removes.
+    pub(super) pending_frees: Mutex<HashMap<PageId, TxnId>>,
+    ckpt: Mutex<Lsn>,
+    poisoned: Mutex<Option<String>>,
+    /// Set with `poisoned`, so the hot path checks an atomic, not a mutex.
+    is_poisoned: AtomicBool,
+    opts: DbOptions,
+    pub(super) counters: Counters,
+    stop: (Mutex<bool>, Condvar),
+    txn_memory_pages: usize,
+    recovered: crate::recovery::Recovered,
+    /// The directory lock, held for as long as the database is open (taken
+    /// out early only by [`Db::crash`]).
+    dir_lock: Mutex<Option<Box<dyn FileLock>>>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub(super) fn check_poisoned(&self) -> Result<()> {
+        if !self.is_poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match &*lock(&self.poisoned) {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn poison(&self, why: String) {
+        let mut p = lock(&self.poisoned);
+        if p.is_none() {
+            *p = Some(why);
+        }
+        self.is_poisoned.store(true, Ordering::Release);
+    }
+
+    /// Takes a fuzzy checkpoint: picks the redo LSN, writes every dirty page
+    /// and fsyncs the volume, logs CHECKPOINT and makes it durable, then
+    /// removes the log segments before the redo LSN.
+    ///
+    /// Log is removed only once the pages it describes were written *and*
+    /// fsynced by this process: the flush writes every page dirty in the
+    /// pool, and recovery leaves every page it rebuilt dirty (never trusting
+    /// a cached copy that merely looks current, see [`crate::recovery`]).
+    pub(super) fn checkpoint(&self) -> Result<()> {
+        self.check_poisoned()?;
+        let mut last = lock(&self.ckpt);
+        // Under the Volume mutex no allocation or deferred free is half-way
+        // between its log record and the pending list that mirrors it; under
+        // the gate no commit is between logging and installing its pages or
+        // between its COMMIT and registering its frees. So the redo LSN and
+        // both pending lists agree. (Lock order: Volume → gate.)
+        let (redo_lsn, pending, pending_frees) = {
+            let _vol = lock(&self.vol);
+            let _gate = self.sink.gate.write().unwrap_or_else(|e| e.into_inner());
+            let end = self.wal.end_lsn();
+            self.sink.redo_lsn.store(end.0, Ordering::SeqCst);
+            let pending: Vec<(TxnId, PageId)> = lock(&self.pending_alloc).iter().map(|(p, t)| (*t, *p)).collect();
+            let frees: Vec<(TxnId, PageId)> = lock(&self.pending_frees).iter().map(|(p, t)| (*t, *p)).collect();
+            (end, pending, frees)
+        };
+        let result = (|| {
+            self.pool.flush_all()?;
+            let rec = Redo::Checkpoint {
+                redo_lsn,
+                next_txn: self.next_txn.load(Ordering::SeqCst),
+                pending,
+                pending_frees,
+            };
+            let lsn = self.wal.append(&[&rec.encode()])?[0];
+            self.wal.flush(lsn)?;
+            self.wal.remove_before(redo_lsn)?;
+            Ok(lsn)
+        })();
+        match result {
+            Ok(lsn) => {
+                *last = lsn;
+                self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.poison(format!("checkpoint failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+}
+
+/// An open embedded database: the volume, its log, locks and buffer pool,
+/// shared by any number of threads, each running its own [`Txn`]s.
+pub struct Db {
+    shared: Arc<Shared>,
+    background: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("dir", &self.shared.dir).finish()
+    }
+}
+
+impl Db {
+    /// Creates a new, empty database in `dir` and opens it.
+    pub fn create(dir: &Path, opts: &DbOptions) -> Result<Db> {
+        let vfs = &opts.volume.vfs;
+        crate::io::create_dir_durably(vfs.as_ref(), dir).map_err(|e| Error::io("create database directory", dir, e))?;
+        let dir_lock = lock_dir(vfs.as_ref(), dir)?;
+        Volume::create(dir, &opts.volume)?.close()?;
+        Db::open_locked(dir, opts, dir_lock)
+    }
+
+    /// Opens the database in `dir`, creating it if there is none.
+    pub fn open_or_create(dir: &Path, opts: &DbOptions) -> Result<Db> {
+        if opts
+            .volume
+            .vfs
+            .exists(&dir.join(crate::volume::manifest::MANIFEST_FILE))
+        {
+            Db::open(dir, opts)
+        } else {
+            Db::create(dir, opts)
+        }
+    }
+
+    /// Opens the database in `dir`, recovering it from its log first.
+    ///
+    /// The directory is locked first: a second opener, in this process or
+    /// another, gets [`Error::InUse`] naming the holder, and never runs
+    /// recovery against a live database.
+    pub fn open(dir: &Path, opts: &DbOptions) -> Result<Db> {
+        // The manifest first: a directory that is not a database should say
+        // so, not grow a log or a lock file.
+        crate::volume::manifest::Manifest::read(opts.volume.vfs.as_ref(), dir)?;
+        let dir_lock = lock_dir(opts.volume.vfs.as_ref(), dir)?;
+        Db::open_locked(dir, opts, dir_lock)
+    }
+
+    fn open_locked(dir: &Path, opts: &DbOptions, dir_lock: Box<dyn FileLock>) -> Result<Db> {
+        let manifest = crate::volume::manifest::Manifest::read(opts.volume.vfs.as_ref(), dir)?;
+        let wal_opts = WalOptions {
+            segment_bytes: opts.wal_segment_bytes,
+            vfs: opts.volume.vfs.clone(),
+            creation_id: manifest.creation_id,
+            proves_durable: Redo::is_checkpoint,
+        };
+        let (wal, _report) = Wal::open(dir, wal_opts)?;
+        let wal = Arc::new(wal);
+        let recovered = crate::recovery::run(dir, &opts.volume, &wal)?;
+        let mut vol = Volume::open(dir, &opts.volume)?;
+        let next_txn = Arc::new(AtomicU64::new(recovered.next_txn.max(1)));
+        let sink = LogSink {
+            wal: wal.clone(),
+            redo_lsn: Arc::new(AtomicU64::new(recovered.redo_lsn.0)),
+            gate: Arc::new(RwLock::new(())),
+            next_id: next_txn.clone(),
+        };
+        vol.attach_log(sink.clone());
+        let pool = vol.pool_arc();
+        let hook_wal = wal.clone();
+        pool.set_before_write(Box::new(move |_id, lsn| hook_wal.flush(lsn)));
+        // Give back what uncommitted transactions allocated and what committed
+        // ones freed without a FREE record.
+        for p in &recovered.to_free {
+            if vol.is_page_in_use(*p) {
+                vol.free_logged(*p)?;
+            }
+        }
+        let page_size = vol.page_size();
+        let region_pages = vol.header().region_pages;
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            vfs: opts.volume.vfs.clone(),
+            page_size,
+            region_pages,
+            vol: Mutex::new(vol),
+            pool,
+            wal,
+            sink,
+            locks: LockManager::new(LockOptions {
+                timeout: opts.lock_timeout,
+            }),
+            next_txn,
+            fill: Mutex::new(HashMap::new()),
+            pending_alloc: Mutex::new(HashMap::new()),
+            pending_frees: Mutex::new(HashMap::new()),
+            ckpt: Mutex::new(Lsn(0)),
+            poisoned: Mutex::new(None),
+            is_poisoned: AtomicBool::new(false),
+            opts: opts.clone(),
+            counters: Counters::default(),
+            stop: (Mutex::new(false), Condvar::new()),
+            txn_memory_pages: (opts.txn_memory_bytes / page_size).max(4),
+            recovered,
+            dir_lock: Mutex::new(Some(dir_lock)),
+        });
+        spill::remove_leftovers(&shared.vfs, dir);
+        // A checkpoint now makes the frees above and everything recovery
+        // rebuilt durable, makes the next recovery short and trims the log.
+        shared.checkpoint()?;
+        let background = opts.background.then(|| {
+            let s = shared.clone();
+            std::thread::Builder::new()
+                .name("cairn-checkpointer".into())
+                .spawn(move || background_loop(&s))
+                .expect("spawn the checkpointer thread")
+        });
+        Ok(Db { shared, background })
+    }
+
+    /// Starts a transaction for the embedded client (client 0).
+    pub fn begin(&self) -> Result<Txn> {
+        self.begin_for(ClientId(0))
+    }
+
+    /// Starts a transaction on behalf of `client`.
+    pub fn begin_for(&self, client: ClientId) -> Result<Txn> {
+        self.shared.check_poisoned()?;
+        let id = TxnId(self.shared.next_txn.fetch_add(1, Ordering::SeqCst));
+        let mut pages = PrivatePages::new(self.shared.txn_memory_pages, self.shared.page_size);
+        pages.spill_to(self.shared.vfs.clone(), &self.shared.dir);
+        Ok(Txn::new(self.shared.clone(), id, LockOwner::new(client, id), pages))
+    }
+
+    /// Creates a group (a system action, made durable before returning).
+    pub fn create_group(&self, name: &str) -> Result<GroupId> {
+        self.shared.check_poisoned()?;
+        let g = lock(&self.shared.vol).create_group(name)?;
+        self.shared.wal.flush(self.shared.wal.end_lsn())?;
+        Ok(g)
+    }
+
+    /// Looks a group up by name.
+    pub fn group(&self, name: &str) -> Result<GroupId> {
+        lock(&self.shared.vol)
+            .group_id(name)
+            .ok_or_else(|| Error::GroupNotFound(name.to_string()))
+    }
+
+    /// Every group with its space.
+    pub fn groups(&self) -> Vec<GroupInfo> {
+        lock(&self.shared.vol).groups()
+    }
+
+    /// Pages in the volume and pages not in use.
+    pub fn page_counts(&self) -> (u32, u64) {
+        let v = lock(&self.shared.vol);
+        (v.page_count(), v.free_pages())
+    }
+
+    /// The volume header.
+    pub fn header(&self) -> crate::volume::header::VolumeHeader {
+        *lock(&self.shared.vol).header()
+    }
+
+    /// What recovery did when this database was opened.
+    pub fn recovery(&self) -> &crate::recovery::Recovered {
+        &self.shared.recovered
+    }
+
+    /// Takes a checkpoint now.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.shared.checkpoint()
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> DbStats {
+        let c = &self.shared.counters;
+        DbStats {
+            commits: c.commits.load(Ordering::Relaxed),
+            read_only: c.read_only.load(Ordering::Relaxed),
+            aborts: c.aborts.load(Ordering::Relaxed),
+            checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            pages_spilled: c.pages_spilled.load(Ordering::Relaxed),
+            wal: self.shared.wal.stats(),
+            buffer: self.shared.pool.stats(),
+            locks: self.shared.locks.stats(),
+        }
+    }
+
+    /// Drops every clean page from the buffer pool (after writing dirty ones):
+    /// a cold cache for benchmarks and tests.
+    pub fn evict_cache(&self) -> Result<()> {
+        self.shared.pool.evict_all()
+    }
+
+    /// The database directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Stops as a power cut or `kill -9` would, for crash tests inside one
+    /// process: nothing more is written (the database is poisoned, so a
+    /// transaction still alive can neither commit nor write), no checkpoint
+    /// is taken, and the directory lock is released so the database can be
+    /// opened — and recovered — again.
+    pub fn crash(mut self) {
+        self.shared
+            .poison("the database was crashed on purpose (Db::crash)".into());
+        self.stop_background();
+        drop(lock(&self.shared.dir_lock).take());
+    }
+
+    /// Stops the background thread, takes a final checkpoint and closes.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_background();
+        self.shared.checkpoint()
+    }
+
+    fn stop_background(&mut self) {
+        *lock(&self.shared.stop.0) = true;
+        self.shared.stop.1.notify_all();
+        if let Some(h) = self.background.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Takes the directory lock of database `dir`.
+fn lock_dir(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn FileLock>> {
+    let path = dir.join(LOCK_FILE);
+    let note = format!("process {}", std::process::id());
+    match vfs.lock_exclusive(&path, &note) {
+        Ok(Ok(guard)) => Ok(guard),
+        Ok(Err(holder)) => Err(Error::InUse {
+            path: dir.to_path_buf(),
+            holder: if holder.is_empty() {
+                "another opener".into()
+            } else {
+                holder
+            },
+        }),
+        Err(e) => Err(Error::io("lock database directory", path, e)),
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.stop_background();
+    }
+}
+
+fn background_loop(s: &Shared) {
+    let mut last_end = s.wal.end_lsn();
+    loop {
+        {
+            let stop = lock(&s.stop.0);
+            let (stop, _) = s
+                .stop
+                .1
+                .wait_timeout(stop, Duration::from_millis(200))
+                .unwrap_or_else(|e| e.into_inner());
+            if *stop {
+                return;
+            }
+        }
+        if s.is_poisoned.load(Ordering::Acquire) {
+            return;
+        }
+        let end = s.wal.end_lsn();
+        if end.0.saturating_sub(last_end.0) >= s.opts.checkpoint_log_bytes {
+            // An error poisons the database; the next caller sees it.
+            let _ = s.checkpoint();
+            last_end = end;
+        }
+    }
+}
+
+/// Used by tools: was the database poisoned, and why.
+pub fn poisoned_reason(db: &Db) -> Option<String> {
+    lock(&db.shared.poisoned).clone()
+}
+
+// The engine is shared across threads; a transaction may move between them.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<Txn>();
+    send::<Db>();
+    sync::<Db>();
+};
