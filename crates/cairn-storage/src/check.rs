@@ -92,6 +92,14 @@ pub fn check_database(dir: &Path, opts: &VolumeOptions) -> CheckReport {
             return report;
         }
     };
+    // Files a live process is changing would give false reports.
+    let _dir_lock = match crate::volume::lock_dir(vfs.as_ref(), dir) {
+        Ok(l) => l,
+        Err(e) => {
+            report.add(None, e.to_string());
+            return report;
+        }
+    };
     let ps = m.page_size as usize;
     let vpath = dir.join(VOLUME_FILE);
     let file = match vfs.open(&vpath, false) {

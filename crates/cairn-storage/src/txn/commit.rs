@@ -66,7 +66,7 @@ impl Txn {
     /// with the pages to free, and registers those frees (under the gate,
     /// with the COMMIT, so a checkpoint sees both or neither). Returns each
     /// page's LSN and the COMMIT's LSN. Nothing is decided if this fails.
-    fn append_records(&mut self) -> Result<(Vec<(PageId, Lsn)>, Lsn)> {
+    pub(super) fn append_records(&mut self) -> Result<(Vec<(PageId, Lsn)>, Lsn)> {
         let db = self.db.clone();
         let ids = self.pages.ids();
         let frees: Vec<PageId> = self.to_free.iter().copied().collect();
@@ -125,7 +125,7 @@ impl Txn {
     /// Phase 2: waits for the log to be durable up to the COMMIT (group
     /// commit), then installs every page in the buffer pool stamped with its
     /// record's LSN. Called under the gate.
-    fn make_durable_and_install(&mut self, lsns: &[(PageId, Lsn)], commit_lsn: Lsn) -> Result<()> {
+    pub(super) fn make_durable_and_install(&mut self, lsns: &[(PageId, Lsn)], commit_lsn: Lsn) -> Result<()> {
         let db = self.db.clone();
         db.wal.flush(commit_lsn)?;
         for &(id, lsn) in lsns {

@@ -23,10 +23,6 @@ use crate::wal::{Wal, WalOptions, WalStats};
 use super::spill::{self, PrivatePages};
 use super::Txn;
 
-/// The lock file inside a database directory: held (flock) by the one
-/// process that has the database open.
-pub const LOCK_FILE: &str = "LOCK";
-
 /// How to open a database.
 #[derive(Clone, Debug)]
 pub struct DbOptions {
@@ -217,7 +213,7 @@ impl Db {
     pub fn create(dir: &Path, opts: &DbOptions) -> Result<Db> {
         let vfs = &opts.volume.vfs;
         crate::io::create_dir_durably(vfs.as_ref(), dir).map_err(|e| Error::io("create database directory", dir, e))?;
-        let dir_lock = lock_dir(vfs.as_ref(), dir)?;
+        let dir_lock = crate::volume::lock_dir(vfs.as_ref(), dir)?;
         Volume::create(dir, &opts.volume)?.close()?;
         Db::open_locked(dir, opts, dir_lock)
     }
@@ -244,7 +240,7 @@ impl Db {
         // The manifest first: a directory that is not a database should say
         // so, not grow a log or a lock file.
         crate::volume::manifest::Manifest::read(opts.volume.vfs.as_ref(), dir)?;
-        let dir_lock = lock_dir(opts.volume.vfs.as_ref(), dir)?;
+        let dir_lock = crate::volume::lock_dir(opts.volume.vfs.as_ref(), dir)?;
         Db::open_locked(dir, opts, dir_lock)
     }
 
@@ -425,24 +421,6 @@ impl Db {
         if let Some(h) = self.background.take() {
             let _ = h.join();
         }
-    }
-}
-
-/// Takes the directory lock of database `dir`.
-fn lock_dir(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn FileLock>> {
-    let path = dir.join(LOCK_FILE);
-    let note = format!("process {}", std::process::id());
-    match vfs.lock_exclusive(&path, &note) {
-        Ok(Ok(guard)) => Ok(guard),
-        Ok(Err(holder)) => Err(Error::InUse {
-            path: dir.to_path_buf(),
-            holder: if holder.is_empty() {
-                "another opener".into()
-            } else {
-                holder
-            },
-        }),
-        Err(e) => Err(Error::io("lock database directory", path, e)),
     }
 }
 

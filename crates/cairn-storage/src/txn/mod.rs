@@ -51,7 +51,9 @@
 mod commit;
 mod db;
 mod spill;
+#[cfg(test)]
+mod tests;
 mod transaction;
 
-pub use db::{poisoned_reason, Db, DbOptions, DbStats, LOCK_FILE};
+pub use db::{poisoned_reason, Db, DbOptions, DbStats};
 pub use transaction::Txn;

@@ -40,7 +40,7 @@ use crate::access::{PageAccess, PageDevice};
 use crate::buffer::{BufferPool, BufferStats, Policy};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, PageId, TxnId};
-use crate::io::{OsVfs, Vfs};
+use crate::io::{FileLock, OsVfs, Vfs};
 use crate::page::{self, PageType};
 use crate::wal::redo::{self, Redo};
 use crate::wal::LogSink;
@@ -49,6 +49,30 @@ use self::file::{VolumeFile, VolumeStats};
 use self::groups::{DirEntry, ExtentEntry, GROUP_NAME_MAX};
 use self::header::{VolumeHeader, EXTENT_PAGES_MAX};
 use self::manifest::{Manifest, MANIFEST_FILE, VOLUME_FILE};
+
+/// The lock file inside a database directory (see [`lock_dir`]).
+pub const LOCK_FILE: &str = "LOCK";
+
+/// Takes the directory lock of database `dir` (the [`LOCK_FILE`], with
+/// `flock`): held by whoever has the database open or is checking its
+/// files, so recovery never runs against a live database. A second opener
+/// gets [`Error::InUse`] naming the holder.
+pub fn lock_dir(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn FileLock>> {
+    let path = dir.join(LOCK_FILE);
+    let note = format!("process {}", std::process::id());
+    match vfs.lock_exclusive(&path, &note) {
+        Ok(Ok(guard)) => Ok(guard),
+        Ok(Err(holder)) => Err(Error::InUse {
+            path: dir.to_path_buf(),
+            holder: if holder.is_empty() {
+                "another opener".into()
+            } else {
+                holder
+            },
+        }),
+        Err(e) => Err(Error::io("lock database directory", path, e)),
+    }
+}
 
 /// Name of the group every database has.
 pub const DEFAULT_GROUP_NAME: &str = "default";
