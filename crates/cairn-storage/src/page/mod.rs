@@ -21,6 +21,7 @@
 //! page body so that it survives the page being freed and re-used with a new
 //! type: a reused slot can never hand out a uniquifier an old OID still holds.
 
+use crate::bytes::{get_u32, get_u64};
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, PageId};
 
@@ -113,14 +114,6 @@ pub fn validate_page_size(page_size: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn get_u32(buf: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(buf[off..off + 4].try_into().expect("4-byte field"))
-}
-
-fn get_u64(buf: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(buf[off..off + 8].try_into().expect("8-byte field"))
 }
 
 /// Reads the page id stored in a page image.

@@ -66,6 +66,7 @@
 //!   goes straight back to the gap, any other becomes garbage.
 //! - Compaction slides every payload up against the page end, in place.
 
+use crate::bytes::{get_u16, get_u32, put_u16, put_u32};
 use std::iter::FusedIterator;
 
 use crate::error::{Error, Result};
@@ -439,10 +440,10 @@ impl Header {
         page::validate_page_size(buf.len())?;
         let page = page::page_id(buf);
         let page_size = buf.len();
-        let slot_count = usize::from(rd_u16(buf, OFF_SLOT_COUNT));
-        let flags = rd_u16(buf, OFF_FLAGS);
-        let heap_size = rd_u32(buf, OFF_HEAP_SIZE);
-        let garbage = rd_u32(buf, OFF_GARBAGE);
+        let slot_count = usize::from(get_u16(buf, OFF_SLOT_COUNT));
+        let flags = get_u16(buf, OFF_FLAGS);
+        let heap_size = get_u32(buf, OFF_HEAP_SIZE);
+        let garbage = get_u32(buf, OFF_GARBAGE);
         let uniq_seq = page::uniq_seq(buf);
         let bad = |reason: String| Err(Error::corrupt(page, reason));
         if flags != 0 {
@@ -492,9 +493,9 @@ impl Header {
     fn write(&self, buf: &mut [u8]) {
         debug_assert!(self.dir_end() <= self.heap_start && self.heap_start <= self.page_size);
         debug_assert!(self.garbage <= self.page_size - self.heap_start);
-        wr_u16(buf, OFF_SLOT_COUNT, to_u16(self.slot_count));
-        wr_u32(buf, OFF_HEAP_SIZE, (self.page_size - self.heap_start) as u32);
-        wr_u32(buf, OFF_GARBAGE, self.garbage as u32);
+        put_u16(buf, OFF_SLOT_COUNT, to_u16(self.slot_count));
+        put_u32(buf, OFF_HEAP_SIZE, (self.page_size - self.heap_start) as u32);
+        put_u32(buf, OFF_GARBAGE, self.garbage as u32);
     }
 
     fn dir_end(&self) -> usize {
@@ -548,9 +549,9 @@ fn read_entry(buf: &[u8], hdr: &Header, slot: usize) -> Result<Entry> {
     debug_assert!(slot < hdr.slot_count);
     let at = DIR_START + slot * SLOT_ENTRY_SIZE;
     let e = Entry {
-        offset: usize::from(rd_u16(buf, at + ENT_OFFSET)),
-        len: usize::from(rd_u16(buf, at + ENT_LEN)),
-        uniq: rd_u32(buf, at + ENT_UNIQ),
+        offset: usize::from(get_u16(buf, at + ENT_OFFSET)),
+        len: usize::from(get_u16(buf, at + ENT_LEN)),
+        uniq: get_u32(buf, at + ENT_UNIQ),
         kind: buf[at + ENT_KIND],
     };
     let reserved = buf[at + ENT_RESERVED];
@@ -595,9 +596,9 @@ fn read_entry(buf: &[u8], hdr: &Header, slot: usize) -> Result<Entry> {
 fn write_entry(buf: &mut [u8], slot: usize, e: Entry) {
     debug_assert!(e.kind != KIND_FREE || e == Entry::FREE);
     let at = DIR_START + slot * SLOT_ENTRY_SIZE;
-    wr_u16(buf, at + ENT_OFFSET, to_u16(e.offset));
-    wr_u16(buf, at + ENT_LEN, to_u16(e.len));
-    wr_u32(buf, at + ENT_UNIQ, e.uniq);
+    put_u16(buf, at + ENT_OFFSET, to_u16(e.offset));
+    put_u16(buf, at + ENT_LEN, to_u16(e.len));
+    put_u32(buf, at + ENT_UNIQ, e.uniq);
     buf[at + ENT_KIND] = e.kind;
     buf[at + ENT_RESERVED] = 0;
 }
@@ -736,7 +737,7 @@ fn compact(buf: &mut [u8], hdr: &mut Header) -> Result<()> {
         let to = end - r.len;
         debug_assert!(to >= r.offset);
         buf.copy_within(r.offset..r.offset + r.len, to);
-        wr_u16(buf, DIR_START + r.slot * SLOT_ENTRY_SIZE + ENT_OFFSET, to_u16(to));
+        put_u16(buf, DIR_START + r.slot * SLOT_ENTRY_SIZE + ENT_OFFSET, to_u16(to));
         end = to;
     }
     buf[hdr.heap_start..end].fill(0);
@@ -744,22 +745,6 @@ fn compact(buf: &mut [u8], hdr: &mut Header) -> Result<()> {
     hdr.garbage = 0;
     hdr.write(buf);
     Ok(())
-}
-
-fn rd_u16(buf: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([buf[at], buf[at + 1]])
-}
-
-fn rd_u32(buf: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
-}
-
-fn wr_u16(buf: &mut [u8], at: usize, v: u16) {
-    buf[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-
-fn wr_u32(buf: &mut [u8], at: usize, v: u32) {
-    buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Narrows a value the layout guarantees fits a u16 (see the const asserts).
@@ -1035,7 +1020,7 @@ mod tests {
 
         // Slot offset past the page end.
         let mut buf = good.clone();
-        wr_u16(&mut buf, entry(b) + ENT_OFFSET, 4090);
+        put_u16(&mut buf, entry(b) + ENT_OFFSET, 4090);
         assert_corrupt(
             check(&buf),
             42,
@@ -1052,8 +1037,8 @@ mod tests {
         let (c, _) = ins(&mut buf, &bytes(100, 3));
         let (_d, _) = ins(&mut buf, &bytes(100, 4));
         delete(&mut buf, c).unwrap(); // leaves garbage, so a big insert compacts
-        let off_a = rd_u16(&buf, entry(a) + ENT_OFFSET);
-        wr_u16(&mut buf, entry(b) + ENT_OFFSET, off_a - 50);
+        let off_a = get_u16(&buf, entry(a) + ENT_OFFSET);
+        put_u16(&mut buf, entry(b) + ENT_OFFSET, off_a - 50);
         assert_corrupt(check(&buf), 42, "slot 1: record at");
         assert_corrupt(check(&buf), 42, "overlaps slot 0");
         assert_eq!(get(&buf, b).unwrap().unwrap().data.len(), 100);
@@ -1062,7 +1047,7 @@ mod tests {
 
         // Record reaching into the free gap / directory.
         let mut buf = good.clone();
-        wr_u16(&mut buf, entry(b) + ENT_OFFSET, 40);
+        put_u16(&mut buf, entry(b) + ENT_OFFSET, 40);
         assert_corrupt(check(&buf), 42, "starts below the heap");
         assert_corrupt(get(&buf, b), 42, "slot 1");
 
@@ -1078,9 +1063,9 @@ mod tests {
         ] {
             let mut buf = good.clone();
             if field == OFF_SLOT_COUNT || field == OFF_FLAGS {
-                wr_u16(&mut buf, field, value as u16);
+                put_u16(&mut buf, field, value as u16);
             } else {
-                wr_u32(&mut buf, field, value);
+                put_u32(&mut buf, field, value);
             }
             assert_corrupt(check(&buf), 42, needle);
             if needle != "accounting" {
@@ -1091,11 +1076,11 @@ mod tests {
 
         // Entry damage.
         let mut buf = good.clone();
-        wr_u32(&mut buf, entry(b) + ENT_UNIQ, 1000);
+        put_u32(&mut buf, entry(b) + ENT_UNIQ, 1000);
         assert_corrupt(get(&buf, b), 42, "never handed out");
         let mut buf = good.clone();
-        let ua = rd_u32(&buf, entry(a) + ENT_UNIQ);
-        wr_u32(&mut buf, entry(b) + ENT_UNIQ, ua);
+        let ua = get_u32(&buf, entry(a) + ENT_UNIQ);
+        put_u32(&mut buf, entry(b) + ENT_UNIQ, ua);
         assert_corrupt(check(&buf), 42, "slot 1: uniquifier 1 is also held by slot 0");
         let mut buf = good.clone();
         buf[entry(b) + ENT_KIND] = 0;
@@ -1123,7 +1108,7 @@ mod tests {
         let mut good = new_page(4096, 11);
         let (a, _) = ins(&mut good, &bytes(100, 1));
         let (b, _) = ins(&mut good, &bytes(100, 2));
-        wr_u32(&mut good, OFF_GARBAGE, 150);
+        put_u32(&mut good, OFF_GARBAGE, 150);
         assert_corrupt(check(&good), 11, "accounting");
         assert_corrupt(delete(&mut good.clone(), b), 11, "accounting");
         assert_corrupt(delete(&mut good.clone(), a), 11, "accounting");
@@ -1321,10 +1306,10 @@ mod tests {
                     if i % 3 != 0 { *b = 0; }
                 }
             }
-            wr_u16(&mut buf, OFF_SLOT_COUNT, slot_count);
-            wr_u16(&mut buf, OFF_FLAGS, 0);
-            wr_u32(&mut buf, OFF_HEAP_SIZE, heap_size);
-            wr_u32(&mut buf, OFF_GARBAGE, garbage.min(heap_size));
+            put_u16(&mut buf, OFF_SLOT_COUNT, slot_count);
+            put_u16(&mut buf, OFF_FLAGS, 0);
+            put_u32(&mut buf, OFF_HEAP_SIZE, heap_size);
+            put_u32(&mut buf, OFF_GARBAGE, garbage.min(heap_size));
             page::set_uniq_seq(&mut buf, uniq_seq);
             poke_everywhere(&buf, &[0, 1, 2, slot_count.saturating_sub(1), slot_count, 399]);
         }

@@ -22,6 +22,7 @@
 //! The extent list of a group lives in its own extents: the first page of an
 //! extent that needs a new list page becomes that list page.
 
+use crate::bytes::{get_u32, put_u32};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, PageId};
 use crate::page::{self, PageType, HEADER_SIZE};
@@ -36,14 +37,6 @@ const DIR_ENTRY_SIZE: usize = 80;
 const LIST_OWNER: usize = HEADER_SIZE + 8;
 const LIST_ENTRIES: usize = HEADER_SIZE + 16;
 const LIST_ENTRY_SIZE: usize = 16;
-
-fn get_u32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-fn put_u32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
 
 /// Entries a group-directory page holds.
 pub fn dir_capacity(page_size: usize) -> usize {

@@ -17,6 +17,7 @@
 //! read before the page size is trusted: a volume whose header claims another
 //! page size than its manifest is reported as such, not as a bad checksum.
 
+use crate::bytes::get_u32;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -58,10 +59,6 @@ pub struct VolumeHeader {
     pub next_group_id: u32,
     /// Default clustering region in pages.
     pub region_pages: u32,
-}
-
-fn get_u32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
 }
 
 impl VolumeHeader {

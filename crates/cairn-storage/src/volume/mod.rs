@@ -762,7 +762,12 @@ impl Volume {
             .into_iter()
             .filter(|p| self.group_of_page(*p).is_none())
             .count();
-        u64::from(self.header.page_count) - used - system_outside as u64
+        // Loading refuses overlapping extents and extents past the end, so
+        // this cannot go below zero; if a bug ever made it, the answer is 0
+        // free pages, not a wrapped-around count or a panic.
+        u64::from(self.header.page_count)
+            .saturating_sub(used)
+            .saturating_sub(system_outside as u64)
     }
 
     /// The pages of a group's extents that are in use, in physical order.
