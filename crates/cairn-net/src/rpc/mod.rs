@@ -2,7 +2,9 @@
 //! replies. [`client`] is the calling half (synchronous API), [`server`] the serving half (tokio).
 
 pub mod client;
+#[cfg(feature = "server")]
 pub mod server;
 
 pub use client::{Call, Client, ClientOptions, Part};
+#[cfg(feature = "server")]
 pub use server::{run, Handler, Limits, Replier, Request};

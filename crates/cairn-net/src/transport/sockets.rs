@@ -1,53 +1,14 @@
-//! Transports: TCP and Unix domain sockets behind one address, listener and stream type, so
-//! that everything above carries the same frames over either.
-//!
-//! TCP connections have `TCP_NODELAY` set on both sides: every frame is a message someone waits
-//! for, and the RPC layer batches writes itself.
+//! The tokio half of the transports: listener, stream and its split halves.
 
-use std::fmt;
 use std::io;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::str::FromStr;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{tcp, unix, TcpListener, TcpStream, UnixListener, UnixStream};
 
-/// Where a server listens or a client connects: `host:port` for TCP, `unix:PATH` for a Unix socket.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Address {
-    /// A TCP address.
-    Tcp(SocketAddr),
-    /// A Unix domain socket path.
-    Unix(PathBuf),
-}
-
-impl fmt::Display for Address {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Address::Tcp(a) => write!(f, "{a}"),
-            Address::Unix(p) => write!(f, "unix:{}", p.display()),
-        }
-    }
-}
-
-impl FromStr for Address {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Address, String> {
-        if let Some(path) = s.strip_prefix("unix:") {
-            if path.is_empty() {
-                return Err("empty Unix socket path".into());
-            }
-            return Ok(Address::Unix(PathBuf::from(path)));
-        }
-        s.parse::<SocketAddr>()
-            .map(Address::Tcp)
-            .map_err(|e| format!("bad address {s:?} (want HOST:PORT or unix:PATH): {e}"))
-    }
-}
+use super::Address;
 
 /// A bound listening socket.
 #[derive(Debug)]
