@@ -232,3 +232,47 @@ fn an_error_that_changed_nothing_leaves_the_transaction_usable() {
     let mut t = db.begin().unwrap();
     assert_eq!(t.read(b).unwrap(), b"b");
 }
+
+/// Defect 6, the deadlock case: a victim may be in the middle of a
+/// multi-page change (a B+-tree split, freeing a large object's pages); it
+/// must abort to give its locks up, so it is doomed.
+#[test]
+fn a_deadlock_victim_is_doomed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::create(&dir.path().join("db"), &os_opts()).unwrap());
+    let g1 = db.create_group("one").unwrap();
+    let g2 = db.create_group("two").unwrap();
+    let mut t = db.begin().unwrap();
+    let a = t.create(g1, b"a").unwrap();
+    let b = t.create(g2, b"b").unwrap();
+    t.commit().unwrap();
+    assert_ne!(a.page, b.page);
+
+    // Each side, if it is the victim, must find itself doomed and abort,
+    // which lets the other finish.
+    fn side(mut t: cairn_storage::Txn, first: Oid, second: Oid, barrier: Arc<std::sync::Barrier>) -> bool {
+        t.update(first, b"first").unwrap();
+        barrier.wait();
+        match t.update(second, b"second") {
+            Ok(()) => {
+                t.commit().unwrap();
+                false
+            }
+            Err(Error::Deadlock { .. }) => {
+                assert!(t.is_doomed());
+                assert!(matches!(t.read(first), Err(Error::TxnDoomed { .. })));
+                assert!(matches!(t.create(GroupId::DEFAULT, b"x"), Err(Error::TxnDoomed { .. })));
+                t.abort().unwrap();
+                true
+            }
+            Err(e) => panic!("expected a deadlock or success, got {e}"),
+        }
+    }
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let (t1, t2) = (db.begin().unwrap(), db.begin().unwrap());
+    let b1 = barrier.clone();
+    let h1 = std::thread::spawn(move || side(t1, a, b, b1));
+    let h2 = std::thread::spawn(move || side(t2, b, a, barrier));
+    let victims = u32::from(h1.join().unwrap()) + u32::from(h2.join().unwrap());
+    assert_eq!(victims, 1, "exactly one side is the deadlock victim");
+}

@@ -119,10 +119,41 @@ impl Txn {
         if self.held.get(&res).is_some_and(|m| m.covers(mode)) {
             return Ok(());
         }
-        self.db.locks.lock(self.owner, res, mode)?;
+        if let Err(e) = self.db.locks.lock(self.owner, res, mode) {
+            // A deadlock victim or a timed-out waiter must give its locks
+            // up; whatever it was in the middle of stays half-done.
+            self.doom_if_fatal(&e);
+            return Err(e);
+        }
         let m = self.held.entry(res).or_insert(mode);
         *m = m.sup(mode);
         Ok(())
+    }
+
+    /// Dooms the transaction for an error that may have left it half-way
+    /// through a change whatever layer made it (the B+-tree and the typed
+    /// layer change pages through [`PageAccess`] directly): a lost lock
+    /// wait, or an I/O error on its private pages or the pool.
+    fn doom_if_fatal(&mut self, e: &Error) {
+        if self.doomed.is_none()
+            && matches!(
+                e,
+                Error::Deadlock { .. } | Error::LockTimeout { .. } | Error::Io { .. } | Error::Poisoned(_)
+            )
+        {
+            self.doomed = Some(e.to_string());
+        }
+    }
+
+    /// Refuses page access in a doomed transaction.
+    fn refuse_if_doomed(&self) -> Result<()> {
+        match &self.doomed {
+            None => Ok(()),
+            Some(cause) => Err(Error::TxnDoomed {
+                txn: self.id,
+                cause: cause.clone(),
+            }),
+        }
     }
 
     /// Locks a page, shared or exclusive, until the transaction ends. The
@@ -298,18 +329,50 @@ impl PageAccess for Txn {
     }
 
     fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        if let Some(p) = self.pages.get(id)? {
+        self.refuse_if_doomed()?;
+        let private = self.pages.get(id).inspect_err(|e| self.doomed = Some(e.to_string()))?;
+        if let Some(p) = private {
             return Ok(f(p));
         }
         if self.to_free.contains(&id) {
             return Err(Error::corrupt(id, format!("{} reads a page it freed", self.id)));
         }
         self.lock(Resource::Page(id), LockMode::S)?;
-        let g = self.db.pool.read(id)?;
-        Ok(f(&g))
+        let r = self.db.pool.read(id).map(|g| f(&g));
+        r.inspect_err(|e| self.doom_if_fatal(e))
     }
 
     fn modify<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+        self.refuse_if_doomed()?;
+        self.modify_private(id, f).inspect_err(|e| self.doom_if_fatal(e))
+    }
+
+    fn allocate(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        self.refuse_if_doomed()?;
+        self.allocate_page(group, near, ty)
+            .inspect_err(|e| self.doom_if_fatal(e))
+    }
+
+    fn lock_for_update(&mut self, id: PageId) -> Result<()> {
+        self.lock(Resource::Page(id), LockMode::X)
+    }
+
+    fn free(&mut self, id: PageId) -> Result<()> {
+        self.refuse_if_doomed()?;
+        self.lock(Resource::Page(id), LockMode::X)?;
+        // The private copy stays: it is installed at commit before the page
+        // is freed, so the page's uniquifier sequence keeps every uniquifier
+        // this transaction handed out on it (an OID of an object created and
+        // deleted here must never name a later object).
+        self.to_free.insert(id);
+        self.changes += 1;
+        lock(&self.db.fill).retain(|_, f| *f != id);
+        Ok(())
+    }
+}
+
+impl Txn {
+    fn modify_private<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
         if self.to_free.contains(&id) {
             return Err(Error::corrupt(id, format!("{} changes a page it freed", self.id)));
         }
@@ -332,7 +395,7 @@ impl PageAccess for Txn {
         Ok(r)
     }
 
-    fn allocate(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+    fn allocate_page(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
         self.lock(Resource::Group(group), LockMode::IX)?;
         let p = {
             let mut vol = lock(&self.db.vol);
@@ -344,22 +407,6 @@ impl PageAccess for Txn {
         self.changes += 1;
         self.lock(Resource::Page(p), LockMode::X)?;
         Ok(p)
-    }
-
-    fn lock_for_update(&mut self, id: PageId) -> Result<()> {
-        self.lock(Resource::Page(id), LockMode::X)
-    }
-
-    fn free(&mut self, id: PageId) -> Result<()> {
-        self.lock(Resource::Page(id), LockMode::X)?;
-        // The private copy stays: it is installed at commit before the page
-        // is freed, so the page's uniquifier sequence keeps every uniquifier
-        // this transaction handed out on it (an OID of an object created and
-        // deleted here must never name a later object).
-        self.to_free.insert(id);
-        self.changes += 1;
-        lock(&self.db.fill).retain(|_, f| *f != id);
-        Ok(())
     }
 }
 
