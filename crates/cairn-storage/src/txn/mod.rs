@@ -50,6 +50,7 @@
 
 mod commit;
 mod db;
+mod remote;
 mod spill;
 #[cfg(test)]
 mod tests;

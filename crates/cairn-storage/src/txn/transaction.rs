@@ -145,6 +145,27 @@ impl Txn {
         }
     }
 
+    /// True if this transaction holds `res` in `mode` or a stronger one.
+    pub(super) fn holds(&self, res: Resource, mode: LockMode) -> bool {
+        self.held.get(&res).is_some_and(|m| m.covers(mode))
+    }
+
+    /// The committed image of page `id` (the pool's, never a private copy).
+    pub(super) fn committed_image(&mut self, id: PageId) -> Result<Vec<u8>> {
+        let r = self.db.pool.read(id).map(|g| g.to_vec());
+        r.inspect_err(|e| self.doom_if_fatal(e))
+    }
+
+    /// Page `id` as this transaction sees it: its private copy if it has
+    /// one, else the committed image.
+    pub(super) fn current_image(&mut self, id: PageId) -> Result<Vec<u8>> {
+        let private = self.pages.get(id).inspect_err(|e| self.doomed = Some(e.to_string()))?;
+        match private {
+            Some(p) => Ok(p.to_vec()),
+            None => self.committed_image(id),
+        }
+    }
+
     /// Refuses page access in a doomed transaction.
     fn refuse_if_doomed(&self) -> Result<()> {
         match &self.doomed {

@@ -1,0 +1,134 @@
+//! The server's side of a remote transaction (a page-server client, DESIGN
+//! §10): the client runs the record, large-object and B+-tree code over
+//! pages it fetched, and at commit ships the PAGE redo records the embedded
+//! commit would have built. The server keeps one [`Txn`] per client
+//! transaction for its locks and allocations, and:
+//!
+//! - [`Txn::fetch_page`] locks a page (S, or X for a change) and hands out
+//!   its committed image (the page service, lock piggy-backed);
+//! - [`Txn::stage_redo`] verifies a client's PAGE records and turns them
+//!   into this transaction's private pages, so that [`Txn::commit`] — the
+//!   one commit algorithm — logs, makes durable and installs them.
+//!
+//! **The server trusts no client.** A record is refused (and nothing of the
+//! batch is staged) unless it decodes, names this transaction, names a page
+//! inside the volume that this transaction holds X on and has not freed, its
+//! runs stay inside the page, the page is a kind a client may change
+//! (slotted, large-object and B+-tree pages; never the header, space map,
+//! group directory, extent lists or a free page) and stays that kind, and a
+//! slotted page is well formed after the change.
+
+use crate::access::PageAccess;
+use crate::error::{Error, Result};
+use crate::ids::{Lsn, PageId};
+use crate::lock::{LockMode, Resource};
+use crate::page::{self, PageType};
+use crate::record::object::ObjectSpace;
+use crate::record::slotted;
+use crate::wal::redo::{self, Redo};
+
+use super::Txn;
+
+/// Page kinds a client changes itself; every other kind is changed only by
+/// the server's system actions.
+fn client_may_change(ty: Option<PageType>) -> bool {
+    matches!(
+        ty,
+        Some(
+            PageType::Slotted | PageType::LargeIndex | PageType::LargeData | PageType::BTreeLeaf | PageType::BTreeInner
+        )
+    )
+}
+
+impl Txn {
+    /// Locks `id` for this transaction (X if `exclusive`, else S) and returns
+    /// the page's committed image: what a page-server client caches and
+    /// changes privately.
+    pub fn fetch_page(&mut self, id: PageId, exclusive: bool) -> Result<Vec<u8>> {
+        self.check_active()?;
+        if id.0 >= self.page_count() {
+            return Err(Error::InvalidArgument(format!(
+                "page {id} is past the end of the volume ({} pages)",
+                self.page_count()
+            )));
+        }
+        self.lock_page(id, exclusive)?;
+        // The committed image, never a private copy: a remote client keeps
+        // its changes itself.
+        self.committed_image(id)
+    }
+
+    /// Verifies a client's PAGE redo records (see the module docs) and stages
+    /// each as this transaction's private page. All or nothing: a refused
+    /// record stages none of the batch, and the error names the page and why.
+    pub fn stage_redo(&mut self, records: &[&[u8]]) -> Result<()> {
+        self.check_active()?;
+        let mut staged: Vec<(PageId, Vec<u8>)> = Vec::with_capacity(records.len());
+        for (i, bytes) in records.iter().enumerate() {
+            let (id, after) = self.verify_record(bytes, i, &staged)?;
+            match staged.iter_mut().find(|(p, _)| *p == id) {
+                Some((_, img)) => *img = after,
+                None => staged.push((id, after)),
+            }
+        }
+        for (id, after) in staged {
+            self.modify(id, |buf| {
+                buf.copy_from_slice(&after);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Checks one record and returns the page it names with its new image.
+    fn verify_record(&mut self, bytes: &[u8], index: usize, staged: &[(PageId, Vec<u8>)]) -> Result<(PageId, Vec<u8>)> {
+        let refuse =
+            |page: PageId, why: String| Error::InvalidArgument(format!("redo record {index} (page {page}): {why}"));
+        let Redo::Page {
+            txn,
+            page: id,
+            full,
+            runs,
+        } = Redo::decode(bytes, Lsn(0))?
+        else {
+            return Err(Error::InvalidArgument(format!(
+                "redo record {index} is not a PAGE record"
+            )));
+        };
+        if txn != self.id {
+            return Err(refuse(
+                id,
+                format!("it names {txn}, the session's transaction is {}", self.id),
+            ));
+        }
+        if id.0 >= self.page_count() {
+            return Err(refuse(id, "past the end of the volume".into()));
+        }
+        if self.to_free.contains(&id) {
+            return Err(refuse(id, "the transaction freed the page".into()));
+        }
+        if !self.holds(Resource::Page(id), LockMode::X) {
+            return Err(refuse(id, "the transaction does not hold X on the page".into()));
+        }
+        let base = match staged.iter().find(|(p, _)| *p == id) {
+            Some((_, img)) => img.clone(),
+            None => self.current_image(id)?,
+        };
+        let base_type = page::page_type(&base);
+        if !client_may_change(base_type) {
+            return Err(refuse(
+                id,
+                format!("a client may not change a page of kind {base_type:?}"),
+            ));
+        }
+        let mut after = base.clone();
+        redo::apply(&mut after, id, full, &runs, page::lsn(&base))?;
+        if page::page_type(&after) != base_type {
+            return Err(refuse(id, "the change alters the page's kind".into()));
+        }
+        if base_type == Some(PageType::Slotted) {
+            slotted::check(&after).map_err(|e| refuse(id, format!("the changed page is malformed: {e}")))?;
+        }
+        Ok((id, after))
+    }
+}

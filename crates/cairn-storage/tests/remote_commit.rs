@@ -1,0 +1,128 @@
+//! The server's side of a page-server client's transaction: pages fetched
+//! under a lock, changed by "the client", shipped back as PAGE redo records,
+//! verified, staged and committed by the one commit algorithm. A client's
+//! record is refused unless the server can check it is the client's to make.
+
+use std::sync::Arc;
+
+use cairn_storage::io::OsVfs;
+use cairn_storage::volume::VolumeOptions;
+use cairn_storage::wal::redo;
+use cairn_storage::{Db, DbOptions, GroupId, Oid, PageId};
+
+fn opts() -> DbOptions {
+    DbOptions {
+        volume: VolumeOptions {
+            vfs: Arc::new(OsVfs),
+            ..VolumeOptions::default()
+        },
+        background: false,
+        ..DbOptions::default()
+    }
+}
+
+/// A database holding one object of 100 bytes of 7s.
+fn setup() -> (tempfile::TempDir, Db, Oid) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::create(&dir.path().join("db"), &opts()).unwrap();
+    let mut t = db.begin().unwrap();
+    let oid = t.create(GroupId::DEFAULT, &[7u8; 100]).unwrap();
+    t.commit().unwrap();
+    (dir, db, oid)
+}
+
+/// What a client does to change the object in place: finds its bytes in
+/// the page image and rewrites them.
+fn client_change(page: &[u8], from: u8, to: u8) -> Vec<u8> {
+    let mut after = page.to_vec();
+    let at = after
+        .windows(100)
+        .position(|w| w.iter().all(|&b| b == from))
+        .expect("the object's bytes are in its page");
+    after[at..at + 100].fill(to);
+    after
+}
+
+#[test]
+fn a_clients_page_records_commit_like_an_embedded_transaction() {
+    let (dir, db, oid) = setup();
+    let mut t = db.begin().unwrap();
+    let base = t.fetch_page(oid.page, true).unwrap();
+    let after = client_change(&base, 7, 9);
+    let rec = redo::page_record(t.id(), oid.page, Some(&base), &after);
+    t.stage_redo(&[&rec]).unwrap();
+    t.commit().unwrap();
+    db.close().unwrap();
+    let db = Db::open(&dir.path().join("db"), &opts()).unwrap();
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(oid).unwrap(), vec![9u8; 100]);
+}
+
+#[test]
+fn a_record_for_a_page_without_an_exclusive_lock_is_refused() {
+    let (_dir, db, oid) = setup();
+    let mut t = db.begin().unwrap();
+    let base = t.fetch_page(oid.page, false).unwrap();
+    let after = client_change(&base, 7, 9);
+    let rec = redo::page_record(t.id(), oid.page, Some(&base), &after);
+    let err = t.stage_redo(&[&rec]).unwrap_err();
+    assert!(err.to_string().contains("does not hold X"), "{err}");
+    t.abort().unwrap();
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(oid).unwrap(), vec![7u8; 100], "nothing was staged");
+}
+
+#[test]
+fn a_record_naming_another_transaction_is_refused() {
+    let (_dir, db, oid) = setup();
+    let mut t = db.begin().unwrap();
+    let base = t.fetch_page(oid.page, true).unwrap();
+    let after = client_change(&base, 7, 9);
+    let other = cairn_storage::TxnId(t.id().0 + 1000);
+    let rec = redo::page_record(other, oid.page, Some(&base), &after);
+    let err = t.stage_redo(&[&rec]).unwrap_err();
+    assert!(err.to_string().contains("names"), "{err}");
+}
+
+#[test]
+fn a_record_changing_a_system_page_is_refused() {
+    let (_dir, db, _oid) = setup();
+    let mut t = db.begin().unwrap();
+    // Page 1 is a space-map page: only the server's system actions change it.
+    let base = t.fetch_page(PageId(1), true).unwrap();
+    let mut after = base.clone();
+    after[100] ^= 0xff;
+    let rec = redo::page_record(t.id(), PageId(1), Some(&base), &after);
+    let err = t.stage_redo(&[&rec]).unwrap_err();
+    assert!(err.to_string().contains("may not change"), "{err}");
+}
+
+#[test]
+fn a_record_leaving_a_malformed_page_is_refused_and_nothing_of_the_batch_is_staged() {
+    let (_dir, db, oid) = setup();
+    let mut t = db.begin().unwrap();
+    let base = t.fetch_page(oid.page, true).unwrap();
+    let good = redo::page_record(t.id(), oid.page, Some(&base), &client_change(&base, 7, 9));
+    // The slot count (just past the common page header) made absurd.
+    let mut broken = base.clone();
+    broken[24..26].copy_from_slice(&u16::MAX.to_le_bytes());
+    let bad = redo::page_record(t.id(), oid.page, Some(&base), &broken);
+    let err = t.stage_redo(&[&good, &bad]).unwrap_err();
+    assert!(err.to_string().contains("malformed"), "{err}");
+    t.commit().unwrap();
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(oid).unwrap(), vec![7u8; 100], "nothing of the batch was staged");
+}
+
+#[test]
+fn a_record_past_the_end_of_the_volume_or_garbage_is_refused() {
+    let (_dir, db, _oid) = setup();
+    let mut t = db.begin().unwrap();
+    let id = t.id();
+    assert!(t.fetch_page(PageId(1 << 30), false).is_err());
+    let far = redo::page_record(id, PageId(1 << 30), None, &vec![1u8; 4096]);
+    assert!(t.stage_redo(&[&far]).is_err());
+    assert!(t.stage_redo(&[b"\x01garbage"]).is_err());
+    let commit = redo::Redo::Commit { txn: id, frees: vec![] }.encode();
+    assert!(t.stage_redo(&[&commit]).is_err());
+}
