@@ -4,5 +4,6 @@
 //! parses arguments and prints.
 
 pub mod format;
+pub mod serve;
 pub mod torture;
 pub mod verify;

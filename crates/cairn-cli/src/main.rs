@@ -87,6 +87,26 @@ enum Command {
         #[arg(long)]
         log: PathBuf,
     },
+    /// Serve a database to page-server clients until SIGINT/SIGTERM, then
+    /// checkpoint and close it. Without --token-file it listens on loopback
+    /// only.
+    Serve {
+        /// The database directory (created if missing).
+        dir: PathBuf,
+        /// TCP address to listen on (default 127.0.0.1:7411 unless only
+        /// --unix is given; port 0 picks a free one).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Unix socket path to listen on.
+        #[arg(long)]
+        unix: Option<PathBuf>,
+        /// File holding the token clients must present.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// File of `key = value` server limits.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -137,6 +157,29 @@ fn main() -> ExitCode {
             extent_pages,
         } => create(&dir, page_size, extent_pages),
         Command::Inspect { dir, json } => inspect(&dir, json),
+        Command::Serve {
+            dir,
+            listen,
+            unix,
+            token_file,
+            config,
+        } => {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            cairn_cli::serve::serve(&cairn_cli::serve::ServeArgs {
+                dir,
+                listen,
+                unix,
+                token_file,
+                config,
+            })
+        }
         Command::Check { dir, no_recover } => return check(&dir, !no_recover),
         Command::Torture {
             dir,

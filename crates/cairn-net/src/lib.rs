@@ -14,6 +14,7 @@
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod page_service;
 pub mod rpc;
 pub mod transport;
 

@@ -446,17 +446,17 @@ fn truncate_str(s: &str, max: usize) -> &str {
 }
 
 /// A bounds-checked little-endian cursor over a body.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     what: &'static str,
 }
 
 impl<'a> Reader<'a> {
-    fn new(bytes: &'a [u8], what: &'static str) -> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8], what: &'static str) -> Reader<'a> {
         Reader { bytes, what }
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], MessageError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], MessageError> {
         if self.bytes.len() < n {
             return Err(MessageError::Malformed {
                 what: self.what,
@@ -468,19 +468,19 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn u16(&mut self) -> Result<u16, MessageError> {
+    pub(crate) fn u16(&mut self) -> Result<u16, MessageError> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
     }
 
-    fn u32(&mut self) -> Result<u32, MessageError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, MessageError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
 
-    fn u64(&mut self) -> Result<u64, MessageError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, MessageError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
-    fn string16(&mut self) -> Result<String, MessageError> {
+    pub(crate) fn string16(&mut self) -> Result<String, MessageError> {
         let len = self.u16()? as usize;
         let what = self.what;
         let raw = self.take(len)?;
@@ -490,7 +490,23 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn end(&self) -> Result<(), MessageError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, MessageError> {
+        Ok(self.take(1)?[0])
+    }
+
+    /// Checks that `count` elements of at least `element_bytes` each can be
+    /// in the bytes left, before anything is allocated for them.
+    pub(crate) fn check_count(&self, count: usize, element_bytes: usize) -> Result<(), MessageError> {
+        if count.saturating_mul(element_bytes) > self.bytes.len() {
+            return Err(MessageError::Malformed {
+                what: self.what,
+                problem: "a count claims more elements than the body holds",
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn end(&self) -> Result<(), MessageError> {
         if self.bytes.is_empty() {
             Ok(())
         } else {

@@ -1,1 +1,300 @@
-//! The Cairn server (a later issue): sessions and the page, object, lock and log services over `cairn-net`, on top of `cairn-storage`.
+//! The Cairn server: sessions over `cairn-net`, serving the storage engine
+//! (`cairn-storage`) to page-server clients (DESIGN.md §7, §10).
+//!
+//! [`run`] serves one listener until a shutdown future completes; `cairn
+//! serve` binds TCP and/or Unix listeners, runs one `run` per listener over
+//! one shared [`PageServer`], and checkpoints the database on the way out.
+//!
+//! # A session
+//!
+//! A connection's HELLO must ask for the page-server architecture and, if
+//! the server has tokens, carry one of them. Each session is a storage
+//! client ([`ClientId`]): its transactions are storage [`Txn`]s whose lock
+//! owner is `(client, txn)`, so lock waits, deadlock detection and timeouts
+//! work between clients exactly as between threads. Requests run on tokio's
+//! blocking pool (a lock wait or a page read blocks a thread, never the
+//! reactor). When the connection ends, every transaction it left open is
+//! aborted: its locks are released and nothing of it remains.
+//!
+//! ```text
+//!  BEGIN ──▶ open ──FETCH/ALLOCATE/FREE──▶ open ──COMMIT──▶ (verified, logged, durable) ──▶ gone
+//!                        │                     └──ABORT / connection closed──────────────────▶ gone
+//!                        └─ error (deadlock, timeout, I/O) ─▶ doomed: only ABORT is accepted
+//! ```
+//!
+//! The server trusts no client: pages it sends are sealed (CRC32C) for the
+//! client to verify, and a COMMIT's records are verified by
+//! [`Txn::stage_redo`] before anything reaches the log.
+//!
+//! Not yet here (issue 11 continues): callback locking (pages cached across
+//! transactions), object-level services, allocation of groups by clients.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
+use cairn_net::page_service::{encode_page, PageRequest, VolumeInfo, NO_PAGE};
+use cairn_net::rpc::{Handler, Limits, Replier, Request};
+use cairn_net::transport::Listener;
+use cairn_storage::access::PageAccess;
+use cairn_storage::page::{self, PageType};
+use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn};
+
+/// What a server admits and how it bounds its sessions.
+#[derive(Clone, Debug, Default)]
+pub struct ServerConfig {
+    /// Tokens a client may present; empty means no authentication (the
+    /// caller must then listen on loopback only).
+    pub tokens: Vec<Vec<u8>>,
+    /// The RPC layer's bounds (connections, requests in flight, bytes).
+    pub limits: Limits,
+}
+
+/// The page server: the database and who is connected.
+pub struct PageServer {
+    db: Arc<Db>,
+    tokens: Vec<Vec<u8>>,
+    next_client: AtomicU32,
+}
+
+impl std::fmt::Debug for PageServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageServer").field("db", &self.db).finish()
+    }
+}
+
+/// One connection's state: its storage client id and open transactions.
+pub struct Session {
+    state: Arc<SessionState>,
+}
+
+struct SessionState {
+    client: ClientId,
+    peer: String,
+    txns: Mutex<HashMap<u64, Arc<Mutex<Txn>>>>,
+}
+
+impl PageServer {
+    /// A server over an open database.
+    pub fn new(db: Arc<Db>, config: &ServerConfig) -> PageServer {
+        PageServer {
+            db,
+            tokens: config.tokens.clone(),
+            // Client 0 is the embedded engine's own.
+            next_client: AtomicU32::new(1),
+        }
+    }
+
+    /// The database served.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+}
+
+/// Serves `listener` with `server` until `shutdown` completes; then stops
+/// accepting, lets requests in flight finish (within the limits' grace) and
+/// returns. Open transactions of closed sessions are aborted.
+pub async fn run(listener: Listener, shutdown: impl Future<Output = ()>, server: Arc<PageServer>, limits: Limits) {
+    cairn_net::rpc::run(listener, shutdown, server, limits).await;
+}
+
+impl Handler for PageServer {
+    type Session = Session;
+
+    fn open(&self, hello: &Hello, peer: &str) -> Result<Session, Fault> {
+        if hello.architecture != Architecture::PAGE {
+            return Err(Fault::new(
+                ErrorCode::UNSUPPORTED_ARCHITECTURE,
+                format!(
+                    "this server serves the page-server architecture ({}), not {}",
+                    Architecture::PAGE.0,
+                    hello.architecture.0
+                ),
+            ));
+        }
+        if !self.tokens.is_empty() && !self.tokens.iter().any(|t| t[..] == hello.token[..]) {
+            tracing::warn!(peer, "refused: unknown token");
+            return Err(Fault::new(ErrorCode::UNKNOWN_TOKEN, "unknown token"));
+        }
+        let client = ClientId(self.next_client.fetch_add(1, Ordering::Relaxed));
+        tracing::info!(peer, client = client.0, name = %hello.client_name, "session opened");
+        Ok(Session {
+            state: Arc::new(SessionState {
+                client,
+                peer: peer.to_string(),
+                txns: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    async fn handle(&self, session: &Session, request: Request, reply: &Replier) -> Result<Bytes, Fault> {
+        let req = PageRequest::decode(request.kind, &request.body)
+            .map_err(|e| Fault::new(ErrorCode::PROTOCOL, e.to_string()))?
+            .ok_or_else(|| {
+                Fault::new(
+                    ErrorCode::UNKNOWN_KIND,
+                    format!("unknown service kind {:#06x}", request.kind.0),
+                )
+            })?;
+        let db = self.db.clone();
+        let state = session.state.clone();
+        let outcome = tokio::task::spawn_blocking(move || serve(&db, &state, req))
+            .await
+            .map_err(|e| Fault::new(ErrorCode::INTERNAL, format!("request task failed: {e}")))?;
+        match outcome? {
+            Answer::Body(body) => Ok(Bytes::from(body)),
+            Answer::Parts(parts) => {
+                for p in parts {
+                    reply
+                        .part(p)
+                        .await
+                        .map_err(|e| Fault::new(ErrorCode::INTERNAL, e.to_string()))?;
+                }
+                Ok(Bytes::new())
+            }
+        }
+    }
+
+    fn closed(&self, session: &Session) {
+        let txns: Vec<Arc<Mutex<Txn>>> = lock(&session.state.txns).drain().map(|(_, t)| t).collect();
+        let open = txns.len();
+        // Dropping a transaction aborts it: its locks are released and its
+        // allocations given back. A request still holding one finishes first.
+        drop(txns);
+        tracing::info!(peer = %session.state.peer, client = session.state.client.0, aborted = open, "session closed");
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A request's answer: one body, or parts streamed before an empty final
+/// reply.
+enum Answer {
+    Body(Vec<u8>),
+    Parts(Vec<Vec<u8>>),
+}
+
+/// Runs one request on a blocking thread.
+fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Fault> {
+    let txn_of = |id: u64| {
+        lock(&state.txns).get(&id).cloned().ok_or_else(|| {
+            Fault::new(
+                ErrorCode::NOT_FOUND,
+                format!("no open transaction {id} in this session"),
+            )
+        })
+    };
+    match req {
+        PageRequest::Begin => {
+            let t = db.begin_for(state.client).map_err(fault)?;
+            let id = t.id().0;
+            lock(&state.txns).insert(id, Arc::new(Mutex::new(t)));
+            Ok(Answer::Body(id.to_le_bytes().to_vec()))
+        }
+        PageRequest::Fetch { txn, exclusive, pages } => {
+            let t = txn_of(txn)?;
+            let mut t = lock(&t);
+            let mut parts = Vec::with_capacity(pages.len());
+            for p in pages {
+                let mut image = t.fetch_page(PageId(p), exclusive).map_err(fault)?;
+                page::seal(&mut image);
+                parts.push(encode_page(p, &image));
+            }
+            Ok(Answer::Parts(parts))
+        }
+        PageRequest::Allocate {
+            txn,
+            group,
+            near,
+            page_type,
+        } => {
+            let ty = PageType::from_u8(page_type)
+                .filter(|t| {
+                    matches!(
+                        t,
+                        PageType::Slotted
+                            | PageType::LargeIndex
+                            | PageType::LargeData
+                            | PageType::BTreeLeaf
+                            | PageType::BTreeInner
+                    )
+                })
+                .ok_or_else(|| {
+                    Fault::new(
+                        ErrorCode::INVALID,
+                        format!("a client may not allocate a page of type {page_type}"),
+                    )
+                })?;
+            let t = txn_of(txn)?;
+            let mut t = lock(&t);
+            let near = (near != NO_PAGE).then_some(PageId(near));
+            let p = t.allocate(GroupId(group), near, ty).map_err(fault)?;
+            let mut image = t.fetch_page(p, true).map_err(fault)?;
+            page::seal(&mut image);
+            Ok(Answer::Body(encode_page(p.0, &image)))
+        }
+        PageRequest::Free { txn, page } => {
+            let t = txn_of(txn)?;
+            lock(&t).free(PageId(page)).map_err(fault)?;
+            Ok(Answer::Body(Vec::new()))
+        }
+        PageRequest::Commit { txn, records } => {
+            let t = lock(&state.txns).remove(&txn).ok_or_else(|| {
+                Fault::new(
+                    ErrorCode::NOT_FOUND,
+                    format!("no open transaction {txn} in this session"),
+                )
+            })?;
+            let t = Arc::try_unwrap(t).map_err(|_| {
+                Fault::new(
+                    ErrorCode::INVALID,
+                    format!("transaction {txn} has a request still running"),
+                )
+            })?;
+            let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
+            let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
+            // A refused batch aborts the transaction (dropping it).
+            t.stage_redo(&refs).map_err(fault)?;
+            t.commit().map_err(fault)?;
+            Ok(Answer::Body(Vec::new()))
+        }
+        PageRequest::Abort { txn } => {
+            let t = lock(&state.txns).remove(&txn);
+            drop(t);
+            Ok(Answer::Body(Vec::new()))
+        }
+        PageRequest::Volume => {
+            let header = db.header();
+            Ok(Answer::Body(
+                VolumeInfo {
+                    page_size: header.page_size,
+                    page_count: db.page_counts().0,
+                    region_pages: header.region_pages,
+                }
+                .encode(),
+            ))
+        }
+    }
+}
+
+/// The fault a storage error becomes, with a code a client can act on.
+pub fn fault(e: Error) -> Fault {
+    let code = match &e {
+        Error::Deadlock { .. } => ErrorCode::DEADLOCK,
+        Error::LockTimeout { .. } => ErrorCode::LOCK_TIMEOUT,
+        Error::NotFound { .. } | Error::GroupNotFound(_) | Error::TxnNotActive(_) => ErrorCode::NOT_FOUND,
+        Error::Corrupt { .. } | Error::CorruptFile { .. } | Error::CorruptLog { .. } => ErrorCode::CORRUPT,
+        Error::Poisoned(_) => ErrorCode::POISONED,
+        Error::TxnDoomed { .. } => ErrorCode::DOOMED,
+        Error::LimitExceeded { .. } | Error::VolumeFull(_) => ErrorCode::LIMIT,
+        Error::Io { .. } => ErrorCode::IO,
+        Error::Internal(_) => ErrorCode::INTERNAL,
+        _ => ErrorCode::INVALID,
+    };
+    Fault::new(code, e.to_string())
+}

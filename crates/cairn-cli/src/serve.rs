@@ -1,0 +1,175 @@
+//! `cairn serve`: opens (recovers) a database and serves it to page-server
+//! clients over TCP and/or a Unix socket until SIGINT or SIGTERM, then
+//! checkpoints and closes it.
+//!
+//! **Secure by default:** without a token file the server accepts anyone
+//! who can reach it, so it listens on loopback only (and says so); a
+//! non-loopback TCP address without a token is refused at start.
+//!
+//! The first line on stdout is `listening on ADDR` for each listener (the
+//! real port when 0 was asked for), so a parent process can find it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use cairn_net::rpc::Limits;
+use cairn_net::transport::{Address, Listener};
+use cairn_server::{PageServer, ServerConfig};
+use cairn_storage::{Db, DbOptions};
+
+/// What `cairn serve` was asked for.
+#[derive(Debug, Clone)]
+pub struct ServeArgs {
+    /// The database directory (created if missing).
+    pub dir: PathBuf,
+    /// TCP address (`HOST:PORT`); default `127.0.0.1:7411` unless only
+    /// `unix` is given.
+    pub listen: Option<String>,
+    /// Unix socket path.
+    pub unix: Option<PathBuf>,
+    /// File holding the one token clients must present (trimmed).
+    pub token_file: Option<PathBuf>,
+    /// File of `key = value` limits (see [`read_config`]).
+    pub config: Option<PathBuf>,
+}
+
+/// The default TCP address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7411";
+
+/// Reads a limits file: one `key = value` per line, `#` comments. Keys:
+/// `connections_max`, `in_flight_max`, `body_max`, `request_bytes_max`,
+/// `reply_bytes_max`, `handshake_timeout_ms`, `shutdown_grace_ms`. An
+/// unknown key or a bad number is an error naming the line.
+pub fn read_config(path: &Path) -> anyhow::Result<Limits> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut limits = Limits::default();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = || format!("{}:{}", path.display(), i + 1);
+        let (key, value) = line
+            .split_once('=')
+            .with_context(|| format!("{}: expected `key = value`, found {line:?}", at()))?;
+        let (key, value) = (key.trim(), value.trim());
+        let n: u64 = value
+            .parse()
+            .with_context(|| format!("{}: {key} wants a whole number, found {value:?}", at()))?;
+        let small = |n: u64| u32::try_from(n).with_context(|| format!("{}: {key} = {n} is too large", at()));
+        match key {
+            "connections_max" => limits.connections_max = n as usize,
+            "in_flight_max" => limits.in_flight_max = small(n)?,
+            "body_max" => limits.body_max = small(n)?,
+            "request_bytes_max" => limits.request_bytes_max = small(n)?,
+            "reply_bytes_max" => limits.reply_bytes_max = small(n)?,
+            "handshake_timeout_ms" => limits.handshake_timeout = std::time::Duration::from_millis(n),
+            "shutdown_grace_ms" => limits.shutdown_grace = std::time::Duration::from_millis(n),
+            other => bail!("{}: unknown key {other:?}", at()),
+        }
+    }
+    Ok(limits.validated())
+}
+
+/// Runs the server; returns when it has shut down cleanly.
+pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let tokens = match &args.token_file {
+        Some(f) => {
+            let t = std::fs::read_to_string(f).with_context(|| format!("reading the token file {}", f.display()))?;
+            let t = t.trim();
+            if t.is_empty() {
+                bail!("the token file {} is empty", f.display());
+            }
+            vec![t.as_bytes().to_vec()]
+        }
+        None => Vec::new(),
+    };
+    let tcp: Option<Address> = match (&args.listen, &args.unix) {
+        (Some(l), _) => Some(l.parse().map_err(|e: String| anyhow::anyhow!(e))?),
+        (None, None) => Some(DEFAULT_LISTEN.parse().expect("a valid address")),
+        (None, Some(_)) => None,
+    };
+    if let Some(Address::Tcp(a)) = &tcp {
+        if tokens.is_empty() && !a.ip().is_loopback() {
+            bail!("refusing to listen on {a} without a token: anyone who can reach it could use the database; give --token-file, or listen on loopback");
+        }
+    }
+    if tokens.is_empty() {
+        tracing::warn!("no token: any local user can connect; listening on loopback and Unix sockets only");
+    }
+    let limits = match &args.config {
+        Some(c) => read_config(c)?,
+        None => Limits::default(),
+    };
+    let db = Arc::new(
+        Db::open_or_create(&args.dir, &DbOptions::default())
+            .with_context(|| format!("opening {}", args.dir.display()))?,
+    );
+    tracing::info!(dir = %args.dir.display(), recovered = ?db.recovery().committed, "database open");
+    let config = ServerConfig {
+        tokens,
+        limits: limits.clone(),
+    };
+    let server = Arc::new(PageServer::new(db.clone(), &config));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(async {
+        let mut listeners = Vec::new();
+        if let Some(a) = &tcp {
+            listeners.push(Listener::bind(a).await.with_context(|| format!("binding {a}"))?);
+        }
+        if let Some(p) = &args.unix {
+            let a = Address::Unix(p.clone());
+            listeners.push(Listener::bind(&a).await.with_context(|| format!("binding {a}"))?);
+        }
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut tasks = Vec::new();
+        for l in listeners {
+            let addr = l.local_addr().context("the listener's address")?;
+            println!("listening on {addr}");
+            let mut stop = stop_rx.clone();
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            tasks.push(tokio::spawn(cairn_server::run(
+                l,
+                shutdown,
+                server.clone(),
+                limits.clone(),
+            )));
+        }
+        std::io::stdout().flush().ok();
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+        for t in tasks {
+            let _ = t.await;
+        }
+        anyhow::Ok(())
+    })?;
+    drop(server);
+    if let Some(p) = &args.unix {
+        let _ = std::fs::remove_file(p);
+    }
+    let db = Arc::try_unwrap(db).map_err(|_| anyhow::anyhow!("the database is still in use after shutdown"))?;
+    db.close().context("the final checkpoint")?;
+    tracing::info!("closed cleanly");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers the server runs until killed.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

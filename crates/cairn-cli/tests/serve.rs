@@ -1,0 +1,239 @@
+//! `cairn serve` as a real child process, driven by raw page-service calls
+//! over loopback TCP: a page fetched under X, changed by the client and
+//! committed as redo records is what the next client reads and what the
+//! database holds after a clean shutdown; a client's bad record is refused;
+//! a vanished client leaves no locks behind; a wrong architecture, a wrong
+//! token and a non-loopback address without a token are refused.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use cairn_net::message::{Architecture, ErrorCode};
+use cairn_net::page_service::{decode_page, PageRequest};
+use cairn_net::rpc::{Client, ClientOptions};
+use cairn_net::transport::Address;
+use cairn_net::Error as NetError;
+use cairn_storage::wal::redo;
+use cairn_storage::{page, Db, DbOptions, GroupId, Oid, PageId, TxnId};
+
+struct Server {
+    child: Child,
+    addr: Address,
+}
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .arg("serve")
+            .arg(dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("CAIRN_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start cairn serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .unwrap();
+        Server { child, addr }
+    }
+
+    fn client(&self, token: &[u8]) -> Result<Client, NetError> {
+        Client::connect(
+            &self.addr,
+            &ClientOptions {
+                architecture: Architecture::PAGE,
+                token: bytes::Bytes::copy_from_slice(token),
+                ..ClientOptions::default()
+            },
+        )
+    }
+
+    /// SIGTERM, and the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        for _ in 0..300 {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.child.kill().ok();
+        panic!("cairn serve did not stop on SIGTERM");
+    }
+}
+
+fn call(c: &Client, req: &PageRequest) -> Result<Vec<bytes::Bytes>, NetError> {
+    let (kind, body) = req.encode();
+    c.invoke(kind, body)?.collect()
+}
+
+fn begin(c: &Client) -> u64 {
+    let body = call(c, &PageRequest::Begin).unwrap().pop().unwrap();
+    u64::from_le_bytes(body[..].try_into().unwrap())
+}
+
+/// Fetches one page and checks it as a page read from disk.
+fn fetch(c: &Client, txn: u64, id: PageId, exclusive: bool) -> Result<Vec<u8>, NetError> {
+    let parts = call(
+        c,
+        &PageRequest::Fetch {
+            txn,
+            exclusive,
+            pages: vec![id.0],
+        },
+    )?;
+    let (got, image) = decode_page(&parts[0]).unwrap();
+    assert_eq!(got, id.0);
+    page::verify(image, id).expect("the page arrives sealed and whole");
+    Ok(image.to_vec())
+}
+
+/// A database with one object of 100 bytes of 7s.
+fn setup(dir: &Path) -> Oid {
+    let db = Db::create(dir, &DbOptions::default()).unwrap();
+    let mut t = db.begin().unwrap();
+    let oid = t.create(GroupId::DEFAULT, &[7u8; 100]).unwrap();
+    t.commit().unwrap();
+    db.close().unwrap();
+    oid
+}
+
+fn change(image: &[u8], from: u8, to: u8) -> Vec<u8> {
+    let mut after = image.to_vec();
+    let at = after.windows(100).position(|w| w.iter().all(|&b| b == from)).unwrap();
+    after[at..at + 100].fill(to);
+    after
+}
+
+fn remote_code(e: NetError) -> ErrorCode {
+    match e {
+        NetError::Remote(f) => f.code,
+        other => panic!("expected an error reply, got {other}"),
+    }
+}
+
+#[test]
+fn a_committed_page_change_is_seen_by_the_next_client_and_survives_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let server = Server::start(&path, &[]);
+    let writer = server.client(b"").unwrap();
+    let txn = begin(&writer);
+    let base = fetch(&writer, txn, oid.page, true).unwrap();
+    let after = change(&base, 7, 9);
+    let rec = redo::page_record(TxnId(txn), oid.page, Some(&base), &after);
+    call(
+        &writer,
+        &PageRequest::Commit {
+            txn,
+            records: vec![rec],
+        },
+    )
+    .unwrap();
+
+    let reader = server.client(b"").unwrap();
+    let t2 = begin(&reader);
+    let seen = fetch(&reader, t2, oid.page, false).unwrap();
+    assert!(
+        seen.windows(100).any(|w| w.iter().all(|&b| b == 9)),
+        "the reader sees the commit"
+    );
+    call(&reader, &PageRequest::Abort { txn: t2 }).unwrap();
+    drop((writer, reader));
+    assert!(server.stop().success(), "a clean shutdown");
+
+    let db = Db::open(&path, &DbOptions::default()).unwrap();
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(oid).unwrap(), vec![9u8; 100]);
+}
+
+#[test]
+fn a_bad_record_is_refused_and_a_vanished_client_leaves_no_locks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let server = Server::start(&path, &[]);
+    let c = server.client(b"").unwrap();
+    let txn = begin(&c);
+    // Changing a page it only holds S on.
+    let base = fetch(&c, txn, oid.page, false).unwrap();
+    let rec = redo::page_record(TxnId(txn), oid.page, Some(&base), &change(&base, 7, 9));
+    let err = call(
+        &c,
+        &PageRequest::Commit {
+            txn,
+            records: vec![rec],
+        },
+    )
+    .unwrap_err();
+    assert_eq!(remote_code(err), ErrorCode::INVALID);
+    // The refused commit ended the transaction.
+    let err = fetch(&c, txn, oid.page, false).unwrap_err();
+    assert_eq!(remote_code(err), ErrorCode::NOT_FOUND);
+
+    // A client takes X and disappears without a word.
+    let gone = server.client(b"").unwrap();
+    let t = begin(&gone);
+    fetch(&gone, t, oid.page, true).unwrap();
+    drop(gone);
+    // Another client gets X on the same page: it may wait until the server
+    // has noticed the disconnect, never until the lock timeout.
+    let t = begin(&c);
+    let started = std::time::Instant::now();
+    fetch(&c, t, oid.page, true).expect("the vanished client's lock is released");
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "granted by the release, not a timeout"
+    );
+    drop(c);
+    assert!(server.stop().success());
+}
+
+#[test]
+fn wrong_architecture_wrong_token_and_open_addresses_without_a_token_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    setup(&path);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let server = Server::start(&path, &["--token-file", token_file.to_str().unwrap()]);
+    assert!(matches!(server.client(b"wrong"), Err(NetError::Refused(f)) if f.code == ErrorCode::UNKNOWN_TOKEN));
+    let rpc_only = Client::connect(
+        &server.addr,
+        &ClientOptions {
+            architecture: Architecture::OBJECT,
+            token: bytes::Bytes::from_static(b"s3cret"),
+            ..ClientOptions::default()
+        },
+    );
+    assert!(matches!(rpc_only, Err(NetError::Refused(f)) if f.code == ErrorCode::UNSUPPORTED_ARCHITECTURE));
+    let ok = server.client(b"s3cret").unwrap();
+    let volume = call(&ok, &PageRequest::Volume).unwrap().pop().unwrap();
+    let info = cairn_net::page_service::VolumeInfo::decode(&volume).unwrap();
+    assert_eq!(info.page_size, 4096);
+    drop(ok);
+    assert!(server.stop().success());
+
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("serve")
+        .arg(&path)
+        .args(["--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without a token"), "{err}");
+}
