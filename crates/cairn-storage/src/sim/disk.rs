@@ -316,6 +316,7 @@ struct State {
     crash_at: Option<u64>,
     crashed_at: Option<u64>,
     faults: Vec<ArmedFault>,
+    first_fault: Option<(u64, OpKind, PathBuf)>,
     stats: SimStats,
 }
 
@@ -341,6 +342,7 @@ impl State {
             crash_at: None,
             crashed_at: None,
             faults: Vec::new(),
+            first_fault: None,
             stats: SimStats::default(),
         }
     }
@@ -371,6 +373,7 @@ impl State {
             f.spent = !f.fault.forever;
             self.stats.faults_fired += 1;
             self.stats.first_fault_op.get_or_insert(n);
+            self.first_fault.get_or_insert_with(|| (n, kind, path.to_path_buf()));
             return match f.fault.kind {
                 FaultKind::ReadEio | FaultKind::WriteEio | FaultKind::SyncEio => {
                     Verdict::Fail(io::Error::from_raw_os_error(EIO))
@@ -564,6 +567,11 @@ impl SimDisk {
     /// The counters.
     pub fn stats(&self) -> SimStats {
         self.lock().stats
+    }
+
+    /// The first operation a fault hit: its index, kind and path.
+    pub fn first_fault(&self) -> Option<(u64, OpKind, PathBuf)> {
+        self.lock().first_fault.clone()
     }
 
     /// The paths of every file (current namespace), sorted.
