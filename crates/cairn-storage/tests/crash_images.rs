@@ -885,8 +885,13 @@ fn io_errors_at_every_index() {
     let (mut injected, mut not_fired, mut surfaced, mut swallowed, mut poisoned, mut usable_after) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut images = 0u64;
+    // `CAIRN_FAULT=Kind/forever` (as printed) replays one fault kind only.
+    let only = std::env::var("CAIRN_FAULT").ok();
     for kind in FaultKind::ALL {
         for forever in [false, true] {
+            if only.as_ref().is_some_and(|o| *o != format!("{kind:?}/{forever}")) {
+                continue;
+            }
             let cands = fault_candidates(&trace, run.create_end_op, kind);
             let points = match cfg.index {
                 Some(i) => vec![i],
