@@ -30,6 +30,8 @@ pub mod lock;
 pub mod page;
 pub mod record;
 pub mod recovery;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 pub mod txn;
 pub mod volume;
 pub mod wal;
