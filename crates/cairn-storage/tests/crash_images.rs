@@ -1374,7 +1374,34 @@ fn a_new_database_does_not_replay_a_leftover_log() {
         disk.remove_file(&db_path().join(name)).unwrap();
     }
     let r = no_panic(|| {
-        let db = Db::create(&db_path(), &o).map_err(|e| format!("create over a leftover log: {e}"))?;
+        // Creating over the old log is refused with an error naming it; once
+        // it is removed, the new database holds nothing of the old one. And
+        // a leftover log that appears later is refused at open.
+        match Db::create(&db_path(), &o) {
+            Err(cairn_storage::Error::AlreadyExists { path }) if path.ends_with("wal") => {}
+            Err(e) => {
+                return Err(format!(
+                    "create over a leftover log: expected AlreadyExists naming wal/, got {e}"
+                ))
+            }
+            Ok(_) => return Err("create over a leftover log succeeded".into()),
+        }
+        let wal_dir = db_path().join("wal");
+        let segments = disk.list_dir(&wal_dir).map_err(|e| e.to_string())?;
+        let saved: Vec<(std::path::PathBuf, Vec<u8>)> = segments
+            .iter()
+            .map(|n| {
+                let p = wal_dir.join(n);
+                let f = disk.open(&p, false).unwrap();
+                let mut b = vec![0u8; f.len().unwrap() as usize];
+                f.read_exact_at(&mut b, 0).unwrap();
+                (p, b)
+            })
+            .collect();
+        for (p, _) in &saved {
+            disk.remove_file(p).map_err(|e| e.to_string())?;
+        }
+        let db = Db::create(&db_path(), &o).map_err(|e| format!("create after removing the old log: {e}"))?;
         let mut t = db.begin().map_err(|e| e.to_string())?;
         for oid in &old {
             if let Ok(b) = t.read(*oid) {
@@ -1387,10 +1414,24 @@ fn a_new_database_does_not_replay_a_leftover_log() {
         drop(t);
         db.close().map_err(|e| e.to_string())?;
         let report = check_database(&db_path(), &check_opts(&disk));
-        if report.is_ok() {
-            Ok(())
+        if !report.is_ok() {
+            return Err(format!("check: {:?}", report.problems));
+        }
+        // An old segment copied over the new log's segment of the same name:
+        // refused at open.
+        let (p, b) = saved.first().ok_or("the old database had no log segment")?;
+        let f = if disk.exists(p) {
+            disk.open(p, false).map_err(|e| e.to_string())?
         } else {
-            Err(format!("check: {:?}", report.problems))
+            disk.open(p, true).map_err(|e| e.to_string())?
+        };
+        f.set_len(0).map_err(|e| e.to_string())?;
+        f.write_all_at(b, 0).map_err(|e| e.to_string())?;
+        f.sync_data().map_err(|e| e.to_string())?;
+        match Db::open(&db_path(), &o) {
+            Err(cairn_storage::Error::ForeignLog { .. }) => Ok(()),
+            Err(e) => Err(format!("open with a foreign segment: expected ForeignLog, got {e}")),
+            Ok(_) => Err("open with a foreign segment succeeded".into()),
         }
     });
     let mut f = Failures::new("a_new_database_does_not_replay_a_leftover_log", &config());

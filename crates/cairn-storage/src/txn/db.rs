@@ -214,6 +214,17 @@ impl Db {
         let vfs = &opts.volume.vfs;
         crate::io::create_dir_durably(vfs.as_ref(), dir).map_err(|e| Error::io("create database directory", dir, e))?;
         let dir_lock = crate::volume::lock_dir(vfs.as_ref(), dir)?;
+        // A log left in the directory belongs to some other database: never
+        // start a new one beside it (it would be refused at open anyway).
+        let wal_dir = dir.join(crate::wal::WAL_DIR);
+        if vfs.exists(&wal_dir)
+            && !vfs
+                .list_dir(&wal_dir)
+                .map_err(|e| Error::io("list log directory", &wal_dir, e))?
+                .is_empty()
+        {
+            return Err(Error::AlreadyExists { path: wal_dir });
+        }
         Volume::create(dir, &opts.volume)?.close()?;
         Db::open_locked(dir, opts, dir_lock)
     }
@@ -245,6 +256,7 @@ impl Db {
     }
 
     fn open_locked(dir: &Path, opts: &DbOptions, dir_lock: Box<dyn FileLock>) -> Result<Db> {
+        Volume::finish_create(opts.volume.vfs.as_ref(), dir)?;
         let manifest = crate::volume::manifest::Manifest::read(opts.volume.vfs.as_ref(), dir)?;
         let wal_opts = WalOptions {
             segment_bytes: opts.wal_segment_bytes,

@@ -23,6 +23,10 @@ use crate::io::Vfs;
 pub const MANIFEST_FILE: &str = "MANIFEST";
 /// The volume's file name inside a database directory.
 pub const VOLUME_FILE: &str = "volume.cairn";
+/// The volume's name while a database is being created: it is renamed to
+/// [`VOLUME_FILE`] only after the manifest is durable, so a `volume.cairn`
+/// without a manifest never comes from an interrupted creation.
+pub const VOLUME_NEW_FILE: &str = "volume.cairn.new";
 /// The on-disk format version this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
 

@@ -48,7 +48,7 @@ use crate::wal::LogSink;
 use self::file::{VolumeFile, VolumeStats};
 use self::groups::{DirEntry, ExtentEntry, GROUP_NAME_MAX};
 use self::header::{VolumeHeader, EXTENT_PAGES_MAX};
-use self::manifest::{Manifest, MANIFEST_FILE, VOLUME_FILE};
+use self::manifest::{Manifest, MANIFEST_FILE, VOLUME_FILE, VOLUME_NEW_FILE};
 
 /// The lock file inside a database directory (see [`lock_dir`]).
 pub const LOCK_FILE: &str = "LOCK";
@@ -211,8 +211,17 @@ pub const VOLUME_PAGES_MAX: u32 = u32::MAX - 64;
 
 impl Volume {
     /// Creates a new database in `dir` (which may exist but must not hold a
-    /// database). The manifest is written last, so a crash during creation
-    /// leaves no half database behind a manifest.
+    /// database).
+    ///
+    /// Crash-safe in three durable steps: the volume is written and fsynced
+    /// as `volume.cairn.new`; the manifest is written (a temporary name,
+    /// fsync, rename, directory fsync); then the volume is renamed into
+    /// place and the directory fsynced. A crash before the manifest leaves
+    /// only `*.new`/`*.tmp` files, which the next create removes (nothing was
+    /// ever committed there); a crash after it leaves a manifest and
+    /// `volume.cairn.new`, which the next open renames
+    /// ([`Volume::finish_create`]). So `volume.cairn` without a manifest
+    /// never comes from an interrupted creation, and is refused.
     pub fn create(dir: &Path, opts: &VolumeOptions) -> Result<Volume> {
         page::validate_page_size(opts.page_size)?;
         if opts.extent_pages == 0 || opts.extent_pages > EXTENT_PAGES_MAX {
@@ -234,7 +243,12 @@ impl Volume {
                 return Err(Error::AlreadyExists { path: p });
             }
         }
-        let vpath = dir.join(VOLUME_FILE);
+        let vpath = dir.join(VOLUME_NEW_FILE);
+        if vfs.exists(&vpath) {
+            // An earlier creation died before its manifest: never a database.
+            vfs.remove_file(&vpath)
+                .map_err(|e| Error::io("remove an unfinished volume", &vpath, e))?;
+        }
         let f = vfs
             .open(&vpath, true)
             .map_err(|e| Error::io("create volume", &vpath, e))?;
@@ -280,7 +294,28 @@ impl Volume {
             creation_id,
         }
         .write_new(vfs.as_ref(), dir)?;
+        Volume::finish_create(vfs.as_ref(), dir)?;
         Ok(vol)
+    }
+
+    /// Completes a creation whose manifest is durable: renames
+    /// `volume.cairn.new` into place and fsyncs the directory. Does nothing
+    /// if there is no such file. Called by create and before every open.
+    pub fn finish_create(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
+        let new = dir.join(VOLUME_NEW_FILE);
+        let vpath = dir.join(VOLUME_FILE);
+        if !vfs.exists(&new) || !vfs.exists(&dir.join(MANIFEST_FILE)) {
+            return Ok(());
+        }
+        if vfs.exists(&vpath) {
+            return Err(Error::CorruptFile {
+                path: new,
+                reason: format!("both {VOLUME_NEW_FILE} and {VOLUME_FILE} exist; which one is the database is unknown"),
+            });
+        }
+        vfs.rename(&new, &vpath)
+            .map_err(|e| Error::io("rename the new volume into place", &vpath, e))?;
+        vfs.sync_dir(dir).map_err(|e| Error::io("fsync directory", dir, e))
     }
 
     /// Opens the database in `dir`, verifying the manifest, the header, and the

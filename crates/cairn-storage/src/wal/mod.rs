@@ -399,6 +399,11 @@ impl Wal {
                 file.sync_data()
                     .map_err(|e| Error::io("fsync log segment", last_path, e))?;
                 stats.fsyncs += 1;
+                // Its name too: a segment whose creation failed half-way may
+                // exist only in the cache, and records will be appended to it.
+                vfs.sync_dir(&dir)
+                    .map_err(|e| Error::io("fsync log directory", &dir, e))?;
+                stats.dir_syncs += 1;
                 report.last_segment_records = records;
                 let segments = listed
                     .iter()
@@ -858,14 +863,15 @@ impl LastSegment<'_> {
         Ok(None)
     }
 
-    /// Writes the segment's valid bytes again (see [`Wal::open`]).
+    /// Writes the segment's valid bytes again, its header included (see
+    /// [`Wal::open`]).
     fn rewrite(&self, end: Lsn) -> Result<()> {
-        let total = end.0 - self.start.0;
+        let total = SEGMENT_HEADER_SIZE as u64 + (end.0 - self.start.0);
         let mut buf = vec![0u8; (total.min(1 << 20)) as usize];
         let mut done = 0u64;
         while done < total {
             let n = (total - done).min(buf.len() as u64) as usize;
-            let at = SEGMENT_HEADER_SIZE as u64 + done;
+            let at = done;
             self.file
                 .read_exact_at(&mut buf[..n], at)
                 .map_err(|e| Error::io("read log segment", self.path, e))?;

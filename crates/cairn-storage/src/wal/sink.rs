@@ -35,7 +35,12 @@ impl std::fmt::Debug for LogSink {
 impl LogSink {
     /// True if a page whose LSN is `page_lsn` must be logged as a full image
     /// on its next change (its first since the current checkpoint began).
+    ///
+    /// A page whose LSN *equals* the redo LSN needs one too: its last record
+    /// ends exactly there, so it lies before the replay range (a system
+    /// action stamps its pages with its COMMIT's LSN, which can be the end
+    /// of the log a checkpoint picks). Found by the crash-image suite.
     pub fn needs_full_image(&self, page_lsn: Lsn) -> bool {
-        page_lsn.0 < self.redo_lsn.load(Ordering::SeqCst)
+        page_lsn.0 <= self.redo_lsn.load(Ordering::SeqCst)
     }
 }
