@@ -24,9 +24,9 @@
 //! bit-flip trials) per workload, sampled evenly (default small, for CI);
 //! `CAIRN_CRASH_SEED=S` the seed; `CAIRN_CRASH_INDEX=i` and
 //! `CAIRN_CRASH_IMAGE=synced|random|torn-last|everything` replay one crash
-//! point; `CAIRN_SIM_KNOWN_BUGS=1` turns the assertions on defects the
-//! engine is known to have (listed at `KNOWN_BUGS`) into reports. Every
-//! failure prints the seed, the I/O index and the image kind.
+//! point. Every failure prints the seed, the I/O index and the image kind;
+//! a failure with the shape of a defect this suite found (see
+//! `FIXED_DEFECTS`) names it, since it would be that fix regressing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -86,7 +86,6 @@ struct Config {
     seed: u64,
     index: Option<u64>,
     image: Option<ImageKind>,
-    known_bugs: bool,
 }
 
 fn config() -> Config {
@@ -107,7 +106,6 @@ fn config() -> Config {
         index: num("CAIRN_CRASH_INDEX"),
         image: var("CAIRN_CRASH_IMAGE")
             .map(|s| ImageKind::from_name(&s).unwrap_or_else(|| panic!("CAIRN_CRASH_IMAGE={s}: unknown kind"))),
-        known_bugs: var("CAIRN_SIM_KNOWN_BUGS").is_some_and(|v| v != "0"),
     }
 }
 
@@ -127,11 +125,10 @@ fn sample<T: Copy>(v: &[T], n: usize) -> Vec<T> {
     (0..n).map(|k| v[k * (v.len() - 1) / (n - 1)]).collect()
 }
 
-/// Engine defects this suite is known to find (issue 10), each with the
-/// shape of failure it causes. With `CAIRN_SIM_KNOWN_BUGS=1` a failure
-/// recognised as one of these is reported, not failed on, so the rest of the
-/// suite can show new regressions; without it every failure fails the test.
-const KNOWN_BUGS: &[(&str, &str)] = &[
+/// The engine defects this suite found (issue 10), all fixed, each with the
+/// shape of failure it caused: a failure of that shape now names the fix
+/// that regressed.
+const FIXED_DEFECTS: &[(&str, &str)] = &[
     (
         "wal-hole",
         "a hole in the unsynced log tail followed by a valid record is CorruptLog at open, not the end of the log",
@@ -164,8 +161,6 @@ struct Failures {
     test: &'static str,
     seed_var: String,
     list: Vec<String>,
-    known_bugs: bool,
-    known: BTreeMap<&'static str, u64>,
 }
 
 impl Failures {
@@ -174,20 +169,17 @@ impl Failures {
             test,
             seed_var: format!("CAIRN_CRASH_SEED={:#x}", cfg.seed),
             list: Vec::new(),
-            known_bugs: cfg.known_bugs,
-            known: BTreeMap::new(),
         }
     }
 
-    /// A failure that is a symptom of the known bug `bug` (see `KNOWN_BUGS`).
+    /// A failure with the shape of the fixed defect `bug` (see
+    /// `FIXED_DEFECTS`): the message says which fix may have regressed.
     fn add_known(&mut self, bug: Option<&'static str>, at: String, msg: String) {
-        match bug {
-            Some(b) if self.known_bugs => {
-                assert!(KNOWN_BUGS.iter().any(|(k, _)| *k == b), "unknown bug tag {b}");
-                *self.known.entry(b).or_default() += 1;
-            }
-            _ => self.add(at, msg),
-        }
+        let msg = match bug.and_then(|b| FIXED_DEFECTS.iter().find(|(k, _)| *k == b)) {
+            Some((b, what)) => format!("{msg} [the shape of fixed defect {b}: {what}]"),
+            None => msg,
+        };
+        self.add(at, msg)
     }
 
     fn add(&mut self, at: String, msg: String) {
@@ -201,13 +193,6 @@ impl Failures {
     /// Prints every failure (grouped: the first few of each message shape)
     /// and fails the test if there is any.
     fn finish(self) {
-        for (b, n) in &self.known {
-            let what = KNOWN_BUGS.iter().find(|(k, _)| k == b).map_or("", |(_, w)| *w);
-            eprintln!(
-                "{}: {n} failures from known bug {b} ({what}), not counted (CAIRN_SIM_KNOWN_BUGS)",
-                self.test
-            );
-        }
         if self.list.is_empty() {
             return;
         }
@@ -1048,6 +1033,10 @@ struct FlipCounts {
     by_check: u64,
     repaired: u64,
     harmless: u64,
+    /// Flips in the last group commit's records, which no later record
+    /// vouches for: the engine cannot tell them from a torn tail, and must
+    /// treat them exactly as one (the log ends before the damaged record).
+    tail_cut: u64,
 }
 
 enum FlipOutcome {
@@ -1151,6 +1140,58 @@ fn flip_outcome(disk: &SimDisk, model: &Model, target: &Target) -> Result<FlipOu
     })
 }
 
+/// In a log segment's bytes: the file offset from which no record is
+/// vouched for (the `durable` field of the last valid record: every byte
+/// before it had been fsynced when that record was appended), and the start
+/// offset of every valid record.
+fn segment_records(bytes: &[u8]) -> (u64, Vec<u64>) {
+    let header = cairn_storage::wal::SEGMENT_HEADER_SIZE;
+    let rec_header = cairn_storage::wal::RECORD_HEADER_SIZE;
+    if bytes.len() < header {
+        return (0, Vec::new());
+    }
+    let start = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+    let (mut at, mut starts, mut vouched) = (header, Vec::new(), 0u64);
+    while at + rec_header <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        let durable = u64::from_le_bytes(bytes[at + 16..at + 24].try_into().unwrap());
+        if at + rec_header + len > bytes.len() {
+            break;
+        }
+        starts.push(at as u64);
+        vouched = durable.saturating_sub(start) + header as u64;
+        at += rec_header + len;
+    }
+    (vouched, starts)
+}
+
+/// Everything a database holds that the model knows of, as text: every OID
+/// ever handed out (its bytes or its error kind) and every key.
+fn snapshot(disk: &SimDisk, model: &Model) -> Result<String, String> {
+    let db = Db::open(&db_path(), &opts(disk)).map_err(|e| format!("open: {e}"))?;
+    let mut t = db.begin().map_err(|e| format!("begin: {e}"))?;
+    let mut out = String::new();
+    for oid in &model.ever {
+        match t.read(*oid) {
+            Ok(b) => out.push_str(&format!(
+                "{oid}={:x}\n",
+                mix64(b.iter().fold(b.len() as u64, |h, &x| mix64(h ^ u64::from(x))))
+            )),
+            Err(e) => out.push_str(&format!("{oid}: {e}\n")),
+        }
+    }
+    if let Some(root) = model.acked.root {
+        if let Ok(tree) = BTree::open(&mut t, root) {
+            for k in model.acked.keys.keys() {
+                out.push_str(&format!("{k:?}={:?}\n", tree.get(&mut t, k).map_err(|e| e.to_string())));
+            }
+        }
+    }
+    drop(t);
+    db.close().map_err(|e| format!("close: {e}"))?;
+    Ok(out)
+}
+
 fn flip_trials(base: &SimDisk, model: &Model, trials: u64, seed: u64, label: &str, f: &mut Failures) -> FlipCounts {
     let mut c = FlipCounts::default();
     let vol = db_path().join("volume.cairn");
@@ -1188,6 +1229,53 @@ fn flip_trials(base: &SimDisk, model: &Model, trials: u64, seed: u64, label: &st
             spots.push(format!("{off}.{bit}"));
         }
         c.tried += 1;
+        // A flip in the last group commit's records, past what any record
+        // vouches for: it must be handled exactly as a torn tail there.
+        if let Target::Log(seg) = &target {
+            let last_seg = segs.iter().max() == Some(seg);
+            let bytes = base.file_bytes(seg).unwrap_or_default();
+            let (vouched, starts) = segment_records(&bytes);
+            let lowest = lo.min(hi.saturating_sub(1));
+            let flipped_lowest = spots
+                .iter()
+                .filter_map(|s| s.split('.').next()?.parse::<u64>().ok())
+                .min()
+                .unwrap_or(lowest);
+            if last_seg && flipped_lowest >= vouched {
+                let cut = starts
+                    .iter()
+                    .copied()
+                    .filter(|&r| r <= flipped_lowest)
+                    .max()
+                    .unwrap_or(vouched);
+                let reference = copy(base);
+                let file = reference.open(seg, false).expect("the segment");
+                file.set_len(cut).expect("cut the reference's log");
+                file.sync_data().expect("sync the reference");
+                let outcome = no_panic(|| {
+                    let want = snapshot(&reference, model)?;
+                    let got = snapshot(&disk, model)?;
+                    if got == want {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "the log was not ended at the damaged record {cut}: {got} vs {want}"
+                        ))
+                    }
+                });
+                match outcome {
+                    Ok(()) => c.tail_cut += 1,
+                    Err(e) => f.add(
+                        format!("CAIRN_FLIP_TRIAL={trial}"),
+                        format!(
+                            "{label}: flip trial {trial} in the unvouched tail of {}: {e}",
+                            seg.display()
+                        ),
+                    ),
+                }
+                continue;
+            }
+        }
         match flip_outcome(&disk, model, &target) {
             Ok(FlipOutcome::Open { named }) => {
                 c.at_open += 1;
@@ -1246,7 +1334,7 @@ fn bit_flips_are_detected() {
     for (label, c) in [("closed", &a), ("awaiting recovery", &b)] {
         eprintln!(
             "bit_flips_are_detected ({label}): {} flips tried, detected {} (at open {} of which {} named the page/log file, by a read {}, by check {}), \
-             {} repaired from the log, {} harmless (never read)",
+             {} repaired from the log, {} harmless (never read), {} in the unvouched last group commit ended the log there as a torn tail would",
             c.tried,
             c.at_open + c.by_read + c.by_check,
             c.at_open,
@@ -1254,7 +1342,8 @@ fn bit_flips_are_detected() {
             c.by_read,
             c.by_check,
             c.repaired,
-            c.harmless
+            c.harmless,
+            c.tail_cut
         );
     }
     eprintln!(

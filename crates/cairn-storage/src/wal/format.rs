@@ -15,13 +15,15 @@
 //!  40     4    reserved        0
 //!  44     4    checksum        CRC32C of bytes 0..44
 //!
-//!  record (RECORD_HEADER_SIZE = 20 bytes + len, at file offset 32 + (start − start_lsn))
+//!  record (RECORD_HEADER_SIZE = 28 bytes + len, at file offset 48 + (start − start_lsn))
 //!  offset size field
-//!  0      4    header_checksum  CRC32C of bytes 4..20
+//!  0      4    header_checksum  CRC32C of bytes 4..28
 //!  4      4    len              payload bytes, ≤ RECORD_LEN_MAX
-//!  8      8    lsn              the record's own LSN: start + 20 + len (its end)
-//!  16     4    payload_checksum CRC32C of the payload
-//!  20     len  payload
+//!  8      8    lsn              the record's own LSN: start + 28 + len (its end)
+//!  16     8    durable          the log was durable (fsynced) up to this LSN
+//!                               when the record was appended
+//!  24     4    payload_checksum CRC32C of the payload
+//!  28     len  payload
 //! ```
 //!
 //! The header has its own checksum so that its length can be trusted (and
@@ -37,7 +39,7 @@ use crate::ids::Lsn;
 /// Bytes of the segment header at the start of every segment file.
 pub const SEGMENT_HEADER_SIZE: usize = 48;
 /// Bytes of the header in front of every record's payload.
-pub const RECORD_HEADER_SIZE: usize = 20;
+pub const RECORD_HEADER_SIZE: usize = 28;
 /// The largest log position a segment may start at (2^62 bytes of log):
 /// positions read from file names and headers are refused past it, so sums
 /// of a position and a length never overflow.
@@ -65,10 +67,12 @@ const _: () = assert!(SEG_OFF_CHECKSUM + 4 == SEGMENT_HEADER_SIZE);
 const REC_OFF_CHECKSUM: usize = 0;
 const REC_OFF_LEN: usize = 4;
 const REC_OFF_LSN: usize = 8;
-const REC_OFF_PAYLOAD_CHECKSUM: usize = 16;
+const REC_OFF_DURABLE: usize = 16;
+const REC_OFF_PAYLOAD_CHECKSUM: usize = 24;
 const _: () = assert!(REC_OFF_CHECKSUM + 4 == REC_OFF_LEN);
 const _: () = assert!(REC_OFF_LEN + 4 == REC_OFF_LSN);
-const _: () = assert!(REC_OFF_LSN + 8 == REC_OFF_PAYLOAD_CHECKSUM);
+const _: () = assert!(REC_OFF_LSN + 8 == REC_OFF_DURABLE);
+const _: () = assert!(REC_OFF_DURABLE + 8 == REC_OFF_PAYLOAD_CHECKSUM);
 const _: () = assert!(REC_OFF_PAYLOAD_CHECKSUM + 4 == RECORD_HEADER_SIZE);
 // A whole record (header and largest payload) fits a u32 and a usize on every
 // supported platform, so sizes computed from a verified length never overflow.
@@ -163,6 +167,10 @@ pub struct RecordHeader {
     pub len: u32,
     /// The record's LSN: the log position just past its end.
     pub lsn: Lsn,
+    /// How far the log was durable when the record was appended. A valid
+    /// record whose `durable` is past a damaged one proves the damage lies
+    /// in bytes that had been fsynced: damage, not a torn tail.
+    pub durable: Lsn,
     /// CRC32C of the payload.
     pub payload_checksum: u32,
 }
@@ -195,13 +203,19 @@ impl std::fmt::Display for RecordHeaderError {
 }
 
 impl RecordHeader {
-    /// The header of a record carrying `payload` that starts at `start`.
-    pub fn for_payload(start: Lsn, payload: &[u8]) -> RecordHeader {
+    /// The header of a record carrying `payload` that starts at `start`,
+    /// appended when the log was durable up to `durable`.
+    pub fn for_payload(start: Lsn, durable: Lsn, payload: &[u8]) -> RecordHeader {
         let len = u32::try_from(payload.len()).expect("payload length checked by the caller");
         assert!(len <= RECORD_LEN_MAX, "payload length checked by the caller");
+        debug_assert!(
+            durable <= start,
+            "durable {durable:?} past the record's start {start:?}"
+        );
         RecordHeader {
             len,
             lsn: Lsn(start.0 + record_size(len)),
+            durable,
             payload_checksum: crc32c::crc32c(payload),
         }
     }
@@ -210,7 +224,8 @@ impl RecordHeader {
     pub fn encode(&self) -> [u8; RECORD_HEADER_SIZE] {
         let mut b = [0u8; RECORD_HEADER_SIZE];
         b[REC_OFF_LEN..REC_OFF_LSN].copy_from_slice(&self.len.to_le_bytes());
-        b[REC_OFF_LSN..REC_OFF_PAYLOAD_CHECKSUM].copy_from_slice(&self.lsn.0.to_le_bytes());
+        b[REC_OFF_LSN..REC_OFF_DURABLE].copy_from_slice(&self.lsn.0.to_le_bytes());
+        b[REC_OFF_DURABLE..REC_OFF_PAYLOAD_CHECKSUM].copy_from_slice(&self.durable.0.to_le_bytes());
         b[REC_OFF_PAYLOAD_CHECKSUM..].copy_from_slice(&self.payload_checksum.to_le_bytes());
         let sum = crc32c::crc32c(&b[REC_OFF_LEN..]);
         b[REC_OFF_CHECKSUM..REC_OFF_LEN].copy_from_slice(&sum.to_le_bytes());
@@ -238,15 +253,16 @@ impl RecordHeader {
         Ok(RecordHeader {
             len,
             lsn,
+            durable: Lsn(get_u64(b, REC_OFF_DURABLE)),
             payload_checksum: get_u32(b, REC_OFF_PAYLOAD_CHECKSUM),
         })
     }
 }
 
-/// Appends the record for `payload`, starting at log position `start`, to
-/// `out`; returns its LSN (its end).
-pub fn encode_record(out: &mut Vec<u8>, start: Lsn, payload: &[u8]) -> Lsn {
-    let header = RecordHeader::for_payload(start, payload);
+/// Appends the record for `payload`, starting at log position `start` while
+/// the log is durable up to `durable`, to `out`; returns its LSN (its end).
+pub fn encode_record(out: &mut Vec<u8>, start: Lsn, durable: Lsn, payload: &[u8]) -> Lsn {
+    let header = RecordHeader::for_payload(start, durable, payload);
     out.extend_from_slice(&header.encode());
     out.extend_from_slice(payload);
     header.lsn
@@ -284,11 +300,11 @@ mod tests {
     #[test]
     fn record_header_round_trips_and_refuses_damage_and_overlong_lengths() {
         let mut out = Vec::new();
-        let end = encode_record(&mut out, Lsn(100), b"hello");
-        assert_eq!(end, Lsn(100 + 20 + 5));
+        let end = encode_record(&mut out, Lsn(100), Lsn(60), b"hello");
+        assert_eq!(end, Lsn(100 + 28 + 5));
         let hb: [u8; RECORD_HEADER_SIZE] = out[..RECORD_HEADER_SIZE].try_into().unwrap();
         let h = RecordHeader::decode(&hb).unwrap();
-        assert_eq!((h.len, h.lsn), (5, end));
+        assert_eq!((h.len, h.lsn, h.durable), (5, end, Lsn(60)));
         assert_eq!(h.payload_checksum, crc32c::crc32c(b"hello"));
 
         let mut bad = hb;
@@ -303,6 +319,7 @@ mod tests {
         let forged = RecordHeader {
             len: u32::MAX,
             lsn: Lsn(7),
+            durable: Lsn(0),
             payload_checksum: 0,
         }
         .encode();

@@ -15,20 +15,22 @@
 //!          0000000000a81c3e.log   the next segment starts at the LSN the previous ended at
 //!
 //!  segment file      ┌──────────────────┬──────────┬──────────┬─────┐
-//!                    │ segment header 32│ record   │ record   │ ... │
+//!                    │ segment header 48│ record   │ record   │ ... │
 //!                    └──────────────────┴──────────┴──────────┴─────┘
-//!  file offset        0                  32         32 + (p − start) for the record starting at LSN p
+//!  file offset        0                  48         48 + (p − start) for the record starting at LSN p
 //!
-//!  segment header: 0 magic "CAIRNWAL" (8) │ 8 format version = 1 (4) │ 12 flags = 0 (4)
-//!                  16 start LSN (8) │ 24 reserved = 0 (4) │ 28 CRC32C of bytes 0..28 (4)
+//!  segment header: 0 magic "CAIRNWAL" (8) │ 8 format version = 2 (4) │ 12 flags = 0 (4)
+//!                  16 start LSN (8) │ 24 creation id (16) │ 40 reserved = 0 (4)
+//!                  44 CRC32C of bytes 0..44 (4)
 //!
-//!  record:  0       4      8          16                20          20 + len
-//!           ┌───────┬──────┬──────────┬─────────────────┬───────────┐
-//!           │hdr crc│ len  │ lsn      │ payload crc     │ payload   │
-//!           │  u32  │ u32  │ u64      │ u32             │ len bytes │
-//!           └───────┴──────┴──────────┴─────────────────┴───────────┘
-//!           hdr crc = CRC32C(bytes 4..20); len ≤ RECORD_LEN_MAX (64 MiB);
-//!           lsn = the record's start + 20 + len (its end, i.e. its LSN)
+//!  record:  0       4      8          16          24            28          28 + len
+//!           ┌───────┬──────┬──────────┬───────────┬─────────────┬───────────┐
+//!           │hdr crc│ len  │ lsn      │ durable   │ payload crc │ payload   │
+//!           │  u32  │ u32  │ u64      │ u64       │ u32         │ len bytes │
+//!           └───────┴──────┴──────────┴───────────┴─────────────┴───────────┘
+//!           hdr crc = CRC32C(bytes 4..28); len ≤ RECORD_LEN_MAX (64 MiB);
+//!           lsn = the record's start + 28 + len (its end, i.e. its LSN);
+//!           durable = how far the log was fsynced when the record was appended
 //! ```
 //!
 //! The byte layouts and their constants live in [`format`](mod@format); segment naming
@@ -102,28 +104,37 @@
 //! last is exactly as long as the next one's start says (its records are
 //! checked when read). It scans the last segment record by record. At the
 //! first bytes that are not a valid record:
-//! - if a valid record follows them in the segment (header and payload
-//!   checksums hold, its LSN matches its position), or the header's checksum
-//!   holds but its length is impossible, the log is damaged, not torn:
-//!   [`Error::CorruptLog`] naming the file and offset (cutting would silently
-//!   lose committed records);
-//! - otherwise they are a torn tail (a partial record, a failed checksum with
-//!   nothing valid after it, zeros, a stale record): the file is cut there
-//!   (truncated and fsynced) and [`OpenReport::torn_tail`] says so.
+//! - if a valid record follows them whose `durable` field is past them (it
+//!   was appended after they had been fsynced), or whose payload proves the
+//!   log before it durable ([`WalOptions::proves_durable`]: a checkpoint), or
+//!   the header's checksum holds but its length is impossible, the log is
+//!   damaged, not torn: [`Error::CorruptLog`] naming the file and offset
+//!   (cutting would silently lose acknowledged commits);
+//! - otherwise they lie past the last point any record vouches for: bytes
+//!   that were never fsynced when anything after them was written, so no
+//!   commit depending on them was acknowledged before the crash — except
+//!   the very last group commit, whose damage no later record can reveal
+//!   (as in PostgreSQL and SQLite). They are the end of the log: the file
+//!   is cut there (truncated and fsynced) and [`OpenReport::torn_tail`] says
+//!   so. This includes a power loss that kept a later unsynced write and
+//!   lost an earlier one.
 //!
 //! A last segment whose creation was cut short (no whole header) gets its
-//! header rewritten. Then the last segment is fsynced, and the whole log is
-//! durable: `durable = end`.
+//! header rewritten. Then the last segment's bytes, header included, are
+//! written again (after a failed fsync they may sit only in the OS cache)
+//! and fsynced, and the log directory fsynced; the whole log is durable:
+//! `durable = end`.
 //!
 //! # Invariants
 //!
 //! - `durable_lsn ≤ end_lsn`, and both only grow.
 //! - Records are contiguous: each starts where the previous ended, across
 //!   segments; segment `k + 1` starts where segment `k` ends.
-//! - LSNs strictly increase (a record is at least 20 bytes).
+//! - LSNs strictly increase (a record is at least 28 bytes).
+//! - A record's `durable` field is at most its start.
 //! - `durable ≥ start of the current segment`: only the current segment can
 //!   hold unsynced bytes.
-//! - The current segment file is exactly `32 + (end − its start)` bytes.
+//! - The current segment file is exactly `48 + (end − its start)` bytes.
 //! - A poisoned log never reports more durability than it had.
 //!
 //! [`Wal::check_invariants`] asserts these.
@@ -132,13 +143,11 @@
 //!
 //! - A successful fsync makes every completed write to that file durable, and
 //!   a successful directory fsync makes created or removed names durable.
-//! - A crash may leave a torn tail: any suffix of the unsynced writes lost,
-//!   partly written or zeroed. Unsynced bytes sit only in the last segment.
-//!   A crash that persists a later unsynced write but loses an earlier one in
-//!   the same segment looks like damage in the middle (valid records after a
-//!   bad one) and is reported as [`Error::CorruptLog`], never cut silently.
-//! - The directory listing is read with `std::fs` (the [`Vfs`] seam has no
-//!   listing); every write, fsync, create and remove goes through the seam.
+//! - A crash may keep or lose each unsynced write, or tear it at a sector
+//!   boundary, in any combination. Unsynced bytes sit only in the last
+//!   segment.
+//! - Every file operation goes through the [`Vfs`] seam, so the simulated
+//!   disk (`crate::sim`, `tests/crash_images.rs`) checks these claims.
 
 pub mod format;
 mod reader;
@@ -473,7 +482,7 @@ impl Wal {
                 self.roll(&mut st)?;
             }
             let start = Lsn(st.end.0 + run.len() as u64);
-            lsns.push(encode_record(&mut run, start, payload));
+            lsns.push(encode_record(&mut run, start, st.durable, payload));
             run_records += 1;
         }
         self.write_run(&mut st, &run, run_records)?;
@@ -822,7 +831,7 @@ impl LastSegment<'_> {
                             path,
                             bad.offset,
                             format!(
-                                "{}; the record at offset {} proves the log before it durable, \
+                                "{}; the record at offset {} proves these bytes were durable, \
                                  so this is damage, not the end of the log",
                                 bad.reason,
                                 cursor.file_offset(proof)
@@ -844,14 +853,20 @@ impl LastSegment<'_> {
         }
     }
 
-    /// The start of the first valid record after `after` whose payload
-    /// proves the log before it durable, if any. Valid records that prove
+    /// The start of the first valid record after `after` that proves the
+    /// bytes at `after` durable, if any: one appended when the log was
+    /// already durable past them (its header's `durable` field), or one
+    /// whose payload proves it (a checkpoint). Valid records that prove
     /// nothing (commits a power loss kept while losing earlier unsynced
     /// bytes) are passed over.
     fn durable_record_after(&self, cursor: &mut Cursor, after: Lsn) -> std::io::Result<Option<Lsn>> {
         let mut probe = after;
         while let Some(found) = cursor.find_valid_record_after(probe)? {
-            let (len, _) = cursor.peek_header(found)?;
+            let (len, durable) = cursor.peek_header(found)?;
+            // Appended when the damaged bytes were already fsynced.
+            if durable > after {
+                return Ok(Some(found));
+            }
             let mut payload = vec![0u8; len as usize];
             self.file
                 .read_exact_at(&mut payload, cursor.file_offset(found) + HEADER_BYTES as u64)?;

@@ -330,12 +330,14 @@ impl Cursor {
     /// checksum holds, whose LSN matches its position and whose payload is
     /// whole and matches its checksum. Used to tell a torn tail (nothing valid
     /// after the damage) from damage in the middle of the log.
-    /// The length and LSN fields of the record header at `at` (unchecked:
-    /// for a record [`Cursor::find_valid_record_after`] found valid).
+    /// The length and `durable` fields of the record header at `at` (for a
+    /// record [`Cursor::find_valid_record_after`] found valid).
     pub fn peek_header(&self, at: Lsn) -> io::Result<(u32, Lsn)> {
         let mut hb = [0u8; RECORD_HEADER_SIZE];
         self.file.read_exact_at(&mut hb, self.file_offset(at))?;
-        Ok(RecordHeader::peek_len_lsn(&hb))
+        let (len, _) = RecordHeader::peek_len_lsn(&hb);
+        let durable = RecordHeader::decode(&hb).map(|h| h.durable).unwrap_or(Lsn(0));
+        Ok((len, durable))
     }
 
     pub fn find_valid_record_after(&mut self, after: Lsn) -> io::Result<Option<Lsn>> {

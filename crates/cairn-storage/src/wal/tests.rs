@@ -307,7 +307,7 @@ fn a_bad_checksum_before_valid_records_is_corruption_not_a_tail() {
                 reason,
             }) => {
                 assert_eq!((p, o), (path.clone(), offset), "{what}: {reason}");
-                assert!(reason.contains("proves the log before it durable"), "{reason}");
+                assert!(reason.contains("proves these bytes were durable"), "{reason}");
             }
             other => panic!("{what}: expected CorruptLog, got {other:?}"),
         }
@@ -338,6 +338,35 @@ fn a_hole_in_the_unsynced_tail_ends_the_log() {
     assert_eq!((torn.path, torn.offset, torn.lsn), (path.clone(), offset, start));
     assert_eq!(wal.end_lsn(), start);
     assert_eq!(read_all(&wal, Lsn(0)).unwrap(), model[..k].to_vec());
+}
+
+/// The other side of defect 7: damage to bytes that were fsynced, with a
+/// later record appended after that fsync, is corruption (never cut), even
+/// when no record's payload proves anything: the later record's header
+/// says how far the log was durable when it was written.
+#[test]
+fn damage_to_records_a_later_record_vouches_for_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || WalOptions {
+        proves_durable: |_| false,
+        ..options(1 << 20)
+    };
+    let (wal, _) = Wal::open(dir.path(), opts()).unwrap();
+    let first = wal.append(&[b"first commit".as_slice()]).unwrap()[0];
+    wal.flush(first).unwrap();
+    let second = wal.append(&[b"second commit".as_slice()]).unwrap()[0];
+    wal.flush(second).unwrap();
+    drop(wal);
+    let start = Lsn(first.0 - record_size(12));
+    let (path, offset) = locate(dir.path(), start);
+    xor_byte(&path, offset + RECORD_HEADER_SIZE as u64 + 3, 0x04);
+    match Wal::open(dir.path(), opts()) {
+        Err(Error::CorruptLog { offset: o, reason, .. }) => {
+            assert_eq!(o, offset);
+            assert!(reason.contains("proves these bytes were durable"), "{reason}");
+        }
+        other => panic!("expected CorruptLog, got {other:?}"),
+    }
 }
 
 /// Defect 4 of the durability review: a leftover `wal/` must not be replayed
@@ -415,6 +444,7 @@ fn an_oversized_length_field_is_corruption_without_allocating_it() {
     let forged = RecordHeader {
         len: u32::MAX,
         lsn: Lsn(end.0 + record_size(u32::MAX)),
+        durable: Lsn(0),
         payload_checksum: 0,
     }
     .encode();
@@ -441,6 +471,7 @@ fn an_oversized_length_field_is_corruption_without_allocating_it() {
     let forged = RecordHeader {
         len: RECORD_LEN_MAX + 1,
         lsn: Lsn(start.0 + record_size(RECORD_LEN_MAX + 1)),
+        durable: Lsn(0),
         payload_checksum: 0,
     }
     .encode();
