@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cairn_storage::btree::{BTree, Direction};
+use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, Txn};
 
 use crate::cache::{CachePolicy, CacheStats, CachedObject, ObjectCache};
@@ -251,6 +252,7 @@ impl Inner {
         } else {
             catalog::indexes_of(txn, &self.meta, c.id)?
         };
+        self.check_index_roots::<T>(txn, &existing)?;
         let mut trees = Vec::new();
         for (field, root) in &existing {
             let tree = BTree::open(txn, *root)?;
@@ -289,6 +291,30 @@ impl Inner {
             trees.push(((c.id, field.to_string()), tree));
         }
         Ok(trees)
+    }
+
+    /// Checks that every index root the catalog names for `T` is a page of
+    /// the index group: a damaged entry must not make registering free (or
+    /// later insert into) a tree that is no index, such as one of the
+    /// catalog's own.
+    fn check_index_roots<T: Persistent>(&self, txn: &Txn, existing: &[(String, cairn_storage::PageId)]) -> Result<()> {
+        if existing.is_empty() {
+            return Ok(());
+        }
+        let index_group = self.group(catalog::INDEX_GROUP)?;
+        for (field, root) in existing {
+            if txn.group_of_page(*root) != Some(index_group) {
+                return Err(Error::Corrupt {
+                    page: *root,
+                    reason: format!(
+                        "catalog: the index on {}.{field} names page {root}, which is not in group {}",
+                        T::NAME,
+                        catalog::INDEX_GROUP
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Appends (key, OID) of every object of class `c` to `entries[i]` for
