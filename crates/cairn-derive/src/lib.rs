@@ -16,7 +16,8 @@
 //!   `DecodeError` naming the type and field. Unknown names are ignored (the
 //!   catalog, not the derive, reports removed fields); a name given twice is
 //!   an error.
-//! - `index_keys`: `(name, IndexKey bytes)` for each `#[cairn(index)]` field.
+//! - `INDEXED_FIELDS`: the names of the `#[cairn(index)]` fields; `index_keys`:
+//!   `(name, IndexKey bytes)` for each of them.
 //! - `Field` for the struct itself (`TypeDesc::Struct(name, fields)`, encoded
 //!   as its fields), so it can be nested by value in another persistent struct.
 //!
@@ -254,6 +255,10 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
             };
         }
     });
+    let indexed_names = fields.iter().filter(|f| f.index).map(|f| &f.name);
+    let indexed_fields = quote! {
+        const INDEXED_FIELDS: &'static [&'static str] = &[#(#indexed_names),*];
+    };
     let index_keys = if fields.iter().any(|f| f.index) {
         let keys = fields.iter().filter(|f| f.index).map(|f| {
             let (id, name, ty) = (&f.ident, &f.name, &f.ty);
@@ -274,6 +279,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
         #[automatically_derived]
         impl ::cairn::codec::Persistent for #ident {
             const NAME: &'static str = #type_name;
+            #indexed_fields
 
             fn fields() -> ::std::vec::Vec<::cairn::codec::FieldDesc> {
                 ::std::vec![#(#field_descs),*]
@@ -423,6 +429,7 @@ mod tests {
         assert!(!specs[1].has_default && !specs[1].index);
         let out = expand(&input).unwrap().to_string();
         assert!(out.contains("index_keys"), "{out}");
+        assert!(out.contains("INDEXED_FIELDS"), "{out}");
         assert!(out.contains("\"type\""), "{out}");
     }
 

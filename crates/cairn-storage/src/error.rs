@@ -118,6 +118,19 @@ pub enum Error {
         actual: &'static str,
     },
 
+    /// An object is too long to be read whole into memory (see
+    /// [`crate::record::object::READ_WHOLE_LEN_MAX`]); read it in pieces with
+    /// `read_range`. Nothing was allocated for it.
+    #[error("object {oid} is {len} bytes, over the limit of {limit} bytes for reading it whole; read it in pieces with read_range")]
+    ObjectTooLarge {
+        /// The object.
+        oid: Oid,
+        /// Its length in bytes.
+        len: u64,
+        /// The limit it exceeds.
+        limit: u64,
+    },
+
     /// An earlier I/O failure left the store in an unknown state; it refuses
     /// all further work until it is closed and reopened.
     #[error("the store refuses work after an earlier I/O failure ({0}); reopen it")]

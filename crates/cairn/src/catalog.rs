@@ -18,9 +18,18 @@
 //!
 //! Classes are registered on first use in a session, in a transaction of
 //! their own (so user transactions never hold locks on the classes tree): a
-//! new type gets the next class id and version 1; a type whose fields changed
-//! gets a new version if every change is an added field with
+//! new type gets the next class id and version 1 (running out of class ids
+//! is `LimitExceeded`, never a wrap onto class 0); a type whose fields
+//! changed gets a new version if every change is an added field with
 //! `#[cairn(default)]`, and `SchemaMismatch` naming the field otherwise.
+//!
+//! The same transaction makes the indexes tree agree with the type's
+//! `#[cairn(index)]` fields (`Persistent::INDEXED_FIELDS`; see
+//! `database.rs`): a new class gets an empty tree per indexed field, a field
+//! newly marked gets a tree built from the existing objects of the class,
+//! and the tree of a field no longer marked is freed and its entry removed.
+//! So an index is never stale, whichever definitions opened the database
+//! before, and registering is atomic with it.
 
 use std::collections::HashMap;
 
@@ -154,14 +163,15 @@ pub(crate) fn load(txn: &mut Txn, meta: &Meta, cat: &mut Catalog) -> Result<()> 
 }
 
 /// Registers type `name` with `fields` (in its own transaction `txn`, which
-/// the caller commits), applying the evolution rules.
+/// the caller commits), applying the evolution rules. Also says whether the
+/// class is new (so no object of it exists yet).
 pub(crate) fn register(
     txn: &mut Txn,
     meta: &Meta,
     cat: &mut Catalog,
     name: &str,
     fields: &[FieldDesc],
-) -> Result<ClassInfo> {
+) -> Result<(ClassInfo, bool)> {
     let classes = meta.classes;
     match classes.get(txn, &class_key(name)).map_err(stored)? {
         None => {
@@ -170,15 +180,16 @@ pub(crate) fn register(
                 Some(_) => return Err(corrupt_catalog("the class counter is malformed")),
                 None => 1,
             };
+            let after = next.checked_add(1).ok_or_else(|| class_ids_exhausted(next))?;
             let info = ClassInfo { id: next, version: 1 };
-            put(txn, &classes, b"c", &(next + 1).to_le_bytes())?;
+            put(txn, &classes, b"c", &after.to_le_bytes())?;
             let mut v = next.to_le_bytes().to_vec();
             v.extend_from_slice(&1u16.to_le_bytes());
             put(txn, &classes, &class_key(name), &v)?;
             put(txn, &classes, &schema_key(next, 1), &encode_schema(fields))?;
             cat.names.insert(next, name.to_string());
             cat.schemas.insert((next, 1), fields.to_vec());
-            Ok(info)
+            Ok((info, true))
         }
         Some(v) => {
             if v.len() != 6 {
@@ -197,7 +208,7 @@ pub(crate) fn register(
                 }
             };
             if same_shape(&stored_fields, fields) {
-                return Ok(ClassInfo { id, version: latest });
+                return Ok((ClassInfo { id, version: latest }, false));
             }
             check_evolution(name, &stored_fields, fields)?;
             let version = latest
@@ -209,9 +220,18 @@ pub(crate) fn register(
             put(txn, &classes, &schema_key(id, version), &encode_schema(fields))?;
             cat.names.insert(id, name.to_string());
             cat.schemas.insert((id, version), fields.to_vec());
-            Ok(ClassInfo { id, version })
+            Ok((ClassInfo { id, version }, false))
         }
     }
+}
+
+/// The error for a class counter that cannot move on: every class id is used.
+fn class_ids_exhausted(next: u32) -> Error {
+    Error::Storage(cairn_storage::Error::LimitExceeded {
+        what: "class ids in the catalog",
+        value: u64::from(next) + 1,
+        limit: u64::from(u32::MAX),
+    })
 }
 
 fn same_shape(a: &[FieldDesc], b: &[FieldDesc]) -> bool {
@@ -261,6 +281,59 @@ fn put(txn: &mut Txn, tree: &BTree, key: &[u8], value: &[u8]) -> Result<()> {
     Ok(())
 }
 
+fn index_key(class: u32, field: &str) -> Vec<u8> {
+    let mut key = class.to_be_bytes().to_vec();
+    key.extend_from_slice(field.as_bytes());
+    key
+}
+
+/// The indexes of class `class` the catalog records: (field, root page), in
+/// field-name order.
+pub(crate) fn indexes_of(txn: &mut Txn, meta: &Meta, class: u32) -> Result<Vec<(String, PageId)>> {
+    use std::ops::Bound;
+    let prefix = class.to_be_bytes();
+    let mut cur = meta
+        .indexes
+        .range(
+            txn,
+            Bound::Included(&prefix[..]),
+            Bound::Unbounded,
+            cairn_storage::btree::Direction::Forward,
+        )
+        .map_err(stored)?;
+    let mut out = Vec::new();
+    while let Some((k, v)) = cur.next(txn).map_err(stored)? {
+        if !k.starts_with(&prefix) {
+            break;
+        }
+        let field = String::from_utf8(k[4..].to_vec())
+            .map_err(|_| corrupt_catalog(format!("an index field name of class {class} is not UTF-8")))?;
+        let root: [u8; 4] = v[..]
+            .try_into()
+            .map_err(|_| corrupt_catalog(format!("index entry for {field} has {} bytes", v.len())))?;
+        out.push((field, PageId(u32::from_le_bytes(root))));
+    }
+    Ok(out)
+}
+
+/// Records `tree` as the index of (class, field).
+pub(crate) fn add_index(txn: &mut Txn, meta: &Meta, class: u32, field: &str, tree: &BTree) -> Result<()> {
+    put(
+        txn,
+        &meta.indexes,
+        &index_key(class, field),
+        &tree.root().0.to_le_bytes(),
+    )
+}
+
+/// Forgets the index of (class, field); the caller frees its tree.
+pub(crate) fn remove_index(txn: &mut Txn, meta: &Meta, class: u32, field: &str) -> Result<()> {
+    meta.indexes
+        .delete(txn, &index_key(class, field), None)
+        .map_err(stored)?;
+    Ok(())
+}
+
 /// The index tree of (class, field), created if `create`.
 pub(crate) fn index_tree(
     txn: &mut Txn,
@@ -269,8 +342,7 @@ pub(crate) fn index_tree(
     field: &str,
     create: Option<GroupId>,
 ) -> Result<Option<BTree>> {
-    let mut key = class.to_be_bytes().to_vec();
-    key.extend_from_slice(field.as_bytes());
+    let key = index_key(class, field);
     if let Some(v) = meta.indexes.get(txn, &key).map_err(stored)? {
         if v.len() != 4 {
             return Err(corrupt_catalog(format!(
@@ -482,6 +554,47 @@ mod tests {
         let mut deep = vec![1u8];
         deep.extend(std::iter::repeat_n(13u8, 100));
         assert!(decode_schema(&[&[1, 1, b'x', 0][..], &deep[1..]].concat()).is_err());
+    }
+
+    /// A class counter at `u32::MAX` cannot move on: registering another
+    /// class is `LimitExceeded`, and nothing wraps to class id 0.
+    #[test]
+    fn class_counter_overflow_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = cairn_storage::DbOptions {
+            background: false,
+            ..cairn_storage::DbOptions::default()
+        };
+        let db = cairn_storage::Db::create(&dir.path().join("db"), &opts).unwrap();
+        let system = db.create_group(SYSTEM_GROUP).unwrap();
+        let mut txn = db.begin().unwrap();
+        let meta = open_meta(&mut txn, system).unwrap();
+        let mut cat = Catalog::default();
+        let fields = vec![FieldDesc {
+            name: "a".into(),
+            ty: TypeDesc::U32,
+            has_default: false,
+        }];
+        let (first, new) = register(&mut txn, &meta, &mut cat, "First", &fields).unwrap();
+        assert_eq!((first.id, new), (1, true));
+        put(&mut txn, &meta.classes, b"c", &(u32::MAX - 1).to_le_bytes()).unwrap();
+        let (last, _) = register(&mut txn, &meta, &mut cat, "Last", &fields).unwrap();
+        assert_eq!(last.id, u32::MAX - 1);
+        let e = register(&mut txn, &meta, &mut cat, "OneTooMany", &fields).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Storage(cairn_storage::Error::LimitExceeded {
+                    what: "class ids in the catalog",
+                    ..
+                })
+            ),
+            "{e}"
+        );
+        // Known classes still register.
+        let (again, new) = register(&mut txn, &meta, &mut cat, "First", &fields).unwrap();
+        assert_eq!((again.id, new), (1, false));
+        txn.abort().unwrap();
     }
 
     #[test]

@@ -197,6 +197,33 @@ pub enum TypeDesc {
     Ref(String),
 }
 
+/// Printed as the Rust type it stands for (`u32`, `Vec<u8>`, `Option<String>`,
+/// `Ref<Part>`), for error messages.
+impl std::fmt::Display for TypeDesc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TypeDesc::Bool => f.write_str("bool"),
+            TypeDesc::U8 => f.write_str("u8"),
+            TypeDesc::U16 => f.write_str("u16"),
+            TypeDesc::U32 => f.write_str("u32"),
+            TypeDesc::U64 => f.write_str("u64"),
+            TypeDesc::I8 => f.write_str("i8"),
+            TypeDesc::I16 => f.write_str("i16"),
+            TypeDesc::I32 => f.write_str("i32"),
+            TypeDesc::I64 => f.write_str("i64"),
+            TypeDesc::F32 => f.write_str("f32"),
+            TypeDesc::F64 => f.write_str("f64"),
+            TypeDesc::String => f.write_str("String"),
+            TypeDesc::Seq(t) => write!(f, "Vec<{t}>"),
+            TypeDesc::Set(t) => write!(f, "Set<{t}>"),
+            TypeDesc::Map(k, v) => write!(f, "Map<{k}, {v}>"),
+            TypeDesc::Option(t) => write!(f, "Option<{t}>"),
+            TypeDesc::Struct(name, _) => f.write_str(name),
+            TypeDesc::Ref(name) => write!(f, "Ref<{name}>"),
+        }
+    }
+}
+
 /// A field value decoded without knowing its Rust type (old schema versions).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -245,6 +272,12 @@ pub struct FieldDesc {
 pub trait Persistent: Sized + Send + Sync + 'static {
     /// The type's name in the catalog (the struct's name).
     const NAME: &'static str;
+    /// The names of the `#[cairn(index)]` fields, in declaration order: the
+    /// fields [`Persistent::index_keys`] returns keys for. The catalog keeps
+    /// exactly these indexes (building a new one from the existing objects
+    /// and dropping one no longer listed when the type is registered), and
+    /// an index query on any other field is an error.
+    const INDEXED_FIELDS: &'static [&'static str] = &[];
     /// The fields, in order.
     fn fields() -> Vec<FieldDesc>;
     /// Encodes the fields (current schema), without the record header.

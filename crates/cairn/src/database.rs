@@ -21,12 +21,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cairn_storage::btree::Direction;
+use cairn_storage::btree::{BTree, Direction};
+use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, Txn};
 
 use crate::cache::{CachePolicy, CacheStats, CachedObject, ObjectCache};
 use crate::catalog::{self, Catalog, ClassInfo, Meta};
-use crate::codec::{decode_value, Persistent, Reader, Writer};
+use crate::codec::{decode_value, Persistent, Reader, TypeDesc, Writer};
 use crate::error::{Error, Result};
 use crate::fields::IndexKey;
 use crate::index_cache::{IndexCache, TreeCache};
@@ -52,6 +53,12 @@ pub struct Options {
     /// one transaction made cold runs 1.5–2× slower — Kemper & Kossmann's
     /// finding that lazy copying beats eager copying, measured again.
     pub fault_whole_pages: bool,
+    /// The longest record a transaction decodes (faults in) whole, in bytes:
+    /// a longer one is [`Error::ObjectTooLarge`], refused before its bytes
+    /// are read or allocated. 256 MiB by default (the storage layer's own
+    /// limit for reading an object whole,
+    /// `cairn_storage::record::object::READ_WHOLE_LEN_MAX`, also applies).
+    pub object_bytes_max: u64,
 }
 
 impl Default for Options {
@@ -61,6 +68,7 @@ impl Default for Options {
             cache_bytes: 64 << 20,
             cache_policy: CachePolicy::Clock,
             fault_whole_pages: false,
+            object_bytes_max: 256 << 20,
         }
     }
 }
@@ -79,6 +87,7 @@ pub(crate) struct Inner {
     index_hits: AtomicU64,
     index_misses: AtomicU64,
     fault_whole_pages: bool,
+    object_bytes_max: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -129,6 +138,7 @@ impl Database {
                 index_hits: AtomicU64::new(0),
                 index_misses: AtomicU64::new(0),
                 fault_whole_pages: opts.fault_whole_pages,
+                object_bytes_max: opts.object_bytes_max,
             }),
         })
     }
@@ -199,21 +209,164 @@ fn retry<R>(mut f: impl FnMut() -> Result<R>) -> Result<R> {
 }
 
 impl Inner {
-    /// The class of `T`, registering it (in a transaction of its own) on first use.
+    /// The class of `T`, registering it (in a transaction of its own) on
+    /// first use. The same transaction makes the class's indexes those of
+    /// `T::INDEXED_FIELDS` ([`Inner::sync_indexes`]).
     fn class<T: Persistent>(&self) -> Result<ClassInfo> {
         let mut cat = lock(&self.catalog);
         if let Some(c) = cat.registered.get(T::NAME) {
             return Ok(*c);
         }
         let fields = T::fields();
-        let info = retry(|| {
+        let (info, trees) = retry(|| {
             let mut txn = self.db.begin()?;
-            let info = catalog::register(&mut txn, &self.meta, &mut cat, T::NAME, &fields)?;
+            let (info, new) = catalog::register(&mut txn, &self.meta, &mut cat, T::NAME, &fields)?;
+            let trees = self.sync_indexes::<T>(&mut txn, &cat, info, new)?;
             txn.commit()?;
-            Ok(info)
+            Ok((info, trees))
         })?;
         cat.registered.insert(T::NAME.to_string(), info);
+        lock(&self.index_roots).extend(trees);
         Ok(info)
+    }
+
+    /// Makes the catalog's indexes of class `c` (registered by `txn`) those
+    /// of `T::INDEXED_FIELDS`: an index of a field no longer marked is
+    /// dropped and its tree freed (nothing maintains it any more, so it must
+    /// not outlive the mark); a marked field without an index gets one, empty
+    /// for a `new` class, else built from every object of the class in the
+    /// database. Returns the trees of the indexed fields.
+    ///
+    /// Building reads (and share-locks) every object of every user group, so
+    /// adding `#[cairn(index)]` to a populated class is best done before
+    /// other transactions start (e.g. `Database::register::<T>()` at open).
+    fn sync_indexes<T: Persistent>(
+        &self,
+        txn: &mut Txn,
+        cat: &Catalog,
+        c: ClassInfo,
+        new: bool,
+    ) -> Result<Vec<((u32, String), BTree)>> {
+        let existing = if new {
+            Vec::new()
+        } else {
+            catalog::indexes_of(txn, &self.meta, c.id)?
+        };
+        self.check_index_roots::<T>(txn, &existing)?;
+        let mut trees = Vec::new();
+        for (field, root) in &existing {
+            let tree = BTree::open(txn, *root)?;
+            if T::INDEXED_FIELDS.contains(&field.as_str()) {
+                trees.push(((c.id, field.clone()), tree));
+                continue;
+            }
+            catalog::remove_index(txn, &self.meta, c.id, field)?;
+            let mut rec = Recording { txn, pages: Vec::new() };
+            let r = tree.destroy(&mut rec);
+            self.index_cache.tree(*root).changed(&rec.pages);
+            r?;
+        }
+        let missing: Vec<&'static str> = T::INDEXED_FIELDS
+            .iter()
+            .copied()
+            .filter(|f| !existing.iter().any(|(e, _)| e == f))
+            .collect();
+        if missing.is_empty() {
+            return Ok(trees);
+        }
+        let group = self.group(catalog::INDEX_GROUP)?;
+        let mut entries: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); missing.len()];
+        if !new {
+            self.collect_keys::<T>(txn, cat, c, &missing, &mut entries)?;
+        }
+        for (field, mut pairs) in missing.into_iter().zip(entries) {
+            pairs.sort_unstable();
+            let mut rec = Recording { txn, pages: Vec::new() };
+            let built = BTree::bulk_load(&mut rec, group, false, pairs);
+            if let Ok(tree) = &built {
+                self.index_cache.tree(tree.root()).changed(&rec.pages);
+            }
+            let tree = built?;
+            catalog::add_index(txn, &self.meta, c.id, field, &tree)?;
+            trees.push(((c.id, field.to_string()), tree));
+        }
+        Ok(trees)
+    }
+
+    /// Checks that every index root the catalog names for `T` is a page of
+    /// the index group: a damaged entry must not make registering free (or
+    /// later insert into) a tree that is no index, such as one of the
+    /// catalog's own.
+    fn check_index_roots<T: Persistent>(&self, txn: &Txn, existing: &[(String, cairn_storage::PageId)]) -> Result<()> {
+        if existing.is_empty() {
+            return Ok(());
+        }
+        let index_group = self.group(catalog::INDEX_GROUP)?;
+        for (field, root) in existing {
+            if txn.group_of_page(*root) != Some(index_group) {
+                return Err(Error::Corrupt {
+                    page: *root,
+                    reason: format!(
+                        "catalog: the index on {}.{field} names page {root}, which is not in group {}",
+                        T::NAME,
+                        catalog::INDEX_GROUP
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends (key, OID) of every object of class `c` to `entries[i]` for
+    /// each `fields[i]`, scanning every user group.
+    fn collect_keys<T: Persistent>(
+        &self,
+        txn: &mut Txn,
+        cat: &Catalog,
+        c: ClassInfo,
+        fields: &[&'static str],
+        entries: &mut [Vec<(Vec<u8>, Vec<u8>)>],
+    ) -> Result<()> {
+        let class = c.id.to_le_bytes();
+        for g in self.db.groups() {
+            if g.name == catalog::SYSTEM_GROUP || g.name == catalog::INDEX_GROUP {
+                continue;
+            }
+            for oid in txn.scan_all(g.id)? {
+                // Look at the class id first, so another class's (possibly
+                // large) objects are never read whole.
+                let len = txn.len(oid)?;
+                let mut head = [0u8; 4];
+                if len < HEADER_SIZE as u64 {
+                    continue;
+                }
+                txn.read_range(oid, 0, &mut head)?;
+                if head != class {
+                    continue;
+                }
+                self.check_len(oid, len)?;
+                let bytes = txn.read(oid)?;
+                let value: T = decode_record(c, oid, &bytes, || cat)?;
+                for (field, key) in value.index_keys() {
+                    if let Some(i) = fields.iter().position(|f| *f == field) {
+                        entries[i].push((key, oid.to_bytes().to_vec()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a record longer than [`Options::object_bytes_max`].
+    fn check_len(&self, oid: Oid, len: u64) -> Result<()> {
+        if len > self.object_bytes_max {
+            return Err(Error::ObjectTooLarge {
+                oid,
+                len,
+                limit: self.object_bytes_max,
+            });
+        }
+        Ok(())
     }
 
     fn group(&self, name: &str) -> Result<GroupId> {
@@ -243,43 +396,55 @@ impl Inner {
     }
 
     fn decode<T: Persistent>(&self, c: ClassInfo, oid: Oid, bytes: &[u8]) -> Result<T> {
-        let mut r = Reader::new(bytes);
-        let dec = |source| Error::Decode { oid, source };
-        let class = u32::from_le_bytes(r.take_array("class id").map_err(dec)?);
-        let version = u16::from_le_bytes(r.take_array("schema version").map_err(dec)?);
-        if class != c.id {
-            let found = lock(&self.catalog)
-                .names
-                .get(&class)
-                .cloned()
-                .unwrap_or_else(|| format!("class {class}"));
-            return Err(Error::WrongType {
-                oid,
-                expected: T::NAME.into(),
-                found,
-            });
-        }
-        if version == c.version {
-            let v = T::decode_fields(&mut r).map_err(dec)?;
-            r.finish(T::NAME).map_err(dec)?;
-            return Ok(v);
-        }
-        let fields = lock(&self.catalog)
-            .schemas
-            .get(&(class, version))
-            .cloned()
-            .ok_or_else(|| Error::SchemaMismatch {
-                type_name: T::NAME.into(),
-                field: String::new(),
-                reason: format!("object {oid} has schema version {version}, which the catalog does not hold"),
-            })?;
-        let mut values = Vec::with_capacity(fields.len());
-        for f in &fields {
-            values.push((f.name.clone(), decode_value(&f.ty, &mut r).map_err(dec)?));
-        }
-        r.finish(T::NAME).map_err(dec)?;
-        T::from_values(values).map_err(dec)
+        decode_record(c, oid, bytes, || lock(&self.catalog))
     }
+}
+
+/// Decodes a record of class `c` (at this session's version `c.version`)
+/// into a `T`; `catalog` gives the catalog when the record is of another
+/// class or version (so the caller decides whether to take its mutex).
+fn decode_record<T: Persistent, C: std::ops::Deref<Target = Catalog>>(
+    c: ClassInfo,
+    oid: Oid,
+    bytes: &[u8],
+    catalog: impl FnOnce() -> C,
+) -> Result<T> {
+    let mut r = Reader::new(bytes);
+    let dec = |source| Error::Decode { oid, source };
+    let class = u32::from_le_bytes(r.take_array("class id").map_err(dec)?);
+    let version = u16::from_le_bytes(r.take_array("schema version").map_err(dec)?);
+    if class != c.id {
+        let found = catalog()
+            .names
+            .get(&class)
+            .cloned()
+            .unwrap_or_else(|| format!("class {class}"));
+        return Err(Error::WrongType {
+            oid,
+            expected: T::NAME.into(),
+            found,
+        });
+    }
+    if version == c.version {
+        let v = T::decode_fields(&mut r).map_err(dec)?;
+        r.finish(T::NAME).map_err(dec)?;
+        return Ok(v);
+    }
+    let fields = catalog()
+        .schemas
+        .get(&(class, version))
+        .cloned()
+        .ok_or_else(|| Error::SchemaMismatch {
+            type_name: T::NAME.into(),
+            field: String::new(),
+            reason: format!("object {oid} has schema version {version}, which the catalog does not hold"),
+        })?;
+    let mut values = Vec::with_capacity(fields.len());
+    for f in &fields {
+        values.push((f.name.clone(), decode_value(&f.ty, &mut r).map_err(dec)?));
+    }
+    r.finish(T::NAME).map_err(dec)?;
+    T::from_values(values).map_err(dec)
 }
 
 /// A typed index over the objects of `T`, on the field marked
@@ -319,7 +484,8 @@ pub struct Transaction<'db> {
     classes: Vec<(TypeId, ClassInfo)>,
     /// Index trees this transaction has used, by (type, field): skips the
     /// class lookup, a `String` and the shared table on every `find`.
-    trees: Vec<(TypeId, &'static str, cairn_storage::btree::BTree, Arc<TreeCache>)>,
+    /// The field's stored type is kept to check a query's key type.
+    trees: Vec<(TypeId, &'static str, BTree, Arc<TreeCache>, TypeDesc)>,
     /// Scratch space for an encoded index key.
     key: Vec<u8>,
     /// Index lookups answered from / missing the index cache, added to the
@@ -334,9 +500,12 @@ impl std::fmt::Debug for Transaction<'_> {
     }
 }
 
+/// Bytes of a record's header: class id (u32) and schema version (u16).
+const HEADER_SIZE: usize = 6;
+
 /// The record header of class `c` at its current schema version.
-fn header(c: ClassInfo) -> [u8; 6] {
-    let mut h = [0u8; 6];
+fn header(c: ClassInfo) -> [u8; HEADER_SIZE] {
+    let mut h = [0u8; HEADER_SIZE];
     h[..4].copy_from_slice(&c.id.to_le_bytes());
     h[4..].copy_from_slice(&c.version.to_le_bytes());
     h
@@ -386,6 +555,42 @@ impl cairn_storage::access::PageAccess for Recording<'_> {
     fn lock_for_update(&mut self, id: cairn_storage::PageId) -> cairn_storage::Result<()> {
         cairn_storage::access::PageAccess::lock_for_update(self.txn, id)
     }
+}
+
+/// The stored type of `T`'s `field`, if the field is indexed; else
+/// [`Error::NoIndex`].
+fn indexed_field_type<T: Persistent>(field: &str) -> Result<TypeDesc> {
+    let no_index = || Error::NoIndex {
+        type_name: T::NAME.into(),
+        field: field.into(),
+        indexed: if T::INDEXED_FIELDS.is_empty() {
+            "none".into()
+        } else {
+            T::INDEXED_FIELDS.join(", ")
+        },
+    };
+    if !T::INDEXED_FIELDS.contains(&field) {
+        return Err(no_index());
+    }
+    T::fields()
+        .into_iter()
+        .find(|f| f.name == field)
+        .map(|f| f.ty)
+        .ok_or_else(no_index)
+}
+
+/// Checks that keys of type `K` are keys of `T`'s `field`, of type `field_ty`.
+fn check_key_type<K: IndexKey, T: Persistent>(field: &str, field_ty: &TypeDesc) -> Result<()> {
+    let key_ty = K::key_type();
+    if key_ty != *field_ty {
+        return Err(Error::IndexKeyType {
+            type_name: T::NAME.into(),
+            field: field.into(),
+            field_type: field_ty.to_string(),
+            key_type: key_ty.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// An index entry whose value is not an OID.
@@ -450,20 +655,24 @@ impl<'db> Transaction<'db> {
     }
 
     /// The tree of the index on `T`'s `field`, if it exists, through this
-    /// transaction's table of trees it has used.
-    fn find_tree<T: Persistent>(
+    /// transaction's table of trees it has used; checks first that `field`
+    /// is indexed and that `K` is its type.
+    fn find_tree<K: IndexKey, T: Persistent>(
         &mut self,
         field: &'static str,
     ) -> Result<Option<(cairn_storage::btree::BTree, Arc<TreeCache>)>> {
         let ty = TypeId::of::<T>();
-        if let Some((_, _, t, c)) = self.trees.iter().find(|(t, f, _, _)| *t == ty && *f == field) {
+        if let Some((_, _, t, c, field_ty)) = self.trees.iter().find(|(t, f, ..)| *t == ty && *f == field) {
+            check_key_type::<K, T>(field, field_ty)?;
             return Ok(Some((*t, Arc::clone(c))));
         }
+        let field_ty = indexed_field_type::<T>(field)?;
+        check_key_type::<K, T>(field, &field_ty)?;
         let Some(tree) = self.index_tree::<T>(field, false)? else {
             return Ok(None);
         };
         let cache = self.inner.index_cache.tree(tree.root());
-        self.trees.push((ty, field, tree, Arc::clone(&cache)));
+        self.trees.push((ty, field, tree, Arc::clone(&cache), field_ty));
         Ok(Some((tree, cache)))
     }
 
@@ -719,11 +928,19 @@ impl<'db> Transaction<'db> {
         let inner = self.inner;
         let current = header(c);
         let direct = self.txn.read_with(oid, |bytes| {
-            (bytes.get(..6) == Some(&current[..])).then(|| (inner.decode::<T>(c, oid, bytes), bytes.len()))
+            (bytes.get(..HEADER_SIZE) == Some(&current[..])).then(|| {
+                let decoded = inner
+                    .check_len(oid, bytes.len() as u64)
+                    .and_then(|()| inner.decode::<T>(c, oid, bytes));
+                (decoded, bytes.len())
+            })
         })?;
         match direct {
             Some((v, len)) => Ok((v?, len)),
             None => {
+                // A large, moved or older-version record: refuse one too long
+                // to decode before reading (and allocating) it whole.
+                self.inner.check_len(oid, self.txn.len(oid)?)?;
                 let bytes = self.txn.read(oid)?;
                 Ok((self.inner.decode::<T>(c, oid, &bytes)?, bytes.len()))
             }
@@ -802,9 +1019,11 @@ impl<'db> Transaction<'db> {
         }
     }
 
-    /// The objects whose indexed field equals `key`.
+    /// The objects whose indexed field equals `key`. A field without
+    /// `#[cairn(index)]` is [`Error::NoIndex`], a key of another type than
+    /// the field's [`Error::IndexKeyType`] (as for every index query).
     pub fn find<K: IndexKey, T: Persistent>(&mut self, index: &Index<K, T>, key: &K) -> Result<Vec<Ref<T>>> {
-        let Some((tree, cache)) = self.find_tree::<T>(index.field)? else {
+        let Some((tree, cache)) = self.find_tree::<K, T>(index.field)? else {
             return Ok(Vec::new());
         };
         self.key.clear();
@@ -816,7 +1035,7 @@ impl<'db> Transaction<'db> {
 
     /// The first object whose indexed field equals `key` (for unique fields).
     pub fn find_one<K: IndexKey, T: Persistent>(&mut self, index: &Index<K, T>, key: &K) -> Result<Option<Ref<T>>> {
-        let Some((tree, cache)) = self.find_tree::<T>(index.field)? else {
+        let Some((tree, cache)) = self.find_tree::<K, T>(index.field)? else {
             return Ok(None);
         };
         self.key.clear();
@@ -833,7 +1052,7 @@ impl<'db> Transaction<'db> {
         lo: Bound<&K>,
         hi: Bound<&K>,
     ) -> Result<Vec<Ref<T>>> {
-        let Some((tree, _)) = self.find_tree::<T>(index.field)? else {
+        let Some((tree, _)) = self.find_tree::<K, T>(index.field)? else {
             return Ok(Vec::new());
         };
         let enc = |b: Bound<&K>| -> Bound<Vec<u8>> {

@@ -65,6 +65,43 @@ pub enum Error {
         /// The key.
         key: String,
     },
+    /// An index query names a field of the type that has no
+    /// `#[cairn(index)]` (a misspelled or unindexed field).
+    #[error("type {type_name} has no index on field {field:?}; its indexed fields are: {indexed}")]
+    NoIndex {
+        /// The type queried.
+        type_name: String,
+        /// The field named by the query.
+        field: String,
+        /// The type's indexed fields, comma-separated ("none" if it has none).
+        indexed: String,
+    },
+    /// An index query's key type is not the indexed field's type.
+    #[error("the index on {type_name}.{field} has keys of type {field_type}, the query's key is a {key_type}")]
+    IndexKeyType {
+        /// The type queried.
+        type_name: String,
+        /// The indexed field.
+        field: String,
+        /// The field's type.
+        field_type: String,
+        /// The type of the query's key.
+        key_type: String,
+    },
+    /// An object is longer than the typed layer decodes whole
+    /// ([`crate::Options::object_bytes_max`], or the storage layer's limit
+    /// for reading an object whole). Nothing was allocated for it; raise the
+    /// limit, or read its bytes in pieces through the storage transaction's
+    /// `read_range`.
+    #[error("object {oid} is {len} bytes, over the limit of {limit} bytes for decoding an object whole")]
+    ObjectTooLarge {
+        /// The object.
+        oid: Oid,
+        /// Its length in bytes.
+        len: u64,
+        /// The limit it exceeds.
+        limit: u64,
+    },
     /// The caller asked for something that makes no sense.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -81,6 +118,7 @@ impl From<cairn_storage::Error> for Error {
             S::LockTimeout { .. } => Error::LockTimeout(e.to_string()),
             S::NotFound { .. } | S::GroupNotFound(_) => Error::NotFound(e.to_string()),
             S::Corrupt { page, reason } => Error::Corrupt { page, reason },
+            S::ObjectTooLarge { oid, len, limit } => Error::ObjectTooLarge { oid, len, limit },
             other => Error::Storage(other),
         }
     }

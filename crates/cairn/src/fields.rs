@@ -312,6 +312,12 @@ pub trait IndexKey {
     /// Appends this value's key bytes to `out`.
     fn key_bytes(&self, out: &mut Vec<u8>);
 
+    /// The stored type of a field whose keys these are (`&str` and `String`
+    /// are both [`TypeDesc::String`]): an index query checks it against the
+    /// indexed field's type, so a key of the wrong type is an error rather
+    /// than an empty answer.
+    fn key_type() -> TypeDesc;
+
     /// This value's key bytes in a new vector.
     fn to_key(&self) -> Vec<u8> {
         let mut out = Vec::new();
@@ -326,6 +332,10 @@ macro_rules! unsigned_key {
         impl IndexKey for $t {
             fn key_bytes(&self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_be_bytes());
+            }
+
+            fn key_type() -> TypeDesc {
+                <$t as Field>::type_desc()
             }
         }
     )*};
@@ -342,6 +352,10 @@ macro_rules! signed_key {
                 let flipped = (*self as $u) ^ (1 << (<$u>::BITS - 1));
                 out.extend_from_slice(&flipped.to_be_bytes());
             }
+
+            fn key_type() -> TypeDesc {
+                <$t as Field>::type_desc()
+            }
         }
     )*};
 }
@@ -351,6 +365,10 @@ signed_key!(i8 => u8, i16 => u16, i32 => u32, i64 => u64);
 impl IndexKey for bool {
     fn key_bytes(&self, out: &mut Vec<u8>) {
         out.push(u8::from(*self));
+    }
+
+    fn key_type() -> TypeDesc {
+        TypeDesc::Bool
     }
 }
 
@@ -363,6 +381,10 @@ impl IndexKey for f64 {
         let key = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
         out.extend_from_slice(&key.to_be_bytes());
     }
+
+    fn key_type() -> TypeDesc {
+        TypeDesc::F64
+    }
 }
 
 impl IndexKey for f32 {
@@ -371,6 +393,10 @@ impl IndexKey for f32 {
         let bits = self.to_bits();
         let key = if bits >> 31 == 1 { !bits } else { bits | (1 << 31) };
         out.extend_from_slice(&key.to_be_bytes());
+    }
+
+    fn key_type() -> TypeDesc {
+        TypeDesc::F32
     }
 }
 
@@ -387,11 +413,19 @@ impl IndexKey for [u8] {
         }
         out.extend_from_slice(&[0, 0]);
     }
+
+    fn key_type() -> TypeDesc {
+        TypeDesc::Seq(Box::new(TypeDesc::U8))
+    }
 }
 
 impl IndexKey for Vec<u8> {
     fn key_bytes(&self, out: &mut Vec<u8>) {
         self.as_slice().key_bytes(out);
+    }
+
+    fn key_type() -> TypeDesc {
+        <[u8]>::key_type()
     }
 }
 
@@ -400,11 +434,19 @@ impl IndexKey for str {
     fn key_bytes(&self, out: &mut Vec<u8>) {
         self.as_bytes().key_bytes(out);
     }
+
+    fn key_type() -> TypeDesc {
+        TypeDesc::String
+    }
 }
 
 impl IndexKey for String {
     fn key_bytes(&self, out: &mut Vec<u8>) {
         self.as_str().key_bytes(out);
+    }
+
+    fn key_type() -> TypeDesc {
+        TypeDesc::String
     }
 }
 
@@ -418,6 +460,10 @@ impl<T: IndexKey> IndexKey for Option<T> {
             }
         }
     }
+
+    fn key_type() -> TypeDesc {
+        TypeDesc::Option(Box::new(T::key_type()))
+    }
 }
 
 impl<A: IndexKey, B: IndexKey> IndexKey for (A, B) {
@@ -427,11 +473,24 @@ impl<A: IndexKey, B: IndexKey> IndexKey for (A, B) {
         self.0.key_bytes(out);
         self.1.key_bytes(out);
     }
+
+    /// No field has a tuple type, so a pair key matches no index: it is for
+    /// keys built by hand.
+    fn key_type() -> TypeDesc {
+        TypeDesc::Struct(
+            "tuple".to_string(),
+            vec![("0".to_string(), A::key_type()), ("1".to_string(), B::key_type())],
+        )
+    }
 }
 
 impl<T: IndexKey + ?Sized> IndexKey for &T {
     fn key_bytes(&self, out: &mut Vec<u8>) {
         (**self).key_bytes(out);
+    }
+
+    fn key_type() -> TypeDesc {
+        T::key_type()
     }
 }
 

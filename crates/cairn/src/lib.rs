@@ -38,3 +38,11 @@ pub use collections::{List, Map, Set};
 pub use database::{Database, Index, Options, Transaction};
 pub use error::{Error, Result};
 pub use reference::Ref;
+
+/// Decoders that are otherwise private, for the fuzz targets
+/// (`fuzz/targets/catalog.rs`) and their corpus replay under `cargo test`.
+/// Not a stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::catalog::{decode_schema, encode_schema};
+}

@@ -262,6 +262,30 @@ pub fn create<A: PageAccess>(a: &mut A, group: GroupId, near: Option<PageId>, da
     Ok(d)
 }
 
+/// Checks, before anything is allocated for it, that the object `d`
+/// describes could exist on this page size in a volume of `volume_pages`
+/// pages: its length within the page size's limit, its depth the one its
+/// length implies, and its data pages no more than the volume holds. A
+/// descriptor that fails is damaged: [`Error::Corrupt`] naming
+/// `page_for_errors`, the page holding the descriptor. No page is read.
+pub fn check_fits(d: &LargeDescriptor, page_size: usize, volume_pages: u32, page_for_errors: PageId) -> Result<()> {
+    let g = Geometry::new(page_size)?;
+    let t = Tree::open(g, d).map_err(|e| match e {
+        Error::Corrupt { reason, .. } => Error::corrupt(page_for_errors, reason),
+        other => other,
+    })?;
+    if t.pages > u64::from(volume_pages) {
+        return Err(Error::corrupt(
+            page_for_errors,
+            format!(
+                "large-object descriptor: {} bytes need {} data pages, the volume has only {volume_pages} pages",
+                d.len, t.pages
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Reads `buf.len()` bytes at `offset`. A range reaching past the end is
 /// [`Error::InvalidArgument`].
 pub fn read<A: PageAccess>(a: &mut A, d: &LargeDescriptor, offset: u64, buf: &mut [u8]) -> Result<()> {
@@ -1425,6 +1449,28 @@ mod tests {
             let err = LargeDescriptor::decode(&bytes, PageId(9)).unwrap_err();
             assert!(matches!(err, Error::Corrupt { page: PageId(9), .. }), "{err}");
         }
+    }
+
+    #[test]
+    fn large_descriptor_length_is_checked_against_the_volume() {
+        let g = geometry(PS);
+        let len = LARGE_OBJECT_LEN_MAX;
+        let d = LargeDescriptor {
+            len,
+            root: PageId(5),
+            depth: g.depth_for(g.pages_for(len)),
+            owner: 1,
+        };
+        // A consistent descriptor for 1 TiB cannot fit a volume of 100 pages.
+        let err = check_fits(&d, PS, 100, PageId(9)).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { page: PageId(9), .. }), "{err}");
+        assert!(err.to_string().contains("data pages"), "{err}");
+        check_fits(&d, PS, u32::MAX, PageId(9)).unwrap();
+        // A depth that does not go with the length names the descriptor's page.
+        let wrong_depth = LargeDescriptor { depth: 1, ..d };
+        let err = check_fits(&wrong_depth, PS, u32::MAX, PageId(9)).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { page: PageId(9), .. }), "{err}");
+        check_fits(&LargeDescriptor::EMPTY, PS, 1, PageId(9)).unwrap();
     }
 
     #[test]

@@ -339,16 +339,38 @@ pub fn len<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<u64> {
     })
 }
 
-/// Reads a whole object. For large objects prefer [`read_range`].
+/// The longest object [`read`] (and [`read_with`] off its in-place path)
+/// reads whole: 1 GiB. A longer one is [`Error::ObjectTooLarge`]; read it in
+/// pieces with [`read_range`], or pass another limit to [`read_at_most`].
+pub const READ_WHOLE_LEN_MAX: u64 = 1 << 30;
+
+/// Reads a whole object of at most [`READ_WHOLE_LEN_MAX`] bytes. For large
+/// objects prefer [`read_range`].
 pub fn read<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Vec<u8>> {
-    match locate(s, oid)?.content {
+    read_at_most(s, oid, READ_WHOLE_LEN_MAX)
+}
+
+/// Reads a whole object of at most `len_max` bytes; a longer one is
+/// [`Error::ObjectTooLarge`]. A large object's descriptor is checked against
+/// the volume ([`large::check_fits`]) before its buffer is allocated, so a
+/// damaged length is [`Error::Corrupt`] naming the page holding the
+/// descriptor, never an allocation of what it claims.
+pub fn read_at_most<S: ObjectSpace>(s: &mut S, oid: Oid, len_max: u64) -> Result<Vec<u8>> {
+    let loc = locate(s, oid)?;
+    let too_large = |len: u64| Error::ObjectTooLarge {
+        oid,
+        len,
+        limit: len_max,
+    };
+    match loc.content {
+        Content::Small(d) if d.len() as u64 > len_max => Err(too_large(d.len() as u64)),
         Content::Small(d) => Ok(d),
         Content::Large(d) => {
-            let len = usize::try_from(d.len).map_err(|_| Error::LimitExceeded {
-                what: "object bytes read at once",
-                value: d.len,
-                limit: usize::MAX as u64,
-            })?;
+            large::check_fits(&d, s.page_size(), s.page_count(), loc.body.page)?;
+            if d.len > len_max {
+                return Err(too_large(d.len));
+            }
+            let len = usize::try_from(d.len).map_err(|_| too_large(d.len))?;
             let mut buf = vec![0u8; len];
             large::read(s, &d, 0, &mut buf)?;
             Ok(buf)
@@ -658,5 +680,82 @@ impl GroupScan {
             oids.reverse();
             self.current = oids;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn::{Db, DbOptions, Txn};
+
+    fn with_txn(f: impl FnOnce(&mut Txn)) {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = DbOptions {
+            background: false,
+            ..DbOptions::default()
+        };
+        let db = Db::create(&dir.path().join("db"), &opts).unwrap();
+        let mut txn = db.begin().unwrap();
+        f(&mut txn);
+        txn.abort().unwrap();
+        db.close().unwrap();
+    }
+
+    /// A descriptor claiming 1 TiB (with the depth that length implies, so
+    /// it decodes) in a volume of a few pages: reading the object whole must
+    /// report the damage, not allocate 1 TiB and abort.
+    #[test]
+    fn large_descriptor_length_is_checked_before_allocating() {
+        with_txn(|txn| {
+            let oid = txn.create(GroupId::DEFAULT, &vec![7u8; 10_000]).unwrap();
+            let Content::Large(d) = locate(txn, oid).unwrap().content else {
+                panic!("expected a large object");
+            };
+            let probe = LargeDescriptor {
+                len: large::LARGE_OBJECT_LEN_MAX,
+                depth: 0,
+                ..d
+            };
+            // The depth a 1 TiB object needs on this page size.
+            let depth = (0..=large::LARGE_DEPTH_MAX)
+                .find(|&depth| {
+                    large::check_fits(&LargeDescriptor { depth, ..probe }, txn.page_size(), u32::MAX, oid.page).is_ok()
+                })
+                .unwrap();
+            let damaged = LargeDescriptor { depth, ..probe };
+            let ok = txn
+                .modify(oid.page, |b| {
+                    slotted::update(b, oid.slot, KIND_LARGE, &damaged.encode())
+                })
+                .unwrap();
+            assert!(ok);
+            let err = read(txn, oid).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { page, .. } if page == oid.page), "{err}");
+            let err = read_with(txn, oid, |b| b.len()).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        });
+    }
+
+    #[test]
+    fn huge_object_read_whole_is_refused() {
+        with_txn(|txn| {
+            let data: Vec<u8> = (0..12_000u32).map(|i| i as u8).collect();
+            let oid = txn.create(GroupId::DEFAULT, &data).unwrap();
+            let err = read_at_most(txn, oid, 10_000).unwrap_err();
+            assert!(
+                matches!(err, Error::ObjectTooLarge { oid: o, len: 12_000, limit: 10_000 } if o == oid),
+                "{err}"
+            );
+            assert!(err.to_string().contains("read_range"), "{err}");
+            // The same object reads in ranges, and whole under the default limit.
+            let mut part = vec![0u8; 5_000];
+            read_range(txn, oid, 7_000, &mut part).unwrap();
+            assert_eq!(part, data[7_000..]);
+            assert_eq!(read(txn, oid).unwrap(), data);
+            // Small objects obey the limit too.
+            let small = txn.create(GroupId::DEFAULT, b"twelve bytes").unwrap();
+            let err = read_at_most(txn, small, 5).unwrap_err();
+            assert!(matches!(err, Error::ObjectTooLarge { len: 12, .. }), "{err}");
+        });
     }
 }
