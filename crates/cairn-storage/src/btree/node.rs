@@ -10,6 +10,7 @@
 //! Mutating functions run inside `PageAccess::modify` on a copy of the page,
 //! so they may fail half-way without harm.
 
+use crate::bytes::{get_u16, get_u32, put_u16, put_u32};
 use std::cmp::Ordering;
 
 use crate::error::{Error, Result};
@@ -71,22 +72,6 @@ pub fn capacity(page_size: usize) -> usize {
 /// overfull node leaves two halves that fit.
 pub fn key_value_max(page_size: usize) -> usize {
     (capacity(page_size) / 4).saturating_sub(SLOT_SIZE + INNER_CELL_HEADER)
-}
-
-fn get_u16(buf: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([buf[off], buf[off + 1]])
-}
-
-fn get_u32(buf: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes([buf[off], buf[off + 1], buf[off + 2], buf[off + 3]])
-}
-
-fn put_u16(buf: &mut [u8], off: usize, v: u16) {
-    buf[off..off + 2].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u32(buf: &mut [u8], off: usize, v: u32) {
-    buf[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Encodes a leaf cell. The caller has bounded `key.len() + value.len()`.

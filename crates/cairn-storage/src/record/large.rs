@@ -93,6 +93,7 @@
 //! at that place, the error names the page holding the pointer; when a page's
 //! own contents are inconsistent, it names that page.
 
+use crate::bytes::{get_u16, get_u32, get_u64, put_u16, put_u32};
 use std::cmp::{max, min};
 use std::fmt;
 
@@ -574,30 +575,6 @@ impl Tree {
 fn usize_of(n: u64) -> usize {
     // Callers pass page offsets or lengths bounded by a caller's slice.
     usize::try_from(n).unwrap_or(usize::MAX)
-}
-
-fn get_u16(p: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([p[off], p[off + 1]])
-}
-
-fn get_u32(p: &[u8], off: usize) -> u32 {
-    let mut b = [0u8; 4];
-    b.copy_from_slice(&p[off..off + 4]);
-    u32::from_le_bytes(b)
-}
-
-fn get_u64(p: &[u8], off: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&p[off..off + 8]);
-    u64::from_le_bytes(b)
-}
-
-fn put_u16(p: &mut [u8], off: usize, v: u16) {
-    p[off..off + 2].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u32(p: &mut [u8], off: usize, v: u32) {
-    p[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 fn child_offset(slot: u64) -> usize {
