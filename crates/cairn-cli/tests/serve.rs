@@ -5,100 +5,20 @@
 //! a vanished client leaves no locks behind; a wrong architecture, a wrong
 //! token and a non-loopback address without a token are refused.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use cairn_net::message::{Architecture, ErrorCode};
-use cairn_net::page_service::{decode_page, PageRequest};
+use cairn_net::page_service::PageRequest;
 use cairn_net::rpc::{Client, ClientOptions};
-use cairn_net::transport::Address;
 use cairn_net::Error as NetError;
 use cairn_storage::wal::redo;
-use cairn_storage::{page, Db, DbOptions, GroupId, Oid, PageId, TxnId};
+use cairn_storage::{Db, DbOptions, GroupId, Oid, TxnId};
 
-struct Server {
-    child: Child,
-    addr: Address,
-}
-
-impl Server {
-    fn start(dir: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .arg("serve")
-            .arg(dir)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("CAIRN_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start cairn serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .parse()
-            .unwrap();
-        Server { child, addr }
-    }
-
-    fn client(&self, token: &[u8]) -> Result<Client, NetError> {
-        Client::connect(
-            &self.addr,
-            &ClientOptions {
-                architecture: Architecture::PAGE,
-                token: bytes::Bytes::copy_from_slice(token),
-                ..ClientOptions::default()
-            },
-        )
-    }
-
-    /// SIGTERM, and the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        for _ in 0..300 {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        self.child.kill().ok();
-        panic!("cairn serve did not stop on SIGTERM");
-    }
-}
-
-fn call(c: &Client, req: &PageRequest) -> Result<Vec<bytes::Bytes>, NetError> {
-    let (kind, body) = req.encode();
-    c.invoke(kind, body)?.collect()
-}
-
-fn begin(c: &Client) -> u64 {
-    let body = call(c, &PageRequest::Begin).unwrap().pop().unwrap();
-    u64::from_le_bytes(body[..].try_into().unwrap())
-}
-
-/// Fetches one page and checks it as a page read from disk.
-fn fetch(c: &Client, txn: u64, id: PageId, exclusive: bool) -> Result<Vec<u8>, NetError> {
-    let parts = call(
-        c,
-        &PageRequest::Fetch {
-            txn,
-            exclusive,
-            pages: vec![id.0],
-        },
-    )?;
-    let (got, image) = decode_page(&parts[0]).unwrap();
-    assert_eq!(got, id.0);
-    page::verify(image, id).expect("the page arrives sealed and whole");
-    Ok(image.to_vec())
-}
+use common::{begin, call, fetch, remote_code, Server};
 
 /// A database with one object of 100 bytes of 7s.
 fn setup(dir: &Path) -> Oid {
@@ -115,13 +35,6 @@ fn change(image: &[u8], from: u8, to: u8) -> Vec<u8> {
     let at = after.windows(100).position(|w| w.iter().all(|&b| b == from)).unwrap();
     after[at..at + 100].fill(to);
     after
-}
-
-fn remote_code(e: NetError) -> ErrorCode {
-    match e {
-        NetError::Remote(f) => f.code,
-        other => panic!("expected an error reply, got {other}"),
-    }
 }
 
 #[test]

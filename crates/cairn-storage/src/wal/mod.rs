@@ -398,13 +398,20 @@ impl Wal {
                     creation_id,
                     proves_durable: opts.proves_durable,
                 };
-                let (end, records) = last.scan(&*vfs, &mut report)?;
+                let (end, records, last_record) = last.scan(&*vfs, &mut report)?;
                 // Bytes read back from the OS cache may never have reached
                 // the disk (a failed fsync leaves them cached but clean, and
                 // a later fsync reports success without writing them):
                 // written again, they are dirty, and the fsync below makes
-                // them durable or fails.
-                last.rewrite(end)?;
+                // them durable or fails. Only bytes no record vouches for
+                // need it: a record's `durable` field is advanced by
+                // successful fsyncs alone (the log is poisoned by the first
+                // failure), so the bytes before it are on the disk.
+                let vouched = match last_record {
+                    Some(at) => last.durable_field(at)?,
+                    None => Lsn(0),
+                };
+                last.rewrite(vouched, end)?;
                 file.sync_data()
                     .map_err(|e| Error::io("fsync log segment", last_path, e))?;
                 stats.fsyncs += 1;
@@ -801,7 +808,7 @@ struct LastSegment<'a> {
 impl LastSegment<'_> {
     /// Scans the segment, cuts a torn tail, and returns the end of the valid
     /// log and the number of valid records in the segment.
-    fn scan(&self, vfs: &dyn Vfs, report: &mut OpenReport) -> Result<(Lsn, u64)> {
+    fn scan(&self, vfs: &dyn Vfs, report: &mut OpenReport) -> Result<(Lsn, u64, Option<Lsn>)> {
         let (file, path, start) = (self.file, self.path, self.start);
         let len = file.len().map_err(|e| Error::io("stat log segment", path, e))?;
         if len <= SEGMENT_HEADER_SIZE as u64 && check_segment_header(&**file, path, start, self.creation_id).is_err() {
@@ -811,17 +818,23 @@ impl LastSegment<'_> {
             vfs.sync_dir(self.dir)
                 .map_err(|e| Error::io("fsync log directory", self.dir, e))?;
             report.rewritten_header = Some(path.to_path_buf());
-            return Ok((start, 0));
+            return Ok((start, 0, None));
         }
         check_segment_header(&**file, path, start, self.creation_id)?;
         let limit = Lsn(start.0 + (len - SEGMENT_HEADER_SIZE as u64));
         let mut cursor = Cursor::new(file.clone(), path.to_path_buf(), start, limit, Lsn(0));
         let read_err = |e| Error::io("read log segment", path, e);
         let mut records = 0u64;
+        // The start of the last valid record, and where the next one starts.
+        let (mut last_record, mut next_start) = (None, start);
         loop {
             match cursor.next().map_err(read_err)? {
-                Step::Record { .. } => records += 1,
-                Step::End => return Ok((cursor.pos(), records)),
+                Step::Record { lsn, .. } => {
+                    records += 1;
+                    last_record = Some(next_start);
+                    next_start = lsn;
+                }
+                Step::End => return Ok((cursor.pos(), records, last_record)),
                 Step::Bad(bad) => {
                     if bad.certain {
                         return Err(corrupt(path, bad.offset, bad.reason));
@@ -847,7 +860,7 @@ impl LastSegment<'_> {
                         bytes_cut: len - bad.offset,
                         reason: bad.reason,
                     });
-                    return Ok((bad.lsn, records));
+                    return Ok((bad.lsn, records, last_record));
                 }
             }
         }
@@ -878,15 +891,36 @@ impl LastSegment<'_> {
         Ok(None)
     }
 
-    /// Writes the segment's valid bytes again, its header included (see
+    /// The `durable` field of the (valid) record starting at `at`.
+    fn durable_field(&self, at: Lsn) -> Result<Lsn> {
+        let mut hb = [0u8; HEADER_BYTES];
+        self.file
+            .read_exact_at(&mut hb, SEGMENT_HEADER_SIZE as u64 + (at.0 - self.start.0))
+            .map_err(|e| Error::io("read log segment", self.path, e))?;
+        format::RecordHeader::decode(&hb).map(|h| h.durable).map_err(|e| {
+            corrupt(
+                self.path,
+                SEGMENT_HEADER_SIZE as u64 + (at.0 - self.start.0),
+                e.to_string(),
+            )
+        })
+    }
+
+    /// Writes again the segment's bytes from `vouched` to `end`, and its
+    /// header too unless `vouched` reaches into the segment (see
     /// [`Wal::open`]).
-    fn rewrite(&self, end: Lsn) -> Result<()> {
-        let total = SEGMENT_HEADER_SIZE as u64 + (end.0 - self.start.0);
+    fn rewrite(&self, vouched: Lsn, end: Lsn) -> Result<()> {
+        let from = if vouched < self.start {
+            0
+        } else {
+            SEGMENT_HEADER_SIZE as u64 + (vouched.min(end).0 - self.start.0)
+        };
+        let total = SEGMENT_HEADER_SIZE as u64 + (end.0 - self.start.0) - from;
         let mut buf = vec![0u8; (total.min(1 << 20)) as usize];
         let mut done = 0u64;
         while done < total {
             let n = (total - done).min(buf.len() as u64) as usize;
-            let at = done;
+            let at = from + done;
             self.file
                 .read_exact_at(&mut buf[..n], at)
                 .map_err(|e| Error::io("read log segment", self.path, e))?;
