@@ -40,7 +40,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7411";
 
 /// Reads a limits file: one `key = value` per line, `#` comments. Keys:
 /// `connections_max`, `in_flight_max`, `body_max`, `request_bytes_max`,
-/// `reply_bytes_max`, `handshake_timeout_ms`, `shutdown_grace_ms`. An
+/// `reply_bytes_max`, `handshake_timeout_ms`, `frame_timeout_ms`,
+/// `shutdown_grace_ms`. An
 /// unknown key or a bad number is an error naming the line.
 pub fn read_config(path: &Path) -> anyhow::Result<Limits> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -66,6 +67,7 @@ pub fn read_config(path: &Path) -> anyhow::Result<Limits> {
             "request_bytes_max" => limits.request_bytes_max = small(n)?,
             "reply_bytes_max" => limits.reply_bytes_max = small(n)?,
             "handshake_timeout_ms" => limits.handshake_timeout = std::time::Duration::from_millis(n),
+            "frame_timeout_ms" => limits.frame_timeout = std::time::Duration::from_millis(n),
             "shutdown_grace_ms" => limits.shutdown_grace = std::time::Duration::from_millis(n),
             other => bail!("{}: unknown key {other:?}", at()),
         }

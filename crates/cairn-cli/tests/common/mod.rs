@@ -63,7 +63,19 @@ impl Server {
         self.child.kill().expect("kill the server");
         self.child.wait().expect("reap the server");
     }
+}
 
+impl Drop for Server {
+    /// A test that panics must not leave its server running.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Server {
     /// SIGTERM, and the exit status.
     pub fn stop(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
