@@ -40,7 +40,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7411";
 
 /// Reads a limits file: one `key = value` per line, `#` comments. Keys:
 /// `connections_max`, `in_flight_max`, `body_max`, `request_bytes_max`,
-/// `reply_bytes_max`, `handshake_timeout_ms`, `frame_timeout_ms`,
+/// `reply_bytes_max`, `server_request_bytes_max`, `server_reply_bytes_max`,
+/// `handshake_timeout_ms`, `frame_timeout_ms`,
 /// `shutdown_grace_ms`. An
 /// unknown key or a bad number is an error naming the line.
 pub fn read_config(path: &Path) -> anyhow::Result<Limits> {
@@ -66,6 +67,8 @@ pub fn read_config(path: &Path) -> anyhow::Result<Limits> {
             "body_max" => limits.body_max = small(n)?,
             "request_bytes_max" => limits.request_bytes_max = small(n)?,
             "reply_bytes_max" => limits.reply_bytes_max = small(n)?,
+            "server_request_bytes_max" => limits.server_request_bytes_max = n,
+            "server_reply_bytes_max" => limits.server_reply_bytes_max = n,
             "handshake_timeout_ms" => limits.handshake_timeout = std::time::Duration::from_millis(n),
             "frame_timeout_ms" => limits.frame_timeout = std::time::Duration::from_millis(n),
             "shutdown_grace_ms" => limits.shutdown_grace = std::time::Duration::from_millis(n),

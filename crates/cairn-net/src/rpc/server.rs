@@ -38,7 +38,10 @@
 //! writer hold at most [`Limits::reply_bytes_max`] bytes (a handler streaming parts to a slow client
 //! waits in [`Replier::part`]). The two budgets are separate so a request never waits for bytes
 //! that only its own reply could free. Across connections: at most
-//! [`Limits::connections_max`]; the next one gets a REFUSAL and is closed.
+//! [`Limits::connections_max`]; the next one gets a REFUSAL and is closed; and the request and
+//! reply bytes of all connections together stay within [`Limits::server_request_bytes_max`] and
+//! [`Limits::server_reply_bytes_max`] (each take is the connection's share first, then the
+//! server's), so memory is bounded for the whole server, not only per connection.
 //!
 //! # Bad input
 //!
@@ -82,6 +85,12 @@ pub struct Limits {
     pub request_bytes_max: u32,
     /// Bytes of reply frames of one connection queued for the socket. At least `body_max` + 32.
     pub reply_bytes_max: u32,
+    /// Bytes of request frames held by all connections together (the per-connection budgets
+    /// add up to more than a server should hold: 1,024 connections × 64 MiB). At least
+    /// `body_max` + 32.
+    pub server_request_bytes_max: u64,
+    /// Bytes of reply frames queued by all connections together. At least `body_max` + 32.
+    pub server_reply_bytes_max: u64,
     /// Time a new connection has to complete its HELLO.
     pub handshake_timeout: Duration,
     /// Time the rest of a frame may take once its first byte has arrived (a stalled frame is
@@ -101,6 +110,8 @@ impl Default for Limits {
             in_flight_max: 256,
             request_bytes_max: 64 << 20,
             reply_bytes_max: 64 << 20,
+            server_request_bytes_max: 512 << 20,
+            server_reply_bytes_max: 512 << 20,
             handshake_timeout: Duration::from_secs(10),
             frame_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
@@ -121,6 +132,8 @@ impl Limits {
             in_flight_max: self.in_flight_max.max(1),
             request_bytes_max: self.request_bytes_max.max(frame_max),
             reply_bytes_max: self.reply_bytes_max.max(frame_max),
+            server_request_bytes_max: self.server_request_bytes_max.max(u64::from(frame_max)),
+            server_reply_bytes_max: self.server_reply_bytes_max.max(u64::from(frame_max)),
             ..self.clone()
         }
     }
@@ -170,11 +183,11 @@ pub trait Handler: Send + Sync + 'static {
 struct Outgoing {
     header: [u8; HEADER_SIZE],
     body: Bytes,
-    _permit: Option<OwnedSemaphorePermit>,
+    _permit: Option<Permit>,
 }
 
 impl Outgoing {
-    fn new(kind: Kind, flags: Flags, id: RequestId, body: Bytes, permit: Option<OwnedSemaphorePermit>) -> Outgoing {
+    fn new(kind: Kind, flags: Flags, id: RequestId, body: Bytes, permit: Option<Permit>) -> Outgoing {
         Outgoing {
             header: frame::encode_header(kind, flags, id, &body),
             body,
@@ -193,7 +206,7 @@ pub struct Replier {
     kind: Kind,
     id: RequestId,
     tx: mpsc::UnboundedSender<Outgoing>,
-    reply_bytes: Arc<Semaphore>,
+    reply_bytes: Budget,
     body_max: u32,
 }
 
@@ -219,7 +232,7 @@ impl Replier {
                 max: self.body_max,
             });
         }
-        let permit = acquire_bytes(&self.reply_bytes, HEADER_SIZE + body.len()).await;
+        let permit = self.reply_bytes.acquire(HEADER_SIZE + body.len()).await;
         let out = Outgoing::new(self.kind, Flags::REPLY.with(Flags::MORE), self.id, body, permit);
         self.tx.send(out).map_err(|_| Error::Disconnected)
     }
@@ -257,13 +270,41 @@ impl Drop for Unanswered {
 /// `in_flight_max` × this.
 const SMALL_FRAME: usize = 4096;
 
-/// Takes `bytes` of `budget` (nothing for a small frame); `None` if the budget was closed.
-async fn acquire_bytes(budget: &Arc<Semaphore>, bytes: usize) -> Option<OwnedSemaphorePermit> {
-    if bytes <= SMALL_FRAME {
-        return None;
+/// A byte budget: the connection's and the whole server's, taken together.
+#[derive(Clone)]
+struct Budget {
+    connection: Arc<Semaphore>,
+    server: Arc<Semaphore>,
+}
+
+/// Bytes held in a [`Budget`]; dropping it gives them back to both.
+struct Permit {
+    _connection: OwnedSemaphorePermit,
+    _server: OwnedSemaphorePermit,
+}
+
+impl Budget {
+    /// Takes `bytes` (nothing for a small frame), the connection's share first and then the
+    /// server's, always in that order; `None` if a budget was closed.
+    async fn acquire(&self, bytes: usize) -> Option<Permit> {
+        if bytes <= SMALL_FRAME {
+            return None;
+        }
+        let n = u32::try_from(bytes).unwrap_or(u32::MAX);
+        let connection = self.connection.clone().acquire_many_owned(n).await.ok()?;
+        let server = self.server.clone().acquire_many_owned(n).await.ok()?;
+        Some(Permit {
+            _connection: connection,
+            _server: server,
+        })
     }
-    let n = u32::try_from(bytes).unwrap_or(u32::MAX);
-    budget.clone().acquire_many_owned(n).await.ok()
+}
+
+/// A semaphore of `bytes` permits (tokio's limit is far above any sane budget).
+fn byte_semaphore(bytes: u64) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(
+        usize::try_from(bytes).unwrap_or(usize::MAX).min(Semaphore::MAX_PERMITS),
+    ))
 }
 
 /// The requests of one connection now running, with a wake-up for the reader waiting for a free
@@ -333,6 +374,9 @@ struct Shared<H> {
     handler: Arc<H>,
     limits: Limits,
     sessions: AtomicU64,
+    /// The server-wide request and reply byte budgets, shared by every connection.
+    request_bytes: Arc<Semaphore>,
+    reply_bytes: Arc<Semaphore>,
 }
 
 /// Serves `listener` with `handler` until `shutdown` completes, then stops accepting, lets each
@@ -340,9 +384,12 @@ struct Shared<H> {
 /// and returns when every connection has closed. Must run inside a tokio runtime (multi-threaded
 /// for requests to run in parallel).
 pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = ()>, handler: Arc<H>, limits: Limits) {
+    let limits = limits.validated();
     let shared = Arc::new(Shared {
         handler,
-        limits: limits.validated(),
+        request_bytes: byte_semaphore(limits.server_request_bytes_max),
+        reply_bytes: byte_semaphore(limits.server_reply_bytes_max),
+        limits,
         sessions: AtomicU64::new(1),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -440,14 +487,20 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
     let mut conn = Reader {
         dec: FrameDecoder::new(limits.handshake_body_max),
         frame_timeout: limits.frame_timeout,
-        request_bytes: Arc::new(Semaphore::new(limits.request_bytes_max as usize)),
+        request_bytes: Budget {
+            connection: byte_semaphore(u64::from(limits.request_bytes_max)),
+            server: shared.request_bytes.clone(),
+        },
         pending: None,
     };
     let mut linger_after = false;
     if let Some(session) = handshake(&mut r, &mut conn, &tx, &shared, &peer, &mut stop, &mut linger_after).await {
         let session = Arc::new(session);
         let in_flight = Arc::new(InFlight::new(limits.in_flight_max));
-        let reply_bytes = Arc::new(Semaphore::new(limits.reply_bytes_max as usize));
+        let reply_bytes = Budget {
+            connection: byte_semaphore(u64::from(limits.reply_bytes_max)),
+            server: shared.reply_bytes.clone(),
+        };
         let end = serve(
             &mut r,
             &mut conn,
@@ -564,7 +617,7 @@ async fn serve<H: Handler>(
     shared: &Arc<Shared<H>>,
     session: &Arc<H::Session>,
     in_flight: &Arc<InFlight>,
-    reply_bytes: &Arc<Semaphore>,
+    reply_bytes: &Budget,
     stop: &mut watch::Receiver<bool>,
 ) -> End {
     let goodbye = |request_id: RequestId, fault: Fault| {
@@ -645,7 +698,7 @@ async fn serve<H: Handler>(
                         }
                         Err(fault) => (Flags::REPLY.with(Flags::ERROR), fault.encode().into()),
                     };
-                    let permit = acquire_bytes(&replier.reply_bytes, HEADER_SIZE + body.len()).await;
+                    let permit = replier.reply_bytes.acquire(HEADER_SIZE + body.len()).await;
                     let mut guard = guard;
                     guard.tx = None;
                     let _ = replier.tx.send(Outgoing::new(kind, flags, id, body, permit));
@@ -715,18 +768,18 @@ fn noop_waker() -> Waker {
 struct Reader {
     dec: FrameDecoder,
     frame_timeout: Duration,
-    request_bytes: Arc<Semaphore>,
+    request_bytes: Budget,
     /// Budget taken for the frame whose header has been decoded and whose body is arriving.
-    pending: Option<OwnedSemaphorePermit>,
+    pending: Option<Permit>,
 }
 
 impl Reader {
     /// Pairs a whole frame with its share of the request budget (taken while its body arrived,
     /// or now).
-    async fn with_budget(&mut self, frame: Frame, budget: bool) -> (Frame, Option<OwnedSemaphorePermit>) {
+    async fn with_budget(&mut self, frame: Frame, budget: bool) -> (Frame, Option<Permit>) {
         let permit = match self.pending.take() {
             Some(p) => Some(p),
-            None if budget => acquire_bytes(&self.request_bytes, HEADER_SIZE + frame.body.len()).await,
+            None if budget => self.request_bytes.acquire(HEADER_SIZE + frame.body.len()).await,
             None => None,
         };
         (frame, permit)
@@ -738,7 +791,7 @@ impl Reader {
         &mut self,
         r: &mut ReadHalf,
         budget: bool,
-    ) -> Result<Option<(Frame, Option<OwnedSemaphorePermit>)>, FrameError> {
+    ) -> Result<Option<(Frame, Option<Permit>)>, FrameError> {
         loop {
             if let Some(frame) = self.dec.decode()? {
                 return Ok(Some(self.with_budget(frame, budget).await));
@@ -746,7 +799,7 @@ impl Reader {
             if budget && self.pending.is_none() {
                 if let Some(h) = self.dec.current() {
                     let size = HEADER_SIZE + h.body_len as usize;
-                    self.pending = acquire_bytes(&self.request_bytes, size).await;
+                    self.pending = self.request_bytes.acquire(size).await;
                 }
             }
             self.dec.read_hint();
