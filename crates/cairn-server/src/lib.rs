@@ -214,16 +214,7 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
             page_type,
         } => {
             let ty = PageType::from_u8(page_type)
-                .filter(|t| {
-                    matches!(
-                        t,
-                        PageType::Slotted
-                            | PageType::LargeIndex
-                            | PageType::LargeData
-                            | PageType::BTreeLeaf
-                            | PageType::BTreeInner
-                    )
-                })
+                .filter(|t| t.is_client_kind())
                 .ok_or_else(|| {
                     Fault::new(
                         ErrorCode::INVALID,

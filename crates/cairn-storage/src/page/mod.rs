@@ -72,6 +72,17 @@ pub enum PageType {
 }
 
 impl PageType {
+    /// True for the kinds a transaction changes through the record layer
+    /// (slotted, large-object and B+-tree pages), so a remote client may
+    /// allocate and change them; every other kind is changed only by the
+    /// volume's system actions.
+    pub fn is_client_kind(self) -> bool {
+        matches!(
+            self,
+            PageType::Slotted | PageType::LargeIndex | PageType::LargeData | PageType::BTreeLeaf | PageType::BTreeInner
+        )
+    }
+
     /// Decodes a page-type byte.
     pub fn from_u8(b: u8) -> Option<PageType> {
         Some(match b {

@@ -29,17 +29,6 @@ use crate::wal::redo::{self, Redo};
 
 use super::Txn;
 
-/// Page kinds a client changes itself; every other kind is changed only by
-/// the server's system actions.
-fn client_may_change(ty: Option<PageType>) -> bool {
-    matches!(
-        ty,
-        Some(
-            PageType::Slotted | PageType::LargeIndex | PageType::LargeData | PageType::BTreeLeaf | PageType::BTreeInner
-        )
-    )
-}
-
 impl Txn {
     /// Locks `id` for this transaction (X if `exclusive`, else S) and returns
     /// the page's committed image: what a page-server client caches and
@@ -115,7 +104,7 @@ impl Txn {
             None => self.current_image(id)?,
         };
         let base_type = page::page_type(&base);
-        if !client_may_change(base_type) {
+        if !base_type.is_some_and(PageType::is_client_kind) {
             return Err(refuse(
                 id,
                 format!("a client may not change a page of kind {base_type:?}"),

@@ -103,13 +103,10 @@ impl Txn {
         let before = self.changes;
         let r = f(self);
         if let Err(e) = &r {
-            let dooms = self.changes != before
-                || matches!(
-                    e,
-                    Error::Deadlock { .. } | Error::LockTimeout { .. } | Error::Io { .. } | Error::Poisoned(_)
-                );
-            if dooms {
-                self.doomed = Some(e.to_string());
+            if self.changes != before {
+                self.doom(e);
+            } else {
+                self.doom_if_fatal(e);
             }
         }
         r
@@ -135,12 +132,17 @@ impl Txn {
     /// layer change pages through [`PageAccess`] directly): a lost lock
     /// wait, or an I/O error on its private pages or the pool.
     fn doom_if_fatal(&mut self, e: &Error) {
-        if self.doomed.is_none()
-            && matches!(
-                e,
-                Error::Deadlock { .. } | Error::LockTimeout { .. } | Error::Io { .. } | Error::Poisoned(_)
-            )
-        {
+        if matches!(
+            e,
+            Error::Deadlock { .. } | Error::LockTimeout { .. } | Error::Io { .. } | Error::Poisoned(_)
+        ) {
+            self.doom(e);
+        }
+    }
+
+    /// Dooms the transaction with `e` as the cause (the first cause stays).
+    fn doom(&mut self, e: &Error) {
+        if self.doomed.is_none() {
             self.doomed = Some(e.to_string());
         }
     }
@@ -159,7 +161,9 @@ impl Txn {
     /// Page `id` as this transaction sees it: its private copy if it has
     /// one, else the committed image.
     pub(super) fn current_image(&mut self, id: PageId) -> Result<Vec<u8>> {
-        let private = self.pages.get(id).inspect_err(|e| self.doomed = Some(e.to_string()))?;
+        let private = self.pages.get(id).inspect_err(|e| {
+            self.doomed.get_or_insert_with(|| e.to_string());
+        })?;
         match private {
             Some(p) => Ok(p.to_vec()),
             None => self.committed_image(id),
@@ -351,7 +355,9 @@ impl PageAccess for Txn {
 
     fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         self.refuse_if_doomed()?;
-        let private = self.pages.get(id).inspect_err(|e| self.doomed = Some(e.to_string()))?;
+        let private = self.pages.get(id).inspect_err(|e| {
+            self.doomed.get_or_insert_with(|| e.to_string());
+        })?;
         if let Some(p) = private {
             return Ok(f(p));
         }

@@ -398,7 +398,7 @@ impl Wal {
                     creation_id,
                     proves_durable: opts.proves_durable,
                 };
-                let (end, records, last_record) = last.scan(&*vfs, &mut report)?;
+                let (end, records, vouched) = last.scan(&*vfs, &mut report)?;
                 // Bytes read back from the OS cache may never have reached
                 // the disk (a failed fsync leaves them cached but clean, and
                 // a later fsync reports success without writing them):
@@ -407,10 +407,6 @@ impl Wal {
                 // need it: a record's `durable` field is advanced by
                 // successful fsyncs alone (the log is poisoned by the first
                 // failure), so the bytes before it are on the disk.
-                let vouched = match last_record {
-                    Some(at) => last.durable_field(at)?,
-                    None => Lsn(0),
-                };
                 last.rewrite(vouched, end)?;
                 file.sync_data()
                     .map_err(|e| Error::io("fsync log segment", last_path, e))?;
@@ -807,8 +803,10 @@ struct LastSegment<'a> {
 
 impl LastSegment<'_> {
     /// Scans the segment, cuts a torn tail, and returns the end of the valid
-    /// log and the number of valid records in the segment.
-    fn scan(&self, vfs: &dyn Vfs, report: &mut OpenReport) -> Result<(Lsn, u64, Option<Lsn>)> {
+    /// log, the number of valid records in the segment, and how far its last
+    /// valid record vouches the log durable (its `durable` field; 0 without
+    /// a record).
+    fn scan(&self, vfs: &dyn Vfs, report: &mut OpenReport) -> Result<(Lsn, u64, Lsn)> {
         let (file, path, start) = (self.file, self.path, self.start);
         let len = file.len().map_err(|e| Error::io("stat log segment", path, e))?;
         if len <= SEGMENT_HEADER_SIZE as u64 && check_segment_header(&**file, path, start, self.creation_id).is_err() {
@@ -818,12 +816,16 @@ impl LastSegment<'_> {
             vfs.sync_dir(self.dir)
                 .map_err(|e| Error::io("fsync log directory", self.dir, e))?;
             report.rewritten_header = Some(path.to_path_buf());
-            return Ok((start, 0, None));
+            return Ok((start, 0, Lsn(0)));
         }
         check_segment_header(&**file, path, start, self.creation_id)?;
         let limit = Lsn(start.0 + (len - SEGMENT_HEADER_SIZE as u64));
         let mut cursor = Cursor::new(file.clone(), path.to_path_buf(), start, limit, Lsn(0));
         let read_err = |e| Error::io("read log segment", path, e);
+        let vouched_by = |cursor: &Cursor, last: Option<Lsn>| match last {
+            Some(at) => cursor.peek_header(at).map(|(_, durable)| durable).map_err(read_err),
+            None => Ok(Lsn(0)),
+        };
         let mut records = 0u64;
         // The start of the last valid record, and where the next one starts.
         let (mut last_record, mut next_start) = (None, start);
@@ -834,7 +836,7 @@ impl LastSegment<'_> {
                     last_record = Some(next_start);
                     next_start = lsn;
                 }
-                Step::End => return Ok((cursor.pos(), records, last_record)),
+                Step::End => return Ok((cursor.pos(), records, vouched_by(&cursor, last_record)?)),
                 Step::Bad(bad) => {
                     if bad.certain {
                         return Err(corrupt(path, bad.offset, bad.reason));
@@ -860,7 +862,7 @@ impl LastSegment<'_> {
                         bytes_cut: len - bad.offset,
                         reason: bad.reason,
                     });
-                    return Ok((bad.lsn, records, last_record));
+                    return Ok((bad.lsn, records, vouched_by(&cursor, last_record)?));
                 }
             }
         }
@@ -889,21 +891,6 @@ impl LastSegment<'_> {
             probe = found;
         }
         Ok(None)
-    }
-
-    /// The `durable` field of the (valid) record starting at `at`.
-    fn durable_field(&self, at: Lsn) -> Result<Lsn> {
-        let mut hb = [0u8; HEADER_BYTES];
-        self.file
-            .read_exact_at(&mut hb, SEGMENT_HEADER_SIZE as u64 + (at.0 - self.start.0))
-            .map_err(|e| Error::io("read log segment", self.path, e))?;
-        format::RecordHeader::decode(&hb).map(|h| h.durable).map_err(|e| {
-            corrupt(
-                self.path,
-                SEGMENT_HEADER_SIZE as u64 + (at.0 - self.start.0),
-                e.to_string(),
-            )
-        })
     }
 
     /// Writes again the segment's bytes from `vouched` to `end`, and its
