@@ -83,7 +83,7 @@ fn client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<HashMap<Oid
         let Ok(parts) = call(&c, &PageRequest::Begin) else {
             return;
         };
-        let txn = u64::from_le_bytes(parts[0][..].try_into().unwrap());
+        let txn = u64::from_le_bytes(parts[0][..8].try_into().unwrap());
         let Ok(base) = fetch(&c, txn, oid.page, true) else {
             return;
         };

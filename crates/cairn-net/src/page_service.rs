@@ -3,21 +3,35 @@
 //!
 //! | kind | request body | final reply body |
 //! |---|---|---|
-//! | `0x0100` BEGIN | empty | `txn u64` |
-//! | `0x0101` FETCH | `txn u64, mode u8 (0 S, 1 X), count u16, page u32 × count` | empty; one part per page: `page u32, image` |
-//! | `0x0102` ALLOCATE | `txn u64, group u32, near u32 (NO_PAGE: none), page type u8` | `page u32, image` |
+//! | `0x0100` BEGIN | empty | `txn u64, page_count u32` |
+//! | `0x0101` FETCH | `txn u64, mode u8, group u32, count u16, (page u32, lsn u64) × count` | empty; one part per page ([`Fetched`]) |
+//! | `0x0102` ALLOCATE | `txn u64, group u32, near u32 (NO_PAGE: none), page type u8` | `page u32, page_count u32, image` |
 //! | `0x0103` FREE | `txn u64, page u32` | empty |
-//! | `0x0104` COMMIT | `txn u64, count u32, (len u32, record) × count` | empty, once durable |
+//! | `0x0104` COMMIT | `txn u64, count u32, (len u32, record) × count` | `count u32, (page u32, lsn u64) × count`, once durable |
 //! | `0x0105` ABORT | `txn u64` | empty |
 //! | `0x0106` VOLUME | empty | `page_size u32, page_count u32, region_pages u32` |
+//! | `0x0107` LOCK | `txn u64, resource u8 (0 page, 1 group), id u32, mode u8, try u8` | `granted u8` |
+//! | `0x0108` GROUP_PAGES | `txn u64, group u32` | `count u32, page u32 × count` |
+//! | `0x0109` GROUPS | empty | `count u32, (id u32, len u16, name) × count` |
+//! | `0x010A` GROUP | `create u8, len u16, name` | `id u32` |
+//! | `0x010B` READ | `page u32` | `image` |
 //!
-//! A FETCH takes the lock it needs with the read (S to read, X to change),
-//! so locking adds no round trip, and names up to [`FETCH_PAGES_MAX`] pages
-//! at once (prefetch); every image travels sealed (its CRC32C set), and the
-//! client verifies it as a page read from disk. A COMMIT carries the PAGE
-//! redo records the embedded commit builds; the server verifies each before
-//! it reaches the log. Errors are [`Fault`](crate::message::Fault)s with
-//! the codes below, so a client can tell a deadlock (retry) from damage.
+//! A FETCH takes the lock it needs with the read, so locking adds no round
+//! trip, and names up to [`FETCH_PAGES_MAX`] pages at once (prefetch). Its
+//! mode is [`FETCH_S`], [`FETCH_X`] or [`FETCH_TRY_INSERT`] (take X only if
+//! nobody is in the way and the page is an in-use page of `group`: a
+//! candidate page for an insert). For each page the client names the LSN of
+//! the copy it caches (0: none); if the committed page still has that LSN
+//! the reply says so instead of shipping the image again. Every image
+//! travels sealed (its CRC32C set), and the client verifies it as a page
+//! read from disk. A COMMIT carries the PAGE redo records the embedded
+//! commit builds; the server verifies each before it reaches the log, and
+//! answers with the LSN each changed page was installed with. READ is the
+//! committed image without a lock: a client refilling its cache with a page
+//! its transaction already holds a lock on. Lock modes travel as
+//! [`LOCK_MODE_IS`] … [`LOCK_MODE_X`]. Errors are
+//! [`Fault`](crate::message::Fault)s with the codes below, so a client can
+//! tell a deadlock (retry) from damage.
 
 use crate::frame::Kind;
 use crate::message::{ErrorCode, MessageError, Reader};
@@ -28,6 +42,34 @@ pub const FETCH_PAGES_MAX: usize = 256;
 pub const COMMIT_RECORDS_MAX: u32 = 1 << 20;
 /// "No page" in a `near` field.
 pub const NO_PAGE: u32 = u32::MAX;
+/// "No group" in a FETCH part's group field.
+pub const NO_GROUP: u32 = u32::MAX;
+/// Longest group name.
+pub const GROUP_NAME_MAX: usize = 255;
+
+/// FETCH mode: shared lock.
+pub const FETCH_S: u8 = 0;
+/// FETCH mode: exclusive lock.
+pub const FETCH_X: u8 = 1;
+/// FETCH mode: exclusive lock only if granted at once and the page is an
+/// in-use page of the request's group.
+pub const FETCH_TRY_INSERT: u8 = 2;
+
+/// Lock mode IS on the wire.
+pub const LOCK_MODE_IS: u8 = 0;
+/// Lock mode IX on the wire.
+pub const LOCK_MODE_IX: u8 = 1;
+/// Lock mode S on the wire.
+pub const LOCK_MODE_S: u8 = 2;
+/// Lock mode SIX on the wire.
+pub const LOCK_MODE_SIX: u8 = 3;
+/// Lock mode X on the wire.
+pub const LOCK_MODE_X: u8 = 4;
+
+/// LOCK resource: a page.
+pub const RESOURCE_PAGE: u8 = 0;
+/// LOCK resource: a group.
+pub const RESOURCE_GROUP: u8 = 1;
 
 impl Kind {
     /// Starts a transaction.
@@ -44,6 +86,16 @@ impl Kind {
     pub const ABORT: Kind = Kind(0x0105);
     /// Describes the volume.
     pub const VOLUME: Kind = Kind(0x0106);
+    /// Takes a lock.
+    pub const LOCK: Kind = Kind(0x0107);
+    /// Lists a group's pages.
+    pub const GROUP_PAGES: Kind = Kind(0x0108);
+    /// Lists the groups.
+    pub const GROUPS: Kind = Kind(0x0109);
+    /// Looks a group up by name, or creates it.
+    pub const GROUP: Kind = Kind(0x010A);
+    /// Reads a committed page without a lock.
+    pub const READ: Kind = Kind(0x010B);
 }
 
 impl ErrorCode {
@@ -76,10 +128,13 @@ pub enum PageRequest {
     Fetch {
         /// The transaction.
         txn: u64,
-        /// True for X (to change), false for S.
-        exclusive: bool,
-        /// The pages, at most [`FETCH_PAGES_MAX`].
-        pages: Vec<u32>,
+        /// [`FETCH_S`], [`FETCH_X`] or [`FETCH_TRY_INSERT`].
+        mode: u8,
+        /// The group an insert wants ([`FETCH_TRY_INSERT`]; else [`NO_GROUP`]).
+        group: u32,
+        /// The pages, with the LSN of the client's cached copy (0: none), at
+        /// most [`FETCH_PAGES_MAX`].
+        pages: Vec<(u32, u64)>,
     },
     /// ALLOCATE.
     Allocate {
@@ -113,6 +168,40 @@ pub enum PageRequest {
     },
     /// VOLUME.
     Volume,
+    /// LOCK.
+    Lock {
+        /// The transaction.
+        txn: u64,
+        /// [`RESOURCE_PAGE`] or [`RESOURCE_GROUP`].
+        resource: u8,
+        /// The page or group id.
+        id: u32,
+        /// [`LOCK_MODE_IS`] … [`LOCK_MODE_X`].
+        mode: u8,
+        /// Do not wait: answer "not granted" instead.
+        try_only: bool,
+    },
+    /// GROUP_PAGES.
+    GroupPages {
+        /// The transaction (its view: its own allocations, not others').
+        txn: u64,
+        /// The group.
+        group: u32,
+    },
+    /// GROUPS.
+    Groups,
+    /// GROUP.
+    Group {
+        /// Create the group if there is none of that name.
+        create: bool,
+        /// The name, at most [`GROUP_NAME_MAX`] bytes of UTF-8.
+        name: String,
+    },
+    /// READ.
+    Read {
+        /// The page.
+        page: u32,
+    },
 }
 
 impl PageRequest {
@@ -121,12 +210,19 @@ impl PageRequest {
         let mut out = Vec::new();
         let kind = match self {
             PageRequest::Begin => Kind::BEGIN,
-            PageRequest::Fetch { txn, exclusive, pages } => {
+            PageRequest::Fetch {
+                txn,
+                mode,
+                group,
+                pages,
+            } => {
                 out.extend_from_slice(&txn.to_le_bytes());
-                out.push(u8::from(*exclusive));
+                out.push(*mode);
+                out.extend_from_slice(&group.to_le_bytes());
                 out.extend_from_slice(&(pages.len().min(u16::MAX as usize) as u16).to_le_bytes());
-                for p in pages.iter().take(u16::MAX as usize) {
+                for (p, lsn) in pages.iter().take(u16::MAX as usize) {
                     out.extend_from_slice(&p.to_le_bytes());
+                    out.extend_from_slice(&lsn.to_le_bytes());
                 }
                 Kind::FETCH
             }
@@ -161,6 +257,37 @@ impl PageRequest {
                 Kind::ABORT
             }
             PageRequest::Volume => Kind::VOLUME,
+            PageRequest::Lock {
+                txn,
+                resource,
+                id,
+                mode,
+                try_only,
+            } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.push(*resource);
+                out.extend_from_slice(&id.to_le_bytes());
+                out.push(*mode);
+                out.push(u8::from(*try_only));
+                Kind::LOCK
+            }
+            PageRequest::GroupPages { txn, group } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&group.to_le_bytes());
+                Kind::GROUP_PAGES
+            }
+            PageRequest::Groups => Kind::GROUPS,
+            PageRequest::Group { create, name } => {
+                out.push(u8::from(*create));
+                let n = &name.as_bytes()[..name.len().min(u16::MAX as usize)];
+                out.extend_from_slice(&(n.len() as u16).to_le_bytes());
+                out.extend_from_slice(n);
+                Kind::GROUP
+            }
+            PageRequest::Read { page } => {
+                out.extend_from_slice(&page.to_le_bytes());
+                Kind::READ
+            }
         };
         (kind, out)
     }
@@ -173,18 +300,26 @@ impl PageRequest {
             Kind::BEGIN => PageRequest::Begin,
             Kind::FETCH => {
                 let txn = r.u64()?;
-                let exclusive = match r.u8()? {
-                    0 => false,
-                    1 => true,
-                    _ => return Err(malformed(what, "lock mode is neither 0 (S) nor 1 (X)")),
-                };
+                let mode = r.u8()?;
+                if mode > FETCH_TRY_INSERT {
+                    return Err(malformed(what, "FETCH mode is not 0 (S), 1 (X) or 2 (try insert)"));
+                }
+                let group = r.u32()?;
                 let count = r.u16()? as usize;
                 if count == 0 || count > FETCH_PAGES_MAX {
                     return Err(malformed(what, "a FETCH names 1 to 256 pages"));
                 }
-                r.check_count(count, 4)?;
-                let pages = (0..count).map(|_| r.u32()).collect::<Result<_, _>>()?;
-                PageRequest::Fetch { txn, exclusive, pages }
+                r.check_count(count, 12)?;
+                let mut pages = Vec::with_capacity(count);
+                for _ in 0..count {
+                    pages.push((r.u32()?, r.u64()?));
+                }
+                PageRequest::Fetch {
+                    txn,
+                    mode,
+                    group,
+                    pages,
+                }
             }
             Kind::ALLOCATE => PageRequest::Allocate {
                 txn: r.u64()?,
@@ -212,6 +347,51 @@ impl PageRequest {
             }
             Kind::ABORT => PageRequest::Abort { txn: r.u64()? },
             Kind::VOLUME => PageRequest::Volume,
+            Kind::LOCK => {
+                let txn = r.u64()?;
+                let resource = r.u8()?;
+                if resource > RESOURCE_GROUP {
+                    return Err(malformed(what, "LOCK resource is not 0 (page) or 1 (group)"));
+                }
+                let id = r.u32()?;
+                let mode = r.u8()?;
+                if mode > LOCK_MODE_X {
+                    return Err(malformed(what, "LOCK mode is not 0 to 4 (IS, IX, S, SIX, X)"));
+                }
+                let try_only = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(malformed(what, "LOCK try flag is neither 0 nor 1")),
+                };
+                PageRequest::Lock {
+                    txn,
+                    resource,
+                    id,
+                    mode,
+                    try_only,
+                }
+            }
+            Kind::GROUP_PAGES => PageRequest::GroupPages {
+                txn: r.u64()?,
+                group: r.u32()?,
+            },
+            Kind::GROUPS => PageRequest::Groups,
+            Kind::GROUP => {
+                let create = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(malformed(what, "GROUP create flag is neither 0 nor 1")),
+                };
+                let len = r.u16()? as usize;
+                if len == 0 || len > GROUP_NAME_MAX {
+                    return Err(malformed(what, "a group name is 1 to 255 bytes"));
+                }
+                let name = std::str::from_utf8(r.take(len)?)
+                    .map_err(|_| malformed(what, "a group name is not UTF-8"))?
+                    .to_string();
+                PageRequest::Group { create, name }
+            }
+            Kind::READ => PageRequest::Read { page: r.u32()? },
             _ => return Ok(None),
         };
         r.end()?;
@@ -223,19 +403,190 @@ fn malformed(what: &'static str, problem: &'static str) -> MessageError {
     MessageError::Malformed { what, problem }
 }
 
-/// Encodes a page with its id: a FETCH part or an ALLOCATE reply.
-pub fn encode_page(page: u32, image: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + image.len());
+/// What a FETCH part says about one page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchStatus {
+    /// Locked; the committed image follows.
+    Image,
+    /// Locked; the client's copy (the LSN it named) is current.
+    Unchanged,
+    /// The page is not an in-use page (for this transaction); nothing was
+    /// locked.
+    NotInUse,
+    /// A [`FETCH_TRY_INSERT`] that is not granted: another transaction holds
+    /// the page, or it is not a page of the group; nothing was locked.
+    NotGranted,
+}
+
+impl FetchStatus {
+    fn to_u8(self) -> u8 {
+        match self {
+            FetchStatus::Image => 0,
+            FetchStatus::Unchanged => 1,
+            FetchStatus::NotInUse => 2,
+            FetchStatus::NotGranted => 3,
+        }
+    }
+
+    fn from_u8(b: u8) -> Option<FetchStatus> {
+        Some(match b {
+            0 => FetchStatus::Image,
+            1 => FetchStatus::Unchanged,
+            2 => FetchStatus::NotInUse,
+            3 => FetchStatus::NotGranted,
+            _ => return None,
+        })
+    }
+}
+
+/// One FETCH part: `page u32, status u8, group u32, page_count u32, lsn
+/// u64`, then the sealed image if the status is [`FetchStatus::Image`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fetched<'a> {
+    /// The page.
+    pub page: u32,
+    /// What happened.
+    pub status: FetchStatus,
+    /// The group owning the page's extent, or [`NO_GROUP`].
+    pub group: u32,
+    /// Pages in the volume now.
+    pub page_count: u32,
+    /// The committed page's LSN (0 if not locked).
+    pub lsn: u64,
+    /// The image ([`FetchStatus::Image`] only; else empty).
+    pub image: &'a [u8],
+}
+
+/// Bytes of a FETCH part before the image.
+pub const FETCHED_HEADER: usize = 21;
+
+impl Fetched<'_> {
+    /// Encodes the part.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(FETCHED_HEADER + self.image.len());
+        out.extend_from_slice(&self.page.to_le_bytes());
+        out.push(self.status.to_u8());
+        out.extend_from_slice(&self.group.to_le_bytes());
+        out.extend_from_slice(&self.page_count.to_le_bytes());
+        out.extend_from_slice(&self.lsn.to_le_bytes());
+        out.extend_from_slice(self.image);
+        out
+    }
+
+    /// Decodes a part; the image's own checks (checksum, page id) are the
+    /// caller's.
+    pub fn decode(body: &[u8]) -> Result<Fetched<'_>, MessageError> {
+        let what = "FETCH part";
+        let mut r = Reader::new(body, what);
+        let page = r.u32()?;
+        let status = FetchStatus::from_u8(r.u8()?).ok_or(malformed(what, "unknown page status"))?;
+        let group = r.u32()?;
+        let page_count = r.u32()?;
+        let lsn = r.u64()?;
+        let image = &body[FETCHED_HEADER..];
+        if (status == FetchStatus::Image) == image.is_empty() {
+            return Err(malformed(what, "an image comes with status 0 and only then"));
+        }
+        Ok(Fetched {
+            page,
+            status,
+            group,
+            page_count,
+            lsn,
+            image,
+        })
+    }
+}
+
+/// Encodes a page with its id and the volume's page count: an ALLOCATE reply.
+pub fn encode_page(page: u32, page_count: u32, image: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + image.len());
     out.extend_from_slice(&page.to_le_bytes());
+    out.extend_from_slice(&page_count.to_le_bytes());
     out.extend_from_slice(image);
     out
 }
 
-/// Decodes a page with its id; the image's own checks are the caller's.
-pub fn decode_page(body: &[u8]) -> Result<(u32, &[u8]), MessageError> {
-    let mut r = Reader::new(body, "page");
+/// Decodes an ALLOCATE reply; the image's own checks are the caller's.
+pub fn decode_page(body: &[u8]) -> Result<(u32, u32, &[u8]), MessageError> {
+    let mut r = Reader::new(body, "ALLOCATE reply");
     let page = r.u32()?;
-    Ok((page, &body[4..]))
+    let count = r.u32()?;
+    Ok((page, count, &body[8..]))
+}
+
+/// Encodes a list of (page, LSN) pairs: a COMMIT reply.
+pub fn encode_lsns(lsns: &[(u32, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + 12 * lsns.len());
+    out.extend_from_slice(&(lsns.len() as u32).to_le_bytes());
+    for (p, l) in lsns {
+        out.extend_from_slice(&p.to_le_bytes());
+        out.extend_from_slice(&l.to_le_bytes());
+    }
+    out
+}
+
+/// Decodes a COMMIT reply.
+pub fn decode_lsns(body: &[u8]) -> Result<Vec<(u32, u64)>, MessageError> {
+    let mut r = Reader::new(body, "COMMIT reply");
+    let n = r.u32()? as usize;
+    r.check_count(n, 12)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push((r.u32()?, r.u64()?));
+    }
+    r.end()?;
+    Ok(out)
+}
+
+/// Encodes a list of pages: a GROUP_PAGES reply.
+pub fn encode_pages(pages: &[u32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + 4 * pages.len());
+    out.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+    for p in pages {
+        out.extend_from_slice(&p.to_le_bytes());
+    }
+    out
+}
+
+/// Decodes a GROUP_PAGES reply.
+pub fn decode_pages(body: &[u8]) -> Result<Vec<u32>, MessageError> {
+    let mut r = Reader::new(body, "GROUP_PAGES reply");
+    let n = r.u32()? as usize;
+    r.check_count(n, 4)?;
+    let pages = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+    r.end()?;
+    Ok(pages)
+}
+
+/// Encodes the groups: a GROUPS reply.
+pub fn encode_groups(groups: &[(u32, String)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(groups.len() as u32).to_le_bytes());
+    for (id, name) in groups {
+        let n = &name.as_bytes()[..name.len().min(GROUP_NAME_MAX)];
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&(n.len() as u16).to_le_bytes());
+        out.extend_from_slice(n);
+    }
+    out
+}
+
+/// Decodes a GROUPS reply.
+pub fn decode_groups(body: &[u8]) -> Result<Vec<(u32, String)>, MessageError> {
+    let what = "GROUPS reply";
+    let mut r = Reader::new(body, what);
+    let n = r.u32()? as usize;
+    r.check_count(n, 6)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = r.u32()?;
+        let len = r.u16()? as usize;
+        let name = std::str::from_utf8(r.take(len)?).map_err(|_| malformed(what, "a group name is not UTF-8"))?;
+        out.push((id, name.to_string()));
+    }
+    r.end()?;
+    Ok(out)
 }
 
 /// The VOLUME reply's fields.
@@ -281,8 +632,9 @@ mod tests {
             PageRequest::Begin,
             PageRequest::Fetch {
                 txn: 7,
-                exclusive: true,
-                pages: vec![1, 2, 3],
+                mode: FETCH_TRY_INSERT,
+                group: 3,
+                pages: vec![(1, 0), (2, 99), (3, u64::MAX)],
             },
             PageRequest::Allocate {
                 txn: 7,
@@ -297,6 +649,20 @@ mod tests {
             },
             PageRequest::Abort { txn: 7 },
             PageRequest::Volume,
+            PageRequest::Lock {
+                txn: 7,
+                resource: RESOURCE_GROUP,
+                id: 2,
+                mode: LOCK_MODE_SIX,
+                try_only: true,
+            },
+            PageRequest::GroupPages { txn: 7, group: 2 },
+            PageRequest::Groups,
+            PageRequest::Group {
+                create: true,
+                name: "parts".into(),
+            },
+            PageRequest::Read { page: 12 },
         ]
     }
 
@@ -324,9 +690,50 @@ mod tests {
         assert!(PageRequest::decode(Kind::COMMIT, &body).is_err());
         let mut body = 7u64.to_le_bytes().to_vec();
         body.push(0);
+        body.extend_from_slice(&NO_GROUP.to_le_bytes());
         body.extend_from_slice(&300u16.to_le_bytes());
         assert!(PageRequest::decode(Kind::FETCH, &body).is_err());
         assert_eq!(PageRequest::decode(Kind(0x0999), b"").unwrap(), None);
+    }
+
+    #[test]
+    fn replies_round_trip_and_damage_is_refused() {
+        let part = Fetched {
+            page: 5,
+            status: FetchStatus::Image,
+            group: 2,
+            page_count: 40,
+            lsn: 1234,
+            image: &[7u8; 64],
+        };
+        let bytes = part.encode();
+        assert_eq!(Fetched::decode(&bytes).unwrap(), part);
+        assert!(
+            Fetched::decode(&bytes[..FETCHED_HEADER]).is_err(),
+            "an image status without an image"
+        );
+        let unchanged = Fetched {
+            status: FetchStatus::Unchanged,
+            image: &[],
+            ..part.clone()
+        };
+        assert_eq!(Fetched::decode(&unchanged.encode()).unwrap(), unchanged);
+        let mut bad = unchanged.encode();
+        bad[4] = 9;
+        assert!(Fetched::decode(&bad).is_err(), "an unknown status");
+        for cut in 0..FETCHED_HEADER {
+            assert!(Fetched::decode(&unchanged.encode()[..cut]).is_err());
+        }
+        let lsns = vec![(1, 2), (3, u64::MAX)];
+        assert_eq!(decode_lsns(&encode_lsns(&lsns)).unwrap(), lsns);
+        assert!(decode_lsns(&encode_lsns(&lsns)[..20]).is_err());
+        assert_eq!(decode_pages(&encode_pages(&[4, 5, 6])).unwrap(), vec![4, 5, 6]);
+        assert!(decode_pages(&u32::MAX.to_le_bytes()).is_err(), "a count past the body");
+        let groups = vec![(0, "default".to_string()), (9, "ünïcode".to_string())];
+        assert_eq!(decode_groups(&encode_groups(&groups)).unwrap(), groups);
+        let alloc = encode_page(3, 70, &[1, 2]);
+        let (p, n, img) = decode_page(&alloc).unwrap();
+        assert_eq!((p, n, img), (3, 70, &[1u8, 2][..]));
     }
 
     #[test]

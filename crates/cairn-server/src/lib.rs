@@ -36,11 +36,17 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
-use cairn_net::page_service::{encode_page, PageRequest, VolumeInfo, NO_PAGE};
+use cairn_net::page_service::{
+    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_S,
+    FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP, NO_PAGE,
+    RESOURCE_PAGE,
+};
 use cairn_net::rpc::{Handler, Limits, Replier, Request};
 use cairn_net::transport::Listener;
 use cairn_storage::access::PageAccess;
+use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::page::{self, PageType};
+use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn};
 
 /// What a server admits and how it bounds its sessions.
@@ -193,17 +199,23 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
         PageRequest::Begin => {
             let t = db.begin_for(state.client).map_err(fault)?;
             let id = t.id().0;
+            let count = t.page_count();
             lock(&state.txns).insert(id, Arc::new(Mutex::new(t)));
-            Ok(Answer::Body(id.to_le_bytes().to_vec()))
+            let mut body = id.to_le_bytes().to_vec();
+            body.extend_from_slice(&count.to_le_bytes());
+            Ok(Answer::Body(body))
         }
-        PageRequest::Fetch { txn, exclusive, pages } => {
+        PageRequest::Fetch {
+            txn,
+            mode,
+            group,
+            pages,
+        } => {
             let t = txn_of(txn)?;
             let mut t = lock(&t);
             let mut parts = Vec::with_capacity(pages.len());
-            for p in pages {
-                let mut image = t.fetch_page(PageId(p), exclusive).map_err(fault)?;
-                page::seal(&mut image);
-                parts.push(encode_page(p, &image));
+            for (p, lsn) in pages {
+                parts.push(fetch_one(&mut t, PageId(p), mode, GroupId(group), lsn).map_err(fault)?);
             }
             Ok(Answer::Parts(parts))
         }
@@ -227,7 +239,7 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
             let p = t.allocate(GroupId(group), near, ty).map_err(fault)?;
             let mut image = t.fetch_page(p, true).map_err(fault)?;
             page::seal(&mut image);
-            Ok(Answer::Body(encode_page(p.0, &image)))
+            Ok(Answer::Body(encode_page(p.0, t.page_count(), &image)))
         }
         PageRequest::Free { txn, page } => {
             let t = txn_of(txn)?;
@@ -251,8 +263,9 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
             let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
             // A refused batch aborts the transaction (dropping it).
             t.stage_redo(&refs).map_err(fault)?;
-            t.commit().map_err(fault)?;
-            Ok(Answer::Body(Vec::new()))
+            let lsns = t.commit_with_lsns().map_err(fault)?;
+            let lsns: Vec<(u32, u64)> = lsns.into_iter().map(|(p, l)| (p.0, l.0)).collect();
+            Ok(Answer::Body(encode_lsns(&lsns)))
         }
         PageRequest::Abort { txn } => {
             let t = lock(&state.txns).remove(&txn);
@@ -270,7 +283,105 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
                 .encode(),
             ))
         }
+        PageRequest::Lock {
+            txn,
+            resource,
+            id,
+            mode,
+            try_only,
+        } => {
+            let res = if resource == RESOURCE_PAGE {
+                Resource::Page(PageId(id))
+            } else {
+                Resource::Group(GroupId(id))
+            };
+            let mode = match mode {
+                LOCK_MODE_IS => LockMode::IS,
+                LOCK_MODE_IX => LockMode::IX,
+                LOCK_MODE_S => LockMode::S,
+                LOCK_MODE_SIX => LockMode::SIX,
+                _ => LockMode::X,
+            };
+            let t = txn_of(txn)?;
+            let mut t = lock(&t);
+            let granted = if try_only {
+                t.try_lock_resource(res, mode).map_err(fault)?
+            } else {
+                t.lock_resource(res, mode).map_err(fault)?;
+                true
+            };
+            Ok(Answer::Body(vec![u8::from(granted)]))
+        }
+        PageRequest::GroupPages { txn, group } => {
+            let t = txn_of(txn)?;
+            let pages = lock(&t).group_pages(GroupId(group)).map_err(fault)?;
+            let pages: Vec<u32> = pages.into_iter().map(|p| p.0).collect();
+            Ok(Answer::Body(encode_pages(&pages)))
+        }
+        PageRequest::Groups => {
+            let groups: Vec<(u32, String)> = db.groups().into_iter().map(|g| (g.id.0, g.name)).collect();
+            Ok(Answer::Body(encode_groups(&groups)))
+        }
+        PageRequest::Group { create, name } => {
+            let g = match db.group(&name) {
+                Ok(g) => g,
+                Err(_) if create => match db.create_group(&name) {
+                    Ok(g) => g,
+                    // Another session made it first.
+                    Err(Error::GroupExists(_)) => db.group(&name).map_err(fault)?,
+                    Err(e) => return Err(fault(e)),
+                },
+                Err(e) => return Err(fault(e)),
+            };
+            Ok(Answer::Body(g.0.to_le_bytes().to_vec()))
+        }
+        PageRequest::Read { page: p } => {
+            let mut image = db.read_committed(PageId(p)).map_err(fault)?;
+            page::seal(&mut image);
+            Ok(Answer::Body(image))
+        }
     }
+}
+
+/// One page of a FETCH: its part (see [`Fetched`]). A page not in use for
+/// the transaction is reported, not locked; a try-insert that is not
+/// granted takes nothing.
+fn fetch_one(t: &mut Txn, id: PageId, mode: u8, group: GroupId, client_lsn: u64) -> Result<Vec<u8>, Error> {
+    let page_count = t.page_count();
+    let owner = t.group_of_page(id);
+    let mut part = Fetched {
+        page: id.0,
+        status: FetchStatus::NotInUse,
+        group: owner.map_or(NO_GROUP, |g| g.0),
+        page_count,
+        lsn: 0,
+        image: &[],
+    };
+    if !t.is_page_in_use(id) {
+        return Ok(part.encode());
+    }
+    let granted = match mode {
+        FETCH_TRY_INSERT => t.try_insert_page(group, id)?,
+        FETCH_S | FETCH_X => {
+            t.lock_page(id, mode == FETCH_X)?;
+            true
+        }
+        _ => return Err(Error::InvalidArgument(format!("FETCH mode {mode}"))),
+    };
+    if !granted {
+        part.status = FetchStatus::NotGranted;
+        return Ok(part.encode());
+    }
+    let mut image = t.fetch_page(id, mode != FETCH_S)?;
+    part.lsn = page::lsn(&image).0;
+    if client_lsn != 0 && part.lsn == client_lsn {
+        part.status = FetchStatus::Unchanged;
+        return Ok(part.encode());
+    }
+    page::seal(&mut image);
+    part.status = FetchStatus::Image;
+    part.image = &image;
+    Ok(part.encode())
 }
 
 /// The fault a storage error becomes, with a code a client can act on.

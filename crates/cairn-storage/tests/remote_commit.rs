@@ -98,6 +98,18 @@ fn a_record_changing_a_system_page_is_refused() {
 }
 
 #[test]
+fn a_record_turning_a_data_page_into_a_system_page_is_refused() {
+    let (_dir, db, oid) = setup();
+    let mut t = db.begin().unwrap();
+    let base = t.fetch_page(oid.page, true).unwrap();
+    let mut after = base.clone();
+    cairn_storage::page::format(&mut after, oid.page, cairn_storage::page::PageType::SpaceMap);
+    let rec = redo::page_record(t.id(), oid.page, Some(&base), &after);
+    let err = t.stage_redo(&[&rec]).unwrap_err();
+    assert!(err.to_string().contains("may not make"), "{err}");
+}
+
+#[test]
 fn a_record_leaving_a_malformed_page_is_refused_and_nothing_of_the_batch_is_staged() {
     let (_dir, db, oid) = setup();
     let mut t = db.begin().unwrap();

@@ -88,6 +88,9 @@ struct State {
     /// there by another transaction prefetches the page's objects
     /// ([`ObjectCache::refaulted`]).
     faulted_pages: cairn_storage::fxhash::FxHashMap<cairn_storage::PageId, u64>,
+    /// The cached objects of each home page, so a page changed by another
+    /// client drops them all ([`ObjectCache::invalidate_page`]).
+    by_page: cairn_storage::fxhash::FxHashMap<cairn_storage::PageId, Vec<u32>>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     bytes: usize,
@@ -137,6 +140,7 @@ impl ObjectCache {
             state: Mutex::new(State {
                 map: cairn_storage::fxhash::FxHashMap::default(),
                 faulted_pages: Default::default(),
+                by_page: Default::default(),
                 slots: Vec::new(),
                 free: Vec::new(),
                 bytes: 0,
@@ -305,6 +309,7 @@ impl ObjectCache {
         let gen = s.gen;
         st.bytes += charge;
         st.map.insert(oid, slot);
+        st.by_page.entry(oid.page).or_default().push(slot);
         self.link_front(st, slot);
         (slot, gen)
     }
@@ -318,6 +323,20 @@ impl ObjectCache {
         }
     }
 
+    /// Removes every object whose home is `page`: another client changed
+    /// the page (a page-server client learns it when a fetch brings a new
+    /// image).
+    pub fn invalidate_page(&self, page: cairn_storage::PageId) {
+        let mut st = self.lock();
+        let Some(slots) = st.by_page.get(&page).cloned() else {
+            return;
+        };
+        for slot in slots {
+            self.drop_slot(&mut st, slot);
+            self.invalidations.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Drops every object.
     pub fn clear(&self) {
         let mut st = self.lock();
@@ -326,6 +345,7 @@ impl ObjectCache {
             self.drop_slot(&mut st, s);
         }
         st.faulted_pages.clear();
+        st.by_page.clear();
     }
 
     /// The counters.
@@ -350,6 +370,12 @@ impl ObjectCache {
         self.unlink(st, slot);
         let s = &mut st.slots[slot as usize];
         st.map.remove(&s.oid);
+        if let Some(v) = st.by_page.get_mut(&s.oid.page) {
+            v.retain(|&x| x != slot);
+            if v.is_empty() {
+                st.by_page.remove(&s.oid.page);
+            }
+        }
         s.obj = None;
         s.gen = s.gen.wrapping_add(1);
         st.bytes -= s.bytes;
@@ -452,6 +478,14 @@ impl ObjectCache {
             bytes += s.bytes;
         }
         assert_eq!(bytes, st.bytes);
+        let indexed: usize = st.by_page.values().map(Vec::len).sum();
+        assert_eq!(indexed, st.map.len(), "every cached object is under its page, once");
+        for (page, slots) in &st.by_page {
+            for &slot in slots {
+                assert_eq!(st.slots[slot as usize].oid.page, *page);
+                assert_eq!(st.map.get(&st.slots[slot as usize].oid), Some(&slot));
+            }
+        }
         assert!(st.bytes <= self.capacity_bytes || st.map.len() <= 1);
         if self.policy == CachePolicy::Lru {
             let mut n = 0;
@@ -477,6 +511,31 @@ mod tests {
             slot: SlotIdx(0),
             uniq: Uniq(1),
         }
+    }
+
+    /// A page changed by another client drops exactly that page's objects,
+    /// and their swizzles stop hitting.
+    #[test]
+    fn invalidating_a_page_drops_its_objects_only() {
+        let c = ObjectCache::new(1 << 20, CachePolicy::Lru);
+        let on = |page: u32, slot: u16| Oid {
+            page: PageId(page),
+            slot: SlotIdx(slot),
+            uniq: Uniq(1),
+        };
+        let a = c.insert(on(5, 0), Arc::new(1u32), 10, 0);
+        c.insert(on(5, 1), Arc::new(2u32), 10, 0);
+        let b = c.insert(on(6, 0), Arc::new(3u32), 10, 0);
+        c.invalidate(on(5, 1));
+        c.check_invariants();
+        c.invalidate_page(PageId(5));
+        c.check_invariants();
+        assert!(c.get_slot(a.0, a.1, on(5, 0)).is_none());
+        assert!(c.get_slot(b.0, b.1, on(6, 0)).is_some());
+        assert_eq!(c.stats().objects, 1);
+        assert_eq!(c.stats().invalidations, 2);
+        c.invalidate_page(PageId(77));
+        c.check_invariants();
     }
 
     #[test]

@@ -1,4 +1,10 @@
-//! The embedded [`Database`] and its [`Transaction`]s.
+//! The [`Database`] and its [`Transaction`]s, embedded or against a server.
+//!
+//! A database is embedded ([`Database::open`]: the storage engine runs in
+//! this process) or a page-server client ([`Database::connect`]: pages come
+//! from `cairn serve`, see [`crate::remote`]); the two differ only in the
+//! storage backend ([`cairn_storage::txn::Backend`]) under the one storage
+//! transaction type, so everything below is the same code for both.
 //!
 //! A transaction wraps a storage transaction ([`cairn_storage::Txn`]): every
 //! object read locks its home page shared, every change locks it exclusive,
@@ -32,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::fields::IndexKey;
 use crate::index_cache::{IndexCache, TreeCache};
 use crate::reference::Ref;
+use crate::remote::{RemoteStats, RemoteStore};
 
 /// How to open a database.
 #[derive(Clone, Debug)]
@@ -59,6 +66,11 @@ pub struct Options {
     /// limit for reading an object whole,
     /// `cairn_storage::record::object::READ_WHOLE_LEN_MAX`, also applies).
     pub object_bytes_max: u64,
+    /// [`Database::connect`] only: the token the server asks for (empty:
+    /// none; a server without tokens listens on loopback only).
+    pub token: Vec<u8>,
+    /// [`Database::connect`] only: pages the client's page buffer holds.
+    pub client_buffer_pages: usize,
 }
 
 impl Default for Options {
@@ -69,12 +81,70 @@ impl Default for Options {
             cache_policy: CachePolicy::Clock,
             fault_whole_pages: false,
             object_bytes_max: 256 << 20,
+            token: Vec::new(),
+            client_buffer_pages: 4096,
+        }
+    }
+}
+
+/// Where the database lives.
+pub(crate) enum Store {
+    /// In this process.
+    Embedded(Db),
+    /// Behind `cairn serve`.
+    Remote(Arc<RemoteStore>),
+}
+
+impl Store {
+    fn begin(&self) -> cairn_storage::Result<Txn> {
+        match self {
+            Store::Embedded(db) => db.begin(),
+            Store::Remote(r) => r.begin(),
+        }
+    }
+
+    fn group(&self, name: &str, create: bool) -> cairn_storage::Result<GroupId> {
+        match self {
+            Store::Embedded(db) => match db.group(name) {
+                Ok(g) => Ok(g),
+                Err(_) if create => match db.create_group(name) {
+                    Ok(g) => Ok(g),
+                    // Another thread made it first.
+                    Err(cairn_storage::Error::GroupExists(_)) => db.group(name),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            },
+            Store::Remote(r) => r.group(name, create),
+        }
+    }
+
+    fn groups(&self) -> cairn_storage::Result<Vec<(GroupId, String)>> {
+        match self {
+            Store::Embedded(db) => Ok(db.groups().into_iter().map(|g| (g.id, g.name)).collect()),
+            Store::Remote(r) => r.refresh_groups(),
+        }
+    }
+
+    fn evict_cache(&self) -> cairn_storage::Result<()> {
+        match self {
+            Store::Embedded(db) => db.evict_cache(),
+            Store::Remote(r) => r.evict_cache(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::Embedded(db) => write!(f, "embedded at {}", db.dir().display()),
+            Store::Remote(r) => write!(f, "page server at {}", r.address()),
         }
     }
 }
 
 pub(crate) struct Inner {
-    db: Db,
+    db: Store,
     cache: ObjectCache,
     meta: Meta,
     catalog: Mutex<Catalog>,
@@ -101,7 +171,7 @@ pub struct Database {
 
 impl std::fmt::Debug for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Database").field("dir", &self.inner.db.dir()).finish()
+        f.debug_struct("Database").field("store", &self.inner.db).finish()
     }
 }
 
@@ -114,10 +184,39 @@ impl Database {
     /// Opens the database in `dir` with `opts`, creating it if there is none.
     pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Database> {
         let db = Db::open_or_create(dir.as_ref(), &opts.storage)?;
-        let system = match db.group(catalog::SYSTEM_GROUP) {
-            Ok(g) => g,
-            Err(_) => db.create_group(catalog::SYSTEM_GROUP)?,
-        };
+        Database::on_store(Store::Embedded(db), opts)
+    }
+
+    /// Connects to `cairn serve` as a page-server client: `url` is
+    /// `cairn://HOST:PORT` or `cairn+unix:///PATH`. The database behaves as
+    /// an embedded one does — the same transactions, objects, indexes and
+    /// errors — with its pages fetched from (and its commits sent to) the
+    /// server ([`crate::remote`]). `opts.token` is presented to the server;
+    /// `opts.client_buffer_pages` sizes the client's page cache.
+    pub fn connect(url: &str, opts: Options) -> Result<Database> {
+        let address = crate::remote::parse_url(url)?;
+        let store = RemoteStore::connect(
+            address,
+            &opts.token,
+            opts.client_buffer_pages,
+            opts.storage.txn_memory_bytes,
+        )?;
+        let db = Database::on_store(Store::Remote(store.clone()), opts)?;
+        // A page another client changed: the objects and index entries
+        // cached from it are stale. (A weak reference: the hook must not
+        // keep the database alive.)
+        let weak = Arc::downgrade(&db.inner);
+        store.on_new_image(Arc::new(move |page| {
+            if let Some(inner) = weak.upgrade() {
+                inner.cache.invalidate_page(page);
+                inner.index_cache.page_changed(page);
+            }
+        }));
+        Ok(db)
+    }
+
+    fn on_store(db: Store, opts: Options) -> Result<Database> {
+        let system = db.group(catalog::SYSTEM_GROUP, true)?;
         let (meta, cat) = retry(|| {
             let mut txn = db.begin()?;
             let meta = catalog::open_meta(&mut txn, system)?;
@@ -177,16 +276,35 @@ impl Database {
         Ok(())
     }
 
-    /// The storage engine underneath.
-    pub fn storage(&self) -> &Db {
-        &self.inner.db
+    /// The storage engine underneath, if it is embedded.
+    pub fn storage(&self) -> Option<&Db> {
+        match &self.inner.db {
+            Store::Embedded(db) => Some(db),
+            Store::Remote(_) => None,
+        }
     }
 
-    /// Checkpoints and closes.
+    /// The page-server client's counters (round trips, bytes, pages
+    /// shipped), if the database is remote.
+    pub fn remote_stats(&self) -> Option<RemoteStats> {
+        match &self.inner.db {
+            Store::Embedded(_) => None,
+            Store::Remote(r) => Some(r.stats()),
+        }
+    }
+
+    /// Embedded: checkpoints and closes. Remote: disconnects (the server's
+    /// database stays open for its other clients).
     pub fn close(self) -> Result<()> {
         match Arc::try_unwrap(self.inner) {
-            Ok(inner) => Ok(inner.db.close()?),
-            Err(inner) => Ok(inner.db.checkpoint()?),
+            Ok(inner) => match inner.db {
+                Store::Embedded(db) => Ok(db.close()?),
+                Store::Remote(_) => Ok(()),
+            },
+            Err(inner) => match &inner.db {
+                Store::Embedded(db) => Ok(db.checkpoint()?),
+                Store::Remote(_) => Ok(()),
+            },
         }
     }
 
@@ -328,11 +446,11 @@ impl Inner {
         entries: &mut [Vec<(Vec<u8>, Vec<u8>)>],
     ) -> Result<()> {
         let class = c.id.to_le_bytes();
-        for g in self.db.groups() {
-            if g.name == catalog::SYSTEM_GROUP || g.name == catalog::INDEX_GROUP {
+        for (id, name) in self.db.groups()? {
+            if name == catalog::SYSTEM_GROUP || name == catalog::INDEX_GROUP {
                 continue;
             }
-            for oid in txn.scan_all(g.id)? {
+            for oid in txn.scan_all(id)? {
                 // Look at the class id first, so another class's (possibly
                 // large) objects are never read whole.
                 let len = txn.len(oid)?;
@@ -373,15 +491,7 @@ impl Inner {
         if let Some(g) = lock(&self.groups).get(name) {
             return Ok(*g);
         }
-        let g = match self.db.group(name) {
-            Ok(g) => g,
-            Err(_) => match self.db.create_group(name) {
-                Ok(g) => g,
-                // Another thread made it first.
-                Err(cairn_storage::Error::GroupExists(_)) => self.db.group(name)?,
-                Err(e) => return Err(e.into()),
-            },
-        };
+        let g = self.db.group(name, true)?;
         lock(&self.groups).insert(name.to_string(), g);
         Ok(g)
     }

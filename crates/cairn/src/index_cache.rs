@@ -287,6 +287,14 @@ impl IndexCache {
         Arc::clone(w.entry(root).or_default())
     }
 
+    /// Another client changed `page`: whatever any tree cached from it
+    /// stops validating.
+    pub fn page_changed(&self, page: PageId) {
+        for t in self.trees.read().unwrap_or_else(|e| e.into_inner()).values() {
+            t.changed(&[page]);
+        }
+    }
+
     /// Drops every tree's entries.
     pub fn clear(&self) {
         for t in self.trees.read().unwrap_or_else(|e| e.into_inner()).values() {

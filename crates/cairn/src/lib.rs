@@ -12,8 +12,9 @@
 //! tx.commit()?;
 //! ```
 //!
-//! - [`Database`] / [`Transaction`]: embedded, serializable transactions
-//!   (`database.rs`); the remote backends will sit behind the same API.
+//! - [`Database`] / [`Transaction`]: serializable transactions
+//!   (`database.rs`), embedded ([`Database::open`]) or against `cairn serve`
+//!   ([`Database::connect`], the page-server client in [`remote`]).
 //! - [`Ref<T>`]: typed references, swizzled to object-cache slots (`reference.rs`).
 //! - [`cache::ObjectCache`]: decoded objects bounded in bytes, LRU or CLOCK.
 //! - [`List`], [`Set`], [`Map`] fields and [`Index`] (a B+-tree on a field).
@@ -29,6 +30,7 @@ mod error;
 pub mod fields;
 mod index_cache;
 mod reference;
+pub mod remote;
 
 pub use cache::{CachePolicy, CacheStats};
 pub use cairn_derive::Persistent;
@@ -38,6 +40,7 @@ pub use collections::{List, Map, Set};
 pub use database::{Database, Index, Options, Transaction};
 pub use error::{Error, Result};
 pub use reference::Ref;
+pub use remote::RemoteStats;
 
 /// Decoders that are otherwise private, for the fuzz targets
 /// (`fuzz/targets/catalog.rs`) and their corpus replay under `cargo test`.

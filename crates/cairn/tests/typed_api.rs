@@ -2,7 +2,19 @@
 //! named roots, references in both directions, an index on a field, reopen,
 //! a tiny object cache under a long traversal, and schema evolution.
 
+mod common;
+
 use cairn::{CachePolicy, Database, Error, Index, List, Options, Persistent, Ref};
+use common::{Backend, Site};
+
+on_every_backend!(
+    create_follow_update_delete_roots_and_reopen,
+    the_index_follows_creates_updates_and_deletes,
+    a_tiny_cache_gives_the_same_answers_and_never_a_wrong_object,
+    a_reference_to_another_type_is_an_error_not_a_wrong_object,
+    schema_evolution_adds_fields_with_defaults_and_refuses_the_rest,
+    a_reference_kept_across_a_reopen_never_yields_another_object,
+);
 
 #[derive(Persistent, Debug, Clone, PartialEq)]
 struct Connection {
@@ -98,11 +110,11 @@ fn traverse(db: &Database, depth: u32) -> Vec<u32> {
     out
 }
 
-#[test]
-fn create_follow_update_delete_roots_and_reopen() {
+fn create_follow_update_delete_roots_and_reopen(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let db = Database::open_with(&path, opts(64 << 20, CachePolicy::Lru)).unwrap();
+    let mut site = Site::new(b, &path);
+    let db = site.open(opts(64 << 20, CachePolicy::Lru));
     let parts = build(&db, 200);
     let visits = traverse(&db, 4);
     assert_eq!(visits.len(), 1 + 3 + 9 + 27 + 81);
@@ -139,21 +151,20 @@ fn create_follow_update_delete_roots_and_reopen() {
     assert!(stats.hits > 0 && stats.faults > 0 && stats.swizzles > 0, "{stats:?}");
     db.close().unwrap();
 
-    let db = Database::open_with(&path, opts(64 << 20, CachePolicy::Clock)).unwrap();
+    let db = site.open(opts(64 << 20, CachePolicy::Clock));
     assert_eq!(traverse(&db, 4), visits, "the same graph after reopening");
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.get(&parts[5]).unwrap().x, 12345);
     assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound(_))));
     tx.commit().unwrap();
     db.close().unwrap();
-    let report = cairn::storage::check::check_database(&path, &cairn::storage::volume::VolumeOptions::default());
-    assert!(report.is_ok(), "{:?}", report.problems);
+    site.check();
 }
 
-#[test]
-fn the_index_follows_creates_updates_and_deletes() {
+fn the_index_follows_creates_updates_and_deletes(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::open_with(dir.path().join("db"), opts(1 << 20, CachePolicy::Lru)).unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = site.open(opts(1 << 20, CachePolicy::Lru));
     let parts = build(&db, 100);
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.find(&BY_ID, &42).unwrap(), vec![parts[42].clone()]);
@@ -175,18 +186,18 @@ fn the_index_follows_creates_updates_and_deletes() {
     tx.commit().unwrap();
 }
 
-#[test]
-fn a_tiny_cache_gives_the_same_answers_and_never_a_wrong_object() {
+fn a_tiny_cache_gives_the_same_answers_and_never_a_wrong_object(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let db = Database::open_with(&path, opts(64 << 20, CachePolicy::Lru)).unwrap();
+    let mut site = Site::new(b, &path);
+    let db = site.open(opts(64 << 20, CachePolicy::Lru));
     build(&db, 300);
     let expected = traverse(&db, 6);
     db.close().unwrap();
     for policy in [CachePolicy::Lru, CachePolicy::Clock] {
         // Room for a handful of objects only: references are swizzled and
         // then their targets evicted, again and again.
-        let db = Database::open_with(&path, opts(2_000, policy)).unwrap();
+        let db = site.open(opts(2_000, policy));
         assert_eq!(traverse(&db, 6), expected, "{policy:?}");
         assert_eq!(traverse(&db, 6), expected, "{policy:?}, second run");
         let s = db.cache_stats();
@@ -196,14 +207,14 @@ fn a_tiny_cache_gives_the_same_answers_and_never_a_wrong_object() {
     }
 }
 
-#[test]
-fn a_reference_to_another_type_is_an_error_not_a_wrong_object() {
+fn a_reference_to_another_type_is_an_error_not_a_wrong_object(b: Backend) {
     #[derive(Persistent, Debug)]
     struct Other {
         name: String,
     }
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::open_with(dir.path().join("db"), opts(1 << 20, CachePolicy::Lru)).unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = site.open(opts(1 << 20, CachePolicy::Lru));
     let mut tx = db.begin().unwrap();
     let o = tx
         .create(Other {
@@ -266,11 +277,11 @@ mod v3_no_default {
     }
 }
 
-#[test]
-fn schema_evolution_adds_fields_with_defaults_and_refuses_the_rest() {
+fn schema_evolution_adds_fields_with_defaults_and_refuses_the_rest(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+    let mut site = Site::new(b, &path);
+    let db = site.open(opts(1 << 20, CachePolicy::Lru));
     let mut tx = db.begin().unwrap();
     let g = tx
         .create(v1::Gadget {
@@ -284,7 +295,7 @@ fn schema_evolution_adds_fields_with_defaults_and_refuses_the_rest() {
 
     // Version 2 reads the version-1 record, with defaults for the new fields,
     // and writes version-2 records.
-    let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+    let db = site.open(opts(1 << 20, CachePolicy::Lru));
     let mut tx = db.begin().unwrap();
     let g2: Ref<v2::Gadget> = tx.root("g").unwrap();
     let v = tx.get(&g2).unwrap();
@@ -302,17 +313,17 @@ fn schema_evolution_adds_fields_with_defaults_and_refuses_the_rest() {
     for (what, field_named, err) in [
         ("removed", "size", {
             // One opener at a time: the directory lock refuses a second.
-            let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+            let db = site.open(opts(1 << 20, CachePolicy::Lru));
             db.register::<v3_removed::Gadget>()
         }),
         ("retyped", "size", {
             // One opener at a time: the directory lock refuses a second.
-            let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+            let db = site.open(opts(1 << 20, CachePolicy::Lru));
             db.register::<v3_retyped::Gadget>()
         }),
         ("added without default", "weight", {
             // One opener at a time: the directory lock refuses a second.
-            let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Lru)).unwrap();
+            let db = site.open(opts(1 << 20, CachePolicy::Lru));
             db.register::<v3_no_default::Gadget>()
         }),
     ] {
@@ -329,15 +340,15 @@ fn schema_evolution_adds_fields_with_defaults_and_refuses_the_rest() {
 /// Regression: a reference swizzled in one database instance, kept across a
 /// reopen, must not be taken at its old slot number in the new instance's
 /// cache (where that slot holds another object).
-#[test]
-fn a_reference_kept_across_a_reopen_never_yields_another_object() {
+fn a_reference_kept_across_a_reopen_never_yields_another_object(b: Backend) {
     #[derive(Persistent, Debug)]
     struct Named {
         name: String,
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Clock)).unwrap();
+    let mut site = Site::new(b, &path);
+    let db = site.open(opts(1 << 20, CachePolicy::Clock));
     let mut tx = db.begin().unwrap();
     let a = tx.create(Named { name: "a".into() }).unwrap();
     let b = tx.create(Named { name: "b".into() }).unwrap();
@@ -348,7 +359,7 @@ fn a_reference_kept_across_a_reopen_never_yields_another_object() {
     tx.commit().unwrap();
     db.close().unwrap();
 
-    let db = Database::open_with(&path, opts(1 << 20, CachePolicy::Clock)).unwrap();
+    let db = site.open(opts(1 << 20, CachePolicy::Clock));
     let mut tx = db.begin().unwrap();
     // `b` faults first and takes the slot `a` was swizzled to before.
     assert_eq!(tx.get(&b).unwrap().name, "b");

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use cairn_net::message::{Architecture, ErrorCode};
-use cairn_net::page_service::{decode_page, PageRequest};
+use cairn_net::page_service::{FetchStatus, Fetched, PageRequest, FETCH_S, FETCH_X, NO_GROUP};
 use cairn_net::rpc::{Client, ClientOptions};
 use cairn_net::transport::Address;
 use cairn_net::Error as NetError;
@@ -98,7 +98,7 @@ pub fn call(c: &Client, req: &PageRequest) -> Result<Vec<bytes::Bytes>, NetError
 
 pub fn begin(c: &Client) -> u64 {
     let body = call(c, &PageRequest::Begin).unwrap().pop().unwrap();
-    u64::from_le_bytes(body[..].try_into().unwrap())
+    u64::from_le_bytes(body[..8].try_into().unwrap())
 }
 
 /// Fetches one page and checks it as a page read from disk.
@@ -107,12 +107,15 @@ pub fn fetch(c: &Client, txn: u64, id: PageId, exclusive: bool) -> Result<Vec<u8
         c,
         &PageRequest::Fetch {
             txn,
-            exclusive,
-            pages: vec![id.0],
+            mode: if exclusive { FETCH_X } else { FETCH_S },
+            group: NO_GROUP,
+            pages: vec![(id.0, 0)],
         },
     )?;
-    let (got, image) = decode_page(&parts[0]).unwrap();
-    assert_eq!(got, id.0);
+    let part = Fetched::decode(&parts[0]).unwrap();
+    assert_eq!(part.page, id.0);
+    assert_eq!(part.status, FetchStatus::Image, "page {id} is in use");
+    let image = part.image;
     page::verify(image, id).expect("the page arrives sealed and whole");
     Ok(image.to_vec())
 }

@@ -347,6 +347,74 @@ impl BufferPool {
         Ok(PageReadGuard { data, pin, page: id })
     }
 
+    /// Shared access to page `id` only if it is cached now: the device is
+    /// never read (a page being loaded or written back counts as not
+    /// cached). Counts as a hit when it is there, else as nothing. A page
+    /// client asks this before a fetch, to send the LSN of its copy.
+    pub fn read_cached(&self, id: PageId) -> Result<Option<PageReadGuard<'_>>> {
+        let frame = {
+            let mut st = self.lock_live()?;
+            let Some(&frame) = st.page_table.get(&id) else {
+                return Ok(None);
+            };
+            if st.metas[frame.0].state != FrameState::Cached {
+                return Ok(None);
+            }
+            st.metas[frame.0].pin_count += 1;
+            st.replacer.record_access(frame);
+            Counters::bump(&self.counters.hits);
+            frame
+        };
+        let pin = Pin { pool: self, frame };
+        let data = self.lock_frame_read(frame);
+        Ok(Some(PageReadGuard { data, pin, page: id }))
+    }
+
+    /// Caches `image` as page `id`, **clean**: the caller vouches that the
+    /// device holds exactly this image (a page client caching the server's
+    /// committed page), so it is never written back. Replaces a cached copy.
+    pub fn install(&self, id: PageId, image: &[u8]) -> Result<()> {
+        if image.len() != self.page_size() {
+            return Err(Error::InvalidArgument(format!(
+                "installing page {id}: {} bytes, the page size is {}",
+                image.len(),
+                self.page_size()
+            )));
+        }
+        let mut g = self.create(id)?;
+        g.copy_from_slice(image);
+        g.clean = true;
+        Ok(())
+    }
+
+    /// Drops page `id` from the pool if it is cached, clean and unpinned,
+    /// without writing it anywhere: a page client forgets a copy the server
+    /// called back, or one that is no longer current. Returns false (and
+    /// keeps the page) if it is pinned, dirty or being loaded.
+    pub fn discard(&self, id: PageId) -> Result<bool> {
+        let mut st = self.lock_live()?;
+        let Some(&frame) = st.page_table.get(&id) else {
+            return Ok(true);
+        };
+        let meta = &st.metas[frame.0];
+        if meta.state != FrameState::Cached || meta.pin_count > 0 || meta.dirty {
+            return Ok(false);
+        }
+        let State {
+            page_table,
+            metas,
+            free,
+            replacer,
+            ..
+        } = &mut *st;
+        page_table.remove(&id);
+        replacer.remove(frame);
+        metas[frame.0] = FrameMeta::free();
+        free.push(frame);
+        Counters::bump(&self.counters.evictions);
+        Ok(true)
+    }
+
     /// Exclusive access to page `id`, read from the device on a miss. The
     /// page is marked dirty (and its LSN recorded) **when the guard is
     /// dropped**, whether or not it was changed.
@@ -357,7 +425,12 @@ impl BufferPool {
             Some(data) => data,
             None => self.lock_frame_write(frame),
         };
-        Ok(PageWriteGuard { data, pin, page: id })
+        Ok(PageWriteGuard {
+            data,
+            pin,
+            page: id,
+            clean: false,
+        })
     }
 
     /// Exclusive access to a brand-new page `id`: the device is not read, the
@@ -372,7 +445,12 @@ impl BufferPool {
             None => self.lock_frame_write(frame),
         };
         data.fill(0);
-        Ok(PageWriteGuard { data, pin, page: id })
+        Ok(PageWriteGuard {
+            data,
+            pin,
+            page: id,
+            clean: false,
+        })
     }
 
     /// Writes page `id` to the device if it is cached and dirty (no sync).
@@ -1007,6 +1085,9 @@ pub struct PageWriteGuard<'a> {
     data: FrameWrite<'a>,
     pin: Pin<'a>,
     page: PageId,
+    /// Set by [`BufferPool::install`]: the frame holds what the device
+    /// holds, so it is left clean.
+    clean: bool,
 }
 
 impl PageWriteGuard<'_> {
@@ -1044,7 +1125,7 @@ impl Drop for PageWriteGuard<'_> {
         let lsn = page::lsn(&self.data);
         let mut st = pool.lock_state();
         let meta = &mut st.metas[self.pin.frame.0];
-        meta.dirty = true;
+        meta.dirty = !self.clean;
         meta.lsn = lsn;
     }
 }

@@ -883,3 +883,33 @@ fn read_ahead_rounds_to_a_power_of_two_and_one_turns_it_off() {
     assert_eq!(pool.stats().read_ahead, 2);
     pool.check_invariants();
 }
+
+/// A page client's pool: installed images are clean (never written back),
+/// `read_cached` never reads the device, and `discard` drops a clean
+/// unpinned page but keeps a pinned one.
+#[test]
+fn installed_pages_are_clean_and_can_be_discarded() {
+    let device = MemDevice::new();
+    let pool = pool_with(&device, 2, Policy::Lru);
+    assert!(pool.read_cached(PageId(1)).unwrap().is_none());
+    assert_eq!(device.reads(), 0, "read_cached never reads the device");
+    pool.install(PageId(1), &image(PageId(1), 7)).unwrap();
+    pool.install(PageId(2), &image(PageId(2), 8)).unwrap();
+    assert!(pool.install(PageId(3), &[0u8; 10]).is_err(), "a short image is refused");
+    {
+        let g = pool.read_cached(PageId(1)).unwrap().expect("installed");
+        assert_eq!(g[HEADER_SIZE], 7);
+        assert!(!pool.discard(PageId(1)).unwrap(), "a pinned page stays");
+    }
+    // Evicting both installed pages writes nothing: they are clean.
+    device.put(PageId(3), &image(PageId(3), 9));
+    device.put(PageId(4), &image(PageId(4), 9));
+    drop(pool.read(PageId(3)).unwrap());
+    drop(pool.read(PageId(4)).unwrap());
+    assert_eq!(device.writes(), 0, "installed pages are never written back");
+    assert!(pool.discard(PageId(3)).unwrap());
+    assert!(pool.read_cached(PageId(3)).unwrap().is_none());
+    assert!(pool.read_cached(PageId(4)).unwrap().is_some());
+    assert!(pool.discard(PageId(9)).unwrap(), "an uncached page is already gone");
+    pool.check_invariants();
+}

@@ -120,10 +120,11 @@ pub trait ObjectSpace: PageAccess {
     fn set_fill_page(&mut self, group: GroupId, page: Option<PageId>);
     /// Forgets `page` as a fill page of any group (it was freed).
     fn forget_fill_page(&mut self, page: PageId);
-    /// Whether a candidate page for an insert may be tried now: a transaction
-    /// answers false for a page another transaction has locked, so inserts
-    /// go elsewhere instead of waiting.
-    fn may_try_page(&mut self, page: PageId) -> Result<bool>;
+    /// Whether a candidate page for an insert into `group` may be tried now:
+    /// it must be in use and belong to `group`, and a transaction answers
+    /// false for a page another transaction has locked (so inserts go
+    /// elsewhere instead of waiting), else takes its exclusive lock.
+    fn try_insert_page(&mut self, group: GroupId, page: PageId) -> Result<bool>;
     /// The object-layer counters.
     fn stats_mut(&mut self) -> &mut ObjectStats;
 }
@@ -178,7 +179,7 @@ fn place<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, kind: 
         candidates.push(p);
     }
     for p in candidates {
-        if !s.is_page_in_use(p) || s.group_of_page(p) != Some(group) || !s.may_try_page(p)? {
+        if !s.try_insert_page(group, p)? {
             continue;
         }
         if s.read(p, page::page_type)? != Some(PageType::Slotted) {

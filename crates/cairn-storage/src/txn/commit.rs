@@ -18,7 +18,7 @@ use crate::ids::{Lsn, PageId};
 use crate::page;
 use crate::wal::redo::{self, Redo};
 
-use super::db::lock;
+use super::db::{lock, Shared};
 use super::Txn;
 
 /// A batch of redo records is appended once it holds this many bytes, so a
@@ -32,32 +32,48 @@ impl Txn {
     /// back; after it (see the module docs) the database is poisoned and the
     /// error says so, and reopening the database tells whether the commit
     /// happened.
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
+        self.commit_with_lsns().map(|_| ())
+    }
+
+    /// Commits like [`Txn::commit`] and returns each page the commit
+    /// installed with the LSN it got: what a page-server client stamps on
+    /// its cached copies.
+    pub fn commit_with_lsns(mut self) -> Result<Vec<(PageId, Lsn)>> {
         self.check_active()?;
         let db = self.db.clone();
         if self.pages.is_empty() && self.to_free.is_empty() && self.allocated.is_empty() {
             self.finish();
-            db.counters.read_only.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            db.note_read_only();
+            return Ok(Vec::new());
         }
+        let result = db.commit(&mut self);
+        // Decided, or rolled back by the backend: release the locks.
+        self.finish();
+        result.map(|()| std::mem::take(&mut self.installed))
+    }
+}
+
+impl Shared {
+    /// The embedded commit of `t` (see the module docs).
+    pub(super) fn commit_txn(&self, t: &mut Txn) -> Result<()> {
         let decided = {
-            let _gate = db.sink.gate.read().unwrap_or_else(|e| e.into_inner());
-            match self.append_records() {
+            let _gate = self.sink.gate.read().unwrap_or_else(|e| e.into_inner());
+            match self.append_records(t) {
                 Err(e) => {
-                    self.rollback();
+                    t.pages.clear();
+                    self.give_back(t);
                     return Err(e);
                 }
-                Ok((lsns, commit_lsn)) => self.make_durable_and_install(&lsns, commit_lsn),
+                Ok((lsns, commit_lsn)) => self.make_durable_and_install(t, &lsns, commit_lsn),
             }
         };
-        let result = decided.and_then(|()| self.free_deferred());
+        let result = decided.and_then(|()| self.free_deferred(t));
         if let Err(e) = &result {
-            db.poison(format!("{} failed after its COMMIT was logged: {e}", self.id));
+            self.poison(format!("{} failed after its COMMIT was logged: {e}", t.id));
         }
-        // Decided either way: release the locks without a rollback.
-        self.finish();
         if result.is_ok() {
-            db.counters.commits.fetch_add(1, Ordering::Relaxed);
+            self.counters.commits.fetch_add(1, Ordering::Relaxed);
         }
         result
     }
@@ -66,23 +82,23 @@ impl Txn {
     /// with the pages to free, and registers those frees (under the gate,
     /// with the COMMIT, so a checkpoint sees both or neither). Returns each
     /// page's LSN and the COMMIT's LSN. Nothing is decided if this fails.
-    pub(super) fn append_records(&mut self) -> Result<(Vec<(PageId, Lsn)>, Lsn)> {
-        let db = self.db.clone();
-        let ids = self.pages.ids();
-        let frees: Vec<PageId> = self.to_free.iter().copied().collect();
+    pub(super) fn append_records(&self, t: &mut Txn) -> Result<(Vec<(PageId, Lsn)>, Lsn)> {
+        let db = self;
+        let ids = t.pages.ids();
+        let frees: Vec<PageId> = t.to_free.iter().copied().collect();
         let mut lsns: Vec<(PageId, Lsn)> = Vec::with_capacity(ids.len());
         let mut batch: Vec<Vec<u8>> = Vec::new();
         let mut batch_ids: Vec<PageId> = Vec::new();
         let mut batch_bytes = 0usize;
         for (i, &id) in ids.iter().enumerate() {
             let rec = {
-                let after = self
+                let after = t
                     .pages
                     .get(id)?
                     .ok_or_else(|| Error::Internal(format!("private page {id} vanished before commit")))?;
                 let base = db.pool.read(id)?;
                 let full = db.sink.needs_full_image(page::lsn(&base));
-                redo::page_record(self.id, id, (!full).then_some(&base[..]), after)
+                redo::page_record(t.id, id, (!full).then_some(&base[..]), after)
             };
             batch_bytes += rec.len();
             batch.push(rec);
@@ -100,7 +116,7 @@ impl Txn {
         }
         batch.push(
             Redo::Commit {
-                txn: self.id,
+                txn: t.id,
                 frees: frees.clone(),
             }
             .encode(),
@@ -114,10 +130,10 @@ impl Txn {
         lsns.extend(batch_ids.drain(..).zip(got));
         // Decided. Its allocations are committed pages now; its frees are
         // owed until the FREE actions run.
-        self.drop_pending_allocations();
+        db.drop_pending_allocations(t.id, &t.allocated);
         let mut pending = lock(&db.pending_frees);
         for p in frees {
-            pending.insert(p, self.id);
+            pending.insert(p, t.id);
         }
         Ok((lsns, commit_lsn))
     }
@@ -125,15 +141,15 @@ impl Txn {
     /// Phase 2: waits for the log to be durable up to the COMMIT (group
     /// commit), then installs every page in the buffer pool stamped with its
     /// record's LSN. Called under the gate.
-    pub(super) fn make_durable_and_install(&mut self, lsns: &[(PageId, Lsn)], commit_lsn: Lsn) -> Result<()> {
-        let db = self.db.clone();
-        db.wal.flush(commit_lsn)?;
+    pub(super) fn make_durable_and_install(&self, t: &mut Txn, lsns: &[(PageId, Lsn)], commit_lsn: Lsn) -> Result<()> {
+        self.wal.flush(commit_lsn)?;
+        t.installed = lsns.to_vec();
         for &(id, lsn) in lsns {
-            let after = self
+            let after = t
                 .pages
                 .get(id)?
                 .ok_or_else(|| Error::Internal(format!("private page {id} vanished during commit")))?;
-            let mut g = db.pool.write(id)?;
+            let mut g = self.pool.write(id)?;
             g.copy_from_slice(after);
             page::set_lsn(&mut g, lsn);
         }
@@ -144,16 +160,44 @@ impl Txn {
     /// the pending list under the Volume mutex together with its FREE, so a
     /// checkpoint never records a page as owed that was already freed (and
     /// maybe allocated again).
-    fn free_deferred(&mut self) -> Result<()> {
-        if self.to_free.is_empty() {
+    fn free_deferred(&self, t: &mut Txn) -> Result<()> {
+        if t.to_free.is_empty() {
             return Ok(());
         }
-        let db = self.db.clone();
-        let mut vol = lock(&db.vol);
-        for p in std::mem::take(&mut self.to_free) {
+        let mut vol = lock(&self.vol);
+        for p in std::mem::take(&mut t.to_free) {
             vol.free_logged(p)?;
-            lock(&db.pending_frees).remove(&p);
+            lock(&self.pending_frees).remove(&p);
         }
         Ok(())
+    }
+
+    /// Gives back what an aborting transaction allocated (each a logged
+    /// FREE); a failure poisons the database.
+    pub(super) fn give_back(&self, t: &Txn) {
+        if !t.allocated.is_empty() {
+            let mut vol = lock(&self.vol);
+            for &p in &t.allocated {
+                if vol.is_page_in_use(p) {
+                    if let Err(e) = vol.free_logged(p) {
+                        self.poison(format!("giving back page {p} at abort failed: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        self.counters.aborts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Forgets `txn`'s entries in the pending allocations (only its own: a
+    /// page it freed may already be another's). Called under the commit
+    /// gate right after the COMMIT record is appended, and at the end.
+    pub(super) fn drop_pending_allocations(&self, txn: crate::ids::TxnId, allocated: &[PageId]) {
+        let mut pending = lock(&self.pending_alloc);
+        for p in allocated {
+            if pending.get(p) == Some(&txn) {
+                pending.remove(p);
+            }
+        }
     }
 }

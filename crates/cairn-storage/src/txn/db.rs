@@ -198,7 +198,7 @@ impl Shared {
 /// An open embedded database: the volume, its log, locks and buffer pool,
 /// shared by any number of threads, each running its own [`Txn`]s.
 pub struct Db {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     background: Option<JoinHandle<()>>,
 }
 
@@ -339,7 +339,19 @@ impl Db {
         let id = TxnId(self.shared.next_txn.fetch_add(1, Ordering::SeqCst));
         let mut pages = PrivatePages::new(self.shared.txn_memory_pages, self.shared.page_size);
         pages.spill_to(self.shared.vfs.clone(), &self.shared.dir);
-        Ok(Txn::new(self.shared.clone(), id, LockOwner::new(client, id), pages))
+        Ok(Txn::new(self.shared.clone(), LockOwner::new(client, id), pages))
+    }
+
+    /// The committed image of page `id`, read without a lock (a page
+    /// server's READ, for a client whose transaction already holds one).
+    pub fn read_committed(&self, id: PageId) -> Result<Vec<u8>> {
+        let count = lock(&self.shared.vol).page_count();
+        if id.0 >= count {
+            return Err(Error::InvalidArgument(format!(
+                "page {id} is past the end of the volume ({count} pages)"
+            )));
+        }
+        Ok(self.shared.pool.read(id)?.to_vec())
     }
 
     /// Creates a group (a system action, made durable before returning).

@@ -37,7 +37,7 @@
 //! | Active | Doomed | `Txn::run` (every object operation) | it failed after changing private state, or with `Deadlock`, `LockTimeout`, `Io`, `Poisoned`; every call but abort now returns `TxnDoomed` |
 //! | Active | Appending | `Txn::commit` | PAGE records are appended |
 //! | Appending | Done | `Txn::rollback` | appending failed before the COMMIT: nothing is decided, so it rolls back |
-//! | Appending | Decided | `Txn::append_records` | the COMMIT record is appended: never rolled back from here |
+//! | Appending | Decided | `Shared::append_records` | the COMMIT record is appended: never rolled back from here |
 //! | Decided | Done | `Txn::commit` | durable, installed, frees done |
 //! | Decided | Done (poisoned) | `Txn::commit` | fsync, install or a free failed: the Db is poisoned and reopening redoes the commit if its COMMIT is durable |
 //! | Active, Doomed | Done | `Txn::abort`, `Drop` | private pages dropped, allocations freed |
@@ -48,13 +48,16 @@
 //! log segments before the redo LSN. Recovery ([`crate::recovery`]) replays
 //! from the last checkpoint's redo LSN.
 
+mod backend;
 mod commit;
 mod db;
+mod embedded;
 mod remote;
 mod spill;
 #[cfg(test)]
 mod tests;
 mod transaction;
 
+pub use backend::Backend;
 pub use db::{poisoned_reason, Db, DbOptions, DbStats};
 pub use transaction::Txn;

@@ -12,13 +12,14 @@
 //!
 //! **The server trusts no client.** A record is refused (and nothing of the
 //! batch is staged) unless it decodes, names this transaction, names a page
-//! inside the volume that this transaction holds X on and has not freed, its
+//! inside the volume that this transaction holds X on (a page it frees at
+//! commit may carry a last change, as in the embedded commit), its
 //! runs stay inside the page, the page is a kind a client may change
 //! (slotted, large-object and B+-tree pages; never the header, space map,
-//! group directory, extent lists or a free page) and stays that kind, and a
+//! group directory, extent lists or a free page) and stays one (a B+-tree
+//! root that splits turns from a leaf into an inner node in place), and a
 //! slotted page is well formed after the change.
 
-use crate::access::PageAccess;
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, PageId};
 use crate::lock::{LockMode, Resource};
@@ -61,10 +62,17 @@ impl Txn {
             }
         }
         for (id, after) in staged {
-            self.modify(id, |buf| {
-                buf.copy_from_slice(&after);
-                Ok(())
-            })?;
+            // Straight into the private pages: a page the transaction frees
+            // at commit may carry a last change too (the embedded commit
+            // installs it before the free, see `PageAccess::free`).
+            self.changes += 1;
+            match self.pages.get_mut(id)? {
+                Some(p) => p.copy_from_slice(&after),
+                None => {
+                    let spilled = self.pages.insert(id, &after)?;
+                    self.db.note_spilled(spilled);
+                }
+            }
         }
         Ok(())
     }
@@ -93,9 +101,6 @@ impl Txn {
         if id.0 >= self.page_count() {
             return Err(refuse(id, "past the end of the volume".into()));
         }
-        if self.to_free.contains(&id) {
-            return Err(refuse(id, "the transaction freed the page".into()));
-        }
         if !self.holds(Resource::Page(id), LockMode::X) {
             return Err(refuse(id, "the transaction does not hold X on the page".into()));
         }
@@ -112,10 +117,14 @@ impl Txn {
         }
         let mut after = base.clone();
         redo::apply(&mut after, id, full, &runs, page::lsn(&base))?;
-        if page::page_type(&after) != base_type {
-            return Err(refuse(id, "the change alters the page's kind".into()));
+        let after_type = page::page_type(&after);
+        if !after_type.is_some_and(PageType::is_client_kind) {
+            return Err(refuse(
+                id,
+                format!("the change makes it a page of kind {after_type:?}, which a client may not make"),
+            ));
         }
-        if base_type == Some(PageType::Slotted) {
+        if after_type == Some(PageType::Slotted) {
             slotted::check(&after).map_err(|e| refuse(id, format!("the changed page is malformed: {e}")))?;
         }
         Ok((id, after))

@@ -46,8 +46,9 @@ fn deferred_frees_survive_a_checkpoint_between_the_commit_and_the_frees() {
     let mut t = db.begin().unwrap();
     t.delete(big).unwrap();
     assert!(!t.to_free.is_empty(), "deleting a large object defers frees");
-    let (lsns, commit_lsn) = t.append_records().unwrap();
-    t.make_durable_and_install(&lsns, commit_lsn).unwrap();
+    let shared = db.shared.clone();
+    let (lsns, commit_lsn) = shared.append_records(&mut t).unwrap();
+    shared.make_durable_and_install(&mut t, &lsns, commit_lsn).unwrap();
     // The checkpoint falls here, before the FREE actions...
     db.checkpoint().unwrap();
     // ...and the process dies before they run.

@@ -2,7 +2,7 @@
 //! them, abort, and the state machine of the module docs (`super`).
 
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::access::PageAccess;
@@ -12,12 +12,14 @@ use crate::lock::{LockMode, LockOwner, Resource};
 use crate::page::PageType;
 use crate::record::object::{self, GroupScan, ObjectSpace, ObjectStats};
 
-use super::db::{lock, Shared};
+use crate::io::Vfs;
+
+use super::backend::Backend;
 use super::spill::PrivatePages;
 
 /// A transaction. Dropping an active transaction aborts it.
 pub struct Txn {
-    pub(super) db: Arc<Shared>,
+    pub(super) db: Arc<dyn Backend>,
     pub(super) id: TxnId,
     owner: LockOwner,
     /// Locks known to be held, to skip the lock manager on repeats.
@@ -33,7 +35,10 @@ pub struct Txn {
     doomed: Option<String>,
     /// Private changes kept so far (page changes, allocations, frees): an
     /// operation that fails after this moved dooms the transaction.
-    changes: u64,
+    pub(super) changes: u64,
+    /// The pages a commit installed, with their new LSNs (set by the
+    /// backend's commit; see [`Txn::commit_with_lsns`]).
+    pub(super) installed: Vec<(PageId, crate::ids::Lsn)>,
 }
 
 impl std::fmt::Debug for Txn {
@@ -47,11 +52,11 @@ impl std::fmt::Debug for Txn {
 }
 
 impl Txn {
-    pub(super) fn new(db: Arc<Shared>, id: TxnId, owner: LockOwner, pages: PrivatePages) -> Txn {
-        let page_size = db.page_size;
+    pub(super) fn new(db: Arc<dyn Backend>, owner: LockOwner, pages: PrivatePages) -> Txn {
+        let page_size = db.page_size();
         Txn {
             db,
-            id,
+            id: owner.txn,
             owner,
             held: crate::fxhash::FxHashMap::default(),
             pages,
@@ -62,7 +67,46 @@ impl Txn {
             active: true,
             doomed: None,
             changes: 0,
+            installed: Vec::new(),
         }
+    }
+
+    /// A transaction of `owner` on `backend` (a remote client's, see
+    /// [`Backend`]): private pages stay in memory up to `memory_bytes`, then
+    /// spill to files under `spill` (a directory and the file system to
+    /// use), if given.
+    pub fn on_backend(
+        backend: Arc<dyn Backend>,
+        owner: LockOwner,
+        memory_bytes: usize,
+        spill: Option<(Arc<dyn Vfs>, &Path)>,
+    ) -> Txn {
+        let page_size = backend.page_size();
+        let mut pages = PrivatePages::new(memory_bytes / page_size.max(1), page_size);
+        if let Some((vfs, dir)) = spill {
+            pages.spill_to(vfs, dir);
+        }
+        Txn::new(backend, owner, pages)
+    }
+
+    /// The transaction's lock owner.
+    pub fn owner(&self) -> LockOwner {
+        self.owner
+    }
+
+    /// The pages this transaction changed (holds private copies of).
+    pub fn changed_pages(&self) -> Vec<PageId> {
+        self.pages.ids()
+    }
+
+    /// This transaction's private copy of `id`, if it changed the page.
+    pub fn private_page(&mut self, id: PageId) -> Result<Option<&[u8]>> {
+        self.pages.get(id)
+    }
+
+    /// The pages this transaction allocated, and those it frees at commit.
+    pub fn allocations(&self) -> (&[PageId], &BTreeSet<PageId>) {
+        (&self.allocated, &self.to_free)
     }
 
     /// True if an earlier error doomed the transaction (see
@@ -91,7 +135,7 @@ impl Txn {
                 cause: cause.clone(),
             });
         }
-        self.db.check_poisoned()
+        self.db.check_usable()
     }
 
     /// Runs one operation of the public API: refuses if the transaction is
@@ -112,11 +156,33 @@ impl Txn {
         r
     }
 
+    /// Takes a lock on any resource until the transaction ends (the lock
+    /// service of a server, on behalf of a remote client's transaction).
+    pub fn lock_resource(&mut self, res: Resource, mode: LockMode) -> Result<()> {
+        self.run(|t| t.lock(res, mode))
+    }
+
+    /// Takes a lock if nobody is in the way; false (and nothing held) if
+    /// somebody is.
+    pub fn try_lock_resource(&mut self, res: Resource, mode: LockMode) -> Result<bool> {
+        self.run(|t| {
+            if t.holds(res, mode) {
+                return Ok(true);
+            }
+            if t.db.try_lock(t.owner, res, mode)? {
+                let m = t.held.entry(res).or_insert(mode);
+                *m = m.sup(mode);
+                return Ok(true);
+            }
+            Ok(false)
+        })
+    }
+
     fn lock(&mut self, res: Resource, mode: LockMode) -> Result<()> {
         if self.held.get(&res).is_some_and(|m| m.covers(mode)) {
             return Ok(());
         }
-        if let Err(e) = self.db.locks.lock(self.owner, res, mode) {
+        if let Err(e) = self.db.lock(self.owner, res, mode) {
             // A deadlock victim or a timed-out waiter must give its locks
             // up; whatever it was in the middle of stays half-done.
             self.doom_if_fatal(&e);
@@ -154,8 +220,10 @@ impl Txn {
 
     /// The committed image of page `id` (the pool's, never a private copy).
     pub(super) fn committed_image(&mut self, id: PageId) -> Result<Vec<u8>> {
-        let r = self.db.pool.read(id).map(|g| g.to_vec());
-        r.inspect_err(|e| self.doom_if_fatal(e))
+        let mut image = Vec::new();
+        let r = self.db.read_committed(id, &mut |b| image = b.to_vec());
+        r.inspect_err(|e| self.doom_if_fatal(e))?;
+        Ok(image)
     }
 
     /// Page `id` as this transaction sees it: its private copy if it has
@@ -297,44 +365,19 @@ impl Txn {
     pub(super) fn rollback(&mut self) {
         let db = self.db.clone();
         self.pages.clear();
-        if !self.allocated.is_empty() {
-            let mut vol = lock(&db.vol);
-            for &p in &self.allocated {
-                if vol.is_page_in_use(p) {
-                    if let Err(e) = vol.free_logged(p) {
-                        db.poison(format!("giving back page {p} at abort failed: {e}"));
-                        break;
-                    }
-                }
-            }
-        }
+        db.rollback(self);
         self.finish();
-        db.counters.aborts.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Forgets this transaction's entries in the pending allocations (only
-    /// its own: a page it freed may already be another's). Called under the
-    /// commit gate right after the COMMIT record is appended, and at the end.
-    pub(super) fn drop_pending_allocations(&self) {
-        let mut pending = lock(&self.db.pending_alloc);
-        for p in &self.allocated {
-            if pending.get(p) == Some(&self.id) {
-                pending.remove(p);
-            }
-        }
-    }
-
+    /// Ends the transaction after commit or rollback: the backend releases
+    /// its locks and forgets its allocations.
     pub(super) fn finish(&mut self) {
-        self.drop_pending_allocations();
-        let mut fill = lock(&self.db.fill);
-        for p in self.allocated.iter().chain(self.to_free.iter()) {
-            fill.retain(|_, f| f != p);
-        }
-        drop(fill);
+        let gone: Vec<PageId> = self.allocated.iter().chain(self.to_free.iter()).copied().collect();
+        self.db.forget_fill_pages(&gone);
+        self.db.end(self.owner, &self.allocated);
         self.allocated.clear();
         self.to_free.clear();
         self.pages.clear();
-        self.db.locks.release_all(self.owner);
         self.held.clear();
         self.active = false;
     }
@@ -350,7 +393,7 @@ impl Drop for Txn {
 
 impl PageAccess for Txn {
     fn page_size(&self) -> usize {
-        self.db.page_size
+        self.db.page_size()
     }
 
     fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
@@ -365,8 +408,11 @@ impl PageAccess for Txn {
             return Err(Error::corrupt(id, format!("{} reads a page it freed", self.id)));
         }
         self.lock(Resource::Page(id), LockMode::S)?;
-        let r = self.db.pool.read(id).map(|g| f(&g));
-        r.inspect_err(|e| self.doom_if_fatal(e))
+        let mut f = Some(f);
+        let mut out = None;
+        let r = self.db.read_committed(id, &mut |b| out = f.take().map(|f| f(b)));
+        r.inspect_err(|e| self.doom_if_fatal(e))?;
+        out.ok_or_else(|| Error::Internal(format!("the backend did not read page {id}")))
     }
 
     fn modify<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
@@ -387,13 +433,17 @@ impl PageAccess for Txn {
     fn free(&mut self, id: PageId) -> Result<()> {
         self.refuse_if_doomed()?;
         self.lock(Resource::Page(id), LockMode::X)?;
+        if let Err(e) = self.db.free(self.owner, id) {
+            self.doom(&e);
+            return Err(e);
+        }
         // The private copy stays: it is installed at commit before the page
         // is freed, so the page's uniquifier sequence keeps every uniquifier
         // this transaction handed out on it (an OID of an object created and
         // deleted here must never name a later object).
         self.to_free.insert(id);
         self.changes += 1;
-        lock(&self.db.fill).retain(|_, f| *f != id);
+        self.db.forget_fill_pages(&[id]);
         Ok(())
     }
 }
@@ -405,10 +455,10 @@ impl Txn {
         }
         self.lock(Resource::Page(id), LockMode::X)?;
         if !self.pages.contains(id) {
-            let g = self.db.pool.read(id)?;
-            let spilled = self.pages.insert(id, &g)?;
-            drop(g);
-            self.db.counters.pages_spilled.fetch_add(spilled, Ordering::Relaxed);
+            let Txn { db, pages, .. } = self;
+            let mut spilled = Ok(0);
+            db.read_committed(id, &mut |b| spilled = pages.insert(id, b))?;
+            db.note_spilled(spilled?);
         }
         let Txn { pages, scratch, .. } = self;
         let page = pages
@@ -423,75 +473,69 @@ impl Txn {
     }
 
     fn allocate_page(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
-        self.lock(Resource::Group(group), LockMode::IX)?;
-        let p = {
-            let mut vol = lock(&self.db.vol);
-            let p = vol.allocate_for(self.id, group, near, ty)?;
-            lock(&self.db.pending_alloc).insert(p, self.id);
-            p
-        };
+        let p = self.db.allocate(self.owner, group, near, ty)?;
         self.allocated.push(p);
         self.changes += 1;
-        self.lock(Resource::Page(p), LockMode::X)?;
+        for (res, mode) in [(Resource::Group(group), LockMode::IX), (Resource::Page(p), LockMode::X)] {
+            let m = self.held.entry(res).or_insert(mode);
+            *m = m.sup(mode);
+        }
         Ok(p)
     }
 }
 
 impl ObjectSpace for Txn {
     fn page_count(&self) -> u32 {
-        lock(&self.db.vol).page_count()
+        self.db.page_count()
     }
 
     fn group_exists(&self, group: GroupId) -> bool {
-        lock(&self.db.vol).group_name(group).is_some()
+        self.db.group_exists(group)
     }
 
     fn group_of_page(&self, id: PageId) -> Option<GroupId> {
-        lock(&self.db.vol).group_of_page(id)
+        self.db.group_of_page(self.id, id)
     }
 
     fn is_page_in_use(&self, id: PageId) -> bool {
-        if self.to_free.contains(&id) {
-            return false;
-        }
-        if lock(&self.db.pending_alloc).get(&id).is_some_and(|t| *t != self.id) {
-            return false;
-        }
-        lock(&self.db.vol).is_page_in_use(id)
+        !self.to_free.contains(&id) && self.db.is_page_in_use(self.id, id)
     }
 
     fn region_pages(&self) -> u32 {
-        self.db.region_pages
+        self.db.region_pages()
     }
 
     fn group_pages(&self, group: GroupId) -> Result<Vec<PageId>> {
-        let mut pages = lock(&self.db.vol).group_pages(group)?;
-        pages.retain(|p| self.is_page_in_use(*p));
+        let mut pages = self.db.group_pages(self.id, group)?;
+        pages.retain(|p| !self.to_free.contains(p));
         Ok(pages)
     }
 
     fn fill_page(&self, group: GroupId) -> Option<PageId> {
-        lock(&self.db.fill).get(&group).copied()
+        self.db.fill_page(group)
     }
 
     fn set_fill_page(&mut self, group: GroupId, page: Option<PageId>) {
-        let mut fill = lock(&self.db.fill);
-        match page {
-            Some(p) => fill.insert(group, p),
-            None => fill.remove(&group),
-        };
+        self.db.set_fill_page(group, page);
     }
 
     fn forget_fill_page(&mut self, page: PageId) {
-        lock(&self.db.fill).retain(|_, f| *f != page);
+        self.db.forget_fill_pages(&[page]);
     }
 
-    fn may_try_page(&mut self, page: PageId) -> Result<bool> {
+    fn try_insert_page(&mut self, group: GroupId, page: PageId) -> Result<bool> {
+        if self.to_free.contains(&page) {
+            return Ok(false);
+        }
         let res = Resource::Page(page);
         if self.held.get(&res).is_some_and(|m| m.covers(LockMode::X)) {
-            return Ok(true);
+            return Ok(self.db.is_page_in_use(self.id, page) && self.db.group_of_page(self.id, page) == Some(group));
         }
-        if self.db.locks.try_lock(self.owner, res, LockMode::X)? {
+        let r = self.db.try_insert_page(self.owner, group, page);
+        if let Err(e) = &r {
+            self.doom_if_fatal(e);
+        }
+        if r? {
             let m = self.held.entry(res).or_insert(LockMode::X);
             *m = m.sup(LockMode::X);
             return Ok(true);

@@ -327,15 +327,16 @@ impl System for CairnEmbedded {
         let mut c = Counters::default();
         if let Some(db) = &self.db {
             let cache = db.cache_stats();
-            let st = db.storage().stats();
             c.set("object_faults", cache.faults)
                 .set("object_hits", cache.hits)
                 .set("index_hits", cache.index_hits)
-                .set("index_misses", cache.index_misses)
-                .set("page_reads", st.buffer.reads)
-                .set("page_hits", st.buffer.hits)
-                .set("fsyncs", st.wal.fsyncs)
-                .set("commits", st.commits);
+                .set("index_misses", cache.index_misses);
+            if let Some(st) = db.storage().map(|s| s.stats()) {
+                c.set("page_reads", st.buffer.reads)
+                    .set("page_hits", st.buffer.hits)
+                    .set("fsyncs", st.wal.fsyncs)
+                    .set("commits", st.commits);
+            }
         }
         c
     }

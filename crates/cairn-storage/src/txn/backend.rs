@@ -1,0 +1,112 @@
+//! The backend seam (DESIGN.md §10): what a [`Txn`] needs from whatever
+//! keeps the database — the embedded engine in this process, or a server
+//! reached over the network.
+//!
+//! A transaction's algorithms live once, in [`Txn`] and the layers under it:
+//! private copies of changed pages (no-steal), the object layer, large
+//! objects, the B+-tree, doom on errors. A backend supplies the rest:
+//!
+//! - **locks**, taken for a transaction's lock owner and held until it ends;
+//!   taking a page lock may bring the page's committed image along (a remote
+//!   backend piggy-backs the lock on the page fetch, so locking adds no round
+//!   trip);
+//! - **committed page images** ([`Backend::read_committed`]), which the
+//!   transaction copies before its first change to a page;
+//! - **space**: pages in use, the group of a page, allocation and free;
+//! - **commit** of the transaction's private pages, and **rollback**.
+//!
+//! The embedded engine (`Shared`, in `db.rs`) implements it with its buffer
+//! pool, lock manager, volume and log; the page-server client in the `cairn`
+//! crate implements it with a client buffer pool over a remote page device
+//! and the page service of `cairn serve`.
+
+use crate::error::Result;
+use crate::ids::{GroupId, PageId, TxnId};
+use crate::lock::{LockMode, LockOwner, Resource};
+use crate::page::PageType;
+
+use super::Txn;
+
+/// What a transaction needs from the database underneath it. Object safe:
+/// a [`Txn`] holds an `Arc<dyn Backend>`.
+///
+/// Methods that take a `txn` answer *for that transaction*: a page another
+/// running transaction allocated is not in use for anybody else, and a page
+/// this one freed is not in use for it.
+pub trait Backend: Send + Sync {
+    /// The page size in bytes.
+    fn page_size(&self) -> usize;
+    /// The clustering region, in pages, for create-near.
+    fn region_pages(&self) -> u32;
+    /// Refuses every operation once the backend can no longer be trusted
+    /// (a poisoned engine, a lost server connection).
+    fn check_usable(&self) -> Result<()>;
+
+    /// Takes `res` in `mode` for `owner`, waiting while it conflicts (a
+    /// deadlock or a timeout is an error). The transaction remembers what it
+    /// holds and does not ask twice.
+    fn lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<()>;
+    /// Takes `res` in `mode` if no other owner is in the way; false if one
+    /// is (nothing waits).
+    fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool>;
+
+    /// Calls `f` with the committed image of page `id` (never a
+    /// transaction's private copy). The caller holds a lock on the page.
+    fn read_committed(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()>;
+
+    /// Pages in the volume.
+    fn page_count(&self) -> u32;
+    /// True if the group exists.
+    fn group_exists(&self, group: GroupId) -> bool;
+    /// The group owning page `id`'s extent.
+    fn group_of_page(&self, txn: TxnId, id: PageId) -> Option<GroupId>;
+    /// True if page `id` is allocated and usable by `txn` (see the trait docs).
+    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> bool;
+    /// The in-use pages of `group` in physical order, as `txn` sees them.
+    /// The caller holds the group's shared lock.
+    fn group_pages(&self, txn: TxnId, group: GroupId) -> Result<Vec<PageId>>;
+    /// Decides whether an insert of `owner`'s transaction into `group` may
+    /// try page `page` now: it is in use, belongs to `group`, and its
+    /// exclusive lock was granted without waiting (then it is held).
+    /// The default asks [`Backend::is_page_in_use`], [`Backend::group_of_page`]
+    /// and [`Backend::try_lock`] in turn; a remote backend answers all three
+    /// in one round trip.
+    fn try_insert_page(&self, owner: LockOwner, group: GroupId, page: PageId) -> Result<bool> {
+        Ok(self.is_page_in_use(owner.txn, page)
+            && self.group_of_page(owner.txn, page) == Some(group)
+            && self.try_lock(owner, Resource::Page(page), LockMode::X)?)
+    }
+
+    /// The page the next insert into `group` tries first.
+    fn fill_page(&self, group: GroupId) -> Option<PageId>;
+    /// Sets (or, with `None`, clears) the fill page of `group`.
+    fn set_fill_page(&self, group: GroupId, page: Option<PageId>);
+    /// Forgets each of `pages` as a fill page of any group.
+    fn forget_fill_pages(&self, pages: &[PageId]);
+
+    /// Allocates a page in `group` (near `near` when it can) for `owner`'s
+    /// transaction, formatted as an empty page of type `ty`. The transaction
+    /// holds the group's IX lock and the page's X lock when this returns.
+    fn allocate(&self, owner: LockOwner, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId>;
+    /// Records that `owner`'s transaction frees `page` at commit; the
+    /// transaction holds (or now takes) the page's X lock.
+    fn free(&self, owner: LockOwner, page: PageId) -> Result<()>;
+
+    /// Commits `txn` (active, not doomed, with changes): makes its private
+    /// pages, allocations and frees durable and visible, or fails. Its
+    /// locks are released by [`Backend::end`] afterwards either way.
+    fn commit(&self, txn: &mut Txn) -> Result<()>;
+    /// Undoes what `txn` did outside its private pages (its allocations):
+    /// an abort. Cannot fail; a failure that leaves the database unsure is
+    /// the backend's to report on the next call.
+    fn rollback(&self, txn: &mut Txn);
+    /// The transaction has ended (committed, rolled back): release its
+    /// locks and forget it.
+    fn end(&self, owner: LockOwner, allocated: &[PageId]);
+    /// Counts a read-only transaction that ended.
+    fn note_read_only(&self) {}
+    /// Counts private pages a transaction spilled to disk.
+    fn note_spilled(&self, pages: u64) {
+        let _ = pages;
+    }
+}

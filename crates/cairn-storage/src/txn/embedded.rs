@@ -1,0 +1,135 @@
+//! The embedded engine as a [`Backend`]: locks from its lock manager,
+//! committed images from its buffer pool, space from its volume, commit
+//! through its log (`commit.rs`).
+
+use crate::error::Result;
+use crate::ids::{GroupId, PageId, TxnId};
+use crate::lock::{LockMode, LockOwner, Resource};
+use crate::page::PageType;
+
+use super::backend::Backend;
+use super::db::{lock, Shared};
+use super::Txn;
+
+impl Backend for Shared {
+    fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    fn region_pages(&self) -> u32 {
+        self.region_pages
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        self.check_poisoned()
+    }
+
+    fn lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<()> {
+        self.locks.lock(owner, res, mode)
+    }
+
+    fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool> {
+        self.locks.try_lock(owner, res, mode)
+    }
+
+    fn read_committed(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        let g = self.pool.read(id)?;
+        f(&g);
+        Ok(())
+    }
+
+    fn page_count(&self) -> u32 {
+        lock(&self.vol).page_count()
+    }
+
+    fn group_exists(&self, group: GroupId) -> bool {
+        lock(&self.vol).group_name(group).is_some()
+    }
+
+    fn group_of_page(&self, _txn: TxnId, id: PageId) -> Option<GroupId> {
+        lock(&self.vol).group_of_page(id)
+    }
+
+    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> bool {
+        if lock(&self.pending_alloc).get(&id).is_some_and(|t| *t != txn) {
+            return false;
+        }
+        lock(&self.vol).is_page_in_use(id)
+    }
+
+    fn group_pages(&self, txn: TxnId, group: GroupId) -> Result<Vec<PageId>> {
+        let mut pages = lock(&self.vol).group_pages(group)?;
+        let pending = lock(&self.pending_alloc);
+        pages.retain(|p| pending.get(p).is_none_or(|t| *t == txn));
+        Ok(pages)
+    }
+
+    fn fill_page(&self, group: GroupId) -> Option<PageId> {
+        lock(&self.fill).get(&group).copied()
+    }
+
+    fn set_fill_page(&self, group: GroupId, page: Option<PageId>) {
+        let mut fill = lock(&self.fill);
+        match page {
+            Some(p) => fill.insert(group, p),
+            None => fill.remove(&group),
+        };
+    }
+
+    fn forget_fill_pages(&self, pages: &[PageId]) {
+        if pages.is_empty() {
+            return;
+        }
+        lock(&self.fill).retain(|_, f| !pages.contains(f));
+    }
+
+    fn allocate(&self, owner: LockOwner, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        self.locks.lock(owner, Resource::Group(group), LockMode::IX)?;
+        let p = {
+            let mut vol = lock(&self.vol);
+            let p = vol.allocate_for(owner.txn, group, near, ty)?;
+            lock(&self.pending_alloc).insert(p, owner.txn);
+            p
+        };
+        if let Err(e) = self.locks.lock(owner, Resource::Page(p), LockMode::X) {
+            // Not the transaction's yet (it records the page only on
+            // success): give it back now, or nobody would.
+            let mut vol = lock(&self.vol);
+            if let Err(f) = vol.free_logged(p) {
+                self.poison(format!("giving back page {p} after a failed lock failed: {f}"));
+            }
+            lock(&self.pending_alloc).remove(&p);
+            return Err(e);
+        }
+        Ok(p)
+    }
+
+    fn free(&self, owner: LockOwner, page: PageId) -> Result<()> {
+        self.locks.lock(owner, Resource::Page(page), LockMode::X)
+    }
+
+    fn commit(&self, txn: &mut Txn) -> Result<()> {
+        self.commit_txn(txn)
+    }
+
+    fn rollback(&self, txn: &mut Txn) {
+        self.give_back(txn);
+    }
+
+    fn end(&self, owner: LockOwner, allocated: &[PageId]) {
+        self.drop_pending_allocations(owner.txn, allocated);
+        self.locks.release_all(owner);
+    }
+
+    fn note_read_only(&self) {
+        self.counters
+            .read_only
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn note_spilled(&self, pages: u64) {
+        self.counters
+            .pages_spilled
+            .fetch_add(pages, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,782 @@
+//! The page-server client (DeWitt et al. §2.3; DESIGN.md §7, §10): a
+//! [`Backend`] over a `cairn serve` connection.
+//!
+//! Objects, large objects and B+-trees run here, in the client, over pages
+//! fetched from the server — the same code the embedded engine runs, in the
+//! same [`Txn`]. What the backend does:
+//!
+//! - **Pages** are cached in a [`BufferPool`] over a [`RemoteDevice`] (the
+//!   same buffer pool the server uses over its volume file). The pool only
+//!   ever holds *committed* images: fetched ones, and a transaction's pages
+//!   after the server acknowledged its commit (stamped with the LSNs the
+//!   server gave them). A transaction's changes stay in its private pages
+//!   until commit (no-steal), so nothing uncommitted reaches the server
+//!   before the COMMIT, and the device never writes.
+//! - **Locks** are the server's: the first time a transaction reads a page
+//!   it sends a FETCH that takes the lock and names the LSN of the cached
+//!   copy; the server ships the image only if it changed. A page already
+//!   locked by the transaction costs no round trip.
+//! - **Space**: what the transaction learnt of a page (in use, its group)
+//!   comes with each FETCH; allocation and free are server calls; group
+//!   lists come from the server.
+//! - **Commit** ships one PAGE redo record per changed page (the changed
+//!   byte runs against the committed image) in one COMMIT message; the
+//!   server verifies, logs, makes durable (group commit), installs and
+//!   releases the locks, then answers with the pages' LSNs.
+//!
+//! A cached page is revalidated (by LSN) at the first lock a transaction
+//! takes on it. Callback locking — keeping the right to use a cached page
+//! across transactions without asking — is issue 11's next step.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use cairn_net::message::{Architecture, ErrorCode};
+use cairn_net::page_service::{
+    decode_groups, decode_lsns, decode_page, decode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_S,
+    FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP, NO_PAGE,
+    RESOURCE_GROUP, RESOURCE_PAGE,
+};
+use cairn_net::rpc::{Client, ClientOptions};
+use cairn_net::transport::Address;
+use cairn_storage::access::PageDevice;
+use cairn_storage::buffer::{BufferPool, Policy};
+use cairn_storage::io::{OsVfs, Vfs};
+use cairn_storage::lock::{LockMode, LockOwner, Resource};
+use cairn_storage::page::{self, PageType};
+use cairn_storage::txn::Backend;
+use cairn_storage::wal::redo;
+use cairn_storage::{ClientId, Error, GroupId, Lsn, PageId, Result, Txn, TxnId};
+
+/// Counters of a page-server client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Requests sent to the server (each a round trip).
+    pub round_trips: u64,
+    /// Request bytes sent.
+    pub bytes_sent: u64,
+    /// Reply bytes received.
+    pub bytes_received: u64,
+    /// Pages the server shipped (FETCH, ALLOCATE and READ images).
+    pub pages_shipped: u64,
+    /// Fetches answered "your copy is current" (no image shipped).
+    pub pages_revalidated: u64,
+}
+
+/// Where and how to connect: parsed from a `cairn://HOST:PORT` or
+/// `cairn+unix:///PATH` URL.
+pub(crate) fn parse_url(url: &str) -> Result<Address> {
+    let bad = |why: &str| Error::InvalidArgument(format!("bad server URL {url:?}: {why}"));
+    if let Some(path) = url.strip_prefix("cairn+unix://") {
+        if !path.starts_with('/') {
+            return Err(bad("a Unix socket URL is cairn+unix:///ABSOLUTE/PATH"));
+        }
+        return Ok(Address::Unix(PathBuf::from(path)));
+    }
+    let Some(rest) = url.strip_prefix("cairn://") else {
+        return Err(bad("it must start with cairn:// or cairn+unix://"));
+    };
+    let hostport = rest.trim_end_matches('/');
+    use std::net::ToSocketAddrs;
+    let addr = hostport
+        .to_socket_addrs()
+        .map_err(|e| bad(&format!("cannot resolve {hostport:?}: {e}")))?
+        .next()
+        .ok_or_else(|| bad("the host resolves to no address"))?;
+    Ok(Address::Tcp(addr))
+}
+
+/// One connection to `cairn serve`, shared by the transactions of a
+/// [`crate::Database`].
+pub(crate) struct Connection {
+    client: Client,
+    address: Address,
+    round_trips: AtomicU64,
+    bytes_sent: AtomicU64,
+    bytes_received: AtomicU64,
+    pages_shipped: AtomicU64,
+    pages_revalidated: AtomicU64,
+}
+
+impl Connection {
+    fn call(&self, req: &PageRequest) -> Result<Vec<Bytes>> {
+        let (kind, body) = req.encode();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+        let parts = self
+            .client
+            .invoke(kind, body)
+            .and_then(|c| c.collect())
+            .map_err(|e| self.error(e))?;
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        self.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(parts)
+    }
+
+    /// The one reply body of a call that has no parts.
+    fn call_one(&self, req: &PageRequest) -> Result<Bytes> {
+        let mut parts = self.call(req)?;
+        match (parts.pop(), parts.is_empty()) {
+            (Some(b), true) => Ok(b),
+            _ => Err(self.protocol("a reply of one body")),
+        }
+    }
+
+    fn protocol(&self, wanted: &str) -> Error {
+        Error::Io {
+            op: "page server call",
+            path: PathBuf::from(self.address.to_string()),
+            source: std::io::Error::other(format!("the server broke the page protocol: expected {wanted}")),
+        }
+    }
+
+    /// A network error as a storage error the transaction can act on: the
+    /// server's fault codes keep their meaning (a deadlock is still one), a
+    /// lost connection is an I/O error (the transaction is doomed).
+    fn error(&self, e: cairn_net::Error) -> Error {
+        match e {
+            cairn_net::Error::Remote(f) => {
+                let m = f.message.clone();
+                match f.code {
+                    ErrorCode::DEADLOCK => Error::Deadlock {
+                        txn: TxnId(0),
+                        cycle: format!("on the server: {m}"),
+                    },
+                    ErrorCode::LOCK_TIMEOUT => Error::LockTimeout {
+                        txn: TxnId(0),
+                        resource: format!("on the server: {m}"),
+                        mode: String::new(),
+                        waited_ms: 0,
+                    },
+                    ErrorCode::POISONED => Error::Poisoned(format!("the server's database: {m}")),
+                    ErrorCode::DOOMED => Error::TxnDoomed {
+                        txn: TxnId(0),
+                        cause: format!("on the server: {m}"),
+                    },
+                    ErrorCode::CORRUPT => Error::Corrupt {
+                        page: PageId(u32::MAX),
+                        reason: format!("on the server: {m}"),
+                    },
+                    ErrorCode::INTERNAL => Error::Internal(format!("on the server: {m}")),
+                    ErrorCode::NOT_FOUND => Error::InvalidArgument(format!("the server found no such thing: {m}")),
+                    _ => Error::InvalidArgument(format!("the server refused: {m} (code {:#06x})", f.code.0)),
+                }
+            }
+            other => Error::Io {
+                op: "page server call",
+                path: PathBuf::from(self.address.to_string()),
+                source: std::io::Error::other(other.to_string()),
+            },
+        }
+    }
+}
+
+/// The client pool's device: a page the pool misses is read (without a
+/// lock: the transaction asking already holds one) from the server.
+pub(crate) struct RemoteDevice {
+    conn: Arc<Connection>,
+    page_size: usize,
+}
+
+impl PageDevice for RemoteDevice {
+    fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    fn read_page(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
+        let body = self.conn.call_one(&PageRequest::Read { page: id.0 })?;
+        if body.len() != buf.len() {
+            return Err(Error::corrupt(
+                id,
+                format!("the server sent {} bytes for a page of {}", body.len(), buf.len()),
+            ));
+        }
+        buf.copy_from_slice(&body);
+        self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
+        page::verify(buf, id)?;
+        // Only ever a page the asking transaction holds a lock on, whose
+        // image came with that lock: if it differs now, the FETCH that took
+        // the lock announced it.
+        Ok(())
+    }
+
+    /// Never called with a change: the pool holds only committed images the
+    /// server already has (installed clean). Nothing to write.
+    fn write_page(&self, _id: PageId, _buf: &mut [u8]) -> Result<()> {
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What one transaction has learnt of a page from the server.
+#[derive(Clone, Copy, Debug)]
+struct Facts {
+    in_use: bool,
+    group: Option<GroupId>,
+}
+
+/// A running transaction's locks and page facts.
+#[derive(Default)]
+struct TxnView {
+    locks: HashMap<Resource, LockMode>,
+    facts: HashMap<PageId, Facts>,
+    /// The server's transaction is over (a COMMIT or ABORT was sent): a
+    /// read-only commit, which sends neither, ends it with an ABORT.
+    ended_on_server: bool,
+}
+
+/// The page-server client backend.
+pub(crate) struct RemoteStore {
+    conn: Arc<Connection>,
+    pool: BufferPool,
+    page_size: usize,
+    region_pages: u32,
+    page_count: AtomicU32,
+    groups: Mutex<HashMap<GroupId, String>>,
+    fill: Mutex<HashMap<GroupId, PageId>>,
+    txns: Mutex<HashMap<TxnId, TxnView>>,
+    txn_memory_bytes: usize,
+    spill_dir: tempfile_dir::TempDir,
+    /// Told of every page whose image the server shipped: the page may have
+    /// changed since the typed layer cached objects or index entries from
+    /// it.
+    on_new_image: Mutex<Option<PageHook>>,
+}
+
+/// A function told of a page whose committed image may be new to the client.
+pub(crate) type PageHook = Arc<dyn Fn(PageId) + Send + Sync>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn wire_mode(m: LockMode) -> u8 {
+    match m {
+        LockMode::IS => LOCK_MODE_IS,
+        LockMode::IX => LOCK_MODE_IX,
+        LockMode::S => LOCK_MODE_S,
+        LockMode::SIX => LOCK_MODE_SIX,
+        LockMode::X => LOCK_MODE_X,
+    }
+}
+
+impl RemoteStore {
+    /// Connects to the server at `address` with `token`, and sizes the
+    /// client buffer pool to `buffer_pages` pages.
+    pub(crate) fn connect(
+        address: Address,
+        token: &[u8],
+        buffer_pages: usize,
+        txn_memory_bytes: usize,
+    ) -> Result<Arc<RemoteStore>> {
+        let opts = ClientOptions {
+            architecture: Architecture::PAGE,
+            token: Bytes::copy_from_slice(token),
+            client_name: format!("cairn page client (pid {})", std::process::id()),
+            ..ClientOptions::default()
+        };
+        let client = Client::connect(&address, &opts).map_err(|e| Error::Io {
+            op: "connect to the page server",
+            path: PathBuf::from(address.to_string()),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let conn = Arc::new(Connection {
+            client,
+            address,
+            round_trips: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
+            pages_shipped: AtomicU64::new(0),
+            pages_revalidated: AtomicU64::new(0),
+        });
+        let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
+            .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+        let page_size = info.page_size as usize;
+        if !(page::PAGE_SIZE_MIN..=page::PAGE_SIZE_MAX).contains(&page_size) {
+            return Err(conn.protocol("a page size the storage layer supports"));
+        }
+        let device = Arc::new(RemoteDevice {
+            conn: conn.clone(),
+            page_size,
+        });
+        let store = RemoteStore {
+            pool: BufferPool::new(device, buffer_pages.max(16), Policy::Lru),
+            conn,
+            page_size,
+            region_pages: info.region_pages,
+            page_count: AtomicU32::new(info.page_count),
+            groups: Mutex::new(HashMap::new()),
+            fill: Mutex::new(HashMap::new()),
+            txns: Mutex::new(HashMap::new()),
+            txn_memory_bytes,
+            spill_dir: tempfile_dir::TempDir::new()?,
+            on_new_image: Mutex::new(None),
+        };
+        store.refresh_groups()?;
+        Ok(Arc::new(store))
+    }
+
+    /// Starts a transaction on the server and returns the client's side.
+    pub(crate) fn begin(self: &Arc<Self>) -> Result<Txn> {
+        let body = self.conn.call_one(&PageRequest::Begin)?;
+        if body.len() != 12 {
+            return Err(self.conn.protocol("a BEGIN reply of 12 bytes"));
+        }
+        let id = TxnId(u64::from_le_bytes(body[..8].try_into().expect("8 bytes")));
+        let count = u32::from_le_bytes(body[8..].try_into().expect("4 bytes"));
+        self.page_count.fetch_max(count, Ordering::Relaxed);
+        lock(&self.txns).insert(id, TxnView::default());
+        let backend: Arc<dyn Backend> = self.clone();
+        let vfs: Arc<dyn Vfs> = Arc::new(OsVfs);
+        Ok(Txn::on_backend(
+            backend,
+            LockOwner::new(ClientId(0), id),
+            self.txn_memory_bytes,
+            Some((vfs, self.spill_dir.path())),
+        ))
+    }
+
+    /// The group named `name`, created if `create` and missing.
+    pub(crate) fn group(&self, name: &str, create: bool) -> Result<GroupId> {
+        let body = self.conn.call_one(&PageRequest::Group {
+            create,
+            name: name.to_string(),
+        })?;
+        let id = GroupId(u32::from_le_bytes(
+            body[..]
+                .try_into()
+                .map_err(|_| self.conn.protocol("a GROUP reply of 4 bytes"))?,
+        ));
+        lock(&self.groups).insert(id, name.to_string());
+        Ok(id)
+    }
+
+    /// Every group, from the server.
+    pub(crate) fn refresh_groups(&self) -> Result<Vec<(GroupId, String)>> {
+        let body = self.conn.call_one(&PageRequest::Groups)?;
+        let groups = decode_groups(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        let groups: Vec<(GroupId, String)> = groups.into_iter().map(|(i, n)| (GroupId(i), n)).collect();
+        let mut known = lock(&self.groups);
+        for (i, n) in &groups {
+            known.insert(*i, n.clone());
+        }
+        Ok(groups)
+    }
+
+    /// Sets the function told of pages whose image the server shipped.
+    pub(crate) fn on_new_image(&self, hook: PageHook) {
+        *lock(&self.on_new_image) = Some(hook);
+    }
+
+    fn new_image(&self, id: PageId) {
+        let hook = lock(&self.on_new_image).clone();
+        if let Some(h) = hook {
+            h(id);
+        }
+    }
+
+    /// Empties the client cache (a cold start).
+    pub(crate) fn evict_cache(&self) -> Result<()> {
+        self.pool.evict_all()
+    }
+
+    /// The client's counters.
+    pub(crate) fn stats(&self) -> RemoteStats {
+        let c = &self.conn;
+        RemoteStats {
+            round_trips: c.round_trips.load(Ordering::Relaxed),
+            bytes_sent: c.bytes_sent.load(Ordering::Relaxed),
+            bytes_received: c.bytes_received.load(Ordering::Relaxed),
+            pages_shipped: c.pages_shipped.load(Ordering::Relaxed),
+            pages_revalidated: c.pages_revalidated.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The server's address.
+    pub(crate) fn address(&self) -> &Address {
+        &self.conn.address
+    }
+
+    /// The LSN of the cached copy of `id`, 0 if none.
+    fn cached_lsn(&self, id: PageId) -> Result<u64> {
+        Ok(self.pool.read_cached(id)?.map_or(0, |g| page::lsn(&g).0))
+    }
+
+    /// FETCHes one page for `txn` in `mode` and takes in what the reply
+    /// says; returns its status.
+    fn fetch(&self, txn: TxnId, id: PageId, mode: u8, group: GroupId) -> Result<FetchStatus> {
+        let lsn = self.cached_lsn(id)?;
+        let parts = self.conn.call(&PageRequest::Fetch {
+            txn: txn.0,
+            mode,
+            group: if mode == FETCH_TRY_INSERT { group.0 } else { NO_GROUP },
+            pages: vec![(id.0, lsn)],
+        })?;
+        // One part per page, then the empty final reply.
+        let [part, last] = &parts[..] else {
+            return Err(self.conn.protocol("one FETCH part per page"));
+        };
+        if !last.is_empty() {
+            return Err(self.conn.protocol("an empty final FETCH reply"));
+        }
+        let f = Fetched::decode(part).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        if f.page != id.0 {
+            return Err(self.conn.protocol("the page asked for"));
+        }
+        self.page_count.fetch_max(f.page_count, Ordering::Relaxed);
+        match f.status {
+            FetchStatus::Image => {
+                page::verify(f.image, id)?;
+                self.pool.install(id, f.image)?;
+                self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
+                // Objects decoded from an older image (kept in the typed
+                // layer's caches after the page left the pool, or before
+                // another client changed it) are stale now.
+                self.new_image(id);
+            }
+            FetchStatus::Unchanged => {
+                if lsn == 0 || f.lsn != lsn {
+                    return Err(self.conn.protocol("\"unchanged\" only for the LSN the client named"));
+                }
+                self.conn.pages_revalidated.fetch_add(1, Ordering::Relaxed);
+            }
+            FetchStatus::NotInUse | FetchStatus::NotGranted => {}
+        }
+        let group = (f.group != NO_GROUP).then_some(GroupId(f.group));
+        let mut txns = lock(&self.txns);
+        let view = txns.entry(txn).or_default();
+        let in_use = match f.status {
+            FetchStatus::NotInUse => false,
+            FetchStatus::NotGranted => {
+                // Nothing was locked; only the group is known.
+                if let Some(g) = group {
+                    view.facts.entry(id).or_insert(Facts {
+                        in_use: true,
+                        group: Some(g),
+                    });
+                }
+                return Ok(f.status);
+            }
+            _ => true,
+        };
+        view.facts.insert(id, Facts { in_use, group });
+        if in_use {
+            let m = if mode == FETCH_S { LockMode::S } else { LockMode::X };
+            let held = view.locks.entry(Resource::Page(id)).or_insert(m);
+            *held = held.sup(m);
+        }
+        Ok(f.status)
+    }
+
+    /// What `txn` knows of page `id`, fetching it (shared) if nothing.
+    fn facts(&self, txn: TxnId, id: PageId) -> Option<Facts> {
+        if let Some(f) = lock(&self.txns).get(&txn).and_then(|v| v.facts.get(&id).copied()) {
+            return Some(f);
+        }
+        // An error here (a lost connection, a deadlock) surfaces at the
+        // read that follows, which locks the page again.
+        self.fetch(txn, id, FETCH_S, GroupId(0)).ok()?;
+        lock(&self.txns).get(&txn).and_then(|v| v.facts.get(&id).copied())
+    }
+
+    fn holds(&self, txn: TxnId, res: Resource, mode: LockMode) -> bool {
+        lock(&self.txns)
+            .get(&txn)
+            .and_then(|v| v.locks.get(&res))
+            .is_some_and(|m| m.covers(mode))
+    }
+}
+
+impl Backend for RemoteStore {
+    fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    fn region_pages(&self) -> u32 {
+        self.region_pages
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match self.conn.client.closed() {
+            None => Ok(()),
+            Some(e) => Err(self.conn.error(e)),
+        }
+    }
+
+    fn lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<()> {
+        if self.holds(owner.txn, res, mode) {
+            return Ok(());
+        }
+        match res {
+            Resource::Page(p) => {
+                let m = if matches!(mode, LockMode::X | LockMode::SIX | LockMode::IX) {
+                    FETCH_X
+                } else {
+                    FETCH_S
+                };
+                self.fetch(owner.txn, p, m, GroupId(0)).map(|_| ())
+            }
+            other => {
+                let (resource, id) = match other {
+                    Resource::Group(g) => (RESOURCE_GROUP, g.0),
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "the page server locks pages and groups, not {other:?}"
+                        )))
+                    }
+                };
+                self.conn.call_one(&PageRequest::Lock {
+                    txn: owner.txn.0,
+                    resource,
+                    id,
+                    mode: wire_mode(mode),
+                    try_only: false,
+                })?;
+                let mut txns = lock(&self.txns);
+                let held = txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
+                *held = held.sup(mode);
+                Ok(())
+            }
+        }
+    }
+
+    fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool> {
+        if self.holds(owner.txn, res, mode) {
+            return Ok(true);
+        }
+        let (resource, id) = match res {
+            Resource::Page(p) => (RESOURCE_PAGE, p.0),
+            Resource::Group(g) => (RESOURCE_GROUP, g.0),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "the page server locks pages and groups, not {other:?}"
+                )))
+            }
+        };
+        let body = self.conn.call_one(&PageRequest::Lock {
+            txn: owner.txn.0,
+            resource,
+            id,
+            mode: wire_mode(mode),
+            try_only: true,
+        })?;
+        let granted = body[..] == [1];
+        if granted {
+            let mut txns = lock(&self.txns);
+            let held = txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
+            *held = held.sup(mode);
+        }
+        Ok(granted)
+    }
+
+    fn read_committed(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        let g = self.pool.read(id)?;
+        f(&g);
+        Ok(())
+    }
+
+    fn page_count(&self) -> u32 {
+        self.page_count.load(Ordering::Relaxed)
+    }
+
+    fn group_exists(&self, group: GroupId) -> bool {
+        if lock(&self.groups).contains_key(&group) {
+            return true;
+        }
+        self.refresh_groups()
+            .is_ok_and(|gs| gs.iter().any(|(g, _)| *g == group))
+    }
+
+    fn group_of_page(&self, txn: TxnId, id: PageId) -> Option<GroupId> {
+        self.facts(txn, id).and_then(|f| f.group)
+    }
+
+    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> bool {
+        self.facts(txn, id).is_some_and(|f| f.in_use)
+    }
+
+    fn group_pages(&self, txn: TxnId, group: GroupId) -> Result<Vec<PageId>> {
+        let body = self.conn.call_one(&PageRequest::GroupPages {
+            txn: txn.0,
+            group: group.0,
+        })?;
+        let pages = decode_pages(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        Ok(pages.into_iter().map(PageId).collect())
+    }
+
+    fn try_insert_page(&self, owner: LockOwner, group: GroupId, page: PageId) -> Result<bool> {
+        if self.holds(owner.txn, Resource::Page(page), LockMode::X) {
+            return Ok(self
+                .facts(owner.txn, page)
+                .is_some_and(|f| f.in_use && f.group == Some(group)));
+        }
+        let known = lock(&self.txns)
+            .get(&owner.txn)
+            .and_then(|v| v.facts.get(&page).copied());
+        if known.is_some_and(|f| !f.in_use || f.group != Some(group)) {
+            return Ok(false);
+        }
+        let status = self.fetch(owner.txn, page, FETCH_TRY_INSERT, group)?;
+        Ok(matches!(status, FetchStatus::Image | FetchStatus::Unchanged))
+    }
+
+    fn fill_page(&self, group: GroupId) -> Option<PageId> {
+        lock(&self.fill).get(&group).copied()
+    }
+
+    fn set_fill_page(&self, group: GroupId, page: Option<PageId>) {
+        let mut fill = lock(&self.fill);
+        match page {
+            Some(p) => fill.insert(group, p),
+            None => fill.remove(&group),
+        };
+    }
+
+    fn forget_fill_pages(&self, pages: &[PageId]) {
+        if !pages.is_empty() {
+            lock(&self.fill).retain(|_, f| !pages.contains(f));
+        }
+    }
+
+    fn allocate(&self, owner: LockOwner, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        let body = self.conn.call_one(&PageRequest::Allocate {
+            txn: owner.txn.0,
+            group: group.0,
+            near: near.map_or(NO_PAGE, |p| p.0),
+            page_type: ty as u8,
+        })?;
+        let (p, count, image) = decode_page(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        let id = PageId(p);
+        page::verify(image, id)?;
+        self.pool.install(id, image)?;
+        self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
+        self.page_count.fetch_max(count, Ordering::Relaxed);
+        let mut txns = lock(&self.txns);
+        let view = txns.entry(owner.txn).or_default();
+        view.facts.insert(
+            id,
+            Facts {
+                in_use: true,
+                group: Some(group),
+            },
+        );
+        view.locks.insert(Resource::Page(id), LockMode::X);
+        let g = view.locks.entry(Resource::Group(group)).or_insert(LockMode::IX);
+        *g = g.sup(LockMode::IX);
+        Ok(id)
+    }
+
+    fn free(&self, owner: LockOwner, page: PageId) -> Result<()> {
+        self.conn.call_one(&PageRequest::Free {
+            txn: owner.txn.0,
+            page: page.0,
+        })?;
+        Ok(())
+    }
+
+    fn commit(&self, txn: &mut Txn) -> Result<()> {
+        let id = txn.id();
+        let pages = txn.changed_pages();
+        let mut records = Vec::with_capacity(pages.len());
+        let mut afters: Vec<(PageId, Vec<u8>)> = Vec::with_capacity(pages.len());
+        for &p in &pages {
+            let after = txn
+                .private_page(p)?
+                .ok_or_else(|| Error::Internal(format!("private page {p} vanished before commit")))?
+                .to_vec();
+            let mut rec = Ok(Vec::new());
+            self.read_committed(p, &mut |base| rec = Ok(redo::page_record(id, p, Some(base), &after)))?;
+            records.push(rec?);
+            afters.push((p, after));
+        }
+        let freed: Vec<PageId> = txn.allocations().1.iter().copied().collect();
+        // The server takes the transaction out of the session at a COMMIT,
+        // whatever its outcome.
+        if let Some(v) = lock(&self.txns).get_mut(&id) {
+            v.ended_on_server = true;
+        }
+        let reply = self.conn.call_one(&PageRequest::Commit { txn: id.0, records });
+        // Whatever happened, the pages it changed or freed are not what the
+        // cache holds any more (or may not be).
+        for p in pages.iter().chain(freed.iter()) {
+            self.pool.discard(*p)?;
+        }
+        let body = reply?;
+        let lsns = decode_lsns(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        for (p, lsn) in lsns {
+            let Some((_, after)) = afters.iter_mut().find(|(q, _)| q.0 == p) else {
+                return Err(self.conn.protocol("LSNs only for the pages the commit changed"));
+            };
+            page::set_lsn(after, Lsn(lsn));
+            page::seal(after);
+            self.pool.install(PageId(p), after)?;
+        }
+        Ok(())
+    }
+
+    fn rollback(&self, txn: &mut Txn) {
+        // The server aborts it (and gives its pages back); if the connection
+        // is gone the server aborted it already.
+        if let Some(v) = lock(&self.txns).get_mut(&txn.id()) {
+            v.ended_on_server = true;
+        }
+        let _ = self.conn.call_one(&PageRequest::Abort { txn: txn.id().0 });
+        for p in txn.allocations().0 {
+            let _ = self.pool.discard(*p);
+        }
+    }
+
+    fn end(&self, owner: LockOwner, _allocated: &[PageId]) {
+        let view = lock(&self.txns).remove(&owner.txn);
+        if view.is_none_or(|v| !v.ended_on_server) {
+            // A read-only transaction: releasing its locks is all its commit
+            // is. (If the connection is gone, the server released them.)
+            let _ = self.conn.call_one(&PageRequest::Abort { txn: owner.txn.0 });
+        }
+    }
+}
+
+/// A private temporary directory for spilled private pages, removed when
+/// the connection goes.
+mod tempfile_dir {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use cairn_storage::{Error, Result};
+
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+
+    /// A directory under the system's temporary directory.
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        /// Creates a fresh one.
+        pub fn new() -> Result<TempDir> {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("cairn-client-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+                op: "create the client's spill directory",
+                path: dir.clone(),
+                source,
+            })?;
+            Ok(TempDir(dir))
+        }
+
+        /// Its path.
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

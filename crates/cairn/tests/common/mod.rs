@@ -1,0 +1,238 @@
+//! Runs a test against every backend: embedded, and a page-server client of
+//! a real server in a child process.
+//!
+//! The server is this very test binary, executed again with
+//! `CAIRN_TEST_SERVE_DIR` set and told to run only
+//! [`serve_child_process`]: that "test" serves the database in the
+//! directory over TCP on loopback (the `cairn-server` crate's `run`, as
+//! `cairn serve` does), prints its address on stdout, and stops with a
+//! checkpoint when its stdin closes — so a test that dies never leaves a
+//! server behind.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use cairn::{Database, Options};
+
+/// Where a test's database lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// In the test process.
+    Embedded,
+    /// Behind a `cairn serve`-like child process, over loopback TCP.
+    Page,
+}
+
+/// Every backend, for tests that loop over them.
+pub const BACKENDS: [Backend; 2] = [Backend::Embedded, Backend::Page];
+
+/// A database site: a directory and, for the page backend, the server
+/// serving it.
+pub struct Site {
+    backend: Backend,
+    path: PathBuf,
+    server: Option<ServerChild>,
+}
+
+impl Site {
+    /// A site for `backend` with its database at `path` (created on first
+    /// open).
+    pub fn new(backend: Backend, path: &Path) -> Site {
+        Site {
+            backend,
+            path: path.to_path_buf(),
+            server: None,
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Opens the database (embedded) or connects to it (page server,
+    /// started on first use).
+    pub fn open(&mut self, opts: Options) -> Database {
+        self.try_open(opts).expect("open the database")
+    }
+
+    /// As [`Site::open`], returning the error.
+    pub fn try_open(&mut self, opts: Options) -> cairn::Result<Database> {
+        match self.backend {
+            Backend::Embedded => Database::open_with(&self.path, opts),
+            Backend::Page => {
+                if self.server.is_none() {
+                    self.server = Some(ServerChild::start(&self.path));
+                }
+                let url = format!("cairn://{}", self.server.as_ref().expect("started").addr);
+                Database::connect(&url, opts)
+            }
+        }
+    }
+
+    /// Stops the server, if any (with a checkpoint), so the directory can
+    /// be opened embedded.
+    pub fn stop_server(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop();
+        }
+    }
+}
+
+/// A server child process.
+pub struct ServerChild {
+    child: Child,
+    /// Its TCP address.
+    pub addr: String,
+}
+
+impl ServerChild {
+    /// Starts one on the database at `path`.
+    pub fn start(path: &Path) -> ServerChild {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut child = Command::new(exe)
+            .args([
+                "--exact",
+                "common::serve_child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("CAIRN_TEST_SERVE_DIR", path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the server child");
+        let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut addr = None;
+        let mut line = String::new();
+        while out.read_line(&mut line).unwrap_or(0) > 0 {
+            // The test harness may print "test NAME ... " on the same line.
+            if let Some((_, a)) = line.trim().split_once("CAIRN-TEST-LISTENING ") {
+                addr = Some(a.trim().to_string());
+                break;
+            }
+            line.clear();
+        }
+        let addr = addr.unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("the server child did not start (see its stderr above)")
+        });
+        // Keep draining its stdout so it never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = out.read_to_end(&mut sink);
+        });
+        ServerChild { child, addr }
+    }
+
+    /// Closes its stdin (it checkpoints and exits) and waits.
+    pub fn stop(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().expect("wait for the server child");
+        assert!(status.success(), "the server child failed: {status}");
+    }
+
+    /// SIGKILL, as in a crash.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The server side of [`ServerChild`]: does nothing unless
+/// `CAIRN_TEST_SERVE_DIR` is set (so in a normal run it passes at once);
+/// with it, serves that database until stdin closes, and fails if serving
+/// or the final checkpoint fails.
+#[test]
+fn serve_child_process() {
+    let Some(dir) = std::env::var_os("CAIRN_TEST_SERVE_DIR") else {
+        return;
+    };
+    use cairn::storage::{Db, DbOptions};
+    use cairn_net::rpc::Limits;
+    use cairn_net::transport::{Address, Listener};
+    use cairn_server::{PageServer, ServerConfig};
+
+    let opts = DbOptions {
+        background: false,
+        ..DbOptions::default()
+    };
+    let db = Arc::new(Db::open_or_create(Path::new(&dir), &opts).expect("open the served database"));
+    let server = Arc::new(PageServer::new(db.clone(), &ServerConfig::default()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async move {
+        let listener = Listener::bind(&"127.0.0.1:0".parse::<Address>().expect("an address"))
+            .await
+            .expect("bind loopback");
+        println!("CAIRN-TEST-LISTENING {}", listener.local_addr().expect("its address"));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+            let _ = tx.send(());
+        });
+        cairn_server::run(
+            listener,
+            async move {
+                let _ = rx.await;
+            },
+            server,
+            Limits::default(),
+        )
+        .await;
+    });
+    db.checkpoint().expect("checkpoint at shutdown");
+}
+
+impl Site {
+    /// Stops the server (if any) and checks the database directory with
+    /// the storage verifier.
+    pub fn check(&mut self) {
+        self.stop_server();
+        let report =
+            cairn::storage::check::check_database(&self.path, &cairn::storage::volume::VolumeOptions::default());
+        assert!(report.is_ok(), "{:?}", report.problems);
+    }
+}
+
+/// Declares `#[test]`s `embedded::NAME` and `page::NAME` for each
+/// `fn NAME(Backend)` named.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::common::Backend::Embedded)
+                }
+            )*
+        }
+        mod page {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::common::Backend::Page)
+                }
+            )*
+        }
+    };
+}
