@@ -3,6 +3,16 @@
 //! locks) and the object cache's whole-page prefetch, single-threaded step by
 //! step and under concurrent writers that keep an invariant.
 
+mod common;
+
+use common::{Backend, Site};
+
+on_every_backend!(
+    index_cache_follows_committed_key_changes,
+    prefetched_objects_are_committed_state_only,
+    concurrent_key_swaps_never_show_a_torn_index,
+);
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -46,10 +56,10 @@ fn fill(db: &Database, n: u32) -> Vec<Ref<Item>> {
     refs
 }
 
-#[test]
-fn index_cache_follows_committed_key_changes() {
+fn index_cache_follows_committed_key_changes(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::open_with(dir.path(), opts()).unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = site.open(opts());
     let refs = fill(&db, 2000);
 
     // Warm the index cache: every key found once.
@@ -114,10 +124,10 @@ fn index_cache_follows_committed_key_changes() {
     tx.commit().unwrap();
 }
 
-#[test]
-fn prefetched_objects_are_committed_state_only() {
+fn prefetched_objects_are_committed_state_only(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::open_with(dir.path(), opts()).unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = site.open(opts());
     let refs = fill(&db, 200);
     // refs[0..3] share a page (created in a row, small).
     assert_eq!(refs[0].oid().page, refs[1].oid().page);
@@ -182,10 +192,10 @@ fn prefetched_objects_are_committed_state_only() {
 /// Writers swap the keys of two items in one transaction; readers look keys
 /// up and read the items: every committed state has each key exactly once,
 /// on an item whose field says so.
-#[test]
-fn concurrent_key_swaps_never_show_a_torn_index() {
+fn concurrent_key_swaps_never_show_a_torn_index(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let db = Arc::new(Database::open_with(dir.path(), opts()).unwrap());
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = Arc::new(site.open(opts()));
     const N: u32 = 600;
     let refs = Arc::new(fill(&db, N));
     let stop = Arc::new(AtomicBool::new(false));

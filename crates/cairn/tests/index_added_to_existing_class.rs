@@ -5,7 +5,13 @@
 //! not left stale: marking the field again later rebuilds it from the objects
 //! as they are then.
 
-use cairn::{Database, Options, Ref};
+mod common;
+
+use common::{Backend, Site};
+
+on_every_backend!(index_added_to_existing_class_finds_old_objects,);
+
+use cairn::{Options, Ref};
 
 /// The first definition: no index.
 mod v1 {
@@ -34,14 +40,14 @@ fn opts() -> Options {
     o
 }
 
-#[test]
-fn index_added_to_existing_class_finds_old_objects() {
+fn index_added_to_existing_class_finds_old_objects(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
+    let mut site = Site::new(b, &path);
     let n = 500u32;
 
     // Objects written without the index, in two groups.
-    let db = Database::open_with(&path, opts()).unwrap();
+    let db = site.open(opts());
     let mut tx = db.begin().unwrap();
     let mut old: Vec<Ref<v1::Part>> = Vec::new();
     for i in 0..n {
@@ -61,7 +67,7 @@ fn index_added_to_existing_class_finds_old_objects() {
     db.close().unwrap();
 
     // Reopened with the index: the old objects are found.
-    let db = Database::open_with(&path, opts()).unwrap();
+    let db = site.open(opts());
     let mut tx = db.begin().unwrap();
     let mut found: Vec<i32> = tx
         .find(&v2::BY_ID, &42)
@@ -80,7 +86,7 @@ fn index_added_to_existing_class_finds_old_objects() {
 
     // Back to the definition without the index: changes made now are not
     // indexed, so the index is dropped rather than left stale...
-    let db = Database::open_with(&path, opts()).unwrap();
+    let db = site.open(opts());
     let mut tx = db.begin().unwrap();
     for r in &old[..100] {
         tx.update(r, |p| p.id += 1000).unwrap();
@@ -89,7 +95,7 @@ fn index_added_to_existing_class_finds_old_objects() {
     db.close().unwrap();
 
     // ...and rebuilt, right, when the mark comes back.
-    let db = Database::open_with(&path, opts()).unwrap();
+    let db = site.open(opts());
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.find(&v2::BY_ID, &42).unwrap().len(), 5, "old 42 moved to 1042");
     assert_eq!(tx.find(&v2::BY_ID, &1042).unwrap().len(), 1);

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use cairn::{Database, Index, Options, Persistent, Ref};
+use cairn::{Index, Options, Persistent, Ref};
 use proptest::prelude::*;
 
 #[derive(Persistent, Debug, Clone)]
@@ -59,9 +59,14 @@ fn expected(m: &BTreeMap<Ref<Item>, i32>) -> Vec<(i32, Ref<Item>)> {
     v
 }
 
-fn run(ops: Vec<Op>) {
+mod common;
+
+use common::{Backend, Site};
+
+fn run(ops: Vec<Op>, backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
+    let mut site = Site::new(backend, &path);
     let mut opts = Options {
         cache_bytes: 4_000,
         ..Options::default()
@@ -70,7 +75,7 @@ fn run(ops: Vec<Op>) {
     let mut committed: BTreeMap<Ref<Item>, i32> = BTreeMap::new();
     // Each run of operations between reopens uses one open database.
     for segment in ops.split(|o| matches!(o, Op::Reopen)) {
-        let db = Database::open_with(&path, opts.clone()).unwrap();
+        let db = site.open(opts.clone());
         let mut current = committed.clone();
         let mut tx = None;
         for op in segment {
@@ -176,6 +181,11 @@ proptest! {
 
     #[test]
     fn the_index_matches_the_model(ops in proptest::collection::vec(op(), 1..80)) {
-        run(ops);
+        run(ops, Backend::Embedded);
+    }
+
+    #[test]
+    fn the_index_matches_the_model_through_a_page_server(ops in proptest::collection::vec(op(), 1..80)) {
+        run(ops, Backend::Page);
     }
 }

@@ -3,9 +3,15 @@
 //! field and the indexed fields, for every kind of query; it used to be an
 //! empty answer (issue 10, defect 10).
 
+mod common;
+
+use common::{Backend, Site};
+
+on_every_backend!(misspelled_index_field_is_an_error,);
+
 use std::ops::Bound;
 
-use cairn::{Database, Error, Index, Options, Persistent};
+use cairn::{Error, Index, Options, Persistent};
 
 #[derive(Persistent, Debug, Clone)]
 struct Part {
@@ -41,10 +47,10 @@ fn assert_no_index<T: std::fmt::Debug>(r: cairn::Result<T>, field: &str) {
     }
 }
 
-#[test]
-fn misspelled_index_field_is_an_error() {
+fn misspelled_index_field_is_an_error(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::open_with(dir.path().join("db"), opts()).unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = site.open(opts());
     let mut tx = db.begin().unwrap();
     // Before any object exists (no tree yet) and after.
     assert_no_index(tx.find(&MISSPELLED, &1), "idd");

@@ -4,9 +4,15 @@
 //! (issue 10, defect 10). Keys of the same stored type (`&str` for a
 //! `String` field) are accepted.
 
+mod common;
+
+use common::{Backend, Site};
+
+on_every_backend!(wrong_index_key_type_is_an_error,);
+
 use std::ops::Bound;
 
-use cairn::{Database, Error, Index, Options, Persistent};
+use cairn::{Error, Index, Options, Persistent};
 
 #[derive(Persistent, Debug, Clone)]
 struct Part {
@@ -46,10 +52,10 @@ fn assert_key_type<T: std::fmt::Debug>(r: cairn::Result<T>, field: &str, field_t
     }
 }
 
-#[test]
-fn wrong_index_key_type_is_an_error() {
+fn wrong_index_key_type_is_an_error(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::open_with(dir.path().join("db"), opts()).unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = site.open(opts());
     let mut tx = db.begin().unwrap();
     tx.create(Part {
         id: 7,

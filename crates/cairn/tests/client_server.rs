@@ -1,0 +1,246 @@
+//! Several page-server clients of one real server process: a writer's
+//! commit is seen by a reader that cached the page, a reader inside a
+//! transaction makes the writer wait, transfers between accounts from many
+//! clients stay serializable, and a killed client leaves no locks behind.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use cairn::{Database, Error, Options, Persistent, Ref};
+use common::ServerChild;
+
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Account {
+    id: u32,
+    balance: i64,
+}
+
+fn opts() -> Options {
+    let mut o = Options::default();
+    o.storage.background = false;
+    o
+}
+
+fn connect(server: &ServerChild) -> Database {
+    Database::connect(&format!("cairn://{}", server.addr), opts()).expect("connect")
+}
+
+/// `n` accounts of `balance` each, named by root "accounts-<i>".
+fn accounts(db: &Database, n: u32, balance: i64) -> Vec<Ref<Account>> {
+    let mut tx = db.begin().unwrap();
+    let refs: Vec<Ref<Account>> = (0..n).map(|id| tx.create(Account { id, balance }).unwrap()).collect();
+    for (i, r) in refs.iter().enumerate() {
+        tx.set_root(&format!("accounts-{i}"), r).unwrap();
+    }
+    tx.commit().unwrap();
+    refs
+}
+
+fn total(db: &Database, refs: &[Ref<Account>]) -> i64 {
+    let mut tx = db.begin().unwrap();
+    let t = refs.iter().map(|r| tx.get(r).unwrap().balance).sum();
+    tx.commit().unwrap();
+    t
+}
+
+#[test]
+fn a_writers_commit_reaches_a_reader_that_cached_the_page_and_a_reader_in_a_transaction_makes_it_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let writer = connect(&server);
+    let reader = connect(&server);
+    let a = accounts(&writer, 1, 100).remove(0);
+
+    // The reader caches the page and the object.
+    let mut tx = reader.begin().unwrap();
+    assert_eq!(tx.get(&a).unwrap().balance, 100);
+    tx.commit().unwrap();
+
+    let mut tx = writer.begin().unwrap();
+    tx.update(&a, |x| x.balance = 250).unwrap();
+    tx.commit().unwrap();
+
+    // The reader's next transaction sees the new value, never its cached one.
+    let mut tx = reader.begin().unwrap();
+    assert_eq!(tx.get(&a).unwrap().balance, 250);
+    // ...and while it holds the page, the writer waits.
+    let done = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(Barrier::new(2));
+    let w = {
+        let (done, started) = (done.clone(), started.clone());
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let mut tx = writer.begin().unwrap();
+            started.wait();
+            tx.update(&a, |x| x.balance = 300).unwrap();
+            tx.commit().unwrap();
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    started.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "the writer must wait for the reader's shared lock"
+    );
+    assert_eq!(
+        tx.get(&a).unwrap().balance,
+        250,
+        "repeatable read inside the transaction"
+    );
+    tx.commit().unwrap();
+    w.join().unwrap();
+    assert!(done.load(Ordering::SeqCst));
+    let mut tx = reader.begin().unwrap();
+    assert_eq!(tx.get(&a).unwrap().balance, 300);
+    tx.commit().unwrap();
+    let stats = reader.remote_stats().expect("a remote database");
+    assert!(
+        stats.pages_revalidated > 0,
+        "a cached page is revalidated, not shipped again: {stats:?}"
+    );
+    drop(reader);
+    server.stop();
+}
+
+#[test]
+fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
+    const CLIENTS: usize = 4;
+    const ACCOUNTS: u32 = 6;
+    let transfers: usize = std::env::var("CAIRN_TRANSFERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let setup = connect(&server);
+    let refs = accounts(&setup, ACCOUNTS, 1_000);
+    let expected = total(&setup, &refs);
+    let retries = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let db = connect(&server);
+            let refs = refs.clone();
+            let retries = retries.clone();
+            std::thread::spawn(move || {
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (c as u64 + 1);
+                let mut next = move || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed
+                };
+                let mut done = 0;
+                while done < transfers {
+                    let from = (next() % u64::from(ACCOUNTS)) as usize;
+                    let to = (next() % u64::from(ACCOUNTS)) as usize;
+                    let amount = (next() % 50) as i64;
+                    let r = (|| -> cairn::Result<()> {
+                        let mut tx = db.begin()?;
+                        tx.update(&refs[from], |a| a.balance -= amount)?;
+                        tx.update(&refs[to], |a| a.balance += amount)?;
+                        tx.commit()
+                    })();
+                    match r {
+                        Ok(()) => done += 1,
+                        Err(e) if e.is_retryable() => {
+                            retries.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => panic!("client {c}: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(total(&setup, &refs), expected, "money was made or lost");
+    drop(setup);
+    server.stop();
+    // And the server's database agrees once it is opened embedded.
+    let db = Database::open_with(dir.path().join("db"), opts()).unwrap();
+    assert_eq!(total(&db, &refs), expected);
+    db.close().unwrap();
+}
+
+/// The child side of the killed-client test: connects, locks an account
+/// for update, says so on stdout and waits to be killed.
+#[test]
+fn locking_client_child_process() {
+    let Ok(url) = std::env::var("CAIRN_TEST_LOCKING_CLIENT") else {
+        return;
+    };
+    let db = Database::connect(&url, opts()).expect("connect");
+    let mut tx = db.begin().unwrap();
+    let a: Ref<Account> = tx.root("accounts-0").unwrap();
+    tx.update(&a, |x| x.balance = -1).unwrap();
+    println!("CAIRN-TEST-LOCKED");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
+fn a_killed_client_leaves_no_locks_and_nothing_partial() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let db = connect(&server);
+    let a = accounts(&db, 1, 100).remove(0);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "locking_client_child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CAIRN_TEST_LOCKING_CLIENT", format!("cairn://{}", server.addr))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("CAIRN-TEST-LOCKED") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the client child ended early");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Its X lock is gone with its connection: this update does not wait out
+    // the lock timeout, and the killed client's change is nowhere.
+    let started = Instant::now();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(
+        tx.get(&a).unwrap().balance,
+        100,
+        "nothing of the killed client's transaction"
+    );
+    tx.update(&a, |x| x.balance = 7).unwrap();
+    tx.commit().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the lock was released when the client died"
+    );
+    drop(db);
+    server.stop();
+}
+
+#[test]
+fn connecting_to_nothing_or_a_bad_url_is_a_clear_error() {
+    for url in ["http://localhost:1", "cairn+unix://relative", "cairn://"] {
+        let e = Database::connect(url, opts()).unwrap_err();
+        assert!(e.to_string().contains("URL"), "{url}: {e}");
+    }
+    // A port nobody listens on (bound and closed again).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = Database::connect(&format!("cairn://127.0.0.1:{port}"), opts()).unwrap_err();
+    assert!(matches!(e, Error::Storage(_)), "{e}");
+    assert!(e.to_string().contains("connect"), "{e}");
+}
