@@ -18,18 +18,25 @@
 //!
 //! **In memory** the volume keeps the header, every group and every extent
 //! (16 bytes of disk per extent; a few dozen bytes of memory), loaded at open.
+//! A compact copy of what object reads ask — is a page in use, which group
+//! owns it, the page count, does a group exist — is kept in a [`SpaceView`]
+//! ([`Volume::view`]) that readers share without the volume; it is updated
+//! when each system action ends (see `view.rs` for exactly when, and why).
 //!
 //! Invariants (checked by [`Volume::check_invariants`]):
 //! - extents of all groups are disjoint, lie inside `page_count`, and never
 //!   contain a space-map page;
 //! - a group's `with_free` set lists exactly its extents with an unused page;
-//! - `extent_by_start` indexes every extent once.
+//! - `extent_by_start` indexes every extent once;
+//! - between actions, unless the volume is poisoned, the [`SpaceView`]
+//!   answers what the volume answers.
 
 pub mod file;
 pub mod groups;
 pub mod header;
 pub mod manifest;
 pub mod spacemap;
+pub mod view;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -49,6 +56,8 @@ use self::file::{VolumeFile, VolumeStats};
 use self::groups::{DirEntry, ExtentEntry, GROUP_NAME_MAX};
 use self::header::{VolumeHeader, EXTENT_PAGES_MAX};
 use self::manifest::{Manifest, MANIFEST_FILE, VOLUME_FILE, VOLUME_NEW_FILE};
+pub use self::view::SpaceView;
+use self::view::{ViewExtent, ViewUpdate};
 
 /// The lock file inside a database directory (see [`lock_dir`]).
 pub const LOCK_FILE: &str = "LOCK";
@@ -175,6 +184,16 @@ struct Action {
     markers: Vec<Redo>,
 }
 
+/// What changed in the space state since the view was last published: the
+/// keys only; `Volume::publish_view` copies their current truth.
+#[derive(Debug, Default)]
+struct ViewPending {
+    /// First pages of extents added, removed, or whose in-use bits changed.
+    extents: BTreeSet<u32>,
+    /// Groups created (or removed).
+    groups: BTreeSet<GroupId>,
+}
+
 /// An open volume: see the module docs.
 pub struct Volume {
     dir: PathBuf,
@@ -195,6 +214,10 @@ pub struct Volume {
     dir_pages: Vec<PageId>,
     scratch: Vec<u8>,
     page_changes: u64,
+    /// The read view shared with readers (see `view.rs`).
+    view: Arc<SpaceView>,
+    /// What the view has not been told yet.
+    view_pending: ViewPending,
 }
 
 impl std::fmt::Debug for Volume {
@@ -288,6 +311,7 @@ impl Volume {
             Ok(())
         })?;
         vol.add_group_state(&default, PageId(2), 0, Vec::new(), 0)?;
+        vol.publish_view();
         vol.pool.flush_all()?;
         Manifest {
             page_size: opts.page_size as u32,
@@ -338,6 +362,7 @@ impl Volume {
         let header = Self::read_header(&file, &m)?;
         let mut vol = Volume::assemble(dir, file, header, opts);
         vol.load_groups()?;
+        vol.publish_view();
         Ok(vol)
     }
 
@@ -364,6 +389,8 @@ impl Volume {
             dir_pages: Vec::new(),
             scratch: vec![0u8; page_size],
             page_changes: 0,
+            view: Arc::new(SpaceView::new(header.page_count)),
+            view_pending: ViewPending::default(),
         }
     }
 
@@ -516,6 +543,9 @@ impl Volume {
             with_free,
         });
         self.group_by_id.insert(e.id, gi);
+        self.view_pending.groups.insert(e.id);
+        let starts = self.groups[gi].extents.iter().map(|x| x.start.0);
+        self.view_pending.extents.extend(starts);
         Ok(())
     }
 
@@ -617,7 +647,17 @@ impl Volume {
     ///
     /// If `f` fails after changing pages, the in-memory space state may no
     /// longer match the pages, so the volume refuses further work.
+    ///
+    /// When the action is over — its batch logged and its pages installed —
+    /// its space changes are published to the [`SpaceView`].
     fn run_action<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        let r = self.run_action_unpublished(f);
+        self.publish_view();
+        r
+    }
+
+    /// [`Volume::run_action`] without publishing to the view.
+    fn run_action_unpublished<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -682,6 +722,55 @@ impl Volume {
             }
         }
         Ok(r)
+    }
+
+    /// Publishes to the view what changed since the last publication: the
+    /// page count, and the current state of every extent and group noted in
+    /// `view_pending`. In memory only; the view's write lock is held just for
+    /// the copy. A poisoned volume publishes nothing more: the view keeps the
+    /// last state that matches the pool (see `view.rs`).
+    fn publish_view(&mut self) {
+        let pending = std::mem::take(&mut self.view_pending);
+        if self.poisoned.is_some() {
+            return;
+        }
+        if pending.extents.is_empty() && pending.groups.is_empty() && self.view.page_count() == self.header.page_count {
+            return;
+        }
+        let extents = pending
+            .extents
+            .into_iter()
+            .map(|start| {
+                let x = self.extent_by_start.get(&start).map(|&(gi, xi)| {
+                    let g = &self.groups[gi];
+                    let x = &g.extents[xi];
+                    ViewExtent {
+                        group: g.id,
+                        len: x.len,
+                        used: x.used,
+                    }
+                });
+                (start, x)
+            })
+            .collect();
+        let groups = pending
+            .groups
+            .into_iter()
+            .map(|id| (id, self.group_by_id.contains_key(&id)))
+            .collect();
+        self.view.apply(ViewUpdate {
+            page_count: self.header.page_count,
+            extents,
+            groups,
+        });
+    }
+
+    /// The read view of this volume's space, for readers that must not wait
+    /// for the volume (see [`SpaceView`]): it answers `is_page_in_use`,
+    /// `group_of_page`, `page_count` and whether a group exists as the volume
+    /// does between system actions, and changes when an action ends.
+    pub fn view(&self) -> Arc<SpaceView> {
+        self.view.clone()
     }
 
     /// Attaches the log: from now on every page change is logged.
@@ -1077,6 +1166,7 @@ impl Volume {
             g.with_free.insert(xi);
         }
         self.extent_by_start.insert(start, (gi, xi));
+        self.view_pending.extents.insert(start);
         Ok(xi)
     }
 
@@ -1109,6 +1199,7 @@ impl Volume {
         } else {
             g.with_free.remove(&xi);
         }
+        self.view_pending.extents.insert(x.start.0);
         Ok(())
     }
 
@@ -1173,6 +1264,30 @@ impl Volume {
         for (&s, &(gi, xi)) in &self.extent_by_start {
             assert!(s >= prev_end, "extents overlap at page {s}");
             prev_end = s + self.groups[gi].extents[xi].len;
+        }
+        self.view.check_invariants();
+        if self.poisoned.is_none() {
+            let seen = self.view.snapshot();
+            assert_eq!(seen.page_count, self.header.page_count, "the view's page count");
+            assert_eq!(
+                seen.groups,
+                self.group_by_id.keys().copied().collect::<BTreeSet<_>>(),
+                "the view's groups"
+            );
+            assert_eq!(seen.extents.len(), self.extent_by_start.len(), "the view's extents");
+            for (&s, &(gi, xi)) in &self.extent_by_start {
+                let (g, x) = (&self.groups[gi], &self.groups[gi].extents[xi]);
+                let expected = ViewExtent {
+                    group: g.id,
+                    len: x.len,
+                    used: x.used,
+                };
+                assert_eq!(
+                    seen.extents.get(&s),
+                    Some(&expected),
+                    "the view of the extent at page {s}"
+                );
+            }
         }
     }
 }
