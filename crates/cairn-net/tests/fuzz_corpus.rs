@@ -1,16 +1,112 @@
-//! The `frame` fuzz target's corpus, replayed on stable (see `fuzz/replay.rs`).
+//! The `frame` and `page_service` fuzz targets' corpora, replayed on stable
+//! (see `fuzz/replay.rs`).
 
 #[path = "../../../fuzz/replay.rs"]
-#[expect(
-    dead_code,
-    reason = "the frame corpus is committed bytes: no seeds are written from here"
-)]
 mod replay;
 
 #[path = "../../../fuzz/targets/frame.rs"]
 mod frame;
 
+#[path = "../../../fuzz/targets/page_service.rs"]
+mod page_service;
+
+use cairn_net::page_service::{
+    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_X,
+    LOCK_MODE_X, RESOURCE_GROUP,
+};
+
 #[test]
 fn frame_corpus_replays_without_panics() {
     replay::replay("frame", frame::run);
+}
+
+#[test]
+fn page_service_corpus_replays_without_panics() {
+    replay::replay("page_service", page_service::run);
+}
+
+/// Rewrites the `page_service` seeds from real encodings: one per request
+/// kind and reply decoder (the selector byte first, see the target).
+#[test]
+#[ignore = "rewrites the seed inputs of fuzz/corpus/page_service"]
+fn write_page_service_seeds() {
+    let requests = [
+        PageRequest::Begin,
+        PageRequest::Fetch {
+            txn: 7,
+            mode: FETCH_X,
+            group: 2,
+            pages: vec![(3, 0), (4, 99)],
+        },
+        PageRequest::Allocate {
+            txn: 7,
+            group: 2,
+            near: 9,
+            page_type: 5,
+        },
+        PageRequest::Free { txn: 7, page: 3 },
+        PageRequest::Commit {
+            txn: 7,
+            records: vec![vec![1, 2, 3], vec![4; 40]],
+        },
+        PageRequest::Abort { txn: 7 },
+        PageRequest::Volume,
+        PageRequest::Lock {
+            txn: 7,
+            resource: RESOURCE_GROUP,
+            id: 2,
+            mode: LOCK_MODE_X,
+            try_only: true,
+        },
+        PageRequest::GroupPages { txn: 7, group: 2 },
+        PageRequest::Groups,
+        PageRequest::Group {
+            create: true,
+            name: "parts".into(),
+        },
+        PageRequest::Read { page: 3 },
+    ];
+    for req in requests {
+        let (kind, body) = req.encode();
+        let mut seed = vec![(kind.0 - 0x0100) as u8];
+        seed.extend_from_slice(&body);
+        replay::write_seed("page_service", &format!("request-{:04x}", kind.0), &seed);
+    }
+    let image = vec![0xabu8; 64];
+    let part = Fetched {
+        page: 3,
+        status: FetchStatus::Image,
+        group: 2,
+        page_count: 40,
+        lsn: 77,
+        image: &image,
+    };
+    let replies: [(u8, &str, Vec<u8>); 5] = [
+        (12, "fetched", part.encode()),
+        (13, "lsns", encode_lsns(&[(3, 77), (4, 78)])),
+        (14, "pages", encode_pages(&[3, 4, 5])),
+        (
+            15,
+            "groups",
+            encode_groups(&[(0, "default".into()), (2, "parts".into())]),
+        ),
+        (
+            16,
+            "volume",
+            VolumeInfo {
+                page_size: 4096,
+                page_count: 40,
+                region_pages: 8,
+            }
+            .encode(),
+        ),
+    ];
+    for (selector, name, body) in replies {
+        let mut seed = vec![selector];
+        seed.extend_from_slice(&body);
+        replay::write_seed("page_service", &format!("reply-{name}"), &seed);
+    }
+    let mut alloc = vec![14u8];
+    alloc.extend_from_slice(&encode_page(3, 40, &image));
+    replay::write_seed("page_service", "reply-allocate", &alloc);
 }

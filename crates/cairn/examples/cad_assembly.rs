@@ -4,6 +4,8 @@
 //!
 //! ```sh
 //! cargo run -p cairn --example cad_assembly -- /tmp/cad.cairn
+//! # or against a running `cairn serve`:
+//! cargo run -p cairn --example cad_assembly -- --connect cairn://127.0.0.1:7411
 //! ```
 
 use cairn::{Database, List, Map, Persistent, Ref};
@@ -54,9 +56,16 @@ fn mass(tx: &mut cairn::Transaction<'_>, a: &Ref<Assembly>) -> cairn::Result<u64
 }
 
 fn main() -> cairn::Result<()> {
-    let dir = std::env::args().nth(1).unwrap_or_else(|| "cad-example.cairn".into());
-    let _ = std::fs::remove_dir_all(&dir);
-    let db = Database::open(&dir)?;
+    let args: Vec<String> = std::env::args().collect();
+    // The one line that differs between embedded and client-server.
+    let db = if args.get(1).map(String::as_str) == Some("--connect") {
+        let url = args.get(2).cloned().unwrap_or_else(|| "cairn://127.0.0.1:7411".into());
+        Database::connect(&url, cairn::Options::default())?
+    } else {
+        let dir = args.get(1).cloned().unwrap_or_else(|| "cad-example.cairn".into());
+        let _ = std::fs::remove_dir_all(&dir);
+        Database::open(&dir)?
+    };
     let mut tx = db.begin()?;
     let mut subs = List::new();
     for s in 0..3 {

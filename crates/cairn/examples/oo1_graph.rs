@@ -5,6 +5,8 @@
 //!
 //! ```sh
 //! cargo run --release -p cairn --example oo1_graph -- /tmp/oo1.cairn 20000
+//! # or against a running `cairn serve` (the directory argument is then unused):
+//! cargo run --release -p cairn --example oo1_graph -- --connect cairn://127.0.0.1:7411 20000
 //! ```
 
 use cairn::{Database, Index, List, Persistent, Ref};
@@ -44,10 +46,21 @@ impl Rng {
 
 fn main() -> cairn::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let dir = args.get(1).cloned().unwrap_or_else(|| "oo1-example.cairn".into());
     let n: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
-    let _ = std::fs::remove_dir_all(&dir);
-    let db = Database::open(&dir)?;
+    let db = if args.get(1).map(String::as_str) == Some("--connect") {
+        let url = args.get(2).cloned().unwrap_or_else(|| "cairn://127.0.0.1:7411".into());
+        let n_at = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(2000);
+        return run(Database::connect(&url, cairn::Options::default())?, n_at);
+    } else {
+        let dir = args.get(1).cloned().unwrap_or_else(|| "oo1-example.cairn".into());
+        let _ = std::fs::remove_dir_all(&dir);
+        Database::open(&dir)?
+    };
+    run(db, n)
+}
+
+/// Builds the graph in `db` and runs the queries.
+fn run(db: Database, n: u32) -> cairn::Result<()> {
     let mut rng = Rng(1);
     let t = std::time::Instant::now();
     let mut tx = db.begin()?;

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::ids::{ClientId, GroupId, Lsn, PageId, TxnId};
 use crate::io::{FileLock, Vfs};
 use crate::lock::{LockManager, LockOptions, LockOwner, LockStats};
-use crate::volume::{GroupInfo, Volume, VolumeOptions};
+use crate::volume::{GroupInfo, SpaceView, Volume, VolumeOptions};
 use crate::wal::redo::Redo;
 use crate::wal::LogSink;
 use crate::wal::{Wal, WalOptions, WalStats};
@@ -90,6 +90,10 @@ pub(crate) struct Shared {
     pub(super) page_size: usize,
     pub(super) region_pages: u32,
     pub(super) vol: Mutex<Volume>,
+    /// The volume's space, readable without the `Volume` mutex (which a
+    /// system action holds across its log append and page writes): what
+    /// every object read asks.
+    pub(super) space: Arc<SpaceView>,
     pub(super) pool: Arc<BufferPool>,
     pub(super) wal: Arc<Wal>,
     pub(super) sink: LogSink,
@@ -293,6 +297,7 @@ impl Db {
             vfs: opts.volume.vfs.clone(),
             page_size,
             region_pages,
+            space: vol.view(),
             vol: Mutex::new(vol),
             pool,
             wal,

@@ -38,23 +38,47 @@ impl Backend for Shared {
         Ok(())
     }
 
+    // The space questions of the read path go to the volume's `SpaceView`,
+    // never to the `Volume` mutex: a reader does not wait behind a system
+    // action's log append or page writes.
+
     fn page_count(&self) -> u32 {
-        lock(&self.vol).page_count()
+        self.space.page_count()
     }
 
     fn group_exists(&self, group: GroupId) -> bool {
-        lock(&self.vol).group_name(group).is_some()
+        self.space.group_exists(group)
     }
 
     fn group_of_page(&self, _txn: TxnId, id: PageId) -> Option<GroupId> {
-        lock(&self.vol).group_of_page(id)
+        self.space.group_of_page(id)
     }
 
     fn is_page_in_use(&self, txn: TxnId, id: PageId) -> bool {
         if lock(&self.pending_alloc).get(&id).is_some_and(|t| *t != txn) {
             return false;
         }
-        lock(&self.vol).is_page_in_use(id)
+        self.space.is_page_in_use(id)
+    }
+
+    /// A page another transaction is allocating right now shows in the view
+    /// a moment before it is registered as that transaction's (both happen
+    /// under the `Volume` mutex, the view first). Reading such a page is
+    /// harmless (it is empty), but putting an object on it is not: if its
+    /// transaction aborts, the page is freed with the object. So once the
+    /// lock is granted the answer is checked again under the mutex, where
+    /// the allocation is either not visible or complete.
+    fn try_insert_page(&self, owner: LockOwner, group: GroupId, page: PageId) -> Result<bool> {
+        if !self.is_page_in_use(owner.txn, page) || self.space.group_of_page(page) != Some(group) {
+            return Ok(false);
+        }
+        if !self.locks.try_lock(owner, Resource::Page(page), LockMode::X)? {
+            return Ok(false);
+        }
+        let vol = lock(&self.vol);
+        let ours = lock(&self.pending_alloc).get(&page).is_none_or(|t| *t == owner.txn);
+        // (The lock stays until the transaction ends, unused if not ours.)
+        Ok(ours && vol.is_page_in_use(page) && vol.group_of_page(page) == Some(group))
     }
 
     fn group_pages(&self, txn: TxnId, group: GroupId) -> Result<Vec<PageId>> {

@@ -1,0 +1,45 @@
+//! Fuzz target body `page_service`: every decoder of the page service
+//! (`cairn_net::page_service`) on arbitrary bytes. The first byte picks the
+//! decoder (a request kind, or one of the reply decoders), the rest is the
+//! body. Decoding must return a value or an error, never panic; a request
+//! that decodes must encode back to the same bytes.
+
+use cairn_net::frame::Kind;
+use cairn_net::page_service::{
+    decode_groups, decode_lsns, decode_page, decode_pages, Fetched, PageRequest, VolumeInfo,
+};
+
+/// Runs one input.
+pub fn run(data: &[u8]) {
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
+    match which % 17 {
+        k @ 0..=11 => {
+            let kind = Kind(0x0100 + u16::from(k));
+            if let Ok(Some(req)) = PageRequest::decode(kind, body) {
+                let (k2, again) = req.encode();
+                assert_eq!(k2, kind, "a request encodes to its own kind");
+                assert_eq!(again, body, "a decoded request encodes back to its bytes");
+            }
+        }
+        12 => {
+            if let Ok(f) = Fetched::decode(body) {
+                assert_eq!(f.encode(), body, "a FETCH part encodes back to its bytes");
+            }
+        }
+        13 => {
+            let _ = decode_lsns(body);
+        }
+        14 => {
+            let _ = decode_pages(body);
+            let _ = decode_page(body);
+        }
+        15 => {
+            let _ = decode_groups(body);
+        }
+        _ => {
+            let _ = VolumeInfo::decode(body);
+        }
+    }
+}
