@@ -227,6 +227,18 @@ pub enum Error {
     /// disk; please report it.
     #[error("internal error: {0}")]
     Internal(String),
+
+    /// The backend a transaction runs on went away or broke its protocol
+    /// (a page-server client lost its connection, or the server answered
+    /// nonsense). The transaction is doomed; whether a commit in flight
+    /// happened is for the server to tell.
+    #[error("the backend at {backend} is unusable: {reason}")]
+    BackendLost {
+        /// Where the backend is (a server address).
+        backend: String,
+        /// What happened.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -1125,7 +1125,7 @@ impl<'db> Transaction<'db> {
     pub fn root<T: Persistent>(&mut self, name: &str) -> Result<Ref<T>> {
         match catalog::get_root(&mut self.txn, &self.inner.meta, name)? {
             Some(oid) => Ok(Ref::from_oid(oid)),
-            None => Err(Error::NotFound(format!("no root named {name:?}"))),
+            None => Err(Error::NoRoot { name: name.to_string() }),
         }
     }
 

@@ -1,6 +1,6 @@
 //! `cairn::Error`: one enum with variants a caller can act on.
 
-use cairn_storage::{Oid, PageId};
+use cairn_storage::{Oid, PageId, TxnId};
 
 use crate::codec::DecodeError;
 
@@ -12,14 +12,54 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The transaction was chosen as a deadlock victim; abort and retry.
-    #[error("deadlock: {0}")]
-    Deadlock(String),
+    #[error("deadlock: {txn} was chosen as the victim ({cycle})")]
+    Deadlock {
+        /// The victim (this transaction).
+        txn: TxnId,
+        /// The cycle of waits.
+        cycle: String,
+    },
     /// A lock wait timed out; abort and retry.
-    #[error("lock timeout: {0}")]
-    LockTimeout(String),
-    /// No live object has this OID (or a named root does not exist).
-    #[error("not found: {0}")]
-    NotFound(String),
+    #[error("lock timeout: {txn} waited too long ({detail})")]
+    LockTimeout {
+        /// The waiting transaction.
+        txn: TxnId,
+        /// What it waited for, and how long.
+        detail: String,
+    },
+    /// No live object has this OID (never created, deleted, or a reference
+    /// from another database).
+    #[error("no object {oid}")]
+    NotFound {
+        /// The OID followed.
+        oid: Oid,
+    },
+    /// No object is named `name` ([`crate::Transaction::root`]).
+    #[error("no root named {name:?}")]
+    NoRoot {
+        /// The name asked for.
+        name: String,
+    },
+    /// No group has this name.
+    #[error("no group named {name:?}")]
+    NoGroup {
+        /// The name asked for.
+        name: String,
+    },
+    /// The server of a [`crate::Database::connect`]ed database cannot be
+    /// reached, went away, or broke the protocol. The transaction is lost
+    /// (a commit in flight may or may not have happened); reconnect.
+    #[error("server {server}: {reason}")]
+    Net {
+        /// The server's address.
+        server: String,
+        /// What happened.
+        reason: String,
+    },
+    /// A bug in Cairn: an invariant does not hold (not damage on disk).
+    /// Please report it.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// Damaged data, naming the page.
     #[error("page {page} is corrupt: {reason}")]
     Corrupt {
@@ -114,9 +154,23 @@ impl From<cairn_storage::Error> for Error {
     fn from(e: cairn_storage::Error) -> Error {
         use cairn_storage::Error as S;
         match e {
-            S::Deadlock { .. } => Error::Deadlock(e.to_string()),
-            S::LockTimeout { .. } => Error::LockTimeout(e.to_string()),
-            S::NotFound { .. } | S::GroupNotFound(_) => Error::NotFound(e.to_string()),
+            S::Deadlock { txn, cycle } => Error::Deadlock { txn, cycle },
+            S::LockTimeout {
+                txn,
+                resource,
+                mode,
+                waited_ms,
+            } => Error::LockTimeout {
+                txn,
+                detail: format!("{mode} on {resource}, {waited_ms} ms"),
+            },
+            S::NotFound { oid } => Error::NotFound { oid },
+            S::GroupNotFound(name) => Error::NoGroup { name },
+            S::BackendLost { backend, reason } => Error::Net {
+                server: backend,
+                reason,
+            },
+            S::Internal(why) => Error::Internal(why),
             S::Corrupt { page, reason } => Error::Corrupt { page, reason },
             S::ObjectTooLarge { oid, len, limit } => Error::ObjectTooLarge { oid, len, limit },
             other => Error::Storage(other),
@@ -128,6 +182,6 @@ impl Error {
     /// True for errors a caller resolves by aborting and retrying the
     /// transaction (deadlock victim, lock timeout).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Deadlock(_) | Error::LockTimeout(_))
+        matches!(self, Error::Deadlock { .. } | Error::LockTimeout { .. })
     }
 }

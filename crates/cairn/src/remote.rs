@@ -110,7 +110,7 @@ impl Connection {
             .client
             .invoke(kind, body)
             .and_then(|c| c.collect())
-            .map_err(|e| self.error(e))?;
+            .map_err(|e| self.error_for(e, txn_of(req)))?;
         let n: usize = parts.iter().map(|p| p.len()).sum();
         self.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
         Ok(parts)
@@ -126,34 +126,39 @@ impl Connection {
     }
 
     fn protocol(&self, wanted: &str) -> Error {
-        Error::Io {
-            op: "page server call",
-            path: PathBuf::from(self.address.to_string()),
-            source: std::io::Error::other(format!("the server broke the page protocol: expected {wanted}")),
+        Error::BackendLost {
+            backend: self.address.to_string(),
+            reason: format!("the server broke the page protocol: expected {wanted}"),
         }
+    }
+
+    /// A network error outside any transaction's request.
+    fn error(&self, e: cairn_net::Error) -> Error {
+        self.error_for(e, TxnId(0))
     }
 
     /// A network error as a storage error the transaction can act on: the
     /// server's fault codes keep their meaning (a deadlock is still one), a
-    /// lost connection is an I/O error (the transaction is doomed).
-    fn error(&self, e: cairn_net::Error) -> Error {
+    /// lost connection or a broken protocol is [`Error::BackendLost`] (the
+    /// transaction is doomed).
+    fn error_for(&self, e: cairn_net::Error, txn: TxnId) -> Error {
         match e {
             cairn_net::Error::Remote(f) => {
                 let m = f.message.clone();
                 match f.code {
                     ErrorCode::DEADLOCK => Error::Deadlock {
-                        txn: TxnId(0),
+                        txn,
                         cycle: format!("on the server: {m}"),
                     },
                     ErrorCode::LOCK_TIMEOUT => Error::LockTimeout {
-                        txn: TxnId(0),
-                        resource: format!("on the server: {m}"),
-                        mode: String::new(),
+                        txn,
+                        resource: format!("(on the server: {m})"),
+                        mode: "a lock".into(),
                         waited_ms: 0,
                     },
                     ErrorCode::POISONED => Error::Poisoned(format!("the server's database: {m}")),
                     ErrorCode::DOOMED => Error::TxnDoomed {
-                        txn: TxnId(0),
+                        txn,
                         cause: format!("on the server: {m}"),
                     },
                     ErrorCode::CORRUPT => Error::Corrupt {
@@ -165,12 +170,25 @@ impl Connection {
                     _ => Error::InvalidArgument(format!("the server refused: {m} (code {:#06x})", f.code.0)),
                 }
             }
-            other => Error::Io {
-                op: "page server call",
-                path: PathBuf::from(self.address.to_string()),
-                source: std::io::Error::other(other.to_string()),
+            other => Error::BackendLost {
+                backend: self.address.to_string(),
+                reason: other.to_string(),
             },
         }
+    }
+}
+
+/// The transaction a request is for (0 for none).
+fn txn_of(req: &PageRequest) -> TxnId {
+    match req {
+        PageRequest::Fetch { txn, .. }
+        | PageRequest::Allocate { txn, .. }
+        | PageRequest::Free { txn, .. }
+        | PageRequest::Commit { txn, .. }
+        | PageRequest::Abort { txn }
+        | PageRequest::Lock { txn, .. }
+        | PageRequest::GroupPages { txn, .. } => TxnId(*txn),
+        _ => TxnId(0),
     }
 }
 
@@ -281,10 +299,9 @@ impl RemoteStore {
             client_name: format!("cairn page client (pid {})", std::process::id()),
             ..ClientOptions::default()
         };
-        let client = Client::connect(&address, &opts).map_err(|e| Error::Io {
-            op: "connect to the page server",
-            path: PathBuf::from(address.to_string()),
-            source: std::io::Error::other(e.to_string()),
+        let client = Client::connect(&address, &opts).map_err(|e| Error::BackendLost {
+            backend: address.to_string(),
+            reason: format!("cannot connect: {e}"),
         })?;
         let conn = Arc::new(Connection {
             client,

@@ -241,6 +241,29 @@ fn connecting_to_nothing_or_a_bad_url_is_a_clear_error() {
         .unwrap()
         .port();
     let e = Database::connect(&format!("cairn://127.0.0.1:{port}"), opts()).unwrap_err();
-    assert!(matches!(e, Error::Storage(_)), "{e}");
-    assert!(e.to_string().contains("connect"), "{e}");
+    assert!(matches!(e, Error::Net { .. }), "{e}");
+    assert!(e.to_string().contains("cannot connect"), "{e}");
+}
+
+#[test]
+fn a_server_killed_under_a_transaction_is_a_net_error_and_loses_no_acknowledged_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let server = ServerChild::start(&path);
+    let db = connect(&server);
+    let a = accounts(&db, 1, 100).remove(0);
+    let mut tx = db.begin().unwrap();
+    tx.update(&a, |x| x.balance = 5).unwrap();
+    server.kill();
+    let e = tx.commit().unwrap_err();
+    assert!(matches!(e, Error::Net { .. }), "{e}");
+    let e = db.begin().err().expect("no transaction without a server");
+    assert!(matches!(e, Error::Net { .. }), "{e}");
+    drop(db);
+    // The acknowledged commit is there; the one cut off is not.
+    let db = Database::open_with(&path, opts()).unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&a).unwrap().balance, 100);
+    tx.commit().unwrap();
+    db.close().unwrap();
 }

@@ -141,11 +141,11 @@ fn create_follow_update_delete_roots_and_reopen(b: Backend) {
     assert_eq!(tx.get(&parts[6]).unwrap().x, 6);
     // Delete: the reference answers NotFound.
     tx.delete(&parts[7]).unwrap();
-    assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound(_))));
+    assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound { .. })));
     tx.commit().unwrap();
     let mut tx = db.begin().unwrap();
-    assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound(_))));
-    assert!(matches!(tx.root::<Part>("no-such-root"), Err(Error::NotFound(_))));
+    assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound { .. })));
+    assert!(matches!(tx.root::<Part>("no-such-root"), Err(Error::NoRoot { .. })));
     tx.commit().unwrap();
     let stats = db.cache_stats();
     assert!(stats.hits > 0 && stats.faults > 0 && stats.swizzles > 0, "{stats:?}");
@@ -155,7 +155,7 @@ fn create_follow_update_delete_roots_and_reopen(b: Backend) {
     assert_eq!(traverse(&db, 4), visits, "the same graph after reopening");
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.get(&parts[5]).unwrap().x, 12345);
-    assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound(_))));
+    assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound { .. })));
     tx.commit().unwrap();
     db.close().unwrap();
     site.check();

@@ -200,7 +200,11 @@ impl Txn {
     fn doom_if_fatal(&mut self, e: &Error) {
         if matches!(
             e,
-            Error::Deadlock { .. } | Error::LockTimeout { .. } | Error::Io { .. } | Error::Poisoned(_)
+            Error::Deadlock { .. }
+                | Error::LockTimeout { .. }
+                | Error::Io { .. }
+                | Error::Poisoned(_)
+                | Error::BackendLost { .. }
         ) {
             self.doom(e);
         }
