@@ -257,7 +257,7 @@ fn a_server_killed_under_a_transaction_is_a_net_error_and_loses_no_acknowledged_
     server.kill();
     let e = tx.commit().unwrap_err();
     assert!(matches!(e, Error::Net { .. }), "{e}");
-    let e = db.begin().err().expect("no transaction without a server");
+    let e = db.begin().expect_err("no transaction without a server");
     assert!(matches!(e, Error::Net { .. }), "{e}");
     drop(db);
     // The acknowledged commit is there; the one cut off is not.
