@@ -77,6 +77,10 @@ enum Command {
         /// Random seed (default: from the clock; printed to stderr).
         #[arg(long)]
         seed: Option<u64>,
+        /// Run against `cairn serve` at this URL (`cairn://HOST:PORT`) as a
+        /// page-server client; DIR is then only a label.
+        #[arg(long)]
+        connect: Option<String>,
     },
     /// Check a tortured database against the log of acknowledged commits:
     /// nothing lost, nothing partial, nothing corrupt.
@@ -186,7 +190,8 @@ fn main() -> ExitCode {
             seconds,
             threads,
             seed,
-        } => run_torture(dir, seconds, threads, seed),
+            connect,
+        } => run_torture(dir, seconds, threads, seed, connect),
         Command::Verify { dir, log } => return run_verify(&dir, &log),
         Command::Bench {
             which: BenchCommand::Commit { seconds, dir, json },
@@ -316,7 +321,13 @@ fn check(dir: &Path, recover: bool) -> ExitCode {
     }
 }
 
-fn run_torture(dir: PathBuf, seconds: f64, threads: usize, seed: Option<u64>) -> anyhow::Result<()> {
+fn run_torture(
+    dir: PathBuf,
+    seconds: f64,
+    threads: usize,
+    seed: Option<u64>,
+    connect: Option<String>,
+) -> anyhow::Result<()> {
     let seed = seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -328,6 +339,7 @@ fn run_torture(dir: PathBuf, seconds: f64, threads: usize, seed: Option<u64>) ->
         seconds,
         threads,
         seed,
+        connect,
     })?;
     Ok(())
 }

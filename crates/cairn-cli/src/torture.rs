@@ -9,8 +9,11 @@
 //! # What a run does
 //!
 //! 1. Opens the directory with `Db::open_or_create` (recovering it if a
-//!    previous run was killed), creates the group if missing, scans it and
-//!    adopts every live object, so runs build on each other's data.
+//!    previous run was killed) — or, with `--connect URL`, connects to a
+//!    `cairn serve` as a page-server client (the same storage transactions,
+//!    run over the client backend) —, creates the group if missing, scans it
+//!    and adopts every live object, so runs build on each other's data. A
+//!    lost server ends the run with an error (what it acknowledged stands).
 //! 2. Picks a fresh 32-bit run nonce (not used by any record present), so
 //!    keys (`nonce << 32 | thread << 24 | counter`) are never re-created.
 //! 3. Runs `threads` workers until the time is up. Each transaction does 1
@@ -38,8 +41,10 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use cairn::remote::RemoteStore;
 
 use anyhow::{anyhow, bail, Context};
 use cairn_storage::record::object::small_max;
@@ -71,6 +76,30 @@ pub struct Options {
     pub threads: usize,
     /// The random seed.
     pub seed: u64,
+    /// Run against this server (`cairn://HOST:PORT`) instead of `dir`.
+    pub connect: Option<String>,
+}
+
+/// Where the transactions run: the embedded engine, or a server.
+enum Target {
+    Local(Db),
+    Remote(Arc<RemoteStore>),
+}
+
+impl Target {
+    fn begin(&self) -> Result<Txn, Error> {
+        match self {
+            Target::Local(db) => db.begin(),
+            Target::Remote(r) => r.begin(),
+        }
+    }
+
+    fn page_size(&self) -> u64 {
+        match self {
+            Target::Local(db) => db.header().page_size as u64,
+            Target::Remote(r) => r.page_size() as u64,
+        }
+    }
 }
 
 /// What a run did.
@@ -305,7 +334,7 @@ impl Sizes {
 
 /// One worker's view.
 struct Worker<'a> {
-    db: &'a Db,
+    db: &'a Target,
     group: GroupId,
     pool: &'a Mutex<Pool>,
     rng: Rng,
@@ -606,16 +635,19 @@ impl Worker<'_> {
     }
 }
 
-fn open_group(db: &Db) -> anyhow::Result<GroupId> {
-    match db.group(GROUP) {
-        Ok(g) => Ok(g),
-        Err(Error::GroupNotFound(_)) => Ok(db.create_group(GROUP)?),
-        Err(e) => Err(e.into()),
+fn open_group(db: &Target) -> anyhow::Result<GroupId> {
+    match db {
+        Target::Local(db) => match db.group(GROUP) {
+            Ok(g) => Ok(g),
+            Err(Error::GroupNotFound(_)) => Ok(db.create_group(GROUP)?),
+            Err(e) => Err(e.into()),
+        },
+        Target::Remote(r) => Ok(r.group(GROUP, true)?),
     }
 }
 
 /// Scans the group: the live objects, and every run nonce in use.
-fn adopt(db: &Db, group: GroupId, summary: &mut Summary) -> anyhow::Result<(Pool, HashSet<u32>)> {
+fn adopt(db: &Target, group: GroupId, summary: &mut Summary) -> anyhow::Result<(Pool, HashSet<u32>)> {
     let mut pool = Pool::default();
     let mut nonces = HashSet::new();
     let mut txn = db.begin()?;
@@ -670,12 +702,24 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
     if !(1..=255).contains(&opts.threads) {
         bail!("--threads must be 1 to 255");
     }
-    let db = Db::open_or_create(&opts.dir, &db_options()).with_context(|| format!("opening {}", opts.dir.display()))?;
+    let db = match &opts.connect {
+        None => Target::Local(
+            Db::open_or_create(&opts.dir, &db_options()).with_context(|| format!("opening {}", opts.dir.display()))?,
+        ),
+        Some(url) => {
+            let address = cairn::remote::parse_url(url)?;
+            let o = db_options();
+            Target::Remote(
+                RemoteStore::connect(address, &[], 1024, o.txn_memory_bytes)
+                    .with_context(|| format!("connecting to {url}"))?,
+            )
+        }
+    };
     let group = open_group(&db)?;
     let mut summary = Summary::default();
     let (pool, nonces) = adopt(&db, group, &mut summary)?;
     let nonce = pick_nonce(opts.seed, &nonces);
-    let page = db.header().page_size as u64;
+    let page = db.page_size();
     let sizes = Sizes {
         min: object_len_min(STEPS_MAX),
         small_max: small_max(page as usize) as u64,
@@ -721,8 +765,14 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
     for r in results {
         summary.add(&r?);
     }
-    let stats = db.stats();
-    db.close()?;
+    let (checkpoints, spilled) = match db {
+        Target::Local(db) => {
+            let stats = db.stats();
+            db.close()?;
+            (stats.checkpoints, stats.pages_spilled)
+        }
+        Target::Remote(_) => (0, 0),
+    };
     eprintln!(
         "torture: {} commits, {} aborts ({} checked), {} deadlocks, {} lock timeouts; steps: \
          {} create, {} replace, {} grow, {} shrink, {} rewrite, {} delete; {} checkpoints, {} pages spilled",
@@ -737,8 +787,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
         summary.steps[3],
         summary.steps[4],
         summary.steps[5],
-        stats.checkpoints,
-        stats.pages_spilled,
+        checkpoints,
+        spilled,
     );
     Ok(summary)
 }

@@ -68,7 +68,7 @@ pub struct RemoteStats {
 
 /// Where and how to connect: parsed from a `cairn://HOST:PORT` or
 /// `cairn+unix:///PATH` URL.
-pub(crate) fn parse_url(url: &str) -> Result<Address> {
+pub fn parse_url(url: &str) -> Result<Address> {
     let bad = |why: &str| Error::InvalidArgument(format!("bad server URL {url:?}: {why}"));
     if let Some(path) = url.strip_prefix("cairn+unix://") {
         if !path.starts_with('/') {
@@ -249,8 +249,9 @@ struct TxnView {
     ended_on_server: bool,
 }
 
-/// The page-server client backend.
-pub(crate) struct RemoteStore {
+/// The page-server client backend: also the storage-level client for tools
+/// that work on storage transactions directly (`cairn torture --connect`).
+pub struct RemoteStore {
     conn: Arc<Connection>,
     pool: BufferPool,
     page_size: usize,
@@ -286,8 +287,10 @@ fn wire_mode(m: LockMode) -> u8 {
 
 impl RemoteStore {
     /// Connects to the server at `address` with `token`, and sizes the
-    /// client buffer pool to `buffer_pages` pages.
-    pub(crate) fn connect(
+    /// client buffer pool to `buffer_pages` pages; a transaction keeps
+    /// `txn_memory_bytes` of private pages in memory, then spills them to a
+    /// temporary directory.
+    pub fn connect(
         address: Address,
         token: &[u8],
         buffer_pages: usize,
@@ -339,8 +342,13 @@ impl RemoteStore {
         Ok(Arc::new(store))
     }
 
+    /// The page size of the served database.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
     /// Starts a transaction on the server and returns the client's side.
-    pub(crate) fn begin(self: &Arc<Self>) -> Result<Txn> {
+    pub fn begin(self: &Arc<Self>) -> Result<Txn> {
         let body = self.conn.call_one(&PageRequest::Begin)?;
         if body.len() != 12 {
             return Err(self.conn.protocol("a BEGIN reply of 12 bytes"));
@@ -360,7 +368,7 @@ impl RemoteStore {
     }
 
     /// The group named `name`, created if `create` and missing.
-    pub(crate) fn group(&self, name: &str, create: bool) -> Result<GroupId> {
+    pub fn group(&self, name: &str, create: bool) -> Result<GroupId> {
         let body = self.conn.call_one(&PageRequest::Group {
             create,
             name: name.to_string(),
@@ -375,7 +383,7 @@ impl RemoteStore {
     }
 
     /// Every group, from the server.
-    pub(crate) fn refresh_groups(&self) -> Result<Vec<(GroupId, String)>> {
+    pub fn refresh_groups(&self) -> Result<Vec<(GroupId, String)>> {
         let body = self.conn.call_one(&PageRequest::Groups)?;
         let groups = decode_groups(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
         let groups: Vec<(GroupId, String)> = groups.into_iter().map(|(i, n)| (GroupId(i), n)).collect();
@@ -399,12 +407,12 @@ impl RemoteStore {
     }
 
     /// Empties the client cache (a cold start).
-    pub(crate) fn evict_cache(&self) -> Result<()> {
+    pub fn evict_cache(&self) -> Result<()> {
         self.pool.evict_all()
     }
 
     /// The client's counters.
-    pub(crate) fn stats(&self) -> RemoteStats {
+    pub fn stats(&self) -> RemoteStats {
         let c = &self.conn;
         RemoteStats {
             round_trips: c.round_trips.load(Ordering::Relaxed),
@@ -416,7 +424,7 @@ impl RemoteStore {
     }
 
     /// The server's address.
-    pub(crate) fn address(&self) -> &Address {
+    pub fn address(&self) -> &Address {
         &self.conn.address
     }
 
