@@ -170,6 +170,13 @@ impl Connection {
                     _ => Error::InvalidArgument(format!("the server refused: {m} (code {:#06x})", f.code.0)),
                 }
             }
+            // Refused before sending: the connection is fine, the request
+            // (a COMMIT of a very large transaction) is over the limit.
+            cairn_net::Error::TooLarge { len, max } => Error::LimitExceeded {
+                what: "bytes in one page-service request (a COMMIT carries the whole transaction)",
+                value: len as u64,
+                limit: u64::from(max),
+            },
             other => Error::BackendLost {
                 backend: self.address.to_string(),
                 reason: other.to_string(),
@@ -721,12 +728,15 @@ impl Backend for RemoteStore {
             afters.push((p, after));
         }
         let freed: Vec<PageId> = txn.allocations().1.iter().copied().collect();
-        // The server takes the transaction out of the session at a COMMIT,
-        // whatever its outcome.
-        if let Some(v) = lock(&self.txns).get_mut(&id) {
-            v.ended_on_server = true;
-        }
         let reply = self.conn.call_one(&PageRequest::Commit { txn: id.0, records });
+        // A COMMIT that reached the server ended the transaction there,
+        // whatever its outcome (a lost connection ends it too); one refused
+        // before sending (too large) did not, and `end` aborts it.
+        if !matches!(reply, Err(Error::LimitExceeded { .. })) {
+            if let Some(v) = lock(&self.txns).get_mut(&id) {
+                v.ended_on_server = true;
+            }
+        }
         // Whatever happened, the pages it changed or freed are not what the
         // cache holds any more (or may not be).
         for p in pages.iter().chain(freed.iter()) {

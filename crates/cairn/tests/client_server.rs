@@ -267,3 +267,40 @@ fn a_server_killed_under_a_transaction_is_a_net_error_and_loses_no_acknowledged_
     tx.commit().unwrap();
     db.close().unwrap();
 }
+
+#[test]
+fn a_transaction_over_the_message_limit_fails_clearly_and_the_connection_stays_usable() {
+    #[derive(Persistent, Debug)]
+    struct Blob {
+        bytes: Vec<u8>,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let db = connect(&server);
+    let mut tx = db.begin().unwrap();
+    // 20 MiB of new pages: more than one 16 MiB message.
+    let big = tx
+        .create(Blob {
+            bytes: (0..20u32 << 20).map(|i| (i % 251) as u8).collect(),
+        })
+        .unwrap();
+    let e = tx.commit().unwrap_err();
+    assert!(
+        e.to_string().contains("over the limit") || e.to_string().contains("limit"),
+        "{e}"
+    );
+    assert!(!matches!(e, Error::Net { .. }), "not a lost connection: {e}");
+    // Nothing of it is there, and the same connection works on.
+    let mut tx = db.begin().unwrap();
+    assert!(
+        matches!(tx.get(&big), Err(Error::NotFound { .. })),
+        "nothing of the refused commit"
+    );
+    let a = tx.create(Account { id: 1, balance: 2 }).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&a).unwrap().balance, 2);
+    tx.commit().unwrap();
+    drop(db);
+    server.stop();
+}
