@@ -348,7 +348,7 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
 /// granted takes nothing.
 fn fetch_one(t: &mut Txn, id: PageId, mode: u8, group: GroupId, client_lsn: u64) -> Result<Vec<u8>, Error> {
     let page_count = t.page_count();
-    let owner = t.group_of_page(id);
+    let owner = t.group_of_page(id)?;
     let mut part = Fetched {
         page: id.0,
         status: FetchStatus::NotInUse,
@@ -357,7 +357,7 @@ fn fetch_one(t: &mut Txn, id: PageId, mode: u8, group: GroupId, client_lsn: u64)
         lsn: 0,
         image: &[],
     };
-    if !t.is_page_in_use(id) {
+    if !t.is_page_in_use(id)? {
         return Ok(part.encode());
     }
     let granted = match mode {

@@ -421,7 +421,7 @@ impl Inner {
         }
         let index_group = self.group(catalog::INDEX_GROUP)?;
         for (field, root) in existing {
-            if txn.group_of_page(*root) != Some(index_group) {
+            if txn.group_of_page(*root)? != Some(index_group) {
                 return Err(Error::Corrupt {
                     page: *root,
                     reason: format!(

@@ -506,15 +506,18 @@ impl RemoteStore {
         Ok(f.status)
     }
 
-    /// What `txn` knows of page `id`, fetching it (shared) if nothing.
-    fn facts(&self, txn: TxnId, id: PageId) -> Option<Facts> {
+    /// What `txn` knows of page `id`, fetching it (shared) if nothing: a
+    /// page about to be read, so the lock is taken anyway. An error (a
+    /// deadlock, a lost connection) is the caller's, never a guess.
+    fn facts(&self, txn: TxnId, id: PageId) -> Result<Facts> {
         if let Some(f) = lock(&self.txns).get(&txn).and_then(|v| v.facts.get(&id).copied()) {
-            return Some(f);
+            return Ok(f);
         }
-        // An error here (a lost connection, a deadlock) surfaces at the
-        // read that follows, which locks the page again.
-        self.fetch(txn, id, FETCH_S, GroupId(0)).ok()?;
-        lock(&self.txns).get(&txn).and_then(|v| v.facts.get(&id).copied())
+        self.fetch(txn, id, FETCH_S, GroupId(0))?;
+        lock(&self.txns)
+            .get(&txn)
+            .and_then(|v| v.facts.get(&id).copied())
+            .ok_or_else(|| Error::Internal(format!("a FETCH of page {id} left nothing known of it")))
     }
 
     fn holds(&self, txn: TxnId, res: Resource, mode: LockMode) -> bool {
@@ -625,12 +628,12 @@ impl Backend for RemoteStore {
             .is_ok_and(|gs| gs.iter().any(|(g, _)| *g == group))
     }
 
-    fn group_of_page(&self, txn: TxnId, id: PageId) -> Option<GroupId> {
-        self.facts(txn, id).and_then(|f| f.group)
+    fn group_of_page(&self, txn: TxnId, id: PageId) -> Result<Option<GroupId>> {
+        Ok(self.facts(txn, id)?.group)
     }
 
-    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> bool {
-        self.facts(txn, id).is_some_and(|f| f.in_use)
+    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> Result<bool> {
+        Ok(self.facts(txn, id)?.in_use)
     }
 
     fn group_pages(&self, txn: TxnId, group: GroupId) -> Result<Vec<PageId>> {
@@ -644,9 +647,8 @@ impl Backend for RemoteStore {
 
     fn try_insert_page(&self, owner: LockOwner, group: GroupId, page: PageId) -> Result<bool> {
         if self.holds(owner.txn, Resource::Page(page), LockMode::X) {
-            return Ok(self
-                .facts(owner.txn, page)
-                .is_some_and(|f| f.in_use && f.group == Some(group)));
+            let f = self.facts(owner.txn, page)?;
+            return Ok(f.in_use && f.group == Some(group));
         }
         let known = lock(&self.txns)
             .get(&owner.txn)

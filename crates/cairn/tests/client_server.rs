@@ -304,3 +304,49 @@ fn a_transaction_over_the_message_limit_fails_clearly_and_the_connection_stays_u
     drop(db);
     server.stop();
 }
+
+/// Reading an object through the storage transaction asks first whether its
+/// page is in use, which a page-server client answers by locking and
+/// fetching the page: a deadlock there must be a deadlock, never a "no such
+/// object".
+#[test]
+fn a_deadlock_on_a_pages_first_read_is_a_deadlock_not_a_missing_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let one = connect(&server);
+    let two = connect(&server);
+    let (a, b) = {
+        let mut tx = one.begin().unwrap();
+        let a = tx.create_in("left", Account { id: 1, balance: 1 }).unwrap();
+        let b = tx.create_in("right", Account { id: 2, balance: 2 }).unwrap();
+        tx.commit().unwrap();
+        (a, b)
+    };
+    assert_ne!(a.oid().page, b.oid().page);
+    let barrier = Arc::new(Barrier::new(2));
+    let run = |db: Database, mine: Ref<Account>, theirs: Ref<Account>, barrier: Arc<Barrier>| {
+        std::thread::spawn(move || {
+            let mut tx = db.begin().unwrap();
+            tx.update(&mine, |x| x.balance += 10).unwrap();
+            barrier.wait();
+            let r = tx.storage().read(theirs.oid());
+            match r {
+                Ok(_) => tx.commit().map(|()| "committed"),
+                Err(e) => Err(cairn::Error::from(e)),
+            }
+        })
+    };
+    let t1 = run(one, a.clone(), b.clone(), barrier.clone());
+    let t2 = run(two, b, a, barrier);
+    let results = [t1.join().unwrap(), t2.join().unwrap()];
+    let deadlocks = results
+        .iter()
+        .filter(|r| matches!(r, Err(Error::Deadlock { .. })))
+        .count();
+    assert_eq!(deadlocks, 1, "one victim, reported as a deadlock: {results:?}");
+    assert!(
+        results.iter().any(|r| matches!(r, Ok("committed"))),
+        "the other commits: {results:?}"
+    );
+    server.stop();
+}

@@ -105,11 +105,12 @@ pub trait ObjectSpace: PageAccess {
     fn page_count(&self) -> u32;
     /// True if the group exists.
     fn group_exists(&self, group: GroupId) -> bool;
-    /// The group owning the extent of page `id`.
-    fn group_of_page(&self, id: PageId) -> Option<GroupId>;
+    /// The group owning the extent of page `id`. (A remote backend may have
+    /// to ask, and fail.)
+    fn group_of_page(&self, id: PageId) -> Result<Option<GroupId>>;
     /// True if page `id` is allocated and usable (a transaction reports the
     /// pages it has freed as not in use); false beyond the volume's end.
-    fn is_page_in_use(&self, id: PageId) -> bool;
+    fn is_page_in_use(&self, id: PageId) -> Result<bool>;
     /// The clustering region, in pages, for create-near.
     fn region_pages(&self) -> u32;
     /// The in-use pages of a group in physical order.
@@ -138,7 +139,7 @@ pub fn create<S: ObjectSpace>(s: &mut S, group: GroupId, data: &[u8]) -> Result<
 /// clustering region around it, in `near`'s group.
 pub fn create_near<S: ObjectSpace>(s: &mut S, near: Oid, data: &[u8]) -> Result<Oid> {
     locate(s, near)?;
-    let group = s.group_of_page(near.page).ok_or(Error::NotFound { oid: near })?;
+    let group = s.group_of_page(near.page)?.ok_or(Error::NotFound { oid: near })?;
     create_at(s, group, Some(near.page), data)
 }
 
@@ -211,7 +212,7 @@ fn place<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, kind: 
 
 /// Reads the raw slot `oid` names, checking the uniquifier.
 fn slot<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Option<(u8, Vec<u8>)>> {
-    if !s.is_page_in_use(oid.page) {
+    if !s.is_page_in_use(oid.page)? {
         return Ok(None);
     }
     s.read(oid.page, |b| {
@@ -294,7 +295,7 @@ fn locate<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Located> {
 /// skipped (each is read through its own OID). A page that is not an object
 /// page in use yields nothing.
 pub fn page_objects<S: ObjectSpace>(s: &mut S, page: PageId, mut f: impl FnMut(Oid, &[u8])) -> Result<()> {
-    if !s.is_page_in_use(page) {
+    if !s.is_page_in_use(page)? {
         return Ok(());
     }
     s.read(page, |b| {
@@ -384,7 +385,7 @@ pub fn read_at_most<S: ObjectSpace>(s: &mut S, oid: Oid, len_max: u64) -> Result
 /// `f` runs while the page is latched for reading, so it must not block.
 pub fn read_with<S: ObjectSpace, R>(s: &mut S, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
     let mut f = Some(f);
-    if s.is_page_in_use(oid.page) {
+    if s.is_page_in_use(oid.page)? {
         let direct = s.read(oid.page, |b| -> Result<Option<R>> {
             if page::page_type(b) != Some(PageType::Slotted) {
                 return Ok(None);
@@ -463,7 +464,7 @@ pub fn update<S: ObjectSpace>(s: &mut S, oid: Oid, data: &[u8]) -> Result<()> {
 }
 
 fn group_of<S: ObjectSpace>(s: &S, oid: Oid) -> Result<GroupId> {
-    s.group_of_page(oid.page).ok_or(Error::NotFound { oid })
+    s.group_of_page(oid.page)?.ok_or(Error::NotFound { oid })
 }
 
 /// Stores a home record (`kind` SMALL, SMALL_PADDED or LARGE) for the

@@ -58,10 +58,13 @@ pub trait Backend: Send + Sync {
     fn page_count(&self) -> u32;
     /// True if the group exists.
     fn group_exists(&self, group: GroupId) -> bool;
-    /// The group owning page `id`'s extent.
-    fn group_of_page(&self, txn: TxnId, id: PageId) -> Option<GroupId>;
-    /// True if page `id` is allocated and usable by `txn` (see the trait docs).
-    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> bool;
+    /// The group owning page `id`'s extent. A backend that has to ask
+    /// (and may fail: a lost connection, a lock the question waited for)
+    /// returns the error; it never guesses.
+    fn group_of_page(&self, txn: TxnId, id: PageId) -> Result<Option<GroupId>>;
+    /// True if page `id` is allocated and usable by `txn` (see the trait
+    /// docs); errors as for [`Backend::group_of_page`].
+    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> Result<bool>;
     /// The in-use pages of `group` in physical order, as `txn` sees them.
     /// The caller holds the group's shared lock.
     fn group_pages(&self, txn: TxnId, group: GroupId) -> Result<Vec<PageId>>;
@@ -72,8 +75,8 @@ pub trait Backend: Send + Sync {
     /// and [`Backend::try_lock`] in turn; a remote backend answers all three
     /// in one round trip.
     fn try_insert_page(&self, owner: LockOwner, group: GroupId, page: PageId) -> Result<bool> {
-        Ok(self.is_page_in_use(owner.txn, page)
-            && self.group_of_page(owner.txn, page) == Some(group)
+        Ok(self.is_page_in_use(owner.txn, page)?
+            && self.group_of_page(owner.txn, page)? == Some(group)
             && self.try_lock(owner, Resource::Page(page), LockMode::X)?)
     }
 

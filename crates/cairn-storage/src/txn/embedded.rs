@@ -50,15 +50,15 @@ impl Backend for Shared {
         self.space.group_exists(group)
     }
 
-    fn group_of_page(&self, _txn: TxnId, id: PageId) -> Option<GroupId> {
-        self.space.group_of_page(id)
+    fn group_of_page(&self, _txn: TxnId, id: PageId) -> Result<Option<GroupId>> {
+        Ok(self.space.group_of_page(id))
     }
 
-    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> bool {
+    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> Result<bool> {
         if lock(&self.pending_alloc).get(&id).is_some_and(|t| *t != txn) {
-            return false;
+            return Ok(false);
         }
-        self.space.is_page_in_use(id)
+        Ok(self.space.is_page_in_use(id))
     }
 
     /// A page another transaction is allocating right now shows in the view
@@ -69,7 +69,7 @@ impl Backend for Shared {
     /// lock is granted the answer is checked again under the mutex, where
     /// the allocation is either not visible or complete.
     fn try_insert_page(&self, owner: LockOwner, group: GroupId, page: PageId) -> Result<bool> {
-        if !self.is_page_in_use(owner.txn, page) || self.space.group_of_page(page) != Some(group) {
+        if !self.is_page_in_use(owner.txn, page)? || self.space.group_of_page(page) != Some(group) {
             return Ok(false);
         }
         if !self.locks.try_lock(owner, Resource::Page(page), LockMode::X)? {

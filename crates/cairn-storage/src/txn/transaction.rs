@@ -497,12 +497,12 @@ impl ObjectSpace for Txn {
         self.db.group_exists(group)
     }
 
-    fn group_of_page(&self, id: PageId) -> Option<GroupId> {
+    fn group_of_page(&self, id: PageId) -> Result<Option<GroupId>> {
         self.db.group_of_page(self.id, id)
     }
 
-    fn is_page_in_use(&self, id: PageId) -> bool {
-        !self.to_free.contains(&id) && self.db.is_page_in_use(self.id, id)
+    fn is_page_in_use(&self, id: PageId) -> Result<bool> {
+        Ok(!self.to_free.contains(&id) && self.db.is_page_in_use(self.id, id)?)
     }
 
     fn region_pages(&self) -> u32 {
@@ -533,7 +533,7 @@ impl ObjectSpace for Txn {
         }
         let res = Resource::Page(page);
         if self.held.get(&res).is_some_and(|m| m.covers(LockMode::X)) {
-            return Ok(self.db.is_page_in_use(self.id, page) && self.db.group_of_page(self.id, page) == Some(group));
+            return Ok(self.db.is_page_in_use(self.id, page)? && self.db.group_of_page(self.id, page)? == Some(group));
         }
         let r = self.db.try_insert_page(self.owner, group, page);
         if let Err(e) = &r {
