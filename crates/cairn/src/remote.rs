@@ -36,9 +36,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode};
 use cairn_net::page_service::{
-    decode_groups, decode_lsns, decode_page, decode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_S,
-    FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP, NO_PAGE,
-    RESOURCE_GROUP, RESOURCE_PAGE,
+    decode_groups, decode_lsns, decode_page, decode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo,
+    FETCH_PAGES_MAX, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX,
+    LOCK_MODE_X, NO_GROUP, NO_PAGE, RESOURCE_GROUP, RESOURCE_PAGE,
 };
 use cairn_net::rpc::{Client, ClientOptions};
 use cairn_net::transport::Address;
@@ -450,60 +450,119 @@ impl RemoteStore {
             group: if mode == FETCH_TRY_INSERT { group.0 } else { NO_GROUP },
             pages: vec![(id.0, lsn)],
         })?;
-        // One part per page, then the empty final reply.
-        let [part, last] = &parts[..] else {
-            return Err(self.conn.protocol("one FETCH part per page"));
+        let statuses = self.take_parts(txn, mode, &[(id.0, lsn)], &parts)?;
+        Ok(statuses[0])
+    }
+
+    /// Locks (shared) and fetches every page of `pages` that `txn` has not
+    /// locked yet, [`FETCH_PAGES_MAX`] per request with every request in
+    /// flight before the first reply is read: a scan's pages, known in
+    /// advance, cost one round trip per batch, not one per page.
+    fn prefetch(&self, txn: TxnId, pages: &[PageId]) -> Result<()> {
+        let todo: Vec<PageId> = {
+            let txns = lock(&self.txns);
+            let view = txns.get(&txn);
+            pages
+                .iter()
+                .copied()
+                .filter(|p| view.is_none_or(|v| !v.facts.contains_key(p)))
+                .collect()
         };
-        if !last.is_empty() {
+        let mut calls = Vec::new();
+        for chunk in todo.chunks(FETCH_PAGES_MAX) {
+            let mut named = Vec::with_capacity(chunk.len());
+            for p in chunk {
+                named.push((p.0, self.cached_lsn(*p)?));
+            }
+            let req = PageRequest::Fetch {
+                txn: txn.0,
+                mode: FETCH_S,
+                group: NO_GROUP,
+                pages: named.clone(),
+            };
+            let (kind, body) = req.encode();
+            self.conn.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            let call = self
+                .conn
+                .client
+                .invoke(kind, body)
+                .map_err(|e| self.conn.error_for(e, txn))?;
+            calls.push((call, named));
+        }
+        for (call, named) in calls {
+            let parts = call.collect().map_err(|e| self.conn.error_for(e, txn))?;
+            let n: usize = parts.iter().map(|p| p.len()).sum();
+            self.conn.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+            self.take_parts(txn, FETCH_S, &named, &parts)?;
+        }
+        Ok(())
+    }
+
+    /// Takes in the parts of a FETCH for `txn` in `mode` that named `named`
+    /// (page, LSN of the cached copy): verifies and caches the images,
+    /// records what the transaction now knows and holds; returns each
+    /// page's status in order.
+    fn take_parts(&self, txn: TxnId, mode: u8, named: &[(u32, u64)], parts: &[Bytes]) -> Result<Vec<FetchStatus>> {
+        // One part per page, then the empty final reply.
+        if parts.len() != named.len() + 1 {
+            return Err(self.conn.protocol("one FETCH part per page"));
+        }
+        if !parts[named.len()].is_empty() {
             return Err(self.conn.protocol("an empty final FETCH reply"));
         }
-        let f = Fetched::decode(part).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
-        if f.page != id.0 {
-            return Err(self.conn.protocol("the page asked for"));
-        }
-        self.page_count.fetch_max(f.page_count, Ordering::Relaxed);
-        match f.status {
-            FetchStatus::Image => {
-                page::verify(f.image, id)?;
-                self.pool.install(id, f.image)?;
-                self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
-                // Objects decoded from an older image (kept in the typed
-                // layer's caches after the page left the pool, or before
-                // another client changed it) are stale now.
-                self.new_image(id);
+        let mut statuses = Vec::with_capacity(named.len());
+        for (part, &(page, lsn)) in parts.iter().zip(named) {
+            let id = PageId(page);
+            let f = Fetched::decode(part).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+            if f.page != page {
+                return Err(self.conn.protocol("the pages asked for, in order"));
             }
-            FetchStatus::Unchanged => {
-                if lsn == 0 || f.lsn != lsn {
-                    return Err(self.conn.protocol("\"unchanged\" only for the LSN the client named"));
+            self.page_count.fetch_max(f.page_count, Ordering::Relaxed);
+            match f.status {
+                FetchStatus::Image => {
+                    page::verify(f.image, id)?;
+                    self.pool.install(id, f.image)?;
+                    self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
+                    // Objects decoded from an older image (kept in the typed
+                    // layer's caches after the page left the pool, or before
+                    // another client changed it) are stale now.
+                    self.new_image(id);
                 }
-                self.conn.pages_revalidated.fetch_add(1, Ordering::Relaxed);
-            }
-            FetchStatus::NotInUse | FetchStatus::NotGranted => {}
-        }
-        let group = (f.group != NO_GROUP).then_some(GroupId(f.group));
-        let mut txns = lock(&self.txns);
-        let view = txns.entry(txn).or_default();
-        let in_use = match f.status {
-            FetchStatus::NotInUse => false,
-            FetchStatus::NotGranted => {
-                // Nothing was locked; only the group is known.
-                if let Some(g) = group {
-                    view.facts.entry(id).or_insert(Facts {
-                        in_use: true,
-                        group: Some(g),
-                    });
+                FetchStatus::Unchanged => {
+                    if lsn == 0 || f.lsn != lsn {
+                        return Err(self.conn.protocol("\"unchanged\" only for the LSN the client named"));
+                    }
+                    self.conn.pages_revalidated.fetch_add(1, Ordering::Relaxed);
                 }
-                return Ok(f.status);
+                FetchStatus::NotInUse | FetchStatus::NotGranted => {}
             }
-            _ => true,
-        };
-        view.facts.insert(id, Facts { in_use, group });
-        if in_use {
-            let m = if mode == FETCH_S { LockMode::S } else { LockMode::X };
-            let held = view.locks.entry(Resource::Page(id)).or_insert(m);
-            *held = held.sup(m);
+            statuses.push(f.status);
+            let group = (f.group != NO_GROUP).then_some(GroupId(f.group));
+            let mut txns = lock(&self.txns);
+            let view = txns.entry(txn).or_default();
+            let in_use = match f.status {
+                FetchStatus::NotInUse => false,
+                FetchStatus::NotGranted => {
+                    // Nothing was locked; only the group is known.
+                    if let Some(g) = group {
+                        view.facts.entry(id).or_insert(Facts {
+                            in_use: true,
+                            group: Some(g),
+                        });
+                    }
+                    continue;
+                }
+                _ => true,
+            };
+            view.facts.insert(id, Facts { in_use, group });
+            if in_use {
+                let m = if mode == FETCH_S { LockMode::S } else { LockMode::X };
+                let held = view.locks.entry(Resource::Page(id)).or_insert(m);
+                *held = held.sup(m);
+            }
         }
-        Ok(f.status)
+        Ok(statuses)
     }
 
     /// What `txn` knows of page `id`, fetching it (shared) if nothing: a
@@ -641,8 +700,14 @@ impl Backend for RemoteStore {
             txn: txn.0,
             group: group.0,
         })?;
-        let pages = decode_pages(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
-        Ok(pages.into_iter().map(PageId).collect())
+        let pages: Vec<PageId> = decode_pages(&body)
+            .map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?
+            .into_iter()
+            .map(PageId)
+            .collect();
+        // A scan reads them all next: fetch them now, pipelined.
+        self.prefetch(txn, &pages)?;
+        Ok(pages)
     }
 
     fn try_insert_page(&self, owner: LockOwner, group: GroupId, page: PageId) -> Result<bool> {

@@ -350,3 +350,50 @@ fn a_deadlock_on_a_pages_first_read_is_a_deadlock_not_a_missing_object() {
     );
     server.stop();
 }
+
+/// A group scan knows its pages in advance: a page-server client fetches
+/// them in pipelined batches, so reading every object of ~100 pages costs a
+/// handful of round trips, not one per page (or per object).
+#[test]
+fn a_scan_fetches_its_pages_in_batches() {
+    #[derive(Persistent, Debug)]
+    struct Note {
+        text: String,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let writer = connect(&server);
+    let mut tx = writer.begin().unwrap();
+    for i in 0..2_000 {
+        tx.create(Note {
+            text: format!("{i:0>200}"),
+        })
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    drop(writer);
+
+    let reader = connect(&server);
+    let mut tx = reader.begin().unwrap();
+    let before = reader.remote_stats().unwrap();
+    let st = tx.storage();
+    let oids = st.scan_all(cairn::storage::GroupId::DEFAULT).unwrap();
+    let mut pages = std::collections::BTreeSet::new();
+    for oid in &oids {
+        assert!(st.read(*oid).unwrap().len() > 200, "the whole record");
+        pages.insert(oid.page);
+    }
+    let after = reader.remote_stats().unwrap();
+    tx.commit().unwrap();
+    assert_eq!(oids.len(), 2_000);
+    assert!(pages.len() > 50, "the objects span many pages: {}", pages.len());
+    let trips = after.round_trips - before.round_trips;
+    assert!(
+        trips <= 4,
+        "{trips} round trips to scan {} pages (lock, page list, one FETCH batch)",
+        pages.len()
+    );
+    assert!(after.pages_shipped - before.pages_shipped >= pages.len() as u64);
+    drop(reader);
+    server.stop();
+}
