@@ -1,12 +1,42 @@
 //! OO1 correctness (never timing): each measure's visit counts, the same
-//! check on every system, and a tiny run of the whole benchmark.
+//! check on every system — `cairn-page` against a real `cairn serve` process
+//! included — and a tiny run of the whole benchmark.
+//!
+//! `cairn-page` needs the `cairn` binary: `CAIRN_BIN` names it, else the one
+//! cargo built beside this test is used (`cargo test --workspace`, or
+//! `cargo test -p cairn-bench -p cairn-cli`, builds it; `-p cairn-bench`
+//! alone does not, and may leave an old one there).
+
+use std::path::{Path, PathBuf};
 
 use cairn_bench::oo1::generate::{self, Graph, TRAVERSAL_VISITS};
 use cairn_bench::oo1::rng::ParkMiller;
-use cairn_bench::oo1::systems;
+use cairn_bench::oo1::system::System;
+use cairn_bench::oo1::systems::{self, cairn_embedded::Embedded, cairn_typed::Cairn};
 use cairn_bench::oo1::{Measure, Oo1Config};
 
 const PARTS: u32 = 500;
+
+/// The `cairn` binary that serves `cairn-page`.
+fn cairn_exe() -> PathBuf {
+    if let Some(p) = std::env::var_os("CAIRN_BIN") {
+        return PathBuf::from(p);
+    }
+    // This test is target/PROFILE/deps/oo1-HASH; the binary is target/PROFILE/cairn.
+    let me = std::env::current_exe().expect("the test's own path");
+    let bin = me
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/PROFILE/deps")
+        .join(format!("cairn{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p cairn-cli` (or run `cargo test -p cairn-bench -p cairn-cli`), \
+         or name a cairn binary in CAIRN_BIN",
+        bin.display()
+    );
+    bin
+}
 
 fn scratch(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -22,7 +52,7 @@ fn every_system_stores_the_same_graph_and_visits_the_same_parts() {
     let dir = scratch("systems");
     let mut seen: Vec<(String, Vec<u64>)> = Vec::new();
     for name in systems::ALL {
-        let mut sys = systems::by_name(name, dir.path()).unwrap();
+        let mut sys = systems::by_name(name, dir.path(), Some(&cairn_exe())).unwrap();
         sys.build(&graph).unwrap();
         assert_eq!(sys.check().unwrap(), expected, "{name} stored the generated graph");
         sys.close().unwrap();
@@ -65,9 +95,53 @@ fn every_system_stores_the_same_graph_and_visits_the_same_parts() {
         sys.close().unwrap();
         seen.push((name.to_string(), digests));
     }
+    assert_eq!(seen[0].0, "cairn-embedded");
     for (name, d) in &seen[1..] {
         assert_eq!(d, &seen[0].1, "{name} visited what {} visited", seen[0].0);
     }
+}
+
+#[test]
+fn the_page_server_ships_pages_and_leaves_a_database_embedded_cairn_opens() {
+    let graph = Graph::generate(&mut ParkMiller::new(1), PARTS);
+    let dir = scratch("page");
+    let mut page = systems::by_name("cairn-page", dir.path(), Some(&cairn_exe())).unwrap();
+    page.build(&graph).unwrap();
+    page.close().unwrap();
+    page.open_cold().unwrap();
+    let before = page.counters();
+    let ids = generate::lookup_ids(&mut ParkMiller::new(5), PARTS);
+    page.lookup(&ids).unwrap();
+    let cold = page.counters().since(&before).0;
+    assert!(cold["pages_shipped"] > 0, "a cold lookup fetches pages: {cold:?}");
+    assert!(cold["round_trips"] >= cold["pages_shipped"], "{cold:?}");
+    assert!(cold["bytes_shipped"] >= cold["pages_shipped"] * 4096, "{cold:?}");
+    let before = page.counters();
+    page.lookup(&ids).unwrap();
+    let warm = page.counters().since(&before).0;
+    assert_eq!(
+        warm["pages_shipped"], 0,
+        "the same lookups again find every page cached: {warm:?}"
+    );
+    assert!(
+        warm["pages_revalidated"] > 0,
+        "no callback locking yet: each cached page is revalidated once per transaction: {warm:?}"
+    );
+    assert_eq!(warm["object_faults"], 0, "{warm:?}");
+    // SIGTERM made the server checkpoint and exit: the directory opens
+    // embedded, holding the generated graph.
+    page.close().unwrap();
+    let mut embedded = Cairn::new(Embedded::new(dir.path().join("cairn-page")));
+    embedded.open_cold().unwrap();
+    assert_eq!(embedded.check().unwrap(), graph.check());
+    embedded.close().unwrap();
+}
+
+#[test]
+fn the_page_server_system_needs_the_cairn_binary() {
+    let dir = scratch("no-exe");
+    let err = systems::by_name("cairn-page", dir.path(), None).err().unwrap();
+    assert!(err.to_string().contains("cairn serve"), "{err}");
 }
 
 #[test]
@@ -77,10 +151,11 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         parts: PARTS,
         runs: 2,
         dir: Some(dir.path().to_path_buf()),
+        cairn_exe: Some(cairn_exe()),
         ..Oo1Config::default()
     })
     .unwrap();
-    assert_eq!(report.results.len(), 3);
+    assert_eq!(report.results.len(), 4);
     for r in &report.results {
         assert_eq!(r.check, report.check, "{}", r.system);
         assert_eq!(r.runs.len(), 4);
@@ -91,8 +166,8 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             }
         }
     }
-    // 3 systems × 4 measures × cold and warm.
-    assert_eq!(report.rows.len(), 24);
+    // 4 systems × 4 measures × cold and warm.
+    assert_eq!(report.rows.len(), 32);
     let cairn = report.results.iter().find(|r| r.system == "cairn-embedded").unwrap();
     let insert = &cairn.runs.iter().find(|(m, _)| *m == Measure::Insert).unwrap().1;
     for s in insert {
@@ -104,7 +179,27 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         cold_lookup.counters.0["object_faults"] > 0,
         "a cold run faults objects in"
     );
+    let page = report.results.iter().find(|r| r.system == "cairn-page").unwrap();
+    for (m, samples) in &page.runs {
+        for s in samples {
+            assert!(
+                s.counters.0["round_trips"] > 0,
+                "{}: every run talks to the server",
+                m.name()
+            );
+        }
+        assert!(
+            samples[0].counters.0["pages_shipped"] > 0,
+            "{}: a cold run fetches pages",
+            m.name()
+        );
+    }
     let table = report.table();
+    assert!(
+        table.contains("round trips"),
+        "the page server's counters are in the table"
+    );
+    assert!(table.contains("× embedded"));
     assert!(table.contains(&report.check.line()));
     assert!(table.contains("identical for every system"));
     for m in ["lookup", "traversal", "reverse_traversal", "insert"] {
@@ -112,7 +207,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
     }
     let json = report.json();
     assert_eq!(json["benchmark"], "oo1");
-    assert_eq!(json["results"].as_array().unwrap().len(), 24);
+    assert_eq!(json["results"].as_array().unwrap().len(), 32);
     assert_eq!(json["systems"][0]["system"], "cairn-embedded");
     let plot_dir = dir.path().join("plot");
     let names: Vec<&str> = report.results.iter().map(|r| r.system).collect();

@@ -9,7 +9,7 @@
 //! | `rng.rs` | the Park–Miller generator |
 //! | `generate.rs` | the database (parts, connections, the locality rule), each run's random choices, the [`Check`] |
 //! | `system.rs` | the [`System`] trait, [`Visits`], [`Counters`], the null procedure, OS cache eviction |
-//! | `systems/` | `cairn-embedded`, `in-memory` (the floor), `sqlite` |
+//! | `systems/` | `cairn-embedded` and `cairn-page` (one typed model and its operations, `cairn_typed.rs`, over two deployments), `in-memory` (the floor), `sqlite` |
 //! | `workload.rs` | the measures and the run loop (build, check, cold open, runs, cross-system comparison) |
 //! | `report.rs` | the table, the target lines, the JSON |
 //! | `plot.rs` | the PNG figure |
@@ -48,6 +48,9 @@ pub struct Oo1Config {
     pub dir: Option<PathBuf>,
     /// Show progress bars on stderr.
     pub progress: bool,
+    /// The `cairn` binary, started as `cairn serve` (a separate process) for
+    /// `cairn-page`; `cairn bench oo1` names itself.
+    pub cairn_exe: Option<PathBuf>,
 }
 
 impl Default for Oo1Config {
@@ -59,6 +62,7 @@ impl Default for Oo1Config {
             systems: systems::ALL.iter().map(|s| s.to_string()).collect(),
             dir: None,
             progress: false,
+            cairn_exe: None,
         }
     }
 }
@@ -153,7 +157,7 @@ pub fn run(cfg: &Oo1Config) -> Result<Oo1Report> {
     let mut systems = cfg
         .systems
         .iter()
-        .map(|name| systems::by_name(name, &dir.0))
+        .map(|name| systems::by_name(name, &dir.0, cfg.cairn_exe.as_deref()))
         .collect::<Result<Vec<_>>>()?;
     let bar = workload::progress(
         cfg.progress,
@@ -191,8 +195,13 @@ pub struct Oo1Args {
     /// Parts in the database (small: 20000; large: 200000).
     #[arg(long, default_value_t = 20_000)]
     pub parts: u32,
-    /// Systems to run, comma-separated: cairn-embedded, in-memory, sqlite.
-    #[arg(long, value_delimiter = ',', default_value = "cairn-embedded,in-memory,sqlite")]
+    /// Systems to run, comma-separated: cairn-embedded, cairn-page (a client of
+    /// `cairn serve` in a separate process), in-memory, sqlite.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cairn-embedded,cairn-page,in-memory,sqlite"
+    )]
     pub systems: Vec<String>,
     /// Runs per measure (run 1 cold, the median of the rest warm).
     #[arg(long, default_value_t = 10)]
@@ -212,8 +221,10 @@ pub struct Oo1Args {
 }
 
 /// Runs `cairn bench oo1`: the table on stdout, progress on stderr, and the
-/// JSON and figure if asked.
+/// JSON and figure if asked. It runs inside the `cairn` binary, which
+/// therefore serves `cairn-page`'s database too.
 pub fn main(args: &Oo1Args) -> Result<()> {
+    let cairn_exe = std::env::current_exe().map_err(|e| Error::io("finding the cairn binary", e))?;
     let cfg = Oo1Config {
         parts: args.parts,
         runs: args.runs,
@@ -221,6 +232,7 @@ pub fn main(args: &Oo1Args) -> Result<()> {
         systems: args.systems.iter().map(|s| s.trim().to_string()).collect(),
         dir: args.dir.clone(),
         progress: true,
+        cairn_exe: Some(cairn_exe),
     };
     let report = run(&cfg)?;
     print!("{}", report.table());

@@ -1,6 +1,7 @@
 //! The seam between the OO1 workloads and the systems under test: one trait,
-//! [`System`], that every system implements (Cairn embedded, the in-memory
-//! floor, SQLite today; Cairn's page, object and file server clients later),
+//! [`System`], that every system implements (Cairn embedded and its page-server
+//! client, the in-memory floor, SQLite today; Cairn's object and file server
+//! clients later),
 //! so the workloads, timing and report never change when a system is added.
 //!
 //! The harness drives a system through this life cycle:
@@ -44,6 +45,9 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
+    /// A server process (`cairn serve`) did not start or stop as it should.
+    #[error("server process: {0}")]
+    Server(String),
     /// A bad option.
     #[error("{0}")]
     InvalidArgument(String),
@@ -95,7 +99,8 @@ pub fn null_proc(x: i32, y: i32, kind: &str) -> u64 {
 
 /// Cumulative counters of a system, by name (`object_faults`,
 /// `object_hits`, `page_reads`, `page_hits`, `fsyncs`, `commits`; a server
-/// client adds `round_trips`, `bytes_shipped`). The harness reports the
+/// client adds `round_trips`, `bytes_shipped`, `pages_shipped`,
+/// `pages_revalidated`). The harness reports the
 /// difference over each run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Counters(pub BTreeMap<&'static str, u64>);
@@ -122,7 +127,7 @@ impl Counters {
 /// part by id through an index (B+-tree or hash), never by arithmetic on the
 /// id, and must follow connections both ways without a scan.
 pub trait System {
-    /// The name in reports: `cairn-embedded`, `in-memory`, `sqlite`, ….
+    /// The name in reports: `cairn-embedded`, `cairn-page`, `in-memory`, `sqlite`, ….
     fn name(&self) -> &'static str;
 
     /// Creates the database from `graph` and leaves it open. The harness

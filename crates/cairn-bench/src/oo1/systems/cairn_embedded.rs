@@ -1,343 +1,53 @@
-//! `cairn-embedded`: OO1 on Cairn's typed API in the same process.
+//! `cairn-embedded`: OO1 on Cairn's typed API in the same process — the
+//! model and operations of [`super::cairn_typed`] over a database opened
+//! with [`Database::open_with`].
 //!
-//! Schema: one object per part, holding its outgoing connections (with their
-//! type and length) as `Ref`s and its incoming ones as a `List<Ref<Part>>`,
-//! so both directions are followed by reference, never by a scan; a B+-tree
-//! [`Index`] on `id` for lookups. Parts are created in id order in one group,
-//! so the paper's locality by id becomes locality on pages.
-//!
-//! - **lookup**: `find` on the index, then `get` on the reference.
-//! - **traversal / reverse**: the start part through the index, then `get`
-//!   on the `Ref`s held by the cached parts (swizzled after the first visit).
-//! - **insert**: one transaction: each new part is `create`d (the index is
-//!   updated by `create`), its targets found through the index and their
-//!   `from` lists updated; `commit` makes it durable.
-//! - **cold**: the `Database` is closed, its files are evicted from the OS
-//!   page cache, and a fresh `Database` is opened (empty object cache and
-//!   buffer pool).
-//!
-//! Each run is one transaction.
+//! **Cold**: the `Database` is closed, its files are evicted from the OS
+//! page cache, and a fresh `Database` is opened (empty object cache and
+//! buffer pool).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use cairn::{Database, Index, List, Options, Persistent, Ref, Transaction};
+use cairn::Database;
 
-use crate::oo1::generate::{Check, Graph, PartSpec};
-use crate::oo1::system::{dir_size_bytes, evict_os_cache, Counters, Error, Result, System, Visits};
-
-/// A connection, stored in the part it comes from.
-#[derive(Persistent, Debug, Clone)]
-pub struct Connection {
-    /// The part connected to.
-    pub to: Ref<Part>,
-    /// `"conn-type0"` .. `"conn-type9"`.
-    pub kind: String,
-    /// In `[0, 99999]`.
-    pub length: i32,
-}
-
-/// An OO1 part.
-#[derive(Persistent, Debug, Clone)]
-pub struct Part {
-    /// The OO1 id, indexed.
-    #[cairn(index)]
-    pub id: u32,
-    /// `"part-type0"` .. `"part-type9"`.
-    pub kind: String,
-    /// Position.
-    pub x: i32,
-    /// Position.
-    pub y: i32,
-    /// Build date, seconds since the Unix epoch.
-    pub build: i64,
-    /// Connections from this part.
-    pub to: Vec<Connection>,
-    /// The parts connected to this one (once per connection).
-    pub from: List<Ref<Part>>,
-}
-
-const BY_ID: Index<u32, Part> = Index::on("id");
-const GROUP: &str = "parts";
+use super::cairn_typed::{options, Cairn, Deployment};
+use crate::oo1::system::{dir_size_bytes, evict_os_cache, Result};
 
 /// Cairn embedded.
-pub struct CairnEmbedded {
+pub type CairnEmbedded = Cairn<Embedded>;
+
+/// A database in a directory, opened in this process.
+pub struct Embedded {
     dir: PathBuf,
-    db: Option<Database>,
 }
 
-impl CairnEmbedded {
-    /// A system whose database lives in `dir` (created by `build`).
-    pub fn new(dir: PathBuf) -> CairnEmbedded {
-        CairnEmbedded { dir, db: None }
-    }
-
-    fn options() -> Options {
-        let mut o = Options {
-            cache_bytes: 1 << 30,
-            ..Options::default()
-        };
-        // Room for the large database's pages (about 40 MB) in the pool.
-        o.storage.volume.buffer_frames = 32_768;
-        o.storage.txn_memory_bytes = 256 << 20;
-        // No background checkpoints in the middle of a timed run.
-        o.storage.background = false;
-        o
-    }
-
-    fn db(&self) -> Result<&Database> {
-        self.db.as_ref().ok_or_else(|| wrong("the database is not open"))
+impl Embedded {
+    /// The database in `dir` (created by `build`).
+    pub fn new(dir: PathBuf) -> Embedded {
+        Embedded { dir }
     }
 }
 
-fn wrong(reason: impl Into<String>) -> Error {
-    Error::Wrong {
-        system: "cairn-embedded".into(),
-        reason: reason.into(),
-    }
-}
+impl Deployment for Embedded {
+    const NAME: &'static str = "cairn-embedded";
+    /// The whole build in one transaction.
+    const BUILD_TXN_PARTS: usize = usize::MAX;
 
-fn find(tx: &mut Transaction<'_>, id: u32) -> Result<Ref<Part>> {
-    tx.find_one(&BY_ID, &id)?
-        .ok_or_else(|| wrong(format!("no part {id} in the index")))
-}
-
-fn forward(tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, v: &mut Visits) -> Result<()> {
-    let p: Arc<Part> = tx.get(r)?;
-    v.visit(p.x, p.y, &p.kind);
-    if hops > 0 {
-        for c in &p.to {
-            forward(tx, &c.to, hops - 1, v)?;
-        }
-    }
-    Ok(())
-}
-
-fn backward(tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, v: &mut Visits) -> Result<()> {
-    let p: Arc<Part> = tx.get(r)?;
-    v.visit(p.x, p.y, &p.kind);
-    if hops > 0 {
-        for f in p.from.iter() {
-            backward(tx, f, hops - 1, v)?;
-        }
-    }
-    Ok(())
-}
-
-/// A reference to nothing, the same size as a real one: records are created
-/// with these in place and rewritten in place once every OID is known.
-fn placeholder() -> Ref<Part> {
-    Ref::from_oid(cairn::storage::Oid {
-        page: cairn::storage::PageId(0),
-        slot: cairn::storage::SlotIdx(0),
-        uniq: cairn::storage::Uniq(0),
-    })
-}
-
-fn part_value(p: &PartSpec, to: Vec<Connection>, from: List<Ref<Part>>) -> Part {
-    Part {
-        id: p.id,
-        kind: p.kind_str().to_string(),
-        x: p.x,
-        y: p.y,
-        build: p.build,
-        to,
-        from,
-    }
-}
-
-impl System for CairnEmbedded {
-    fn name(&self) -> &'static str {
-        "cairn-embedded"
-    }
-
-    fn build(&mut self, graph: &Graph) -> Result<()> {
+    fn create(&mut self) -> Result<Database> {
         let _ = std::fs::remove_dir_all(&self.dir);
-        let db = Database::open_with(&self.dir, Self::options())?;
-        let reverse = graph.reverse();
-        let mut tx = db.begin()?;
-        // Pass 1: every part in id order, with placeholder references of the
-        // final count, so pass 2 rewrites each record in place at its size.
-        let mut refs = Vec::with_capacity(graph.parts.len());
-        for (p, from) in graph.parts.iter().zip(&reverse) {
-            let to =
-                p.to.iter()
-                    .map(|c| Connection {
-                        to: placeholder(),
-                        kind: c.kind_str().to_string(),
-                        length: c.length,
-                    })
-                    .collect();
-            let from = List(vec![placeholder(); from.len()]);
-            refs.push(tx.create_in(GROUP, part_value(p, to, from))?);
-        }
-        // Pass 2: the real references, both ways.
-        for ((p, from), r) in graph.parts.iter().zip(&reverse).zip(&refs) {
-            let to =
-                p.to.iter()
-                    .map(|c| Connection {
-                        to: refs[c.to as usize - 1].clone(),
-                        kind: c.kind_str().to_string(),
-                        length: c.length,
-                    })
-                    .collect();
-            let from = from.iter().map(|&f| refs[f as usize - 1].clone()).collect();
-            tx.put(r, part_value(p, to, from))?;
-        }
-        tx.commit()?;
-        self.db = Some(db);
-        Ok(())
+        Ok(Database::open_with(&self.dir, options())?)
     }
 
-    fn close(&mut self) -> Result<()> {
-        if let Some(db) = self.db.take() {
-            db.close()?;
-        }
-        Ok(())
+    fn close(&mut self, db: Database) -> Result<()> {
+        Ok(db.close()?)
     }
 
-    fn open_cold(&mut self) -> Result<()> {
-        self.close()?;
+    fn open_cold(&mut self) -> Result<Database> {
         evict_os_cache(&self.dir)?;
-        let db = Database::open_with(&self.dir, Self::options())?;
-        db.register::<Part>()?;
-        self.db = Some(db);
-        Ok(())
-    }
-
-    fn lookup(&mut self, ids: &[u32]) -> Result<Visits> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut v = Visits::default();
-        for &id in ids {
-            let r = find(&mut tx, id)?;
-            let p = tx.get(&r)?;
-            v.visit(p.x, p.y, &p.kind);
-        }
-        tx.commit()?;
-        Ok(v)
-    }
-
-    fn traversal(&mut self, start: u32, hops: u32) -> Result<Visits> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut v = Visits::default();
-        let r = find(&mut tx, start)?;
-        forward(&mut tx, &r, hops, &mut v)?;
-        tx.commit()?;
-        Ok(v)
-    }
-
-    fn reverse_traversal(&mut self, start: u32, hops: u32) -> Result<Visits> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut v = Visits::default();
-        let r = find(&mut tx, start)?;
-        backward(&mut tx, &r, hops, &mut v)?;
-        tx.commit()?;
-        Ok(v)
-    }
-
-    fn insert(&mut self, parts: &[PartSpec]) -> Result<Visits> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut v = Visits::default();
-        for p in parts {
-            v.visit(p.x, p.y, p.kind_str());
-            let mut to = Vec::with_capacity(p.to.len());
-            for c in &p.to {
-                // A connection to the part itself gets its reference once
-                // the part exists.
-                let target = if c.to == p.id {
-                    placeholder()
-                } else {
-                    find(&mut tx, c.to)?
-                };
-                to.push(Connection {
-                    to: target,
-                    kind: c.kind_str().to_string(),
-                    length: c.length,
-                });
-            }
-            let r = tx.create_in(GROUP, part_value(p, to, List::new()))?;
-            let loops: Vec<usize> = (0..p.to.len()).filter(|&k| p.to[k].to == p.id).collect();
-            if !loops.is_empty() {
-                tx.update(&r, |me| {
-                    for &k in &loops {
-                        me.to[k].to = r.clone();
-                    }
-                })?;
-            }
-            for c in &p.to {
-                let target = if c.to == p.id { r.clone() } else { find(&mut tx, c.to)? };
-                tx.update(&target, |t| t.from.push(r.clone()))?;
-            }
-        }
-        tx.commit()?;
-        Ok(v)
-    }
-
-    fn remove(&mut self, parts: &[PartSpec]) -> Result<()> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        for p in parts.iter().rev() {
-            let r = find(&mut tx, p.id)?;
-            let part = tx.get(&r)?;
-            for c in &part.to {
-                if c.to != r {
-                    tx.update(&c.to, |target| {
-                        if let Some(k) = target.from.iter().rposition(|f| *f == r) {
-                            target.from.remove(k);
-                        }
-                    })?;
-                }
-            }
-            tx.delete(&r)?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn check(&mut self) -> Result<Check> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut c = Check::default();
-        let all = tx.find_range(&BY_ID, std::ops::Bound::Unbounded, std::ops::Bound::Unbounded)?;
-        for r in &all {
-            let p = tx.get(r)?;
-            c.add_part(p.id, &p.kind, p.x, p.y, p.build);
-            for k in &p.to {
-                let t = tx.get(&k.to)?;
-                c.add_connection(p.id, t.id, &k.kind, k.length);
-            }
-            for f in p.from.iter() {
-                let s = tx.get(f)?;
-                c.add_reverse(s.id, p.id);
-            }
-        }
-        tx.commit()?;
-        Ok(c)
+        Ok(Database::open_with(&self.dir, options())?)
     }
 
     fn size_on_disk_bytes(&self) -> Option<u64> {
         Some(dir_size_bytes(&self.dir))
-    }
-
-    fn counters(&self) -> Counters {
-        let mut c = Counters::default();
-        if let Some(db) = &self.db {
-            let cache = db.cache_stats();
-            c.set("object_faults", cache.faults)
-                .set("object_hits", cache.hits)
-                .set("index_hits", cache.index_hits)
-                .set("index_misses", cache.index_misses);
-            if let Some(st) = db.storage().map(|s| s.stats()) {
-                c.set("page_reads", st.buffer.reads)
-                    .set("page_hits", st.buffer.hits)
-                    .set("fsyncs", st.wal.fsyncs)
-                    .set("commits", st.commits);
-            }
-        }
-        c
     }
 }

@@ -1,0 +1,195 @@
+//! `cairn-page`: the model and operations of [`super::cairn_typed`] — the
+//! very code `cairn-embedded` runs — through [`Database::connect`], the
+//! page-server client, against `cairn serve` in a **separate process** on
+//! loopback TCP (no token: loopback only).
+//!
+//! The server is the `cairn` binary itself, started as
+//! `cairn serve DIR --listen 127.0.0.1:0`; its first line on stdout,
+//! `listening on ADDR`, gives the port. It is stopped with SIGTERM, on which
+//! it checkpoints and closes the database, so the directory is then what a
+//! closed embedded database's is.
+//!
+//! - **build**: a new server on an empty directory, the database generated
+//!   through the client (the same two passes as embedded, in transactions
+//!   of 10,000 parts: the COMMIT limit, below), so the load
+//!   time is the page server's and the build exercises the client's write
+//!   path at scale.
+//! - **cold**: the client disconnects, the server is stopped (SIGTERM), the
+//!   directory's files are evicted from the OS page cache (as for
+//!   `cairn-embedded`), a new server is started and a new client connects:
+//!   a new `Database`, whose object cache, index cache and page buffer are
+//!   empty (a restarted server cannot be reached by the old connection
+//!   anyway, so clearing the old client's caches would not be enough).
+//! - **counters**: the client's [`cairn::RemoteStats`] next to its object
+//!   cache's (`round_trips`, `bytes_shipped` = sent + received,
+//!   `pages_shipped`, `pages_revalidated`).
+//!
+//! Each transaction today revalidates every page it locks with one round
+//! trip (callback locking, which removes that, is not there yet): warm runs
+//! are not free of round trips.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn::Database;
+
+use super::cairn_typed::{options, Cairn, Deployment};
+use crate::oo1::system::{dir_size_bytes, evict_os_cache, Error, Result};
+
+/// Cairn's page server, one client.
+pub type CairnPage = Cairn<PageServer>;
+
+/// A database served by `cairn serve` in its own process.
+pub struct PageServer {
+    dir: PathBuf,
+    exe: PathBuf,
+    server: Option<ServerProcess>,
+}
+
+impl PageServer {
+    /// The database in `dir`, served by the `cairn` binary `exe`.
+    pub fn new(dir: PathBuf, exe: PathBuf) -> PageServer {
+        PageServer { dir, exe, server: None }
+    }
+
+    /// Starts a server on the directory and connects a new client to it.
+    fn serve_and_connect(&mut self) -> Result<Database> {
+        let server = self.server.insert(ServerProcess::start(&self.exe, &self.dir)?);
+        Ok(Database::connect(&server.url, options())?)
+    }
+
+    fn stop_server(&mut self) -> Result<()> {
+        match self.server.take() {
+            Some(s) => s.stop(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Deployment for PageServer {
+    const NAME: &'static str = "cairn-page";
+    /// The client sends a transaction's changes as one COMMIT message of at
+    /// most 16 MiB (the frame limit): 10,000 parts are about 1.8 MB of page
+    /// redo, while the large database's 200,000 in one transaction (35 MB)
+    /// are refused.
+    const BUILD_TXN_PARTS: usize = 10_000;
+
+    fn create(&mut self) -> Result<Database> {
+        self.stop_server()?;
+        let _ = std::fs::remove_dir_all(&self.dir);
+        self.serve_and_connect()
+    }
+
+    fn close(&mut self, db: Database) -> Result<()> {
+        db.close()?;
+        self.stop_server()
+    }
+
+    fn open_cold(&mut self) -> Result<Database> {
+        self.stop_server()?;
+        evict_os_cache(&self.dir)?;
+        self.serve_and_connect()
+    }
+
+    fn size_on_disk_bytes(&self) -> Option<u64> {
+        Some(dir_size_bytes(&self.dir))
+    }
+}
+
+/// How long a server may take to checkpoint and exit after SIGTERM.
+const STOP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A running `cairn serve DIR --listen 127.0.0.1:0`. Dropped without
+/// [`ServerProcess::stop`] (a failed run), it is killed.
+pub struct ServerProcess {
+    child: Child,
+    /// `cairn://127.0.0.1:PORT`.
+    pub url: String,
+    /// The server's stdout, kept open: a server whose stdout was closed
+    /// would fail on its next line.
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl ServerProcess {
+    /// Starts `exe serve dir --listen 127.0.0.1:0` and waits for the address
+    /// it prints. The server's log goes to this process's stderr, errors only
+    /// unless `CAIRN_LOG` says otherwise.
+    pub fn start(exe: &Path, dir: &Path) -> Result<ServerProcess> {
+        let mut cmd = Command::new(exe);
+        cmd.arg("serve")
+            .arg(dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if std::env::var_os("CAIRN_LOG").is_none() {
+            cmd.env("CAIRN_LOG", "error");
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::io(format!("starting {} serve", exe.display()), e))?;
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let mut line = String::new();
+        let addr = match stdout.read_line(&mut line) {
+            Ok(_) => line.trim().strip_prefix("listening on ").map(str::to_string),
+            Err(_) => None,
+        };
+        let Some(addr) = addr else {
+            let _ = child.kill();
+            let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+            return Err(Error::Server(format!(
+                "{} serve {} printed {:?}, not `listening on ADDR` ({status})",
+                exe.display(),
+                dir.display(),
+                line.trim()
+            )));
+        };
+        Ok(ServerProcess {
+            child,
+            url: format!("cairn://{addr}"),
+            _stdout: stdout,
+        })
+    }
+
+    /// SIGTERM, then waits for the server to checkpoint and exit; an exit
+    /// other than success is an error.
+    pub fn stop(mut self) -> Result<()> {
+        let pid = libc::pid_t::try_from(self.child.id())
+            .map_err(|_| Error::Server(format!("pid {} does not fit a pid_t", self.child.id())))?;
+        // SAFETY: kill(2) reads no memory of ours; `pid` is our child, not
+        // yet waited for, so the id cannot have been reused by another
+        // process.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            return Err(Error::io(
+                "sending SIGTERM to cairn serve",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let start = Instant::now();
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) => return Err(Error::Server(format!("cairn serve exited with {status} on SIGTERM"))),
+                Ok(None) if start.elapsed() < STOP_TIMEOUT => std::thread::sleep(Duration::from_millis(5)),
+                Ok(None) => {
+                    return Err(Error::Server(format!(
+                        "cairn serve did not exit within {} s of SIGTERM",
+                        STOP_TIMEOUT.as_secs()
+                    )))
+                }
+                Err(e) => return Err(Error::io("waiting for cairn serve", e)),
+            }
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
