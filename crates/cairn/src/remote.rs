@@ -27,6 +27,28 @@
 //! A cached page is revalidated (by LSN) at the first lock a transaction
 //! takes on it. Callback locking — keeping the right to use a cached page
 //! across transactions without asking — is issue 11's next step.
+//!
+//! # A page in the client's pool
+//!
+//! ```text
+//!            FETCH: IMAGE                       FETCH (lsn named): IMAGE
+//!  absent ─────────────────▶ cached(lsn) ───────────────────────────────▶ cached(lsn')  + typed caches told
+//!    ▲                        │   │  ▲ FETCH (lsn named): UNCHANGED ──┘
+//!    │                        │   └──┘ (no image shipped)
+//!    └── evicted, discarded ──┘   └── own COMMIT acknowledged ──▶ cached(lsn from the reply)
+//! ```
+//!
+//! | from | to | by | when |
+//! |---|---|---|---|
+//! | absent | cached(l) | [`RemoteStore`]'s FETCH, ALLOCATE or READ | the server shipped the image (verified, installed clean) |
+//! | cached(l) | cached(l) | FETCH naming `l` | the server answers UNCHANGED: the lock is taken, nothing shipped |
+//! | cached(l) | cached(l') | FETCH naming `l` | another client changed the page: the new image is installed and the typed layer drops the objects and index entries it had from the page |
+//! | cached(l) | cached(c) | `Backend::commit` | this client's commit is acknowledged with LSN `c` for the page: its after-image is installed |
+//! | cached | absent | `Backend::commit`, `Backend::rollback` | a commit failed (its outcome may be unknown) or the page was freed, or a rolled-back transaction had allocated it |
+//! | cached | absent | the pool's replacement | evicted (never written anywhere: it is clean) |
+//!
+//! The pool never holds a transaction's uncommitted change (those are the
+//! `Txn`'s private pages), so an evicted page needs no write-back.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -201,7 +223,7 @@ fn txn_of(req: &PageRequest) -> TxnId {
 
 /// The client pool's device: a page the pool misses is read (without a
 /// lock: the transaction asking already holds one) from the server.
-pub(crate) struct RemoteDevice {
+pub struct RemoteDevice {
     conn: Arc<Connection>,
     page_size: usize,
 }
