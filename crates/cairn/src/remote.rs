@@ -86,6 +86,9 @@ pub struct RemoteStats {
     pub pages_shipped: u64,
     /// Fetches answered "your copy is current" (no image shipped).
     pub pages_revalidated: u64,
+    /// Requests sent without waiting for the answer (the end of a read-only
+    /// transaction): messages, not round trips.
+    pub one_way: u64,
 }
 
 /// Where and how to connect: parsed from a `cairn://HOST:PORT` or
@@ -121,6 +124,7 @@ pub(crate) struct Connection {
     bytes_received: AtomicU64,
     pages_shipped: AtomicU64,
     pages_revalidated: AtomicU64,
+    one_way: AtomicU64,
 }
 
 impl Connection {
@@ -343,6 +347,7 @@ impl RemoteStore {
             bytes_received: AtomicU64::new(0),
             pages_shipped: AtomicU64::new(0),
             pages_revalidated: AtomicU64::new(0),
+            one_way: AtomicU64::new(0),
         });
         let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
             .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
@@ -449,6 +454,7 @@ impl RemoteStore {
             bytes_received: c.bytes_received.load(Ordering::Relaxed),
             pages_shipped: c.pages_shipped.load(Ordering::Relaxed),
             pages_revalidated: c.pages_revalidated.load(Ordering::Relaxed),
+            one_way: c.one_way.load(Ordering::Relaxed),
         }
     }
 
@@ -860,8 +866,13 @@ impl Backend for RemoteStore {
         let view = lock(&self.txns).remove(&owner.txn);
         if view.is_none_or(|v| !v.ended_on_server) {
             // A read-only transaction: releasing its locks is all its commit
-            // is. (If the connection is gone, the server released them.)
-            let _ = self.conn.call_one(&PageRequest::Abort { txn: owner.txn.0 });
+            // is, so nobody waits for the answer (the call is sent and
+            // dropped; the reply is discarded when it comes). If the
+            // connection is gone, the server released them already.
+            let (kind, body) = PageRequest::Abort { txn: owner.txn.0 }.encode();
+            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            self.conn.one_way.fetch_add(1, Ordering::Relaxed);
+            drop(self.conn.client.invoke(kind, body));
         }
     }
 }
