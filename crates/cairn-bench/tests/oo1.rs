@@ -283,7 +283,7 @@ fn concurrent_page_clients_see_what_one_client_sees() {
     let conc = json["concurrency"].as_array().unwrap();
     assert_eq!(conc.len(), 4);
     assert_eq!(conc[0]["speedup_vs_1_client"], 1.0);
-    assert!(conc[3]["retries"].is_u64());
+    assert!(conc[3]["deadlocks_retried"].is_u64() && conc[3]["lock_timeouts_retried"].is_u64());
 }
 
 #[test]

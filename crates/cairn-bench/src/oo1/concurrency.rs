@@ -153,9 +153,18 @@ pub struct ClientResult {
     /// The digests of the lookups among them, in order.
     pub lookup_digests: Vec<u64>,
     /// Deadlocks and lock timeouts retried.
-    pub retries: u64,
+    pub retries: Retries,
     /// The client's counters over the timed operations.
     pub counters: Counters,
+}
+
+/// Operations aborted and retried, by cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retries {
+    /// Chosen as a deadlock victim.
+    pub deadlocks: u64,
+    /// A lock wait timed out.
+    pub lock_timeouts: u64,
 }
 
 /// One N in one mode.
@@ -201,8 +210,11 @@ impl ConcurrencyRow {
     }
 
     /// Deadlocks and lock timeouts retried, all clients.
-    pub fn retries(&self) -> u64 {
-        self.per_client.iter().map(|c| c.retries).sum()
+    pub fn retries(&self) -> Retries {
+        self.per_client.iter().fold(Retries::default(), |a, c| Retries {
+            deadlocks: a.deadlocks + c.retries.deadlocks,
+            lock_timeouts: a.lock_timeouts + c.retries.lock_timeouts,
+        })
     }
 }
 
@@ -210,16 +222,21 @@ impl ConcurrencyRow {
 const ATTEMPTS_MAX: u32 = 100;
 
 /// Runs `op`, retrying deadlocks and lock timeouts after a random pause of
-/// up to 2^attempt ms (at most 64 ms) drawn from `jitter`: two inserts that
-/// deadlock and retry at once deadlock again, every time (seen with two
-/// clients: each takes the hot parts' page, then wants the index's).
-fn run_retrying(sys: &mut dyn System, op: &Op, jitter: &mut ParkMiller, retries: &mut u64) -> Result<Visits> {
+/// up to 2^attempt ms (at most about 1 s) drawn from `jitter`: two inserts
+/// that deadlock and retry at once deadlock again, every time (seen with two
+/// clients: each takes the hot parts' page, then wants the index's), and 16
+/// inserters still exhausted 100 attempts with pauses of at most 64 ms.
+fn run_retrying(sys: &mut dyn System, op: &Op, jitter: &mut ParkMiller, retries: &mut Retries) -> Result<Visits> {
     let mut attempt = 1;
     loop {
         match op.run(sys) {
             Err(Error::Cairn(e)) if e.is_retryable() && attempt < ATTEMPTS_MAX => {
-                *retries += 1;
-                let pause_ms = jitter.rand(1 << attempt.min(6));
+                if matches!(e, cairn::Error::Deadlock { .. }) {
+                    retries.deadlocks += 1;
+                } else {
+                    retries.lock_timeouts += 1;
+                }
+                let pause_ms = jitter.rand(1 << attempt.min(10));
                 std::thread::sleep(std::time::Duration::from_millis(u64::from(pause_ms)));
                 attempt += 1;
             }
@@ -231,7 +248,7 @@ fn run_retrying(sys: &mut dyn System, op: &Op, jitter: &mut ParkMiller, retries:
 /// Connects and runs the read operations of `ops` once, untimed.
 fn warm_up(sys: &mut Cairn<Connected>, ops: &[Op], jitter: &mut ParkMiller) -> Result<()> {
     sys.open_cold()?;
-    let mut retries = 0;
+    let mut retries = Retries::default();
     for op in ops.iter().filter(|op| !matches!(op, Op::Insert(_))) {
         run_retrying(sys, op, jitter, &mut retries)?;
     }

@@ -208,7 +208,10 @@ pub fn run(cfg: &Oo1Config) -> Result<Oo1Report> {
     if let (Some(exe), false) = (&cfg.cairn_exe, cfg.clients.is_empty()) {
         // The normal run closed cairn-page's database and stopped its server.
         if cfg.progress {
-            eprintln!("oo1: {} clients on one page server", cfg.clients.len());
+            eprintln!(
+                "oo1: cairn-page with {:?} concurrent clients on one server",
+                cfg.clients
+            );
         }
         conc = concurrency::run(
             exe,

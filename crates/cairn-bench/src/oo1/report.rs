@@ -432,21 +432,23 @@ pub fn concurrency_table(rows: &[ConcurrencyRow]) -> String {
     );
     let _ = writeln!(
         t,
-        "{:<6} {:>7} {:>9} {:>10} {:>13} {:>9} {:>8}",
-        "mode", "clients", "ops/s", "median ms", "round trips/op", "speed-up", "retries"
+        "{:<6} {:>7} {:>9} {:>10} {:>14} {:>9}  retried (deadlock/timeout)",
+        "mode", "clients", "ops/s", "median ms", "round trips/op", "speed-up"
     );
     for r in rows {
         let speedup = speedup(rows, r).map_or_else(|| "-".to_string(), |x| format!("{x:.2}×"));
+        let retries = r.retries();
         let _ = writeln!(
             t,
-            "{:<6} {:>7} {:>9.1} {:>10.2} {:>13.1} {:>9} {:>8}",
+            "{:<6} {:>7} {:>9.1} {:>10.2} {:>14.1} {:>9}  {}/{}",
             r.mode.name(),
             r.clients,
             r.ops_per_s(),
             r.median_ms(),
             r.round_trips_per_op(),
             speedup,
-            r.retries()
+            retries.deadlocks,
+            retries.lock_timeouts
         );
     }
     t
@@ -473,7 +475,8 @@ pub fn concurrency_json(rows: &[ConcurrencyRow]) -> serde_json::Value {
                     "median_ms": r.median_ms(),
                     "round_trips_per_op": r.round_trips_per_op(),
                     "speedup_vs_1_client": speedup(rows, r),
-                    "retries": r.retries(),
+                    "deadlocks_retried": r.retries().deadlocks,
+                    "lock_timeouts_retried": r.retries().lock_timeouts,
                     "lookup_digests": r.per_client.iter().map(|c| &c.lookup_digests).collect::<Vec<_>>(),
                 })
             })
