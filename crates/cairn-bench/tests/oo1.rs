@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cairn_bench::oo1::concurrency::{self, Op};
 use cairn_bench::oo1::generate::{self, Graph, TRAVERSAL_VISITS};
 use cairn_bench::oo1::rng::ParkMiller;
 use cairn_bench::oo1::system::System;
@@ -209,6 +210,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
     assert_eq!(json["benchmark"], "oo1");
     assert_eq!(json["results"].as_array().unwrap().len(), 32);
     assert_eq!(json["systems"][0]["system"], "cairn-embedded");
+    assert!(json.get("concurrency").is_none(), "no --clients, no concurrency key");
     let plot_dir = dir.path().join("plot");
     let names: Vec<&str> = report.results.iter().map(|r| r.system).collect();
     let png = cairn_bench::oo1::plot::draw(&plot_dir, PARTS, &names, &report.rows).unwrap();
@@ -225,4 +227,74 @@ fn a_system_that_is_not_known_is_refused() {
     })
     .unwrap_err();
     assert!(err.to_string().contains("unknown system"));
+}
+
+#[test]
+fn concurrent_page_clients_see_what_one_client_sees() {
+    let dir = scratch("clients");
+    let ops = 6;
+    let report = cairn_bench::oo1::run(&Oo1Config {
+        parts: PARTS,
+        runs: 2,
+        systems: vec!["cairn-page".into()],
+        dir: Some(dir.path().to_path_buf()),
+        cairn_exe: Some(cairn_exe()),
+        clients: vec![1, 2],
+        client_ops: ops,
+        ..Oo1Config::default()
+    })
+    .unwrap();
+    // Reads then mixed, each with 1 and 2 clients.
+    let shape: Vec<(&str, usize)> = report.concurrency.iter().map(|r| (r.mode.name(), r.clients)).collect();
+    assert_eq!(shape, [("reads", 1), ("reads", 2), ("mixed", 1), ("mixed", 2)]);
+    // One client on its own server replays every client's lookups.
+    let graph = Graph::generate(&mut ParkMiller::new(1), PARTS);
+    let mut alone = systems::by_name("cairn-page", dir.path(), Some(&cairn_exe())).unwrap();
+    alone.build(&graph).unwrap();
+    for row in &report.concurrency {
+        assert_eq!(row.per_client.len(), row.clients);
+        assert!(row.round_trips_per_op() > 0.0, "every operation talks to the server");
+        for (c, got) in row.per_client.iter().enumerate() {
+            assert_eq!(got.latencies_ms.len(), ops);
+            let want: Vec<u64> = concurrency::client_ops(1, PARTS, c, ops, row.mode, PARTS + 1)
+                .iter()
+                .filter(|op| matches!(op, Op::Lookup(_)))
+                .map(|op| op.run(alone.as_mut()).unwrap().digest)
+                .collect();
+            assert!(!want.is_empty());
+            assert_eq!(
+                got.lookup_digests,
+                want,
+                "{} with {} clients: client {c}'s lookups",
+                row.mode.name(),
+                row.clients
+            );
+        }
+    }
+    alone.close().unwrap();
+    // Two clients of one mode look up different parts.
+    assert_ne!(
+        report.concurrency[1].per_client[0].lookup_digests,
+        report.concurrency[1].per_client[1].lookup_digests
+    );
+    let table = report.table();
+    assert!(table.contains("concurrent clients on one server"), "{table}");
+    let json = report.json();
+    let conc = json["concurrency"].as_array().unwrap();
+    assert_eq!(conc.len(), 4);
+    assert_eq!(conc[0]["speedup_vs_1_client"], 1.0);
+    assert!(conc[3]["deadlocks_retried"].is_u64() && conc[3]["lock_timeouts_retried"].is_u64());
+}
+
+#[test]
+fn clients_without_the_page_server_are_refused() {
+    let err = cairn_bench::oo1::run(&Oo1Config {
+        parts: PARTS,
+        runs: 2,
+        systems: vec!["in-memory".into()],
+        clients: vec![1],
+        ..Oo1Config::default()
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("--clients"), "{err}");
 }

@@ -13,11 +13,13 @@
 //! | `workload.rs` | the measures and the run loop (build, check, cold open, runs, cross-system comparison) |
 //! | `report.rs` | the table, the target lines, the JSON |
 //! | `plot.rs` | the PNG figure |
+//! | `concurrency.rs` | `--clients`: many `cairn-page` sessions on one server at once |
 //!
 //! Invariant: every system builds the identical graph (same [`Check`]) and
 //! does identical work in every run (same [`Visits`]); the run fails
 //! otherwise. Timing is never asserted in tests.
 
+pub mod concurrency;
 pub mod generate;
 pub mod plot;
 pub mod report;
@@ -51,6 +53,11 @@ pub struct Oo1Config {
     /// The `cairn` binary, started as `cairn serve` (a separate process) for
     /// `cairn-page`; `cairn bench oo1` names itself.
     pub cairn_exe: Option<PathBuf>,
+    /// After the normal run, `cairn-page` with each of these numbers of
+    /// concurrent clients on one server ([`concurrency`]); empty: not run.
+    pub clients: Vec<usize>,
+    /// Operations each concurrent client runs per mode.
+    pub client_ops: usize,
 }
 
 impl Default for Oo1Config {
@@ -63,6 +70,8 @@ impl Default for Oo1Config {
             dir: None,
             progress: false,
             cairn_exe: None,
+            clients: Vec::new(),
+            client_ops: 20,
         }
     }
 }
@@ -104,17 +113,27 @@ pub struct Oo1Report {
     pub results: Vec<SystemResult>,
     /// The summary rows (cold and warm per measure and system).
     pub rows: Vec<report::Row>,
+    /// The `--clients` rows (empty unless asked).
+    pub concurrency: Vec<concurrency::ConcurrencyRow>,
 }
 
 impl Oo1Report {
     /// The human table.
     pub fn table(&self) -> String {
-        report::table(&self.config, &self.machine, &self.results, &self.rows)
+        let mut t = report::table(&self.config, &self.machine, &self.results, &self.rows);
+        if !self.concurrency.is_empty() {
+            t.push_str(&report::concurrency_table(&self.concurrency));
+        }
+        t
     }
 
     /// The JSON document.
     pub fn json(&self) -> serde_json::Value {
-        report::json(&self.config, &self.machine, &self.results, &self.rows)
+        let mut j = report::json(&self.config, &self.machine, &self.results, &self.rows);
+        if !self.concurrency.is_empty() {
+            j["concurrency"] = report::concurrency_json(&self.concurrency);
+        }
+        j
     }
 }
 
@@ -153,6 +172,11 @@ pub fn run(cfg: &Oo1Config) -> Result<Oo1Report> {
     if cfg.systems.is_empty() {
         return Err(Error::InvalidArgument("no systems to run".into()));
     }
+    if !cfg.clients.is_empty() && !cfg.systems.iter().any(|s| s == "cairn-page") {
+        return Err(Error::InvalidArgument(
+            "--clients measures cairn-page: include it in --systems".into(),
+        ));
+    }
     let dir = scratch(cfg.dir.as_deref())?;
     let mut systems = cfg
         .systems
@@ -180,12 +204,31 @@ pub fn run(cfg: &Oo1Config) -> Result<Oo1Report> {
     bar.finish_and_clear();
     workload::compare_visits(&results)?;
     let rows = report::rows(&results);
+    let mut conc = Vec::new();
+    if let (Some(exe), false) = (&cfg.cairn_exe, cfg.clients.is_empty()) {
+        // The normal run closed cairn-page's database and stopped its server.
+        if cfg.progress {
+            eprintln!(
+                "oo1: cairn-page with {:?} concurrent clients on one server",
+                cfg.clients
+            );
+        }
+        conc = concurrency::run(
+            exe,
+            &dir.0.join("cairn-page"),
+            &graph,
+            cfg.seed,
+            &cfg.clients,
+            cfg.client_ops,
+        )?;
+    }
     Ok(Oo1Report {
         config: cfg.clone(),
         machine: machine(),
         check,
         results,
         rows,
+        concurrency: conc,
     })
 }
 
@@ -218,6 +261,14 @@ pub struct Oo1Args {
     /// Where to create the scratch databases (default: the temp directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// After the normal run, run cairn-page again with each of these numbers
+    /// of concurrent clients (own sessions) on one server, reads and mixed:
+    /// e.g. `--clients 1,4,16`.
+    #[arg(long, value_delimiter = ',')]
+    pub clients: Vec<usize>,
+    /// Operations each concurrent client runs per mode (with --clients).
+    #[arg(long, default_value_t = 20)]
+    pub client_ops: usize,
 }
 
 /// Runs `cairn bench oo1`: the table on stdout, progress on stderr, and the
@@ -233,6 +284,8 @@ pub fn main(args: &Oo1Args) -> Result<()> {
         dir: args.dir.clone(),
         progress: true,
         cairn_exe: Some(cairn_exe),
+        clients: args.clients.clone(),
+        client_ops: args.client_ops,
     };
     let report = run(&cfg)?;
     print!("{}", report.table());

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::concurrency::ConcurrencyRow;
 use super::workload::{Measure, Sample, SystemResult};
 use super::{Machine, Oo1Config};
 
@@ -417,4 +418,68 @@ pub fn json(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows: 
             "counters": r.counters,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The `--clients` table: per mode and N, throughput, median latency, round
+/// trips per operation, the speed-up over one client of the same run, and
+/// the deadlocks and lock timeouts retried.
+pub fn concurrency_table(rows: &[ConcurrencyRow]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\ncairn-page, concurrent clients on one server ({} operations per client; speed-up vs 1 client, same run)",
+        rows.first().map_or(0, |r| r.ops / r.clients.max(1))
+    );
+    let _ = writeln!(
+        t,
+        "{:<6} {:>7} {:>9} {:>10} {:>14} {:>9}  retried (deadlock/timeout)",
+        "mode", "clients", "ops/s", "median ms", "round trips/op", "speed-up"
+    );
+    for r in rows {
+        let speedup = speedup(rows, r).map_or_else(|| "-".to_string(), |x| format!("{x:.2}×"));
+        let retries = r.retries();
+        let _ = writeln!(
+            t,
+            "{:<6} {:>7} {:>9.1} {:>10.2} {:>14.1} {:>9}  {}/{}",
+            r.mode.name(),
+            r.clients,
+            r.ops_per_s(),
+            r.median_ms(),
+            r.round_trips_per_op(),
+            speedup,
+            retries.deadlocks,
+            retries.lock_timeouts
+        );
+    }
+    t
+}
+
+/// Throughput over the one-client row of the same mode, if there is one.
+fn speedup(rows: &[ConcurrencyRow], r: &ConcurrencyRow) -> Option<f64> {
+    rows.iter()
+        .find(|b| b.mode == r.mode && b.clients == 1)
+        .map(|b| r.ops_per_s() / b.ops_per_s())
+}
+
+/// The `"concurrency"` value of the JSON document.
+pub fn concurrency_json(rows: &[ConcurrencyRow]) -> serde_json::Value {
+    serde_json::Value::Array(
+        rows.iter()
+            .map(|r| {
+                serde_json::json!({
+                    "mode": r.mode.name(),
+                    "clients": r.clients,
+                    "ops": r.ops,
+                    "wall_s": r.wall_s,
+                    "ops_per_s": r.ops_per_s(),
+                    "median_ms": r.median_ms(),
+                    "round_trips_per_op": r.round_trips_per_op(),
+                    "speedup_vs_1_client": speedup(rows, r),
+                    "deadlocks_retried": r.retries().deadlocks,
+                    "lock_timeouts_retried": r.retries().lock_timeouts,
+                    "lookup_digests": r.per_client.iter().map(|c| &c.lookup_digests).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
 }
