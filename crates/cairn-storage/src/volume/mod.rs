@@ -1208,11 +1208,17 @@ impl Volume {
         let gi = self.group_index(group)?;
         let (xi, bit) = match self.find_free_page(gi, near) {
             Some(found) => found,
-            None => {
+            // A new extent's first page may become the group's next
+            // extent-list page; an extent of one page (extent_pages 1, or
+            // one cut short before a space-map page) then has no page left,
+            // and the next one is taken.
+            None => loop {
                 let xi = self.reserve_extent(gi)?;
                 let x = &self.groups[gi].extents[xi];
-                (xi, (!x.used).trailing_zeros())
-            }
+                if x.has_free() {
+                    break (xi, (!x.used).trailing_zeros());
+                }
+            },
         };
         let id = PageId(self.groups[gi].extents[xi].start.0 + bit);
         // Format first: if reading the free page fails, nothing is marked used.
@@ -1378,6 +1384,37 @@ mod tests {
         );
         v.read(pages[0], |b| assert_eq!(page::page_type(b), Some(PageType::Slotted)))
             .unwrap();
+    }
+
+    /// Regression: with one-page extents, a group's first extent is all
+    /// extent-list page; the allocation took the page past it (outside the
+    /// extent) and failed with a misleading "corrupt", poisoning a logged
+    /// volume. The same happens to any extent cut to one page before a
+    /// space-map page when the group needs a new list page.
+    #[test]
+    fn a_new_extent_used_up_by_its_list_page_is_followed_by_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let o = VolumeOptions {
+            extent_pages: 1,
+            ..opts()
+        };
+        let mut v = Volume::create(&db, &o).unwrap();
+        let g = v.create_group("parts").unwrap();
+        let mut pages = Vec::new();
+        for _ in 0..40 {
+            let p = v.allocate(g, None, PageType::Slotted).unwrap();
+            assert_eq!(v.group_of_page(p), Some(g));
+            pages.push(p);
+        }
+        v.check_invariants();
+        v.close().unwrap();
+        let mut v = Volume::open(&db, &o).unwrap();
+        v.check_invariants();
+        for p in &pages {
+            v.read(*p, |b| assert_eq!(page::page_type(b), Some(PageType::Slotted)))
+                .unwrap();
+        }
     }
 
     #[test]
