@@ -112,7 +112,7 @@ fn a_writers_commit_reaches_a_reader_that_cached_the_page_and_a_reader_in_a_tran
 fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
     const CLIENTS: usize = 4;
     const ACCOUNTS: u32 = 6;
-    let transfers: usize = std::env::var("CAIRN_TRANSFERS")
+    let transfers: usize = std::env::var("CAIRN_CLIENT_TRANSFERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(40);
