@@ -43,7 +43,7 @@
 //! | absent | cached(l) | [`RemoteStore`]'s FETCH, ALLOCATE or READ | the server shipped the image (verified, installed clean) |
 //! | cached(l) | cached(l) | FETCH naming `l` | the server answers UNCHANGED: the lock is taken, nothing shipped |
 //! | cached(l) | cached(l') | FETCH naming `l` | another client changed the page: the new image is installed and the typed layer drops the objects and index entries it had from the page |
-//! | cached(l) | cached(c) | `Backend::commit` | this client's commit is acknowledged with LSN `c` for the page: its after-image is installed |
+//! | cached(l) | cached(c) | `Backend::commit` | this client's commit is acknowledged with LSN `c` for the page: its after-image is installed — unless the pool already holds a newer image (another thread fetched one after the server released the lock): every install keeps the highest LSN ([`RemoteStore::install_newest`]); a page the commit freed is never installed |
 //! | cached | absent | `Backend::commit`, `Backend::rollback` | a commit failed (its outcome may be unknown) or the page was freed, or a rolled-back transaction had allocated it |
 //! | cached | absent | the pool's replacement | evicted (never written anywhere: it is clean) |
 //!
@@ -299,6 +299,8 @@ pub struct RemoteStore {
     /// changed since the typed layer cached objects or index entries from
     /// it.
     on_new_image: Mutex<Option<PageHook>>,
+    /// Serializes installs into the pool ([`RemoteStore::install_newest`]).
+    installing: Mutex<()>,
 }
 
 /// A function told of a page whose committed image may be new to the client.
@@ -371,6 +373,7 @@ impl RemoteStore {
             txn_memory_bytes,
             spill_dir: tempfile_dir::TempDir::new()?,
             on_new_image: Mutex::new(None),
+            installing: Mutex::new(()),
         };
         store.refresh_groups()?;
         Ok(Arc::new(store))
@@ -463,6 +466,21 @@ impl RemoteStore {
         &self.conn.address
     }
 
+    /// Caches `image` as page `id` unless the pool holds a newer image (a
+    /// higher LSN) already: installs come from several threads (fetches,
+    /// allocations, the answers to commits), and a late one must not
+    /// replace what a later one brought. Every change to a page on the
+    /// server gives it a higher LSN, so the newest image is the one to keep.
+    fn install_newest(&self, id: PageId, image: &[u8]) -> Result<()> {
+        let _one_at_a_time = lock(&self.installing);
+        if let Some(cached) = self.pool.read_cached(id)? {
+            if page::lsn(&cached) > page::lsn(image) {
+                return Ok(());
+            }
+        }
+        self.pool.install(id, image)
+    }
+
     /// The LSN of the cached copy of `id`, 0 if none.
     fn cached_lsn(&self, id: PageId) -> Result<u64> {
         Ok(self.pool.read_cached(id)?.map_or(0, |g| page::lsn(&g).0))
@@ -550,7 +568,7 @@ impl RemoteStore {
             match f.status {
                 FetchStatus::Image => {
                     page::verify(f.image, id)?;
-                    self.pool.install(id, f.image)?;
+                    self.install_newest(id, f.image)?;
                     self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
                     // Objects decoded from an older image (kept in the typed
                     // layer's caches after the page left the pool, or before
@@ -781,7 +799,7 @@ impl Backend for RemoteStore {
         let (p, count, image) = decode_page(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
         let id = PageId(p);
         page::verify(image, id)?;
-        self.pool.install(id, image)?;
+        self.install_newest(id, image)?;
         self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
         self.page_count.fetch_max(count, Ordering::Relaxed);
         let mut txns = lock(&self.txns);
@@ -832,20 +850,34 @@ impl Backend for RemoteStore {
                 v.ended_on_server = true;
             }
         }
-        // Whatever happened, the pages it changed or freed are not what the
-        // cache holds any more (or may not be).
-        for p in pages.iter().chain(freed.iter()) {
+        // The pages it freed are the server's to format and hand out again:
+        // never cache the last image this transaction gave them.
+        for p in &freed {
             self.pool.discard(*p)?;
         }
-        let body = reply?;
+        let body = match reply {
+            Ok(body) => body,
+            Err(e) => {
+                // The outcome may be unknown: forget the pages it changed.
+                for p in &pages {
+                    self.pool.discard(*p)?;
+                }
+                return Err(e);
+            }
+        };
         let lsns = decode_lsns(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
         for (p, lsn) in lsns {
             let Some((_, after)) = afters.iter_mut().find(|(q, _)| q.0 == p) else {
                 return Err(self.conn.protocol("LSNs only for the pages the commit changed"));
             };
+            if freed.contains(&PageId(p)) {
+                continue;
+            }
             page::set_lsn(after, Lsn(lsn));
             page::seal(after);
-            self.pool.install(PageId(p), after)?;
+            // Another transaction of this client may have fetched a newer
+            // image since the server released the locks: newest wins.
+            self.install_newest(PageId(p), after)?;
         }
         Ok(())
     }
