@@ -43,7 +43,7 @@
 //! | absent | cached(l) | [`RemoteStore`]'s FETCH, ALLOCATE or READ | the server shipped the image (verified, installed clean) |
 //! | cached(l) | cached(l) | FETCH naming `l` | the server answers UNCHANGED: the lock is taken, nothing shipped |
 //! | cached(l) | cached(l') | FETCH naming `l` | another client changed the page: the new image is installed and the typed layer drops the objects and index entries it had from the page |
-//! | cached(l) | cached(c) | `Backend::commit` | this client's commit is acknowledged with LSN `c` for the page: its after-image is installed — unless the pool already holds a newer image (another thread fetched one after the server released the lock): every install keeps the highest LSN ([`RemoteStore::install_newest`]); a page the commit freed is never installed |
+//! | cached(l) | cached(c) | `Backend::commit` | this client's commit is acknowledged with LSN `c` for the page: its after-image is installed — unless the pool already holds a newer image (another thread fetched one after the server released the lock): every install keeps the highest LSN (`install_newest`); a page the commit freed is never installed |
 //! | cached | absent | `Backend::commit`, `Backend::rollback` | a commit failed (its outcome may be unknown) or the page was freed, or a rolled-back transaction had allocated it |
 //! | cached | absent | the pool's replacement | evicted (never written anywhere: it is clean) |
 //!
