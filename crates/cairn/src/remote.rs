@@ -69,7 +69,7 @@ use cairn_storage::buffer::{BufferPool, Policy};
 use cairn_storage::io::{OsVfs, Vfs};
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::page::{self, PageType};
-use cairn_storage::txn::Backend;
+use cairn_storage::txn::{Backend, FillPages};
 use cairn_storage::wal::redo;
 use cairn_storage::{ClientId, Error, GroupId, Lsn, PageId, Result, Txn, TxnId};
 
@@ -291,7 +291,7 @@ pub struct RemoteStore {
     region_pages: u32,
     page_count: AtomicU32,
     groups: Mutex<HashMap<GroupId, String>>,
-    fill: Mutex<HashMap<GroupId, PageId>>,
+    fill: FillPages,
     txns: Mutex<HashMap<TxnId, TxnView>>,
     txn_memory_bytes: usize,
     spill_dir: tempfile_dir::TempDir,
@@ -368,7 +368,7 @@ impl RemoteStore {
             region_pages: info.region_pages,
             page_count: AtomicU32::new(info.page_count),
             groups: Mutex::new(HashMap::new()),
-            fill: Mutex::new(HashMap::new()),
+            fill: FillPages::default(),
             txns: Mutex::new(HashMap::new()),
             txn_memory_bytes,
             spill_dir: tempfile_dir::TempDir::new()?,
@@ -771,22 +771,8 @@ impl Backend for RemoteStore {
         Ok(matches!(status, FetchStatus::Image | FetchStatus::Unchanged))
     }
 
-    fn fill_page(&self, group: GroupId) -> Option<PageId> {
-        lock(&self.fill).get(&group).copied()
-    }
-
-    fn set_fill_page(&self, group: GroupId, page: Option<PageId>) {
-        let mut fill = lock(&self.fill);
-        match page {
-            Some(p) => fill.insert(group, p),
-            None => fill.remove(&group),
-        };
-    }
-
-    fn forget_fill_pages(&self, pages: &[PageId]) {
-        if !pages.is_empty() {
-            lock(&self.fill).retain(|_, f| !pages.contains(f));
-        }
+    fn fill_pages(&self) -> &FillPages {
+        &self.fill
     }
 
     fn allocate(&self, owner: LockOwner, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {

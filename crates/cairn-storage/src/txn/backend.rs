@@ -20,6 +20,9 @@
 //! crate implements it with a client buffer pool over a remote page device
 //! and the page service of `cairn serve`.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use crate::error::Result;
 use crate::ids::{GroupId, PageId, TxnId};
 use crate::lock::{LockMode, LockOwner, Resource};
@@ -80,12 +83,9 @@ pub trait Backend: Send + Sync {
             && self.try_lock(owner, Resource::Page(page), LockMode::X)?)
     }
 
-    /// The page the next insert into `group` tries first.
-    fn fill_page(&self, group: GroupId) -> Option<PageId>;
-    /// Sets (or, with `None`, clears) the fill page of `group`.
-    fn set_fill_page(&self, group: GroupId, page: Option<PageId>);
-    /// Forgets each of `pages` as a fill page of any group.
-    fn forget_fill_pages(&self, pages: &[PageId]);
+    /// The hints of which page the next insert into each group tries first
+    /// (shared by the backend's transactions).
+    fn fill_pages(&self) -> &FillPages;
 
     /// Allocates a page in `group` (near `near` when it can) for `owner`'s
     /// transaction, formatted as an empty page of type `ty`. The transaction
@@ -111,5 +111,38 @@ pub trait Backend: Send + Sync {
     /// Counts private pages a transaction spilled to disk.
     fn note_spilled(&self, pages: u64) {
         let _ = pages;
+    }
+}
+
+/// Per group, the page the next insert tries first: a hint shared by a
+/// backend's transactions (never trusted: an insert checks the page first).
+#[derive(Debug, Default)]
+pub struct FillPages(Mutex<HashMap<GroupId, PageId>>);
+
+impl FillPages {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<GroupId, PageId>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The fill page of `group`.
+    pub fn get(&self, group: GroupId) -> Option<PageId> {
+        self.map().get(&group).copied()
+    }
+
+    /// Sets (or, with `None`, clears) the fill page of `group`.
+    pub fn set(&self, group: GroupId, page: Option<PageId>) {
+        let mut m = self.map();
+        match page {
+            Some(p) => m.insert(group, p),
+            None => m.remove(&group),
+        };
+    }
+
+    /// Forgets each of `pages` as a fill page of any group (they were
+    /// freed, or allocated by a transaction that ended).
+    pub fn forget(&self, pages: &[PageId]) {
+        if !pages.is_empty() {
+            self.map().retain(|_, f| !pages.contains(f));
+        }
     }
 }

@@ -99,7 +99,7 @@ pub(crate) struct Shared {
     pub(super) sink: LogSink,
     pub(super) locks: LockManager,
     pub(super) next_txn: Arc<AtomicU64>,
-    pub(super) fill: Mutex<HashMap<GroupId, PageId>>,
+    pub(super) fill: super::backend::FillPages,
     /// Pages allocated by transactions still running: others must not put
     /// objects on them (an abort would free them). Changed under the
     /// `Volume` mutex, with the allocation it records.
@@ -306,7 +306,7 @@ impl Db {
                 timeout: opts.lock_timeout,
             }),
             next_txn,
-            fill: Mutex::new(HashMap::new()),
+            fill: super::backend::FillPages::default(),
             pending_alloc: Mutex::new(HashMap::new()),
             pending_frees: Mutex::new(HashMap::new()),
             ckpt: Mutex::new(Lsn(0)),

@@ -7,7 +7,7 @@ use crate::ids::{GroupId, PageId, TxnId};
 use crate::lock::{LockMode, LockOwner, Resource};
 use crate::page::PageType;
 
-use super::backend::Backend;
+use super::backend::{Backend, FillPages};
 use super::db::{lock, Shared};
 use super::Txn;
 
@@ -88,23 +88,8 @@ impl Backend for Shared {
         Ok(pages)
     }
 
-    fn fill_page(&self, group: GroupId) -> Option<PageId> {
-        lock(&self.fill).get(&group).copied()
-    }
-
-    fn set_fill_page(&self, group: GroupId, page: Option<PageId>) {
-        let mut fill = lock(&self.fill);
-        match page {
-            Some(p) => fill.insert(group, p),
-            None => fill.remove(&group),
-        };
-    }
-
-    fn forget_fill_pages(&self, pages: &[PageId]) {
-        if pages.is_empty() {
-            return;
-        }
-        lock(&self.fill).retain(|_, f| !pages.contains(f));
+    fn fill_pages(&self) -> &FillPages {
+        &self.fill
     }
 
     fn allocate(&self, owner: LockOwner, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {

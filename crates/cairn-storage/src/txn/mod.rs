@@ -58,6 +58,6 @@ mod spill;
 mod tests;
 mod transaction;
 
-pub use backend::Backend;
+pub use backend::{Backend, FillPages};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats};
 pub use transaction::Txn;

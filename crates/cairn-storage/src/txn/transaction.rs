@@ -376,8 +376,10 @@ impl Txn {
     /// Ends the transaction after commit or rollback: the backend releases
     /// its locks and forgets its allocations.
     pub(super) fn finish(&mut self) {
-        let gone: Vec<PageId> = self.allocated.iter().chain(self.to_free.iter()).copied().collect();
-        self.db.forget_fill_pages(&gone);
+        if !self.allocated.is_empty() || !self.to_free.is_empty() {
+            let gone: Vec<PageId> = self.allocated.iter().chain(self.to_free.iter()).copied().collect();
+            self.db.fill_pages().forget(&gone);
+        }
         self.db.end(self.owner, &self.allocated);
         self.allocated.clear();
         self.to_free.clear();
@@ -447,7 +449,7 @@ impl PageAccess for Txn {
         // deleted here must never name a later object).
         self.to_free.insert(id);
         self.changes += 1;
-        self.db.forget_fill_pages(&[id]);
+        self.db.fill_pages().forget(&[id]);
         Ok(())
     }
 }
@@ -516,15 +518,15 @@ impl ObjectSpace for Txn {
     }
 
     fn fill_page(&self, group: GroupId) -> Option<PageId> {
-        self.db.fill_page(group)
+        self.db.fill_pages().get(group)
     }
 
     fn set_fill_page(&mut self, group: GroupId, page: Option<PageId>) {
-        self.db.set_fill_page(group, page);
+        self.db.fill_pages().set(group, page);
     }
 
     fn forget_fill_page(&mut self, page: PageId) {
-        self.db.forget_fill_pages(&[page]);
+        self.db.fill_pages().forget(&[page]);
     }
 
     fn try_insert_page(&mut self, group: GroupId, page: PageId) -> Result<bool> {
