@@ -55,12 +55,12 @@ const _: () = assert!(std::mem::size_of::<WireHeader>() == HEADER_SIZE);
 const _: () = assert!(HEADER_CRC_OFFSET + 4 == HEADER_SIZE);
 
 /// The id a client gives a request; every reply frame carries it back. Id 0 is the connection
-/// itself (handshake frames and GOODBYE).
+/// itself (handshake frames, NOTICE and GOODBYE).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct RequestId(pub u64);
 
 impl RequestId {
-    /// The connection-level id carried by handshake frames and GOODBYE.
+    /// The connection-level id carried by handshake frames, NOTICE and GOODBYE.
     pub const CONNECTION: RequestId = RequestId(0);
 }
 

@@ -9,13 +9,20 @@
 //! | `0x0003` REFUSAL | [`Fault`]: why the handshake failed; the server closes | server → client | 0 |
 //! | `0x0004` GOODBYE | [`Fault`]: why the server is closing the connection | server → client | 0 or the offending request |
 //! | `0x0005` PING | empty request answered by the RPC layer itself | client → server | request |
-//! | `0x0006..=0x00FF` | reserved for the envelope; a peer sending one gets UNKNOWN_KIND and is closed | | |
+//! | `0x0006` NOTICE | opaque body (the handler's): a message the server sends unasked, at any time | server → client | 0 |
+//! | `0x0007..=0x00FF` | reserved for the envelope; a peer sending one gets UNKNOWN_KIND and is closed | | |
 //! | `0x0100..=0xFFFF` | service requests, handed to the server's [`crate::rpc::Handler`] | client → server | request |
 //!
 //! A reply carries its request's kind and id with the REPLY flag: a part has MORE, the final
 //! reply has neither MORE nor ERROR, an error reply has ERROR and a [`Fault`] body. So the
 //! database-specific services (issue 6 on) only define kinds from `0x0100` and their bodies; the
 //! envelope, matching and streaming stay the same.
+//!
+//! A NOTICE answers nothing and is answered by nothing: it carries no flags and id 0, so it can
+//! never be mistaken for a reply (a frame of kind `0x0006` *with* the REPLY flag is a reply, like
+//! any kind's, and a client rejects it as a reply to no request). Its body is opaque here; the
+//! server's handler and the code above the client agree on its meaning (cache callbacks). A
+//! client sending one breaks the protocol like any other server-to-client message.
 //!
 //! Decoding follows the frame rule: lengths are checked against what is there before anything is
 //! taken, and trailing bytes are an error.
@@ -36,6 +43,8 @@ impl Kind {
     pub const GOODBYE: Kind = Kind(0x0004);
     /// A request answered by the RPC layer itself with an empty final reply.
     pub const PING: Kind = Kind(0x0005);
+    /// A message the server sends unasked (server → client only, no flags, id 0, opaque body).
+    pub const NOTICE: Kind = Kind(0x0006);
     /// The first kind the server hands to its handler.
     pub const SERVICE_MIN: Kind = Kind(0x0100);
 
@@ -324,6 +333,11 @@ pub enum Message {
         /// Why.
         fault: Fault,
     },
+    /// NOTICE: a message from the server that answers no request.
+    Notice {
+        /// Opaque to this layer (the handler's).
+        body: Bytes,
+    },
 }
 
 /// Why a well-framed message was rejected.
@@ -365,6 +379,7 @@ impl Message {
             Message::ErrorReply { kind, id, fault } => {
                 (*kind, Flags::REPLY.with(Flags::ERROR), *id, fault.encode().into())
             }
+            Message::Notice { body } => (Kind::NOTICE, Flags::NONE, conn, body.clone()),
         }
     }
 
@@ -429,6 +444,7 @@ impl Message {
                 request_id,
                 fault: Fault::decode(&body)?,
             }),
+            Kind::NOTICE if connection_level => Ok(Message::Notice { body }),
             _ => Err(unknown),
         }
     }
@@ -573,6 +589,10 @@ mod tests {
                 id: RequestId(3),
                 fault,
             },
+            Message::Notice {
+                body: Bytes::from_static(b"callback"),
+            },
+            Message::Notice { body: Bytes::new() },
         ]
     }
 
@@ -620,5 +640,87 @@ mod tests {
             Message::from_frame(frame(1, Flags::NONE, 0, &[1])),
             Err(MessageError::Malformed { .. })
         ));
+    }
+
+    fn frame_of(kind: Kind, flags: Flags, id: u64, body: &[u8]) -> Frame {
+        let mut bytes = Vec::new();
+        crate::frame::encode_frame(kind, flags, RequestId(id), body, &mut bytes);
+        let mut d = FrameDecoder::new(1 << 20);
+        d.push(&bytes);
+        d.decode().unwrap().unwrap()
+    }
+
+    #[test]
+    fn notice_is_kind_6_without_flags_on_the_connection_id() {
+        let m = Message::Notice {
+            body: Bytes::from_static(b"page 7"),
+        };
+        let (kind, flags, id, body) = m.to_parts();
+        assert_eq!((kind, flags, id), (Kind(0x0006), Flags::NONE, RequestId::CONNECTION));
+        assert_eq!(body, Bytes::from_static(b"page 7"));
+        assert_eq!(
+            Message::from_frame(frame_of(Kind::NOTICE, Flags::NONE, 0, b"page 7")).unwrap(),
+            m
+        );
+        // The body is opaque: any bytes, or none, decode.
+        assert_eq!(
+            Message::from_frame(frame_of(Kind::NOTICE, Flags::NONE, 0, &[0xFF; 3])).unwrap(),
+            Message::Notice {
+                body: Bytes::from_static(&[0xFF; 3])
+            }
+        );
+    }
+
+    #[test]
+    fn notice_with_a_request_id_is_unknown() {
+        for id in [1, 42, u64::MAX] {
+            assert_eq!(
+                Message::from_frame(frame_of(Kind::NOTICE, Flags::NONE, id, b"x")),
+                Err(MessageError::UnknownKind {
+                    kind: Kind::NOTICE,
+                    flags: 0,
+                    request_id: RequestId(id),
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn notice_kind_with_flags_is_never_a_notice() {
+        // The only flag combinations a frame may carry at all are reply ones, and a reply echoes
+        // its request's kind whatever it is: such a frame is a reply (to a request of kind 6,
+        // which no client sends, so the client rejects it as a reply to no request).
+        for flags in [
+            Flags::REPLY,
+            Flags::REPLY.with(Flags::MORE),
+            Flags::REPLY.with(Flags::ERROR),
+        ] {
+            let body = Fault::new(ErrorCode::PROTOCOL, "x").encode();
+            let m = Message::from_frame(frame_of(Kind::NOTICE, flags, 0, &body)).unwrap();
+            assert!(!matches!(m, Message::Notice { .. }), "flags {flags:?} decoded as {m:?}");
+        }
+        // Any other flag bits are refused by the frame decoder before the message is looked at.
+        for bits in [Flags::MORE.0, Flags::ERROR.0, 0x08, 0x80] {
+            let mut bytes = Vec::new();
+            crate::frame::encode_frame(Kind::NOTICE, Flags::NONE, RequestId(0), b"", &mut bytes);
+            bytes[5] = bits;
+            let crc = crc32c::crc32c(&bytes[..28]);
+            bytes[28..32].copy_from_slice(&crc.to_le_bytes());
+            let mut d = FrameDecoder::new(1 << 20);
+            d.push(&bytes);
+            assert!(
+                matches!(d.decode(), Err(crate::frame::FrameError::BadFlags { .. })),
+                "flags {bits:#04x}"
+            );
+        }
+    }
+
+    #[test]
+    fn kind_7_is_still_reserved() {
+        assert!(matches!(
+            Message::from_frame(frame_of(Kind(0x0007), Flags::NONE, 0, b"")),
+            Err(MessageError::UnknownKind { .. })
+        ));
+        assert!(!Kind::NOTICE.is_service());
     }
 }

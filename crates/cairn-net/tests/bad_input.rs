@@ -183,6 +183,44 @@ fn a_server_message_from_the_client_is_a_protocol_error() {
 }
 
 #[test]
+fn a_notice_from_the_client_is_a_protocol_error() {
+    // NOTICE goes server → client only: a client sending one is cut off like one sending any
+    // other server-to-client message.
+    case(
+        Limits::default(),
+        |raw| {
+            raw.send_message(&Message::Notice {
+                body: bytes::Bytes::from_static(b"callback?"),
+            })
+        },
+        |got| {
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(goodbye(&got[0]), (RequestId(0), ErrorCode::PROTOCOL));
+            assert!(
+                matches!(&got[0], Message::Goodbye { fault, .. } if fault.message.contains("unexpected")),
+                "{got:?}"
+            );
+        },
+    );
+}
+
+#[test]
+fn a_notice_kind_with_a_request_id_from_the_client_is_unknown() {
+    case(
+        Limits::default(),
+        |raw| raw.send(&common::request_frame(Kind::NOTICE, 9, b"")),
+        |got| {
+            assert_eq!(got.len(), 2, "{got:?}");
+            assert_eq!(
+                error_reply(&got[0]),
+                (Kind::NOTICE, RequestId(9), ErrorCode::UNKNOWN_KIND)
+            );
+            assert_eq!(goodbye(&got[1]), (RequestId(9), ErrorCode::UNKNOWN_KIND));
+        },
+    );
+}
+
+#[test]
 fn a_flood_of_idle_connections() {
     let limits = Limits {
         connections_max: 8,

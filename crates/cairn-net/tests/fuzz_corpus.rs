@@ -25,6 +25,29 @@ fn page_service_corpus_replays_without_panics() {
     replay::replay("page_service", page_service::run);
 }
 
+/// Writes the `frame` seeds of the NOTICE message (the piece-size byte first, see the target):
+/// a notice, and a notice followed by a reply, so the fuzzer starts from both decoder paths.
+#[test]
+#[ignore = "rewrites the NOTICE seed inputs of fuzz/corpus/frame"]
+fn write_frame_notice_seeds() {
+    use bytes::Bytes;
+    use cairn_net::message::Message;
+    use cairn_net::{Kind, RequestId};
+    let notice = Message::Notice {
+        body: Bytes::from_static(b"callback page 7"),
+    };
+    let mut seed = vec![7u8];
+    notice.encode(&mut seed);
+    replay::write_seed("frame", "notice", &seed);
+    Message::Reply {
+        kind: Kind(0x0101),
+        id: RequestId(3),
+        body: Bytes::from_static(b"reply"),
+    }
+    .encode(&mut seed);
+    replay::write_seed("frame", "notice_then_reply", &seed);
+}
+
 /// Rewrites the `page_service` seeds from real encodings: one per request
 /// kind and reply decoder (the selector byte first, see the target).
 #[test]
