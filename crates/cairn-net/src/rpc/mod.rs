@@ -1,5 +1,6 @@
 //! RPC after PRIMA's Remote Cooperation System: asynchronous, pipelined calls with partial
-//! replies. [`client`] is the calling half (synchronous API), [`server`] the serving half (tokio).
+//! replies, and NOTICEs the server sends unasked. [`client`] is the calling half (synchronous API),
+//! [`server`] the serving half (tokio).
 
 pub mod client;
 #[cfg(feature = "server")]
@@ -7,4 +8,4 @@ pub mod server;
 
 pub use client::{Call, Client, ClientOptions, Part};
 #[cfg(feature = "server")]
-pub use server::{run, Handler, Limits, Replier, Request};
+pub use server::{run, Handler, Limits, Notifier, Replier, Request};

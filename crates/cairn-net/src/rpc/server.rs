@@ -13,6 +13,10 @@
 //! - the *writer* drains an unbounded channel of encoded frames into the socket, coalescing
 //!   whatever is queued into one write (this is what makes pipelined replies cheap).
 //!
+//! Replies, partial replies, NOTICEs ([`Notifier::notice`]) and the connection's own messages all
+//! go through that one channel, so they reach the wire in the order they were queued: a notice
+//! queued after a reply is read by the client after that reply.
+//!
 //! ```text
 //!            accept                 HELLO ok (Handler::open)          EOF / GOODBYE / shutdown / bad frame
 //!   [limit?] ──────► Handshaking ─────────────────────────► Serving ─────────────────────────────────► Draining ──► Closed
@@ -25,9 +29,14 @@
 //! | transition | made by |
 //! |---|---|
 //! | accept, or refuse at the connection limit | [`run`] |
-//! | Handshaking → Serving / Closed | `handshake` (timeout [`Limits::handshake_timeout`]) |
-//! | Serving → Draining | `serve` returns (EOF, client GOODBYE, shutdown signal, bad input) |
+//! | Handshaking → Serving / Closed | `handshake` (timeout [`Limits::handshake_timeout`]); on Serving, `connection` hands [`Handler::attach`] its [`Notifier`] before the first request is read |
+//! | Serving → Draining | `serve` returns (EOF, client GOODBYE, shutdown signal, bad input); `connection` marks the [`Notifier`]s closed |
 //! | Draining → Closed | `connection`: waits for in-flight (≤ [`Limits::shutdown_grace`]), then the writer flushes and shuts the socket |
+//!
+//! Notices can be sent only while Serving: from Draining on, the client can no longer answer one
+//! (its requests are not read any more), so [`Notifier::notice`] fails with
+//! [`Error::Disconnected`]. A [`Notifier`] kept past the connection's end (in a table of cached
+//! pages, say) does not keep the connection's writer alive: it holds the channel weakly.
 //!
 //! # Bounds
 //!
@@ -42,6 +51,10 @@
 //! reply bytes of all connections together stay within [`Limits::server_request_bytes_max`] and
 //! [`Limits::server_reply_bytes_max`] (each take is the connection's share first, then the
 //! server's), so memory is bounded for the whole server, not only per connection.
+//!
+//! Notices are the exception: [`Notifier::notice`] never waits, so they take no budget, and a
+//! client that does not read holds them in the writer's queue. Whoever sends notices bounds how
+//! many it has outstanding per client.
 //!
 //! # Bad input
 //!
@@ -176,6 +189,65 @@ pub trait Handler: Send + Sync + 'static {
     /// Called once when the connection has ended and its last request has finished.
     fn closed(&self, session: &Self::Session) {
         let _ = session;
+    }
+
+    /// Called once, right after [`Handler::open`] accepted the connection and before its first
+    /// request is handled, with the handle that sends NOTICEs to this client (the WELCOME is
+    /// already queued, so a notice sent from here follows it). Default: does nothing.
+    fn attach(&self, session: &Self::Session, notifier: Notifier) {
+        let _ = (session, notifier);
+    }
+}
+
+/// Sends NOTICE frames to one client (cloneable, Send + Sync).
+///
+/// Notices share the connection's writer queue with its replies, so they reach the client in the
+/// order they were queued relative to replies. `Ok` from [`Notifier::notice`] means queued, not
+/// delivered: a connection that breaks afterwards loses it.
+#[derive(Clone)]
+pub struct Notifier {
+    /// The connection's outgoing channel, held weakly so that a notifier kept after the
+    /// connection's end does not keep its writer (and socket) alive.
+    tx: mpsc::WeakUnboundedSender<Outgoing>,
+    /// Cleared when the connection stops serving (see the module docs' state diagram).
+    serving: Arc<AtomicBool>,
+    body_max: u32,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("closed", &self.is_closed())
+            .field("body_max", &self.body_max)
+            .finish()
+    }
+}
+
+impl Notifier {
+    /// Queues a NOTICE for the client. Never blocks (it waits neither for the socket nor for a
+    /// byte budget). Fails with [`Error::Disconnected`] once the connection's writer is gone or
+    /// the connection has stopped serving, and with [`Error::TooLarge`] for a body over the
+    /// connection's `body_max`.
+    pub fn notice(&self, body: impl Into<Bytes>) -> Result<(), Error> {
+        let body = body.into();
+        if body.len() > self.body_max as usize {
+            return Err(Error::TooLarge {
+                len: body.len(),
+                max: self.body_max,
+            });
+        }
+        if !self.serving.load(Ordering::Acquire) {
+            return Err(Error::Disconnected);
+        }
+        let tx = self.tx.upgrade().ok_or(Error::Disconnected)?;
+        let out = Outgoing::new(Kind::NOTICE, Flags::NONE, RequestId::CONNECTION, body, None);
+        tx.send(out).map_err(|_| Error::Disconnected)
+    }
+
+    /// Whether the connection has ended (a notice would not arrive): it stopped serving, or its
+    /// writer is gone.
+    pub fn is_closed(&self) -> bool {
+        !self.serving.load(Ordering::Acquire) || self.tx.upgrade().is_none_or(|tx| tx.is_closed())
     }
 }
 
@@ -496,6 +568,15 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
     let mut linger_after = false;
     if let Some(session) = handshake(&mut r, &mut conn, &tx, &shared, &peer, &mut stop, &mut linger_after).await {
         let session = Arc::new(session);
+        let serving = Arc::new(AtomicBool::new(true));
+        shared.handler.attach(
+            &session,
+            Notifier {
+                tx: tx.downgrade(),
+                serving: serving.clone(),
+                body_max: limits.body_max,
+            },
+        );
         let in_flight = Arc::new(InFlight::new(limits.in_flight_max));
         let reply_bytes = Budget {
             connection: byte_semaphore(u64::from(limits.reply_bytes_max)),
@@ -512,6 +593,8 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
             &mut stop,
         )
         .await;
+        // The client can no longer answer a notice: its requests are not read any more.
+        serving.store(false, Ordering::Release);
         // Draining: every request already started finishes and queues its reply.
         let _ = tokio::time::timeout(limits.shutdown_grace, in_flight.drained()).await;
         let shutting_down = match end {
