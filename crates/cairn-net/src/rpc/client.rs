@@ -28,6 +28,34 @@
 //! The price: replies are read only while someone waits or sends. They queue in the kernel in the
 //! meantime, which is back-pressure the server respects (it bounds queued reply bytes).
 //!
+//! # Notices
+//!
+//! The server may send a NOTICE at any time (cache callbacks). Whichever thread reads the socket
+//! queues it in the client's state, in arrival order, apart from the calls' slots (a notice
+//! carries id 0 and no flags, so it is never taken for a reply); [`Client::next_notice`] takes
+//! them. Waiting for notices must not cost calls a hand-off, so a thread parked in
+//! [`Client::next_notice`] is never a standing reader and never waits on the condition variable
+//! readers signal every round:
+//!
+//! - while nobody reads, it watches the socket with poll(2), at most [`NOTICE_POLL`] at a time and
+//!   never past its deadline, *without* taking the reading side (a caller that wants a reply
+//!   meanwhile takes it and reads as usual). Only when data is there and the reading side is
+//!   still free does it take the side for one round whose read does not block (`MSG_DONTWAIT`),
+//!   so a caller that finds it reading waits for one non-blocking read at most;
+//! - while a caller reads, it waits on a condition variable of its own (`noticed`), signalled
+//!   only when a notice is queued or the connection closes, for at most [`NOTICE_POLL`], and then
+//!   looks again (the reader may have stopped without a notice, leaving the socket unwatched);
+//! - when its poll saw data but somebody else took it (the reply of a caller in the middle of a
+//!   call), it next waits on `noticed` rather than polling again at once, so it does not fall
+//!   into step with a stream of calls and wake on each reply.
+//!
+//! So a parked [`Client::next_notice`] adds at most a couple of wake-ups per [`NOTICE_POLL`],
+//! whatever the call rate, and none to a call's own path. The queue is bounded
+//! ([`NOTICES_MAX`] notices, [`NOTICE_BYTES_MAX`] bytes): a server that floods a client which does
+//! not take its notices breaks the protocol, and the connection is closed with
+//! [`Error::Protocol`] naming the limit and its socket shut down, so that the server sees the
+//! client go instead of queueing more.
+//!
 //! # A call's states
 //!
 //! ```text
@@ -36,10 +64,20 @@
 //!                 └── Call dropped ──► Abandoned ──(final arrives)────┘ (slot removed by the reader)
 //!                 └── connection closes ──► Failed (every pending call gets the same error)
 //! ```
+//!
+//! # How a notice flows
+//!
+//! ```text
+//!   NOTICE (id 0) ──(read by a caller, or by next_notice when nobody reads)──► notices (FIFO)
+//!       notices ──(Client::next_notice; each notice to one taker)──► taken
+//!       notices full ──► connection Failed (Error::Protocol), socket shut down
+//!       connection closes ──► next_notice takes what is queued, then gets the same error as calls
+//! ```
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -58,6 +96,15 @@ pub const WRITE_STALL: Duration = Duration::from_millis(1);
 pub const READ_POLL: Duration = Duration::from_millis(200);
 /// Bytes a reader asks the socket for at once.
 const READ_BUF: usize = 64 << 10;
+/// The longest a thread in [`Client::next_notice`] waits before it looks again at who is reading
+/// (a poll of the socket, or a wait for the reader's hand-over). It bounds how late a notice can
+/// be taken when it arrives as a caller stops reading.
+pub const NOTICE_POLL: Duration = Duration::from_millis(20);
+/// Notices the client holds before they are taken; one more closes the connection.
+pub const NOTICES_MAX: usize = 65_536;
+/// Bytes of notice bodies the client holds before they are taken; a notice past it closes the
+/// connection (one notice alone is always accepted, whatever its size up to the body limit).
+pub const NOTICE_BYTES_MAX: usize = 64 << 20;
 
 /// How to connect.
 #[derive(Clone, Debug)]
@@ -133,6 +180,49 @@ impl Sock {
         }
     }
 
+    fn fd(&self) -> RawFd {
+        match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// Reads what has arrived without waiting (`MSG_DONTWAIT`; the socket's other readers keep
+    /// their blocking mode and timeout, which a non-blocking flag on the descriptor would change).
+    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is writable for `buf.len()` bytes for the whole call, and the descriptor
+        // is open: it belongs to `self`, which outlives the call.
+        let n = unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Waits up to `timeout` (rounded up to a whole millisecond) until the socket has something
+    /// to read (data, end of stream or an error), without reading it.
+    fn poll_readable(&self, timeout: Duration) -> io::Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `pfd` is one valid, writable pollfd and `nfds` is 1; its descriptor is open (it
+        // belongs to `self`, which outlives the call).
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(n > 0 && pfd.revents != 0)
+    }
+
     fn set_timeouts(&self, read: Option<Duration>, write: Option<Duration>) -> io::Result<()> {
         match self {
             Sock::Tcp(s) => {
@@ -168,8 +258,41 @@ struct State {
     closed: Option<Error>,
     /// `None` while a caller is reading (it holds the reading side).
     read_side: Option<ReadSide>,
-    /// Callers blocked on the condition variable.
+    /// Callers blocked on `changed`.
     waiters: usize,
+    /// NOTICE bodies read and not yet taken, oldest first.
+    notices: VecDeque<Bytes>,
+    /// Bytes of the bodies in `notices`.
+    notice_bytes: usize,
+    /// Threads in [`Client::next_notice`] blocked on `noticed`.
+    notice_waiters: usize,
+    /// The server sent more notices than the client holds ([`NOTICES_MAX`], [`NOTICE_BYTES_MAX`]):
+    /// the connection is closed and its socket is to be shut down.
+    flooded: bool,
+}
+
+impl State {
+    fn new(read_side: ReadSide) -> State {
+        State {
+            calls: HashMap::new(),
+            closed: None,
+            read_side: Some(read_side),
+            waiters: 0,
+            notices: VecDeque::new(),
+            notice_bytes: 0,
+            notice_waiters: 0,
+            flooded: false,
+        }
+    }
+}
+
+/// What one read of the socket turned up.
+struct Round {
+    frames: Vec<Frame>,
+    /// Why the connection ended, if it did.
+    failure: Option<Error>,
+    /// Bytes read (0 when nothing was there).
+    bytes: usize,
 }
 
 struct Writer {
@@ -190,6 +313,9 @@ struct Inner {
     state: Mutex<State>,
     /// Signalled when replies have been handed out or the reading side is free again.
     changed: Condvar,
+    /// Signalled only when a notice is queued or the connection closes (never per reply, so a
+    /// thread waiting for notices costs calls nothing).
+    noticed: Condvar,
     welcome: Welcome,
 }
 
@@ -201,8 +327,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Inner {
     /// Takes the next event of call `id`, reading the socket (as the leader) or waiting for
-    /// the reader (as a follower) until one is there. With `block` false, returns `Ok(None)`
-    /// instead of waiting.
+    /// the reader (as a follower) until one is there.
     fn next_event(&self, id: u64) -> Result<Event> {
         let mut st = lock(&self.state);
         loop {
@@ -240,23 +365,39 @@ impl Inner {
     /// whole frame to its call, give the reading side back, wake waiting callers.
     fn read_round<'a>(&'a self, st: MutexGuard<'a, State>, mut side: ReadSide) -> MutexGuard<'a, State> {
         drop(st);
-        let mut frames: Vec<Frame> = Vec::new();
-        let mut failure: Option<Error> = None;
-        match self.sock.read(&mut side.buf) {
+        let round = self.read_frames(&mut side, true);
+        self.hand_out(lock(&self.state), side, round)
+    }
+
+    /// Reads the socket once (blocking up to [`READ_POLL`] when `wait`, not at all otherwise) and
+    /// decodes every whole frame. Runs without the state's lock, holding the reading side.
+    fn read_frames(&self, side: &mut ReadSide, wait: bool) -> Round {
+        let mut round = Round {
+            frames: Vec::new(),
+            failure: None,
+            bytes: 0,
+        };
+        let read = if wait {
+            self.sock.read(&mut side.buf)
+        } else {
+            self.sock.read_now(&mut side.buf)
+        };
+        match read {
             Ok(0) => {
-                failure = Some(match side.dec.finish() {
+                round.failure = Some(match side.dec.finish() {
                     Ok(()) => Error::Disconnected,
                     Err(e) => Error::Frame(e),
                 })
             }
             Ok(n) => {
+                round.bytes = n;
                 side.dec.push(&side.buf[..n]);
                 loop {
                     match side.dec.decode() {
-                        Ok(Some(f)) => frames.push(f),
+                        Ok(Some(f)) => round.frames.push(f),
                         Ok(None) => break,
                         Err(e) => {
-                            failure = Some(Error::Frame(e));
+                            round.failure = Some(Error::Frame(e));
                             break;
                         }
                     }
@@ -267,9 +408,20 @@ impl Inner {
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
                 ) => {}
-            Err(e) => failure = Some(Error::io("reading replies", e)),
+            Err(e) => round.failure = Some(Error::io("reading replies", e)),
         }
-        let mut st = lock(&self.state);
+        round
+    }
+
+    /// The end of a reader's turn, under the state's lock: gives the reading side back, hands
+    /// every frame to its call (notices to the notice queue), records why the connection ended,
+    /// and wakes who waits: callers on `changed` as before, and threads waiting for notices on
+    /// `noticed` only if a notice came or the connection closed.
+    fn hand_out<'a>(&'a self, mut st: MutexGuard<'a, State>, side: ReadSide, round: Round) -> MutexGuard<'a, State> {
+        let Round {
+            frames, mut failure, ..
+        } = round;
+        let notices_before = st.notices.len();
         st.read_side = Some(side);
         for frame in frames {
             if let Err(e) = dispatch(&mut st, frame) {
@@ -282,10 +434,76 @@ impl Inner {
                 st.closed = Some(e);
             }
         }
+        if st.flooded {
+            // The server does not stop on its own: make it see the client go.
+            self.sock.shutdown();
+        }
         if st.waiters > 0 {
             self.changed.notify_all();
         }
+        if st.notice_waiters > 0 && (st.notices.len() > notices_before || st.closed.is_some()) {
+            self.noticed.notify_all();
+        }
         st
+    }
+
+    /// [`Client::next_notice`]: see the module docs for why it watches the socket with poll(2)
+    /// instead of reading it, and waits on `noticed` rather than `changed`.
+    fn next_notice(&self, timeout: Duration) -> Result<Option<Bytes>> {
+        let start = Instant::now();
+        let mut st = lock(&self.state);
+        // Whether the socket has been looked at once (so a zero timeout still takes what has
+        // arrived), and whether the last look saw data that somebody else was reading.
+        let mut looked = false;
+        let mut back_off = false;
+        loop {
+            if let Some(body) = st.notices.pop_front() {
+                st.notice_bytes -= body.len();
+                return Ok(Some(body));
+            }
+            if let Some(e) = &st.closed {
+                return Err(e.clone());
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            if looked && left.is_zero() {
+                return Ok(None);
+            }
+            looked = true;
+            if st.read_side.is_none() || back_off {
+                // A caller is reading (or was, a moment ago): it hands notices over.
+                back_off = false;
+                if left.is_zero() {
+                    continue;
+                }
+                st.notice_waiters += 1;
+                let (guard, _) = self
+                    .noticed
+                    .wait_timeout(st, left.min(NOTICE_POLL))
+                    .unwrap_or_else(|p| p.into_inner());
+                st = guard;
+                st.notice_waiters -= 1;
+                continue;
+            }
+            // Nobody reads: watch the socket without taking the reading side.
+            drop(st);
+            let ready = self
+                .sock
+                .poll_readable(left.min(NOTICE_POLL))
+                .map_err(|e| Error::io("waiting for a notice", e))?;
+            st = lock(&self.state);
+            if !ready {
+                continue;
+            }
+            match st.read_side.take() {
+                Some(mut side) => {
+                    drop(st);
+                    let round = self.read_frames(&mut side, false);
+                    back_off = round.bytes == 0 && round.failure.is_none();
+                    st = self.hand_out(lock(&self.state), side, round);
+                }
+                None => back_off = true,
+            }
+        }
     }
 
     /// Writes the deferred requests.
@@ -344,6 +562,9 @@ impl Inner {
         if st.waiters > 0 {
             self.changed.notify_all();
         }
+        if st.notice_waiters > 0 {
+            self.noticed.notify_all();
+        }
     }
 
     /// Writes all of `buf`; a stalled write reads replies before trying again.
@@ -379,13 +600,14 @@ impl Drop for Inner {
     }
 }
 
-/// Hands one reply frame to its call.
+/// Hands one reply frame to its call, or a NOTICE to the notice queue.
 fn dispatch(st: &mut State, frame: Frame) -> Result<()> {
     let (id, event) = match Message::from_frame(frame)? {
         Message::ReplyPart { id, body, .. } => (id, Event::Part(body)),
         Message::Reply { id, body, .. } => (id, Event::Final(body)),
         Message::ErrorReply { id, fault, .. } => (id, Event::Failed(fault)),
         Message::Goodbye { fault, .. } => return Err(Error::Closed(fault)),
+        Message::Notice { body } => return queue_notice(st, body),
         other => return Err(Error::Protocol(format!("unexpected message {other:?}"))),
     };
     let is_final = !matches!(event, Event::Part(_));
@@ -399,6 +621,28 @@ fn dispatch(st: &mut State, frame: Frame) -> Result<()> {
     } else {
         slot.events.push_back(event);
     }
+    Ok(())
+}
+
+/// Queues a notice, or fails (and marks the state flooded) past the queue's bounds.
+fn queue_notice(st: &mut State, body: Bytes) -> Result<()> {
+    if st.notices.len() >= NOTICES_MAX {
+        st.flooded = true;
+        return Err(Error::Protocol(format!(
+            "the server sent more than {NOTICES_MAX} notices that were not taken (NOTICES_MAX)"
+        )));
+    }
+    if !st.notices.is_empty() && st.notice_bytes + body.len() > NOTICE_BYTES_MAX {
+        st.flooded = true;
+        return Err(Error::Protocol(format!(
+            "the server sent notices of more than {NOTICE_BYTES_MAX} bytes that were not taken (NOTICE_BYTES_MAX)"
+        )));
+    }
+    // A copy: the body is a slice of the read buffer, and a small notice left untaken for long
+    // would otherwise keep that whole buffer alive.
+    let body = Bytes::copy_from_slice(&body);
+    st.notice_bytes += body.len();
+    st.notices.push_back(body);
     Ok(())
 }
 
@@ -427,30 +671,49 @@ impl Client {
             }
             Address::Unix(p) => Sock::Unix(UnixStream::connect(p).map_err(|e| Error::io("connecting", e))?),
         };
-        let (dec, welcome) = handshake(&sock, opts, deadline)?;
+        let (mut dec, welcome) = handshake(&sock, opts, deadline)?;
         sock.set_timeouts(Some(READ_POLL), Some(WRITE_STALL))
             .map_err(|e| Error::io("configuring the socket", e))?;
-        Ok(Client {
-            inner: Arc::new(Inner {
-                sock,
-                writer: Mutex::new(Writer {
-                    queued: Vec::new(),
-                    next_id: 1,
-                }),
-                has_queued: AtomicBool::new(false),
-                state: Mutex::new(State {
-                    calls: HashMap::new(),
-                    closed: None,
-                    read_side: Some(ReadSide {
-                        dec,
-                        buf: vec![0u8; READ_BUF].into_boxed_slice(),
-                    }),
-                    waiters: 0,
-                }),
-                changed: Condvar::new(),
-                welcome,
+        // Frames that came in the same read as the WELCOME (a notice sent as the connection was
+        // accepted) are handed out now: the reader decodes only after reading, and a poll of the
+        // socket would not see them.
+        let mut round = Round {
+            frames: Vec::new(),
+            failure: None,
+            bytes: 0,
+        };
+        loop {
+            match dec.decode() {
+                Ok(Some(f)) => round.frames.push(f),
+                Ok(None) => break,
+                Err(e) => {
+                    round.failure = Some(Error::Frame(e));
+                    break;
+                }
+            }
+        }
+        let side = ReadSide {
+            dec,
+            buf: vec![0u8; READ_BUF].into_boxed_slice(),
+        };
+        let inner = Arc::new(Inner {
+            sock,
+            writer: Mutex::new(Writer {
+                queued: Vec::new(),
+                next_id: 1,
             }),
-        })
+            has_queued: AtomicBool::new(false),
+            state: Mutex::new(State::new(side)),
+            changed: Condvar::new(),
+            noticed: Condvar::new(),
+            welcome,
+        });
+        if !round.frames.is_empty() || round.failure.is_some() {
+            let mut st = lock(&inner.state);
+            let side = st.read_side.take().expect("a new client's reading side is free");
+            drop(inner.hand_out(st, side, round));
+        }
+        Ok(Client { inner })
     }
 
     /// What the server said in its WELCOME.
@@ -535,6 +798,21 @@ impl Client {
         lock(&self.inner.state).closed.clone()
     }
 
+    /// Waits up to `timeout` for the next NOTICE from the server and returns its body (`Ok(None)`
+    /// if none came in time; a zero timeout still takes one that has already arrived). When no
+    /// caller is reading the socket, this reads it itself (it polls the socket with poll(2) and
+    /// reads only when data is there and nobody else reads), so notices reach a client that is
+    /// otherwise idle; when a caller is reading, it waits for that reader to hand notices over.
+    /// `Err(e)` once the connection is closed (the same error pending calls get), after the
+    /// notices already queued have been taken.
+    ///
+    /// Notices are taken in arrival order; with several threads in here, each notice goes to one
+    /// of them. A thread waiting here costs calls nothing: see the module docs. Deferred requests
+    /// ([`Client::invoke_deferred`]) are not flushed by it.
+    pub fn next_notice(&self, timeout: Duration) -> Result<Option<Bytes>> {
+        self.inner.next_notice(timeout)
+    }
+
     /// Checks the client's invariants (tests and debug builds).
     pub fn check_invariants(&self) {
         let st = lock(&self.inner.state);
@@ -560,6 +838,22 @@ impl Client {
         if let Some(side) = &st.read_side {
             side.dec.check_invariants();
         }
+        assert_eq!(
+            st.notice_bytes,
+            st.notices.iter().map(Bytes::len).sum::<usize>(),
+            "notice bytes out of step with the queued notices"
+        );
+        assert!(
+            st.notices.len() <= NOTICES_MAX,
+            "{} notices queued, over {NOTICES_MAX}",
+            st.notices.len()
+        );
+        assert!(
+            st.notices.len() <= 1 || st.notice_bytes <= NOTICE_BYTES_MAX,
+            "{} bytes of notices queued, over {NOTICE_BYTES_MAX}",
+            st.notice_bytes
+        );
+        assert!(!st.flooded || st.closed.is_some(), "flooded by notices but not closed");
     }
 }
 

@@ -4,12 +4,12 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
-use cairn_net::rpc::{self, Client, ClientOptions, Handler, Limits, Replier, Request};
+use cairn_net::rpc::{self, Client, ClientOptions, Handler, Limits, Notifier, Replier, Request};
 use cairn_net::transport::{Address, Listener};
 use cairn_net::Kind;
 use tokio::sync::{oneshot, Notify};
@@ -26,6 +26,14 @@ pub const RELEASE: Kind = Kind(0x0103);
 pub const FAIL: Kind = Kind(0x0104);
 /// Panics.
 pub const PANIC: Kind = Kind(0x0105);
+/// Body `count: u32 | delay_ms: u32`: pushes `count` NOTICEs to the caller, each body the
+/// session's next notice number (u32 LE, from 0, so their order can be checked). With delay 0 they
+/// are queued before the final reply (so they precede it on the wire); otherwise a task sends them
+/// after the delay and the reply (empty) goes at once.
+pub const NOTIFY: Kind = Kind(0x0106);
+/// A client with this name gets a NOTICE `b"hello"` queued by `Handler::attach`, right behind the
+/// WELCOME.
+pub const GREET_NAME: &str = "greet me";
 
 pub const TOKEN: &[u8] = b"secret";
 
@@ -39,6 +47,61 @@ pub struct TestHandler {
     pub holding: AtomicUsize,
     pub opened: AtomicUsize,
     pub closed: AtomicUsize,
+    /// The notifier of the latest connection attached.
+    pub last_notifier: Mutex<Option<Notifier>>,
+}
+
+/// A connection's session: its notifier, and the number of its next notice.
+pub struct TestSession {
+    greet: bool,
+    notifier: Mutex<Option<Notifier>>,
+    next_notice: Arc<Mutex<u32>>,
+}
+
+impl TestSession {
+    /// A sender of numbered notices for this session.
+    fn numbered(&self) -> Numbered {
+        Numbered {
+            notifier: self.notifier.lock().unwrap().clone().expect("attach came first"),
+            next: self.next_notice.clone(),
+        }
+    }
+}
+
+/// Sends notices numbered in the order they are queued (the number is taken and the notice
+/// queued under one lock, so concurrent senders cannot swap them).
+pub struct Numbered {
+    notifier: Notifier,
+    next: Arc<Mutex<u32>>,
+}
+
+impl Numbered {
+    fn send(&self, count: u32) {
+        for _ in 0..count {
+            let mut next = self.next.lock().unwrap();
+            if self
+                .notifier
+                .notice(Bytes::copy_from_slice(&next.to_le_bytes()))
+                .is_err()
+            {
+                return;
+            }
+            *next += 1;
+        }
+    }
+}
+
+/// The body of a NOTIFY request.
+pub fn notify_body(count: u32, delay_ms: u32) -> Bytes {
+    let mut b = Vec::with_capacity(8);
+    b.extend_from_slice(&count.to_le_bytes());
+    b.extend_from_slice(&delay_ms.to_le_bytes());
+    Bytes::from(b)
+}
+
+/// The number a notice body carries.
+pub fn notice_number(body: &[u8]) -> u32 {
+    u32::from_le_bytes(body.try_into().expect("a numbered notice is 4 bytes"))
 }
 
 impl TestHandler {
@@ -50,9 +113,9 @@ impl TestHandler {
 }
 
 impl Handler for TestHandler {
-    type Session = ();
+    type Session = TestSession;
 
-    fn open(&self, hello: &Hello, _peer: &str) -> Result<(), Fault> {
+    fn open(&self, hello: &Hello, _peer: &str) -> Result<TestSession, Fault> {
         if hello.token != TOKEN {
             return Err(Fault::new(ErrorCode::UNKNOWN_TOKEN, "unknown token"));
         }
@@ -63,10 +126,22 @@ impl Handler for TestHandler {
             ));
         }
         self.opened.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        Ok(TestSession {
+            greet: hello.client_name == GREET_NAME,
+            notifier: Mutex::new(None),
+            next_notice: Arc::new(Mutex::new(0)),
+        })
     }
 
-    async fn handle(&self, _session: &(), request: Request, reply: &Replier) -> Result<Bytes, Fault> {
+    fn attach(&self, session: &TestSession, notifier: Notifier) {
+        if session.greet {
+            notifier.notice(&b"hello"[..]).unwrap();
+        }
+        *session.notifier.lock().unwrap() = Some(notifier.clone());
+        *self.last_notifier.lock().unwrap() = Some(notifier);
+    }
+
+    async fn handle(&self, session: &TestSession, request: Request, reply: &Replier) -> Result<Bytes, Fault> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.running_max.fetch_max(now, Ordering::SeqCst);
         let result = match request.kind {
@@ -96,6 +171,20 @@ impl Handler for TestHandler {
                 self.release.notify_waiters();
                 Ok(Bytes::new())
             }
+            NOTIFY => {
+                let count = u32::from_le_bytes(request.body[..4].try_into().unwrap());
+                let delay_ms = u32::from_le_bytes(request.body[4..8].try_into().unwrap());
+                let numbered = session.numbered();
+                if delay_ms == 0 {
+                    numbered.send(count);
+                } else {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(delay_ms.into())).await;
+                        numbered.send(count);
+                    });
+                }
+                Ok(Bytes::new())
+            }
             FAIL => Err(Fault::new(ErrorCode(0x1001), "asked to fail")),
             PANIC => panic!("asked to panic"),
             other => Err(Fault::new(ErrorCode(0x1000), format!("unknown kind {:#x}", other.0))),
@@ -104,7 +193,7 @@ impl Handler for TestHandler {
         result
     }
 
-    fn closed(&self, _session: &()) {
+    fn closed(&self, _session: &TestSession) {
         self.closed.fetch_add(1, Ordering::SeqCst);
     }
 }
