@@ -6,7 +6,7 @@
 
 use cairn_net::frame::Kind;
 use cairn_net::page_service::{
-    decode_groups, decode_lsns, decode_page, decode_pages, Fetched, PageRequest, VolumeInfo,
+    decode_groups, decode_lsns, decode_page, decode_pages, Callback, Fetched, PageRequest, VolumeInfo,
 };
 
 /// Runs one input.
@@ -14,8 +14,8 @@ pub fn run(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    match which % 17 {
-        k @ 0..=11 => {
+    match which % 18 {
+        k @ 0..=12 => {
             let kind = Kind(0x0100 + u16::from(k));
             if let Ok(Some(req)) = PageRequest::decode(kind, body) {
                 let (k2, again) = req.encode();
@@ -23,23 +23,26 @@ pub fn run(data: &[u8]) {
                 assert_eq!(again, body, "a decoded request encodes back to its bytes");
             }
         }
-        12 => {
+        13 => {
             if let Ok(f) = Fetched::decode(body) {
                 assert_eq!(f.encode(), body, "a FETCH part encodes back to its bytes");
             }
         }
-        13 => {
+        14 => {
             let _ = decode_lsns(body);
         }
-        14 => {
+        15 => {
             let _ = decode_pages(body);
             let _ = decode_page(body);
         }
-        15 => {
+        16 => {
             let _ = decode_groups(body);
         }
         _ => {
             let _ = VolumeInfo::decode(body);
+            if let Ok(c) = Callback::decode(body) {
+                assert_eq!(c.encode(), body, "a CALLBACK encodes back to its bytes");
+            }
         }
     }
 }

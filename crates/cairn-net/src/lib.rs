@@ -2,10 +2,12 @@
 //!
 //! - [`frame`]: the 32-byte frame header, checksums, and the incremental [`frame::FrameDecoder`].
 //! - [`message`]: the envelope's message kinds (handshake, requests, reply parts, final and error
-//!   replies, GOODBYE, PING) and their bodies.
+//!   replies, GOODBYE, PING, and the server-initiated NOTICE) and their bodies.
 //! - [`transport`]: TCP and Unix domain sockets behind one [`transport::Address`].
 //! - [`rpc`]: the client ([`rpc::Client`]: invoke now, collect later; partial replies as a
-//!   stream; a synchronous `call`) and the server ([`rpc::run`] with a [`rpc::Handler`]).
+//!   stream; a synchronous `call`; [`rpc::Client::next_notice`] for the server's notices) and
+//!   the server ([`rpc::run`] with a [`rpc::Handler`], which sends notices through an
+//!   [`rpc::Notifier`]).
 //!
 //! Architecture invariant: this crate does no disk I/O and knows nothing of the database; the
 //! server crate gives meaning to service kinds (`0x0100` and up). `docs/protocol.md` has the byte

@@ -3,7 +3,7 @@
 //!
 //! | kind | request body | final reply body |
 //! |---|---|---|
-//! | `0x0100` BEGIN | empty | `txn u64, page_count u32` |
+//! | `0x0100` | retired (was BEGIN: a transaction now begins on the server with its first request) | |
 //! | `0x0101` FETCH | `txn u64, mode u8, group u32, count u16, (page u32, lsn u64) × count` | empty; one part per page ([`Fetched`]) |
 //! | `0x0102` ALLOCATE | `txn u64, group u32, near u32 (NO_PAGE: none), page type u8` | `page u32, page_count u32, image` |
 //! | `0x0103` FREE | `txn u64, page u32` | empty |
@@ -15,7 +15,31 @@
 //! | `0x0109` GROUPS | empty | `count u32, (id u32, len u16, name) × count` |
 //! | `0x010A` GROUP | `create u8, len u16, name` | `id u32` |
 //! | `0x010B` READ | `page u32` | `image` |
+//! | `0x010C` CALLBACK_REPLY | [`CallbackReply`]: `callback u64, page u32, epoch u64, writer u64, count u16, txn u64 × count` | empty |
 //!
+//! and one server-initiated message, a NOTICE whose body is a [`Callback`]:
+//! `callback u64, page u32, epoch u64`.
+//!
+//! **Transactions** are named by the client (any id but 0, unique among the
+//! session's open ones): the server begins one the first time a request
+//! names it, and ends it at COMMIT or ABORT (or when the session ends). A
+//! transaction that only read pages it caches under callbacks never reaches
+//! the server at all.
+//!
+//! **Callback locking.** A client that answers callbacks sets
+//! [`FETCH_CACHE`] in a FETCH's mode; a FETCH part that then grants it the
+//! right to cache the page across transactions carries a nonzero `cover`
+//! epoch. Before
+//! another client's transaction may take X on the page, the server sends a
+//! CALLBACK naming the page and that epoch; the client answers with
+//! CALLBACK_REPLY: no transactions (it gave the right up) or the
+//! transactions of its own still reading the page (the server then takes S
+//! for each of them, so the writer waits for them in the lock table, where
+//! a deadlock through a callback is found like any other). A CALLBACK_REPLY
+//! with callback id 0 answers no callback: before one of its transactions
+//! asks for X on a page it caches, the client names its *other*
+//! transactions reading the page under its right the same way (its own
+//! right stays).
 //! A FETCH takes the lock it needs with the read, so locking adds no round
 //! trip, and names up to [`FETCH_PAGES_MAX`] pages at once (prefetch). Its
 //! mode is [`FETCH_S`], [`FETCH_X`] or [`FETCH_TRY_INSERT`] (take X only if
@@ -38,6 +62,8 @@ use crate::message::{ErrorCode, MessageError, Reader};
 
 /// Pages one FETCH may name.
 pub const FETCH_PAGES_MAX: usize = 256;
+/// Transactions a CALLBACK_REPLY may name.
+pub const TXNS_MAX: usize = 1024;
 /// Records one COMMIT may carry.
 pub const COMMIT_RECORDS_MAX: u32 = 1 << 20;
 /// "No page" in a `near` field.
@@ -54,6 +80,10 @@ pub const FETCH_X: u8 = 1;
 /// FETCH mode: exclusive lock only if granted at once and the page is an
 /// in-use page of the request's group.
 pub const FETCH_TRY_INSERT: u8 = 2;
+/// FETCH mode flag (ORed into the mode): the client answers callbacks, so
+/// the server may grant it the right to cache the pages. A client without
+/// a callback thread leaves it clear and is never called back.
+pub const FETCH_CACHE: u8 = 0x80;
 
 /// Lock mode IS on the wire.
 pub const LOCK_MODE_IS: u8 = 0;
@@ -72,8 +102,6 @@ pub const RESOURCE_PAGE: u8 = 0;
 pub const RESOURCE_GROUP: u8 = 1;
 
 impl Kind {
-    /// Starts a transaction.
-    pub const BEGIN: Kind = Kind(0x0100);
     /// Reads pages under a lock.
     pub const FETCH: Kind = Kind(0x0101);
     /// Allocates a page.
@@ -96,6 +124,8 @@ impl Kind {
     pub const GROUP: Kind = Kind(0x010A);
     /// Reads a committed page without a lock.
     pub const READ: Kind = Kind(0x010B);
+    /// Answers a callback.
+    pub const CALLBACK_REPLY: Kind = Kind(0x010C);
 }
 
 impl ErrorCode {
@@ -122,8 +152,6 @@ impl ErrorCode {
 /// A page-service request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PageRequest {
-    /// BEGIN.
-    Begin,
     /// FETCH.
     Fetch {
         /// The transaction.
@@ -202,6 +230,62 @@ pub enum PageRequest {
         /// The page.
         page: u32,
     },
+    /// CALLBACK_REPLY.
+    CallbackReply(CallbackReply),
+}
+
+/// A callback (the body of a NOTICE): give up the right to cache `page`
+/// granted with `epoch`, or say which transactions still read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Callback {
+    /// The server's id for this callback.
+    pub id: u64,
+    /// The page.
+    pub page: u32,
+    /// The epoch of the right being called back (a FETCH part's `cover`).
+    pub epoch: u64,
+}
+
+impl Callback {
+    /// Encodes the NOTICE body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(20);
+        out.extend_from_slice(&self.id.to_le_bytes());
+        out.extend_from_slice(&self.page.to_le_bytes());
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out
+    }
+
+    /// Decodes a NOTICE body.
+    pub fn decode(body: &[u8]) -> Result<Callback, MessageError> {
+        let mut r = Reader::new(body, "CALLBACK notice");
+        let c = Callback {
+            id: r.u64()?,
+            page: r.u32()?,
+            epoch: r.u64()?,
+        };
+        r.end()?;
+        Ok(c)
+    }
+}
+
+/// The answer to a [`Callback`], or (id 0) a client naming its
+/// transactions that read a page under its right before another of its
+/// transactions asks for X on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallbackReply {
+    /// The callback answered; 0: none (the client's right stays).
+    pub id: u64,
+    /// Its page.
+    pub page: u32,
+    /// Its epoch.
+    pub epoch: u64,
+    /// Callback id 0: the client's transaction about to ask for X (its
+    /// readers named here must not wait for it); else 0.
+    pub writer: u64,
+    /// The client's transactions still reading the page (empty: the right
+    /// is given up and nobody uses the page), at most [`TXNS_MAX`].
+    pub in_use_by: Vec<u64>,
 }
 
 impl PageRequest {
@@ -209,7 +293,6 @@ impl PageRequest {
     pub fn encode(&self) -> (Kind, Vec<u8>) {
         let mut out = Vec::new();
         let kind = match self {
-            PageRequest::Begin => Kind::BEGIN,
             PageRequest::Fetch {
                 txn,
                 mode,
@@ -288,6 +371,14 @@ impl PageRequest {
                 out.extend_from_slice(&page.to_le_bytes());
                 Kind::READ
             }
+            PageRequest::CallbackReply(c) => {
+                out.extend_from_slice(&c.id.to_le_bytes());
+                out.extend_from_slice(&c.page.to_le_bytes());
+                out.extend_from_slice(&c.epoch.to_le_bytes());
+                out.extend_from_slice(&c.writer.to_le_bytes());
+                put_txns(&mut out, &c.in_use_by);
+                Kind::CALLBACK_REPLY
+            }
         };
         (kind, out)
     }
@@ -297,12 +388,14 @@ impl PageRequest {
         let what = "page service request";
         let mut r = Reader::new(body, what);
         let req = match kind {
-            Kind::BEGIN => PageRequest::Begin,
             Kind::FETCH => {
                 let txn = r.u64()?;
                 let mode = r.u8()?;
-                if mode > FETCH_TRY_INSERT {
-                    return Err(malformed(what, "FETCH mode is not 0 (S), 1 (X) or 2 (try insert)"));
+                if mode & !FETCH_CACHE > FETCH_TRY_INSERT {
+                    return Err(malformed(
+                        what,
+                        "FETCH mode is not 0 (S), 1 (X) or 2 (try insert), with or without 0x80 (cache)",
+                    ));
                 }
                 let group = r.u32()?;
                 let count = r.u16()? as usize;
@@ -392,11 +485,37 @@ impl PageRequest {
                 PageRequest::Group { create, name }
             }
             Kind::READ => PageRequest::Read { page: r.u32()? },
+            Kind::CALLBACK_REPLY => PageRequest::CallbackReply(CallbackReply {
+                id: r.u64()?,
+                page: r.u32()?,
+                epoch: r.u64()?,
+                writer: r.u64()?,
+                in_use_by: get_txns(&mut r, what)?,
+            }),
             _ => return Ok(None),
         };
         r.end()?;
         Ok(Some(req))
     }
+}
+
+/// Writes `count u16, txn u64 × count` (at most [`TXNS_MAX`]).
+fn put_txns(out: &mut Vec<u8>, txns: &[u64]) {
+    let txns = &txns[..txns.len().min(TXNS_MAX)];
+    out.extend_from_slice(&(txns.len() as u16).to_le_bytes());
+    for t in txns {
+        out.extend_from_slice(&t.to_le_bytes());
+    }
+}
+
+/// Reads what [`put_txns`] wrote.
+fn get_txns(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u64>, MessageError> {
+    let n = r.u16()? as usize;
+    if n > TXNS_MAX {
+        return Err(malformed(what, "a list of more than 1,024 transactions"));
+    }
+    r.check_count(n, 8)?;
+    (0..n).map(|_| r.u64()).collect()
 }
 
 fn malformed(what: &'static str, problem: &'static str) -> MessageError {
@@ -440,7 +559,8 @@ impl FetchStatus {
 }
 
 /// One FETCH part: `page u32, status u8, group u32, page_count u32, lsn
-/// u64`, then the sealed image if the status is [`FetchStatus::Image`].
+/// u64, cover u64`, then the sealed image if the status is
+/// [`FetchStatus::Image`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fetched<'a> {
     /// The page.
@@ -453,12 +573,16 @@ pub struct Fetched<'a> {
     pub page_count: u32,
     /// The committed page's LSN (0 if not locked).
     pub lsn: u64,
+    /// Nonzero: the client may keep the page across transactions until the
+    /// server calls back this epoch (callback locking); 0: only for this
+    /// transaction.
+    pub cover: u64,
     /// The image ([`FetchStatus::Image`] only; else empty).
     pub image: &'a [u8],
 }
 
 /// Bytes of a FETCH part before the image.
-pub const FETCHED_HEADER: usize = 21;
+pub const FETCHED_HEADER: usize = 29;
 
 impl Fetched<'_> {
     /// Encodes the part.
@@ -469,6 +593,7 @@ impl Fetched<'_> {
         out.extend_from_slice(&self.group.to_le_bytes());
         out.extend_from_slice(&self.page_count.to_le_bytes());
         out.extend_from_slice(&self.lsn.to_le_bytes());
+        out.extend_from_slice(&self.cover.to_le_bytes());
         out.extend_from_slice(self.image);
         out
     }
@@ -483,6 +608,7 @@ impl Fetched<'_> {
         let group = r.u32()?;
         let page_count = r.u32()?;
         let lsn = r.u64()?;
+        let cover = r.u64()?;
         let image = &body[FETCHED_HEADER..];
         if (status == FetchStatus::Image) == image.is_empty() {
             return Err(malformed(what, "an image comes with status 0 and only then"));
@@ -493,6 +619,7 @@ impl Fetched<'_> {
             group,
             page_count,
             lsn,
+            cover,
             image,
         })
     }
@@ -629,10 +756,9 @@ mod tests {
 
     fn every_request() -> Vec<PageRequest> {
         vec![
-            PageRequest::Begin,
             PageRequest::Fetch {
                 txn: 7,
-                mode: FETCH_TRY_INSERT,
+                mode: FETCH_TRY_INSERT | FETCH_CACHE,
                 group: 3,
                 pages: vec![(1, 0), (2, 99), (3, u64::MAX)],
             },
@@ -663,6 +789,20 @@ mod tests {
                 name: "parts".into(),
             },
             PageRequest::Read { page: 12 },
+            PageRequest::CallbackReply(CallbackReply {
+                id: 3,
+                page: 4,
+                epoch: 5,
+                writer: 0,
+                in_use_by: vec![],
+            }),
+            PageRequest::CallbackReply(CallbackReply {
+                id: 3,
+                page: 4,
+                epoch: 5,
+                writer: 0,
+                in_use_by: vec![6, 7],
+            }),
         ]
     }
 
@@ -693,6 +833,23 @@ mod tests {
         body.extend_from_slice(&NO_GROUP.to_le_bytes());
         body.extend_from_slice(&300u16.to_le_bytes());
         assert!(PageRequest::decode(Kind::FETCH, &body).is_err());
+        let mut body = PageRequest::CallbackReply(CallbackReply {
+            id: 1,
+            page: 2,
+            epoch: 3,
+            writer: 4,
+            in_use_by: vec![],
+        })
+        .encode()
+        .1;
+        let n = body.len();
+        body[n - 2..].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(PageRequest::decode(Kind::CALLBACK_REPLY, &body).is_err());
+        assert_eq!(
+            PageRequest::decode(Kind(0x0100), b"").unwrap(),
+            None,
+            "BEGIN is retired"
+        );
         assert_eq!(PageRequest::decode(Kind(0x0999), b"").unwrap(), None);
     }
 
@@ -704,6 +861,7 @@ mod tests {
             group: 2,
             page_count: 40,
             lsn: 1234,
+            cover: 17,
             image: &[7u8; 64],
         };
         let bytes = part.encode();
@@ -734,6 +892,22 @@ mod tests {
         let alloc = encode_page(3, 70, &[1, 2]);
         let (p, n, img) = decode_page(&alloc).unwrap();
         assert_eq!((p, n, img), (3, 70, &[1u8, 2][..]));
+    }
+
+    #[test]
+    fn callbacks_round_trip() {
+        let c = Callback {
+            id: 9,
+            page: 77,
+            epoch: u64::MAX,
+        };
+        assert_eq!(Callback::decode(&c.encode()).unwrap(), c);
+        for cut in 0..20 {
+            assert!(Callback::decode(&c.encode()[..cut]).is_err());
+        }
+        let mut longer = c.encode();
+        longer.push(1);
+        assert!(Callback::decode(&longer).is_err());
     }
 
     #[test]

@@ -11,8 +11,8 @@ mod frame;
 mod page_service;
 
 use cairn_net::page_service::{
-    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_X,
-    LOCK_MODE_X, RESOURCE_GROUP,
+    encode_groups, encode_lsns, encode_page, encode_pages, Callback, CallbackReply, FetchStatus, Fetched, PageRequest,
+    VolumeInfo, FETCH_X, LOCK_MODE_X, RESOURCE_GROUP,
 };
 
 #[test]
@@ -54,7 +54,6 @@ fn write_frame_notice_seeds() {
 #[ignore = "rewrites the seed inputs of fuzz/corpus/page_service"]
 fn write_page_service_seeds() {
     let requests = [
-        PageRequest::Begin,
         PageRequest::Fetch {
             txn: 7,
             mode: FETCH_X,
@@ -88,6 +87,13 @@ fn write_page_service_seeds() {
             name: "parts".into(),
         },
         PageRequest::Read { page: 3 },
+        PageRequest::CallbackReply(CallbackReply {
+            id: 5,
+            page: 3,
+            epoch: 11,
+            writer: 0,
+            in_use_by: vec![7, 8],
+        }),
     ];
     for req in requests {
         let (kind, body) = req.encode();
@@ -102,19 +108,30 @@ fn write_page_service_seeds() {
         group: 2,
         page_count: 40,
         lsn: 77,
+        cover: 12,
         image: &image,
     };
-    let replies: [(u8, &str, Vec<u8>); 5] = [
-        (12, "fetched", part.encode()),
-        (13, "lsns", encode_lsns(&[(3, 77), (4, 78)])),
-        (14, "pages", encode_pages(&[3, 4, 5])),
+    let replies: [(u8, &str, Vec<u8>); 6] = [
+        (13, "fetched", part.encode()),
+        (14, "lsns", encode_lsns(&[(3, 77), (4, 78)])),
+        (15, "pages", encode_pages(&[3, 4, 5])),
         (
-            15,
+            17,
+            "callback",
+            Callback {
+                id: 5,
+                page: 3,
+                epoch: 11,
+            }
+            .encode(),
+        ),
+        (
+            16,
             "groups",
             encode_groups(&[(0, "default".into()), (2, "parts".into())]),
         ),
         (
-            16,
+            17,
             "volume",
             VolumeInfo {
                 page_size: 4096,
@@ -129,7 +146,7 @@ fn write_page_service_seeds() {
         seed.extend_from_slice(&body);
         replay::write_seed("page_service", &format!("reply-{name}"), &seed);
     }
-    let mut alloc = vec![14u8];
+    let mut alloc = vec![15u8];
     alloc.extend_from_slice(&encode_page(3, 40, &image));
     replay::write_seed("page_service", "reply-allocate", &alloc);
 }

@@ -26,28 +26,42 @@
 //! client to verify, and a COMMIT's records are verified by
 //! [`Txn::stage_redo`] before anything reaches the log.
 //!
-//! Not yet here (issue 11 continues): callback locking (pages cached across
-//! transactions), object-level services, allocation of groups by clients.
+//! A transaction is named by the client and begins on the server with the
+//! first request that names it (there is no BEGIN round trip); a session
+//! may have at most [`TXNS_PER_SESSION_MAX`] open.
+//!
+//! **Callback locking** ([`callbacks`]): a FETCH may give the client the
+//! right to keep the page across transactions; before any transaction takes
+//! X on a page the server calls back the other clients caching it.
+//!
+//! Not yet here: object-level services, allocation of groups by clients.
+
+pub mod callbacks;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
 use cairn_net::page_service::{
-    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_S,
-    FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP, NO_PAGE,
+    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_CACHE,
+    FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP, NO_PAGE,
     RESOURCE_PAGE,
 };
-use cairn_net::rpc::{Handler, Limits, Replier, Request};
+use cairn_net::rpc::{Handler, Limits, Notifier, Replier, Request};
 use cairn_net::transport::Listener;
 use cairn_storage::access::PageAccess;
-use cairn_storage::lock::{LockMode, Resource};
+use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::page::{self, PageType};
 use cairn_storage::record::object::ObjectSpace;
-use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn};
+use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn, TxnId};
+
+use callbacks::Callbacks;
+
+/// Transactions one session may have open at once.
+pub const TXNS_PER_SESSION_MAX: usize = 4096;
 
 /// What a server admits and how it bounds its sessions.
 #[derive(Clone, Debug, Default)]
@@ -61,14 +75,34 @@ pub struct ServerConfig {
 
 /// The page server: the database and who is connected.
 pub struct PageServer {
-    db: Arc<Db>,
+    core: Arc<Core>,
     tokens: Vec<Vec<u8>>,
     next_client: AtomicU32,
 }
 
+/// What requests share: the database, the callback table, the sessions.
+struct Core {
+    db: Arc<Db>,
+    callbacks: Callbacks,
+    sessions: Mutex<HashMap<ClientId, Arc<SessionState>>>,
+}
+
+impl Core {
+    fn session(&self, client: ClientId) -> Option<Arc<SessionState>> {
+        lock(&self.sessions).get(&client).cloned()
+    }
+
+    /// Calls `page` back from the other clients caching it before `t` (of
+    /// `client`) takes X on it; see [`callbacks`].
+    fn call_back(&self, client: ClientId, t: TxnId, page: PageId) -> Result<callbacks::WriterMark<'_>, Error> {
+        self.callbacks
+            .call_back(&|c| self.session(c), client, t, page, self.db.lock_timeout())
+    }
+}
+
 impl std::fmt::Debug for PageServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PageServer").field("db", &self.db).finish()
+        f.debug_struct("PageServer").field("db", &self.core.db).finish()
     }
 }
 
@@ -77,17 +111,59 @@ pub struct Session {
     state: Arc<SessionState>,
 }
 
-struct SessionState {
+/// A session's transaction: its server id and the storage transaction.
+#[derive(Clone)]
+struct TxnEntry {
+    id: TxnId,
+    txn: Arc<Mutex<Txn>>,
+}
+
+/// A session's state, shared by its requests.
+pub struct SessionState {
     client: ClientId,
     peer: String,
-    txns: Mutex<HashMap<u64, Arc<Mutex<Txn>>>>,
+    /// Open transactions by the client's id for them.
+    txns: Mutex<HashMap<u64, TxnEntry>>,
+    /// Sends callbacks to the client.
+    notifier: OnceLock<Notifier>,
+}
+
+impl SessionState {
+    /// The transaction the client calls `id`, begun now if it is new.
+    fn txn_or_begin(&self, db: &Db, id: u64) -> Result<(TxnId, Arc<Mutex<Txn>>), Error> {
+        if id == 0 {
+            return Err(Error::InvalidArgument("transaction id 0 names no transaction".into()));
+        }
+        let mut txns = lock(&self.txns);
+        if let Some(e) = txns.get(&id) {
+            return Ok((e.id, e.txn.clone()));
+        }
+        if txns.len() >= TXNS_PER_SESSION_MAX {
+            return Err(Error::LimitExceeded {
+                what: "open transactions in one session",
+                value: txns.len() as u64 + 1,
+                limit: TXNS_PER_SESSION_MAX as u64,
+            });
+        }
+        let t = db.begin_for(self.client)?;
+        let entry = TxnEntry {
+            id: t.id(),
+            txn: Arc::new(Mutex::new(t)),
+        };
+        txns.insert(id, entry.clone());
+        Ok((entry.id, entry.txn))
+    }
 }
 
 impl PageServer {
     /// A server over an open database.
     pub fn new(db: Arc<Db>, config: &ServerConfig) -> PageServer {
         PageServer {
-            db,
+            core: Arc::new(Core {
+                db,
+                callbacks: Callbacks::default(),
+                sessions: Mutex::new(HashMap::new()),
+            }),
             tokens: config.tokens.clone(),
             // Client 0 is the embedded engine's own.
             next_client: AtomicU32::new(1),
@@ -96,7 +172,12 @@ impl PageServer {
 
     /// The database served.
     pub fn db(&self) -> &Arc<Db> {
-        &self.db
+        &self.core.db
+    }
+
+    /// The callback table (its counters and invariants).
+    pub fn callbacks(&self) -> &Callbacks {
+        &self.core.callbacks
     }
 }
 
@@ -127,13 +208,18 @@ impl Handler for PageServer {
         }
         let client = ClientId(self.next_client.fetch_add(1, Ordering::Relaxed));
         tracing::info!(peer, client = client.0, name = %hello.client_name, "session opened");
-        Ok(Session {
-            state: Arc::new(SessionState {
-                client,
-                peer: peer.to_string(),
-                txns: Mutex::new(HashMap::new()),
-            }),
-        })
+        let state = Arc::new(SessionState {
+            client,
+            peer: peer.to_string(),
+            txns: Mutex::new(HashMap::new()),
+            notifier: OnceLock::new(),
+        });
+        lock(&self.core.sessions).insert(client, state.clone());
+        Ok(Session { state })
+    }
+
+    fn attach(&self, session: &Session, notifier: Notifier) {
+        let _ = session.state.notifier.set(notifier);
     }
 
     async fn handle(&self, session: &Session, request: Request, reply: &Replier) -> Result<Bytes, Fault> {
@@ -145,9 +231,9 @@ impl Handler for PageServer {
                     format!("unknown service kind {:#06x}", request.kind.0),
                 )
             })?;
-        let db = self.db.clone();
+        let core = self.core.clone();
         let state = session.state.clone();
-        let outcome = tokio::task::spawn_blocking(move || serve(&db, &state, req))
+        let outcome = tokio::task::spawn_blocking(move || serve(&core, &state, req))
             .await
             .map_err(|e| Fault::new(ErrorCode::INTERNAL, format!("request task failed: {e}")))?;
         match outcome? {
@@ -165,11 +251,15 @@ impl Handler for PageServer {
     }
 
     fn closed(&self, session: &Session) {
-        let txns: Vec<Arc<Mutex<Txn>>> = lock(&session.state.txns).drain().map(|(_, t)| t).collect();
+        let client = session.state.client;
+        lock(&self.core.sessions).remove(&client);
+        let txns: Vec<TxnEntry> = lock(&session.state.txns).drain().map(|(_, t)| t).collect();
         let open = txns.len();
         // Dropping a transaction aborts it: its locks are released and its
         // allocations given back. A request still holding one finishes first.
         drop(txns);
+        // Its rights to cache go, and writers waiting for its answers go on.
+        self.core.callbacks.session_closed(client);
         tracing::info!(peer = %session.state.peer, client = session.state.client.0, aborted = open, "session closed");
     }
 }
@@ -186,36 +276,23 @@ enum Answer {
 }
 
 /// Runs one request on a blocking thread.
-fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Fault> {
-    let txn_of = |id: u64| {
-        lock(&state.txns).get(&id).cloned().ok_or_else(|| {
-            Fault::new(
-                ErrorCode::NOT_FOUND,
-                format!("no open transaction {id} in this session"),
-            )
-        })
-    };
+fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, Fault> {
+    let db = &*core.db;
+    let txn_of = |id: u64| state.txn_or_begin(db, id).map_err(fault);
     match req {
-        PageRequest::Begin => {
-            let t = db.begin_for(state.client).map_err(fault)?;
-            let id = t.id().0;
-            let count = t.page_count();
-            lock(&state.txns).insert(id, Arc::new(Mutex::new(t)));
-            let mut body = id.to_le_bytes().to_vec();
-            body.extend_from_slice(&count.to_le_bytes());
-            Ok(Answer::Body(body))
-        }
         PageRequest::Fetch {
             txn,
             mode,
             group,
             pages,
         } => {
-            let t = txn_of(txn)?;
+            let (server_id, t) = txn_of(txn)?;
             let mut t = lock(&t);
             let mut parts = Vec::with_capacity(pages.len());
             for (p, lsn) in pages {
-                parts.push(fetch_one(&mut t, PageId(p), mode, GroupId(group), lsn).map_err(fault)?);
+                let page = PageId(p);
+                let part = fetch_one(core, state.client, server_id, &mut t, page, mode, GroupId(group), lsn);
+                parts.push(part.map_err(fault)?);
             }
             Ok(Answer::Parts(parts))
         }
@@ -233,7 +310,7 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
                         format!("a client may not allocate a page of type {page_type}"),
                     )
                 })?;
-            let t = txn_of(txn)?;
+            let (_, t) = txn_of(txn)?;
             let mut t = lock(&t);
             let near = (near != NO_PAGE).then_some(PageId(near));
             let p = t.allocate(GroupId(group), near, ty).map_err(fault)?;
@@ -242,18 +319,23 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
             Ok(Answer::Body(encode_page(p.0, t.page_count(), &image)))
         }
         PageRequest::Free { txn, page } => {
-            let t = txn_of(txn)?;
-            lock(&t).free(PageId(page)).map_err(fault)?;
+            let (server_id, t) = txn_of(txn)?;
+            let mut t = lock(&t);
+            let _mark = core.call_back(state.client, server_id, PageId(page)).map_err(fault)?;
+            t.free(PageId(page)).map_err(fault)?;
             Ok(Answer::Body(Vec::new()))
         }
         PageRequest::Commit { txn, records } => {
-            let t = lock(&state.txns).remove(&txn).ok_or_else(|| {
+            // A transaction that never reached the server before has nothing
+            // locked, so any record it sends is refused below.
+            txn_of(txn)?;
+            let entry = lock(&state.txns).remove(&txn).ok_or_else(|| {
                 Fault::new(
                     ErrorCode::NOT_FOUND,
-                    format!("no open transaction {txn} in this session"),
+                    format!("transaction {txn} ended while its COMMIT arrived"),
                 )
             })?;
-            let t = Arc::try_unwrap(t).map_err(|_| {
+            let t = Arc::try_unwrap(entry.txn).map_err(|_| {
                 Fault::new(
                     ErrorCode::INVALID,
                     format!("transaction {txn} has a request still running"),
@@ -262,7 +344,7 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
             let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
             let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
             // A refused batch aborts the transaction (dropping it).
-            t.stage_redo(&refs).map_err(fault)?;
+            t.stage_redo(&refs, TxnId(txn)).map_err(fault)?;
             let lsns = t.commit_with_lsns().map_err(fault)?;
             let lsns: Vec<(u32, u64)> = lsns.into_iter().map(|(p, l)| (p.0, l.0)).collect();
             Ok(Answer::Body(encode_lsns(&lsns)))
@@ -302,8 +384,14 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
                 LOCK_MODE_SIX => LockMode::SIX,
                 _ => LockMode::X,
             };
-            let t = txn_of(txn)?;
+            let (server_id, t) = txn_of(txn)?;
             let mut t = lock(&t);
+            let _mark = match res {
+                Resource::Page(p) if !LockMode::S.covers(mode) => {
+                    Some(core.call_back(state.client, server_id, p).map_err(fault)?)
+                }
+                _ => None,
+            };
             let granted = if try_only {
                 t.try_lock_resource(res, mode).map_err(fault)?
             } else {
@@ -313,7 +401,7 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
             Ok(Answer::Body(vec![u8::from(granted)]))
         }
         PageRequest::GroupPages { txn, group } => {
-            let t = txn_of(txn)?;
+            let (_, t) = txn_of(txn)?;
             let pages = lock(&t).group_pages(GroupId(group)).map_err(fault)?;
             let pages: Vec<u32> = pages.into_iter().map(|p| p.0).collect();
             Ok(Answer::Body(encode_pages(&pages)))
@@ -340,13 +428,35 @@ fn serve(db: &Db, state: &SessionState, req: PageRequest) -> Result<Answer, Faul
             page::seal(&mut image);
             Ok(Answer::Body(image))
         }
+        PageRequest::CallbackReply(c) => {
+            // Id 0 answers no callback: the client names its transactions
+            // reading a page under its right before another of them takes X.
+            core.callbacks
+                .answer(db, state, c.id, PageId(c.page), c.epoch, c.writer, &c.in_use_by)
+                .map_err(fault)?;
+            Ok(Answer::Body(Vec::new()))
+        }
     }
 }
 
 /// One page of a FETCH: its part (see [`Fetched`]). A page not in use for
 /// the transaction is reported, not locked; a try-insert that is not
-/// granted takes nothing.
-fn fetch_one(t: &mut Txn, id: PageId, mode: u8, group: GroupId, client_lsn: u64) -> Result<Vec<u8>, Error> {
+/// granted takes nothing. Before an X lock the page is called back from
+/// the other clients caching it; a page locked and sent (or revalidated)
+/// comes with the right to cache it when no other client's writer is at it.
+#[allow(clippy::too_many_arguments)]
+fn fetch_one(
+    core: &Core,
+    client: ClientId,
+    server_id: TxnId,
+    t: &mut Txn,
+    id: PageId,
+    mode: u8,
+    group: GroupId,
+    client_lsn: u64,
+) -> Result<Vec<u8>, Error> {
+    let cache = mode & FETCH_CACHE != 0;
+    let mode = mode & !FETCH_CACHE;
     let page_count = t.page_count();
     let owner = t.group_of_page(id)?;
     let mut part = Fetched {
@@ -355,11 +465,17 @@ fn fetch_one(t: &mut Txn, id: PageId, mode: u8, group: GroupId, client_lsn: u64)
         group: owner.map_or(NO_GROUP, |g| g.0),
         page_count,
         lsn: 0,
+        cover: 0,
         image: &[],
     };
     if !t.is_page_in_use(id)? {
         return Ok(part.encode());
     }
+    let _mark = if mode == FETCH_S {
+        None
+    } else {
+        Some(core.call_back(client, server_id, id)?)
+    };
     let granted = match mode {
         FETCH_TRY_INSERT => t.try_insert_page(group, id)?,
         FETCH_S | FETCH_X => {
@@ -374,6 +490,9 @@ fn fetch_one(t: &mut Txn, id: PageId, mode: u8, group: GroupId, client_lsn: u64)
     }
     let mut image = t.fetch_page(id, mode != FETCH_S)?;
     part.lsn = page::lsn(&image).0;
+    if cache {
+        part.cover = core.callbacks.register(client, id);
+    }
     if client_lsn != 0 && part.lsn == client_lsn {
         part.status = FetchStatus::Unchanged;
         return Ok(part.encode());

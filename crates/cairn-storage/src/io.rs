@@ -137,7 +137,7 @@ impl Vfs for OsVfs {
     }
 
     fn lock_exclusive(&self, path: &Path, note: &str) -> io::Result<std::result::Result<Box<dyn FileLock>, String>> {
-        use std::io::Read;
+        use std::io::{Read, Seek};
         // flock(2) locks belong to the open file description, so a second
         // open in this same process is excluded as well as another process.
         let mut file = OpenOptions::new()
@@ -146,15 +146,28 @@ impl Vfs for OsVfs {
             .create(true)
             .truncate(false)
             .open(path)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                // The holder's note is informative only; a read error leaves it empty.
-                let _ = file.read_to_string(&mut holder);
-                return Ok(Err(holder.trim().to_string()));
+        // A lock this very process held and let go may still be held for a
+        // moment by a child it just forked: the child shares the open file
+        // description until its exec closes it (close-on-exec). So a holder
+        // naming this process is retried for a short while before it counts.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let mut holder = String::new();
+                    // The holder's note is informative only; a read error leaves it empty.
+                    let _ = (&file).seek(std::io::SeekFrom::Start(0));
+                    let _ = file.read_to_string(&mut holder);
+                    let holder = holder.trim().to_string();
+                    if holder == note.trim() && std::time::Instant::now() < deadline {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        continue;
+                    }
+                    return Ok(Err(holder));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
         }
         file.set_len(0)?;
         std::os::unix::fs::FileExt::write_all_at(&file, note.as_bytes(), 0)?;

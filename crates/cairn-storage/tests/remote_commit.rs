@@ -50,7 +50,7 @@ fn a_clients_page_records_commit_like_an_embedded_transaction() {
     let base = t.fetch_page(oid.page, true).unwrap();
     let after = client_change(&base, 7, 9);
     let rec = redo::page_record(t.id(), oid.page, Some(&base), &after);
-    t.stage_redo(&[&rec]).unwrap();
+    t.stage_redo(&[&rec], t.id()).unwrap();
     t.commit().unwrap();
     db.close().unwrap();
     let db = Db::open(&dir.path().join("db"), &opts()).unwrap();
@@ -65,7 +65,7 @@ fn a_record_for_a_page_without_an_exclusive_lock_is_refused() {
     let base = t.fetch_page(oid.page, false).unwrap();
     let after = client_change(&base, 7, 9);
     let rec = redo::page_record(t.id(), oid.page, Some(&base), &after);
-    let err = t.stage_redo(&[&rec]).unwrap_err();
+    let err = t.stage_redo(&[&rec], t.id()).unwrap_err();
     assert!(err.to_string().contains("does not hold X"), "{err}");
     t.abort().unwrap();
     let mut t = db.begin().unwrap();
@@ -80,7 +80,7 @@ fn a_record_naming_another_transaction_is_refused() {
     let after = client_change(&base, 7, 9);
     let other = cairn_storage::TxnId(t.id().0 + 1000);
     let rec = redo::page_record(other, oid.page, Some(&base), &after);
-    let err = t.stage_redo(&[&rec]).unwrap_err();
+    let err = t.stage_redo(&[&rec], t.id()).unwrap_err();
     assert!(err.to_string().contains("names"), "{err}");
 }
 
@@ -93,7 +93,7 @@ fn a_record_changing_a_system_page_is_refused() {
     let mut after = base.clone();
     after[100] ^= 0xff;
     let rec = redo::page_record(t.id(), PageId(1), Some(&base), &after);
-    let err = t.stage_redo(&[&rec]).unwrap_err();
+    let err = t.stage_redo(&[&rec], t.id()).unwrap_err();
     assert!(err.to_string().contains("may not change"), "{err}");
 }
 
@@ -105,7 +105,7 @@ fn a_record_turning_a_data_page_into_a_system_page_is_refused() {
     let mut after = base.clone();
     cairn_storage::page::format(&mut after, oid.page, cairn_storage::page::PageType::SpaceMap);
     let rec = redo::page_record(t.id(), oid.page, Some(&base), &after);
-    let err = t.stage_redo(&[&rec]).unwrap_err();
+    let err = t.stage_redo(&[&rec], t.id()).unwrap_err();
     assert!(err.to_string().contains("may not make"), "{err}");
 }
 
@@ -119,7 +119,7 @@ fn a_record_leaving_a_malformed_page_is_refused_and_nothing_of_the_batch_is_stag
     let mut broken = base.clone();
     broken[24..26].copy_from_slice(&u16::MAX.to_le_bytes());
     let bad = redo::page_record(t.id(), oid.page, Some(&base), &broken);
-    let err = t.stage_redo(&[&good, &bad]).unwrap_err();
+    let err = t.stage_redo(&[&good, &bad], t.id()).unwrap_err();
     assert!(err.to_string().contains("malformed"), "{err}");
     t.commit().unwrap();
     let mut t = db.begin().unwrap();
@@ -133,8 +133,8 @@ fn a_record_past_the_end_of_the_volume_or_garbage_is_refused() {
     let id = t.id();
     assert!(t.fetch_page(PageId(1 << 30), false).is_err());
     let far = redo::page_record(id, PageId(1 << 30), None, &vec![1u8; 4096]);
-    assert!(t.stage_redo(&[&far]).is_err());
-    assert!(t.stage_redo(&[b"\x01garbage"]).is_err());
+    assert!(t.stage_redo(&[&far], t.id()).is_err());
+    assert!(t.stage_redo(&[b"\x01garbage"], t.id()).is_err());
     let commit = redo::Redo::Commit { txn: id, frees: vec![] }.encode();
-    assert!(t.stage_redo(&[&commit]).is_err());
+    assert!(t.stage_redo(&[&commit], t.id()).is_err());
 }

@@ -12,30 +12,48 @@
 //!   server gave them). A transaction's changes stay in its private pages
 //!   until commit (no-steal), so nothing uncommitted reaches the server
 //!   before the COMMIT, and the device never writes.
-//! - **Locks** are the server's: the first time a transaction reads a page
-//!   it sends a FETCH that takes the lock and names the LSN of the cached
-//!   copy; the server ships the image only if it changed. A page already
-//!   locked by the transaction costs no round trip.
+//! - **Locks** are the server's, with **callback locking**: a FETCH takes
+//!   the lock and names the LSN of the cached copy (the server ships the
+//!   image only if it changed), and may grant the *right to cache* the page
+//!   across transactions (a nonzero cover epoch). While the client holds
+//!   the right, its transactions read the page under a lock only the client
+//!   knows of: no round trip, no message at all. Before another client's
+//!   transaction takes X, the server calls the page back; the callback
+//!   thread ([`callback_daemon`]) answers "dropped", or names this client's
+//!   transactions reading the page (the server then holds S for them, so
+//!   the writer waits in the server's lock table, where deadlocks through
+//!   callbacks are found). A transaction of this client that wants X names
+//!   the client's other readers of the page the same way first
+//!   (`name_readers`), and keeps new ones off the right until it ends.
+//! - **Transactions** are named by the client and begin on the server with
+//!   the first request that names them: a warm read-only transaction sends
+//!   nothing from begin to end.
 //! - **Space**: what the transaction learnt of a page (in use, its group)
-//!   comes with each FETCH; allocation and free are server calls; group
-//!   lists come from the server.
+//!   comes with each FETCH (and is kept with a right to cache); allocation
+//!   and free are server calls; group lists come from the server.
 //! - **Commit** ships one PAGE redo record per changed page (the changed
 //!   byte runs against the committed image) in one COMMIT message; the
 //!   server verifies, logs, makes durable (group commit), installs and
 //!   releases the locks, then answers with the pages' LSNs.
 //!
-//! A cached page is revalidated (by LSN) at the first lock a transaction
-//! takes on it. Callback locking — keeping the right to use a cached page
-//! across transactions without asking — is issue 11's next step.
-//!
 //! # A page in the client's pool
 //!
+//! The image (the pool) and the right to cache it (`covers`) are separate:
+//! a page may be cached without a right (it is then revalidated by LSN at
+//! the next lock), and a right outlives an eviction (the page is then read
+//! again without a lock: no other client can have changed it).
+//!
 //! ```text
-//!            FETCH: IMAGE                       FETCH (lsn named): IMAGE
-//!  absent ─────────────────▶ cached(lsn) ───────────────────────────────▶ cached(lsn')  + typed caches told
-//!    ▲                        │   │  ▲ FETCH (lsn named): UNCHANGED ──┘
-//!    │                        │   └──┘ (no image shipped)
-//!    └── evicted, discarded ──┘   └── own COMMIT acknowledged ──▶ cached(lsn from the reply)
+//!            FETCH: IMAGE (+ right e)                  FETCH (lsn named): IMAGE
+//!  absent ─────────────────────────▶ cached(lsn) ───────────────────────────────▶ cached(lsn')  + typed caches told
+//!    ▲                                │   │  ▲ FETCH (lsn named): UNCHANGED ──┘
+//!    │                                │   └──┘ (no image shipped)
+//!    └── evicted, discarded ──────────┘   └── own COMMIT acknowledged ──▶ cached(lsn from the reply)
+//!
+//!  right:  none ──FETCH part with cover e (not revoked)──▶ held(e) ──CALLBACK(e' ≥ e)──▶ none
+//!            ▲ └──CALLBACK(e) before the FETCH part is taken in: revoked[e]──┘            │
+//!            └──────────────────────── (readers named to the server) ─────────────────────┘
+//!  held(e) ──an own transaction asks X──▶ held(e), writer T ──T ends──▶ held(e)
 //! ```
 //!
 //! | from | to | by | when |
@@ -46,6 +64,9 @@
 //! | cached(l) | cached(c) | `Backend::commit` | this client's commit is acknowledged with LSN `c` for the page: its after-image is installed — unless the pool already holds a newer image (another thread fetched one after the server released the lock): every install keeps the highest LSN (`install_newest`); a page the commit freed is never installed |
 //! | cached | absent | `Backend::commit`, `Backend::rollback` | a commit failed (its outcome may be unknown) or the page was freed, or a rolled-back transaction had allocated it |
 //! | cached | absent | the pool's replacement | evicted (never written anywhere: it is clean) |
+//! | right none | held(e) | `take_parts` | a FETCH part grants cover `e` and no callback of epoch ≥ `e` came first |
+//! | held(e) | none | `answer_callback` | the server calls back `e` (or later): the readers are named in the answer, which is acknowledged before any of them may end |
+//! | held(e) | held(e) + writer | `fetch` (X), `try_lock` | an own transaction wants X: others stop using the right until it ends (`end`) |
 //!
 //! The pool never holds a transaction's uncommitted change (those are the
 //! `Txn`'s private pages), so an evicted page needs no write-back.
@@ -53,14 +74,15 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode};
 use cairn_net::page_service::{
-    decode_groups, decode_lsns, decode_page, decode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo,
-    FETCH_PAGES_MAX, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX,
-    LOCK_MODE_X, NO_GROUP, NO_PAGE, RESOURCE_GROUP, RESOURCE_PAGE,
+    decode_groups, decode_lsns, decode_page, decode_pages, Callback, CallbackReply, FetchStatus, Fetched, PageRequest,
+    VolumeInfo, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX,
+    LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP, NO_PAGE, RESOURCE_GROUP, RESOURCE_PAGE,
 };
 use cairn_net::rpc::{Client, ClientOptions};
 use cairn_net::transport::Address;
@@ -89,6 +111,15 @@ pub struct RemoteStats {
     /// Requests sent without waiting for the answer (the end of a read-only
     /// transaction): messages, not round trips.
     pub one_way: u64,
+    /// Pages a transaction used under the client's right to cache them
+    /// (callback locking): no server call at all.
+    pub cache_hits: u64,
+    /// Callbacks the server sent (another client's writer wanted a page
+    /// this client cached).
+    pub callbacks: u64,
+    /// Of those, the ones answered "in use" (a transaction of this client
+    /// was reading the page; the writer waits for it).
+    pub callbacks_in_use: u64,
 }
 
 /// Where and how to connect: parsed from a `cairn://HOST:PORT` or
@@ -125,6 +156,9 @@ pub(crate) struct Connection {
     pages_shipped: AtomicU64,
     pages_revalidated: AtomicU64,
     one_way: AtomicU64,
+    cache_hits: AtomicU64,
+    callbacks: AtomicU64,
+    callbacks_in_use: AtomicU64,
 }
 
 impl Connection {
@@ -221,6 +255,7 @@ fn txn_of(req: &PageRequest) -> TxnId {
         | PageRequest::Abort { txn }
         | PageRequest::Lock { txn, .. }
         | PageRequest::GroupPages { txn, .. } => TxnId(*txn),
+        PageRequest::CallbackReply(c) => TxnId(c.in_use_by.first().copied().unwrap_or(0)),
         _ => TxnId(0),
     }
 }
@@ -275,11 +310,50 @@ struct Facts {
 /// A running transaction's locks and page facts.
 #[derive(Default)]
 struct TxnView {
+    /// Its locks: the server's, and S on pages read under the client's
+    /// right to cache them (known to the server only if called back).
     locks: HashMap<Resource, LockMode>,
     facts: HashMap<PageId, Facts>,
+    /// The server knows the transaction (a request named it, or a callback
+    /// answer said it reads a page): its end must reach the server.
+    on_server: bool,
     /// The server's transaction is over (a COMMIT or ABORT was sent): a
     /// read-only commit, which sends neither, ends it with an ABORT.
     ended_on_server: bool,
+    /// Its COMMIT or ABORT is about to be sent: it reads nothing more, so a
+    /// callback answer does not name it (the server would begin it again).
+    ending: bool,
+    /// Callback answers naming it that the server has not acknowledged:
+    /// its ABORT must not overtake them (the server would begin it again
+    /// for the answer and keep its lock).
+    answers_in_flight: u32,
+}
+
+/// The client's right to cache a page across transactions (callback
+/// locking), granted by a FETCH.
+#[derive(Clone, Debug)]
+struct Cover {
+    /// The right's epoch (the server calls back this epoch).
+    epoch: u64,
+    /// What the FETCH that granted it said of the page; stable while the
+    /// right lasts (a free or an allocation takes X, which calls it back).
+    facts: Facts,
+    /// Transactions of this client that asked for X on the page: until
+    /// they end the others go to the server (and wait there) instead of
+    /// reading under the right.
+    writers: Vec<TxnId>,
+}
+
+/// What the transactions of a client and its callbacks share.
+#[derive(Default)]
+struct ClientState {
+    txns: HashMap<TxnId, TxnView>,
+    /// Pages this client may read without asking.
+    covers: HashMap<PageId, Cover>,
+    /// Rights called back before the FETCH that granted them was taken in
+    /// (the reply and the callback cross): the highest epoch called back
+    /// per page. A right of that epoch or older is not taken.
+    revoked: HashMap<PageId, u64>,
 }
 
 /// The page-server client backend: also the storage-level client for tools
@@ -292,7 +366,10 @@ pub struct RemoteStore {
     page_count: AtomicU32,
     groups: Mutex<HashMap<GroupId, String>>,
     fill: FillPages,
-    txns: Mutex<HashMap<TxnId, TxnView>>,
+    state: Mutex<ClientState>,
+    /// Signalled when a callback answer is acknowledged.
+    answered: Condvar,
+    next_txn: AtomicU64,
     txn_memory_bytes: usize,
     spill_dir: tempfile_dir::TempDir,
     /// Told of every page whose image the server shipped: the page may have
@@ -350,6 +427,9 @@ impl RemoteStore {
             pages_shipped: AtomicU64::new(0),
             pages_revalidated: AtomicU64::new(0),
             one_way: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+            callbacks: AtomicU64::new(0),
+            callbacks_in_use: AtomicU64::new(0),
         });
         let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
             .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
@@ -369,14 +449,23 @@ impl RemoteStore {
             page_count: AtomicU32::new(info.page_count),
             groups: Mutex::new(HashMap::new()),
             fill: FillPages::default(),
-            txns: Mutex::new(HashMap::new()),
+            state: Mutex::new(ClientState::default()),
+            answered: Condvar::new(),
+            next_txn: AtomicU64::new(1),
             txn_memory_bytes,
             spill_dir: tempfile_dir::TempDir::new()?,
             on_new_image: Mutex::new(None),
             installing: Mutex::new(()),
         };
         store.refresh_groups()?;
-        Ok(Arc::new(store))
+        let store = Arc::new(store);
+        let weak = Arc::downgrade(&store);
+        let client = store.conn.client.clone();
+        std::thread::Builder::new()
+            .name("cairn-callbacks".into())
+            .spawn(move || callback_daemon(client, weak))
+            .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))?;
+        Ok(store)
     }
 
     /// The page size of the served database.
@@ -384,16 +473,13 @@ impl RemoteStore {
         self.page_size
     }
 
-    /// Starts a transaction on the server and returns the client's side.
+    /// Starts a transaction. Nothing is sent: the server begins it with
+    /// the first request that names it, and a transaction that only reads
+    /// pages cached under callbacks never reaches the server.
     pub fn begin(self: &Arc<Self>) -> Result<Txn> {
-        let body = self.conn.call_one(&PageRequest::Begin)?;
-        if body.len() != 12 {
-            return Err(self.conn.protocol("a BEGIN reply of 12 bytes"));
-        }
-        let id = TxnId(u64::from_le_bytes(body[..8].try_into().expect("8 bytes")));
-        let count = u32::from_le_bytes(body[8..].try_into().expect("4 bytes"));
-        self.page_count.fetch_max(count, Ordering::Relaxed);
-        lock(&self.txns).insert(id, TxnView::default());
+        self.check_usable()?;
+        let id = TxnId(self.next_txn.fetch_add(1, Ordering::Relaxed));
+        lock(&self.state).txns.insert(id, TxnView::default());
         let backend: Arc<dyn Backend> = self.clone();
         let vfs: Arc<dyn Vfs> = Arc::new(OsVfs);
         Ok(Txn::on_backend(
@@ -443,8 +529,10 @@ impl RemoteStore {
         }
     }
 
-    /// Empties the client cache (a cold start).
+    /// Empties the client cache (a cold start): the pages and the rights to
+    /// cache them (the server's later callbacks are answered "dropped").
     pub fn evict_cache(&self) -> Result<()> {
+        lock(&self.state).covers.clear();
         self.pool.evict_all()
     }
 
@@ -458,6 +546,9 @@ impl RemoteStore {
             pages_shipped: c.pages_shipped.load(Ordering::Relaxed),
             pages_revalidated: c.pages_revalidated.load(Ordering::Relaxed),
             one_way: c.one_way.load(Ordering::Relaxed),
+            cache_hits: c.cache_hits.load(Ordering::Relaxed),
+            callbacks: c.callbacks.load(Ordering::Relaxed),
+            callbacks_in_use: c.callbacks_in_use.load(Ordering::Relaxed),
         }
     }
 
@@ -486,34 +577,119 @@ impl RemoteStore {
         Ok(self.pool.read_cached(id)?.map_or(0, |g| page::lsn(&g).0))
     }
 
+    /// Marks `txn` as ending (no callback answer names it from now on) and
+    /// waits until the answers that did name it are acknowledged, so that
+    /// its COMMIT or ABORT cannot overtake them; returns whether the server
+    /// knows the transaction.
+    fn start_ending(&self, txn: TxnId) -> bool {
+        let mut st = lock(&self.state);
+        loop {
+            let Some(v) = st.txns.get_mut(&txn) else {
+                return false;
+            };
+            v.ending = true;
+            if v.answers_in_flight == 0 {
+                return v.on_server && !v.ended_on_server;
+            }
+            st = self.answered.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Marks `txn` as known to the server (a request is about to name it).
+    fn mark_on_server(&self, txn: TxnId) {
+        if let Some(v) = lock(&self.state).txns.get_mut(&txn) {
+            v.on_server = true;
+        }
+    }
+
     /// FETCHes one page for `txn` in `mode` and takes in what the reply
-    /// says; returns its status.
+    /// says; returns its status. Before an X fetch of a page this client
+    /// caches, its other transactions reading it under the right are named
+    /// to the server ([`RemoteStore::name_readers`]), and new ones are kept
+    /// off the right until `txn` ends.
     fn fetch(&self, txn: TxnId, id: PageId, mode: u8, group: GroupId) -> Result<FetchStatus> {
+        if mode != FETCH_S {
+            self.name_readers(txn, id)?;
+        }
+        self.mark_on_server(txn);
         let lsn = self.cached_lsn(id)?;
+        let named = [(id.0, lsn)];
         let parts = self.conn.call(&PageRequest::Fetch {
             txn: txn.0,
-            mode,
+            mode: mode | FETCH_CACHE,
             group: if mode == FETCH_TRY_INSERT { group.0 } else { NO_GROUP },
-            pages: vec![(id.0, lsn)],
+            pages: named.to_vec(),
         })?;
-        let statuses = self.take_parts(txn, mode, &[(id.0, lsn)], &parts)?;
+        let statuses = self.take_parts(txn, mode, &named, &parts)?;
         Ok(statuses[0])
     }
 
-    /// Locks (shared) and fetches every page of `pages` that `txn` has not
-    /// locked yet, [`FETCH_PAGES_MAX`] per request with every request in
-    /// flight before the first reply is read: a scan's pages, known in
-    /// advance, cost one round trip per batch, not one per page.
-    fn prefetch(&self, txn: TxnId, pages: &[PageId]) -> Result<()> {
-        let todo: Vec<PageId> = {
-            let txns = lock(&self.txns);
-            let view = txns.get(&txn);
-            pages
-                .iter()
-                .copied()
-                .filter(|p| view.is_none_or(|v| !v.facts.contains_key(p)))
-                .collect()
+    /// Before `txn` asks for X on page `id`: marks it the page's writer (the
+    /// other transactions stop reading under the right) and names to the
+    /// server the others that read it under the right already, so that the
+    /// X waits for them. A round trip of its own (a CALLBACK_REPLY with
+    /// callback id 0), acknowledged before any of them may end; nothing
+    /// when no other transaction reads the page.
+    fn name_readers(&self, txn: TxnId, id: PageId) -> Result<()> {
+        let readers: Vec<TxnId> = {
+            let mut st = lock(&self.state);
+            let st = &mut *st;
+            let Some(c) = st.covers.get_mut(&id) else {
+                return Ok(());
+            };
+            if !c.writers.contains(&txn) {
+                c.writers.push(txn);
+            }
+            let mut readers = Vec::new();
+            for (t, v) in st.txns.iter_mut() {
+                if *t != txn && v.locks.contains_key(&Resource::Page(id)) && !v.ending {
+                    v.on_server = true;
+                    v.answers_in_flight += 1;
+                    readers.push(*t);
+                }
+            }
+            readers
         };
+        if readers.is_empty() {
+            return Ok(());
+        }
+        let sent = self.conn.call_one(&PageRequest::CallbackReply(CallbackReply {
+            id: 0,
+            page: id.0,
+            epoch: 0,
+            writer: txn.0,
+            in_use_by: readers.iter().map(|t| t.0).collect(),
+        }));
+        let mut st = lock(&self.state);
+        for t in &readers {
+            if let Some(v) = st.txns.get_mut(t) {
+                v.answers_in_flight -= 1;
+            }
+        }
+        drop(st);
+        self.answered.notify_all();
+        sent.map(|_| ()).map_err(|e| match e {
+            Error::Deadlock { cycle, .. } => Error::Deadlock { txn, cycle },
+            other => other,
+        })
+    }
+
+    /// Locks (shared) and fetches every page of `pages` that `txn` has not
+    /// locked yet and does not cache under a callback, [`FETCH_PAGES_MAX`]
+    /// per request with every request in flight before the first reply is
+    /// read: a scan's pages, known in advance, cost one round trip per
+    /// batch, not one per page.
+    fn prefetch(&self, txn: TxnId, pages: &[PageId]) -> Result<()> {
+        let mut todo = Vec::new();
+        for &p in pages {
+            if !self.use_cover(txn, p) {
+                todo.push(p);
+            }
+        }
+        if todo.is_empty() {
+            return Ok(());
+        }
+        self.mark_on_server(txn);
         let mut calls = Vec::new();
         for chunk in todo.chunks(FETCH_PAGES_MAX) {
             let mut named = Vec::with_capacity(chunk.len());
@@ -522,7 +698,7 @@ impl RemoteStore {
             }
             let req = PageRequest::Fetch {
                 txn: txn.0,
-                mode: FETCH_S,
+                mode: FETCH_S | FETCH_CACHE,
                 group: NO_GROUP,
                 pages: named.clone(),
             };
@@ -547,8 +723,8 @@ impl RemoteStore {
 
     /// Takes in the parts of a FETCH for `txn` in `mode` that named `named`
     /// (page, LSN of the cached copy): verifies and caches the images,
-    /// records what the transaction now knows and holds; returns each
-    /// page's status in order.
+    /// records what the transaction now knows and holds and the rights to
+    /// cache the server granted; returns each page's status in order.
     fn take_parts(&self, txn: TxnId, mode: u8, named: &[(u32, u64)], parts: &[Bytes]) -> Result<Vec<FetchStatus>> {
         // One part per page, then the empty final reply.
         if parts.len() != named.len() + 1 {
@@ -581,12 +757,17 @@ impl RemoteStore {
                     }
                     self.conn.pages_revalidated.fetch_add(1, Ordering::Relaxed);
                 }
-                FetchStatus::NotInUse | FetchStatus::NotGranted => {}
+                FetchStatus::NotInUse | FetchStatus::NotGranted => {
+                    if f.cover != 0 {
+                        return Err(self.conn.protocol("a right to cache only with a locked page"));
+                    }
+                }
             }
             statuses.push(f.status);
             let group = (f.group != NO_GROUP).then_some(GroupId(f.group));
-            let mut txns = lock(&self.txns);
-            let view = txns.entry(txn).or_default();
+            let mut st = lock(&self.state);
+            let st = &mut *st;
+            let view = st.txns.entry(txn).or_default();
             let in_use = match f.status {
                 FetchStatus::NotInUse => false,
                 FetchStatus::NotGranted => {
@@ -601,35 +782,165 @@ impl RemoteStore {
                 }
                 _ => true,
             };
-            view.facts.insert(id, Facts { in_use, group });
+            let facts = Facts { in_use, group };
+            view.facts.insert(id, facts);
             if in_use {
                 let m = if mode == FETCH_S { LockMode::S } else { LockMode::X };
                 let held = view.locks.entry(Resource::Page(id)).or_insert(m);
                 *held = held.sup(m);
             }
+            if f.cover != 0 && st.revoked.get(&id).is_none_or(|r| *r < f.cover) {
+                st.revoked.remove(&id);
+                let writers = st.covers.get(&id).map(|c| c.writers.clone()).unwrap_or_default();
+                st.covers.insert(
+                    id,
+                    Cover {
+                        epoch: f.cover,
+                        facts,
+                        writers,
+                    },
+                );
+            }
         }
         Ok(statuses)
+    }
+
+    /// Takes S on page `id` for `txn` under the client's right to cache it,
+    /// if it has one (and no transaction of its own is writing the page):
+    /// no server call. `false`: the caller must ask the server.
+    fn use_cover(&self, txn: TxnId, id: PageId) -> bool {
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        let Some(c) = st.covers.get(&id) else {
+            return false;
+        };
+        if c.writers.iter().any(|w| *w != txn) {
+            return false;
+        }
+        let facts = c.facts;
+        let view = st.txns.entry(txn).or_default();
+        if view.ending {
+            return false;
+        }
+        view.facts.insert(id, facts);
+        view.locks.entry(Resource::Page(id)).or_insert(LockMode::S);
+        self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// What `txn` knows of page `id`, fetching it (shared) if nothing: a
     /// page about to be read, so the lock is taken anyway. An error (a
     /// deadlock, a lost connection) is the caller's, never a guess.
     fn facts(&self, txn: TxnId, id: PageId) -> Result<Facts> {
-        if let Some(f) = lock(&self.txns).get(&txn).and_then(|v| v.facts.get(&id).copied()) {
+        if let Some(f) = lock(&self.state).txns.get(&txn).and_then(|v| v.facts.get(&id).copied()) {
             return Ok(f);
         }
-        self.fetch(txn, id, FETCH_S, GroupId(0))?;
-        lock(&self.txns)
+        if !self.use_cover(txn, id) {
+            self.fetch(txn, id, FETCH_S, GroupId(0))?;
+        }
+        lock(&self.state)
+            .txns
             .get(&txn)
             .and_then(|v| v.facts.get(&id).copied())
             .ok_or_else(|| Error::Internal(format!("a FETCH of page {id} left nothing known of it")))
     }
 
     fn holds(&self, txn: TxnId, res: Resource, mode: LockMode) -> bool {
-        lock(&self.txns)
+        lock(&self.state)
+            .txns
             .get(&txn)
             .and_then(|v| v.locks.get(&res))
             .is_some_and(|m| m.covers(mode))
+    }
+
+    /// Answers a callback (see [`callback_daemon`]).
+    fn answer_callback(&self, cb: Callback) -> Result<()> {
+        self.conn.callbacks.fetch_add(1, Ordering::Relaxed);
+        let id = PageId(cb.page);
+        let users: Vec<TxnId> = {
+            let mut st = lock(&self.state);
+            let st = &mut *st;
+            match st.covers.get(&id) {
+                Some(c) if c.epoch <= cb.epoch => {
+                    let writers = c.writers.clone();
+                    st.covers.remove(&id);
+                    let mut users: Vec<TxnId> = Vec::new();
+                    for (t, v) in st.txns.iter_mut() {
+                        let reads = v.locks.contains_key(&Resource::Page(id)) || writers.contains(t);
+                        if reads && !v.ending {
+                            v.on_server = true;
+                            v.answers_in_flight += 1;
+                            users.push(*t);
+                        }
+                    }
+                    users
+                }
+                // A newer right (granted after this callback's writer was
+                // done): nothing reads under the old one.
+                Some(_) => Vec::new(),
+                // The FETCH granting it has not been taken in yet: it must
+                // not be.
+                None => {
+                    let r = st.revoked.entry(id).or_insert(0);
+                    *r = (*r).max(cb.epoch);
+                    Vec::new()
+                }
+            }
+        };
+        if !users.is_empty() {
+            self.conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);
+        }
+        let (kind, body) = PageRequest::CallbackReply(CallbackReply {
+            id: cb.id,
+            page: cb.page,
+            epoch: cb.epoch,
+            writer: 0,
+            in_use_by: users.iter().map(|t| t.0).collect(),
+        })
+        .encode();
+        let sent = self
+            .conn
+            .client
+            .invoke(kind, body)
+            .and_then(|c| c.wait())
+            .map_err(|e| self.conn.error(e));
+        let mut st = lock(&self.state);
+        for t in &users {
+            if let Some(v) = st.txns.get_mut(t) {
+                v.answers_in_flight -= 1;
+            }
+        }
+        drop(st);
+        self.answered.notify_all();
+        sent.map(|_| ())
+    }
+}
+
+/// The callback daemon (Soprano's): a thread per connection that waits for
+/// the server's callbacks and answers them, reading the connection itself
+/// when no request is waiting for a reply. It ends when the store is gone
+/// or the connection closes.
+fn callback_daemon(client: Client, store: Weak<RemoteStore>) {
+    loop {
+        match client.next_notice(Duration::from_millis(200)) {
+            Ok(Some(body)) => {
+                let Some(store) = store.upgrade() else { return };
+                match Callback::decode(&body) {
+                    Ok(cb) => {
+                        if let Err(e) = store.answer_callback(cb) {
+                            tracing::warn!(error = %e, "answering a callback failed");
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not a callback"),
+                }
+            }
+            Ok(None) => {
+                if store.strong_count() == 0 {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
     }
 }
 
@@ -660,6 +971,9 @@ impl Backend for RemoteStore {
                 } else {
                     FETCH_S
                 };
+                if m == FETCH_S && self.use_cover(owner.txn, p) {
+                    return Ok(());
+                }
                 self.fetch(owner.txn, p, m, GroupId(0)).map(|_| ())
             }
             other => {
@@ -671,6 +985,7 @@ impl Backend for RemoteStore {
                         )))
                     }
                 };
+                self.mark_on_server(owner.txn);
                 self.conn.call_one(&PageRequest::Lock {
                     txn: owner.txn.0,
                     resource,
@@ -678,8 +993,8 @@ impl Backend for RemoteStore {
                     mode: wire_mode(mode),
                     try_only: false,
                 })?;
-                let mut txns = lock(&self.txns);
-                let held = txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
+                let mut st = lock(&self.state);
+                let held = st.txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
                 *held = held.sup(mode);
                 Ok(())
             }
@@ -699,6 +1014,26 @@ impl Backend for RemoteStore {
                 )))
             }
         };
+        if let Resource::Page(p) = res {
+            if !LockMode::S.covers(mode) {
+                // Another transaction of this client reading the page under
+                // the right would not be seen by the server's lock: not now.
+                let mut st = lock(&self.state);
+                let others = st
+                    .txns
+                    .iter()
+                    .any(|(t, v)| *t != owner.txn && v.locks.contains_key(&res));
+                if others {
+                    return Ok(false);
+                }
+                if let Some(c) = st.covers.get_mut(&p) {
+                    if !c.writers.contains(&owner.txn) {
+                        c.writers.push(owner.txn);
+                    }
+                }
+            }
+        }
+        self.mark_on_server(owner.txn);
         let body = self.conn.call_one(&PageRequest::Lock {
             txn: owner.txn.0,
             resource,
@@ -708,8 +1043,8 @@ impl Backend for RemoteStore {
         })?;
         let granted = body[..] == [1];
         if granted {
-            let mut txns = lock(&self.txns);
-            let held = txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
+            let mut st = lock(&self.state);
+            let held = st.txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
             *held = held.sup(mode);
         }
         Ok(granted)
@@ -742,6 +1077,7 @@ impl Backend for RemoteStore {
     }
 
     fn group_pages(&self, txn: TxnId, group: GroupId) -> Result<Vec<PageId>> {
+        self.mark_on_server(txn);
         let body = self.conn.call_one(&PageRequest::GroupPages {
             txn: txn.0,
             group: group.0,
@@ -761,7 +1097,8 @@ impl Backend for RemoteStore {
             let f = self.facts(owner.txn, page)?;
             return Ok(f.in_use && f.group == Some(group));
         }
-        let known = lock(&self.txns)
+        let known = lock(&self.state)
+            .txns
             .get(&owner.txn)
             .and_then(|v| v.facts.get(&page).copied());
         if known.is_some_and(|f| !f.in_use || f.group != Some(group)) {
@@ -776,6 +1113,7 @@ impl Backend for RemoteStore {
     }
 
     fn allocate(&self, owner: LockOwner, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        self.mark_on_server(owner.txn);
         let body = self.conn.call_one(&PageRequest::Allocate {
             txn: owner.txn.0,
             group: group.0,
@@ -788,8 +1126,8 @@ impl Backend for RemoteStore {
         self.install_newest(id, image)?;
         self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
         self.page_count.fetch_max(count, Ordering::Relaxed);
-        let mut txns = lock(&self.txns);
-        let view = txns.entry(owner.txn).or_default();
+        let mut st = lock(&self.state);
+        let view = st.txns.entry(owner.txn).or_default();
         view.facts.insert(
             id,
             Facts {
@@ -804,6 +1142,7 @@ impl Backend for RemoteStore {
     }
 
     fn free(&self, owner: LockOwner, page: PageId) -> Result<()> {
+        self.mark_on_server(owner.txn);
         self.conn.call_one(&PageRequest::Free {
             txn: owner.txn.0,
             page: page.0,
@@ -827,12 +1166,13 @@ impl Backend for RemoteStore {
             afters.push((p, after));
         }
         let freed: Vec<PageId> = txn.allocations().1.iter().copied().collect();
+        self.start_ending(id);
         let reply = self.conn.call_one(&PageRequest::Commit { txn: id.0, records });
         // A COMMIT that reached the server ended the transaction there,
         // whatever its outcome (a lost connection ends it too); one refused
         // before sending (too large) did not, and `end` aborts it.
         if !matches!(reply, Err(Error::LimitExceeded { .. })) {
-            if let Some(v) = lock(&self.txns).get_mut(&id) {
+            if let Some(v) = lock(&self.state).txns.get_mut(&id) {
                 v.ended_on_server = true;
             }
         }
@@ -871,18 +1211,28 @@ impl Backend for RemoteStore {
     fn rollback(&self, txn: &mut Txn) {
         // The server aborts it (and gives its pages back); if the connection
         // is gone the server aborted it already.
-        if let Some(v) = lock(&self.txns).get_mut(&txn.id()) {
+        let known = self.start_ending(txn.id());
+        if let Some(v) = lock(&self.state).txns.get_mut(&txn.id()) {
             v.ended_on_server = true;
         }
-        let _ = self.conn.call_one(&PageRequest::Abort { txn: txn.id().0 });
+        if known {
+            let _ = self.conn.call_one(&PageRequest::Abort { txn: txn.id().0 });
+        }
         for p in txn.allocations().0 {
             let _ = self.pool.discard(*p);
         }
     }
 
     fn end(&self, owner: LockOwner, _allocated: &[PageId]) {
-        let view = lock(&self.txns).remove(&owner.txn);
-        if view.is_none_or(|v| !v.ended_on_server) {
+        self.start_ending(owner.txn);
+        let view = {
+            let mut st = lock(&self.state);
+            for c in st.covers.values_mut() {
+                c.writers.retain(|w| *w != owner.txn);
+            }
+            st.txns.remove(&owner.txn)
+        };
+        if view.is_some_and(|v| v.on_server && !v.ended_on_server) {
             // A read-only transaction: releasing its locks is all its commit
             // is, so nobody waits for the answer (the call is sent and
             // dropped; the reply is discarded when it comes). If the

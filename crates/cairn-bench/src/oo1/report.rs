@@ -171,6 +171,8 @@ fn fmt_counters(c: &BTreeMap<String, f64>) -> String {
     add("round trips", "round_trips", false);
     add("pages shipped", "pages_shipped", false);
     add("revalidated", "pages_revalidated", false);
+    add("cached-page hits", "cache_hits", false);
+    add("callbacks", "callbacks", false);
     if let Some(b) = c.get("bytes_shipped") {
         if !s.is_empty() {
             s.push_str(", ");

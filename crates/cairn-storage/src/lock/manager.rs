@@ -50,6 +50,9 @@ enum Outcome {
     Granted,
     /// `release_all` ended the owner while it waited.
     Cancelled,
+    /// [`LockManager::lock_ahead`] chose the waiting owner as a deadlock
+    /// victim so that a writer can go on.
+    Victim,
 }
 
 /// An owner that holds or waits for something.
@@ -171,6 +174,15 @@ impl LockManager {
             match t.outcomes.remove(&ticket) {
                 Some(Outcome::Granted) => return Ok(()),
                 Some(Outcome::Cancelled) => return Err(Error::TxnNotActive(owner.txn)),
+                Some(Outcome::Victim) => {
+                    return Err(Error::Deadlock {
+                        txn: owner.txn,
+                        cycle: format!(
+                            "{owner} waited (for {res}) on a writer that waits for a page {owner} \
+                             read under its client's callback right"
+                        ),
+                    })
+                }
                 None => {}
             }
             // No outcome: the request is still in its queue.
@@ -206,6 +218,83 @@ impl LockManager {
             return Ok(true);
         };
         Ok(t.grant_now(owner, res, target))
+    }
+
+    /// Grants `owner` a lock it already holds in effect elsewhere: a
+    /// page-server client's transaction reading a page under the client's
+    /// callback right, reported when the server calls the page back
+    /// (DESIGN.md §7). The lock goes ahead of waiting requests (it is not
+    /// new: the transaction has been reading under it), so it is granted if
+    /// it is compatible with the *granted* group, whoever waits.
+    ///
+    /// `Ok(true)`: held now (or already covered). `Ok(false)`, nothing
+    /// changed: the owner holds a weaker mode or waits for `res`, or an
+    /// incompatible lock is granted. The new grant adds waits-for edges into
+    /// `owner` from requests already waiting for `res`; if one closes a
+    /// cycle the grant is withdrawn and the answer is [`Error::Deadlock`]
+    /// (the caller, the writer whose callback this answers, is the victim).
+    ///
+    /// `writer`: the transaction about to ask for a conflicting lock on
+    /// `res` (the one that called the page back). If `owner` already waits,
+    /// directly or not, for `writer`, that request would close a cycle, and
+    /// the victim would always be the writer (the readers' locks are always
+    /// older): a writer facing a stream of readers would starve. So the
+    /// *reader* is the victim instead: its waiting request is withdrawn and
+    /// its thread gets [`Error::Deadlock`]; the lock granted here stays
+    /// until its transaction aborts.
+    pub fn lock_ahead(
+        &self,
+        owner: LockOwner,
+        res: Resource,
+        mode: LockMode,
+        writer: Option<LockOwner>,
+    ) -> Result<bool> {
+        let mut t = self.lock_table();
+        t.stats.requests += 1;
+        if let Some(held) = t.queues.get(&res).and_then(|q| q.granted_mode(owner)) {
+            return Ok(held.covers(mode));
+        }
+        if t.owners.get(&owner).and_then(|s| s.wait).is_some_and(|(r, _)| r == res) {
+            return Ok(false);
+        }
+        let t = &mut *t;
+        let q = t.queues.entry(res).or_insert_with(|| t.spare.pop().unwrap_or_default());
+        if q.granted.iter().any(|g| g.owner != owner && !g.mode.compatible(mode)) {
+            return Ok(false);
+        }
+        q.grant(owner, mode);
+        t.owners.entry(owner).or_insert_with(OwnerState::new).held.insert(res);
+        if let Some(cycle) = find_cycle(owner, |o| t.waits_for(o)) {
+            let cycle = t.describe_cycle(&cycle);
+            let q = t.queues.get_mut(&res).expect("just granted");
+            q.granted.retain(|g| g.owner != owner);
+            let state = t.owners.get_mut(&owner).expect("just granted");
+            state.held.remove(&res);
+            if state.held.is_empty() && state.wait.is_none() {
+                t.owners.remove(&owner);
+            }
+            if t.queues.get(&res).is_some_and(|q| q.is_empty()) {
+                t.drop_queue(res);
+            }
+            t.stats.deadlocks += 1;
+            return Err(Error::Deadlock { txn: owner.txn, cycle });
+        }
+        if let Some(w) = writer.filter(|w| *w != owner) {
+            let waiting = t.owners.get(&owner).and_then(|s| s.wait);
+            if let Some((on, ticket)) = waiting {
+                if t.reaches(owner, w) {
+                    let q = t.queues.get_mut(&on).expect("a waiter's queue exists");
+                    q.remove_waiting(ticket).expect("a waiter is in its queue");
+                    let state = t.owners.get_mut(&owner).expect("a waiter is an owner");
+                    state.wait = None;
+                    state.wakeup.notify_all();
+                    t.outcomes.insert(ticket, Outcome::Victim);
+                    t.stats.deadlocks += 1;
+                    t.settle(on);
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Releases every lock `owner` holds and grants what that makes
@@ -441,6 +530,23 @@ impl Table {
             self.external.remove(&waiter);
         }
         removed
+    }
+
+    /// Whether `to` is reachable from `from` along waits-for edges.
+    fn reaches(&self, from: LockOwner, to: LockOwner) -> bool {
+        let mut seen = HashSet::new();
+        let mut stack = vec![from];
+        while let Some(o) = stack.pop() {
+            for next in self.waits_for(o) {
+                if next == to {
+                    return true;
+                }
+                if seen.insert(next) {
+                    stack.push(next);
+                }
+            }
+        }
+        false
     }
 
     /// The owners `owner` waits for: the blockers of its queued request and

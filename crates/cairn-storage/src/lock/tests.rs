@@ -795,3 +795,82 @@ proptest! {
         }
     }
 }
+
+// ---- lock_ahead (a cached page reported in use by a callback) -------------
+
+#[test]
+fn lock_ahead_goes_past_waiters_but_not_past_an_incompatible_holder() {
+    let m = manager();
+    // 1 holds S; 2 waits for X behind it.
+    m.lock(o(1), page(1), S).unwrap();
+    let rx = lock_in_thread(&m, o(2), page(1), X);
+    wait_until_queued(&m, o(2), page(1));
+    // 3 read the page under its client's callback right: granted ahead of
+    // the waiting X, which now waits for 3 as well.
+    assert!(m.lock_ahead(o(3), page(1), S, None).unwrap());
+    assert_eq!(m.held_mode(o(3), &page(1)), Some(S));
+    assert!(m.lock_ahead(o(3), page(1), S, None).unwrap(), "already held");
+    m.check_invariants();
+    m.release_all(o(1));
+    assert_still_waiting(&m, &rx, o(2), page(1), X);
+    m.release_all(o(3));
+    rx.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    // An incompatible holder (2 has X now) is never overtaken.
+    assert!(!m.lock_ahead(o(4), page(1), S, None).unwrap());
+    assert_eq!(m.held_mode(o(4), &page(1)), None);
+    m.check_invariants();
+}
+
+#[test]
+fn lock_ahead_that_closes_a_cycle_is_withdrawn() {
+    let m = manager();
+    // 3 holds X on page 9 and waits for X on page 1, which 2 reads (S).
+    m.lock(o(3), page(9), X).unwrap();
+    m.lock(o(2), page(1), S).unwrap();
+    let rx3 = lock_in_thread(&m, o(3), page(1), X);
+    wait_until_queued(&m, o(3), page(1));
+    // 4 waits for page 9 (for 3).
+    let rx4 = lock_in_thread(&m, o(4), page(9), S);
+    wait_until_queued(&m, o(4), page(9));
+    // 4's client now reports 4 reading page 1 under a callback: granting it
+    // would make 3 wait for 4 while 4 waits for 3.
+    let err = m.lock_ahead(o(4), page(1), S, None).unwrap_err();
+    assert!(matches!(err, crate::Error::Deadlock { .. }), "{err}");
+    assert_eq!(m.held_mode(o(4), &page(1)), None, "the grant is withdrawn");
+    assert_eq!(m.stats().deadlocks, 1);
+    m.check_invariants();
+    // Everything else goes on as before.
+    m.release_all(o(2));
+    rx3.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    m.release_all(o(3));
+    rx4.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    m.release_all(o(4));
+    m.check_invariants();
+}
+
+#[test]
+fn lock_ahead_for_a_writer_makes_the_waiting_reader_the_victim() {
+    let m = manager();
+    // The writer 1 holds X on page 2; the reader 2 waits for it.
+    m.lock(o(1), page(2), X).unwrap();
+    let rx2 = lock_in_thread(&m, o(2), page(2), S);
+    wait_until_queued(&m, o(2), page(2));
+    // 2 read page 1 under its client's right; 1 now wants X on page 1. Were
+    // 2 granted S and 1 to wait, 1 would close the cycle and lose, every
+    // time: 2 is the victim instead.
+    assert!(m.lock_ahead(o(2), page(1), S, Some(o(1))).unwrap());
+    let err = rx2.recv_timeout(HANG_GUARD).unwrap().unwrap_err();
+    assert!(matches!(err, crate::Error::Deadlock { .. }), "{err}");
+    assert_eq!(m.waiters(&page(2)), vec![], "its request is withdrawn");
+    m.check_invariants();
+    // 1 waits for 2's S on page 1 until 2 aborts, then goes on.
+    let rx1 = lock_in_thread(&m, o(1), page(1), X);
+    wait_until_queued(&m, o(1), page(1));
+    m.release_all(o(2));
+    rx1.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    // A reader that does not wait for the writer is left alone.
+    m.lock(o(3), page(3), S).unwrap();
+    assert!(m.lock_ahead(o(3), page(4), S, Some(o(1))).unwrap());
+    assert_eq!(m.held_mode(o(3), &page(3)), Some(S));
+    m.check_invariants();
+}

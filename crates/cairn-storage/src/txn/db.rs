@@ -14,7 +14,7 @@ use crate::buffer::{BufferPool, BufferStats};
 use crate::error::{Error, Result};
 use crate::ids::{ClientId, GroupId, Lsn, PageId, TxnId};
 use crate::io::{FileLock, Vfs};
-use crate::lock::{LockManager, LockOptions, LockOwner, LockStats};
+use crate::lock::{LockManager, LockMode, LockOptions, LockOwner, LockStats, Resource};
 use crate::volume::{GroupInfo, SpaceView, Volume, VolumeOptions};
 use crate::wal::redo::Redo;
 use crate::wal::LogSink;
@@ -345,6 +345,25 @@ impl Db {
         let mut pages = PrivatePages::new(self.shared.txn_memory_pages, self.shared.page_size);
         pages.spill_to(self.shared.vfs.clone(), &self.shared.dir);
         Ok(Txn::new(self.shared.clone(), LockOwner::new(client, id), pages))
+    }
+
+    /// Grants `owner` a lock ahead of waiting requests: a remote client's
+    /// transaction that has been reading `res` under its callback right
+    /// ([`LockManager::lock_ahead`](crate::lock::LockManager::lock_ahead)).
+    pub fn lock_ahead(
+        &self,
+        owner: LockOwner,
+        res: Resource,
+        mode: LockMode,
+        writer: Option<LockOwner>,
+    ) -> Result<bool> {
+        self.shared.locks.lock_ahead(owner, res, mode, writer)
+    }
+
+    /// The lock manager's timeout: how long a request waits for a lock (a
+    /// server waits as long for a client to answer a callback).
+    pub fn lock_timeout(&self) -> std::time::Duration {
+        self.shared.locks.options().timeout
     }
 
     /// The committed image of page `id`, read without a lock (a page

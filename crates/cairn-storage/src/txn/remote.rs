@@ -21,7 +21,7 @@
 //! slotted page is well formed after the change.
 
 use crate::error::{Error, Result};
-use crate::ids::{Lsn, PageId};
+use crate::ids::{Lsn, PageId, TxnId};
 use crate::lock::{LockMode, Resource};
 use crate::page::{self, PageType};
 use crate::record::object::ObjectSpace;
@@ -49,13 +49,16 @@ impl Txn {
     }
 
     /// Verifies a client's PAGE redo records (see the module docs) and stages
-    /// each as this transaction's private page. All or nothing: a refused
-    /// record stages none of the batch, and the error names the page and why.
-    pub fn stage_redo(&mut self, records: &[&[u8]]) -> Result<()> {
+    /// each as this transaction's private page. Each record must name
+    /// `named`, the id the client knows this transaction by (the server's
+    /// own id for it, [`Txn::id`], is what its log records carry). All or
+    /// nothing: a refused record stages none of the batch, and the error
+    /// names the page and why.
+    pub fn stage_redo(&mut self, records: &[&[u8]], named: TxnId) -> Result<()> {
         self.check_active()?;
         let mut staged: Vec<(PageId, Vec<u8>)> = Vec::with_capacity(records.len());
         for (i, bytes) in records.iter().enumerate() {
-            let (id, after) = self.verify_record(bytes, i, &staged)?;
+            let (id, after) = self.verify_record(bytes, i, &staged, named)?;
             match staged.iter_mut().find(|(p, _)| *p == id) {
                 Some((_, img)) => *img = after,
                 None => staged.push((id, after)),
@@ -78,7 +81,13 @@ impl Txn {
     }
 
     /// Checks one record and returns the page it names with its new image.
-    fn verify_record(&mut self, bytes: &[u8], index: usize, staged: &[(PageId, Vec<u8>)]) -> Result<(PageId, Vec<u8>)> {
+    fn verify_record(
+        &mut self,
+        bytes: &[u8],
+        index: usize,
+        staged: &[(PageId, Vec<u8>)],
+        named: TxnId,
+    ) -> Result<(PageId, Vec<u8>)> {
         let refuse =
             |page: PageId, why: String| Error::InvalidArgument(format!("redo record {index} (page {page}): {why}"));
         let Redo::Page {
@@ -92,10 +101,10 @@ impl Txn {
                 "redo record {index} is not a PAGE record"
             )));
         };
-        if txn != self.id {
+        if txn != named {
             return Err(refuse(
                 id,
-                format!("it names {txn}, the session's transaction is {}", self.id),
+                format!("it names {txn}, the session's transaction is {named}"),
             ));
         }
         if id.0 >= self.page_count() {

@@ -392,7 +392,9 @@ impl<D: Deployment> System for Cairn<D> {
                 c.set("round_trips", r.round_trips)
                     .set("bytes_shipped", r.bytes_sent + r.bytes_received)
                     .set("pages_shipped", r.pages_shipped)
-                    .set("pages_revalidated", r.pages_revalidated);
+                    .set("pages_revalidated", r.pages_revalidated)
+                    .set("cache_hits", r.cache_hits)
+                    .set("callbacks", r.callbacks);
             }
         }
         c

@@ -1,0 +1,421 @@
+//! Callback locking on the server (DESIGN.md §7; Franklin & Carey's
+//! callback locking, Soprano's callback daemon): which client caches which
+//! page, and calling a page back before a writer may lock it.
+//!
+//! A client that fetched a page under a lock may keep it across its
+//! transactions (the *right to cache*, or *cover*): its later transactions
+//! read the page without asking, under a lock only the client knows of.
+//! The server records each right with an *epoch* (unique, increasing) and
+//! hands it to the client in the FETCH part. Before any transaction takes X
+//! on the page (FETCH X, a try-insert, FREE, LOCK X), the server calls back
+//! every *other* client holding a right, and waits for the answers:
+//!
+//! - **dropped**: the client gave the right up and no transaction of its
+//!   own reads the page;
+//! - **in use by T₁…Tₙ**: those transactions of the client read the page
+//!   under the right. The server grants each an S lock ahead of waiters
+//!   ([`Db::lock_ahead`]): the lock they held in effect becomes a real one,
+//!   so the writer then waits for them *in the lock table*, with the lock
+//!   table's timeouts and deadlock detection (a cycle through a callback is
+//!   a cycle like any other). The client has given up its right either way.
+//!
+//! While a writer calls back a page (and until its lock request returns) no
+//! other client gets a right to the page: its fetch takes the lock for its
+//! transaction only (cover 0), so a right never appears behind the writer's
+//! back. A client never calls itself back: its own transactions name the
+//! others reading the page in the FETCH X (`also`), and the server grants
+//! those the same way.
+//!
+//! # A callback's states (server)
+//!
+//! ```text
+//!                 notice sent                      CALLBACK_REPLY (dropped / in use: S granted)
+//!  writer ─────▶ Outstanding ───────────────────────────────────────────────▶ Answered ──▶ removed by the writer
+//!   arrives        │  client gone (send fails or session closes) ──────────▶ Answered (dropped)
+//!                  └─ no answer within the lock timeout ─▶ removed by the writer: LockTimeout
+//! ```
+//!
+//! | transition | made by | effect on the right |
+//! |---|---|---|
+//! | (none) → Outstanding | [`Callbacks::call_back`] | still held until answered |
+//! | Outstanding → Answered | [`Callbacks::answer`] | removed if its epoch is still the client's |
+//! | Outstanding → Answered | [`Callbacks::session_closed`] | every right of the session removed |
+//! | Outstanding → removed | [`Callbacks::call_back`] at the timeout | kept (the client may answer later; a late answer is ignored) |
+//!
+//! A right's states: `none ─register→ held(e) ─answer(e) / session closed→ none`;
+//! a newer fetch by the same client replaces `held(e)` with `held(e')`, and
+//! an answer for `e` then leaves `held(e')` alone.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use cairn_net::page_service::Callback;
+use cairn_storage::lock::{LockMode, LockOwner, Resource};
+use cairn_storage::{ClientId, Db, Error, PageId, TxnId};
+
+use crate::SessionState;
+
+/// One page's rights and writers.
+#[derive(Default, Debug)]
+struct PageRights {
+    /// Clients holding a right, with its epoch.
+    cachers: HashMap<ClientId, u64>,
+    /// Clients with a writer calling the page back or locking it (a
+    /// multiset: one entry per writer).
+    writers: Vec<ClientId>,
+}
+
+/// A callback sent and not yet collected by its writer.
+#[derive(Debug)]
+struct Outstanding {
+    client: ClientId,
+    page: PageId,
+    /// The writer's transaction (its readers are granted S with it named).
+    writer: LockOwner,
+    /// `None` until answered; then what granting the readers' locks gave.
+    outcome: Option<Result<(), Error>>,
+}
+
+#[derive(Default, Debug)]
+struct Table {
+    pages: HashMap<PageId, PageRights>,
+    by_client: HashMap<ClientId, HashSet<PageId>>,
+    outstanding: HashMap<u64, Outstanding>,
+    next_id: u64,
+    next_epoch: u64,
+}
+
+impl Table {
+    fn unregister(&mut self, client: ClientId, page: PageId, epoch: Option<u64>) {
+        let Some(rights) = self.pages.get_mut(&page) else {
+            return;
+        };
+        if let Some(&e) = rights.cachers.get(&client) {
+            if epoch.is_none_or(|want| want == e) {
+                rights.cachers.remove(&client);
+                if let Some(set) = self.by_client.get_mut(&client) {
+                    set.remove(&page);
+                }
+            }
+        }
+        if rights.cachers.is_empty() && rights.writers.is_empty() {
+            self.pages.remove(&page);
+        }
+    }
+}
+
+/// Counters of the callback table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallbackStats {
+    /// Rights granted with a FETCH.
+    pub rights_granted: u64,
+    /// Callbacks sent.
+    pub callbacks_sent: u64,
+    /// Callbacks answered "in use".
+    pub answered_in_use: u64,
+}
+
+/// The server's callback table; see the module docs.
+#[derive(Default, Debug)]
+pub struct Callbacks {
+    table: Mutex<Table>,
+    answered: Condvar,
+    stats: Mutex<CallbackStats>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A writer's mark on a page: while it lives no other client gets a right
+/// to the page. Dropped after the writer's lock request returns.
+pub struct WriterMark<'a> {
+    callbacks: &'a Callbacks,
+    client: ClientId,
+    page: PageId,
+}
+
+impl Drop for WriterMark<'_> {
+    fn drop(&mut self) {
+        let mut t = lock(&self.callbacks.table);
+        if let Some(rights) = t.pages.get_mut(&self.page) {
+            if let Some(i) = rights.writers.iter().position(|c| *c == self.client) {
+                rights.writers.swap_remove(i);
+            }
+            if rights.cachers.is_empty() && rights.writers.is_empty() {
+                t.pages.remove(&self.page);
+            }
+        }
+    }
+}
+
+impl Callbacks {
+    /// Gives `client` the right to cache `page` (its transaction holds a
+    /// lock on it now) and returns the right's epoch, or 0 if a writer of
+    /// another client is calling the page back or locking it.
+    pub fn register(&self, client: ClientId, page: PageId) -> u64 {
+        let mut t = lock(&self.table);
+        if t.pages
+            .get(&page)
+            .is_some_and(|r| r.writers.iter().any(|w| *w != client))
+        {
+            return 0;
+        }
+        t.next_epoch += 1;
+        let epoch = t.next_epoch;
+        t.pages.entry(page).or_default().cachers.insert(client, epoch);
+        t.by_client.entry(client).or_default().insert(page);
+        drop(t);
+        lock(&self.stats).rights_granted += 1;
+        epoch
+    }
+
+    /// Calls `page` back from every client but `writer` holding a right to
+    /// it and waits (up to `timeout`) for every answer; see the module
+    /// docs. The returned mark keeps other clients from getting a right
+    /// until the caller's lock request is over.
+    ///
+    /// Errors: [`Error::LockTimeout`] if a client did not answer in time;
+    /// [`Error::Deadlock`] if granting a reader's lock closed a cycle (the
+    /// writer `txn` is the victim).
+    pub fn call_back<'a>(
+        &'a self,
+        sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>,
+        writer: ClientId,
+        txn: TxnId,
+        page: PageId,
+        timeout: Duration,
+    ) -> Result<WriterMark<'a>, Error> {
+        let mut t = lock(&self.table);
+        let rights = t.pages.entry(page).or_default();
+        rights.writers.push(writer);
+        let mark = WriterMark {
+            callbacks: self,
+            client: writer,
+            page,
+        };
+        let targets: Vec<(ClientId, u64)> = rights
+            .cachers
+            .iter()
+            .filter(|(c, _)| **c != writer)
+            .map(|(c, e)| (*c, *e))
+            .collect();
+        if targets.is_empty() {
+            return Ok(mark);
+        }
+        let mut ids = Vec::with_capacity(targets.len());
+        for (client, epoch) in &targets {
+            t.next_id += 1;
+            let id = t.next_id;
+            t.outstanding.insert(
+                id,
+                Outstanding {
+                    client: *client,
+                    page,
+                    writer: LockOwner::new(writer, txn),
+                    outcome: None,
+                },
+            );
+            ids.push((id, *client, *epoch));
+        }
+        drop(t);
+        lock(&self.stats).callbacks_sent += ids.len() as u64;
+        for &(id, client, epoch) in &ids {
+            let sent = sessions(client)
+                .and_then(|s| s.notifier.get().cloned())
+                .is_some_and(|n| {
+                    n.notice(
+                        Callback {
+                            id,
+                            page: page.0,
+                            epoch,
+                        }
+                        .encode(),
+                    )
+                    .is_ok()
+                });
+            if !sent {
+                // The client is gone: its right went with it.
+                let mut t = lock(&self.table);
+                t.unregister(client, page, Some(epoch));
+                if let Some(o) = t.outstanding.get_mut(&id) {
+                    o.outcome = Some(Ok(()));
+                }
+            }
+        }
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut t = lock(&self.table);
+        loop {
+            let pending: Vec<u64> = ids
+                .iter()
+                .filter(|(id, ..)| t.outstanding.get(id).is_some_and(|o| o.outcome.is_none()))
+                .map(|(id, ..)| *id)
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let who: Vec<String> = pending
+                    .iter()
+                    .filter_map(|id| t.outstanding.get(id).map(|o| o.client.0.to_string()))
+                    .collect();
+                for (id, ..) in &ids {
+                    t.outstanding.remove(id);
+                }
+                return Err(Error::LockTimeout {
+                    txn,
+                    resource: format!("page {page} (client {} did not answer its callback)", who.join(", ")),
+                    mode: "X".into(),
+                    waited_ms: u64::try_from(now.duration_since(start).as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            t = self
+                .answered
+                .wait_timeout(t, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let mut result = Ok(mark);
+        for (id, ..) in &ids {
+            if let Some(Outstanding {
+                outcome: Some(Err(e)), ..
+            }) = t.outstanding.remove(id)
+            {
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        }
+        result
+    }
+
+    /// A client's answer to callback `id` for `page` and `epoch`: grants
+    /// each transaction in `in_use_by` S on the page ahead of waiters, drops
+    /// the client's right (if it is still the one called back) and wakes the
+    /// writer. An answer to a callback that is no longer outstanding (the
+    /// writer gave up) still drops the right and grants the locks: both are
+    /// what the client now assumes.
+    ///
+    /// Id 0 answers no callback (the client names its readers before its
+    /// own transaction `own_writer` takes X): the right stays, and an error
+    /// granting the locks (a deadlock) is returned to the client.
+    ///
+    /// A reader already waiting for the writer is made the deadlock victim
+    /// ([`Db::lock_ahead`]), else the writer would always be.
+    #[allow(clippy::too_many_arguments)]
+    pub fn answer(
+        &self,
+        db: &Db,
+        session: &SessionState,
+        id: u64,
+        page: PageId,
+        epoch: u64,
+        own_writer: u64,
+        in_use_by: &[u64],
+    ) -> Result<(), Error> {
+        let writer = if id == 0 {
+            match own_writer {
+                0 => None,
+                w => Some(LockOwner::new(session.client, session.txn_or_begin(db, w)?.0)),
+            }
+        } else {
+            lock(&self.table).outstanding.get(&id).map(|o| o.writer)
+        };
+        let mut outcome = Ok(());
+        for &u in in_use_by {
+            let granted = session.txn_or_begin(db, u).and_then(|(server_id, _)| {
+                db.lock_ahead(
+                    LockOwner::new(session.client, server_id),
+                    Resource::Page(page),
+                    LockMode::S,
+                    writer,
+                )
+            });
+            match granted {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    client = session.client.0,
+                    txn = u,
+                    page = page.0,
+                    "a transaction reading a page under a callback could not be granted S on it"
+                ),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        if id == 0 {
+            return outcome;
+        }
+        if !in_use_by.is_empty() {
+            lock(&self.stats).answered_in_use += 1;
+        }
+        let mut t = lock(&self.table);
+        t.unregister(session.client, page, Some(epoch));
+        if let Some(o) = t.outstanding.get_mut(&id) {
+            if o.client == session.client && o.page == page && o.outcome.is_none() {
+                o.outcome = Some(outcome);
+            }
+        }
+        self.answered.notify_all();
+        Ok(())
+    }
+
+    /// A session ended: its rights go, and callbacks waiting for it are
+    /// answered (its transactions were aborted, their locks released).
+    pub fn session_closed(&self, client: ClientId) {
+        let mut t = lock(&self.table);
+        let pages = t.by_client.remove(&client).unwrap_or_default();
+        for p in pages {
+            t.unregister(client, p, None);
+        }
+        for o in t.outstanding.values_mut() {
+            if o.client == client && o.outcome.is_none() {
+                o.outcome = Some(Ok(()));
+            }
+        }
+        self.answered.notify_all();
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> CallbackStats {
+        *lock(&self.stats)
+    }
+
+    /// Rights held now (all clients).
+    pub fn rights_held(&self) -> usize {
+        lock(&self.table).pages.values().map(|r| r.cachers.len()).sum()
+    }
+
+    /// Asserts the table's invariants (tests): every right is listed under
+    /// its client and back, no page entry is empty.
+    pub fn check_invariants(&self) {
+        let t = lock(&self.table);
+        for (page, rights) in &t.pages {
+            assert!(
+                !rights.cachers.is_empty() || !rights.writers.is_empty(),
+                "an empty entry for page {page}"
+            );
+            for client in rights.cachers.keys() {
+                assert!(
+                    t.by_client.get(client).is_some_and(|s| s.contains(page)),
+                    "client {} holds page {page} but is not listed",
+                    client.0
+                );
+            }
+        }
+        for (client, pages) in &t.by_client {
+            for p in pages {
+                assert!(
+                    t.pages.get(p).is_some_and(|r| r.cachers.contains_key(client)),
+                    "client {} lists page {p} without a right",
+                    client.0
+                );
+            }
+        }
+    }
+}
