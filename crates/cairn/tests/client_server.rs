@@ -215,10 +215,60 @@ fn a_deadlock_through_callbacks_is_detected() {
     server.stop();
 }
 
+const TRANSFER_ACCOUNTS: u32 = 6;
+
+/// The child side of the transfer test: one client process moving money
+/// between the accounts, retrying deadlocks; prints its retries.
+#[test]
+fn transfer_client_child_process() {
+    let Ok(url) = std::env::var("CAIRN_TEST_TRANSFER_CLIENT") else {
+        return;
+    };
+    let c: u64 = std::env::var("CAIRN_TEST_TRANSFER_SEED").unwrap().parse().unwrap();
+    let transfers: usize = std::env::var("CAIRN_CLIENT_TRANSFERS").unwrap().parse().unwrap();
+    let db = Database::connect(&url, opts()).expect("connect");
+    let refs: Vec<Ref<Account>> = {
+        let mut tx = db.begin().unwrap();
+        let refs = (0..TRANSFER_ACCOUNTS)
+            .map(|i| tx.root(&format!("accounts-{i}")).unwrap())
+            .collect();
+        tx.commit().unwrap();
+        refs
+    };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (c + 1);
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (mut done, mut retries) = (0, 0u64);
+    while done < transfers {
+        let from = (next() % u64::from(TRANSFER_ACCOUNTS)) as usize;
+        let to = (next() % u64::from(TRANSFER_ACCOUNTS)) as usize;
+        let amount = (next() % 50) as i64;
+        let r = (|| -> cairn::Result<()> {
+            let mut tx = db.begin()?;
+            tx.update(&refs[from], |a| a.balance -= amount)?;
+            tx.update(&refs[to], |a| a.balance += amount)?;
+            tx.commit()
+        })();
+        match r {
+            Ok(()) => done += 1,
+            Err(e) if e.is_retryable() => retries += 1,
+            Err(e) => panic!("client {c}: {e}"),
+        }
+    }
+    println!("CAIRN-TEST-RETRIES {retries}");
+}
+
+/// Transfers between accounts from four client *processes* while this
+/// process audits the total in read-only transactions (reading under
+/// callback rights the writers keep calling back): every audit and the end
+/// state see the same total, so the clients' transactions were serializable.
 #[test]
 fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
-    const CLIENTS: usize = 4;
-    const ACCOUNTS: u32 = 6;
+    const CLIENTS: u64 = 4;
     let transfers: usize = std::env::var("CAIRN_CLIENT_TRANSFERS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -226,48 +276,71 @@ fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerChild::start(&dir.path().join("db"));
     let setup = connect(&server);
-    let refs = accounts(&setup, ACCOUNTS, 1_000);
+    let refs = accounts(&setup, TRANSFER_ACCOUNTS, 1_000);
     let expected = total(&setup, &refs);
-    let retries = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let threads: Vec<_> = (0..CLIENTS)
+    let children: Vec<_> = (0..CLIENTS)
         .map(|c| {
-            let db = connect(&server);
-            let refs = refs.clone();
-            let retries = retries.clone();
-            std::thread::spawn(move || {
-                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (c as u64 + 1);
-                let mut next = move || {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    seed
-                };
-                let mut done = 0;
-                while done < transfers {
-                    let from = (next() % u64::from(ACCOUNTS)) as usize;
-                    let to = (next() % u64::from(ACCOUNTS)) as usize;
-                    let amount = (next() % 50) as i64;
-                    let r = (|| -> cairn::Result<()> {
-                        let mut tx = db.begin()?;
-                        tx.update(&refs[from], |a| a.balance -= amount)?;
-                        tx.update(&refs[to], |a| a.balance += amount)?;
-                        tx.commit()
-                    })();
-                    match r {
-                        Ok(()) => done += 1,
-                        Err(e) if e.is_retryable() => {
-                            retries.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) => panic!("client {c}: {e}"),
-                    }
-                }
-            })
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "transfer_client_child_process",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("CAIRN_TEST_TRANSFER_CLIENT", format!("cairn://{}", server.addr))
+                .env("CAIRN_TEST_TRANSFER_SEED", c.to_string())
+                .env("CAIRN_CLIENT_TRANSFERS", transfers.to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
         })
         .collect();
-    for t in threads {
-        t.join().unwrap();
+    // Audit while they run.
+    let finished = Arc::new(AtomicBool::new(false));
+    let auditor = {
+        let (finished, refs) = (finished.clone(), refs.clone());
+        let db = connect(&server);
+        std::thread::spawn(move || {
+            let mut audits = 0u64;
+            while !finished.load(Ordering::Relaxed) {
+                let r = (|| -> cairn::Result<i64> {
+                    let mut tx = db.begin()?;
+                    let mut t = 0;
+                    for r in &refs {
+                        t += tx.get(r)?.balance;
+                    }
+                    tx.commit()?;
+                    Ok(t)
+                })();
+                match r {
+                    Ok(t) => {
+                        assert_eq!(t, expected, "an audit saw money made or lost");
+                        audits += 1;
+                    }
+                    Err(e) if e.is_retryable() => {}
+                    Err(e) => panic!("auditor: {e}"),
+                }
+            }
+            (audits, db.remote_stats().unwrap())
+        })
+    };
+    let mut retries = 0u64;
+    for mut child in children {
+        let mut out = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert!(child.wait().unwrap().success(), "a client process failed:\n{out}");
+        let line = out
+            .lines()
+            .find_map(|l| l.split("CAIRN-TEST-RETRIES ").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no retry count from a client:\n{out}"));
+        retries += line.parse::<u64>().unwrap();
     }
+    finished.store(true, Ordering::Relaxed);
+    let (audits, stats) = auditor.join().unwrap();
+    assert!(audits > 0, "the auditor ran");
     assert_eq!(total(&setup, &refs), expected, "money was made or lost");
+    eprintln!("{CLIENTS} client processes, {retries} deadlocks retried, {audits} audits; auditor: {stats:?}");
     drop(setup);
     server.stop();
     // And the server's database agrees once it is opened embedded.
