@@ -38,15 +38,27 @@ pub struct ServeArgs {
 /// The default TCP address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7411";
 
+/// What a `--config` file sets: the RPC layer's limits and the database's
+/// options.
+#[derive(Clone, Debug, Default)]
+pub struct FileConfig {
+    /// Connections, requests, bytes, timeouts of the RPC layer.
+    pub limits: Limits,
+    /// How the database is opened (the lock timeout).
+    pub db: DbOptions,
+}
+
 /// Reads a limits file: one `key = value` per line, `#` comments. Keys:
 /// `connections_max`, `in_flight_max`, `body_max`, `request_bytes_max`,
 /// `reply_bytes_max`, `server_request_bytes_max`, `server_reply_bytes_max`,
-/// `handshake_timeout_ms`, `frame_timeout_ms`,
-/// `shutdown_grace_ms`. An
-/// unknown key or a bad number is an error naming the line.
-pub fn read_config(path: &Path) -> anyhow::Result<Limits> {
+/// `handshake_timeout_ms`, `frame_timeout_ms`, `shutdown_grace_ms`, and
+/// `lock_timeout_ms` (how long a lock waits, and how long a writer waits for
+/// a client to answer a callback). An unknown key or a bad number is an
+/// error naming the line.
+pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut limits = Limits::default();
+    let mut db = DbOptions::default();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -72,10 +84,14 @@ pub fn read_config(path: &Path) -> anyhow::Result<Limits> {
             "handshake_timeout_ms" => limits.handshake_timeout = std::time::Duration::from_millis(n),
             "frame_timeout_ms" => limits.frame_timeout = std::time::Duration::from_millis(n),
             "shutdown_grace_ms" => limits.shutdown_grace = std::time::Duration::from_millis(n),
+            "lock_timeout_ms" => db.lock_timeout = std::time::Duration::from_millis(n),
             other => bail!("{}: unknown key {other:?}", at()),
         }
     }
-    Ok(limits.validated())
+    Ok(FileConfig {
+        limits: limits.validated(),
+        db,
+    })
 }
 
 /// Runs the server; returns when it has shut down cleanly.
@@ -104,13 +120,12 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         tracing::warn!("no token: any local user can connect; listening on loopback and Unix sockets only");
     }
-    let limits = match &args.config {
+    let FileConfig { limits, db: db_options } = match &args.config {
         Some(c) => read_config(c)?,
-        None => Limits::default(),
+        None => FileConfig::default(),
     };
     let db = Arc::new(
-        Db::open_or_create(&args.dir, &DbOptions::default())
-            .with_context(|| format!("opening {}", args.dir.display()))?,
+        Db::open_or_create(&args.dir, &db_options).with_context(|| format!("opening {}", args.dir.display()))?,
     );
     tracing::info!(dir = %args.dir.display(), recovered = ?db.recovery().committed, "database open");
     let config = ServerConfig {

@@ -152,3 +152,83 @@ fn wrong_architecture_wrong_token_and_open_addresses_without_a_token_are_refused
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("without a token"), "{err}");
 }
+
+/// A client that asks for the right to cache a page (FETCH_CACHE) must
+/// answer callbacks. One that never does holds a writer up only until the
+/// lock timeout, with an error naming it; once it is gone, its rights go
+/// with it and the writer gets X at once.
+#[test]
+fn a_client_that_never_answers_a_callback_times_the_writer_out_and_loses_its_rights_when_it_goes() {
+    use cairn_net::page_service::{FetchStatus, Fetched, FETCH_CACHE, FETCH_S, FETCH_X, NO_GROUP};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let config = dir.path().join("serve.conf");
+    std::fs::write(&config, "lock_timeout_ms = 1500\n").unwrap();
+    let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
+
+    // The silent client reads the page, asks for the right to cache it and
+    // ends its transaction; it has no callback thread.
+    let silent = server.client(b"").unwrap();
+    let t = begin(&silent);
+    let parts = call(
+        &silent,
+        &PageRequest::Fetch {
+            txn: t,
+            mode: FETCH_S | FETCH_CACHE,
+            group: NO_GROUP,
+            pages: vec![(oid.page.0, 0)],
+        },
+    )
+    .unwrap();
+    let part = Fetched::decode(&parts[0]).unwrap();
+    assert_eq!(part.status, FetchStatus::Image);
+    assert_ne!(part.cover, 0, "the right to cache was granted");
+    call(&silent, &PageRequest::Abort { txn: t }).unwrap();
+
+    // A writer is held up by the unanswered callback, then told why.
+    let writer = server.client(b"").unwrap();
+    let w = begin(&writer);
+    let started = std::time::Instant::now();
+    let err = call(
+        &writer,
+        &PageRequest::Fetch {
+            txn: w,
+            mode: FETCH_X,
+            group: NO_GROUP,
+            pages: vec![(oid.page.0, 0)],
+        },
+    )
+    .unwrap_err();
+    let waited = started.elapsed();
+    let NetError::Remote(fault) = err else {
+        panic!("expected an error reply, got {err}")
+    };
+    assert_eq!(fault.code, ErrorCode::LOCK_TIMEOUT, "{}", fault.message);
+    assert!(
+        fault.message.contains("did not answer its callback"),
+        "{}",
+        fault.message
+    );
+    assert!(waited >= Duration::from_millis(1400), "waited {waited:?}");
+
+    // The silent client goes: its right goes with it.
+    drop(silent);
+    let w = begin(&writer);
+    let started = std::time::Instant::now();
+    let mut granted = false;
+    while started.elapsed() < Duration::from_secs(10) {
+        match fetch(&writer, w, oid.page, true) {
+            Ok(_) => {
+                granted = true;
+                break;
+            }
+            // The server may not have noticed the disconnect yet.
+            Err(e) => assert_eq!(remote_code(e), ErrorCode::LOCK_TIMEOUT),
+        }
+    }
+    assert!(granted, "X after the silent client left");
+    call(&writer, &PageRequest::Abort { txn: w }).unwrap();
+    drop(writer);
+    assert!(server.stop().success());
+}

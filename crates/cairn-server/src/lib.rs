@@ -53,7 +53,7 @@ use cairn_net::page_service::{
 use cairn_net::rpc::{Handler, Limits, Notifier, Replier, Request};
 use cairn_net::transport::Listener;
 use cairn_storage::access::PageAccess;
-use cairn_storage::lock::{LockMode, LockOwner, Resource};
+use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::page::{self, PageType};
 use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn, TxnId};
