@@ -14,8 +14,8 @@ pub fn run(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    match which % 18 {
-        k @ 0..=12 => {
+    match which % 19 {
+        k @ 0..=13 => {
             let kind = Kind(0x0100 + u16::from(k));
             if let Ok(Some(req)) = PageRequest::decode(kind, body) {
                 let (k2, again) = req.encode();
@@ -23,19 +23,19 @@ pub fn run(data: &[u8]) {
                 assert_eq!(again, body, "a decoded request encodes back to its bytes");
             }
         }
-        13 => {
+        14 => {
             if let Ok(f) = Fetched::decode(body) {
                 assert_eq!(f.encode(), body, "a FETCH part encodes back to its bytes");
             }
         }
-        14 => {
+        15 => {
             let _ = decode_lsns(body);
         }
-        15 => {
+        16 => {
             let _ = decode_pages(body);
             let _ = decode_page(body);
         }
-        16 => {
+        17 => {
             let _ = decode_groups(body);
         }
         _ => {

@@ -40,12 +40,24 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7411";
 
 /// What a `--config` file sets: the RPC layer's limits and the database's
 /// options.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct FileConfig {
     /// Connections, requests, bytes, timeouts of the RPC layer.
     pub limits: Limits,
     /// How the database is opened (the lock timeout).
     pub db: DbOptions,
+    /// Bytes of redo records one transaction may send.
+    pub txn_bytes_max: u64,
+}
+
+impl Default for FileConfig {
+    fn default() -> FileConfig {
+        FileConfig {
+            limits: Limits::default(),
+            db: DbOptions::default(),
+            txn_bytes_max: cairn_server::TXN_BYTES_MAX_DEFAULT,
+        }
+    }
 }
 
 /// Reads a limits file: one `key = value` per line, `#` comments. Keys:
@@ -53,12 +65,14 @@ pub struct FileConfig {
 /// `reply_bytes_max`, `server_request_bytes_max`, `server_reply_bytes_max`,
 /// `handshake_timeout_ms`, `frame_timeout_ms`, `shutdown_grace_ms`, and
 /// `lock_timeout_ms` (how long a lock waits, and how long a writer waits for
-/// a client to answer a callback). An unknown key or a bad number is an
+/// a client to answer a callback), `txn_bytes_max` (redo bytes one
+/// transaction may send over its STAGE and COMMIT messages). An unknown key or a bad number is an
 /// error naming the line.
 pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut limits = Limits::default();
     let mut db = DbOptions::default();
+    let mut txn_bytes_max = cairn_server::TXN_BYTES_MAX_DEFAULT;
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -85,12 +99,14 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
             "frame_timeout_ms" => limits.frame_timeout = std::time::Duration::from_millis(n),
             "shutdown_grace_ms" => limits.shutdown_grace = std::time::Duration::from_millis(n),
             "lock_timeout_ms" => db.lock_timeout = std::time::Duration::from_millis(n),
+            "txn_bytes_max" => txn_bytes_max = n,
             other => bail!("{}: unknown key {other:?}", at()),
         }
     }
     Ok(FileConfig {
         limits: limits.validated(),
         db,
+        txn_bytes_max,
     })
 }
 
@@ -120,7 +136,11 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         tracing::warn!("no token: any local user can connect; listening on loopback and Unix sockets only");
     }
-    let FileConfig { limits, db: db_options } = match &args.config {
+    let FileConfig {
+        limits,
+        db: db_options,
+        txn_bytes_max,
+    } = match &args.config {
         Some(c) => read_config(c)?,
         None => FileConfig::default(),
     };
@@ -131,6 +151,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = ServerConfig {
         tokens,
         limits: limits.clone(),
+        txn_bytes_max,
     };
     let server = Arc::new(PageServer::new(db.clone(), &config));
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -16,6 +16,7 @@
 //! | `0x010A` GROUP | `create u8, len u16, name` | `id u32` |
 //! | `0x010B` READ | `page u32` | `image` |
 //! | `0x010C` CALLBACK_REPLY | [`CallbackReply`]: `callback u64, page u32, epoch u64, writer u64, count u16, txn u64 × count` | empty |
+//! | `0x010D` STAGE | `txn u64, count u32, (len u32, record) × count` (as COMMIT) | empty, once verified and staged |
 //!
 //! and one server-initiated message, a NOTICE whose body is a [`Callback`]:
 //! `callback u64, page u32, epoch u64`.
@@ -126,6 +127,8 @@ impl Kind {
     pub const READ: Kind = Kind(0x010B);
     /// Answers a callback.
     pub const CALLBACK_REPLY: Kind = Kind(0x010C);
+    /// Sends part of a transaction's redo records ahead of its COMMIT.
+    pub const STAGE: Kind = Kind(0x010D);
 }
 
 impl ErrorCode {
@@ -184,6 +187,14 @@ pub enum PageRequest {
     },
     /// COMMIT.
     Commit {
+        /// The transaction.
+        txn: u64,
+        /// PAGE redo records.
+        records: Vec<Vec<u8>>,
+    },
+    /// STAGE: records verified and kept for the COMMIT that follows (a
+    /// transaction larger than one message).
+    Stage {
         /// The transaction.
         txn: u64,
         /// PAGE redo records.
@@ -327,13 +338,12 @@ impl PageRequest {
                 Kind::FREE
             }
             PageRequest::Commit { txn, records } => {
-                out.extend_from_slice(&txn.to_le_bytes());
-                out.extend_from_slice(&(records.len() as u32).to_le_bytes());
-                for r in records {
-                    out.extend_from_slice(&(r.len() as u32).to_le_bytes());
-                    out.extend_from_slice(r);
-                }
+                put_records(&mut out, *txn, records);
                 Kind::COMMIT
+            }
+            PageRequest::Stage { txn, records } => {
+                put_records(&mut out, *txn, records);
+                Kind::STAGE
             }
             PageRequest::Abort { txn } => {
                 out.extend_from_slice(&txn.to_le_bytes());
@@ -425,18 +435,12 @@ impl PageRequest {
                 page: r.u32()?,
             },
             Kind::COMMIT => {
-                let txn = r.u64()?;
-                let count = r.u32()?;
-                if count > COMMIT_RECORDS_MAX {
-                    return Err(malformed(what, "a COMMIT carries too many records"));
-                }
-                r.check_count(count as usize, 4)?;
-                let mut records = Vec::with_capacity(count as usize);
-                for _ in 0..count {
-                    let len = r.u32()? as usize;
-                    records.push(r.take(len)?.to_vec());
-                }
+                let (txn, records) = get_records(&mut r, what)?;
                 PageRequest::Commit { txn, records }
+            }
+            Kind::STAGE => {
+                let (txn, records) = get_records(&mut r, what)?;
+                PageRequest::Stage { txn, records }
             }
             Kind::ABORT => PageRequest::Abort { txn: r.u64()? },
             Kind::VOLUME => PageRequest::Volume,
@@ -497,6 +501,32 @@ impl PageRequest {
         r.end()?;
         Ok(Some(req))
     }
+}
+
+/// Writes `txn u64, count u32, (len u32, record) × count` (COMMIT, STAGE).
+fn put_records(out: &mut Vec<u8>, txn: u64, records: &[Vec<u8>]) {
+    out.extend_from_slice(&txn.to_le_bytes());
+    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    for r in records {
+        out.extend_from_slice(&(r.len() as u32).to_le_bytes());
+        out.extend_from_slice(r);
+    }
+}
+
+/// Reads what [`put_records`] wrote.
+fn get_records(r: &mut Reader<'_>, what: &'static str) -> Result<(u64, Vec<Vec<u8>>), MessageError> {
+    let txn = r.u64()?;
+    let count = r.u32()?;
+    if count > COMMIT_RECORDS_MAX {
+        return Err(malformed(what, "a COMMIT or STAGE carries too many records"));
+    }
+    r.check_count(count as usize, 4)?;
+    let mut records = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let len = r.u32()? as usize;
+        records.push(r.take(len)?.to_vec());
+    }
+    Ok((txn, records))
 }
 
 /// Writes `count u16, txn u64 × count` (at most [`TXNS_MAX`]).
@@ -772,6 +802,10 @@ mod tests {
             PageRequest::Commit {
                 txn: 7,
                 records: vec![vec![1, 2, 3], vec![], vec![9; 100]],
+            },
+            PageRequest::Stage {
+                txn: 7,
+                records: vec![vec![4; 10]],
             },
             PageRequest::Abort { txn: 7 },
             PageRequest::Volume,

@@ -71,6 +71,10 @@ fn write_page_service_seeds() {
             txn: 7,
             records: vec![vec![1, 2, 3], vec![4; 40]],
         },
+        PageRequest::Stage {
+            txn: 7,
+            records: vec![vec![5; 30]],
+        },
         PageRequest::Abort { txn: 7 },
         PageRequest::Volume,
         PageRequest::Lock {
@@ -112,11 +116,11 @@ fn write_page_service_seeds() {
         image: &image,
     };
     let replies: [(u8, &str, Vec<u8>); 6] = [
-        (13, "fetched", part.encode()),
-        (14, "lsns", encode_lsns(&[(3, 77), (4, 78)])),
-        (15, "pages", encode_pages(&[3, 4, 5])),
+        (14, "fetched", part.encode()),
+        (15, "lsns", encode_lsns(&[(3, 77), (4, 78)])),
+        (16, "pages", encode_pages(&[3, 4, 5])),
         (
-            17,
+            18,
             "callback",
             Callback {
                 id: 5,
@@ -126,12 +130,12 @@ fn write_page_service_seeds() {
             .encode(),
         ),
         (
-            16,
+            17,
             "groups",
             encode_groups(&[(0, "default".into()), (2, "parts".into())]),
         ),
         (
-            17,
+            18,
             "volume",
             VolumeInfo {
                 page_size: 4096,
@@ -146,7 +150,7 @@ fn write_page_service_seeds() {
         seed.extend_from_slice(&body);
         replay::write_seed("page_service", &format!("reply-{name}"), &seed);
     }
-    let mut alloc = vec![15u8];
+    let mut alloc = vec![16u8];
     alloc.extend_from_slice(&encode_page(3, 40, &image));
     replay::write_seed("page_service", "reply-allocate", &alloc);
 }

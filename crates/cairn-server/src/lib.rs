@@ -64,13 +64,31 @@ use callbacks::Callbacks;
 pub const TXNS_PER_SESSION_MAX: usize = 4096;
 
 /// What a server admits and how it bounds its sessions.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// Tokens a client may present; empty means no authentication (the
     /// caller must then listen on loopback only).
     pub tokens: Vec<Vec<u8>>,
     /// The RPC layer's bounds (connections, requests in flight, bytes).
     pub limits: Limits,
+    /// Bytes of redo records one transaction may send (over STAGE and
+    /// COMMIT messages together); past it the transaction is aborted with
+    /// LIMIT. Its private pages spill to disk past the database's
+    /// in-memory budget, so this bounds disk, not memory.
+    pub txn_bytes_max: u64,
+}
+
+/// Default [`ServerConfig::txn_bytes_max`]: 1 GiB.
+pub const TXN_BYTES_MAX_DEFAULT: u64 = 1 << 30;
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            tokens: Vec::new(),
+            limits: Limits::default(),
+            txn_bytes_max: TXN_BYTES_MAX_DEFAULT,
+        }
+    }
 }
 
 /// The page server: the database and who is connected.
@@ -83,6 +101,7 @@ pub struct PageServer {
 /// What requests share: the database, the callback table, the sessions.
 struct Core {
     db: Arc<Db>,
+    txn_bytes_max: u64,
     callbacks: Callbacks,
     sessions: Mutex<HashMap<ClientId, Arc<SessionState>>>,
 }
@@ -116,6 +135,8 @@ pub struct Session {
 struct TxnEntry {
     id: TxnId,
     txn: Arc<Mutex<Txn>>,
+    /// Bytes of redo records it sent (STAGE and COMMIT).
+    sent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A session's state, shared by its requests.
@@ -149,6 +170,7 @@ impl SessionState {
         let entry = TxnEntry {
             id: t.id(),
             txn: Arc::new(Mutex::new(t)),
+            sent: Arc::default(),
         };
         txns.insert(id, entry.clone());
         Ok((entry.id, entry.txn))
@@ -161,6 +183,7 @@ impl PageServer {
         PageServer {
             core: Arc::new(Core {
                 db,
+                txn_bytes_max: config.txn_bytes_max,
                 callbacks: Callbacks::default(),
                 sessions: Mutex::new(HashMap::new()),
             }),
@@ -325,10 +348,26 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             t.free(PageId(page)).map_err(fault)?;
             Ok(Answer::Body(Vec::new()))
         }
+        PageRequest::Stage { txn, records } => {
+            let (_, t) = txn_of(txn)?;
+            let refused = count_sent(core, state, txn, &records)
+                .and_then(|()| lock(&t).stage_redo(&records_of(&records), TxnId(txn)));
+            if let Err(e) = refused {
+                // A refused batch aborts the transaction.
+                drop(t);
+                lock(&state.txns).remove(&txn);
+                return Err(fault(e));
+            }
+            Ok(Answer::Body(Vec::new()))
+        }
         PageRequest::Commit { txn, records } => {
             // A transaction that never reached the server before has nothing
             // locked, so any record it sends is refused below.
             txn_of(txn)?;
+            if let Err(e) = count_sent(core, state, txn, &records) {
+                lock(&state.txns).remove(&txn);
+                return Err(fault(e));
+            }
             let entry = lock(&state.txns).remove(&txn).ok_or_else(|| {
                 Fault::new(
                     ErrorCode::NOT_FOUND,
@@ -342,9 +381,8 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
                 )
             })?;
             let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
-            let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
             // A refused batch aborts the transaction (dropping it).
-            t.stage_redo(&refs, TxnId(txn)).map_err(fault)?;
+            t.stage_redo(&records_of(&records), TxnId(txn)).map_err(fault)?;
             let lsns = t.commit_with_lsns().map_err(fault)?;
             let lsns: Vec<(u32, u64)> = lsns.into_iter().map(|(p, l)| (p.0, l.0)).collect();
             Ok(Answer::Body(encode_lsns(&lsns)))
@@ -437,6 +475,28 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             Ok(Answer::Body(Vec::new()))
         }
     }
+}
+
+/// The records as slices.
+fn records_of(records: &[Vec<u8>]) -> Vec<&[u8]> {
+    records.iter().map(|r| &r[..]).collect()
+}
+
+/// Counts the bytes of `records` against the transaction's limit.
+fn count_sent(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> Result<(), Error> {
+    let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
+    let Some(entry) = lock(&state.txns).get(&txn).cloned() else {
+        return Ok(());
+    };
+    let total = entry.sent.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    if total > core.txn_bytes_max {
+        return Err(Error::LimitExceeded {
+            what: "bytes of redo records in one transaction (txn_bytes_max)",
+            value: total,
+            limit: core.txn_bytes_max,
+        });
+    }
+    Ok(())
 }
 
 /// One page of a FETCH: its part (see [`Fetched`]). A page not in use for

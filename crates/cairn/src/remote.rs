@@ -1150,11 +1150,23 @@ impl Backend for RemoteStore {
         Ok(())
     }
 
+    /// Commits `txn`: its PAGE redo records (each page's changed byte runs
+    /// against the committed image) go in one COMMIT message, or, for a
+    /// transaction larger than one message, in STAGE messages (one round
+    /// trip each, built and sent one at a time, so the client never holds
+    /// more than a message of them) and a last COMMIT. The reply's LSNs
+    /// stamp the after-images, read again from the transaction's private
+    /// pages, as they are installed in the pool.
     fn commit(&self, txn: &mut Txn) -> Result<()> {
         let id = txn.id();
         let pages = txn.changed_pages();
-        let mut records = Vec::with_capacity(pages.len());
-        let mut afters: Vec<(PageId, Vec<u8>)> = Vec::with_capacity(pages.len());
+        let freed: Vec<PageId> = txn.allocations().1.iter().copied().collect();
+        self.start_ending(id);
+        // Room for the body's fixed part and a record's length.
+        let limit = (self.conn.client.welcome().body_max as usize).saturating_sub(64);
+        let mut batch: Vec<Vec<u8>> = Vec::new();
+        let mut batch_bytes = 0usize;
+        let mut reply: Result<Bytes> = Ok(Bytes::new());
         for &p in &pages {
             let after = txn
                 .private_page(p)?
@@ -1162,15 +1174,28 @@ impl Backend for RemoteStore {
                 .to_vec();
             let mut rec = Ok(Vec::new());
             self.read_committed(p, &mut |base| rec = Ok(redo::page_record(id, p, Some(base), &after)))?;
-            records.push(rec?);
-            afters.push((p, after));
+            let rec = rec?;
+            if !batch.is_empty() && batch_bytes + 4 + rec.len() > limit {
+                let records = std::mem::take(&mut batch);
+                batch_bytes = 0;
+                if let Err(e) = self.conn.call_one(&PageRequest::Stage { txn: id.0, records }) {
+                    reply = Err(e);
+                    break;
+                }
+            }
+            batch_bytes += 4 + rec.len();
+            batch.push(rec);
         }
-        let freed: Vec<PageId> = txn.allocations().1.iter().copied().collect();
-        self.start_ending(id);
-        let reply = self.conn.call_one(&PageRequest::Commit { txn: id.0, records });
-        // A COMMIT that reached the server ended the transaction there,
-        // whatever its outcome (a lost connection ends it too); one refused
-        // before sending (too large) did not, and `end` aborts it.
+        if reply.is_ok() {
+            reply = self.conn.call_one(&PageRequest::Commit {
+                txn: id.0,
+                records: batch,
+            });
+        }
+        // A COMMIT or STAGE that reached the server ended the transaction
+        // there if it failed (and a lost connection ends it too); one
+        // refused before sending (a record over the message limit) did not,
+        // and `end` aborts it.
         if !matches!(reply, Err(Error::LimitExceeded { .. })) {
             if let Some(v) = lock(&self.state).txns.get_mut(&id) {
                 v.ended_on_server = true;
@@ -1192,18 +1217,25 @@ impl Backend for RemoteStore {
             }
         };
         let lsns = decode_lsns(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        let changed: std::collections::HashSet<PageId> = pages.iter().copied().collect();
+        let freed: std::collections::HashSet<PageId> = freed.into_iter().collect();
         for (p, lsn) in lsns {
-            let Some((_, after)) = afters.iter_mut().find(|(q, _)| q.0 == p) else {
+            let id = PageId(p);
+            if !changed.contains(&id) {
                 return Err(self.conn.protocol("LSNs only for the pages the commit changed"));
-            };
-            if freed.contains(&PageId(p)) {
+            }
+            if freed.contains(&id) {
                 continue;
             }
-            page::set_lsn(after, Lsn(lsn));
-            page::seal(after);
+            let Some(after) = txn.private_page(id)? else {
+                continue;
+            };
+            let mut after = after.to_vec();
+            page::set_lsn(&mut after, Lsn(lsn));
+            page::seal(&mut after);
             // Another transaction of this client may have fetched a newer
             // image since the server released the locks: newest wins.
-            self.install_newest(PageId(p), after)?;
+            self.install_newest(id, &after)?;
         }
         Ok(())
     }

@@ -448,27 +448,55 @@ fn a_server_killed_under_a_transaction_is_a_net_error_and_loses_no_acknowledged_
     db.close().unwrap();
 }
 
-#[test]
-fn a_transaction_over_the_message_limit_fails_clearly_and_the_connection_stays_usable() {
-    #[derive(Persistent, Debug)]
-    struct Blob {
-        bytes: Vec<u8>,
+#[derive(Persistent, Debug)]
+struct Blob {
+    bytes: Vec<u8>,
+}
+
+fn blob(mib: u32) -> Blob {
+    Blob {
+        bytes: (0..mib << 20).map(|i| (i % 251) as u8).collect(),
     }
+}
+
+/// A transaction larger than one message (16 MiB) commits: its records go
+/// ahead in STAGE messages, and the COMMIT carries the last of them.
+#[test]
+fn a_transaction_larger_than_one_message_commits_in_stages() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerChild::start(&dir.path().join("db"));
     let db = connect(&server);
     let mut tx = db.begin().unwrap();
-    // 20 MiB of new pages: more than one 16 MiB message.
-    let big = tx
-        .create(Blob {
-            bytes: (0..20u32 << 20).map(|i| (i % 251) as u8).collect(),
-        })
-        .unwrap();
-    let e = tx.commit().unwrap_err();
+    let big = tx.create(blob(40)).unwrap();
+    let before = db.remote_stats().unwrap();
+    tx.commit().unwrap();
+    let after = db.remote_stats().unwrap();
     assert!(
-        e.to_string().contains("over the limit") || e.to_string().contains("limit"),
-        "{e}"
+        after.round_trips - before.round_trips >= 3,
+        "40 MiB take at least two STAGEs and the COMMIT: {before:?} → {after:?}"
     );
+    drop(db);
+    // Another client reads it back whole.
+    let other = connect(&server);
+    let mut tx = other.begin().unwrap();
+    assert_eq!(tx.get(&big).unwrap().bytes, blob(40).bytes);
+    tx.commit().unwrap();
+    drop(other);
+    server.stop();
+}
+
+/// Past the server's limit on one transaction's redo bytes the commit fails
+/// with a clear limit error, nothing of it remains, and the connection
+/// works on.
+#[test]
+fn a_transaction_over_the_servers_size_limit_fails_clearly_and_the_connection_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_TXN_BYTES_MAX", "25000000")]);
+    let db = connect(&server);
+    let mut tx = db.begin().unwrap();
+    let big = tx.create(blob(40)).unwrap();
+    let e = tx.commit().unwrap_err();
+    assert!(e.to_string().contains("txn_bytes_max"), "{e}");
     assert!(!matches!(e, Error::Net { .. }), "not a lost connection: {e}");
     // Nothing of it is there, and the same connection works on.
     let mut tx = db.begin().unwrap();

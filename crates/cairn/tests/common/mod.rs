@@ -93,6 +93,11 @@ pub struct ServerChild {
 impl ServerChild {
     /// Starts one on the database at `path`.
     pub fn start(path: &Path) -> ServerChild {
+        ServerChild::start_with(path, &[])
+    }
+
+    /// Starts one with extra environment variables (`CAIRN_TEST_TXN_BYTES_MAX`).
+    pub fn start_with(path: &Path, env: &[(&str, &str)]) -> ServerChild {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut child = Command::new(exe)
             .args([
@@ -102,6 +107,7 @@ impl ServerChild {
                 "--test-threads=1",
             ])
             .env("CAIRN_TEST_SERVE_DIR", path)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -172,7 +178,14 @@ fn serve_child_process() {
         ..DbOptions::default()
     };
     let db = Arc::new(Db::open_or_create(Path::new(&dir), &opts).expect("open the served database"));
-    let server = Arc::new(PageServer::new(db.clone(), &ServerConfig::default()));
+    let mut config = ServerConfig::default();
+    if let Some(n) = std::env::var("CAIRN_TEST_TXN_BYTES_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.txn_bytes_max = n;
+    }
+    let server = Arc::new(PageServer::new(db.clone(), &config));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
