@@ -329,6 +329,15 @@ struct TxnView {
     answers_in_flight: u32,
 }
 
+impl TxnView {
+    /// It is named in a callback answer about to be sent: the server will
+    /// know it, and it must not end before the answer is acknowledged.
+    fn named_in_answer(&mut self) {
+        self.on_server = true;
+        self.answers_in_flight += 1;
+    }
+}
+
 /// The client's right to cache a page across transactions (callback
 /// locking), granted by a FETCH.
 #[derive(Clone, Debug)]
@@ -643,8 +652,7 @@ impl RemoteStore {
             let mut readers = Vec::new();
             for (t, v) in st.txns.iter_mut() {
                 if *t != txn && v.locks.contains_key(&Resource::Page(id)) && !v.ending {
-                    v.on_server = true;
-                    v.answers_in_flight += 1;
+                    v.named_in_answer();
                     readers.push(*t);
                 }
             }
@@ -653,25 +661,45 @@ impl RemoteStore {
         if readers.is_empty() {
             return Ok(());
         }
-        let sent = self.conn.call_one(&PageRequest::CallbackReply(CallbackReply {
+        let reply = CallbackReply {
             id: 0,
             page: id.0,
             epoch: 0,
             writer: txn.0,
             in_use_by: readers.iter().map(|t| t.0).collect(),
-        }));
+        };
+        self.send_answer(reply, &readers, true).map_err(|e| match e {
+            Error::Deadlock { cycle, .. } => Error::Deadlock { txn, cycle },
+            other => other,
+        })
+    }
+
+    /// Sends a CALLBACK_REPLY naming `readers` and waits for it to be
+    /// acknowledged, then lets those transactions end (see
+    /// [`RemoteStore::start_ending`]). `counted`: the application's round
+    /// trip (a callback thread's answer is not one).
+    fn send_answer(&self, reply: CallbackReply, readers: &[TxnId], counted: bool) -> Result<()> {
+        let req = PageRequest::CallbackReply(reply);
+        let sent = if counted {
+            self.conn.call_one(&req).map(|_| ())
+        } else {
+            let (kind, body) = req.encode();
+            self.conn
+                .client
+                .invoke(kind, body)
+                .and_then(|c| c.wait())
+                .map(|_| ())
+                .map_err(|e| self.conn.error(e))
+        };
         let mut st = lock(&self.state);
-        for t in &readers {
+        for t in readers {
             if let Some(v) = st.txns.get_mut(t) {
                 v.answers_in_flight -= 1;
             }
         }
         drop(st);
         self.answered.notify_all();
-        sent.map(|_| ()).map_err(|e| match e {
-            Error::Deadlock { cycle, .. } => Error::Deadlock { txn, cycle },
-            other => other,
-        })
+        sent
     }
 
     /// Locks (shared) and fetches every page of `pages` that `txn` has not
@@ -868,8 +896,7 @@ impl RemoteStore {
                     for (t, v) in st.txns.iter_mut() {
                         let reads = v.locks.contains_key(&Resource::Page(id)) || writers.contains(t);
                         if reads && !v.ending {
-                            v.on_server = true;
-                            v.answers_in_flight += 1;
+                            v.named_in_answer();
                             users.push(*t);
                         }
                     }
@@ -890,29 +917,14 @@ impl RemoteStore {
         if !users.is_empty() {
             self.conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);
         }
-        let (kind, body) = PageRequest::CallbackReply(CallbackReply {
+        let reply = CallbackReply {
             id: cb.id,
             page: cb.page,
             epoch: cb.epoch,
             writer: 0,
             in_use_by: users.iter().map(|t| t.0).collect(),
-        })
-        .encode();
-        let sent = self
-            .conn
-            .client
-            .invoke(kind, body)
-            .and_then(|c| c.wait())
-            .map_err(|e| self.conn.error(e));
-        let mut st = lock(&self.state);
-        for t in &users {
-            if let Some(v) = st.txns.get_mut(t) {
-                v.answers_in_flight -= 1;
-            }
-        }
-        drop(st);
-        self.answered.notify_all();
-        sent.map(|_| ())
+        };
+        self.send_answer(reply, &users, false)
     }
 }
 
