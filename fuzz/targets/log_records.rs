@@ -2,9 +2,9 @@
 //! header, and every redo record payload. None may panic; a decoded PAGE
 //! record applied to a page must either apply or fail cleanly.
 
-use cairn_storage::ids::{Lsn, PageId};
 use cairn_storage::wal::format::{self, RecordHeader, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE};
 use cairn_storage::wal::redo::{self, Redo};
+use cairn_storage::{Lsn, PageId};
 
 /// Runs the target on one input; panics only on a bug.
 pub fn run(data: &[u8]) {

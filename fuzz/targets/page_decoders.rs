@@ -2,14 +2,13 @@
 //! zero-padded to a 4 KiB page; a variant with a valid checksum and page id is
 //! tried too, so the decoders behind the checksum are reached.
 
-use cairn_storage::ids::PageId;
 use cairn_storage::record::large::LargeDescriptor;
 use cairn_storage::record::slotted;
 use cairn_storage::volume::groups;
 use cairn_storage::volume::header::VolumeHeader;
 use cairn_storage::volume::manifest::Manifest;
 use cairn_storage::volume::spacemap;
-use cairn_storage::{page, SlotIdx};
+use cairn_storage::{page, PageId, SlotIdx};
 
 fn decode_all(buf: &[u8], id: PageId) {
     let _ = page::verify(buf, id);

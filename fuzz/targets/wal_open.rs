@@ -2,8 +2,8 @@
 //! (creation id 0, the default options') opening the log (torn-tail repair) and reading every record must return
 //! records or errors, never panic, and never allocate what a length claims.
 
-use cairn_storage::ids::Lsn;
 use cairn_storage::wal::{format, Wal, WalOptions};
+use cairn_storage::Lsn;
 
 /// Runs the target on one input; panics only on a bug.
 pub fn run(data: &[u8]) {

@@ -20,11 +20,11 @@
 pub mod access;
 pub mod btree;
 pub mod buffer;
-pub mod bytes;
+pub(crate) mod bytes;
 pub mod check;
-pub mod error;
+pub(crate) mod error;
 pub mod fxhash;
-pub mod ids;
+pub(crate) mod ids;
 pub mod io;
 pub mod lock;
 pub mod page;

@@ -7,7 +7,7 @@
 //! Everything random here is drawn from a [`SimRng`] seeded by the caller,
 //! so a failing run replays exactly from its seed.
 
-pub mod disk;
+mod disk;
 
 pub use disk::{Fault, FaultKind, ImageKind, OpKind, SimDisk, SimStats, SECTOR_SIZE};
 

@@ -36,7 +36,7 @@ pub mod groups;
 pub mod header;
 pub mod manifest;
 pub mod spacemap;
-pub mod view;
+mod view;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
