@@ -20,8 +20,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use cairn_bench::commit::{self, CommitOptions, CommitReport};
 use cairn_cli::{torture, verify};
 use cairn_storage::check::check_database;
-use cairn_storage::volume::VolumeOptions;
-use cairn_storage::{Db, DbOptions};
+use cairn_storage::{Db, DbOptions, VolumeOptions};
 use clap::{Parser, Subcommand};
 
 /// Cairn, an object database.

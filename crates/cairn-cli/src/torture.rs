@@ -48,8 +48,7 @@ use cairn::remote::RemoteStore;
 
 use anyhow::{anyhow, bail, Context};
 use cairn_storage::record::object::small_max;
-use cairn_storage::volume::VolumeOptions;
-use cairn_storage::{Db, DbOptions, Error, GroupId, Oid, Txn};
+use cairn_storage::{Db, DbOptions, Error, GroupId, Oid, Txn, VolumeOptions};
 
 use crate::format::{
     decode, encode, format_commit_line, object_len_min, peek_header, splitmix64, DigestEntry, Entry, Kind, DELETED,

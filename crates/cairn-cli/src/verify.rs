@@ -33,8 +33,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use cairn_storage::check::check_database;
-use cairn_storage::volume::VolumeOptions;
-use cairn_storage::{Db, DbOptions, Error, Oid};
+use cairn_storage::{Db, DbOptions, Error, Oid, VolumeOptions};
 
 use crate::format::{decode, parse_commit_line, DigestEntry, Kind, Record};
 use crate::torture::GROUP;

@@ -1,6 +1,10 @@
 //! Large objects: records too big for a slotted page, kept in a page tree of
 //! their own and read and written in byte ranges.
 //!
+//! **Tool interface** (see the crate docs): the upper layers read and write
+//! large objects through [`crate::record::object`]; the page tree is public
+//! for the fuzz targets and tests.
+//!
 //! An object's home slot (in a slotted page) holds only a fixed-size
 //! [`LargeDescriptor`]: the length, the root page, the tree depth and an owner
 //! tag. Everything else is in `LargeData` and `LargeIndex` pages reached from

@@ -1,6 +1,10 @@
 //! Slotted record pages: small objects, forwarding stubs and large-object
 //! descriptors, each in a numbered slot of one page.
 //!
+//! **Tool interface** (see the crate docs): the upper layers store objects
+//! through [`crate::record::object`]; the page format is public for the fuzz
+//! targets and the damage tests.
+//!
 //! These are pure functions over a whole page image (4–64 KiB, a power of two)
 //! whose common header ([`crate::page`]) says [`PageType::Slotted`]. Mutating
 //! functions run inside `PageAccess::modify` on a copy of the page, so they may

@@ -1,5 +1,9 @@
 //! Crash recovery: redo from the last checkpoint.
 //!
+//! **Tool interface** (see the crate docs): public so that tests can run
+//! recovery on its own and check that it is idempotent; the upper layers
+//! recover by opening a [`crate::Db`].
+//!
 //! Run by [`crate::txn::Db::open`] before the volume's structures are read:
 //!
 //! 1. **Analysis.** Read the whole log once: the last CHECKPOINT gives the

@@ -2,7 +2,8 @@
 //! disk ([`SimDisk`]) that keeps every file in memory, records every write,
 //! fsync and directory change, injects I/O faults, and builds the disk images
 //! a power loss could leave — the tool behind `tests/crash_images.rs`
-//! (TigerBeetle's `src/testing/storage.zig` is the model).
+//! (TigerBeetle's `src/testing/storage.zig` is the model). Tool interface
+//! (see the crate docs): tests only, never the upper layers.
 //!
 //! Everything random here is drawn from a [`SimRng`] seeded by the caller,
 //! so a failing run replays exactly from its seed.

@@ -1,6 +1,10 @@
 //! The database directory and its volume: manifest, header, space map,
 //! extent allocation and object groups, with pages cached in a buffer pool.
 //!
+//! **Tool interface** (see the crate docs): the CLI's inspect and verify
+//! tools, the fuzz targets and the crash tests read the layout through this
+//! module; the upper layers name only [`VolumeOptions`], from the crate root.
+//!
 //! [`Volume`] implements [`PageAccess`] for the record layer: page reads and
 //! changes go through its buffer pool, and every change — the record layer's
 //! and the allocator's own (space map, extent lists, group directory, header)

@@ -1,5 +1,8 @@
 //! The redo write-ahead log.
 //!
+//! **Tool interface** (see the crate docs), except [`redo`], which is API:
+//! the upper layers exchange redo records but never open the log themselves.
+//!
 //! The log is an append-only byte stream cut into segment files in `DIR/wal/`.
 //! An [`Lsn`] is a byte position in that stream, and **a record's LSN is the
 //! position just past its end**: a page whose LSN is `L` has every change up to
