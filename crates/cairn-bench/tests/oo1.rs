@@ -251,17 +251,30 @@ fn concurrent_page_clients_see_what_one_client_sees() {
         ..Oo1Config::default()
     })
     .unwrap();
-    // Reads then mixed, each with 1 and 2 clients.
+    // Reads, cold reads, then mixed, each with 1 and 2 clients.
     let shape: Vec<(&str, usize)> = report.concurrency.iter().map(|r| (r.mode.name(), r.clients)).collect();
-    assert_eq!(shape, [("reads", 1), ("reads", 2), ("mixed", 1), ("mixed", 2)]);
+    assert_eq!(
+        shape,
+        [
+            ("reads", 1),
+            ("reads", 2),
+            ("cold reads", 1),
+            ("cold reads", 2),
+            ("mixed", 1),
+            ("mixed", 2)
+        ]
+    );
     // One client on its own server replays every client's lookups.
     let graph = Graph::generate(&mut ParkMiller::new(1), PARTS);
     let mut alone = systems::by_name("cairn-page", dir.path(), Some(&cairn_exe())).unwrap();
     alone.build(&graph).unwrap();
     for row in &report.concurrency {
         assert_eq!(row.per_client.len(), row.clients);
-        if row.mode.name() == "mixed" {
-            assert!(row.round_trips_per_op() > 0.0, "inserts talk to the server");
+        match row.mode.name() {
+            "mixed" => assert!(row.round_trips_per_op() > 0.0, "inserts talk to the server"),
+            // Every operation starts with an empty cache, so it fetches.
+            "cold reads" => assert!(row.round_trips_per_op() >= 1.0, "{}", row.round_trips_per_op()),
+            _ => {}
         }
         for (c, got) in row.per_client.iter().enumerate() {
             assert_eq!(got.latencies_ms.len(), ops);
@@ -290,9 +303,9 @@ fn concurrent_page_clients_see_what_one_client_sees() {
     assert!(table.contains("concurrent clients on one server"), "{table}");
     let json = report.json();
     let conc = json["concurrency"].as_array().unwrap();
-    assert_eq!(conc.len(), 4);
+    assert_eq!(conc.len(), 6);
     assert_eq!(conc[0]["speedup_vs_1_client"], 1.0);
-    assert!(conc[3]["deadlocks_retried"].is_u64() && conc[3]["lock_timeouts_retried"].is_u64());
+    assert!(conc[5]["deadlocks_retried"].is_u64() && conc[3]["lock_timeouts_retried"].is_u64());
 }
 
 #[test]

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use cairn_storage::io::OsVfs;
+use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::volume::VolumeOptions;
 use cairn_storage::wal::redo;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, PageId};
@@ -137,4 +138,43 @@ fn a_record_past_the_end_of_the_volume_or_garbage_is_refused() {
     assert!(t.stage_redo(&[b"\x01garbage"], t.id()).is_err());
     let commit = redo::Redo::Commit { txn: id, frees: vec![] }.encode();
     assert!(t.stage_redo(&[&commit], t.id()).is_err());
+}
+
+#[test]
+fn a_fetch_without_waiting_gives_up_on_a_held_lock_or_an_uncached_page_and_otherwise_matches_fetch_page() {
+    let (_dir, db, oid) = setup();
+    let mut writer = db.begin().unwrap();
+    writer.fetch_page(oid.page, true).unwrap();
+    // An X held by another transaction: no image, and no lock taken.
+    let mut reader = db.begin().unwrap();
+    assert_eq!(reader.try_fetch_page_shared(oid.page).unwrap(), None);
+    writer.abort().unwrap();
+    // Cached and free: the very image fetch_page gives (compared sealed: a
+    // frame's checksum field is only meaningful once the image is sealed,
+    // as the server does before it sends one).
+    let sealed = |mut image: Vec<u8>| {
+        cairn_storage::page::seal(&mut image);
+        image
+    };
+    let fast = sealed(
+        reader
+            .try_fetch_page_shared(oid.page)
+            .unwrap()
+            .expect("cached and lockable"),
+    );
+    assert!(fast == sealed(db.begin().unwrap().fetch_page(oid.page, false).unwrap()));
+    // The S lock it took is held: a writer cannot have the page now.
+    let mut other = db.begin().unwrap();
+    let x = other.try_lock_resource(Resource::Page(oid.page), LockMode::X);
+    assert!(!x.unwrap(), "the reader's S lock is held");
+    reader.abort().unwrap();
+    other.abort().unwrap();
+    // Not in the buffer pool: it does not read the volume.
+    db.evict_cache().unwrap();
+    let mut cold = db.begin().unwrap();
+    assert_eq!(cold.try_fetch_page_shared(oid.page).unwrap(), None);
+    assert!(sealed(cold.fetch_page(oid.page, false).unwrap()) == fast);
+    // Past the end of the volume: an error naming the page, as fetch_page.
+    let err = cold.try_fetch_page_shared(PageId(1 << 30)).unwrap_err();
+    assert!(err.to_string().contains("past the end of the volume"), "{err}");
 }

@@ -7,6 +7,11 @@
 //!
 //! - **reads**: OO1 lookups (1,000 random parts through the index) and
 //!   forward traversals (7 hops), alternating;
+//! - **cold reads**: the same reads, each begun with the client's cache
+//!   dropped ([`cairn::Database::clear_caches`]), so every page it touches
+//!   is fetched from the server: this is the mode that loads the server's
+//!   shared state (lock table, buffer pool, callback table) from every
+//!   session at once, where warm reads never reach the server;
 //! - **mixed**: lookup, traversal, insert (100 new parts, committed) in turn.
 //!
 //! Every operation is the one the single-client harness runs — the very
@@ -38,6 +43,8 @@ use super::workload::{run_seed, Measure};
 pub enum Mode {
     /// Lookups and traversals.
     Reads,
+    /// Lookups and traversals, each from an empty client cache.
+    ColdReads,
     /// Lookups, traversals and inserts.
     Mixed,
 }
@@ -47,6 +54,7 @@ impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::Reads => "reads",
+            Mode::ColdReads => "cold reads",
             Mode::Mixed => "mixed",
         }
     }
@@ -79,7 +87,7 @@ impl Op {
 /// insert, so no two clients (given disjoint ranges) insert the same id.
 pub fn client_ops(seed: u64, n: u32, client: usize, count: usize, mode: Mode, first_new_id: u32) -> Vec<Op> {
     let kinds: &[Measure] = match mode {
-        Mode::Reads => &[Measure::Lookup, Measure::Traversal],
+        Mode::Reads | Mode::ColdReads => &[Measure::Lookup, Measure::Traversal],
         Mode::Mixed => &[Measure::Lookup, Measure::Traversal, Measure::Insert],
     };
     let mut next_id = first_new_id;
@@ -172,7 +180,7 @@ pub struct Retries {
 pub struct ConcurrencyRow {
     /// Concurrent clients.
     pub clients: usize,
-    /// Reads or mixed.
+    /// Reads, cold reads or mixed.
     pub mode: Mode,
     /// Operations, all clients.
     pub ops: usize,
@@ -256,7 +264,7 @@ fn warm_up(sys: &mut Cairn<Connected>, ops: &[Op], jitter: &mut ParkMiller) -> R
 }
 
 /// One client: connect, warm up on the reads, wait for the others, run.
-fn client(url: &str, ops: &[Op], jitter_seed: u64, start: &Barrier) -> Result<ClientResult> {
+fn client(url: &str, mode: Mode, ops: &[Op], jitter_seed: u64, start: &Barrier) -> Result<ClientResult> {
     let mut sys = Cairn::new(Connected { url: url.to_string() });
     let mut jitter = ParkMiller::new(jitter_seed);
     let ready = warm_up(&mut sys, ops, &mut jitter);
@@ -267,6 +275,9 @@ fn client(url: &str, ops: &[Op], jitter_seed: u64, start: &Barrier) -> Result<Cl
     let before = sys.counters();
     for op in ops {
         let t = Instant::now();
+        if mode == Mode::ColdReads {
+            sys.clear_caches()?;
+        }
         let v = run_retrying(&mut sys, op, &mut jitter, &mut out.retries)?;
         out.latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
         out.visits.push(v);
@@ -302,7 +313,7 @@ fn run_one(
             .enumerate()
             .map(|(c, plan)| {
                 let start = &start;
-                s.spawn(move || client(url, plan, run_seed(seed, Measure::Insert, 100_000 + c), start))
+                s.spawn(move || client(url, mode, plan, run_seed(seed, Measure::Insert, 100_000 + c), start))
             })
             .collect();
         start.wait();
@@ -370,7 +381,7 @@ pub fn run(
     let server = ServerProcess::start(exe, dir)?;
     let mut rows = Vec::new();
     let mut first_new_id = graph.part_count() + 1;
-    for mode in [Mode::Reads, Mode::Mixed] {
+    for mode in [Mode::Reads, Mode::ColdReads, Mode::Mixed] {
         for &n in clients {
             rows.push(run_one(&server.url, graph, seed, n, ops, mode, first_new_id)?);
             first_new_id += (n * ops * generate::INSERT_PARTS) as u32;

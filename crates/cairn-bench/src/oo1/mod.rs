@@ -262,8 +262,9 @@ pub struct Oo1Args {
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// After the normal run, run cairn-page again with each of these numbers
-    /// of concurrent clients (own sessions) on one server, reads and mixed:
-    /// e.g. `--clients 1,4,16`.
+    /// of concurrent clients (own sessions) on one server, reads, cold reads
+    /// (each client's cache dropped before each operation) and mixed: e.g.
+    /// `--clients 1,4,16`.
     #[arg(long, value_delimiter = ',')]
     pub clients: Vec<usize>,
     /// Operations each concurrent client runs per mode (with --clients).

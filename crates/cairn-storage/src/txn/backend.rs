@@ -56,6 +56,13 @@ pub trait Backend: Send + Sync {
     /// Calls `f` with the committed image of page `id` (never a
     /// transaction's private copy). The caller holds a lock on the page.
     fn read_committed(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()>;
+    /// Like [`Backend::read_committed`], but only if the image is at hand
+    /// without waiting for I/O (in the buffer pool now): true if `f` was
+    /// called. The default never is; a caller then uses
+    /// [`Backend::read_committed`] where it may wait.
+    fn read_committed_cached(&self, _id: PageId, _f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        Ok(false)
+    }
 
     /// Pages in the volume.
     fn page_count(&self) -> u32;

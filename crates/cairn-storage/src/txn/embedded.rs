@@ -38,6 +38,16 @@ impl Backend for Shared {
         Ok(())
     }
 
+    fn read_committed_cached(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        match self.pool.read_cached(id)? {
+            Some(g) => {
+                f(&g);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     // The space questions of the read path go to the volume's `SpaceView`,
     // never to the `Volume` mutex: a reader does not wait behind a system
     // action's log append or page writes.

@@ -48,6 +48,33 @@ impl Txn {
         self.committed_image(id)
     }
 
+    /// [`Txn::fetch_page`] for reading, if it can be done **without
+    /// waiting**: the shared lock is granted at once (or held) and the
+    /// committed image is in the buffer pool. `None` when either is not so;
+    /// the caller then calls [`Txn::fetch_page`] where it may wait (a lock
+    /// granted here stays held, so that asks nothing twice). A server
+    /// answers a warm read on its network thread this way, without handing
+    /// the request to a thread that may block.
+    pub fn try_fetch_page_shared(&mut self, id: PageId) -> Result<Option<Vec<u8>>> {
+        self.check_active()?;
+        if id.0 >= self.page_count() {
+            return Err(Error::InvalidArgument(format!(
+                "page {id} is past the end of the volume ({} pages)",
+                self.page_count()
+            )));
+        }
+        if !self.try_lock_resource(Resource::Page(id), LockMode::S)? {
+            return Ok(None);
+        }
+        let mut image = Vec::new();
+        let found = self.db.read_committed_cached(id, &mut |b| image = b.to_vec());
+        if found.inspect_err(|e| self.doom_if_fatal(e))? {
+            Ok(Some(image))
+        } else {
+            Ok(None)
+        }
+    }
+
     /// Verifies a client's PAGE redo records (see the module docs) and stages
     /// each as this transaction's private page. Each record must name
     /// `named`, the id the client knows this transaction by (the server's

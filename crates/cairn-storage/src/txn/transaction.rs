@@ -197,7 +197,7 @@ impl Txn {
     /// through a change whatever layer made it (the B+-tree and the typed
     /// layer change pages through [`PageAccess`] directly): a lost lock
     /// wait, or an I/O error on its private pages or the pool.
-    fn doom_if_fatal(&mut self, e: &Error) {
+    pub(super) fn doom_if_fatal(&mut self, e: &Error) {
         if matches!(
             e,
             Error::Deadlock { .. }

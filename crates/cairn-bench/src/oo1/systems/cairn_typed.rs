@@ -122,6 +122,13 @@ impl<D: Deployment> Cairn<D> {
             .as_ref()
             .ok_or_else(|| wrong(D::NAME, "the database is not open"))
     }
+
+    /// Drops every page and object the client caches (a remote client's
+    /// callback rights with them), so the next operation starts cold on
+    /// this side while the server stays warm.
+    pub fn clear_caches(&mut self) -> Result<()> {
+        Ok(self.db()?.clear_caches()?)
+    }
 }
 
 fn wrong(system: &str, reason: impl Into<String>) -> Error {
