@@ -169,8 +169,15 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             }
         }
     }
-    // 4 systems × 4 measures × cold and warm.
-    assert_eq!(report.rows.len(), 32);
+    // 4 systems × (4 measures × cold and warm + 3 read measures hot).
+    assert_eq!(report.rows.len(), 44);
+    for r in &report.results {
+        assert_eq!(r.hot.len(), 3, "{}: every read measure has a hot run", r.system);
+        assert!(r
+            .hot
+            .iter()
+            .all(|(m, samples)| *m != Measure::Insert && samples.len() == 1));
+    }
     let cairn = report.results.iter().find(|r| r.system == "cairn-embedded").unwrap();
     let insert = &cairn.runs.iter().find(|(m, _)| *m == Measure::Insert).unwrap().1;
     for s in insert {
@@ -183,6 +190,13 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         "a cold run faults objects in"
     );
     let page = report.results.iter().find(|r| r.system == "cairn-page").unwrap();
+    // A hot run needs no page it has not just used: under callback rights
+    // the client asks the server nothing.
+    for (m, samples) in &page.hot {
+        for s in samples {
+            assert_eq!(s.counters.0["round_trips"], 0, "hot {}: {:?}", m.name(), s.counters);
+        }
+    }
     for (m, samples) in &page.runs {
         for s in samples {
             // Callback locking: a run asks the server only for pages new to
@@ -215,7 +229,8 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
     }
     let json = report.json();
     assert_eq!(json["benchmark"], "oo1");
-    assert_eq!(json["results"].as_array().unwrap().len(), 32);
+    assert_eq!(json["results"].as_array().unwrap().len(), 44);
+    assert!(table.contains(" hot "), "hot rows in the table");
     assert_eq!(json["systems"][0]["system"], "cairn-embedded");
     assert!(json.get("concurrency").is_none(), "no --clients, no concurrency key");
     let plot_dir = dir.path().join("plot");

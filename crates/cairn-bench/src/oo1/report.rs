@@ -2,8 +2,9 @@
 //! document (`--json`).
 //!
 //! Cold is run 1 after a cold open; warm is the median of runs 2.. with their
-//! min–max. Counters are per run: run 1's for cold, the mean of runs 2.. for
-//! warm. Every time is also given as a ratio to the in-memory floor, to
+//! min–max; hot is the median of runs 2.. of the read measures each repeated
+//! at once with the same choices (no page it has not just used). Counters
+//! are per run: run 1's for cold, the mean of runs 2.. for warm and hot. Every time is also given as a ratio to the in-memory floor, to
 //! SQLite and to Cairn embedded measured in the same process, the figures to
 //! read on a noisy machine.
 
@@ -21,6 +22,10 @@ pub enum Phase {
     Cold,
     /// Runs 2.., after the first.
     Warm,
+    /// Runs 2.. of the read measures repeated at once with the same
+    /// choices: everything they need was just used, so a page client with
+    /// its pages under callback rights needs no server at all.
+    Hot,
 }
 
 impl Phase {
@@ -29,6 +34,7 @@ impl Phase {
         match self {
             Phase::Cold => "cold",
             Phase::Warm => "warm",
+            Phase::Hot => "hot",
         }
     }
 }
@@ -101,18 +107,21 @@ fn row(system: &'static str, measure: Measure, phase: Phase, samples: &[Sample])
     }
 }
 
-/// The rows of every system, measure and phase (warm only with 2+ runs).
+/// The rows of every system, measure and phase (warm and hot only with 2+
+/// runs, hot only for the read measures).
 pub fn rows(results: &[SystemResult]) -> Vec<Row> {
     let mut out = Vec::new();
     for m in Measure::ALL {
-        for phase in [Phase::Cold, Phase::Warm] {
+        for phase in [Phase::Cold, Phase::Warm, Phase::Hot] {
             for s in results {
-                let Some((_, samples)) = s.runs.iter().find(|(x, _)| *x == m) else {
+                let runs = if phase == Phase::Hot { &s.hot } else { &s.runs };
+                let Some((_, samples)) = runs.iter().find(|(x, _)| *x == m) else {
                     continue;
                 };
                 match phase {
                     Phase::Cold if !samples.is_empty() => out.push(row(s.system, m, phase, &samples[..1])),
                     Phase::Warm if samples.len() > 1 => out.push(row(s.system, m, phase, &samples[1..])),
+                    Phase::Hot if !samples.is_empty() => out.push(row(s.system, m, phase, samples)),
                     _ => {}
                 }
             }
@@ -192,7 +201,7 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
     let _ = writeln!(
         o,
         "OO1 (Cattell & Skeen 1992): {} parts, seed {}, {runs} runs per measure; cold = run 1 after a cold open, \
-         warm = median (min–max) of runs 2–{runs}",
+         warm = median (min–max) of runs 2–{runs}, hot = those read runs repeated at once",
         cfg.parts, cfg.seed
     );
     let _ = writeln!(
@@ -345,13 +354,33 @@ fn page_targets(rows: &[Row]) -> Vec<Target> {
     let count = |r: &Row, k: &str| r.counters.get(k).copied().unwrap_or(0.0);
     let mut out = Vec::new();
     for m in [Measure::Lookup, Measure::Traversal] {
+        // The hot run touches no new page: the target's "warm run that
+        // touches no new page", measured as such. The warm runs' ratio is
+        // reported too; their first-time fetches are what it adds.
+        if let Some(r) = find(rows, me, m, Phase::Hot) {
+            if let Some(x) = ratio(rows, r, EMBEDDED) {
+                let trips = count(r, "round_trips");
+                out.push(Target {
+                    met: x <= 1.2 && trips == 0.0,
+                    text: format!(
+                        "{me} hot {} (no new page) within 1.2× embedded with zero round trips: {x:.2}×, \
+                         {trips:.1} round trips",
+                        m.name()
+                    ),
+                });
+            }
+        }
         let Some(r) = find(rows, me, m, Phase::Warm) else {
             continue;
         };
         if let Some(x) = ratio(rows, r, EMBEDDED) {
             out.push(Target {
                 met: x <= 1.2,
-                text: format!("{me} warm {} within 1.2× embedded: {x:.2}×", m.name()),
+                text: format!(
+                    "{me} warm {} within 1.2× embedded: {x:.2}× ({:.1} first-time page fetches per run)",
+                    m.name(),
+                    count(r, "pages_shipped")
+                ),
             });
         }
         let revalidated = count(r, "pages_revalidated");
@@ -434,7 +463,7 @@ pub fn concurrency_table(rows: &[ConcurrencyRow]) -> String {
     );
     let _ = writeln!(
         t,
-        "{:<6} {:>7} {:>9} {:>10} {:>14} {:>9}  retried (deadlock/timeout)",
+        "{:<10} {:>7} {:>9} {:>10} {:>14} {:>9}  retried (deadlock/timeout)",
         "mode", "clients", "ops/s", "median ms", "round trips/op", "speed-up"
     );
     for r in rows {
@@ -442,7 +471,7 @@ pub fn concurrency_table(rows: &[ConcurrencyRow]) -> String {
         let retries = r.retries();
         let _ = writeln!(
             t,
-            "{:<6} {:>7} {:>9.1} {:>10.2} {:>14.1} {:>9}  {}/{}",
+            "{:<10} {:>7} {:>9.1} {:>10.2} {:>14.1} {:>9}  {}/{}",
             r.mode.name(),
             r.clients,
             r.ops_per_s(),
