@@ -13,8 +13,11 @@
 //! owner is `(client, txn)`, so lock waits, deadlock detection and timeouts
 //! work between clients exactly as between threads. Requests run on tokio's
 //! blocking pool (a lock wait or a page read blocks a thread, never the
-//! reactor). When the connection ends, every transaction it left open is
-//! aborted: its locks are released and nothing of it remains.
+//! reactor), except a FETCH for reading that needs no wait at all (each
+//! lock granted at once, each page in the buffer pool), answered on the
+//! network thread (`serve_without_waiting`). When the connection ends,
+//! every transaction it left open is aborted: its locks are released and
+//! nothing of it remains.
 //!
 //! ```text
 //!  BEGIN ──▶ open ──FETCH/ALLOCATE/FREE──▶ open ──COMMIT──▶ (verified, logged, durable) ──▶ gone

@@ -88,6 +88,7 @@ use cairn_net::rpc::{Client, ClientOptions};
 use cairn_net::transport::Address;
 use cairn_storage::access::PageDevice;
 use cairn_storage::buffer::{BufferPool, Policy};
+use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::io::{OsVfs, Vfs};
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::page::{self, PageType};
@@ -312,8 +313,8 @@ struct Facts {
 struct TxnView {
     /// Its locks: the server's, and S on pages read under the client's
     /// right to cache them (known to the server only if called back).
-    locks: HashMap<Resource, LockMode>,
-    facts: HashMap<PageId, Facts>,
+    locks: FxHashMap<Resource, LockMode>,
+    facts: FxHashMap<PageId, Facts>,
     /// The server knows the transaction (a request named it, or a callback
     /// answer said it reads a page): its end must reach the server.
     on_server: bool,
@@ -356,13 +357,13 @@ struct Cover {
 /// What the transactions of a client and its callbacks share.
 #[derive(Default)]
 struct ClientState {
-    txns: HashMap<TxnId, TxnView>,
+    txns: FxHashMap<TxnId, TxnView>,
     /// Pages this client may read without asking.
-    covers: HashMap<PageId, Cover>,
+    covers: FxHashMap<PageId, Cover>,
     /// Rights called back before the FETCH that granted them was taken in
     /// (the reply and the callback cross): the highest epoch called back
     /// per page. A right of that epoch or older is not taken.
-    revoked: HashMap<PageId, u64>,
+    revoked: FxHashMap<PageId, u64>,
 }
 
 /// The page-server client backend: also the storage-level client for tools
