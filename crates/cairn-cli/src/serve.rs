@@ -48,6 +48,8 @@ pub struct FileConfig {
     pub db: DbOptions,
     /// Bytes of redo records one transaction may send.
     pub txn_bytes_max: u64,
+    /// Rights to cache pages held at once by all clients.
+    pub callback_rights_max: usize,
 }
 
 impl Default for FileConfig {
@@ -56,6 +58,7 @@ impl Default for FileConfig {
             limits: Limits::default(),
             db: DbOptions::default(),
             txn_bytes_max: cairn_server::TXN_BYTES_MAX_DEFAULT,
+            callback_rights_max: cairn_server::callbacks::RIGHTS_MAX_DEFAULT,
         }
     }
 }
@@ -66,13 +69,16 @@ impl Default for FileConfig {
 /// `handshake_timeout_ms`, `frame_timeout_ms`, `shutdown_grace_ms`, and
 /// `lock_timeout_ms` (how long a lock waits, and how long a writer waits for
 /// a client to answer a callback), `txn_bytes_max` (redo bytes one
-/// transaction may send over its STAGE and COMMIT messages). An unknown key or a bad number is an
-/// error naming the line.
+/// transaction may send over its STAGE and COMMIT messages),
+/// `callback_rights_max` (rights to cache pages held at once by all clients;
+/// past it pages are served under their lock alone). An unknown key or a
+/// bad number is an error naming the line.
 pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut limits = Limits::default();
     let mut db = DbOptions::default();
     let mut txn_bytes_max = cairn_server::TXN_BYTES_MAX_DEFAULT;
+    let mut callback_rights_max = cairn_server::callbacks::RIGHTS_MAX_DEFAULT;
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -100,6 +106,10 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
             "shutdown_grace_ms" => limits.shutdown_grace = std::time::Duration::from_millis(n),
             "lock_timeout_ms" => db.lock_timeout = std::time::Duration::from_millis(n),
             "txn_bytes_max" => txn_bytes_max = n,
+            "callback_rights_max" => {
+                callback_rights_max =
+                    usize::try_from(n).with_context(|| format!("{}: {key} = {n} is too large", at()))?
+            }
             other => bail!("{}: unknown key {other:?}", at()),
         }
     }
@@ -107,6 +117,7 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
         limits: limits.validated(),
         db,
         txn_bytes_max,
+        callback_rights_max,
     })
 }
 
@@ -140,6 +151,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         limits,
         db: db_options,
         txn_bytes_max,
+        callback_rights_max,
     } = match &args.config {
         Some(c) => read_config(c)?,
         None => FileConfig::default(),
@@ -152,6 +164,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         tokens,
         limits: limits.clone(),
         txn_bytes_max,
+        callback_rights_max,
     };
     let server = Arc::new(PageServer::new(db.clone(), &config));
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -212,5 +225,38 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_of(text: &str) -> anyhow::Result<FileConfig> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.conf");
+        std::fs::write(&path, text).unwrap();
+        read_config(&path)
+    }
+
+    #[test]
+    fn a_config_file_sets_the_server_bounds_and_names_a_bad_line() {
+        let c = config_of("# bounds\ncallback_rights_max = 64\ntxn_bytes_max = 4096 # small\nlock_timeout_ms = 1500\n")
+            .unwrap();
+        assert_eq!(c.callback_rights_max, 64);
+        assert_eq!(c.txn_bytes_max, 4096);
+        assert_eq!(c.db.lock_timeout, std::time::Duration::from_millis(1500));
+        let defaults = config_of("").unwrap();
+        assert_eq!(
+            defaults.callback_rights_max,
+            cairn_server::callbacks::RIGHTS_MAX_DEFAULT
+        );
+        let e = config_of("connections_max = 4\ncallback_rights = 1\n").unwrap_err();
+        assert!(e.to_string().contains(":2: unknown key"), "{e}");
+        let e = config_of("callback_rights_max = many\n").unwrap_err();
+        assert!(
+            e.to_string().contains("callback_rights_max wants a whole number"),
+            "{e}"
+        );
     }
 }

@@ -84,6 +84,8 @@ struct Table {
     outstanding: HashMap<u64, Outstanding>,
     next_id: u64,
     next_epoch: u64,
+    /// Rights held now, all clients (the entries of `by_client`'s sets).
+    rights: usize,
 }
 
 impl Table {
@@ -94,6 +96,7 @@ impl Table {
         if let Some(&e) = rights.cachers.get(&client) {
             if epoch.is_none_or(|want| want == e) {
                 rights.cachers.remove(&client);
+                self.rights -= 1;
                 if let Some(set) = self.by_client.get_mut(&client) {
                     set.remove(&page);
                 }
@@ -114,14 +117,27 @@ pub struct CallbackStats {
     pub callbacks_sent: u64,
     /// Callbacks answered "in use".
     pub answered_in_use: u64,
+    /// Rights not granted because the table held its maximum.
+    pub rights_refused_full: u64,
 }
 
+/// Default [`Callbacks::new`] bound: rights held at once by all clients
+/// together, about 150 MiB of table (4 GiB of cached 4 KiB pages).
+pub const RIGHTS_MAX_DEFAULT: usize = 1 << 20;
+
 /// The server's callback table; see the module docs.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct Callbacks {
     table: Mutex<Table>,
     answered: Condvar,
     stats: Mutex<CallbackStats>,
+    rights_max: usize,
+}
+
+impl Default for Callbacks {
+    fn default() -> Callbacks {
+        Callbacks::new(RIGHTS_MAX_DEFAULT)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -151,21 +167,45 @@ impl Drop for WriterMark<'_> {
 }
 
 impl Callbacks {
+    /// An empty table that holds at most `rights_max` rights at once (all
+    /// clients together): the server's memory for callback locking is
+    /// bounded whatever the clients fetch.
+    pub fn new(rights_max: usize) -> Callbacks {
+        Callbacks {
+            table: Mutex::default(),
+            answered: Condvar::new(),
+            stats: Mutex::default(),
+            rights_max,
+        }
+    }
+
     /// Gives `client` the right to cache `page` (its transaction holds a
     /// lock on it now) and returns the right's epoch, or 0 if a writer of
-    /// another client is calling the page back or locking it.
+    /// another client is calling the page back or locking it, or if the
+    /// table holds its maximum of rights (a right already held is renewed
+    /// even then).
     pub fn register(&self, client: ClientId, page: PageId) -> u64 {
         let mut t = lock(&self.table);
-        if t.pages
-            .get(&page)
-            .is_some_and(|r| r.writers.iter().any(|w| *w != client))
-        {
+        let entry = t.pages.get(&page);
+        if entry.is_some_and(|r| r.writers.iter().any(|w| *w != client)) {
+            return 0;
+        }
+        let renewal = entry.is_some_and(|r| r.cachers.contains_key(&client));
+        if !renewal && t.rights >= self.rights_max {
+            // The table is full: the page is served under the lock alone
+            // and the client revalidates it by LSN next time (correct, one
+            // round trip more); a right given up makes room again.
+            drop(t);
+            lock(&self.stats).rights_refused_full += 1;
             return 0;
         }
         t.next_epoch += 1;
         let epoch = t.next_epoch;
         t.pages.entry(page).or_default().cachers.insert(client, epoch);
         t.by_client.entry(client).or_default().insert(page);
+        if !renewal {
+            t.rights += 1;
+        }
         drop(t);
         lock(&self.stats).rights_granted += 1;
         epoch
@@ -388,7 +428,7 @@ impl Callbacks {
 
     /// Rights held now (all clients).
     pub fn rights_held(&self) -> usize {
-        lock(&self.table).pages.values().map(|r| r.cachers.len()).sum()
+        lock(&self.table).rights
     }
 
     /// Asserts the table's invariants (tests): every right is listed under
@@ -408,6 +448,9 @@ impl Callbacks {
                 );
             }
         }
+        let held: usize = t.pages.values().map(|r| r.cachers.len()).sum();
+        assert_eq!(held, t.rights, "the count of rights");
+        assert!(t.rights <= self.rights_max, "more rights than the bound");
         for (client, pages) in &t.by_client {
             for p in pages {
                 assert!(
@@ -417,5 +460,33 @@ impl Callbacks {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_table_grants_no_new_right_until_one_is_given_up() {
+        let cb = Callbacks::new(2);
+        let (a, b) = (ClientId(1), ClientId(2));
+        assert_ne!(cb.register(a, PageId(10)), 0);
+        assert_ne!(cb.register(b, PageId(10)), 0);
+        // Full: no third right, for either client, on any page.
+        assert_eq!(cb.register(a, PageId(11)), 0);
+        assert_eq!(cb.register(b, PageId(12)), 0);
+        // A right already held is renewed, full or not.
+        let renewed = cb.register(a, PageId(10));
+        assert_ne!(renewed, 0);
+        assert_eq!(cb.rights_held(), 2);
+        assert_eq!(cb.stats().rights_refused_full, 2);
+        cb.check_invariants();
+        // A session that ends gives its rights up: room again.
+        cb.session_closed(b);
+        assert_eq!(cb.rights_held(), 1);
+        assert_ne!(cb.register(a, PageId(11)), 0);
+        assert_eq!(cb.register(b, PageId(12)), 0, "full again");
+        cb.check_invariants();
     }
 }

@@ -79,6 +79,10 @@ pub struct ServerConfig {
     /// LIMIT. Its private pages spill to disk past the database's
     /// in-memory budget, so this bounds disk, not memory.
     pub txn_bytes_max: u64,
+    /// Rights to cache a page (callback locking) held at once by all
+    /// clients together; past it pages are served under their lock alone
+    /// and revalidated by LSN. Bounds the callback table's memory.
+    pub callback_rights_max: usize,
 }
 
 /// Default [`ServerConfig::txn_bytes_max`]: 1 GiB.
@@ -90,6 +94,7 @@ impl Default for ServerConfig {
             tokens: Vec::new(),
             limits: Limits::default(),
             txn_bytes_max: TXN_BYTES_MAX_DEFAULT,
+            callback_rights_max: callbacks::RIGHTS_MAX_DEFAULT,
         }
     }
 }
@@ -187,7 +192,7 @@ impl PageServer {
             core: Arc::new(Core {
                 db,
                 txn_bytes_max: config.txn_bytes_max,
-                callbacks: Callbacks::default(),
+                callbacks: Callbacks::new(config.callback_rights_max),
                 sessions: Mutex::new(HashMap::new()),
             }),
             tokens: config.tokens.clone(),

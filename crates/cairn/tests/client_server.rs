@@ -152,6 +152,42 @@ fn a_warm_client_reads_without_asking_until_a_writer_calls_the_page_back() {
     server.stop();
 }
 
+/// A server whose callback table is full (here: bounded at no rights at
+/// all) still serves every page, under its lock alone: a client then
+/// revalidates its cached pages by LSN in each transaction, is never called
+/// back, and never reads a stale page.
+#[test]
+fn with_the_callback_table_full_pages_are_revalidated_and_never_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_CALLBACK_RIGHTS_MAX", "0")]);
+    let writer = connect(&server);
+    let reader = connect(&server);
+    let refs = accounts(&writer, 50, 10);
+    assert_eq!(total(&reader, &refs), 500);
+    let before = reader.remote_stats().unwrap();
+    assert_eq!(total(&reader, &refs), 500);
+    let warm = reader.remote_stats().unwrap();
+    assert!(
+        warm.pages_revalidated > before.pages_revalidated,
+        "{before:?} → {warm:?}"
+    );
+    assert_eq!(
+        warm.pages_shipped, before.pages_shipped,
+        "unchanged pages are not shipped again"
+    );
+    assert_eq!(warm.cache_hits, 0, "no right to read under");
+    let mut tx = writer.begin().unwrap();
+    tx.update(&refs[7], |x| x.balance += 5).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(total(&reader, &refs), 505, "never a stale page");
+    let after = reader.remote_stats().unwrap();
+    assert_eq!(after.callbacks, 0, "nothing to call back");
+    assert!(after.pages_shipped > warm.pages_shipped, "the changed page is shipped");
+    drop(reader);
+    drop(writer);
+    server.stop();
+}
+
 /// Two clients each read one page under a callback right inside a
 /// transaction and then want to write the other's: each write calls the
 /// other's page back, the answers "in use" turn into locks, and the cycle

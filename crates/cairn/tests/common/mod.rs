@@ -185,6 +185,12 @@ fn serve_child_process() {
     {
         config.txn_bytes_max = n;
     }
+    if let Some(n) = std::env::var("CAIRN_TEST_CALLBACK_RIGHTS_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.callback_rights_max = n;
+    }
     let server = Arc::new(PageServer::new(db.clone(), &config));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
