@@ -314,7 +314,6 @@ enum Answer {
     Parts(Vec<Vec<u8>>),
 }
 
-/// Runs one request on a blocking thread.
 /// Answers `req` if it can be done without waiting for anything but a
 /// short in-memory critical section: a FETCH for reading whose every page
 /// is lockable at once and in the server's buffer pool. `None` otherwise,
@@ -363,6 +362,7 @@ fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -
     Some(Ok(Answer::Parts(parts)))
 }
 
+/// Runs one request on a blocking thread.
 fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, Fault> {
     let db = &*core.db;
     let txn_of = |id: u64| state.txn_or_begin(db, id).map_err(fault);

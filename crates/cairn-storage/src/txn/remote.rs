@@ -35,13 +35,7 @@ impl Txn {
     /// the page's committed image: what a page-server client caches and
     /// changes privately.
     pub fn fetch_page(&mut self, id: PageId, exclusive: bool) -> Result<Vec<u8>> {
-        self.check_active()?;
-        if id.0 >= self.page_count() {
-            return Err(Error::InvalidArgument(format!(
-                "page {id} is past the end of the volume ({} pages)",
-                self.page_count()
-            )));
-        }
+        self.check_fetchable(id)?;
         self.lock_page(id, exclusive)?;
         // The committed image, never a private copy: a remote client keeps
         // its changes itself.
@@ -56,13 +50,7 @@ impl Txn {
     /// answers a warm read on its network thread this way, without handing
     /// the request to a thread that may block.
     pub fn try_fetch_page_shared(&mut self, id: PageId) -> Result<Option<Vec<u8>>> {
-        self.check_active()?;
-        if id.0 >= self.page_count() {
-            return Err(Error::InvalidArgument(format!(
-                "page {id} is past the end of the volume ({} pages)",
-                self.page_count()
-            )));
-        }
+        self.check_fetchable(id)?;
         if !self.try_lock_resource(Resource::Page(id), LockMode::S)? {
             return Ok(None);
         }
@@ -73,6 +61,19 @@ impl Txn {
         } else {
             Ok(None)
         }
+    }
+
+    /// Refuses a fetch in a transaction that has ended, or of a page past
+    /// the end of the volume (an error naming the page).
+    fn check_fetchable(&self, id: PageId) -> Result<()> {
+        self.check_active()?;
+        if id.0 >= self.page_count() {
+            return Err(Error::InvalidArgument(format!(
+                "page {id} is past the end of the volume ({} pages)",
+                self.page_count()
+            )));
+        }
+        Ok(())
     }
 
     /// Verifies a client's PAGE redo records (see the module docs) and stages
