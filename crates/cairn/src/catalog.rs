@@ -58,12 +58,33 @@ pub(crate) struct Meta {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ClassInfo {
     pub id: u32,
+    /// The schema version this program's type has (the newest, or an older
+    /// one when a newer program has evolved the class since).
     pub version: u16,
+    /// True if `version` is the class's newest: this program's type then
+    /// decides the class's indexes ([`register`]).
+    pub latest: bool,
+    /// False for an older version whose type does not mark exactly the
+    /// indexes the catalog keeps: it could not keep them right, so it may
+    /// read the class's objects but not create, change or delete them.
+    pub writable: bool,
 }
 
+/// The key of the catalog's epoch in the classes tree.
+const EPOCH_KEY: &[u8] = b"e";
+
 /// What the catalog knows, in memory.
-#[derive(Debug, Default)]
+///
+/// `epoch` is the catalog's change counter this copy was read at: every
+/// change to the classes or the index directory adds one in the changing
+/// transaction ([`bump_epoch`]). A session's copy is good while the stored
+/// epoch is the same; a transaction reads the stored epoch before it first
+/// relies on the copy, and keeps the epoch share-locked until it ends, so no
+/// other client can change the catalog under it ([`crate::database`]).
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Catalog {
+    /// The stored epoch this copy was read at.
+    pub epoch: u64,
     /// Type name → registered class (this session's version).
     pub registered: HashMap<String, ClassInfo>,
     /// Class id → name.
@@ -126,8 +147,33 @@ fn schema_key(id: u32, version: u16) -> Vec<u8> {
     k
 }
 
-/// Loads every class and schema version into memory.
+/// The catalog's epoch as stored (0 in a catalog never changed since the
+/// epoch was introduced). Reading it share-locks its page until `txn` ends.
+pub(crate) fn epoch(txn: &mut Txn, meta: &Meta) -> Result<u64> {
+    match meta.classes.get(txn, EPOCH_KEY).map_err(stored)? {
+        None => Ok(0),
+        Some(v) => v
+            .get(..)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+            .ok_or_else(|| corrupt_catalog(format!("the catalog epoch has {} bytes, not 8", v.len()))),
+    }
+}
+
+/// Adds one to the stored epoch: every change to the classes or the index
+/// directory calls this in its transaction, so other sessions reload.
+fn bump_epoch(txn: &mut Txn, meta: &Meta) -> Result<()> {
+    let e = epoch(txn, meta)?;
+    let next = e
+        .checked_add(1)
+        .ok_or_else(|| corrupt_catalog("the catalog epoch is at its maximum"))?;
+    put(txn, &meta.classes, EPOCH_KEY, &next.to_le_bytes())
+}
+
+/// Loads every class and schema version into memory, with the epoch they
+/// were read at.
 pub(crate) fn load(txn: &mut Txn, meta: &Meta, cat: &mut Catalog) -> Result<()> {
+    cat.epoch = epoch(txn, meta)?;
     use std::ops::Bound;
     let mut cur = meta
         .classes
@@ -156,15 +202,23 @@ pub(crate) fn load(txn: &mut Txn, meta: &Meta, cat: &mut Catalog) -> Result<()> 
                 cat.schemas.insert((id, ver), fields);
             }
             Some(b'c') => {}
+            _ if k == EPOCH_KEY => {}
             _ => return Err(corrupt_catalog("unknown key in the classes tree")),
         }
     }
     Ok(())
 }
 
-/// Registers type `name` with `fields` (in its own transaction `txn`, which
-/// the caller commits), applying the evolution rules. Also says whether the
-/// class is new (so no object of it exists yet).
+/// Registers type `name` with `fields` in `txn`, applying the evolution
+/// rules. Also says whether the class is new (so no object of it exists
+/// yet).
+///
+/// A type of the same shape as the class's newest version uses it; one of
+/// the shape of an older version uses that one (a program that has not
+/// caught up with a newer one reads and writes the version it knows, and the
+/// newer one reads those records with defaults); any other shape must be an
+/// allowed evolution of the newest and becomes the next version. Writes only
+/// to register something new, and then adds one to the epoch.
 pub(crate) fn register(
     txn: &mut Txn,
     meta: &Meta,
@@ -181,12 +235,18 @@ pub(crate) fn register(
                 None => 1,
             };
             let after = next.checked_add(1).ok_or_else(|| class_ids_exhausted(next))?;
-            let info = ClassInfo { id: next, version: 1 };
+            let info = ClassInfo {
+                id: next,
+                version: 1,
+                latest: true,
+                writable: true,
+            };
             put(txn, &classes, b"c", &after.to_le_bytes())?;
             let mut v = next.to_le_bytes().to_vec();
             v.extend_from_slice(&1u16.to_le_bytes());
             put(txn, &classes, &class_key(name), &v)?;
             put(txn, &classes, &schema_key(next, 1), &encode_schema(fields))?;
+            bump_epoch(txn, meta)?;
             cat.names.insert(next, name.to_string());
             cat.schemas.insert((next, 1), fields.to_vec());
             Ok((info, true))
@@ -207,8 +267,20 @@ pub(crate) fn register(
                     decode_schema(&b).map_err(|e| corrupt_catalog(e.to_string()))?
                 }
             };
+            let known = |version, latest| ClassInfo {
+                id,
+                version,
+                latest,
+                writable: true,
+            };
             if same_shape(&stored_fields, fields) {
-                return Ok((ClassInfo { id, version: latest }, false));
+                return Ok((known(latest, true), false));
+            }
+            if let Some(older) = (1..latest)
+                .rev()
+                .find(|v| cat.schemas.get(&(id, *v)).is_some_and(|f| same_shape(f, fields)))
+            {
+                return Ok((known(older, false), false));
             }
             check_evolution(name, &stored_fields, fields)?;
             let version = latest
@@ -218,9 +290,10 @@ pub(crate) fn register(
             v.extend_from_slice(&version.to_le_bytes());
             put(txn, &classes, &class_key(name), &v)?;
             put(txn, &classes, &schema_key(id, version), &encode_schema(fields))?;
+            bump_epoch(txn, meta)?;
             cat.names.insert(id, name.to_string());
             cat.schemas.insert((id, version), fields.to_vec());
-            Ok((ClassInfo { id, version }, false))
+            Ok((known(version, true), false))
         }
     }
 }
@@ -323,7 +396,8 @@ pub(crate) fn add_index(txn: &mut Txn, meta: &Meta, class: u32, field: &str, tre
         &meta.indexes,
         &index_key(class, field),
         &tree.root().0.to_le_bytes(),
-    )
+    )?;
+    bump_epoch(txn, meta)
 }
 
 /// Forgets the index of (class, field); the caller frees its tree.
@@ -331,7 +405,7 @@ pub(crate) fn remove_index(txn: &mut Txn, meta: &Meta, class: u32, field: &str) 
     meta.indexes
         .delete(txn, &index_key(class, field), None)
         .map_err(stored)?;
-    Ok(())
+    bump_epoch(txn, meta)
 }
 
 /// The index tree of (class, field), created if `create`.
@@ -358,6 +432,7 @@ pub(crate) fn index_tree(
     meta.indexes
         .insert(txn, &key, &tree.root().0.to_le_bytes())
         .map_err(stored)?;
+    bump_epoch(txn, meta)?;
     Ok(Some(tree))
 }
 
@@ -594,6 +669,54 @@ mod tests {
         // Known classes still register.
         let (again, new) = register(&mut txn, &meta, &mut cat, "First", &fields).unwrap();
         assert_eq!((again.id, new), (1, false));
+        txn.abort().unwrap();
+    }
+
+    /// The epoch moves with every change to classes or indexes and with
+    /// nothing else; a type of an older version's shape gets that version.
+    #[test]
+    fn the_epoch_counts_changes_and_an_older_shape_keeps_its_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = cairn_storage::DbOptions {
+            background: false,
+            ..cairn_storage::DbOptions::default()
+        };
+        let db = cairn_storage::Db::create(&dir.path().join("db"), &opts).unwrap();
+        let system = db.create_group(SYSTEM_GROUP).unwrap();
+        let mut txn = db.begin().unwrap();
+        let meta = open_meta(&mut txn, system).unwrap();
+        let mut cat = Catalog::default();
+        let f = |n: &str, d: bool| FieldDesc {
+            name: n.into(),
+            ty: TypeDesc::U32,
+            has_default: d,
+        };
+        let v1 = vec![f("a", false)];
+        let v2 = vec![f("a", false), f("b", true)];
+        assert_eq!(epoch(&mut txn, &meta).unwrap(), 0);
+        let (c, _) = register(&mut txn, &meta, &mut cat, "T", &v1).unwrap();
+        assert_eq!((c.version, c.latest, epoch(&mut txn, &meta).unwrap()), (1, true, 1));
+        let (c, _) = register(&mut txn, &meta, &mut cat, "T", &v1).unwrap();
+        assert_eq!(
+            (c.version, epoch(&mut txn, &meta).unwrap()),
+            (1, 1),
+            "nothing new: no change"
+        );
+        let (c, _) = register(&mut txn, &meta, &mut cat, "T", &v2).unwrap();
+        assert_eq!((c.version, c.latest, epoch(&mut txn, &meta).unwrap()), (2, true, 2));
+        let (c, _) = register(&mut txn, &meta, &mut cat, "T", &v1).unwrap();
+        assert_eq!(
+            (c.version, c.latest, epoch(&mut txn, &meta).unwrap()),
+            (1, false, 2),
+            "an older program keeps its version and changes nothing"
+        );
+        let tree = BTree::create(&mut txn, system, false).unwrap();
+        add_index(&mut txn, &meta, c.id, "a", &tree).unwrap();
+        remove_index(&mut txn, &meta, c.id, "a").unwrap();
+        assert_eq!(epoch(&mut txn, &meta).unwrap(), 4);
+        let mut loaded = Catalog::default();
+        load(&mut txn, &meta, &mut loaded).unwrap();
+        assert_eq!((loaded.epoch, loaded.schemas.len()), (4, 2));
         txn.abort().unwrap();
     }
 

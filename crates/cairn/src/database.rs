@@ -148,6 +148,9 @@ pub(crate) struct Inner {
     cache: ObjectCache,
     meta: Meta,
     catalog: Mutex<Catalog>,
+    /// Held while this session registers a type in a transaction of its own
+    /// ([`Inner::register_alone`]).
+    registering: Mutex<()>,
     groups: Mutex<HashMap<String, GroupId>>,
     /// Index trees known to be committed, by (class id, field). A root page
     /// never moves, so the entry stays right for the database's life.
@@ -231,6 +234,7 @@ impl Database {
                 cache: ObjectCache::new(opts.cache_bytes, opts.cache_policy),
                 meta,
                 catalog: Mutex::new(cat),
+                registering: Mutex::new(()),
                 groups: Mutex::new(HashMap::new()),
                 index_roots: Mutex::new(HashMap::new()),
                 index_cache: IndexCache::new((opts.cache_bytes / 64).max(1024)),
@@ -244,19 +248,7 @@ impl Database {
 
     /// Starts a transaction.
     pub fn begin(&self) -> Result<Transaction<'_>> {
-        Ok(Transaction {
-            inner: &self.inner,
-            txn: self.inner.db.begin()?,
-            overlay: cairn_storage::fxhash::FxHashMap::default(),
-            local: Vec::new(),
-            local_hits: 0,
-            index_roots: HashMap::new(),
-            classes: Vec::new(),
-            trees: Vec::new(),
-            key: Vec::new(),
-            index_hits: 0,
-            index_misses: 0,
-        })
+        self.inner.begin()
     }
 
     /// The object cache's counters.
@@ -311,7 +303,7 @@ impl Database {
     /// Registers type `T` in the catalog (done on first use anyway); fails
     /// with `SchemaMismatch` if its definition changed incompatibly.
     pub fn register<T: Persistent>(&self) -> Result<()> {
-        self.inner.class::<T>().map(|_| ())
+        self.inner.register_alone::<T>()
     }
 }
 
@@ -327,25 +319,35 @@ fn retry<R>(mut f: impl FnMut() -> Result<R>) -> Result<R> {
 }
 
 impl Inner {
-    /// The class of `T`, registering it (in a transaction of its own) on
-    /// first use. The same transaction makes the class's indexes those of
-    /// `T::INDEXED_FIELDS` ([`Inner::sync_indexes`]).
-    fn class<T: Persistent>(&self) -> Result<ClassInfo> {
-        let mut cat = lock(&self.catalog);
-        if let Some(c) = cat.registered.get(T::NAME) {
-            return Ok(*c);
-        }
-        let fields = T::fields();
-        let (info, trees) = retry(|| {
-            let mut txn = self.db.begin()?;
-            let (info, new) = catalog::register(&mut txn, &self.meta, &mut cat, T::NAME, &fields)?;
-            let trees = self.sync_indexes::<T>(&mut txn, &cat, info, new)?;
-            txn.commit()?;
-            Ok((info, trees))
-        })?;
-        cat.registered.insert(T::NAME.to_string(), info);
-        lock(&self.index_roots).extend(trees);
-        Ok(info)
+    fn begin(&self) -> Result<Transaction<'_>> {
+        Ok(Transaction {
+            inner: self,
+            txn: self.db.begin()?,
+            overlay: cairn_storage::fxhash::FxHashMap::default(),
+            local: Vec::new(),
+            local_hits: 0,
+            index_roots: HashMap::new(),
+            classes: Vec::new(),
+            trees: Vec::new(),
+            key: Vec::new(),
+            index_hits: 0,
+            index_misses: 0,
+            catalog_epoch: None,
+            catalog: None,
+        })
+    }
+
+    /// Registers `T` in a transaction of its own, committed at once (so the
+    /// catalog's pages are exclusively locked only briefly), one
+    /// registration of this session at a time; retried on a deadlock with
+    /// another client's.
+    fn register_alone<T: Persistent>(&self) -> Result<()> {
+        let _one = lock(&self.registering);
+        retry(|| {
+            let mut tx = self.begin()?;
+            tx.resolve::<T>()?;
+            tx.commit()
+        })
     }
 
     /// Makes the catalog's indexes of class `c` (registered by `txn`) those
@@ -602,6 +604,14 @@ pub struct Transaction<'db> {
     /// database's counters when the transaction ends.
     index_hits: u64,
     index_misses: u64,
+    /// The catalog epoch this transaction read (and holds share-locked to
+    /// its end) before it first relied on the session's catalog; `None`
+    /// until then ([`Transaction::ensure_catalog`]).
+    catalog_epoch: Option<u64>,
+    /// This transaction's own copy of the catalog, once it has registered
+    /// something: uncommitted, so the session's copy must not see it. (The
+    /// next transaction finds the epoch moved and reloads.)
+    catalog: Option<Box<Catalog>>,
 }
 
 impl std::fmt::Debug for Transaction<'_> {
@@ -728,7 +738,7 @@ impl<'db> Transaction<'db> {
     /// Creates an object in the named group (created if missing).
     pub fn create_in<T: Persistent>(&mut self, group: &str, value: T) -> Result<Ref<T>> {
         let g = self.inner.group(group)?;
-        let c = self.class_of::<T>()?;
+        let c = self.writable_class_of::<T>()?;
         let bytes = self.inner.encode(c, &value)?;
         let oid = self.txn.create(g, &bytes)?;
         self.after_create(oid, value)
@@ -737,7 +747,7 @@ impl<'db> Transaction<'db> {
     /// Creates an object near `near` (on its page if it fits, else within
     /// its clustering region), in `near`'s group.
     pub fn create_near<T: Persistent, U>(&mut self, near: &Ref<U>, value: T) -> Result<Ref<T>> {
-        let c = self.class_of::<T>()?;
+        let c = self.writable_class_of::<T>()?;
         let bytes = self.inner.encode(c, &value)?;
         let oid = self.txn.create_near(near.oid(), &bytes)?;
         self.after_create(oid, value)
@@ -753,15 +763,145 @@ impl<'db> Transaction<'db> {
         Ok(Ref::from_oid(oid))
     }
 
-    /// The class of `T`, from this transaction's table when it is there.
+    /// The class of `T`, from this transaction's table when it is there,
+    /// else from the catalog (registering `T` in this transaction if it is
+    /// new or changed, [`Transaction::register`]).
     fn class_of<T: Persistent>(&mut self) -> Result<ClassInfo> {
         let ty = TypeId::of::<T>();
         if let Some((_, c)) = self.classes.iter().find(|(t, _)| *t == ty) {
             return Ok(*c);
         }
-        let c = self.inner.class::<T>()?;
+        if self.catalog_epoch.is_none() && !lock(&self.inner.catalog).registered.contains_key(T::NAME) {
+            // Not known to the session, and this transaction holds no lock
+            // on the catalog yet: register in a short transaction of its own
+            // rather than hold the catalog exclusively to this one's end.
+            self.inner.register_alone::<T>()?;
+        }
+        let c = self.resolve::<T>()?;
         self.classes.push((ty, c));
         Ok(c)
+    }
+
+    /// The class of `T` as the catalog holds it at this transaction's
+    /// epoch, registering `T` in this transaction if needed.
+    fn resolve<T: Persistent>(&mut self) -> Result<ClassInfo> {
+        self.ensure_catalog()?;
+        let known = match &self.catalog {
+            Some(cat) => cat.registered.get(T::NAME).copied(),
+            None => lock(&self.inner.catalog).registered.get(T::NAME).copied(),
+        };
+        match known {
+            Some(c) => Ok(c),
+            None => self.register::<T>(),
+        }
+    }
+
+    /// The class of `T` for a change to one of its objects: refused for an
+    /// older schema version whose type does not keep the class's indexes.
+    fn writable_class_of<T: Persistent>(&mut self) -> Result<ClassInfo> {
+        let c = self.class_of::<T>()?;
+        if !c.writable {
+            return Err(Error::SchemaMismatch {
+                type_name: T::NAME.into(),
+                field: String::new(),
+                reason: format!(
+                    "this program's type is schema version {} of the class, a newer program has \
+                     registered a later one with other indexes, and this one cannot keep those \
+                     indexes: it may read the class's objects but not create, change or delete them",
+                    c.version
+                ),
+            });
+        }
+        Ok(c)
+    }
+
+    /// Makes sure the session's catalog is the stored one before this
+    /// transaction first relies on it: reads the stored epoch (its page stays
+    /// share-locked until this transaction ends, so no other session can
+    /// change the catalog meanwhile: a registration waits for it) and, if
+    /// another session or client has changed the catalog since the session
+    /// read it, reloads it and forgets the classes and index trees resolved
+    /// at the old epoch.
+    fn ensure_catalog(&mut self) -> Result<()> {
+        if self.catalog_epoch.is_some() {
+            return Ok(());
+        }
+        let inner = self.inner;
+        let e = catalog::epoch(&mut self.txn, &inner.meta)?;
+        if lock(&inner.catalog).epoch != e {
+            // Read without the session's mutex held: this may fetch pages.
+            let mut fresh = Catalog::default();
+            catalog::load(&mut self.txn, &inner.meta, &mut fresh)?;
+            let mut cat = lock(&inner.catalog);
+            if cat.epoch != e {
+                *cat = fresh;
+                lock(&inner.index_roots).clear();
+            }
+        }
+        self.catalog_epoch = Some(e);
+        Ok(())
+    }
+
+    /// Registers `T` in this transaction ([`catalog::register`]), and, if
+    /// its type is the class's newest version, makes the class's indexes
+    /// those `T` marks ([`Inner::sync_indexes`]). What registering only
+    /// found goes into the session's catalog at once; what it had to write
+    /// stays in this transaction's copy until it commits.
+    fn register<T: Persistent>(&mut self) -> Result<ClassInfo> {
+        let inner = self.inner;
+        let meta = inner.meta;
+        let epoch = self.catalog_epoch.expect("ensure_catalog ran");
+        let private = self.catalog.is_some();
+        let mut cat = match self.catalog.take() {
+            Some(c) => c,
+            None => Box::new(lock(&inner.catalog).clone()),
+        };
+        let fields = T::fields();
+        let registered = (|| {
+            let (mut info, new) = catalog::register(&mut self.txn, &meta, &mut cat, T::NAME, &fields)?;
+            let trees = if info.latest {
+                inner.sync_indexes::<T>(&mut self.txn, &cat, info, new)?
+            } else {
+                let existing = catalog::indexes_of(&mut self.txn, &meta, info.id)?;
+                inner.check_index_roots::<T>(&self.txn, &existing)?;
+                let mut marked: Vec<&str> = T::INDEXED_FIELDS.to_vec();
+                marked.sort_unstable();
+                info.writable =
+                    marked.len() == existing.len() && marked.iter().zip(&existing).all(|(m, (f, _))| m == f);
+                let mut trees = Vec::new();
+                for (field, root) in existing {
+                    if marked.contains(&field.as_str()) {
+                        trees.push(((info.id, field), BTree::open(&mut self.txn, root)?));
+                    }
+                }
+                trees
+            };
+            cat.registered.insert(T::NAME.to_string(), info);
+            Ok::<_, Error>((info, trees))
+        })();
+        let (info, trees) = match registered {
+            Ok(r) => r,
+            Err(e) => {
+                if private {
+                    self.catalog = Some(cat);
+                }
+                return Err(e);
+            }
+        };
+        let now = catalog::epoch(&mut self.txn, &meta)?;
+        if private || now != epoch {
+            cat.epoch = now;
+            self.catalog = Some(cat);
+            self.index_roots.extend(trees);
+        } else {
+            let mut session = lock(&inner.catalog);
+            if session.epoch == epoch {
+                session.registered.insert(T::NAME.to_string(), info);
+                drop(session);
+                lock(&inner.index_roots).extend(trees);
+            }
+        }
+        Ok(info)
     }
 
     /// The tree of the index on `T`'s `field`, if it exists, through this
@@ -1076,7 +1216,7 @@ impl<'db> Transaction<'db> {
     }
 
     fn write<T: Persistent>(&mut self, oid: Oid, value: T, old_keys: Vec<(&'static str, Vec<u8>)>) -> Result<()> {
-        let c = self.class_of::<T>()?;
+        let c = self.writable_class_of::<T>()?;
         let bytes = self.inner.encode(c, &value)?;
         self.inner.cache.invalidate(oid);
         self.txn.update(oid, &bytes)?;
@@ -1096,6 +1236,7 @@ impl<'db> Transaction<'db> {
 
     /// Deletes an object; references to it answer `NotFound` from now on.
     pub fn delete<T: Persistent>(&mut self, r: &Ref<T>) -> Result<()> {
+        self.writable_class_of::<T>()?;
         let oid = r.oid();
         self.txn.lock_page(oid.page, true)?;
         let old: T = self.load_owned(oid)?;
@@ -1204,7 +1345,17 @@ impl<'db> Transaction<'db> {
     pub fn commit(mut self) -> Result<()> {
         self.flush_hits();
         let roots = std::mem::take(&mut self.index_roots);
+        let changed = self.catalog.take();
         self.txn.commit()?;
+        if let Some(cat) = changed {
+            // Committed: the session's catalog becomes this one, unless a
+            // later epoch is already there. Trees of dropped indexes must go.
+            let mut session = lock(&self.inner.catalog);
+            if cat.epoch > session.epoch {
+                *session = *cat;
+                lock(&self.inner.index_roots).clear();
+            }
+        }
         if !roots.is_empty() {
             lock(&self.inner.index_roots).extend(roots);
         }
