@@ -211,6 +211,27 @@ impl Callbacks {
         epoch
     }
 
+    /// The writer's mark [`Callbacks::call_back`] would return, if there is
+    /// no one to call back: no client but `writer` holds a right to `page`.
+    /// `None` otherwise (nothing is changed); the caller then calls back,
+    /// where it may wait. Never waits.
+    pub fn try_mark(&self, writer: ClientId, page: PageId) -> Option<WriterMark<'_>> {
+        let mut t = lock(&self.table);
+        let rights = t.pages.entry(page).or_default();
+        if rights.cachers.keys().any(|c| *c != writer) {
+            if rights.cachers.is_empty() && rights.writers.is_empty() {
+                t.pages.remove(&page);
+            }
+            return None;
+        }
+        rights.writers.push(writer);
+        Some(WriterMark {
+            callbacks: self,
+            client: writer,
+            page,
+        })
+    }
+
     /// Calls `page` back from every client but `writer` holding a right to
     /// it and waits (up to `timeout`) for every answer; see the module
     /// docs. The returned mark keeps other clients from getting a right
@@ -488,5 +509,26 @@ mod tests {
         assert_ne!(cb.register(a, PageId(11)), 0);
         assert_eq!(cb.register(b, PageId(12)), 0, "full again");
         cb.check_invariants();
+    }
+
+    #[test]
+    fn a_writer_is_marked_without_waiting_only_when_no_other_client_caches_the_page() {
+        let cb = Callbacks::new(16);
+        let (a, b) = (ClientId(1), ClientId(2));
+        // Nobody caches page 10, then only the writer itself does: marked.
+        drop(cb.try_mark(a, PageId(10)).expect("nobody to call back"));
+        assert_ne!(cb.register(a, PageId(10)), 0);
+        let mark = cb.try_mark(a, PageId(10)).expect("its own right needs no callback");
+        // While the mark lives no other client gets a right to the page.
+        assert_eq!(cb.register(b, PageId(10)), 0);
+        drop(mark);
+        cb.check_invariants();
+        // Another client's right: no mark, and nothing changed.
+        assert_ne!(cb.register(b, PageId(10)), 0);
+        assert!(cb.try_mark(a, PageId(10)).is_none());
+        assert!(cb.try_mark(b, PageId(10)).is_none(), "a caches it too");
+        assert_ne!(cb.register(b, PageId(11)), 0, "no mark left behind");
+        cb.check_invariants();
+        assert_eq!(cb.rights_held(), 3);
     }
 }

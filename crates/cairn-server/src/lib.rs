@@ -315,11 +315,12 @@ enum Answer {
 }
 
 /// Answers `req` if it can be done without waiting for anything but a
-/// short in-memory critical section: a FETCH for reading whose every page
-/// is lockable at once and in the server's buffer pool. `None` otherwise,
-/// and the request goes to [`serve`] on a thread that may block; what was
-/// done here by then (a transaction begun, S locks taken, rights granted)
-/// is what [`serve`] would do first anyway, so it is not done twice.
+/// short in-memory critical section: a FETCH (to read, or to write a page no
+/// other client caches, so nobody is called back) whose every page is
+/// lockable at once and in the server's buffer pool. `None` otherwise, and
+/// the request goes to [`serve`] on a thread that may block; what was done
+/// here by then (a transaction begun, locks taken, rights granted) is what
+/// [`serve`] would do first anyway, so it is not done twice.
 fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -> Option<Result<Answer, Fault>> {
     let PageRequest::Fetch {
         txn,
@@ -330,7 +331,7 @@ fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -
     else {
         return None;
     };
-    if mode & !FETCH_CACHE != FETCH_S {
+    if !matches!(mode & !FETCH_CACHE, FETCH_S | FETCH_X) {
         return None;
     }
     let (server_id, t) = match state.txn_or_begin(&core.db, *txn) {
@@ -615,10 +616,18 @@ fn fetch_one(
         return Ok(Some(part.encode()));
     }
     if !wait {
-        if mode != FETCH_S {
-            return Ok(None);
-        }
-        return match t.try_fetch_page_shared(id)? {
+        // X only if no other client caches the page (nobody to call back);
+        // the mark then keeps any from getting a right until this one's is
+        // registered, as `call_back`'s does below.
+        let _mark = match mode {
+            FETCH_S => None,
+            FETCH_X => match core.callbacks.try_mark(client, id) {
+                Some(mark) => Some(mark),
+                None => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        return match t.try_fetch_page(id, mode == FETCH_X)? {
             Some(mut image) => Ok(Some(finish_fetch(
                 core, client, id, cache, client_lsn, part, &mut image,
             ))),

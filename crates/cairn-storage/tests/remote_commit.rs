@@ -141,13 +141,13 @@ fn a_record_past_the_end_of_the_volume_or_garbage_is_refused() {
 }
 
 #[test]
-fn a_fetch_without_waiting_gives_up_on_a_held_lock_or_an_uncached_page_and_otherwise_matches_fetch_page() {
+fn a_fetch_without_waiting_gives_up_on_a_conflicting_lock_or_an_uncached_page_and_otherwise_matches_fetch_page() {
     let (_dir, db, oid) = setup();
     let mut writer = db.begin().unwrap();
     writer.fetch_page(oid.page, true).unwrap();
     // An X held by another transaction: no image, and no lock taken.
     let mut reader = db.begin().unwrap();
-    assert_eq!(reader.try_fetch_page_shared(oid.page).unwrap(), None);
+    assert_eq!(reader.try_fetch_page(oid.page, false).unwrap(), None);
     writer.abort().unwrap();
     // Cached and free: the very image fetch_page gives (compared sealed: a
     // frame's checksum field is only meaningful once the image is sealed,
@@ -158,7 +158,7 @@ fn a_fetch_without_waiting_gives_up_on_a_held_lock_or_an_uncached_page_and_other
     };
     let fast = sealed(
         reader
-            .try_fetch_page_shared(oid.page)
+            .try_fetch_page(oid.page, false)
             .unwrap()
             .expect("cached and lockable"),
     );
@@ -169,12 +169,25 @@ fn a_fetch_without_waiting_gives_up_on_a_held_lock_or_an_uncached_page_and_other
     assert!(!x.unwrap(), "the reader's S lock is held");
     reader.abort().unwrap();
     other.abort().unwrap();
+    // For writing: not while another transaction reads the page; once it
+    // has ended, the same image under an X lock that stays held.
+    let mut reading = db.begin().unwrap();
+    reading.fetch_page(oid.page, false).unwrap();
+    let mut writing = db.begin().unwrap();
+    assert_eq!(writing.try_fetch_page(oid.page, true).unwrap(), None);
+    reading.abort().unwrap();
+    let image = writing.try_fetch_page(oid.page, true).unwrap().expect("free now");
+    assert!(sealed(image) == fast);
+    let mut late = db.begin().unwrap();
+    assert!(!late.try_lock_resource(Resource::Page(oid.page), LockMode::S).unwrap());
+    writing.abort().unwrap();
+    late.abort().unwrap();
     // Not in the buffer pool: it does not read the volume.
     db.evict_cache().unwrap();
     let mut cold = db.begin().unwrap();
-    assert_eq!(cold.try_fetch_page_shared(oid.page).unwrap(), None);
+    assert_eq!(cold.try_fetch_page(oid.page, false).unwrap(), None);
     assert!(sealed(cold.fetch_page(oid.page, false).unwrap()) == fast);
     // Past the end of the volume: an error naming the page, as fetch_page.
-    let err = cold.try_fetch_page_shared(PageId(1 << 30)).unwrap_err();
+    let err = cold.try_fetch_page(PageId(1 << 30), false).unwrap_err();
     assert!(err.to_string().contains("past the end of the volume"), "{err}");
 }

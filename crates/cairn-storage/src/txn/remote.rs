@@ -42,16 +42,17 @@ impl Txn {
         self.committed_image(id)
     }
 
-    /// [`Txn::fetch_page`] for reading, if it can be done **without
-    /// waiting**: the shared lock is granted at once (or held) and the
+    /// [`Txn::fetch_page`], if it can be done **without waiting**: the
+    /// lock (X if `exclusive`, else S) is granted at once (or held) and the
     /// committed image is in the buffer pool. `None` when either is not so;
     /// the caller then calls [`Txn::fetch_page`] where it may wait (a lock
     /// granted here stays held, so that asks nothing twice). A server
-    /// answers a warm read on its network thread this way, without handing
+    /// answers a warm fetch on its network thread this way, without handing
     /// the request to a thread that may block.
-    pub fn try_fetch_page_shared(&mut self, id: PageId) -> Result<Option<Vec<u8>>> {
+    pub fn try_fetch_page(&mut self, id: PageId, exclusive: bool) -> Result<Option<Vec<u8>>> {
         self.check_fetchable(id)?;
-        if !self.try_lock_resource(Resource::Page(id), LockMode::S)? {
+        let mode = if exclusive { LockMode::X } else { LockMode::S };
+        if !self.try_lock_resource(Resource::Page(id), mode)? {
             return Ok(None);
         }
         let mut image = Vec::new();
