@@ -362,8 +362,66 @@ struct ClientState {
     covers: FxHashMap<PageId, Cover>,
     /// Rights called back before the FETCH that granted them was taken in
     /// (the reply and the callback cross): the highest epoch called back
-    /// per page. A right of that epoch or older is not taken.
+    /// per page. A right of that epoch or older is not taken. Only a FETCH
+    /// in flight when the callback came can carry such a right (one sent
+    /// later gets a newer epoch), so this is kept only while FETCHes are in
+    /// flight, and emptied when none is: it holds at most the callbacks of
+    /// one burst of fetches, not one entry per page ever called back.
     revoked: FxHashMap<PageId, u64>,
+    /// FETCH requests (or prefetch batches) sent and not yet taken in.
+    fetches_in_flight: usize,
+}
+
+impl ClientState {
+    /// A FETCH is about to be sent.
+    fn fetch_started(&mut self) {
+        self.fetches_in_flight += 1;
+    }
+
+    /// A FETCH was taken in (or failed): with none left in flight, no
+    /// reply can still carry a right called back already.
+    fn fetch_done(&mut self) {
+        self.fetches_in_flight -= 1;
+        if self.fetches_in_flight == 0 {
+            self.revoked.clear();
+        }
+    }
+
+    /// A callback of `epoch` for `page`, which this client has no right to
+    /// (yet): a FETCH in flight may be bringing it, and must not install it.
+    fn revoke(&mut self, page: PageId, epoch: u64) {
+        if self.fetches_in_flight > 0 {
+            let r = self.revoked.entry(page).or_insert(0);
+            *r = (*r).max(epoch);
+        }
+    }
+
+    /// Whether a right of epoch `cover` to `page`, just taken in, may be
+    /// used (it was not called back before it arrived).
+    fn take_right(&mut self, page: PageId, cover: u64) -> bool {
+        if cover == 0 || self.revoked.get(&page).is_some_and(|r| *r >= cover) {
+            return false;
+        }
+        self.revoked.remove(&page);
+        true
+    }
+}
+
+/// Counts a FETCH in flight from its creation (before the request is sent)
+/// to its drop (after its reply is taken in, or it failed).
+struct FetchInFlight<'a>(&'a Mutex<ClientState>);
+
+impl<'a> FetchInFlight<'a> {
+    fn start(state: &'a Mutex<ClientState>) -> FetchInFlight<'a> {
+        lock(state).fetch_started();
+        FetchInFlight(state)
+    }
+}
+
+impl Drop for FetchInFlight<'_> {
+    fn drop(&mut self) {
+        lock(self.0).fetch_done();
+    }
 }
 
 /// The page-server client backend: also the storage-level client for tools
@@ -624,6 +682,7 @@ impl RemoteStore {
         self.mark_on_server(txn);
         let lsn = self.cached_lsn(id)?;
         let named = [(id.0, lsn)];
+        let _in_flight = FetchInFlight::start(&self.state);
         let parts = self.conn.call(&PageRequest::Fetch {
             txn: txn.0,
             mode: mode | FETCH_CACHE,
@@ -719,6 +778,7 @@ impl RemoteStore {
             return Ok(());
         }
         self.mark_on_server(txn);
+        let _in_flight = FetchInFlight::start(&self.state);
         let mut calls = Vec::new();
         for chunk in todo.chunks(FETCH_PAGES_MAX) {
             let mut named = Vec::with_capacity(chunk.len());
@@ -818,8 +878,7 @@ impl RemoteStore {
                 let held = view.locks.entry(Resource::Page(id)).or_insert(m);
                 *held = held.sup(m);
             }
-            if f.cover != 0 && st.revoked.get(&id).is_none_or(|r| *r < f.cover) {
-                st.revoked.remove(&id);
+            if st.take_right(id, f.cover) {
                 let writers = st.covers.get(&id).map(|c| c.writers.clone()).unwrap_or_default();
                 st.covers.insert(
                     id,
@@ -909,8 +968,7 @@ impl RemoteStore {
                 // The FETCH granting it has not been taken in yet: it must
                 // not be.
                 None => {
-                    let r = st.revoked.entry(id).or_insert(0);
-                    *r = (*r).max(cb.epoch);
+                    st.revoke(id, cb.epoch);
                     Vec::new()
                 }
             }
@@ -1326,5 +1384,41 @@ mod tempfile_dir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A callback that crosses a FETCH reply keeps that reply's right out;
+    /// with no FETCH in flight nothing is remembered, and what was is
+    /// forgotten once the last FETCH is taken in.
+    #[test]
+    fn revoked_rights_are_kept_only_while_fetches_are_in_flight() {
+        let state = Mutex::new(ClientState::default());
+        // No FETCH in flight: a callback for a page without a right (given
+        // up or evicted here) leaves nothing behind.
+        lock(&state).revoke(PageId(1), 5);
+        assert!(lock(&state).revoked.is_empty());
+        {
+            let _a = FetchInFlight::start(&state);
+            let _b = FetchInFlight::start(&state);
+            let mut st = lock(&state);
+            st.revoke(PageId(2), 7);
+            st.revoke(PageId(2), 6);
+            assert!(!st.take_right(PageId(2), 7), "called back before it arrived");
+            assert!(!st.take_right(PageId(2), 3));
+            assert!(st.take_right(PageId(2), 8), "a newer right is good");
+            assert!(st.take_right(PageId(2), 7), "and replaced what was called back");
+            assert!(!st.take_right(PageId(3), 0), "0 is no right");
+            st.revoke(PageId(4), 9);
+            drop(st);
+            drop(_a);
+            assert_eq!(lock(&state).revoked.len(), 1, "one FETCH still in flight");
+        }
+        let st = lock(&state);
+        assert!(st.revoked.is_empty());
+        assert_eq!(st.fetches_in_flight, 0);
     }
 }
