@@ -426,6 +426,23 @@ fn a_notice_kind_with_an_id_or_flags_is_not_a_notice() {
     }
 }
 
+#[test]
+fn a_protocol_error_closes_the_socket_while_the_client_is_still_held() {
+    let mut after = Vec::new();
+    frame::encode_frame(Kind::NOTICE, Flags::REPLY, RequestId(9), b"bad", &mut after);
+    let (addr, fake) = fake_server(after);
+    let c = Client::connect(&addr, &common::options()).unwrap();
+    let err = c.next_notice(PATIENCE).unwrap_err();
+    assert!(matches!(err, Error::Protocol(_)), "{err:?}");
+    // The fake server returns when it reads the end of the stream: the
+    // client must not wait to be dropped to close it (a real server would
+    // hold the session's locks until then).
+    eventually("the server seeing the connection closed", || fake.is_finished());
+    assert!(c.ping().is_err(), "the connection stays failed");
+    drop(c);
+    fake.join().unwrap();
+}
+
 /// Not a correctness test: prints what a thread parked in `next_notice` costs a stream of
 /// synchronous calls (it should be nothing measurable). Run with
 /// `cargo test -p cairn-net --release --test notices -- --ignored --nocapture`.

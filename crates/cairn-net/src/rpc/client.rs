@@ -54,7 +54,10 @@
 //! ([`NOTICES_MAX`] notices, [`NOTICE_BYTES_MAX`] bytes): a server that floods a client which does
 //! not take its notices breaks the protocol, and the connection is closed with
 //! [`Error::Protocol`] naming the limit and its socket shut down, so that the server sees the
-//! client go instead of queueing more.
+//! client go instead of queueing more. Any failure that ends the connection (a bad frame or
+//! message from the server, a failed read or write) shuts the socket down at once too: the
+//! server then ends the session (aborting its transactions, releasing its locks) without
+//! waiting for the application to drop the client.
 //!
 //! # A call's states
 //!
@@ -62,7 +65,8 @@
 //!   invoke ──► Pending ──(part)──► Pending ──(final / error reply)──► Done (slot removed by Call::next_part)
 //!                 │                                                   ▲
 //!                 └── Call dropped ──► Abandoned ──(final arrives)────┘ (slot removed by the reader)
-//!                 └── connection closes ──► Failed (every pending call gets the same error)
+//!                 └── connection closes ──► Failed (every pending call gets the same error;
+//!                                                  the socket is shut down)
 //! ```
 //!
 //! # How a notice flows
@@ -429,13 +433,17 @@ impl Inner {
                 break;
             }
         }
+        let failed = failure.is_some();
         if let Some(e) = failure {
             if st.closed.is_none() {
                 st.closed = Some(e);
             }
         }
-        if st.flooded {
-            // The server does not stop on its own: make it see the client go.
+        if failed || st.flooded {
+            // The connection is over for this client (every later call gets
+            // the error): make the server see it go now, so that the
+            // session's transactions and locks are released there, not
+            // when this client is dropped.
             self.sock.shutdown();
         }
         if st.waiters > 0 {
@@ -559,6 +567,7 @@ impl Inner {
         if st.closed.is_none() {
             st.closed = Some(error);
         }
+        self.sock.shutdown();
         if st.waiters > 0 {
             self.changed.notify_all();
         }
