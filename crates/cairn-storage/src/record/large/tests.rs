@@ -2,8 +2,10 @@
 
 use proptest::prelude::*;
 
+use super::checked::child_offset;
 use super::*;
 use crate::access::testing::MemPages;
+use crate::page;
 
 const G: GroupId = GroupId::DEFAULT;
 const PS: usize = 4096;
