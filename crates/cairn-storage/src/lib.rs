@@ -44,10 +44,11 @@
 //!   own paths rather than behind a `tools` module, so that an item has one
 //!   name and a tool names the path the code's docs use; the layering test,
 //!   not the compiler, keeps `cairn` and `cairn-server` off them.
-//! - **Private** (`pub(crate)`, so the compiler enforces it): `bytes` (the
-//!   shared decoding cursor), `error` and `ids` (their items are re-exported
-//!   at the root), and inside public modules `volume::view` and `sim::disk`
-//!   (their items are re-exported by their parents).
+//! - **Private** (so the compiler enforces it): `bytes` (the shared
+//!   decoding cursor), `error` and `ids` (`pub(crate)`; their items are
+//!   re-exported at the root), and inside public modules `volume::view` and
+//!   `sim::disk` (private `mod`s; their items are re-exported by their
+//!   parents).
 //!
 //! The boundary is on the paths other crates write: an API method may return
 //! a tool type that its caller uses without naming it ([`Db::header`] returns
