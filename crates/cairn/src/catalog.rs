@@ -25,7 +25,7 @@
 //!
 //! The same transaction makes the indexes tree agree with the type's
 //! `#[cairn(index)]` fields (`Persistent::INDEXED_FIELDS`; see
-//! `database.rs`): a new class gets an empty tree per indexed field, a field
+//! `database/classes.rs`): a new class gets an empty tree per indexed field, a field
 //! newly marked gets a tree built from the existing objects of the class,
 //! and the tree of a field no longer marked is freed and its entry removed.
 //! So an index is never stale, whichever definitions opened the database
@@ -631,10 +631,9 @@ mod tests {
         assert!(decode_schema(&[&[1, 1, b'x', 0][..], &deep[1..]].concat()).is_err());
     }
 
-    /// A class counter at `u32::MAX` cannot move on: registering another
-    /// class is `LimitExceeded`, and nothing wraps to class id 0.
-    #[test]
-    fn class_counter_overflow_is_an_error() {
+    /// A new database with the system group, a transaction and the meta
+    /// object's trees in it.
+    fn scratch() -> (tempfile::TempDir, cairn_storage::Db, GroupId, Txn, Meta) {
         let dir = tempfile::tempdir().unwrap();
         let opts = cairn_storage::DbOptions {
             background: false,
@@ -644,6 +643,14 @@ mod tests {
         let system = db.create_group(SYSTEM_GROUP).unwrap();
         let mut txn = db.begin().unwrap();
         let meta = open_meta(&mut txn, system).unwrap();
+        (dir, db, system, txn, meta)
+    }
+
+    /// A class counter at `u32::MAX` cannot move on: registering another
+    /// class is `LimitExceeded`, and nothing wraps to class id 0.
+    #[test]
+    fn class_counter_overflow_is_an_error() {
+        let (_dir, _db, _, mut txn, meta) = scratch();
         let mut cat = Catalog::default();
         let fields = vec![FieldDesc {
             name: "a".into(),
@@ -676,15 +683,7 @@ mod tests {
     /// nothing else; a type of an older version's shape gets that version.
     #[test]
     fn the_epoch_counts_changes_and_an_older_shape_keeps_its_version() {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = cairn_storage::DbOptions {
-            background: false,
-            ..cairn_storage::DbOptions::default()
-        };
-        let db = cairn_storage::Db::create(&dir.path().join("db"), &opts).unwrap();
-        let system = db.create_group(SYSTEM_GROUP).unwrap();
-        let mut txn = db.begin().unwrap();
-        let meta = open_meta(&mut txn, system).unwrap();
+        let (_dir, _db, system, mut txn, meta) = scratch();
         let mut cat = Catalog::default();
         let f = |n: &str, d: bool| FieldDesc {
             name: n.into(),

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! - [`Database`] / [`Transaction`]: serializable transactions
-//!   (`database.rs`), embedded ([`Database::open`]) or against `cairn serve`
+//!   (`database/`), embedded ([`Database::open`]) or against `cairn serve`
 //!   ([`Database::connect`], the page-server client in [`remote`]).
 //! - [`Ref<T>`]: typed references, swizzled to object-cache slots (`reference.rs`).
 //! - [`cache::ObjectCache`]: decoded objects bounded in bytes, LRU or CLOCK.
