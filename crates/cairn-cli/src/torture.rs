@@ -709,7 +709,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
             let address = cairn::remote::parse_url(url)?;
             let o = db_options();
             Target::Remote(
-                RemoteStore::connect(address, &[], 1024, o.txn_memory_bytes)
+                RemoteStore::connect(address, &[], 1024, o.txn_memory_bytes, 4096)
                     .with_context(|| format!("connecting to {url}"))?,
             )
         }

@@ -17,6 +17,7 @@
 //! | `0x010B` READ | `page u32` | `image` |
 //! | `0x010C` CALLBACK_REPLY | [`CallbackReply`]: `callback u64, page u32, epoch u64, writer u64, count u16, txn u64 × count` | empty |
 //! | `0x010D` STAGE | `txn u64, count u32, (len u32, record) × count` (as COMMIT) | empty, once verified and staged |
+//! | `0x010E` RELEASE | `count u16, (page u32, epoch u64) × count` | empty |
 //!
 //! and one server-initiated message, a NOTICE whose body is a [`Callback`]:
 //! `callback u64, page u32, epoch u64`.
@@ -40,7 +41,10 @@
 //! with callback id 0 answers no callback: before one of its transactions
 //! asks for X on a page it caches, the client names its *other*
 //! transactions reading the page under its right the same way (its own
-//! right stays).
+//! right stays). RELEASE gives rights back unasked (pages the client no
+//! longer caches), so neither side's table of rights grows with every page
+//! a client ever read; a right whose epoch is not the one named (renewed
+//! since) stays.
 //! A FETCH takes the lock it needs with the read, so locking adds no round
 //! trip, and names up to [`FETCH_PAGES_MAX`] pages at once (prefetch). Its
 //! mode is [`FETCH_S`], [`FETCH_X`] or [`FETCH_TRY_INSERT`] (take X only if
@@ -63,6 +67,8 @@ use crate::message::{ErrorCode, MessageError, Reader};
 
 /// Pages one FETCH may name.
 pub const FETCH_PAGES_MAX: usize = 256;
+/// Rights one RELEASE may give back.
+pub const RELEASE_RIGHTS_MAX: usize = 4096;
 /// Transactions a CALLBACK_REPLY may name.
 pub const TXNS_MAX: usize = 1024;
 /// Records one COMMIT may carry.
@@ -129,6 +135,8 @@ impl Kind {
     pub const CALLBACK_REPLY: Kind = Kind(0x010C);
     /// Sends part of a transaction's redo records ahead of its COMMIT.
     pub const STAGE: Kind = Kind(0x010D);
+    /// Gives rights to cache back (see [`PageRequest::Release`]).
+    pub const RELEASE: Kind = Kind(0x010E);
 }
 
 impl ErrorCode {
@@ -243,6 +251,14 @@ pub enum PageRequest {
     },
     /// CALLBACK_REPLY.
     CallbackReply(CallbackReply),
+    /// RELEASE: the client gives up its rights to cache these pages (page,
+    /// epoch of the right), unasked; at most [`RELEASE_RIGHTS_MAX`]. A right
+    /// of another epoch (renewed since) is kept. Needs no answer: a client
+    /// sends it with its next request and never waits for the reply.
+    Release {
+        /// The rights given back.
+        rights: Vec<(u32, u64)>,
+    },
 }
 
 /// A callback (the body of a NOTICE): give up the right to cache `page`
@@ -389,6 +405,15 @@ impl PageRequest {
                 put_txns(&mut out, &c.in_use_by);
                 Kind::CALLBACK_REPLY
             }
+            PageRequest::Release { rights } => {
+                let n = rights.len().min(RELEASE_RIGHTS_MAX);
+                out.extend_from_slice(&(n as u16).to_le_bytes());
+                for (p, epoch) in &rights[..n] {
+                    out.extend_from_slice(&p.to_le_bytes());
+                    out.extend_from_slice(&epoch.to_le_bytes());
+                }
+                Kind::RELEASE
+            }
         };
         (kind, out)
     }
@@ -496,6 +521,18 @@ impl PageRequest {
                 writer: r.u64()?,
                 in_use_by: get_txns(&mut r, what)?,
             }),
+            Kind::RELEASE => {
+                let count = r.u16()? as usize;
+                if count == 0 || count > RELEASE_RIGHTS_MAX {
+                    return Err(malformed(what, "a RELEASE names 1 to 4096 rights"));
+                }
+                r.check_count(count, 12)?;
+                let mut rights = Vec::with_capacity(count);
+                for _ in 0..count {
+                    rights.push((r.u32()?, r.u64()?));
+                }
+                PageRequest::Release { rights }
+            }
             _ => return Ok(None),
         };
         r.end()?;
@@ -837,6 +874,9 @@ mod tests {
                 writer: 0,
                 in_use_by: vec![6, 7],
             }),
+            PageRequest::Release {
+                rights: vec![(4, 5), (9, 1 << 40)],
+            },
         ]
     }
 
@@ -879,6 +919,10 @@ mod tests {
         let n = body.len();
         body[n - 2..].copy_from_slice(&u16::MAX.to_le_bytes());
         assert!(PageRequest::decode(Kind::CALLBACK_REPLY, &body).is_err());
+        let mut body = (RELEASE_RIGHTS_MAX as u16 + 1).to_le_bytes().to_vec();
+        body.resize(2 + 12 * (RELEASE_RIGHTS_MAX + 1), 0);
+        assert!(PageRequest::decode(Kind::RELEASE, &body).is_err(), "too many rights");
+        assert!(PageRequest::decode(Kind::RELEASE, &0u16.to_le_bytes()).is_err(), "none");
         assert_eq!(
             PageRequest::decode(Kind(0x0100), b"").unwrap(),
             None,

@@ -119,6 +119,8 @@ pub struct CallbackStats {
     pub answered_in_use: u64,
     /// Rights not granted because the table held its maximum.
     pub rights_refused_full: u64,
+    /// Rights a client gave back unasked (RELEASE).
+    pub rights_given_back: u64,
 }
 
 /// Default [`Callbacks::new`] bound: rights held at once by all clients
@@ -426,6 +428,21 @@ impl Callbacks {
         Ok(())
     }
 
+    /// `client` gives its rights to cache `rights` back unasked (it no
+    /// longer caches those pages): each goes if its epoch is still the one
+    /// named (a right renewed since stays). A callback already sent for
+    /// one of them is answered as usual (the client answers "dropped").
+    pub fn give_back(&self, client: ClientId, rights: &[(PageId, u64)]) {
+        let mut t = lock(&self.table);
+        let before = t.rights;
+        for &(page, epoch) in rights {
+            t.unregister(client, page, Some(epoch));
+        }
+        let n = (before - t.rights) as u64;
+        drop(t);
+        lock(&self.stats).rights_given_back += n;
+    }
+
     /// A session ended: its rights go, and callbacks waiting for it are
     /// answered (its transactions were aborted, their locks released).
     pub fn session_closed(&self, client: ClientId) {
@@ -530,5 +547,31 @@ mod tests {
         assert_ne!(cb.register(b, PageId(11)), 0, "no mark left behind");
         cb.check_invariants();
         assert_eq!(cb.rights_held(), 3);
+    }
+
+    #[test]
+    fn a_right_given_back_goes_only_with_its_own_epoch_and_makes_room() {
+        let cb = Callbacks::new(2);
+        let (a, b) = (ClientId(1), ClientId(2));
+        let old = cb.register(a, PageId(10));
+        let renewed = cb.register(a, PageId(10));
+        let other = cb.register(b, PageId(10));
+        assert!(old != 0 && renewed > old && other != 0);
+        assert_eq!(cb.register(a, PageId(11)), 0, "full");
+        // The epoch the client gave back was renewed since: kept. Another
+        // client's right, and a page without rights, are not touched.
+        cb.give_back(a, &[(PageId(10), old), (PageId(12), 1)]);
+        assert_eq!(cb.rights_held(), 2);
+        assert!(cb.try_mark(b, PageId(10)).is_none(), "a still caches it");
+        cb.give_back(a, &[(PageId(10), renewed)]);
+        assert_eq!(cb.rights_held(), 1);
+        assert_eq!(cb.stats().rights_given_back, 1);
+        drop(cb.try_mark(b, PageId(10)).expect("only b's own right is left"));
+        assert_ne!(cb.register(a, PageId(11)), 0, "room again");
+        // Giving back a right twice, or another client's, changes nothing.
+        cb.give_back(a, &[(PageId(10), renewed)]);
+        cb.give_back(b, &[(PageId(11), 0)]);
+        assert_eq!(cb.rights_held(), 2);
+        cb.check_invariants();
     }
 }

@@ -322,6 +322,10 @@ enum Answer {
 /// here by then (a transaction begun, locks taken, rights granted) is what
 /// [`serve`] would do first anyway, so it is not done twice.
 fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -> Option<Result<Answer, Fault>> {
+    if let PageRequest::Release { rights } = req {
+        give_back(core, state, rights);
+        return Some(Ok(Answer::Body(Vec::new())));
+    }
     let PageRequest::Fetch {
         txn,
         mode,
@@ -557,7 +561,17 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
                 .map_err(fault)?;
             Ok(Answer::Body(Vec::new()))
         }
+        PageRequest::Release { rights } => {
+            give_back(core, state, &rights);
+            Ok(Answer::Body(Vec::new()))
+        }
     }
+}
+
+/// RELEASE: the session's rights to cache `rights` go (never waits).
+fn give_back(core: &Core, state: &SessionState, rights: &[(u32, u64)]) {
+    let rights: Vec<(PageId, u64)> = rights.iter().map(|&(p, e)| (PageId(p), e)).collect();
+    core.callbacks.give_back(state.client, &rights);
 }
 
 /// The records as slices.

@@ -67,6 +67,7 @@
 //! | right none | held(e) | `take_parts` | a FETCH part grants cover `e` and no callback of epoch ≥ `e` came first |
 //! | held(e) | none | `answer_callback` | the server calls back `e` (or later): the readers are named in the answer, which is acknowledged before any of them may end |
 //! | held(e) | held(e) + writer | `fetch` (X), `try_lock` | an own transaction wants X: others stop using the right until it ends (`end`) |
+//! | held(e) | none | `give_back_rights`, `evict_cache` | the client holds more than its bound of rights (the oldest unused go, pages out of the pool first), or empties its cache: RELEASE tells the server with the next request |
 //!
 //! The pool never holds a transaction's uncommitted change (those are the
 //! `Txn`'s private pages), so an evicted page needs no write-back.
@@ -82,7 +83,7 @@ use cairn_net::message::{Architecture, ErrorCode};
 use cairn_net::page_service::{
     decode_groups, decode_lsns, decode_page, decode_pages, Callback, CallbackReply, FetchStatus, Fetched, PageRequest,
     VolumeInfo, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX,
-    LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP, NO_PAGE, RESOURCE_GROUP, RESOURCE_PAGE,
+    LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP, NO_PAGE, RELEASE_RIGHTS_MAX, RESOURCE_GROUP, RESOURCE_PAGE,
 };
 use cairn_net::rpc::{Client, ClientOptions};
 use cairn_net::transport::Address;
@@ -121,6 +122,9 @@ pub struct RemoteStats {
     /// Of those, the ones answered "in use" (a transaction of this client
     /// was reading the page; the writer waits for it).
     pub callbacks_in_use: u64,
+    /// Rights to cache given back to the server unasked (RELEASE): the
+    /// client held more than its bound, or emptied its cache.
+    pub rights_given_back: u64,
 }
 
 /// Where and how to connect: parsed from a `cairn://HOST:PORT` or
@@ -160,6 +164,7 @@ pub(crate) struct Connection {
     cache_hits: AtomicU64,
     callbacks: AtomicU64,
     callbacks_in_use: AtomicU64,
+    rights_given_back: AtomicU64,
 }
 
 impl Connection {
@@ -446,6 +451,9 @@ pub struct RemoteStore {
     on_new_image: Mutex<Option<PageHook>>,
     /// Serializes installs into the pool ([`RemoteStore::install_newest`]).
     installing: Mutex<()>,
+    /// Rights to cache held at most: past it the client gives the oldest
+    /// unused ones back ([`RemoteStore::give_back_rights`]).
+    rights_max: usize,
 }
 
 /// A function told of a page whose committed image may be new to the client.
@@ -469,12 +477,14 @@ impl RemoteStore {
     /// Connects to the server at `address` with `token`, and sizes the
     /// client buffer pool to `buffer_pages` pages; a transaction keeps
     /// `txn_memory_bytes` of private pages in memory, then spills them to a
-    /// temporary directory.
+    /// temporary directory. The client holds at most `rights_max` rights to
+    /// cache pages (at least 16): past that it gives the oldest back.
     pub fn connect(
         address: Address,
         token: &[u8],
         buffer_pages: usize,
         txn_memory_bytes: usize,
+        rights_max: usize,
     ) -> Result<Arc<RemoteStore>> {
         let opts = ClientOptions {
             architecture: Architecture::PAGE,
@@ -498,6 +508,7 @@ impl RemoteStore {
             cache_hits: AtomicU64::new(0),
             callbacks: AtomicU64::new(0),
             callbacks_in_use: AtomicU64::new(0),
+            rights_given_back: AtomicU64::new(0),
         });
         let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
             .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
@@ -524,6 +535,7 @@ impl RemoteStore {
             spill_dir: tempfile_dir::TempDir::new()?,
             on_new_image: Mutex::new(None),
             installing: Mutex::new(()),
+            rights_max: rights_max.max(16),
         };
         store.refresh_groups()?;
         let store = Arc::new(store);
@@ -600,8 +612,79 @@ impl RemoteStore {
     /// Empties the client cache (a cold start): the pages and the rights to
     /// cache them (the server's later callbacks are answered "dropped").
     pub fn evict_cache(&self) -> Result<()> {
-        lock(&self.state).covers.clear();
+        let dropped: Vec<(u32, u64)> = lock(&self.state).covers.drain().map(|(p, c)| (p.0, c.epoch)).collect();
+        self.release(&dropped);
         self.pool.evict_all()
+    }
+
+    /// Past [`RemoteStore::rights_max`] rights, gives the server back those
+    /// no running transaction reads under and none of this client's writers
+    /// marked: first the pages no longer in the pool, oldest right first,
+    /// then the oldest of the rest, down to three quarters of the bound (so
+    /// it happens once per quarter of the bound, not at every fetch). A
+    /// right outlives its page's eviction (the page is read again without a
+    /// lock), and the typed layer may still hold objects decoded from it,
+    /// so rights are kept up to the bound rather than given back with each
+    /// eviction.
+    fn give_back_rights(&self) {
+        let candidates: Vec<(PageId, u64)> = {
+            let st = lock(&self.state);
+            if st.covers.len() <= self.rights_max {
+                return;
+            }
+            let read: std::collections::HashSet<PageId> = st
+                .txns
+                .values()
+                .flat_map(|v| v.locks.keys())
+                .filter_map(|r| match r {
+                    Resource::Page(p) => Some(*p),
+                    _ => None,
+                })
+                .collect();
+            st.covers
+                .iter()
+                .filter(|(p, c)| c.writers.is_empty() && !read.contains(p))
+                .map(|(p, c)| (*p, c.epoch))
+                .collect()
+        };
+        // The pool is asked outside the state's mutex.
+        let mut ranked: Vec<(bool, u64, PageId)> =
+            candidates.into_iter().map(|(p, e)| (self.pool.is_cached(p), e, p)).collect();
+        ranked.sort_unstable();
+        let mut dropped = Vec::new();
+        {
+            let mut st = lock(&self.state);
+            let st = &mut *st;
+            let keep = self.rights_max / 4 * 3;
+            for (_, epoch, page) in ranked {
+                if st.covers.len() <= keep {
+                    break;
+                }
+                // Unchanged since it was ranked, and still unread.
+                let unchanged = st.covers.get(&page).is_some_and(|c| c.epoch == epoch && c.writers.is_empty());
+                let read = st.txns.values().any(|v| v.locks.contains_key(&Resource::Page(page)));
+                if unchanged && !read {
+                    st.covers.remove(&page);
+                    dropped.push((page.0, epoch));
+                }
+            }
+        }
+        self.release(&dropped);
+    }
+
+    /// Tells the server the rights `dropped` (page, epoch) are given up,
+    /// with the next request (RELEASE needs no answer, and costs no round
+    /// trip of its own). A lost connection took the rights with it.
+    fn release(&self, dropped: &[(u32, u64)]) {
+        for chunk in dropped.chunks(RELEASE_RIGHTS_MAX) {
+            let (kind, body) = PageRequest::Release { rights: chunk.to_vec() }.encode();
+            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            self.conn.one_way.fetch_add(1, Ordering::Relaxed);
+            self.conn
+                .rights_given_back
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            drop(self.conn.client.invoke_deferred(kind, body));
+        }
     }
 
     /// The client's counters.
@@ -617,6 +700,7 @@ impl RemoteStore {
             cache_hits: c.cache_hits.load(Ordering::Relaxed),
             callbacks: c.callbacks.load(Ordering::Relaxed),
             callbacks_in_use: c.callbacks_in_use.load(Ordering::Relaxed),
+            rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
         }
     }
 
@@ -890,6 +974,7 @@ impl RemoteStore {
                 );
             }
         }
+        self.give_back_rights();
         Ok(statuses)
     }
 

@@ -188,6 +188,86 @@ fn with_the_callback_table_full_pages_are_revalidated_and_never_stale() {
     server.stop();
 }
 
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Sheet {
+    id: u32,
+    text: String,
+}
+
+/// A client that has read more pages than its bound on rights to cache
+/// gives the oldest back to the server (RELEASE, sent with its next
+/// request). The server's table, bounded here at 48 rights, then has room
+/// for another client, which caches its pages across transactions; before,
+/// the first client kept every right it was ever granted (until called
+/// back), filled the table, and every other client revalidated each page
+/// in each transaction. A page whose right was given back is never read
+/// stale.
+#[test]
+fn a_client_past_its_bound_on_rights_gives_the_oldest_back_and_makes_room_for_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_CALLBACK_RIGHTS_MAX", "48")]);
+    let url = format!("cairn://{}", server.addr);
+    // 120 sheets of 1.5 KiB: about 60 pages. The writer's session ends,
+    // and its rights with it.
+    let refs: Vec<Ref<Sheet>> = {
+        let writer = connect(&server);
+        let mut tx = writer.begin().unwrap();
+        let refs = (0..120)
+            .map(|id| {
+                tx.create(Sheet {
+                    id,
+                    text: "x".repeat(1500),
+                })
+                .unwrap()
+            })
+            .collect();
+        tx.commit().unwrap();
+        refs
+    };
+    let mut o = opts();
+    o.client_buffer_pages = 16;
+    o.client_rights_max = 32;
+    let big = Database::connect(&url, o).unwrap();
+    for chunk in refs.chunks(10) {
+        let mut tx = big.begin().unwrap();
+        for r in chunk {
+            assert_eq!(tx.get(r).unwrap().text.len(), 1500);
+        }
+        tx.commit().unwrap();
+    }
+    let given = big.remote_stats().unwrap();
+    assert!(given.rights_given_back >= 20, "{given:?}");
+
+    // Room for another client's rights: its second reading asks nothing.
+    let other = connect(&server);
+    let read_some = |db: &Database| {
+        let mut tx = db.begin().unwrap();
+        let n: usize = refs[100..104].iter().map(|r| tx.get(r).unwrap().text.len()).sum();
+        tx.commit().unwrap();
+        n
+    };
+    assert_eq!(read_some(&other), 6000);
+    let before = other.remote_stats().unwrap();
+    assert_eq!(read_some(&other), 6000);
+    let after = other.remote_stats().unwrap();
+    assert_eq!(
+        after.round_trips, before.round_trips,
+        "the other client was granted rights: {before:?} → {after:?}"
+    );
+    assert!(after.cache_hits > before.cache_hits, "{after:?}");
+
+    // A change to a sheet whose right the big client gave back reaches it.
+    let mut tx = other.begin().unwrap();
+    tx.update(&refs[0], |s| s.text = "changed".into()).unwrap();
+    tx.commit().unwrap();
+    let mut tx = big.begin().unwrap();
+    assert_eq!(tx.get(&refs[0]).unwrap().text, "changed");
+    tx.commit().unwrap();
+    drop(big);
+    drop(other);
+    server.stop();
+}
+
 /// Two clients each read one page under a callback right inside a
 /// transaction and then want to write the other's: each write calls the
 /// other's page back, the answers "in use" turn into locks, and the cycle

@@ -374,6 +374,14 @@ impl BufferPool {
         Ok(Some(PageReadGuard { data, pin, page: id }))
     }
 
+    /// Whether page `id` is cached now (neither pinned, nor counted, nor
+    /// kept from replacement by asking): a page client keeps its rights to
+    /// cache the pages it still holds.
+    pub fn is_cached(&self, id: PageId) -> bool {
+        self.lock_live()
+            .is_ok_and(|st| st.page_table.get(&id).is_some_and(|f| st.metas[f.0].state == FrameState::Cached))
+    }
+
     /// Caches `image` as page `id`, **clean**: the caller vouches that the
     /// device holds exactly this image (a page client caching the server's
     /// committed page), so it is never written back. Replaces a cached copy.

@@ -73,6 +73,13 @@ pub struct Options {
     pub token: Vec<u8>,
     /// [`Database::connect`] only: pages the client's page buffer holds.
     pub client_buffer_pages: usize,
+    /// [`Database::connect`] only: rights to cache pages across
+    /// transactions (callback locking) the client holds at most. Past it,
+    /// it gives the oldest unused ones back to the server, pages no longer
+    /// in its buffer first. Rights outlive a page's eviction because the
+    /// object cache may still hold objects from the page, hence a bound
+    /// above `client_buffer_pages` by default (4×).
+    pub client_rights_max: usize,
 }
 
 impl Default for Options {
@@ -85,6 +92,7 @@ impl Default for Options {
             object_bytes_max: 256 << 20,
             token: Vec::new(),
             client_buffer_pages: 4096,
+            client_rights_max: 4 * 4096,
         }
     }
 }
@@ -205,6 +213,7 @@ impl Database {
             &opts.token,
             opts.client_buffer_pages,
             opts.storage.txn_memory_bytes,
+            opts.client_rights_max,
         )?;
         let db = Database::on_store(Store::Remote(store.clone()), opts)?;
         // A page another client changed: the objects and index entries
