@@ -6,7 +6,7 @@
 
 use cairn_net::frame::Kind;
 use cairn_net::page_service::{
-    decode_groups, decode_lsns, decode_page, decode_pages, Callback, Fetched, PageRequest, VolumeInfo,
+    decode_groups, decode_lsns, decode_page, decode_pages, Callback, FaultDetail, Fetched, PageRequest, VolumeInfo,
 };
 
 /// Runs one input.
@@ -14,8 +14,8 @@ pub fn run(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    match which % 19 {
-        k @ 0..=13 => {
+    match which % 21 {
+        k @ 0..=14 => {
             let kind = Kind(0x0100 + u16::from(k));
             if let Ok(Some(req)) = PageRequest::decode(kind, body) {
                 let (k2, again) = req.encode();
@@ -23,20 +23,25 @@ pub fn run(data: &[u8]) {
                 assert_eq!(again, body, "a decoded request encodes back to its bytes");
             }
         }
-        14 => {
+        15 => {
             if let Ok(f) = Fetched::decode(body) {
                 assert_eq!(f.encode(), body, "a FETCH part encodes back to its bytes");
             }
         }
-        15 => {
+        16 => {
             let _ = decode_lsns(body);
         }
-        16 => {
+        17 => {
             let _ = decode_pages(body);
             let _ = decode_page(body);
         }
-        17 => {
+        18 => {
             let _ = decode_groups(body);
+        }
+        19 => {
+            if let Ok(d) = FaultDetail::decode(body) {
+                assert_eq!(d.encode(), body, "a fault detail encodes back to its bytes");
+            }
         }
         _ => {
             let _ = VolumeInfo::decode(body);

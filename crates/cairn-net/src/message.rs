@@ -450,7 +450,7 @@ impl Message {
     }
 }
 
-fn truncate_str(s: &str, max: usize) -> &str {
+pub(crate) fn truncate_str(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }

@@ -817,6 +817,96 @@ impl VolumeInfo {
     }
 }
 
+/// What a page-service [`Fault`](crate::message::Fault) carries for
+/// programs in its `detail` (the message is for people): the fields of the
+/// storage error, so a client rebuilds the same error, not a string. Empty
+/// detail, or detail that does not decode, leaves the client with the code
+/// and the message.
+///
+/// Encoding: `tag u8`, then for 1 (lock timeout) `waited_ms u64, mode
+/// string16, resource string16`; 2 (deadlock) `cycle string16`; 3
+/// (corrupt page) `page u32, reason string16`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FaultDetail {
+    /// A lock wait timed out ([`ErrorCode::LOCK_TIMEOUT`]).
+    LockTimeout {
+        /// The resource waited for.
+        resource: String,
+        /// The mode asked for.
+        mode: String,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+    /// The transaction was chosen as a deadlock's victim ([`ErrorCode::DEADLOCK`]).
+    Deadlock {
+        /// The cycle, as the server's lock manager described it.
+        cycle: String,
+    },
+    /// A page of the server's volume is damaged ([`ErrorCode::CORRUPT`]).
+    Corrupt {
+        /// The page.
+        page: u32,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+fn put_string16(out: &mut Vec<u8>, s: &str) {
+    let s = crate::message::truncate_str(s, u16::MAX as usize);
+    out.extend_from_slice(&(s.len() as u16).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+impl FaultDetail {
+    /// Encodes it (texts cut to 65,535 bytes at a character boundary).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            FaultDetail::LockTimeout {
+                resource,
+                mode,
+                waited_ms,
+            } => {
+                out.push(1);
+                out.extend_from_slice(&waited_ms.to_le_bytes());
+                put_string16(&mut out, mode);
+                put_string16(&mut out, resource);
+            }
+            FaultDetail::Deadlock { cycle } => {
+                out.push(2);
+                put_string16(&mut out, cycle);
+            }
+            FaultDetail::Corrupt { page, reason } => {
+                out.push(3);
+                out.extend_from_slice(&page.to_le_bytes());
+                put_string16(&mut out, reason);
+            }
+        }
+        out
+    }
+
+    /// Decodes a fault's detail.
+    pub fn decode(body: &[u8]) -> Result<FaultDetail, MessageError> {
+        let what = "page service fault detail";
+        let mut r = Reader::new(body, what);
+        let d = match r.u8()? {
+            1 => FaultDetail::LockTimeout {
+                waited_ms: r.u64()?,
+                mode: r.string16()?,
+                resource: r.string16()?,
+            },
+            2 => FaultDetail::Deadlock { cycle: r.string16()? },
+            3 => FaultDetail::Corrupt {
+                page: r.u32()?,
+                reason: r.string16()?,
+            },
+            _ => return Err(malformed(what, "a fault detail tag is not 1 to 3")),
+        };
+        r.end()?;
+        Ok(d)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -895,6 +985,41 @@ mod tests {
                 "{req:?} with a trailing byte"
             );
         }
+    }
+
+    #[test]
+    fn fault_details_round_trip_and_damage_is_refused() {
+        for d in [
+            FaultDetail::LockTimeout {
+                resource: "page 7".into(),
+                mode: "X".into(),
+                waited_ms: 1500,
+            },
+            FaultDetail::Deadlock {
+                cycle: "txn 3 → txn 4 → txn 3".into(),
+            },
+            FaultDetail::Corrupt {
+                page: 9,
+                reason: "bad checksum".into(),
+            },
+        ] {
+            let body = d.encode();
+            assert_eq!(FaultDetail::decode(&body).unwrap(), d);
+            for cut in 0..body.len() {
+                assert!(FaultDetail::decode(&body[..cut]).is_err(), "{d:?} cut at {cut}");
+            }
+            let mut longer = body.clone();
+            longer.push(0);
+            assert!(FaultDetail::decode(&longer).is_err());
+        }
+        assert!(FaultDetail::decode(&[4]).is_err(), "unknown tag");
+        let long = FaultDetail::Deadlock {
+            cycle: "é".repeat(40_000),
+        };
+        let FaultDetail::Deadlock { cycle } = FaultDetail::decode(&long.encode()).unwrap() else {
+            panic!("a deadlock");
+        };
+        assert!(cycle.len() <= u16::MAX as usize && cycle.chars().all(|c| c == 'é'));
     }
 
     #[test]

@@ -49,9 +49,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
 use cairn_net::page_service::{
-    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_CACHE,
-    FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP, NO_PAGE,
-    RESOURCE_PAGE,
+    encode_groups, encode_lsns, encode_page, encode_pages, FaultDetail, FetchStatus, Fetched, PageRequest, VolumeInfo,
+    FETCH_CACHE, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP,
+    NO_PAGE, RESOURCE_PAGE,
 };
 use cairn_net::rpc::{Handler, Limits, Notifier, Replier, Request};
 use cairn_net::transport::Listener;
@@ -711,5 +711,28 @@ pub fn fault(e: Error) -> Fault {
         Error::Internal(_) => ErrorCode::INTERNAL,
         _ => ErrorCode::INVALID,
     };
-    Fault::new(code, e.to_string())
+    // The fields a client rebuilds the same error from.
+    let detail = match &e {
+        Error::LockTimeout {
+            resource,
+            mode,
+            waited_ms,
+            ..
+        } => Some(FaultDetail::LockTimeout {
+            resource: resource.clone(),
+            mode: mode.clone(),
+            waited_ms: *waited_ms,
+        }),
+        Error::Deadlock { cycle, .. } => Some(FaultDetail::Deadlock { cycle: cycle.clone() }),
+        Error::Corrupt { page, reason } => Some(FaultDetail::Corrupt {
+            page: page.0,
+            reason: reason.clone(),
+        }),
+        _ => None,
+    };
+    let mut f = Fault::new(code, e.to_string());
+    if let Some(d) = detail {
+        f.detail = Bytes::from(d.encode());
+    }
+    f
 }

@@ -20,12 +20,16 @@ pub enum Error {
         cycle: String,
     },
     /// A lock wait timed out; abort and retry.
-    #[error("lock timeout: {txn} waited too long ({detail})")]
+    #[error("lock timeout: {txn} waited {waited_ms} ms for {mode} on {resource}")]
     LockTimeout {
         /// The waiting transaction.
         txn: TxnId,
-        /// What it waited for, and how long.
-        detail: String,
+        /// What it waited for (a page, a group, an object).
+        resource: String,
+        /// The lock mode it asked for (`S`, `X`, …).
+        mode: String,
+        /// How long it waited, in milliseconds.
+        waited_ms: u64,
     },
     /// No live object has this OID (never created, deleted, or a reference
     /// from another database).
@@ -162,7 +166,9 @@ impl From<cairn_storage::Error> for Error {
                 waited_ms,
             } => Error::LockTimeout {
                 txn,
-                detail: format!("{mode} on {resource}, {waited_ms} ms"),
+                resource,
+                mode,
+                waited_ms,
             },
             S::NotFound { oid } => Error::NotFound { oid },
             S::GroupNotFound(name) => Error::NoGroup { name },

@@ -81,9 +81,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode};
 use cairn_net::page_service::{
-    decode_groups, decode_lsns, decode_page, decode_pages, Callback, CallbackReply, FetchStatus, Fetched, PageRequest,
-    VolumeInfo, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX,
-    LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP, NO_PAGE, RELEASE_RIGHTS_MAX, RESOURCE_GROUP, RESOURCE_PAGE,
+    decode_groups, decode_lsns, decode_page, decode_pages, Callback, CallbackReply, FaultDetail, FetchStatus, Fetched,
+    PageRequest, VolumeInfo, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS,
+    LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP, NO_PAGE, RELEASE_RIGHTS_MAX, RESOURCE_GROUP,
+    RESOURCE_PAGE,
 };
 use cairn_net::rpc::{Client, ClientOptions};
 use cairn_net::transport::Address;
@@ -211,29 +212,32 @@ impl Connection {
         match e {
             cairn_net::Error::Remote(f) => {
                 let m = f.message.clone();
-                match f.code {
-                    ErrorCode::DEADLOCK => Error::Deadlock {
+                // The error's fields, where the server sent them (an error
+                // without them, or with damaged ones, still keeps its code).
+                let detail = FaultDetail::decode(&f.detail).ok();
+                match (f.code, detail) {
+                    (ErrorCode::DEADLOCK, Some(FaultDetail::Deadlock { cycle })) => Error::Deadlock {
                         txn,
-                        cycle: format!("on the server: {m}"),
+                        cycle: format!("on the server: {cycle}"),
                     },
-                    ErrorCode::LOCK_TIMEOUT => Error::LockTimeout {
+                    (
+                        ErrorCode::LOCK_TIMEOUT,
+                        Some(FaultDetail::LockTimeout {
+                            resource,
+                            mode,
+                            waited_ms,
+                        }),
+                    ) => Error::LockTimeout {
                         txn,
-                        resource: format!("(on the server: {m})"),
-                        mode: "a lock".into(),
-                        waited_ms: 0,
+                        resource: format!("{resource} (on the server)"),
+                        mode,
+                        waited_ms,
                     },
-                    ErrorCode::POISONED => Error::Poisoned(format!("the server's database: {m}")),
-                    ErrorCode::DOOMED => Error::TxnDoomed {
-                        txn,
-                        cause: format!("on the server: {m}"),
+                    (ErrorCode::CORRUPT, Some(FaultDetail::Corrupt { page, reason })) => Error::Corrupt {
+                        page: PageId(page),
+                        reason: format!("on the server: {reason}"),
                     },
-                    ErrorCode::CORRUPT => Error::Corrupt {
-                        page: PageId(u32::MAX),
-                        reason: format!("on the server: {m}"),
-                    },
-                    ErrorCode::INTERNAL => Error::Internal(format!("on the server: {m}")),
-                    ErrorCode::NOT_FOUND => Error::InvalidArgument(format!("the server found no such thing: {m}")),
-                    _ => Error::InvalidArgument(format!("the server refused: {m} (code {:#06x})", f.code.0)),
+                    (code, _) => Connection::coded_error(code, m, txn),
                 }
             }
             // Refused before sending: the connection is fine, the request
@@ -247,6 +251,35 @@ impl Connection {
                 backend: self.address.to_string(),
                 reason: other.to_string(),
             },
+        }
+    }
+
+    /// A server fault without (usable) detail: its code keeps its meaning,
+    /// the message stands in for the fields.
+    fn coded_error(code: ErrorCode, m: String, txn: TxnId) -> Error {
+        match code {
+            ErrorCode::DEADLOCK => Error::Deadlock {
+                txn,
+                cycle: format!("on the server: {m}"),
+            },
+            ErrorCode::LOCK_TIMEOUT => Error::LockTimeout {
+                txn,
+                resource: format!("(on the server: {m})"),
+                mode: "a lock".into(),
+                waited_ms: 0,
+            },
+            ErrorCode::POISONED => Error::Poisoned(format!("the server's database: {m}")),
+            ErrorCode::DOOMED => Error::TxnDoomed {
+                txn,
+                cause: format!("on the server: {m}"),
+            },
+            ErrorCode::CORRUPT => Error::Corrupt {
+                page: PageId(u32::MAX),
+                reason: format!("on the server: {m}"),
+            },
+            ErrorCode::INTERNAL => Error::Internal(format!("on the server: {m}")),
+            ErrorCode::NOT_FOUND => Error::InvalidArgument(format!("the server found no such thing: {m}")),
+            _ => Error::InvalidArgument(format!("the server refused: {m} (code {:#06x})", code.0)),
         }
     }
 }
@@ -648,8 +681,10 @@ impl RemoteStore {
                 .collect()
         };
         // The pool is asked outside the state's mutex.
-        let mut ranked: Vec<(bool, u64, PageId)> =
-            candidates.into_iter().map(|(p, e)| (self.pool.is_cached(p), e, p)).collect();
+        let mut ranked: Vec<(bool, u64, PageId)> = candidates
+            .into_iter()
+            .map(|(p, e)| (self.pool.is_cached(p), e, p))
+            .collect();
         ranked.sort_unstable();
         let mut dropped = Vec::new();
         {
@@ -661,7 +696,10 @@ impl RemoteStore {
                     break;
                 }
                 // Unchanged since it was ranked, and still unread.
-                let unchanged = st.covers.get(&page).is_some_and(|c| c.epoch == epoch && c.writers.is_empty());
+                let unchanged = st
+                    .covers
+                    .get(&page)
+                    .is_some_and(|c| c.epoch == epoch && c.writers.is_empty());
                 let read = st.txns.values().any(|v| v.locks.contains_key(&Resource::Page(page)));
                 if unchanged && !read {
                     st.covers.remove(&page);

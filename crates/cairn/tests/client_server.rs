@@ -268,6 +268,43 @@ fn a_client_past_its_bound_on_rights_gives_the_oldest_back_and_makes_room_for_ot
     server.stop();
 }
 
+/// A lock wait that times out on the server reaches the client as the
+/// same error an embedded wait gives, fields and all (the mode, the
+/// resource, how long it waited), not a message to parse.
+#[test]
+fn a_lock_timeout_on_the_server_keeps_its_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let reader = connect(&server);
+    let writer = connect(&server);
+    let a = accounts(&writer, 1, 100).remove(0);
+    let mut held = reader.begin().unwrap();
+    assert_eq!(held.get(&a).unwrap().balance, 100);
+    let mut tx = writer.begin().unwrap();
+    let e = tx.update(&a, |x| x.balance = 1).unwrap_err();
+    match &e {
+        Error::LockTimeout {
+            resource,
+            mode,
+            waited_ms,
+            ..
+        } => {
+            assert!(*waited_ms >= 300, "{e}");
+            assert_eq!(mode, "X", "{e}");
+            assert!(resource.contains("page"), "{e}");
+        }
+        other => panic!("a lock timeout, not {other:?}"),
+    }
+    drop(tx);
+    held.commit().unwrap();
+    let mut tx = writer.begin().unwrap();
+    tx.update(&a, |x| x.balance = 1).unwrap();
+    tx.commit().unwrap();
+    drop(reader);
+    drop(writer);
+    server.stop();
+}
+
 /// Two clients each read one page under a callback right inside a
 /// transaction and then want to write the other's: each write calls the
 /// other's page back, the answers "in use" turn into locks, and the cycle

@@ -378,8 +378,11 @@ impl BufferPool {
     /// kept from replacement by asking): a page client keeps its rights to
     /// cache the pages it still holds.
     pub fn is_cached(&self, id: PageId) -> bool {
-        self.lock_live()
-            .is_ok_and(|st| st.page_table.get(&id).is_some_and(|f| st.metas[f.0].state == FrameState::Cached))
+        self.lock_live().is_ok_and(|st| {
+            st.page_table
+                .get(&id)
+                .is_some_and(|f| st.metas[f.0].state == FrameState::Cached)
+        })
     }
 
     /// Caches `image` as page `id`, **clean**: the caller vouches that the

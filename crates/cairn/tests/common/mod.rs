@@ -173,10 +173,16 @@ fn serve_child_process() {
     use cairn_net::transport::{Address, Listener};
     use cairn_server::{PageServer, ServerConfig};
 
-    let opts = DbOptions {
+    let mut opts = DbOptions {
         background: false,
         ..DbOptions::default()
     };
+    if let Some(ms) = std::env::var("CAIRN_TEST_LOCK_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        opts.lock_timeout = std::time::Duration::from_millis(ms);
+    }
     let db = Arc::new(Db::open_or_create(Path::new(&dir), &opts).expect("open the served database"));
     let mut config = ServerConfig::default();
     if let Some(n) = std::env::var("CAIRN_TEST_TXN_BYTES_MAX")
