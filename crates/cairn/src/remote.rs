@@ -887,17 +887,23 @@ impl RemoteStore {
     /// Locks (shared) and fetches every page of `pages` that `txn` has not
     /// locked yet and does not cache under a callback, [`FETCH_PAGES_MAX`]
     /// per request with every request in flight before the first reply is
-    /// read: a scan's pages, known in advance, cost one round trip per
-    /// batch, not one per page.
-    fn prefetch(&self, txn: TxnId, pages: &[PageId]) -> Result<()> {
+    /// read: a scan's pages, or the targets of a traversal's next step,
+    /// known in advance, cost one round trip per batch, not one per page.
+    /// Fewer than `at_least` pages to fetch: nothing is fetched. True if
+    /// `txn` holds S on every page of `pages` now (a page not in use is not
+    /// locked).
+    fn fetch_shared(&self, txn: TxnId, pages: &[PageId], at_least: usize) -> Result<bool> {
         let mut todo = Vec::new();
         for &p in pages {
-            if !self.use_cover(txn, p) {
+            if !self.holds(txn, Resource::Page(p), LockMode::S) && !self.use_cover(txn, p) {
                 todo.push(p);
             }
         }
         if todo.is_empty() {
-            return Ok(());
+            return Ok(true);
+        }
+        if todo.len() < at_least {
+            return Ok(false);
         }
         self.mark_on_server(txn);
         let _in_flight = FetchInFlight::start(&self.state);
@@ -923,13 +929,17 @@ impl RemoteStore {
                 .map_err(|e| self.conn.error_for(e, txn))?;
             calls.push((call, named));
         }
+        let mut all_locked = true;
         for (call, named) in calls {
             let parts = call.collect().map_err(|e| self.conn.error_for(e, txn))?;
             let n: usize = parts.iter().map(|p| p.len()).sum();
             self.conn.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
-            self.take_parts(txn, FETCH_S, &named, &parts)?;
+            let statuses = self.take_parts(txn, FETCH_S, &named, &parts)?;
+            all_locked &= statuses
+                .iter()
+                .all(|s| matches!(s, FetchStatus::Image | FetchStatus::Unchanged));
         }
-        Ok(())
+        Ok(all_locked)
     }
 
     /// Takes in the parts of a FETCH for `txn` in `mode` that named `named`
@@ -1282,7 +1292,7 @@ impl Backend for RemoteStore {
             .map(PageId)
             .collect();
         // A scan reads them all next: fetch them now, pipelined.
-        self.prefetch(txn, &pages)?;
+        self.fetch_shared(txn, &pages, 1)?;
         Ok(pages)
     }
 
@@ -1300,6 +1310,12 @@ impl Backend for RemoteStore {
         }
         let status = self.fetch(owner.txn, page, FETCH_TRY_INSERT, group)?;
         Ok(matches!(status, FetchStatus::Image | FetchStatus::Unchanged))
+    }
+
+    fn prefetch(&self, owner: LockOwner, pages: &[PageId]) -> Result<bool> {
+        // A single page to fetch is one round trip either way: it is
+        // fetched when it is read (and only if it is).
+        self.fetch_shared(owner.txn, pages, 2)
     }
 
     fn fill_pages(&self) -> &FillPages {

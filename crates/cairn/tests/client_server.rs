@@ -207,16 +207,16 @@ fn a_client_past_its_bound_on_rights_gives_the_oldest_back_and_makes_room_for_ot
     let dir = tempfile::tempdir().unwrap();
     let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_CALLBACK_RIGHTS_MAX", "48")]);
     let url = format!("cairn://{}", server.addr);
-    // 120 sheets of 1.5 KiB: about 60 pages. The writer's session ends,
-    // and its rights with it.
+    // 240 sheets of 800 bytes, four to a page: 60 pages. The writer's
+    // session ends, and its rights with it.
     let refs: Vec<Ref<Sheet>> = {
         let writer = connect(&server);
         let mut tx = writer.begin().unwrap();
-        let refs = (0..120)
+        let refs = (0..240)
             .map(|id| {
                 tx.create(Sheet {
                     id,
-                    text: "x".repeat(1500),
+                    text: "x".repeat(800),
                 })
                 .unwrap()
             })
@@ -231,7 +231,7 @@ fn a_client_past_its_bound_on_rights_gives_the_oldest_back_and_makes_room_for_ot
     for chunk in refs.chunks(10) {
         let mut tx = big.begin().unwrap();
         for r in chunk {
-            assert_eq!(tx.get(r).unwrap().text.len(), 1500);
+            assert_eq!(tx.get(r).unwrap().text.len(), 800);
         }
         tx.commit().unwrap();
     }
@@ -246,9 +246,9 @@ fn a_client_past_its_bound_on_rights_gives_the_oldest_back_and_makes_room_for_ot
         tx.commit().unwrap();
         n
     };
-    assert_eq!(read_some(&other), 6000);
+    assert_eq!(read_some(&other), 3200);
     let before = other.remote_stats().unwrap();
-    assert_eq!(read_some(&other), 6000);
+    assert_eq!(read_some(&other), 3200);
     let after = other.remote_stats().unwrap();
     assert_eq!(
         after.round_trips, before.round_trips,
@@ -265,6 +265,64 @@ fn a_client_past_its_bound_on_rights_gives_the_oldest_back_and_makes_room_for_ot
     tx.commit().unwrap();
     drop(big);
     drop(other);
+    server.stop();
+}
+
+/// A traversal that says where it goes next (`Transaction::prefetch`)
+/// fetches those pages in one round trip, not one per page; following the
+/// references then asks nothing more, and reads what another client
+/// committed before.
+#[test]
+fn prefetched_references_cost_one_round_trip_for_many_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let writer = connect(&server);
+    let refs: Vec<Ref<Sheet>> = {
+        let mut tx = writer.begin().unwrap();
+        let refs = (0..40)
+            .map(|id| {
+                tx.create(Sheet {
+                    id,
+                    text: "y".repeat(800),
+                })
+                .unwrap()
+            })
+            .collect();
+        tx.commit().unwrap();
+        refs
+    };
+    let mut tx = writer.begin().unwrap();
+    tx.update(&refs[39], |s| s.text = "last".into()).unwrap();
+    tx.commit().unwrap();
+    let pages: std::collections::HashSet<_> = refs.iter().map(|r| r.oid().page).collect();
+    assert!(pages.len() >= 8, "{} pages", pages.len());
+
+    let reader = connect(&server);
+    // The catalog first (its own fetches), then the sheets.
+    let mut tx = reader.begin().unwrap();
+    assert_eq!(tx.get(&refs[0]).unwrap().id, 0);
+    let before = reader.remote_stats().unwrap();
+    tx.prefetch(refs.iter()).unwrap();
+    let fetched = reader.remote_stats().unwrap();
+    assert_eq!(fetched.round_trips - before.round_trips, 1, "{before:?} → {fetched:?}");
+    assert_eq!(
+        fetched.pages_shipped - before.pages_shipped,
+        pages.len() as u64 - 1,
+        "every page but the one read already"
+    );
+    for (i, r) in refs.iter().enumerate() {
+        let s = tx.get(r).unwrap();
+        assert_eq!(s.id, i as u32);
+        assert_eq!(s.text.len(), if i == 39 { 4 } else { 800 });
+    }
+    tx.commit().unwrap();
+    assert_eq!(
+        reader.remote_stats().unwrap().round_trips,
+        fetched.round_trips,
+        "following prefetched references asks nothing (a read-only end is one-way)"
+    );
+    drop(reader);
+    drop(writer);
     server.stop();
 }
 

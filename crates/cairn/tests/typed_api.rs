@@ -98,6 +98,8 @@ fn traverse(db: &Database, depth: u32) -> Vec<u32> {
         if depth == 0 {
             return;
         }
+        // Saying where it goes next changes nothing it reads.
+        tx.prefetch(p.to.iter().map(|c| &c.to)).unwrap();
         for c in &p.to {
             go(tx, &c.to, depth - 1, out);
         }
@@ -144,7 +146,10 @@ fn create_follow_update_delete_roots_and_reopen(b: Backend) {
     assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound { .. })));
     tx.commit().unwrap();
     let mut tx = db.begin().unwrap();
+    // A dangling reference prefetched is reported when followed.
+    tx.prefetch([&parts[7], &parts[150], &parts[199]]).unwrap();
     assert!(matches!(tx.get(&parts[7]), Err(Error::NotFound { .. })));
+    assert_eq!(tx.get(&parts[150]).unwrap().id, 150);
     assert!(matches!(tx.root::<Part>("no-such-root"), Err(Error::NoRoot { .. })));
     tx.commit().unwrap();
     let stats = db.cache_stats();

@@ -260,6 +260,35 @@ impl Txn {
         self.run(|t| t.lock(Resource::Page(page), if exclusive { LockMode::X } else { LockMode::S }))
     }
 
+    /// Locks (shared) the pages of `pages` this transaction does not hold
+    /// yet and fetches them together, where the backend gains by it (a
+    /// page-server client: one round trip for many pages instead of one
+    /// each); see [`Backend::prefetch`]. A traversal that knows where it
+    /// goes next (the targets of an object's references) calls this before
+    /// it follows them. A page it then does not read stays locked, as if
+    /// read, until the transaction ends.
+    pub fn prefetch_pages(&mut self, pages: &[PageId]) -> Result<()> {
+        self.run(|t| {
+            let mut todo: Vec<PageId> = pages
+                .iter()
+                .copied()
+                .filter(|p| !t.holds(Resource::Page(*p), LockMode::S))
+                .collect();
+            todo.sort_unstable();
+            todo.dedup();
+            if todo.is_empty() {
+                return Ok(());
+            }
+            if t.db.prefetch(t.owner, &todo)? {
+                for p in todo {
+                    let m = t.held.entry(Resource::Page(p)).or_insert(LockMode::S);
+                    *m = m.sup(LockMode::S);
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Creates an object in `group`.
     pub fn create(&mut self, group: GroupId, data: &[u8]) -> Result<Oid> {
         self.run(|t| object::create(t, group, data))
