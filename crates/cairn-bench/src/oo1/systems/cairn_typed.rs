@@ -147,9 +147,6 @@ fn forward(tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, v: &mut Visits) -
     let p: Arc<Part> = tx.get(r)?;
     v.visit(p.x, p.y, &p.kind);
     if hops > 0 {
-        // The next step's pages, fetched together (a page client's round
-        // trips; nothing embedded).
-        tx.prefetch(p.to.iter().map(|c| &c.to))?;
         for c in &p.to {
             forward(tx, &c.to, hops - 1, v)?;
         }
@@ -161,7 +158,6 @@ fn backward(tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, v: &mut Visits) 
     let p: Arc<Part> = tx.get(r)?;
     v.visit(p.x, p.y, &p.kind);
     if hops > 0 {
-        tx.prefetch(p.from.iter())?;
         for f in p.from.iter() {
             backward(tx, f, hops - 1, v)?;
         }
