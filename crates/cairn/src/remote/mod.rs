@@ -19,7 +19,7 @@
 //!   the right, its transactions read the page under a lock only the client
 //!   knows of: no round trip, no message at all. Before another client's
 //!   transaction takes X, the server calls the page back; the callback
-//!   thread ([`callback_daemon`]) answers "dropped", or names this client's
+//!   thread (`cover::callback_daemon`) answers "dropped", or names this client's
 //!   transactions reading the page (the server then holds S for them, so
 //!   the writer waits in the server's lock table, where deadlocks through
 //!   callbacks are found). A transaction of this client that wants X names
@@ -72,25 +72,25 @@
 //! The pool never holds a transaction's uncommitted change (those are the
 //! `Txn`'s private pages), so an evicted page needs no write-back.
 
+mod conn;
+mod cover;
+
+pub use conn::{parse_url, RemoteDevice, RemoteStats};
+
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use cairn_net::message::{Architecture, ErrorCode};
+use cairn_net::message::Architecture;
 use cairn_net::page_service::{
-    decode_groups, decode_lsns, decode_page, decode_pages, Callback, CallbackReply, FaultDetail, FetchStatus, Fetched,
-    PageRequest, VolumeInfo, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS,
-    LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP, NO_PAGE, RELEASE_RIGHTS_MAX, RESOURCE_GROUP,
-    RESOURCE_PAGE,
+    decode_groups, decode_lsns, decode_page, decode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_CACHE,
+    FETCH_PAGES_MAX, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX,
+    LOCK_MODE_X, NO_GROUP, NO_PAGE, RESOURCE_GROUP, RESOURCE_PAGE,
 };
 use cairn_net::rpc::{Client, ClientOptions};
 use cairn_net::transport::Address;
-use cairn_storage::access::PageDevice;
 use cairn_storage::buffer::{BufferPool, Policy};
-use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::io::{OsVfs, Vfs};
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::page::{self, PageType};
@@ -98,369 +98,8 @@ use cairn_storage::txn::{Backend, FillPages};
 use cairn_storage::wal::redo;
 use cairn_storage::{ClientId, Error, GroupId, Lsn, PageId, Result, Txn, TxnId};
 
-/// Counters of a page-server client.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RemoteStats {
-    /// Requests sent to the server (each a round trip).
-    pub round_trips: u64,
-    /// Request bytes sent.
-    pub bytes_sent: u64,
-    /// Reply bytes received.
-    pub bytes_received: u64,
-    /// Pages the server shipped (FETCH, ALLOCATE and READ images).
-    pub pages_shipped: u64,
-    /// Fetches answered "your copy is current" (no image shipped).
-    pub pages_revalidated: u64,
-    /// Requests sent without waiting for the answer (the end of a read-only
-    /// transaction): messages, not round trips.
-    pub one_way: u64,
-    /// Pages a transaction used under the client's right to cache them
-    /// (callback locking): no server call at all.
-    pub cache_hits: u64,
-    /// Callbacks the server sent (another client's writer wanted a page
-    /// this client cached).
-    pub callbacks: u64,
-    /// Of those, the ones answered "in use" (a transaction of this client
-    /// was reading the page; the writer waits for it).
-    pub callbacks_in_use: u64,
-    /// Rights to cache given back to the server unasked (RELEASE): the
-    /// client held more than its bound, or emptied its cache.
-    pub rights_given_back: u64,
-}
-
-/// Where and how to connect: parsed from a `cairn://HOST:PORT` or
-/// `cairn+unix:///PATH` URL.
-pub fn parse_url(url: &str) -> Result<Address> {
-    let bad = |why: &str| Error::InvalidArgument(format!("bad server URL {url:?}: {why}"));
-    if let Some(path) = url.strip_prefix("cairn+unix://") {
-        if !path.starts_with('/') {
-            return Err(bad("a Unix socket URL is cairn+unix:///ABSOLUTE/PATH"));
-        }
-        return Ok(Address::Unix(PathBuf::from(path)));
-    }
-    let Some(rest) = url.strip_prefix("cairn://") else {
-        return Err(bad("it must start with cairn:// or cairn+unix://"));
-    };
-    let hostport = rest.trim_end_matches('/');
-    use std::net::ToSocketAddrs;
-    let addr = hostport
-        .to_socket_addrs()
-        .map_err(|e| bad(&format!("cannot resolve {hostport:?}: {e}")))?
-        .next()
-        .ok_or_else(|| bad("the host resolves to no address"))?;
-    Ok(Address::Tcp(addr))
-}
-
-/// One connection to `cairn serve`, shared by the transactions of a
-/// [`crate::Database`].
-pub(crate) struct Connection {
-    client: Client,
-    address: Address,
-    round_trips: AtomicU64,
-    bytes_sent: AtomicU64,
-    bytes_received: AtomicU64,
-    pages_shipped: AtomicU64,
-    pages_revalidated: AtomicU64,
-    one_way: AtomicU64,
-    cache_hits: AtomicU64,
-    callbacks: AtomicU64,
-    callbacks_in_use: AtomicU64,
-    rights_given_back: AtomicU64,
-}
-
-impl Connection {
-    fn call(&self, req: &PageRequest) -> Result<Vec<Bytes>> {
-        let (kind, body) = req.encode();
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-        let parts = self
-            .client
-            .invoke(kind, body)
-            .and_then(|c| c.collect())
-            .map_err(|e| self.error_for(e, txn_of(req)))?;
-        let n: usize = parts.iter().map(|p| p.len()).sum();
-        self.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(parts)
-    }
-
-    /// The one reply body of a call that has no parts.
-    fn call_one(&self, req: &PageRequest) -> Result<Bytes> {
-        let mut parts = self.call(req)?;
-        match (parts.pop(), parts.is_empty()) {
-            (Some(b), true) => Ok(b),
-            _ => Err(self.protocol("a reply of one body")),
-        }
-    }
-
-    fn protocol(&self, wanted: &str) -> Error {
-        Error::BackendLost {
-            backend: self.address.to_string(),
-            reason: format!("the server broke the page protocol: expected {wanted}"),
-        }
-    }
-
-    /// A network error outside any transaction's request.
-    fn error(&self, e: cairn_net::Error) -> Error {
-        self.error_for(e, TxnId(0))
-    }
-
-    /// A network error as a storage error the transaction can act on: the
-    /// server's fault codes keep their meaning (a deadlock is still one), a
-    /// lost connection or a broken protocol is [`Error::BackendLost`] (the
-    /// transaction is doomed).
-    fn error_for(&self, e: cairn_net::Error, txn: TxnId) -> Error {
-        match e {
-            cairn_net::Error::Remote(f) => {
-                let m = f.message.clone();
-                // The error's fields, where the server sent them (an error
-                // without them, or with damaged ones, still keeps its code).
-                let detail = FaultDetail::decode(&f.detail).ok();
-                match (f.code, detail) {
-                    (ErrorCode::DEADLOCK, Some(FaultDetail::Deadlock { cycle })) => Error::Deadlock {
-                        txn,
-                        cycle: format!("on the server: {cycle}"),
-                    },
-                    (
-                        ErrorCode::LOCK_TIMEOUT,
-                        Some(FaultDetail::LockTimeout {
-                            resource,
-                            mode,
-                            waited_ms,
-                        }),
-                    ) => Error::LockTimeout {
-                        txn,
-                        resource: format!("{resource} (on the server)"),
-                        mode,
-                        waited_ms,
-                    },
-                    (ErrorCode::CORRUPT, Some(FaultDetail::Corrupt { page, reason })) => Error::Corrupt {
-                        page: PageId(page),
-                        reason: format!("on the server: {reason}"),
-                    },
-                    (code, _) => Connection::coded_error(code, m, txn),
-                }
-            }
-            // Refused before sending: the connection is fine, the request
-            // (a COMMIT of a very large transaction) is over the limit.
-            cairn_net::Error::TooLarge { len, max } => Error::LimitExceeded {
-                what: "bytes in one page-service request (a COMMIT carries the whole transaction)",
-                value: len as u64,
-                limit: u64::from(max),
-            },
-            other => Error::BackendLost {
-                backend: self.address.to_string(),
-                reason: other.to_string(),
-            },
-        }
-    }
-
-    /// A server fault without (usable) detail: its code keeps its meaning,
-    /// the message stands in for the fields.
-    fn coded_error(code: ErrorCode, m: String, txn: TxnId) -> Error {
-        match code {
-            ErrorCode::DEADLOCK => Error::Deadlock {
-                txn,
-                cycle: format!("on the server: {m}"),
-            },
-            ErrorCode::LOCK_TIMEOUT => Error::LockTimeout {
-                txn,
-                resource: format!("(on the server: {m})"),
-                mode: "a lock".into(),
-                waited_ms: 0,
-            },
-            ErrorCode::POISONED => Error::Poisoned(format!("the server's database: {m}")),
-            ErrorCode::DOOMED => Error::TxnDoomed {
-                txn,
-                cause: format!("on the server: {m}"),
-            },
-            ErrorCode::CORRUPT => Error::Corrupt {
-                page: PageId(u32::MAX),
-                reason: format!("on the server: {m}"),
-            },
-            ErrorCode::INTERNAL => Error::Internal(format!("on the server: {m}")),
-            ErrorCode::NOT_FOUND => Error::InvalidArgument(format!("the server found no such thing: {m}")),
-            _ => Error::InvalidArgument(format!("the server refused: {m} (code {:#06x})", code.0)),
-        }
-    }
-}
-
-/// The transaction a request is for (0 for none).
-fn txn_of(req: &PageRequest) -> TxnId {
-    match req {
-        PageRequest::Fetch { txn, .. }
-        | PageRequest::Allocate { txn, .. }
-        | PageRequest::Free { txn, .. }
-        | PageRequest::Commit { txn, .. }
-        | PageRequest::Abort { txn }
-        | PageRequest::Lock { txn, .. }
-        | PageRequest::GroupPages { txn, .. } => TxnId(*txn),
-        PageRequest::CallbackReply(c) => TxnId(c.in_use_by.first().copied().unwrap_or(0)),
-        _ => TxnId(0),
-    }
-}
-
-/// The client pool's device: a page the pool misses is read (without a
-/// lock: the transaction asking already holds one) from the server.
-pub struct RemoteDevice {
-    conn: Arc<Connection>,
-    page_size: usize,
-}
-
-impl PageDevice for RemoteDevice {
-    fn page_size(&self) -> usize {
-        self.page_size
-    }
-
-    fn read_page(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
-        let body = self.conn.call_one(&PageRequest::Read { page: id.0 })?;
-        if body.len() != buf.len() {
-            return Err(Error::corrupt(
-                id,
-                format!("the server sent {} bytes for a page of {}", body.len(), buf.len()),
-            ));
-        }
-        buf.copy_from_slice(&body);
-        self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
-        page::verify(buf, id)?;
-        // Only ever a page the asking transaction holds a lock on, whose
-        // image came with that lock: if it differs now, the FETCH that took
-        // the lock announced it.
-        Ok(())
-    }
-
-    /// Never called with a change: the pool holds only committed images the
-    /// server already has (installed clean). Nothing to write.
-    fn write_page(&self, _id: PageId, _buf: &mut [u8]) -> Result<()> {
-        Ok(())
-    }
-
-    fn sync(&self) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// What one transaction has learnt of a page from the server.
-#[derive(Clone, Copy, Debug)]
-struct Facts {
-    in_use: bool,
-    group: Option<GroupId>,
-}
-
-/// A running transaction's locks and page facts.
-#[derive(Default)]
-struct TxnView {
-    /// Its locks: the server's, and S on pages read under the client's
-    /// right to cache them (known to the server only if called back).
-    locks: FxHashMap<Resource, LockMode>,
-    facts: FxHashMap<PageId, Facts>,
-    /// The server knows the transaction (a request named it, or a callback
-    /// answer said it reads a page): its end must reach the server.
-    on_server: bool,
-    /// The server's transaction is over (a COMMIT or ABORT was sent): a
-    /// read-only commit, which sends neither, ends it with an ABORT.
-    ended_on_server: bool,
-    /// Its COMMIT or ABORT is about to be sent: it reads nothing more, so a
-    /// callback answer does not name it (the server would begin it again).
-    ending: bool,
-    /// Callback answers naming it that the server has not acknowledged:
-    /// its ABORT must not overtake them (the server would begin it again
-    /// for the answer and keep its lock).
-    answers_in_flight: u32,
-}
-
-impl TxnView {
-    /// It is named in a callback answer about to be sent: the server will
-    /// know it, and it must not end before the answer is acknowledged.
-    fn named_in_answer(&mut self) {
-        self.on_server = true;
-        self.answers_in_flight += 1;
-    }
-}
-
-/// The client's right to cache a page across transactions (callback
-/// locking), granted by a FETCH.
-#[derive(Clone, Debug)]
-struct Cover {
-    /// The right's epoch (the server calls back this epoch).
-    epoch: u64,
-    /// What the FETCH that granted it said of the page; stable while the
-    /// right lasts (a free or an allocation takes X, which calls it back).
-    facts: Facts,
-    /// Transactions of this client that asked for X on the page: until
-    /// they end the others go to the server (and wait there) instead of
-    /// reading under the right.
-    writers: Vec<TxnId>,
-}
-
-/// What the transactions of a client and its callbacks share.
-#[derive(Default)]
-struct ClientState {
-    txns: FxHashMap<TxnId, TxnView>,
-    /// Pages this client may read without asking.
-    covers: FxHashMap<PageId, Cover>,
-    /// Rights called back before the FETCH that granted them was taken in
-    /// (the reply and the callback cross): the highest epoch called back
-    /// per page. A right of that epoch or older is not taken. Only a FETCH
-    /// in flight when the callback came can carry such a right (one sent
-    /// later gets a newer epoch), so this is kept only while FETCHes are in
-    /// flight, and emptied when none is: it holds at most the callbacks of
-    /// one burst of fetches, not one entry per page ever called back.
-    revoked: FxHashMap<PageId, u64>,
-    /// FETCH requests (or prefetch batches) sent and not yet taken in.
-    fetches_in_flight: usize,
-}
-
-impl ClientState {
-    /// A FETCH is about to be sent.
-    fn fetch_started(&mut self) {
-        self.fetches_in_flight += 1;
-    }
-
-    /// A FETCH was taken in (or failed): with none left in flight, no
-    /// reply can still carry a right called back already.
-    fn fetch_done(&mut self) {
-        self.fetches_in_flight -= 1;
-        if self.fetches_in_flight == 0 {
-            self.revoked.clear();
-        }
-    }
-
-    /// A callback of `epoch` for `page`, which this client has no right to
-    /// (yet): a FETCH in flight may be bringing it, and must not install it.
-    fn revoke(&mut self, page: PageId, epoch: u64) {
-        if self.fetches_in_flight > 0 {
-            let r = self.revoked.entry(page).or_insert(0);
-            *r = (*r).max(epoch);
-        }
-    }
-
-    /// Whether a right of epoch `cover` to `page`, just taken in, may be
-    /// used (it was not called back before it arrived).
-    fn take_right(&mut self, page: PageId, cover: u64) -> bool {
-        if cover == 0 || self.revoked.get(&page).is_some_and(|r| *r >= cover) {
-            return false;
-        }
-        self.revoked.remove(&page);
-        true
-    }
-}
-
-/// Counts a FETCH in flight from its creation (before the request is sent)
-/// to its drop (after its reply is taken in, or it failed).
-struct FetchInFlight<'a>(&'a Mutex<ClientState>);
-
-impl<'a> FetchInFlight<'a> {
-    fn start(state: &'a Mutex<ClientState>) -> FetchInFlight<'a> {
-        lock(state).fetch_started();
-        FetchInFlight(state)
-    }
-}
-
-impl Drop for FetchInFlight<'_> {
-    fn drop(&mut self) {
-        lock(self.0).fetch_done();
-    }
-}
+use conn::Connection;
+use cover::{callback_daemon, ClientState, Cover, Facts, FetchInFlight, TxnView};
 
 /// The page-server client backend: also the storage-level client for tools
 /// that work on storage transactions directly (`cairn torture --connect`).
@@ -650,81 +289,6 @@ impl RemoteStore {
         self.pool.evict_all()
     }
 
-    /// Past [`RemoteStore::rights_max`] rights, gives the server back those
-    /// no running transaction reads under and none of this client's writers
-    /// marked: first the pages no longer in the pool, oldest right first,
-    /// then the oldest of the rest, down to three quarters of the bound (so
-    /// it happens once per quarter of the bound, not at every fetch). A
-    /// right outlives its page's eviction (the page is read again without a
-    /// lock), and the typed layer may still hold objects decoded from it,
-    /// so rights are kept up to the bound rather than given back with each
-    /// eviction.
-    fn give_back_rights(&self) {
-        let candidates: Vec<(PageId, u64)> = {
-            let st = lock(&self.state);
-            if st.covers.len() <= self.rights_max {
-                return;
-            }
-            let read: std::collections::HashSet<PageId> = st
-                .txns
-                .values()
-                .flat_map(|v| v.locks.keys())
-                .filter_map(|r| match r {
-                    Resource::Page(p) => Some(*p),
-                    _ => None,
-                })
-                .collect();
-            st.covers
-                .iter()
-                .filter(|(p, c)| c.writers.is_empty() && !read.contains(p))
-                .map(|(p, c)| (*p, c.epoch))
-                .collect()
-        };
-        // The pool is asked outside the state's mutex.
-        let mut ranked: Vec<(bool, u64, PageId)> = candidates
-            .into_iter()
-            .map(|(p, e)| (self.pool.is_cached(p), e, p))
-            .collect();
-        ranked.sort_unstable();
-        let mut dropped = Vec::new();
-        {
-            let mut st = lock(&self.state);
-            let st = &mut *st;
-            let keep = self.rights_max / 4 * 3;
-            for (_, epoch, page) in ranked {
-                if st.covers.len() <= keep {
-                    break;
-                }
-                // Unchanged since it was ranked, and still unread.
-                let unchanged = st
-                    .covers
-                    .get(&page)
-                    .is_some_and(|c| c.epoch == epoch && c.writers.is_empty());
-                let read = st.txns.values().any(|v| v.locks.contains_key(&Resource::Page(page)));
-                if unchanged && !read {
-                    st.covers.remove(&page);
-                    dropped.push((page.0, epoch));
-                }
-            }
-        }
-        self.release(&dropped);
-    }
-
-    /// Tells the server the rights `dropped` (page, epoch) are given up,
-    /// with the next request (RELEASE needs no answer, and costs no round
-    /// trip of its own). A lost connection took the rights with it.
-    fn release(&self, dropped: &[(u32, u64)]) {
-        for chunk in dropped.chunks(RELEASE_RIGHTS_MAX) {
-            let (kind, body) = PageRequest::Release { rights: chunk.to_vec() }.encode();
-            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-            self.conn.one_way.fetch_add(1, Ordering::Relaxed);
-            self.conn
-                .rights_given_back
-                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            drop(self.conn.client.invoke_deferred(kind, body));
-        }
-    }
-
     /// The client's counters.
     pub fn stats(&self) -> RemoteStats {
         let c = &self.conn;
@@ -813,75 +377,6 @@ impl RemoteStore {
         })?;
         let statuses = self.take_parts(txn, mode, &named, &parts)?;
         Ok(statuses[0])
-    }
-
-    /// Before `txn` asks for X on page `id`: marks it the page's writer (the
-    /// other transactions stop reading under the right) and names to the
-    /// server the others that read it under the right already, so that the
-    /// X waits for them. A round trip of its own (a CALLBACK_REPLY with
-    /// callback id 0), acknowledged before any of them may end; nothing
-    /// when no other transaction reads the page.
-    fn name_readers(&self, txn: TxnId, id: PageId) -> Result<()> {
-        let readers: Vec<TxnId> = {
-            let mut st = lock(&self.state);
-            let st = &mut *st;
-            let Some(c) = st.covers.get_mut(&id) else {
-                return Ok(());
-            };
-            if !c.writers.contains(&txn) {
-                c.writers.push(txn);
-            }
-            let mut readers = Vec::new();
-            for (t, v) in st.txns.iter_mut() {
-                if *t != txn && v.locks.contains_key(&Resource::Page(id)) && !v.ending {
-                    v.named_in_answer();
-                    readers.push(*t);
-                }
-            }
-            readers
-        };
-        if readers.is_empty() {
-            return Ok(());
-        }
-        let reply = CallbackReply {
-            id: 0,
-            page: id.0,
-            epoch: 0,
-            writer: txn.0,
-            in_use_by: readers.iter().map(|t| t.0).collect(),
-        };
-        self.send_answer(reply, &readers, true).map_err(|e| match e {
-            Error::Deadlock { cycle, .. } => Error::Deadlock { txn, cycle },
-            other => other,
-        })
-    }
-
-    /// Sends a CALLBACK_REPLY naming `readers` and waits for it to be
-    /// acknowledged, then lets those transactions end (see
-    /// [`RemoteStore::start_ending`]). `counted`: the application's round
-    /// trip (a callback thread's answer is not one).
-    fn send_answer(&self, reply: CallbackReply, readers: &[TxnId], counted: bool) -> Result<()> {
-        let req = PageRequest::CallbackReply(reply);
-        let sent = if counted {
-            self.conn.call_one(&req).map(|_| ())
-        } else {
-            let (kind, body) = req.encode();
-            self.conn
-                .client
-                .invoke(kind, body)
-                .and_then(|c| c.wait())
-                .map(|_| ())
-                .map_err(|e| self.conn.error(e))
-        };
-        let mut st = lock(&self.state);
-        for t in readers {
-            if let Some(v) = st.txns.get_mut(t) {
-                v.answers_in_flight -= 1;
-            }
-        }
-        drop(st);
-        self.answered.notify_all();
-        sent
     }
 
     /// Locks (shared) and fetches every page of `pages` that `txn` has not
@@ -1026,29 +521,6 @@ impl RemoteStore {
         Ok(statuses)
     }
 
-    /// Takes S on page `id` for `txn` under the client's right to cache it,
-    /// if it has one (and no transaction of its own is writing the page):
-    /// no server call. `false`: the caller must ask the server.
-    fn use_cover(&self, txn: TxnId, id: PageId) -> bool {
-        let mut st = lock(&self.state);
-        let st = &mut *st;
-        let Some(c) = st.covers.get(&id) else {
-            return false;
-        };
-        if c.writers.iter().any(|w| *w != txn) {
-            return false;
-        }
-        let facts = c.facts;
-        let view = st.txns.entry(txn).or_default();
-        if view.ending {
-            return false;
-        }
-        view.facts.insert(id, facts);
-        view.locks.entry(Resource::Page(id)).or_insert(LockMode::S);
-        self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
     /// What `txn` knows of page `id`, fetching it (shared) if nothing: a
     /// page about to be read, so the lock is taken anyway. An error (a
     /// deadlock, a lost connection) is the caller's, never a guess.
@@ -1072,79 +544,6 @@ impl RemoteStore {
             .get(&txn)
             .and_then(|v| v.locks.get(&res))
             .is_some_and(|m| m.covers(mode))
-    }
-
-    /// Answers a callback (see [`callback_daemon`]).
-    fn answer_callback(&self, cb: Callback) -> Result<()> {
-        self.conn.callbacks.fetch_add(1, Ordering::Relaxed);
-        let id = PageId(cb.page);
-        let users: Vec<TxnId> = {
-            let mut st = lock(&self.state);
-            let st = &mut *st;
-            match st.covers.get(&id) {
-                Some(c) if c.epoch <= cb.epoch => {
-                    let writers = c.writers.clone();
-                    st.covers.remove(&id);
-                    let mut users: Vec<TxnId> = Vec::new();
-                    for (t, v) in st.txns.iter_mut() {
-                        let reads = v.locks.contains_key(&Resource::Page(id)) || writers.contains(t);
-                        if reads && !v.ending {
-                            v.named_in_answer();
-                            users.push(*t);
-                        }
-                    }
-                    users
-                }
-                // A newer right (granted after this callback's writer was
-                // done): nothing reads under the old one.
-                Some(_) => Vec::new(),
-                // The FETCH granting it has not been taken in yet: it must
-                // not be.
-                None => {
-                    st.revoke(id, cb.epoch);
-                    Vec::new()
-                }
-            }
-        };
-        if !users.is_empty() {
-            self.conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);
-        }
-        let reply = CallbackReply {
-            id: cb.id,
-            page: cb.page,
-            epoch: cb.epoch,
-            writer: 0,
-            in_use_by: users.iter().map(|t| t.0).collect(),
-        };
-        self.send_answer(reply, &users, false)
-    }
-}
-
-/// The callback daemon (Soprano's): a thread per connection that waits for
-/// the server's callbacks and answers them, reading the connection itself
-/// when no request is waiting for a reply. It ends when the store is gone
-/// or the connection closes.
-fn callback_daemon(client: Client, store: Weak<RemoteStore>) {
-    loop {
-        match client.next_notice(Duration::from_millis(200)) {
-            Ok(Some(body)) => {
-                let Some(store) = store.upgrade() else { return };
-                match Callback::decode(&body) {
-                    Ok(cb) => {
-                        if let Err(e) = store.answer_callback(cb) {
-                            tracing::warn!(error = %e, "answering a callback failed");
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not a callback"),
-                }
-            }
-            Ok(None) => {
-                if store.strong_count() == 0 {
-                    return;
-                }
-            }
-            Err(_) => return,
-        }
     }
 }
 
@@ -1523,41 +922,5 @@ mod tempfile_dir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A callback that crosses a FETCH reply keeps that reply's right out;
-    /// with no FETCH in flight nothing is remembered, and what was is
-    /// forgotten once the last FETCH is taken in.
-    #[test]
-    fn revoked_rights_are_kept_only_while_fetches_are_in_flight() {
-        let state = Mutex::new(ClientState::default());
-        // No FETCH in flight: a callback for a page without a right (given
-        // up or evicted here) leaves nothing behind.
-        lock(&state).revoke(PageId(1), 5);
-        assert!(lock(&state).revoked.is_empty());
-        {
-            let _a = FetchInFlight::start(&state);
-            let _b = FetchInFlight::start(&state);
-            let mut st = lock(&state);
-            st.revoke(PageId(2), 7);
-            st.revoke(PageId(2), 6);
-            assert!(!st.take_right(PageId(2), 7), "called back before it arrived");
-            assert!(!st.take_right(PageId(2), 3));
-            assert!(st.take_right(PageId(2), 8), "a newer right is good");
-            assert!(st.take_right(PageId(2), 7), "and replaced what was called back");
-            assert!(!st.take_right(PageId(3), 0), "0 is no right");
-            st.revoke(PageId(4), 9);
-            drop(st);
-            drop(_a);
-            assert_eq!(lock(&state).revoked.len(), 1, "one FETCH still in flight");
-        }
-        let st = lock(&state);
-        assert!(st.revoked.is_empty());
-        assert_eq!(st.fetches_in_flight, 0);
     }
 }

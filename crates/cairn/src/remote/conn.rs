@@ -1,0 +1,255 @@
+//! The connection to `cairn serve`: its calls, their errors and counters, URL parsing, and the client pool's device.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_net::message::ErrorCode;
+use cairn_net::page_service::{FaultDetail, PageRequest};
+use cairn_net::rpc::Client;
+use cairn_net::transport::Address;
+use cairn_storage::access::PageDevice;
+use cairn_storage::page;
+use cairn_storage::{Error, PageId, Result, TxnId};
+
+/// Counters of a page-server client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Requests sent to the server (each a round trip).
+    pub round_trips: u64,
+    /// Request bytes sent.
+    pub bytes_sent: u64,
+    /// Reply bytes received.
+    pub bytes_received: u64,
+    /// Pages the server shipped (FETCH, ALLOCATE and READ images).
+    pub pages_shipped: u64,
+    /// Fetches answered "your copy is current" (no image shipped).
+    pub pages_revalidated: u64,
+    /// Requests sent without waiting for the answer (the end of a read-only
+    /// transaction): messages, not round trips.
+    pub one_way: u64,
+    /// Pages a transaction used under the client's right to cache them
+    /// (callback locking): no server call at all.
+    pub cache_hits: u64,
+    /// Callbacks the server sent (another client's writer wanted a page
+    /// this client cached).
+    pub callbacks: u64,
+    /// Of those, the ones answered "in use" (a transaction of this client
+    /// was reading the page; the writer waits for it).
+    pub callbacks_in_use: u64,
+    /// Rights to cache given back to the server unasked (RELEASE): the
+    /// client held more than its bound, or emptied its cache.
+    pub rights_given_back: u64,
+}
+
+/// Where and how to connect: parsed from a `cairn://HOST:PORT` or
+/// `cairn+unix:///PATH` URL.
+pub fn parse_url(url: &str) -> Result<Address> {
+    let bad = |why: &str| Error::InvalidArgument(format!("bad server URL {url:?}: {why}"));
+    if let Some(path) = url.strip_prefix("cairn+unix://") {
+        if !path.starts_with('/') {
+            return Err(bad("a Unix socket URL is cairn+unix:///ABSOLUTE/PATH"));
+        }
+        return Ok(Address::Unix(PathBuf::from(path)));
+    }
+    let Some(rest) = url.strip_prefix("cairn://") else {
+        return Err(bad("it must start with cairn:// or cairn+unix://"));
+    };
+    let hostport = rest.trim_end_matches('/');
+    use std::net::ToSocketAddrs;
+    let addr = hostport
+        .to_socket_addrs()
+        .map_err(|e| bad(&format!("cannot resolve {hostport:?}: {e}")))?
+        .next()
+        .ok_or_else(|| bad("the host resolves to no address"))?;
+    Ok(Address::Tcp(addr))
+}
+
+/// One connection to `cairn serve`, shared by the transactions of a
+/// [`crate::Database`].
+pub(crate) struct Connection {
+    pub(super) client: Client,
+    pub(super) address: Address,
+    pub(super) round_trips: AtomicU64,
+    pub(super) bytes_sent: AtomicU64,
+    pub(super) bytes_received: AtomicU64,
+    pub(super) pages_shipped: AtomicU64,
+    pub(super) pages_revalidated: AtomicU64,
+    pub(super) one_way: AtomicU64,
+    pub(super) cache_hits: AtomicU64,
+    pub(super) callbacks: AtomicU64,
+    pub(super) callbacks_in_use: AtomicU64,
+    pub(super) rights_given_back: AtomicU64,
+}
+
+impl Connection {
+    pub(super) fn call(&self, req: &PageRequest) -> Result<Vec<Bytes>> {
+        let (kind, body) = req.encode();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+        let parts = self
+            .client
+            .invoke(kind, body)
+            .and_then(|c| c.collect())
+            .map_err(|e| self.error_for(e, txn_of(req)))?;
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        self.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(parts)
+    }
+
+    /// The one reply body of a call that has no parts.
+    pub(super) fn call_one(&self, req: &PageRequest) -> Result<Bytes> {
+        let mut parts = self.call(req)?;
+        match (parts.pop(), parts.is_empty()) {
+            (Some(b), true) => Ok(b),
+            _ => Err(self.protocol("a reply of one body")),
+        }
+    }
+
+    pub(super) fn protocol(&self, wanted: &str) -> Error {
+        Error::BackendLost {
+            backend: self.address.to_string(),
+            reason: format!("the server broke the page protocol: expected {wanted}"),
+        }
+    }
+
+    /// A network error outside any transaction's request.
+    pub(super) fn error(&self, e: cairn_net::Error) -> Error {
+        self.error_for(e, TxnId(0))
+    }
+
+    /// A network error as a storage error the transaction can act on: the
+    /// server's fault codes keep their meaning (a deadlock is still one), a
+    /// lost connection or a broken protocol is [`Error::BackendLost`] (the
+    /// transaction is doomed).
+    pub(super) fn error_for(&self, e: cairn_net::Error, txn: TxnId) -> Error {
+        match e {
+            cairn_net::Error::Remote(f) => {
+                let m = f.message.clone();
+                // The error's fields, where the server sent them (an error
+                // without them, or with damaged ones, still keeps its code).
+                let detail = FaultDetail::decode(&f.detail).ok();
+                match (f.code, detail) {
+                    (ErrorCode::DEADLOCK, Some(FaultDetail::Deadlock { cycle })) => Error::Deadlock {
+                        txn,
+                        cycle: format!("on the server: {cycle}"),
+                    },
+                    (
+                        ErrorCode::LOCK_TIMEOUT,
+                        Some(FaultDetail::LockTimeout {
+                            resource,
+                            mode,
+                            waited_ms,
+                        }),
+                    ) => Error::LockTimeout {
+                        txn,
+                        resource: format!("{resource} (on the server)"),
+                        mode,
+                        waited_ms,
+                    },
+                    (ErrorCode::CORRUPT, Some(FaultDetail::Corrupt { page, reason })) => Error::Corrupt {
+                        page: PageId(page),
+                        reason: format!("on the server: {reason}"),
+                    },
+                    (code, _) => Connection::coded_error(code, m, txn),
+                }
+            }
+            // Refused before sending: the connection is fine, the request
+            // (a COMMIT of a very large transaction) is over the limit.
+            cairn_net::Error::TooLarge { len, max } => Error::LimitExceeded {
+                what: "bytes in one page-service request (a COMMIT carries the whole transaction)",
+                value: len as u64,
+                limit: u64::from(max),
+            },
+            other => Error::BackendLost {
+                backend: self.address.to_string(),
+                reason: other.to_string(),
+            },
+        }
+    }
+
+    /// A server fault without (usable) detail: its code keeps its meaning,
+    /// the message stands in for the fields.
+    fn coded_error(code: ErrorCode, m: String, txn: TxnId) -> Error {
+        match code {
+            ErrorCode::DEADLOCK => Error::Deadlock {
+                txn,
+                cycle: format!("on the server: {m}"),
+            },
+            ErrorCode::LOCK_TIMEOUT => Error::LockTimeout {
+                txn,
+                resource: format!("(on the server: {m})"),
+                mode: "a lock".into(),
+                waited_ms: 0,
+            },
+            ErrorCode::POISONED => Error::Poisoned(format!("the server's database: {m}")),
+            ErrorCode::DOOMED => Error::TxnDoomed {
+                txn,
+                cause: format!("on the server: {m}"),
+            },
+            ErrorCode::CORRUPT => Error::Corrupt {
+                page: PageId(u32::MAX),
+                reason: format!("on the server: {m}"),
+            },
+            ErrorCode::INTERNAL => Error::Internal(format!("on the server: {m}")),
+            ErrorCode::NOT_FOUND => Error::InvalidArgument(format!("the server found no such thing: {m}")),
+            _ => Error::InvalidArgument(format!("the server refused: {m} (code {:#06x})", code.0)),
+        }
+    }
+}
+
+/// The transaction a request is for (0 for none).
+fn txn_of(req: &PageRequest) -> TxnId {
+    match req {
+        PageRequest::Fetch { txn, .. }
+        | PageRequest::Allocate { txn, .. }
+        | PageRequest::Free { txn, .. }
+        | PageRequest::Commit { txn, .. }
+        | PageRequest::Abort { txn }
+        | PageRequest::Lock { txn, .. }
+        | PageRequest::GroupPages { txn, .. } => TxnId(*txn),
+        PageRequest::CallbackReply(c) => TxnId(c.in_use_by.first().copied().unwrap_or(0)),
+        _ => TxnId(0),
+    }
+}
+
+/// The client pool's device: a page the pool misses is read (without a
+/// lock: the transaction asking already holds one) from the server.
+pub struct RemoteDevice {
+    pub(super) conn: Arc<Connection>,
+    pub(super) page_size: usize,
+}
+
+impl PageDevice for RemoteDevice {
+    fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    fn read_page(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
+        let body = self.conn.call_one(&PageRequest::Read { page: id.0 })?;
+        if body.len() != buf.len() {
+            return Err(Error::corrupt(
+                id,
+                format!("the server sent {} bytes for a page of {}", body.len(), buf.len()),
+            ));
+        }
+        buf.copy_from_slice(&body);
+        self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
+        page::verify(buf, id)?;
+        // Only ever a page the asking transaction holds a lock on, whose
+        // image came with that lock: if it differs now, the FETCH that took
+        // the lock announced it.
+        Ok(())
+    }
+
+    /// Never called with a change: the pool holds only committed images the
+    /// server already has (installed clean). Nothing to write.
+    fn write_page(&self, _id: PageId, _buf: &mut [u8]) -> Result<()> {
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+}
