@@ -1,0 +1,217 @@
+//! Unit tests of the page service's encodings: every request and reply
+//! round-trips, and truncation, extension and oversized counts are refused.
+
+use super::*;
+
+fn every_request() -> Vec<PageRequest> {
+    vec![
+        PageRequest::Fetch {
+            txn: 7,
+            mode: FETCH_TRY_INSERT | FETCH_CACHE,
+            group: 3,
+            pages: vec![(1, 0), (2, 99), (3, u64::MAX)],
+        },
+        PageRequest::Allocate {
+            txn: 7,
+            group: 1,
+            near: NO_PAGE,
+            page_type: 5,
+        },
+        PageRequest::Free { txn: 7, page: 9 },
+        PageRequest::Commit {
+            txn: 7,
+            records: vec![vec![1, 2, 3], vec![], vec![9; 100]],
+        },
+        PageRequest::Stage {
+            txn: 7,
+            records: vec![vec![4; 10]],
+        },
+        PageRequest::Abort { txn: 7 },
+        PageRequest::Volume,
+        PageRequest::Lock {
+            txn: 7,
+            resource: RESOURCE_GROUP,
+            id: 2,
+            mode: LOCK_MODE_SIX,
+            try_only: true,
+        },
+        PageRequest::GroupPages { txn: 7, group: 2 },
+        PageRequest::Groups,
+        PageRequest::Group {
+            create: true,
+            name: "parts".into(),
+        },
+        PageRequest::Read { page: 12 },
+        PageRequest::CallbackReply(CallbackReply {
+            id: 3,
+            page: 4,
+            epoch: 5,
+            writer: 0,
+            in_use_by: vec![],
+        }),
+        PageRequest::CallbackReply(CallbackReply {
+            id: 3,
+            page: 4,
+            epoch: 5,
+            writer: 0,
+            in_use_by: vec![6, 7],
+        }),
+        PageRequest::Release {
+            rights: vec![(4, 5), (9, 1 << 40)],
+        },
+    ]
+}
+
+#[test]
+fn requests_round_trip_and_every_truncation_or_extension_is_refused() {
+    for req in every_request() {
+        let (kind, body) = req.encode();
+        assert_eq!(PageRequest::decode(kind, &body).unwrap(), Some(req.clone()));
+        for cut in 0..body.len() {
+            assert!(PageRequest::decode(kind, &body[..cut]).is_err(), "{req:?} cut at {cut}");
+        }
+        let mut longer = body.clone();
+        longer.push(0);
+        assert!(
+            PageRequest::decode(kind, &longer).is_err(),
+            "{req:?} with a trailing byte"
+        );
+    }
+}
+
+#[test]
+fn fault_details_round_trip_and_damage_is_refused() {
+    for d in [
+        FaultDetail::LockTimeout {
+            resource: "page 7".into(),
+            mode: "X".into(),
+            waited_ms: 1500,
+        },
+        FaultDetail::Deadlock {
+            cycle: "txn 3 → txn 4 → txn 3".into(),
+        },
+        FaultDetail::Corrupt {
+            page: 9,
+            reason: "bad checksum".into(),
+        },
+    ] {
+        let body = d.encode();
+        assert_eq!(FaultDetail::decode(&body).unwrap(), d);
+        for cut in 0..body.len() {
+            assert!(FaultDetail::decode(&body[..cut]).is_err(), "{d:?} cut at {cut}");
+        }
+        let mut longer = body.clone();
+        longer.push(0);
+        assert!(FaultDetail::decode(&longer).is_err());
+    }
+    assert!(FaultDetail::decode(&[4]).is_err(), "unknown tag");
+    let long = FaultDetail::Deadlock {
+        cycle: "é".repeat(40_000),
+    };
+    let FaultDetail::Deadlock { cycle } = FaultDetail::decode(&long.encode()).unwrap() else {
+        panic!("a deadlock");
+    };
+    assert!(cycle.len() <= u16::MAX as usize && cycle.chars().all(|c| c == 'é'));
+}
+
+#[test]
+fn counts_are_checked_before_allocating() {
+    let mut body = 7u64.to_le_bytes().to_vec();
+    body.extend_from_slice(&COMMIT_RECORDS_MAX.to_le_bytes());
+    assert!(PageRequest::decode(Kind::COMMIT, &body).is_err());
+    let mut body = 7u64.to_le_bytes().to_vec();
+    body.push(0);
+    body.extend_from_slice(&NO_GROUP.to_le_bytes());
+    body.extend_from_slice(&300u16.to_le_bytes());
+    assert!(PageRequest::decode(Kind::FETCH, &body).is_err());
+    let mut body = PageRequest::CallbackReply(CallbackReply {
+        id: 1,
+        page: 2,
+        epoch: 3,
+        writer: 4,
+        in_use_by: vec![],
+    })
+    .encode()
+    .1;
+    let n = body.len();
+    body[n - 2..].copy_from_slice(&u16::MAX.to_le_bytes());
+    assert!(PageRequest::decode(Kind::CALLBACK_REPLY, &body).is_err());
+    let mut body = (RELEASE_RIGHTS_MAX as u16 + 1).to_le_bytes().to_vec();
+    body.resize(2 + 12 * (RELEASE_RIGHTS_MAX + 1), 0);
+    assert!(PageRequest::decode(Kind::RELEASE, &body).is_err(), "too many rights");
+    assert!(PageRequest::decode(Kind::RELEASE, &0u16.to_le_bytes()).is_err(), "none");
+    assert_eq!(
+        PageRequest::decode(Kind(0x0100), b"").unwrap(),
+        None,
+        "BEGIN is retired"
+    );
+    assert_eq!(PageRequest::decode(Kind(0x0999), b"").unwrap(), None);
+}
+
+#[test]
+fn replies_round_trip_and_damage_is_refused() {
+    let part = Fetched {
+        page: 5,
+        status: FetchStatus::Image,
+        group: 2,
+        page_count: 40,
+        lsn: 1234,
+        cover: 17,
+        image: &[7u8; 64],
+    };
+    let bytes = part.encode();
+    assert_eq!(Fetched::decode(&bytes).unwrap(), part);
+    assert!(
+        Fetched::decode(&bytes[..FETCHED_HEADER]).is_err(),
+        "an image status without an image"
+    );
+    let unchanged = Fetched {
+        status: FetchStatus::Unchanged,
+        image: &[],
+        ..part.clone()
+    };
+    assert_eq!(Fetched::decode(&unchanged.encode()).unwrap(), unchanged);
+    let mut bad = unchanged.encode();
+    bad[4] = 9;
+    assert!(Fetched::decode(&bad).is_err(), "an unknown status");
+    for cut in 0..FETCHED_HEADER {
+        assert!(Fetched::decode(&unchanged.encode()[..cut]).is_err());
+    }
+    let lsns = vec![(1, 2), (3, u64::MAX)];
+    assert_eq!(decode_lsns(&encode_lsns(&lsns)).unwrap(), lsns);
+    assert!(decode_lsns(&encode_lsns(&lsns)[..20]).is_err());
+    assert_eq!(decode_pages(&encode_pages(&[4, 5, 6])).unwrap(), vec![4, 5, 6]);
+    assert!(decode_pages(&u32::MAX.to_le_bytes()).is_err(), "a count past the body");
+    let groups = vec![(0, "default".to_string()), (9, "ünïcode".to_string())];
+    assert_eq!(decode_groups(&encode_groups(&groups)).unwrap(), groups);
+    let alloc = encode_page(3, 70, &[1, 2]);
+    let (p, n, img) = decode_page(&alloc).unwrap();
+    assert_eq!((p, n, img), (3, 70, &[1u8, 2][..]));
+}
+
+#[test]
+fn callbacks_round_trip() {
+    let c = Callback {
+        id: 9,
+        page: 77,
+        epoch: u64::MAX,
+    };
+    assert_eq!(Callback::decode(&c.encode()).unwrap(), c);
+    for cut in 0..20 {
+        assert!(Callback::decode(&c.encode()[..cut]).is_err());
+    }
+    let mut longer = c.encode();
+    longer.push(1);
+    assert!(Callback::decode(&longer).is_err());
+}
+
+#[test]
+fn volume_info_round_trips() {
+    let v = VolumeInfo {
+        page_size: 4096,
+        page_count: 77,
+        region_pages: 9,
+    };
+    assert_eq!(VolumeInfo::decode(&v.encode()).unwrap(), v);
+    assert!(VolumeInfo::decode(&v.encode()[..11]).is_err());
+}
