@@ -52,6 +52,7 @@ pub fn derive_persistent(input: TokenStream) -> TokenStream {
 /// One field of the struct, with its options.
 struct FieldSpec {
     ident: syn::Ident,
+    vis: syn::Visibility,
     /// The name stored in the catalog (the identifier without `r#`).
     name: String,
     ty: syn::Type,
@@ -151,6 +152,7 @@ fn parse(input: &DeriveInput) -> syn::Result<Vec<FieldSpec>> {
             let ident = f.ident.clone().expect("named fields have identifiers");
             let mut spec = FieldSpec {
                 name: ident.unraw().to_string(),
+                vis: f.vis.clone(),
                 ident,
                 ty: f.ty.clone(),
                 has_default: false,
@@ -275,6 +277,71 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
         quote!()
     };
 
+    let tys: Vec<_> = fields.iter().map(|f| &f.ty).collect();
+    let checks = fields.iter().map(|f| {
+        let (name, ty) = (&f.name, &f.ty);
+        quote_spanned! {ty.span()=>
+            <#ty as ::cairn::codec::Field>::check(__cairn_r)
+                .map_err(|e| #support::in_field(e, #type_name, #name))?;
+        }
+    });
+    let view_ident = format_ident!("{}View", ident.unraw());
+    let vis = &input.vis;
+    // A field's offset is found when it is read, by stepping over the
+    // fields before it: fixed-size ones fold into a constant, and a
+    // traversal that reads a few fields does not pay for the rest.
+    let accessors = fields.iter().enumerate().map(|(k, f)| {
+        let (id, ty, fvis, name) = (&f.ident, &f.ty, &f.vis, &f.name);
+        let before = &tys[..k];
+        let doc = format!("The `{name}` field, read in place.");
+        quote_spanned! {ty.span()=>
+            #[doc = #doc]
+            #[inline]
+            #fvis fn #id(&self) -> <#ty as ::cairn::codec::Field>::View<'__cairn_a> {
+                #[allow(unused_mut)]
+                let mut __cairn_at = 0usize;
+                #(
+                    __cairn_at += <#before as ::cairn::codec::Field>::skip(::cairn::view::rest(self.__cairn_b, __cairn_at));
+                )*
+                <#ty as ::cairn::codec::Field>::view(::cairn::view::rest(self.__cairn_b, __cairn_at))
+            }
+        }
+    });
+    let debug_bounds = tys.iter().map(|ty| {
+        quote! { <#ty as ::cairn::codec::Field>::View<'__cairn_a>: ::core::fmt::Debug }
+    });
+    let debug_fields = fields.iter().map(|f| {
+        let (id, name) = (&f.ident, &f.name);
+        quote! { .field(#name, &self.#id()) }
+    });
+    let view_doc = format!(
+        "A `{type_name}` read in place from its encoded bytes (see `cairn::view`): one method per field, \
+         named like the field. Made by `#[derive(Persistent)]`."
+    );
+    let view_name = view_ident.to_string();
+    let view_struct = quote! {
+        #[doc = #view_doc]
+        #[derive(Clone, Copy)]
+        #vis struct #view_ident<'__cairn_a> {
+            __cairn_b: &'__cairn_a [u8],
+        }
+
+        #[automatically_derived]
+        #[allow(dead_code)]
+        impl<'__cairn_a> #view_ident<'__cairn_a> {
+            #(#accessors)*
+        }
+
+        #[automatically_derived]
+        impl<'__cairn_a> ::core::fmt::Debug for #view_ident<'__cairn_a>
+        where
+            #(#debug_bounds),*
+        {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.debug_struct(#view_name) #(#debug_fields)* .finish()
+            }
+        }
+    };
     Ok(quote! {
         #[automatically_derived]
         impl ::cairn::codec::Persistent for #ident {
@@ -314,8 +381,33 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
             #index_keys
         }
 
+        #view_struct
+
         #[automatically_derived]
         impl ::cairn::codec::Field for #ident {
+            type View<'__cairn_a> = #view_ident<'__cairn_a>;
+            const FIXED_SIZE: ::core::option::Option<usize> =
+                ::cairn::view::sum_fixed(&[#(<#tys as ::cairn::codec::Field>::FIXED_SIZE),*]);
+
+            fn check(__cairn_r: &mut ::cairn::codec::Reader<'_>) -> ::core::result::Result<(), ::cairn::codec::DecodeError> {
+                #(#checks)*
+                ::core::result::Result::Ok(())
+            }
+
+            #[inline]
+            fn skip(__cairn_b: &[u8]) -> usize {
+                let mut __cairn_at = 0usize;
+                #(
+                    __cairn_at += <#tys as ::cairn::codec::Field>::skip(::cairn::view::rest(__cairn_b, __cairn_at));
+                )*
+                __cairn_at.min(__cairn_b.len())
+            }
+
+            #[inline]
+            fn view(__cairn_b: &[u8]) -> #view_ident<'_> {
+                #view_ident { __cairn_b }
+            }
+
             fn type_desc() -> ::cairn::codec::TypeDesc {
                 ::cairn::codec::TypeDesc::Struct(
                     ::std::string::String::from(#type_name),

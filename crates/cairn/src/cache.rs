@@ -64,6 +64,38 @@ pub struct CacheStats {
     pub index_hits: u64,
     /// Index lookups that descended the B+-tree.
     pub index_misses: u64,
+    /// Page images copied into the cache for objects read in place
+    /// ([`crate::Transaction::view`]).
+    pub image_loads: u64,
+    /// Views answered from a cached page image.
+    pub image_hits: u64,
+    /// Page images cached now.
+    pub images: u64,
+}
+
+/// Bytes charged per cached page image on top of its size.
+pub const IMAGE_OVERHEAD_BYTES: usize = 64;
+
+/// A page image kept to read objects in place, with the records in it
+/// already checked (so a later view of them skips the check).
+struct Image {
+    bytes: Arc<[u8]>,
+    referenced: bool,
+    checked: cairn_storage::fxhash::FxHashMap<Oid, CheckedRecord>,
+}
+
+/// Where a record's fields are in its page image, and the class and schema
+/// version they were checked as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckedRecord {
+    /// The class id the record's header named.
+    pub class: u32,
+    /// Its schema version.
+    pub version: u16,
+    /// The fields' first byte in the image.
+    pub start: u32,
+    /// One past their last byte.
+    pub end: u32,
 }
 
 /// A cached, decoded object.
@@ -93,6 +125,10 @@ struct State {
     by_page: cairn_storage::fxhash::FxHashMap<cairn_storage::PageId, Vec<u32>>,
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// Page images by page, and the order they came in (second chance:
+    /// an image used since the hand last passed goes round again).
+    images: cairn_storage::fxhash::FxHashMap<cairn_storage::PageId, Image>,
+    image_ring: std::collections::VecDeque<cairn_storage::PageId>,
     bytes: usize,
     /// LRU list: head = most recent.
     head: u32,
@@ -112,6 +148,8 @@ pub struct ObjectCache {
     prefetches: AtomicU64,
     evictions: AtomicU64,
     invalidations: AtomicU64,
+    image_loads: AtomicU64,
+    image_hits: AtomicU64,
 }
 
 impl std::fmt::Debug for ObjectCache {
@@ -143,6 +181,8 @@ impl ObjectCache {
                 by_page: Default::default(),
                 slots: Vec::new(),
                 free: Vec::new(),
+                images: Default::default(),
+                image_ring: Default::default(),
                 bytes: 0,
                 head: NIL,
                 tail: NIL,
@@ -157,6 +197,8 @@ impl ObjectCache {
             prefetches: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
+            image_loads: AtomicU64::new(0),
+            image_hits: AtomicU64::new(0),
         }
     }
 
@@ -279,8 +321,13 @@ impl ObjectCache {
         referenced: bool,
     ) -> (u32, u32) {
         let charge = encoded_bytes + ENTRY_OVERHEAD_BYTES;
-        while st.bytes + charge > self.capacity_bytes && !st.map.is_empty() {
-            if !self.evict_one(st) {
+        while st.bytes + charge > self.capacity_bytes {
+            let evicted = if !st.map.is_empty() {
+                self.evict_one(st)
+            } else {
+                self.evict_image(st)
+            };
+            if !evicted {
                 break;
             }
         }
@@ -314,6 +361,111 @@ impl ObjectCache {
         (slot, gen)
     }
 
+    /// The cached image of `oid`'s page, if any, and where `oid`'s record
+    /// is in it if it was checked already (the caller holds the page's lock).
+    pub fn image(&self, oid: Oid) -> Option<(Arc<[u8]>, Option<CheckedRecord>)> {
+        let mut st = self.lock();
+        let img = st.images.get_mut(&oid.page)?;
+        img.referenced = true;
+        let found = (Arc::clone(&img.bytes), img.checked.get(&oid).copied());
+        drop(st);
+        self.image_hits.fetch_add(1, Ordering::Relaxed);
+        Some(found)
+    }
+
+    /// Notes that `oid`'s record in its page's cached image (`bytes`) was
+    /// checked; a no-op if that image is no longer the cached one.
+    pub fn note_checked(&self, oid: Oid, bytes: &Arc<[u8]>, rec: CheckedRecord) {
+        let mut st = self.lock();
+        if let Some(img) = st.images.get_mut(&oid.page) {
+            if Arc::ptr_eq(&img.bytes, bytes) {
+                img.checked.insert(oid, rec);
+            }
+        }
+    }
+
+    /// Caches the image of `page` (committed state, read under the page's
+    /// lock), evicting to make room: images first, by second chance.
+    pub fn insert_image(&self, page: cairn_storage::PageId, bytes: Arc<[u8]>) {
+        self.image_loads.fetch_add(1, Ordering::Relaxed);
+        let charge = bytes.len() + IMAGE_OVERHEAD_BYTES;
+        if charge > self.capacity_bytes {
+            return;
+        }
+        let mut st = self.lock();
+        self.drop_image(&mut st, page);
+        while st.bytes + charge > self.capacity_bytes {
+            let evicted = if !st.images.is_empty() {
+                self.evict_image(&mut st)
+            } else {
+                self.evict_one(&mut st)
+            };
+            if !evicted {
+                return;
+            }
+        }
+        st.bytes += charge;
+        st.images.insert(
+            page,
+            Image {
+                bytes,
+                referenced: false,
+                checked: Default::default(),
+            },
+        );
+        st.image_ring.push_back(page);
+        // Dropped and re-inserted images leave stale entries behind; keep
+        // the ring within a constant of the images it orders.
+        if st.image_ring.len() > 2 * st.images.len() + 64 {
+            let State { images, image_ring, .. } = &mut *st;
+            let mut seen = cairn_storage::fxhash::FxHashSet::default();
+            image_ring.retain(|p| images.contains_key(p) && seen.insert(*p));
+        }
+    }
+
+    fn drop_image(&self, st: &mut State, page: cairn_storage::PageId) -> bool {
+        match st.images.remove(&page) {
+            Some(img) => {
+                st.bytes -= img.bytes.len() + IMAGE_OVERHEAD_BYTES;
+                // Its place in the ring is skipped when the hand reaches it.
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn evict_image(&self, st: &mut State) -> bool {
+        // Each image is in the ring at least once; stale entries (dropped
+        // or re-inserted images) are skipped, so two passes always end.
+        let limit = 2 * st.image_ring.len() + 1;
+        for _ in 0..limit {
+            let Some(page) = st.image_ring.pop_front() else {
+                return false;
+            };
+            let Some(img) = st.images.get_mut(&page) else {
+                continue;
+            };
+            if img.referenced {
+                img.referenced = false;
+                st.image_ring.push_back(page);
+                continue;
+            }
+            self.drop_image(st, page);
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// Drops the image of `page`: a transaction changed it (called before
+    /// the change commits, while the page is still locked exclusively).
+    pub fn invalidate_image(&self, page: cairn_storage::PageId) {
+        let mut st = self.lock();
+        if self.drop_image(&mut st, page) {
+            self.invalidations.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Removes `oid` (a transaction changed or deleted it).
     pub fn invalidate(&self, oid: Oid) {
         let mut st = self.lock();
@@ -328,6 +480,9 @@ impl ObjectCache {
     /// image).
     pub fn invalidate_page(&self, page: cairn_storage::PageId) {
         let mut st = self.lock();
+        if self.drop_image(&mut st, page) {
+            self.invalidations.fetch_add(1, Ordering::Relaxed);
+        }
         let Some(slots) = st.by_page.get(&page).cloned() else {
             return;
         };
@@ -346,6 +501,11 @@ impl ObjectCache {
         }
         st.faulted_pages.clear();
         st.by_page.clear();
+        let pages: Vec<_> = st.images.keys().copied().collect();
+        for p in pages {
+            self.drop_image(&mut st, p);
+        }
+        st.image_ring.clear();
     }
 
     /// The counters.
@@ -363,6 +523,9 @@ impl ObjectCache {
             bytes: st.bytes as u64,
             index_hits: 0,
             index_misses: 0,
+            image_loads: self.image_loads.load(Ordering::Relaxed),
+            image_hits: self.image_hits.load(Ordering::Relaxed),
+            images: st.images.len() as u64,
         }
     }
 

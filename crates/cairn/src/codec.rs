@@ -246,7 +246,20 @@ pub enum Value {
 }
 
 /// A type that can be a field of a persistent object.
+///
+/// Besides encoding and decoding, every field type can be read in place
+/// (see [`crate::view`]): [`Field::check`] accepts exactly the bytes
+/// [`Field::decode`] accepts, without building the value, and then
+/// [`Field::skip`] and [`Field::view`] read them without checks — and
+/// without panicking or reading outside their slice on any bytes at all.
 pub trait Field: Sized {
+    /// The value read in place from its encoded bytes (`u32` for a `u32`,
+    /// `&str` for a `String`, a [`crate::view::SeqView`] for a `Vec`, the
+    /// generated `{Name}View` for a derived struct).
+    type View<'a>;
+    /// The number of bytes every encoding of this type takes, if that is
+    /// fixed (numbers, `bool`, `Ref`, structs of those).
+    const FIXED_SIZE: Option<usize> = None;
     /// The stored type, for the catalog.
     fn type_desc() -> TypeDesc;
     /// Appends the encoding.
@@ -255,6 +268,18 @@ pub trait Field: Sized {
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError>;
     /// Converts a value decoded with an older schema (same type descriptor).
     fn from_value(v: Value) -> Result<Self, DecodeError>;
+    /// Checks the value at the reader's position and steps over it: `Ok`
+    /// exactly when [`Field::decode`] would succeed there (with the same
+    /// error otherwise), but nothing is built or allocated.
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError>;
+    /// The number of bytes the value at the start of `b` takes. Exact on
+    /// bytes [`Field::check`] accepted; on any other bytes some number no
+    /// larger than `b.len()`. Never panics.
+    fn skip(b: &[u8]) -> usize;
+    /// The value at the start of `b`, read in place. Equal to what
+    /// [`Field::decode`] gives on bytes [`Field::check`] accepted; on any
+    /// other bytes some harmless value. Never panics.
+    fn view(b: &[u8]) -> Self::View<'_>;
 }
 
 /// A field of a stored schema version.
@@ -269,7 +294,7 @@ pub struct FieldDesc {
 }
 
 /// A persistent type: `#[derive(Persistent)]` implements it.
-pub trait Persistent: Sized + Send + Sync + 'static {
+pub trait Persistent: Field + Send + Sync + 'static {
     /// The type's name in the catalog (the struct's name).
     const NAME: &'static str;
     /// The names of the `#[cairn(index)]` fields, in declaration order: the

@@ -51,8 +51,18 @@ impl<T> FromIterator<T> for List<T> {
 }
 
 impl<T: Field> Field for List<T> {
+    type View<'a> = crate::view::SeqView<'a, T>;
     fn type_desc() -> TypeDesc {
         TypeDesc::Seq(Box::new(T::type_desc()))
+    }
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        crate::view::seq::check::<T>(r, "list", 1)
+    }
+    fn skip(b: &[u8]) -> usize {
+        crate::view::seq::skip::<T>(b)
+    }
+    fn view(b: &[u8]) -> crate::view::SeqView<'_, T> {
+        crate::view::SeqView::at(b)
     }
     fn encode(&self, w: &mut Writer) {
         w.put_len(self.0.len() as u64);
@@ -101,8 +111,20 @@ impl<T: Ord> DerefMut for Set<T> {
 }
 
 impl<T: Field + Ord> Field for Set<T> {
+    type View<'a> = crate::view::SeqView<'a, T>;
     fn type_desc() -> TypeDesc {
         TypeDesc::Set(Box::new(T::type_desc()))
+    }
+    /// Decodes to check the order of the elements (a set is rarely on the
+    /// hot path of a traversal).
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        Self::decode(r).map(|_| ())
+    }
+    fn skip(b: &[u8]) -> usize {
+        crate::view::seq::skip::<T>(b)
+    }
+    fn view(b: &[u8]) -> crate::view::SeqView<'_, T> {
+        crate::view::SeqView::at(b)
     }
     fn encode(&self, w: &mut Writer) {
         w.put_len(self.0.len() as u64);
@@ -155,8 +177,28 @@ impl<K: Ord, V> DerefMut for Map<K, V> {
 }
 
 impl<K: Field + Ord, V: Field> Field for Map<K, V> {
+    type View<'a> = crate::view::MapView<'a, K, V>;
     fn type_desc() -> TypeDesc {
         TypeDesc::Map(Box::new(K::type_desc()), Box::new(V::type_desc()))
+    }
+    /// Decodes to check the order of the keys.
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        Self::decode(r).map(|_| ())
+    }
+    fn skip(b: &[u8]) -> usize {
+        let (n, k) = crate::view::leb128(b);
+        let mut at = k;
+        for _ in 0..n {
+            if at >= b.len() {
+                break;
+            }
+            at += K::skip(crate::view::rest(b, at)).max(1);
+            at += V::skip(crate::view::rest(b, at)).max(1);
+        }
+        at.min(b.len())
+    }
+    fn view(b: &[u8]) -> crate::view::MapView<'_, K, V> {
+        crate::view::MapView::at(b)
     }
     fn encode(&self, w: &mut Writer) {
         w.put_len(self.0.len() as u64);

@@ -70,8 +70,23 @@ fn wrong_value(what: &str, expected: &str, v: &Value) -> DecodeError {
 }
 
 impl Field for bool {
+    type View<'a> = bool;
+    const FIXED_SIZE: Option<usize> = Some(1);
+
     fn type_desc() -> TypeDesc {
         TypeDesc::Bool
+    }
+
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        bool::decode(r).map(|_| ())
+    }
+
+    fn skip(b: &[u8]) -> usize {
+        b.len().min(1)
+    }
+
+    fn view(b: &[u8]) -> bool {
+        b.first() == Some(&1)
     }
 
     fn encode(&self, w: &mut Writer) {
@@ -106,8 +121,25 @@ impl Field for bool {
 macro_rules! int_field {
     ($($t:ty => $desc:ident, $variant:ident, $kind:literal;)*) => {$(
         impl Field for $t {
+            type View<'a> = $t;
+            const FIXED_SIZE: Option<usize> = Some(std::mem::size_of::<$t>());
+
             fn type_desc() -> TypeDesc {
                 TypeDesc::$desc
+            }
+
+            fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+                r.take(std::mem::size_of::<$t>(), stringify!($t)).map(|_| ())
+            }
+
+            #[inline]
+            fn skip(b: &[u8]) -> usize {
+                b.len().min(std::mem::size_of::<$t>())
+            }
+
+            #[inline]
+            fn view(b: &[u8]) -> $t {
+                <$t>::from_le_bytes(crate::view::le_bytes(b))
             }
 
             fn encode(&self, w: &mut Writer) {
@@ -142,8 +174,23 @@ int_field! {
 }
 
 impl Field for f32 {
+    type View<'a> = f32;
+    const FIXED_SIZE: Option<usize> = Some(4);
+
     fn type_desc() -> TypeDesc {
         TypeDesc::F32
+    }
+
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        r.take(4, "f32").map(|_| ())
+    }
+
+    fn skip(b: &[u8]) -> usize {
+        b.len().min(4)
+    }
+
+    fn view(b: &[u8]) -> f32 {
+        f32::from_le_bytes(crate::view::le_bytes(b))
     }
 
     fn encode(&self, w: &mut Writer) {
@@ -172,8 +219,23 @@ impl Field for f32 {
 }
 
 impl Field for f64 {
+    type View<'a> = f64;
+    const FIXED_SIZE: Option<usize> = Some(8);
+
     fn type_desc() -> TypeDesc {
         TypeDesc::F64
+    }
+
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        r.take(8, "f64").map(|_| ())
+    }
+
+    fn skip(b: &[u8]) -> usize {
+        b.len().min(8)
+    }
+
+    fn view(b: &[u8]) -> f64 {
+        f64::from_le_bytes(crate::view::le_bytes(b))
     }
 
     fn encode(&self, w: &mut Writer) {
@@ -193,8 +255,36 @@ impl Field for f64 {
 }
 
 impl Field for String {
+    type View<'a> = &'a str;
+
     fn type_desc() -> TypeDesc {
         TypeDesc::String
+    }
+
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        let n = r.get_count("string", 1)?;
+        let start = r.offset();
+        let bytes = r.take(n, "string")?;
+        std::str::from_utf8(bytes).map(|_| ()).map_err(|e| DecodeError {
+            what: "string".into(),
+            offset: start + e.valid_up_to(),
+            reason: "not UTF-8".into(),
+        })
+    }
+
+    #[inline]
+    fn skip(b: &[u8]) -> usize {
+        let (n, k) = crate::view::leb128(b);
+        usize::try_from(n).unwrap_or(usize::MAX).saturating_add(k).min(b.len())
+    }
+
+    #[inline]
+    fn view(b: &[u8]) -> &str {
+        let (n, k) = crate::view::leb128(b);
+        let end = usize::try_from(n).unwrap_or(usize::MAX).saturating_add(k).min(b.len());
+        // Checked when the view was made; checked again here rather than
+        // trusted, so that no bytes can make an invalid `&str`.
+        std::str::from_utf8(b.get(k..end).unwrap_or(&[])).unwrap_or("")
     }
 
     fn encode(&self, w: &mut Writer) {
@@ -225,8 +315,22 @@ impl Field for String {
 }
 
 impl<T: Field> Field for Vec<T> {
+    type View<'a> = crate::view::SeqView<'a, T>;
+
     fn type_desc() -> TypeDesc {
         TypeDesc::Seq(Box::new(T::type_desc()))
+    }
+
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        crate::view::seq::check::<T>(r, "sequence", min_encoded_size(&T::type_desc()))
+    }
+
+    fn skip(b: &[u8]) -> usize {
+        crate::view::seq::skip::<T>(b)
+    }
+
+    fn view(b: &[u8]) -> crate::view::SeqView<'_, T> {
+        crate::view::SeqView::at(b)
     }
 
     fn encode(&self, w: &mut Writer) {
@@ -256,8 +360,37 @@ impl<T: Field> Field for Vec<T> {
 }
 
 impl<T: Field> Field for Option<T> {
+    type View<'a> = Option<T::View<'a>>;
+
     fn type_desc() -> TypeDesc {
         TypeDesc::Option(Box::new(T::type_desc()))
+    }
+
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        let start = r.offset();
+        match r.take(1, "option tag")?[0] {
+            0 => Ok(()),
+            1 => T::check(r),
+            other => Err(DecodeError {
+                what: "option tag".into(),
+                offset: start,
+                reason: format!("tag {other} is neither 0 nor 1"),
+            }),
+        }
+    }
+
+    fn skip(b: &[u8]) -> usize {
+        match b.first() {
+            Some(1) => (1 + T::skip(crate::view::rest(b, 1))).min(b.len()),
+            _ => b.len().min(1),
+        }
+    }
+
+    fn view(b: &[u8]) -> Option<T::View<'_>> {
+        match b.first() {
+            Some(1) => Some(T::view(crate::view::rest(b, 1))),
+            _ => None,
+        }
     }
 
     fn encode(&self, w: &mut Writer) {

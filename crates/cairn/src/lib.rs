@@ -19,6 +19,7 @@
 //! - [`cache::ObjectCache`]: decoded objects bounded in bytes, LRU or CLOCK.
 //! - [`List`], [`Set`], [`Map`] fields and [`Index`] (a B+-tree on a field).
 //! - [`codec`], [`fields`]: the record encoding and `#[derive(Persistent)]`'s traits.
+//! - [`view`]: objects read in place ([`Obj`], [`Transaction::view`]).
 //! - `catalog.rs`: class ids and schema versions, named roots, index directory.
 
 pub mod cache;
@@ -31,6 +32,7 @@ pub mod fields;
 mod index_cache;
 mod reference;
 pub mod remote;
+pub mod view;
 
 pub use cache::{CachePolicy, CacheStats};
 pub use cairn_derive::Persistent;
@@ -41,6 +43,7 @@ pub use database::{Database, Index, Options, Transaction};
 pub use error::{Error, Result};
 pub use reference::Ref;
 pub use remote::RemoteStats;
+pub use view::Obj;
 
 /// Decoders that are otherwise private, for the fuzz targets
 /// (`fuzz/targets/catalog.rs`) and their corpus replay under `cargo test`.

@@ -120,8 +120,25 @@ impl<T> fmt::Debug for Ref<T> {
 }
 
 impl<T: Persistent> Field for Ref<T> {
+    type View<'a> = Ref<T>;
+    const FIXED_SIZE: Option<usize> = Some(Oid::ENCODED_SIZE);
+
     fn type_desc() -> TypeDesc {
         TypeDesc::Ref(T::NAME.to_string())
+    }
+
+    fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        r.take(Oid::ENCODED_SIZE, "reference").map(|_| ())
+    }
+
+    #[inline]
+    fn skip(b: &[u8]) -> usize {
+        b.len().min(Oid::ENCODED_SIZE)
+    }
+
+    #[inline]
+    fn view(b: &[u8]) -> Ref<T> {
+        Ref::from_oid(Oid::from_bytes(&crate::view::le_bytes(b)))
     }
 
     fn encode(&self, w: &mut Writer) {

@@ -13,6 +13,21 @@ on_every_backend!(
     concurrent_key_swaps_never_show_a_torn_index,
 );
 
+#[test]
+fn embedded_views_in_cached_page_images_never_show_stale_or_uncommitted_state() {
+    views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::Embedded);
+}
+
+/// Fails today, with `get` as with `view`: concurrent transactions of one
+/// page-server client can read a total that is off by one transfer. A
+/// defect of the page client's coherence between its own transactions,
+/// found by this test (2026-11-23, seventh session) and not fixed yet.
+#[test]
+#[ignore = "known defect: one page-server client's concurrent transactions can read stale state"]
+fn page_views_in_cached_page_images_never_show_stale_or_uncommitted_state() {
+    views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::Page);
+}
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -278,4 +293,88 @@ fn concurrent_key_swaps_never_show_a_torn_index(b: Backend) {
     }
     let s = db.cache_stats();
     assert!(s.index_hits > 0, "{s:?}");
+}
+
+/// Objects read in place come from page images kept across transactions:
+/// a writer moves amounts between items (the total stays the same) while
+/// readers view every item; a stale image or an uncommitted change would
+/// show another total.
+fn views_in_cached_page_images_never_show_stale_or_uncommitted_state(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = Arc::new(site.open(opts()));
+    const N: u32 = 300;
+    let refs = Arc::new(fill(&db, N));
+    let total: i64 = (0..i64::from(N)).sum();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds: u32 = std::env::var("CAIRN_VIEW_TRANSFERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let writer = {
+        let (db, refs) = (Arc::clone(&db), Arc::clone(&refs));
+        std::thread::spawn(move || {
+            let mut x: u64 = 777;
+            let mut done = 0;
+            while done < rounds {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let a = refs[(x >> 33) as usize % N as usize].clone();
+                let b = refs[(x >> 45) as usize % N as usize].clone();
+                if a == b {
+                    continue;
+                }
+                let r = (|| -> cairn::Result<()> {
+                    let mut tx = db.begin()?;
+                    tx.update(&a, |it| it.value -= 5)?;
+                    // The transaction's own change, read in place.
+                    let own = tx.view(&a)?;
+                    assert_eq!(own.get().value(), tx.get(&a)?.value);
+                    tx.update(&b, |it| it.value += 5)?;
+                    tx.commit()
+                })();
+                match r {
+                    Ok(()) => done += 1,
+                    Err(e) if e.is_retryable() => {}
+                    Err(e) => panic!("writer: {e}"),
+                }
+            }
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (db, stop, refs) = (Arc::clone(&db), Arc::clone(&stop), Arc::clone(&refs));
+            std::thread::spawn(move || {
+                let mut sums = 0u64;
+                while !stop.load(Ordering::Relaxed) || sums < 20 {
+                    let r = (|| -> cairn::Result<()> {
+                        let mut tx = db.begin()?;
+                        let mut sum = 0i64;
+                        for (k, r) in refs.iter().enumerate() {
+                            let o = tx.view(r)?;
+                            let v = o.get();
+                            assert_eq!(v.key(), k as u32);
+                            assert_eq!(v.label(), format!("item-{k}"));
+                            sum += v.value();
+                        }
+                        assert_eq!(sum, total, "views summed to another total");
+                        tx.commit()
+                    })();
+                    match r {
+                        Ok(()) => sums += 1,
+                        Err(e) if e.is_retryable() => {}
+                        Err(e) => panic!("reader: {e}"),
+                    }
+                }
+                sums
+            })
+        })
+        .collect();
+    writer.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() >= 20);
+    }
+    let s = db.cache_stats();
+    assert!(s.image_loads > 0 && s.image_hits > 0, "{s:?}");
+    assert!(s.invalidations > 0, "committed changes dropped no image: {s:?}");
 }

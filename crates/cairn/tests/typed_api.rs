@@ -14,6 +14,7 @@ on_every_backend!(
     a_reference_to_another_type_is_an_error_not_a_wrong_object,
     schema_evolution_adds_fields_with_defaults_and_refuses_the_rest,
     a_reference_kept_across_a_reopen_never_yields_another_object,
+    views_read_what_get_reads_and_follow_changes,
 );
 
 #[derive(Persistent, Debug, Clone, PartialEq)]
@@ -370,4 +371,70 @@ fn a_reference_kept_across_a_reopen_never_yields_another_object(b: Backend) {
     assert_eq!(tx.get(&b).unwrap().name, "b");
     assert_eq!(tx.get(&a).unwrap().name, "a", "the stale swizzle must not yield b");
     tx.commit().unwrap();
+}
+
+/// `view` reads every field in place as `get` decodes it, follows
+/// references the same way, sees the transaction's own changes and later
+/// transactions' commits, and reports a deleted object as `get` does.
+fn views_read_what_get_reads_and_follow_changes(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = site.open(opts(64 << 20, CachePolicy::Clock));
+    let parts = build(&db, 200);
+    let mut tx = db.begin().unwrap();
+    for r in &parts {
+        let owned = tx.get(r).unwrap();
+        let o = tx.view(r).unwrap();
+        assert_eq!(o.oid(), r.oid());
+        let v = o.get();
+        assert_eq!(
+            (v.id(), v.kind(), v.x(), v.y(), v.build()),
+            (owned.id, owned.kind.as_str(), owned.x, owned.y, owned.build)
+        );
+        let to: Vec<(Ref<Part>, String, i32)> = v
+            .to()
+            .iter()
+            .map(|c| (c.to(), c.kind().to_string(), c.length()))
+            .collect();
+        let owned_to: Vec<(Ref<Part>, String, i32)> = owned
+            .to
+            .iter()
+            .map(|c| (c.to.clone(), c.kind.clone(), c.length))
+            .collect();
+        assert_eq!(to, owned_to);
+        assert_eq!(v.from().iter().collect::<Vec<_>>(), owned.from.0);
+        assert_eq!(o.to_owned().unwrap(), *owned);
+        // The view of the next hop, through the reference read in place.
+        if let Some(c) = v.to().iter().next() {
+            assert_eq!(
+                tx.view(&c.to()).unwrap().get().id(),
+                tx.get(&owned.to[0].to).unwrap().id
+            );
+        }
+    }
+    // The transaction's own change, then a later transaction's view of it.
+    tx.update(&parts[3], |p| p.kind = "changed".into()).unwrap();
+    assert_eq!(tx.view(&parts[3]).unwrap().get().kind(), "changed");
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.view(&parts[3]).unwrap().get().kind(), "changed");
+    // Aborted: nothing of it is seen afterwards.
+    tx.update(&parts[4], |p| p.x = -44).unwrap();
+    assert_eq!(tx.view(&parts[4]).unwrap().get().x(), -44);
+    tx.abort().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.view(&parts[4]).unwrap().get().x(), 4);
+    tx.delete(&parts[9]).unwrap();
+    assert!(matches!(tx.view(&parts[9]), Err(Error::NotFound { .. })));
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert!(matches!(tx.view(&parts[9]), Err(Error::NotFound { .. })));
+    // A reference to another type is refused, as by `get`.
+    let wrong: Ref<Connection> = parts[10].cast();
+    assert!(matches!(tx.view(&wrong), Err(Error::WrongType { .. })));
+    tx.commit().unwrap();
+    let s = db.cache_stats();
+    assert!(s.image_loads > 0 && s.image_hits > 0, "{s:?}");
+    db.close().unwrap();
+    site.check();
 }

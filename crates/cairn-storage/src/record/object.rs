@@ -319,6 +319,39 @@ pub fn page_objects<S: ObjectSpace>(s: &mut S, page: PageId, mut f: impl FnMut(O
     })?
 }
 
+/// A copy of `page` as it reads now, if it is an object (slotted) page in
+/// use: the image a client keeps to read objects in place
+/// ([`home_record`] finds one in it). `None` for any other page.
+pub fn page_image<S: ObjectSpace>(s: &mut S, page: PageId) -> Result<Option<std::sync::Arc<[u8]>>> {
+    if !s.is_page_in_use(page)? {
+        return Ok(None);
+    }
+    s.read(page, |b| {
+        (page::page_type(b) == Some(PageType::Slotted)).then(|| std::sync::Arc::from(b))
+    })
+}
+
+/// Where `oid`'s bytes are in `image` (an image of its home page from
+/// [`page_image`]), if it is a small object stored whole in its home slot.
+/// `Ok(None)` for anything else (moved, padded, large or missing: read
+/// those through [`read`], which says which); a damaged slot directory is
+/// [`Error::Corrupt`] naming the page.
+pub fn home_record(image: &[u8], oid: Oid) -> Result<Option<std::ops::Range<usize>>> {
+    if page::page_type(image) != Some(PageType::Slotted) {
+        return Ok(None);
+    }
+    Ok(match slotted::get(image, oid.slot)? {
+        Some(r) if r.uniq == oid.uniq && r.kind == KIND_SMALL => {
+            // `r.data` is a sub-slice of `image`: its offset is the
+            // difference of their addresses.
+            let start = (r.data.as_ptr() as usize).wrapping_sub(image.as_ptr() as usize);
+            let end = start.saturating_add(r.data.len());
+            (end <= image.len()).then_some(start..end)
+        }
+        _ => None,
+    })
+}
+
 /// True if `oid` names a live object.
 pub fn exists<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<bool> {
     match locate(s, oid) {

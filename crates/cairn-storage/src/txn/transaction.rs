@@ -312,6 +312,12 @@ impl Txn {
         self.run(|t| object::page_objects(t, page, f))
     }
 
+    /// A copy of object page `page` as this transaction reads it (see
+    /// [`object::page_image`]); the caller holds the page's lock.
+    pub fn page_image(&mut self, page: PageId) -> Result<Option<std::sync::Arc<[u8]>>> {
+        self.run(|t| object::page_image(t, page))
+    }
+
     /// True if this transaction holds a private (changed) copy of `page`:
     /// what it reads there is not committed state.
     pub fn has_private_copy(&self, page: PageId) -> bool {

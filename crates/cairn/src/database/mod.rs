@@ -31,7 +31,7 @@ use cairn_storage::btree::{BTree, Direction};
 use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, Txn};
 
-use crate::cache::{CachePolicy, CacheStats, CachedObject, ObjectCache};
+use crate::cache::{CachePolicy, CacheStats, CachedObject, CheckedRecord, ObjectCache};
 use crate::catalog::{self, Catalog, ClassInfo, Meta};
 
 mod classes;
@@ -336,6 +336,7 @@ impl Inner {
             txn: self.db.begin()?,
             overlay: cairn_storage::fxhash::FxHashMap::default(),
             local: Vec::new(),
+            viewed: Default::default(),
             local_hits: 0,
             index_roots: HashMap::new(),
             classes: Vec::new(),
@@ -458,6 +459,11 @@ pub struct Transaction<'db> {
     local: Vec<Option<(u32, Oid, CachedObject)>>,
     /// Hits answered from `local`, added to the cache's counters in batches.
     local_hits: u64,
+    /// Objects this transaction has viewed in a page image, by OID: their
+    /// class id, the image and the checked range of their fields. Viewing
+    /// one again takes no lock (held already) and no check. Entries go when
+    /// the transaction changes or deletes the object.
+    viewed: cairn_storage::fxhash::FxHashMap<Oid, Viewed>,
     /// Index trees this transaction looked up or created; they join the
     /// database's table when it commits (a tree created by a transaction
     /// that aborts must not be remembered).
@@ -490,6 +496,10 @@ impl std::fmt::Debug for Transaction<'_> {
         f.debug_struct("Transaction").field("txn", &self.txn.id()).finish()
     }
 }
+
+/// An object a transaction viewed in a page image: its class id, the image,
+/// and the checked range of its fields there.
+type Viewed = (u32, Arc<[u8]>, std::ops::Range<usize>);
 
 /// Bytes of a record's header: class id (u32) and schema version (u16).
 const HEADER_SIZE: usize = 6;
@@ -590,6 +600,15 @@ fn malformed(tree: &cairn_storage::btree::BTree, field: &str) -> Error {
         page: tree.root(),
         reason: format!("index on {field} holds a malformed OID"),
     }
+}
+
+/// A view of `value` through a copy of its encoding (current schema).
+fn copy_of<T: Persistent>(oid: Oid, value: &T) -> Result<crate::view::Obj<T>> {
+    let mut w = crate::codec::Writer::new();
+    value.encode_fields(&mut w);
+    let bytes: Arc<[u8]> = w.into_bytes().into();
+    let len = bytes.len();
+    crate::view::Obj::new(bytes, 0..len, oid).map_err(|source| Error::Decode { oid, source })
 }
 
 fn downcast<T: Persistent>(oid: Oid, obj: CachedObject) -> Result<Arc<T>> {
@@ -873,6 +892,83 @@ impl<'db> Transaction<'db> {
         Ok(value)
     }
 
+    /// Reads an object in place: its fields are read straight from the
+    /// bytes of its page, with no decoding and no allocation (see
+    /// [`crate::view`]). `view(&r)?.get()` has one method per field, named
+    /// like the field: numbers, `&str` for strings, `Ref`s, sequences of
+    /// views for `Vec` and `List`, the view of a nested struct.
+    ///
+    /// The bytes are an image of the object's page kept in the client's
+    /// cache (copied from the buffer pool, or from the server, the first
+    /// time a page is viewed; shared by every transaction until the page
+    /// changes), or a copy of the object when it cannot be read in its
+    /// page: changed by this transaction, moved, large, or written with an
+    /// older schema version. Locks as [`Transaction::get`] does (the home
+    /// page, shared). The record is checked when the view is made: damaged
+    /// bytes are an error naming the object (and so its page) here, and
+    /// the accessors never fail afterwards.
+    pub fn view<T: Persistent>(&mut self, r: &Ref<T>) -> Result<crate::view::Obj<T>> {
+        let oid = r.oid();
+        if !self.overlay.is_empty() {
+            if let Some(o) = self.overlay.get(&oid) {
+                let value = downcast::<T>(oid, o.clone())?;
+                return copy_of(oid, &*value);
+            }
+        }
+        let c = self.class_of::<T>()?;
+        if let Some((class, bytes, rec)) = self.viewed.get(&oid) {
+            if *class == c.id {
+                return Ok(crate::view::Obj::checked(Arc::clone(bytes), rec.clone(), oid));
+            }
+        }
+        self.txn.lock_page(oid.page, false)?;
+        if !self.txn.has_private_copy(oid.page) {
+            let cache = &self.inner.cache;
+            let (image, checked) = match cache.image(oid) {
+                Some((image, checked)) => (Some(image), checked),
+                None => {
+                    let image = self.txn.page_image(oid.page)?;
+                    if let Some(image) = &image {
+                        cache.insert_image(oid.page, Arc::clone(image));
+                    }
+                    (image, None)
+                }
+            };
+            if let Some(image) = image {
+                if let Some(rec) = checked.filter(|r| r.class == c.id && r.version == c.version) {
+                    let range = rec.start as usize..rec.end as usize;
+                    self.viewed.insert(oid, (c.id, Arc::clone(&image), range.clone()));
+                    return Ok(crate::view::Obj::checked(image, range, oid));
+                }
+                let at = cairn_storage::record::object::home_record(&image, oid)?;
+                if let Some(at) = at {
+                    if image.get(at.start..at.start + HEADER_SIZE) == Some(&header(c)[..]) {
+                        self.inner.check_len(oid, at.len() as u64)?;
+                        let range = at.start + HEADER_SIZE..at.end;
+                        let obj = crate::view::Obj::new(Arc::clone(&image), range.clone(), oid)
+                            .map_err(|source| Error::Decode { oid, source })?;
+                        if let (Ok(start), Ok(end)) = (u32::try_from(range.start), u32::try_from(range.end)) {
+                            let rec = CheckedRecord {
+                                class: c.id,
+                                version: c.version,
+                                start,
+                                end,
+                            };
+                            cache.note_checked(oid, &image, rec);
+                        }
+                        self.viewed.insert(oid, (c.id, image, range));
+                        return Ok(obj);
+                    }
+                }
+            }
+        }
+        // Changed by this transaction, moved, large, older schema, of
+        // another class or missing: the owned path says which, and its
+        // value is viewed through a copy.
+        let (value, _) = self.fetch::<T>(oid)?;
+        copy_of(oid, &value)
+    }
+
     /// Decodes and caches the other objects of class `c` on `faulted`'s
     /// page, which this transaction has locked and not changed (so the page
     /// holds committed state). An object that does not decode is left to
@@ -969,6 +1065,7 @@ impl<'db> Transaction<'db> {
         let c = self.writable_class_of::<T>()?;
         let bytes = self.inner.encode(c, &value)?;
         self.inner.cache.invalidate(oid);
+        self.viewed.remove(&oid);
         self.txn.update(oid, &bytes)?;
         let new_keys = value.index_keys();
         for ((field, old), (_, new)) in old_keys.iter().zip(new_keys.iter()) {
@@ -991,6 +1088,7 @@ impl<'db> Transaction<'db> {
         self.txn.lock_page(oid.page, true)?;
         let old: T = self.load_owned(oid)?;
         self.inner.cache.invalidate(oid);
+        self.viewed.remove(&oid);
         for (field, key) in old.index_keys() {
             if let Some(tree) = self.index_tree::<T>(field, false)? {
                 self.change_tree(&tree, |t, a| t.delete(a, &key, Some(&oid.to_bytes())).map(|_| ()))?;
@@ -1096,6 +1194,11 @@ impl<'db> Transaction<'db> {
         self.flush_hits();
         let roots = std::mem::take(&mut self.index_roots);
         let changed = self.catalog.take();
+        // Page images of what this transaction changed go before its
+        // exclusive locks do, so no other transaction can read them stale.
+        for page in self.txn.changed_pages() {
+            self.inner.cache.invalidate_image(page);
+        }
         self.txn.commit()?;
         if let Some(cat) = changed {
             // Committed: the session's catalog becomes this one, unless a
