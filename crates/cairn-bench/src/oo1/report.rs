@@ -174,6 +174,7 @@ fn fmt_counters(c: &BTreeMap<String, f64>) -> String {
     };
     add("obj faults", "object_faults", false);
     add("obj hit", "object_hit_rate", true);
+    add("image loads", "image_loads", false);
     add("page reads", "page_reads", false);
     add("page hit", "page_hit_rate", true);
     add("fsyncs", "fsyncs", false);

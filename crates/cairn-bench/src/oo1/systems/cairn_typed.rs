@@ -10,16 +10,15 @@
 //! [`Index`] on `id` for lookups. Parts are created in id order in one group,
 //! so the paper's locality by id becomes locality on pages.
 //!
-//! - **lookup**: `find` on the index, then `get` on the reference.
-//! - **traversal / reverse**: the start part through the index, then `get`
-//!   on the `Ref`s held by the cached parts (swizzled after the first visit).
+//! - **lookup**: `find` on the index, then `view` on the reference: the
+//!   part read in place in its page image, no decode (`cairn::view`).
+//! - **traversal / reverse**: the start part through the index, then `view`
+//!   on the `Ref`s read in place from each part.
 //! - **insert**: one transaction: each new part is `create`d (the index is
 //!   updated by `create`), its targets found through the index and their
 //!   `from` lists updated; `commit` makes it durable.
 //!
 //! Each run is one transaction.
-
-use std::sync::Arc;
 
 use cairn::{Database, Index, List, Options, Persistent, Ref, Transaction};
 
@@ -144,22 +143,24 @@ fn find(system: &str, tx: &mut Transaction<'_>, id: u32) -> Result<Ref<Part>> {
 }
 
 fn forward(tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, v: &mut Visits) -> Result<()> {
-    let p: Arc<Part> = tx.get(r)?;
-    v.visit(p.x, p.y, &p.kind);
+    let o = tx.view(r)?;
+    let p = o.get();
+    v.visit(p.x(), p.y(), p.kind());
     if hops > 0 {
-        for c in &p.to {
-            forward(tx, &c.to, hops - 1, v)?;
+        for c in p.to() {
+            forward(tx, &c.to(), hops - 1, v)?;
         }
     }
     Ok(())
 }
 
 fn backward(tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, v: &mut Visits) -> Result<()> {
-    let p: Arc<Part> = tx.get(r)?;
-    v.visit(p.x, p.y, &p.kind);
+    let o = tx.view(r)?;
+    let p = o.get();
+    v.visit(p.x(), p.y(), p.kind());
     if hops > 0 {
-        for f in p.from.iter() {
-            backward(tx, f, hops - 1, v)?;
+        for f in p.from() {
+            backward(tx, &f, hops - 1, v)?;
         }
     }
     Ok(())
@@ -265,8 +266,9 @@ impl<D: Deployment> System for Cairn<D> {
         let mut v = Visits::default();
         for &id in ids {
             let r = find(D::NAME, &mut tx, id)?;
-            let p = tx.get(&r)?;
-            v.visit(p.x, p.y, &p.kind);
+            let o = tx.view(&r)?;
+            let p = o.get();
+            v.visit(p.x(), p.y(), p.kind());
         }
         tx.commit()?;
         Ok(v)
@@ -387,6 +389,8 @@ impl<D: Deployment> System for Cairn<D> {
             let cache = db.cache_stats();
             c.set("object_faults", cache.faults)
                 .set("object_hits", cache.hits)
+                .set("image_loads", cache.image_loads)
+                .set("image_hits", cache.image_hits)
                 .set("index_hits", cache.index_hits)
                 .set("index_misses", cache.index_misses);
             if let Some(st) = db.storage().map(|s| s.stats()) {
