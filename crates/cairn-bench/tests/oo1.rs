@@ -131,6 +131,7 @@ fn the_page_server_ships_pages_and_leaves_a_database_embedded_cairn_opens() {
     );
     assert!(warm["cache_hits"] > 0, "{warm:?}");
     assert_eq!(warm["object_faults"], 0, "{warm:?}");
+    assert_eq!(warm["image_loads"], 0, "a warm rerun finds every page image cached: {warm:?}");
     // SIGTERM made the server checkpoint and exit: the directory opens
     // embedded, holding the generated graph.
     page.close().unwrap();
@@ -186,8 +187,8 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
     }
     let cold_lookup = &cairn.runs[0].1[0];
     assert!(
-        cold_lookup.counters.0["object_faults"] > 0,
-        "a cold run faults objects in"
+        cold_lookup.counters.0["image_loads"] > 0,
+        "a cold run brings page images in to read parts in place"
     );
     let page = report.results.iter().find(|r| r.system == "cairn-page").unwrap();
     // A hot run needs no page it has not just used: under callback rights

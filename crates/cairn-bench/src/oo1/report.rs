@@ -401,8 +401,8 @@ fn page_targets(rows: &[Row]) -> Vec<Target> {
             met: trips <= pages + 2.0,
             text: format!(
                 "{me} cold traversal: round trips ≤ distinct pages + begin and end: {trips:.0} round trips, \
-                 {pages:.0} pages, {:.0} objects faulted",
-                count(r, "object_faults")
+                 {pages:.0} pages, {:.0} page images loaded",
+                count(r, "image_loads")
             ),
         });
     }
