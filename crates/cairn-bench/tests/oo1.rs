@@ -131,7 +131,10 @@ fn the_page_server_ships_pages_and_leaves_a_database_embedded_cairn_opens() {
     );
     assert!(warm["cache_hits"] > 0, "{warm:?}");
     assert_eq!(warm["object_faults"], 0, "{warm:?}");
-    assert_eq!(warm["image_loads"], 0, "a warm rerun finds every page image cached: {warm:?}");
+    assert_eq!(
+        warm["image_loads"], 0,
+        "a warm rerun finds every page image cached: {warm:?}"
+    );
     // SIGTERM made the server checkpoint and exit: the directory opens
     // embedded, holding the generated graph.
     page.close().unwrap();
@@ -159,7 +162,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         ..Oo1Config::default()
     })
     .unwrap();
-    assert_eq!(report.results.len(), 4);
+    assert_eq!(report.results.len(), 5);
     for r in &report.results {
         assert_eq!(r.check, report.check, "{}", r.system);
         assert_eq!(r.runs.len(), 4);
@@ -170,8 +173,8 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             }
         }
     }
-    // 4 systems × (4 measures × cold and warm + 3 read measures hot).
-    assert_eq!(report.rows.len(), 44);
+    // 5 systems × (4 measures × cold and warm + 3 read measures hot).
+    assert_eq!(report.rows.len(), 55);
     for r in &report.results {
         assert_eq!(r.hot.len(), 3, "{}: every read measure has a hot run", r.system);
         assert!(r
@@ -223,6 +226,11 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         "the page server's counters are in the table"
     );
     assert!(table.contains("× embedded"));
+    assert!(table.contains("× lmdb"));
+    assert!(
+        table.contains("no slower than lmdb"),
+        "the LMDB target lines are reported"
+    );
     assert!(table.contains(&report.check.line()));
     assert!(table.contains("identical for every system"));
     for m in ["lookup", "traversal", "reverse_traversal", "insert"] {
@@ -230,7 +238,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
     }
     let json = report.json();
     assert_eq!(json["benchmark"], "oo1");
-    assert_eq!(json["results"].as_array().unwrap().len(), 44);
+    assert_eq!(json["results"].as_array().unwrap().len(), 55);
     assert!(table.contains(" hot "), "hot rows in the table");
     assert_eq!(json["systems"][0]["system"], "cairn-embedded");
     assert!(json.get("concurrency").is_none(), "no --clients, no concurrency key");

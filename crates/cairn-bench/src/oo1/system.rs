@@ -1,6 +1,6 @@
 //! The seam between the OO1 workloads and the systems under test: one trait,
 //! [`System`], that every system implements (Cairn embedded and its page-server
-//! client, the in-memory floor, SQLite today; Cairn's object and file server
+//! client, the in-memory floor, SQLite and LMDB today; Cairn's object and file server
 //! clients later),
 //! so the workloads, timing and report never change when a system is added.
 //!
@@ -29,6 +29,9 @@ pub enum Error {
     /// SQLite failed.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// LMDB (through `heed`) failed.
+    #[error("lmdb: {0}")]
+    Lmdb(#[from] heed::Error),
     /// A file operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -127,7 +130,7 @@ impl Counters {
 /// part by id through an index (B+-tree or hash), never by arithmetic on the
 /// id, and must follow connections both ways without a scan.
 pub trait System {
-    /// The name in reports: `cairn-embedded`, `cairn-page`, `in-memory`, `sqlite`, ….
+    /// The name in reports: `cairn-embedded`, `cairn-page`, `in-memory`, `sqlite`, `lmdb`, ….
     fn name(&self) -> &'static str;
 
     /// Creates the database from `graph` and leaves it open. The harness
@@ -186,6 +189,23 @@ pub fn dir_size_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// The calling thread's major page faults so far (`getrusage`): reads of a
+/// memory-mapped file that waited for the disk. A system that reads its
+/// files through a map (LMDB, SQLite with `mmap_size`) reports them as
+/// `major_faults`; one fault may bring in many pages (the kernel reads
+/// ahead).
+pub fn major_faults() -> u64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` is a valid, writable `rusage` for the duration of the call.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr()) };
+    if rc != 0 {
+        return 0;
+    }
+    // SAFETY: getrusage succeeded, so it filled `ru` (which was zeroed before).
+    let ru = unsafe { ru.assume_init() };
+    ru.ru_majflt.max(0) as u64
+}
+
 /// Evicts every file under `dir` from the operating system's page cache:
 /// writes back whatever is dirty, then `posix_fadvise(POSIX_FADV_DONTNEED)`.
 /// Call it with the database closed.
@@ -202,7 +222,12 @@ pub fn evict_os_cache(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn evict_file(path: &Path) -> Result<()> {
+/// Evicts one file from the operating system's page cache (see
+/// [`evict_os_cache`]). It opens and closes the file, and closing a
+/// descriptor releases every POSIX (`fcntl`) lock this process holds on the
+/// file: call it on a file of an open database only if the database holds
+/// no such lock on that file.
+pub fn evict_file(path: &Path) -> Result<()> {
     use std::os::fd::AsRawFd;
     let f = match std::fs::OpenOptions::new().read(true).write(true).open(path) {
         Ok(f) => f,

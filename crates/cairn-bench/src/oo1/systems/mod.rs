@@ -6,6 +6,7 @@
 pub mod cairn_embedded;
 pub mod cairn_page;
 pub mod cairn_typed;
+pub mod lmdb;
 pub mod memory;
 pub mod sqlite;
 
@@ -14,7 +15,7 @@ use std::path::Path;
 use super::system::{Error, Result, System};
 
 /// Every system's name, in report order.
-pub const ALL: [&str; 4] = ["cairn-embedded", "cairn-page", "in-memory", "sqlite"];
+pub const ALL: [&str; 5] = ["cairn-embedded", "cairn-page", "in-memory", "sqlite", "lmdb"];
 
 /// The system called `name`, keeping its files under `scratch`. `cairn_exe`
 /// is the `cairn` binary a server system starts as `cairn serve`.
@@ -38,6 +39,7 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
         }
         "in-memory" => Ok(Box::new(memory::InMemory::new())),
         "sqlite" => Ok(Box::new(sqlite::Sqlite::new(scratch.join("sqlite")))),
+        "lmdb" => Ok(Box::new(lmdb::Lmdb::new(scratch.join("lmdb")))),
         other => Err(Error::InvalidArgument(format!(
             "unknown system {other:?}; the systems are {}",
             ALL.join(", ")
