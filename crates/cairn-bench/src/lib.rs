@@ -4,5 +4,6 @@
 
 pub mod commit;
 pub mod oo1;
+pub mod oo7;
 pub mod refs;
 pub mod rpc;
