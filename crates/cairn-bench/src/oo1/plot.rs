@@ -14,11 +14,13 @@ use super::workload::Measure;
 const COLD: RGBColor = RGBColor(0x4c, 0x72, 0xb0);
 const WARM: RGBColor = RGBColor(0xdd, 0x84, 0x52);
 
-fn plot_err(e: impl std::fmt::Display) -> Error {
+/// A plotting error as the benchmark's error.
+pub(crate) fn plot_err(e: impl std::fmt::Display) -> Error {
     Error::Plot(e.to_string())
 }
 
-fn register_font() -> Result<()> {
+/// Registers the embedded font once per process.
+pub(crate) fn register_font() -> Result<()> {
     static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let ok = *ONCE.get_or_init(|| {
         plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular()).is_ok()

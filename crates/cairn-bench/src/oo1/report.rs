@@ -140,7 +140,8 @@ fn ratio(rows: &[Row], r: &Row, base: &str) -> Option<f64> {
     (b.median_ms > 0.0).then(|| r.median_ms / b.median_ms)
 }
 
-fn fmt_ms(x: f64) -> String {
+/// Milliseconds with three significant figures or so.
+pub(crate) fn fmt_ms(x: f64) -> String {
     if x >= 100.0 {
         format!("{x:.1}")
     } else if x >= 1.0 {
@@ -150,7 +151,8 @@ fn fmt_ms(x: f64) -> String {
     }
 }
 
-fn fmt_bytes(b: Option<u64>) -> String {
+/// A size in MiB or KiB, `-` when unknown.
+pub(crate) fn fmt_bytes(b: Option<u64>) -> String {
     match b {
         None => "-".into(),
         Some(b) if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / f64::from(1 << 20)),

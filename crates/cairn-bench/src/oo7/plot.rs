@@ -14,6 +14,7 @@ use super::report::Row;
 use super::run::Phase;
 use super::strategy::Strategy;
 use super::traverse::Traversal;
+use crate::oo1::plot::{plot_err, register_font};
 use crate::oo1::system::{Error, Result};
 
 /// One colour per strategy, in [`Strategy::ALL`] order.
@@ -25,22 +26,6 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(0x81, 0x72, 0xb2),
     RGBColor(0xc4, 0x4e, 0x52),
 ];
-
-fn plot_err(e: impl std::fmt::Display) -> Error {
-    Error::Plot(e.to_string())
-}
-
-fn register_font() -> Result<()> {
-    static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let ok = *ONCE.get_or_init(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular()).is_ok()
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Plot("the embedded font did not load".into()))
-    }
-}
 
 fn color(s: Strategy) -> RGBColor {
     let i = Strategy::ALL.iter().position(|&x| x == s).unwrap_or(0);

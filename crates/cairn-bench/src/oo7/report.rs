@@ -15,6 +15,7 @@ use super::findings::Finding;
 use super::run::{Oo7Config, Phase, Point, Sweep};
 use super::strategy::{Strategy, OBJECT_CACHE_BYTES};
 use super::traverse::Traversal;
+use crate::oo1::report::{fmt_bytes, fmt_ms};
 use crate::oo1::Machine;
 
 /// Bytes per page (Cairn's default page size, which the benchmark uses).
@@ -150,23 +151,6 @@ pub fn min_space_time(
             .map(Row::space_time)
             .fold(None, |m, x| Some(m.map_or(x, |m: f64| m.min(x))))
     })
-}
-
-fn fmt_ms(x: f64) -> String {
-    if x >= 100.0 {
-        format!("{x:.1}")
-    } else if x >= 1.0 {
-        format!("{x:.2}")
-    } else {
-        format!("{x:.3}")
-    }
-}
-
-fn fmt_bytes(b: Option<u64>) -> String {
-    match b {
-        None => "-".into(),
-        Some(b) => format!("{:.1} MiB", b as f64 / f64::from(1 << 20)),
-    }
 }
 
 fn fmt_opt(x: Option<f64>) -> String {

@@ -35,6 +35,7 @@ use crate::cache::{CachePolicy, CacheStats, CachedObject, CheckedRecord, ObjectC
 use crate::catalog::{self, Catalog, ClassInfo, Meta};
 
 mod classes;
+mod read;
 use crate::codec::{decode_value, Persistent, Reader, TypeDesc, Writer};
 use crate::error::{Error, Result};
 use crate::fields::IndexKey;
@@ -463,7 +464,7 @@ pub struct Transaction<'db> {
     /// class id, the image and the checked range of their fields. Viewing
     /// one again takes no lock (held already) and no check. Entries go when
     /// the transaction changes or deletes the object.
-    viewed: cairn_storage::fxhash::FxHashMap<Oid, Viewed>,
+    viewed: cairn_storage::fxhash::FxHashMap<Oid, read::Viewed>,
     /// Index trees this transaction looked up or created; they join the
     /// database's table when it commits (a tree created by a transaction
     /// that aborts must not be remembered).
@@ -496,10 +497,6 @@ impl std::fmt::Debug for Transaction<'_> {
         f.debug_struct("Transaction").field("txn", &self.txn.id()).finish()
     }
 }
-
-/// An object a transaction viewed in a page image: its class id, the image,
-/// and the checked range of its fields there.
-type Viewed = (u32, Arc<[u8]>, std::ops::Range<usize>);
 
 /// Bytes of a record's header: class id (u32) and schema version (u16).
 const HEADER_SIZE: usize = 6;
@@ -600,23 +597,6 @@ fn malformed(tree: &cairn_storage::btree::BTree, field: &str) -> Error {
         page: tree.root(),
         reason: format!("index on {field} holds a malformed OID"),
     }
-}
-
-/// A view of `value` through a copy of its encoding (current schema).
-fn copy_of<T: Persistent>(oid: Oid, value: &T) -> Result<crate::view::Obj<T>> {
-    let mut w = crate::codec::Writer::new();
-    value.encode_fields(&mut w);
-    let bytes: Arc<[u8]> = w.into_bytes().into();
-    let len = bytes.len();
-    crate::view::Obj::new(bytes, 0..len, oid).map_err(|source| Error::Decode { oid, source })
-}
-
-fn downcast<T: Persistent>(oid: Oid, obj: CachedObject) -> Result<Arc<T>> {
-    obj.downcast::<T>().map_err(|_| Error::WrongType {
-        oid,
-        expected: T::NAME.into(),
-        found: "another type (cached)".into(),
-    })
 }
 
 impl<'db> Transaction<'db> {
@@ -805,242 +785,6 @@ impl<'db> Transaction<'db> {
             self.index_roots.insert(key, t);
         }
         Ok(tree)
-    }
-
-    /// Says which references the transaction is about to follow, so their
-    /// pages are locked and fetched together: against a server, the pages
-    /// not yet cached go in one request (several pages a round trip, every
-    /// request in flight at once) instead of one round trip each as each
-    /// reference is followed. A traversal calls it with an object's
-    /// references before it visits them. Embedded it does nothing: there is
-    /// no round trip to save. What it takes is what following the
-    /// references would take (a shared lock on each home page, to the end
-    /// of the transaction), so a reference prefetched and then not followed
-    /// only holds that lock longer; a dangling reference is reported when
-    /// followed, not here.
-    pub fn prefetch<'r, T: Persistent + 'r>(&mut self, refs: impl IntoIterator<Item = &'r Ref<T>>) -> Result<()> {
-        if matches!(self.inner.db, Store::Embedded(_)) {
-            return Ok(());
-        }
-        let pages: Vec<cairn_storage::PageId> = refs.into_iter().map(|r| r.oid().page).collect();
-        self.txn.prefetch_pages(&pages)?;
-        Ok(())
-    }
-
-    /// Follows a reference: the object, from this transaction's changes, the
-    /// cache (through the swizzled reference when it is still valid), or the
-    /// store (a fault, which caches it and swizzles the reference).
-    pub fn get<T: Persistent>(&mut self, r: &Ref<T>) -> Result<Arc<T>> {
-        let oid = r.oid();
-        if !self.overlay.is_empty() {
-            if let Some(o) = self.overlay.get(&oid) {
-                return downcast(oid, o.clone());
-            }
-        }
-        let swizzle = r.swizzled();
-        if let Some((slot, gen)) = swizzle {
-            // Fast path: already fetched by this transaction.
-            // The OID is compared too: a reference may carry a swizzle from
-            // another database instance (kept across a reopen), whose slot
-            // numbers mean nothing here.
-            if let Some(Some((g, o, obj))) = self.local.get(slot as usize) {
-                if *g == gen && *o == oid {
-                    let obj = obj.clone();
-                    self.local_hits += 1;
-                    if self.local_hits >= 4096 {
-                        self.flush_hits();
-                    }
-                    return downcast(oid, obj);
-                }
-            }
-        }
-        let me = self.txn.id().0;
-        let cache = &self.inner.cache;
-        if let Some((slot, gen)) = swizzle {
-            if let Some(hit) = cache.get_slot(slot, gen, oid) {
-                if hit.last_txn != me {
-                    // Lock first, then trust the cache: a writer removes the
-                    // object under its exclusive lock.
-                    self.txn.lock_page(oid.page, false)?;
-                }
-                if let Some(hit) = cache.get_slot(slot, gen, oid) {
-                    cache.set_last_txn(slot, gen, me);
-                    self.remember(slot, gen, oid, &hit.obj);
-                    return downcast(oid, hit.obj);
-                }
-            }
-            r.unswizzle();
-        }
-        self.txn.lock_page(oid.page, false)?;
-        if let Some(hit) = cache.lookup(oid, me) {
-            r.swizzle(hit.slot, hit.gen);
-            cache.note_swizzle();
-            self.remember(hit.slot, hit.gen, oid, &hit.obj);
-            return downcast(oid, hit.obj);
-        }
-        let (value, len) = self.fetch::<T>(oid)?;
-        let value: Arc<T> = Arc::new(value);
-        let obj: CachedObject = value.clone();
-        let (slot, gen) = cache.insert(oid, obj.clone(), len, me);
-        r.swizzle(slot, gen);
-        cache.note_swizzle();
-        self.remember(slot, gen, oid, &obj);
-        if self.inner.fault_whole_pages && cache.refaulted(oid.page, me) && !self.txn.has_private_copy(oid.page) {
-            let c = self.class_of::<T>()?;
-            self.prefetch_page::<T>(c, oid)?;
-        }
-        Ok(value)
-    }
-
-    /// Reads an object in place: its fields are read straight from the
-    /// bytes of its page, with no decoding and no allocation (see
-    /// [`crate::view`]). `view(&r)?.get()` has one method per field, named
-    /// like the field: numbers, `&str` for strings, `Ref`s, sequences of
-    /// views for `Vec` and `List`, the view of a nested struct.
-    ///
-    /// The bytes are an image of the object's page kept in the client's
-    /// cache (copied from the buffer pool, or from the server, the first
-    /// time a page is viewed; shared by every transaction until the page
-    /// changes), or a copy of the object when it cannot be read in its
-    /// page: changed by this transaction, moved, large, or written with an
-    /// older schema version. Locks as [`Transaction::get`] does (the home
-    /// page, shared). The record is checked when the view is made: damaged
-    /// bytes are an error naming the object (and so its page) here, and
-    /// the accessors never fail afterwards.
-    pub fn view<T: Persistent>(&mut self, r: &Ref<T>) -> Result<crate::view::Obj<T>> {
-        let oid = r.oid();
-        if !self.overlay.is_empty() {
-            if let Some(o) = self.overlay.get(&oid) {
-                let value = downcast::<T>(oid, o.clone())?;
-                return copy_of(oid, &*value);
-            }
-        }
-        let c = self.class_of::<T>()?;
-        if let Some((class, bytes, rec)) = self.viewed.get(&oid) {
-            if *class == c.id {
-                return Ok(crate::view::Obj::checked(Arc::clone(bytes), rec.clone(), oid));
-            }
-        }
-        self.txn.lock_page(oid.page, false)?;
-        if !self.txn.has_private_copy(oid.page) {
-            let cache = &self.inner.cache;
-            let (image, checked) = match cache.image(oid) {
-                Some((image, checked)) => (Some(image), checked),
-                None => {
-                    let image = self.txn.page_image(oid.page)?;
-                    if let Some(image) = &image {
-                        cache.insert_image(oid.page, Arc::clone(image));
-                    }
-                    (image, None)
-                }
-            };
-            if let Some(image) = image {
-                if let Some(rec) = checked.filter(|r| r.class == c.id && r.version == c.version) {
-                    let range = rec.start as usize..rec.end as usize;
-                    self.viewed.insert(oid, (c.id, Arc::clone(&image), range.clone()));
-                    return Ok(crate::view::Obj::checked(image, range, oid));
-                }
-                let at = cairn_storage::record::object::home_record(&image, oid)?;
-                if let Some(at) = at {
-                    if image.get(at.start..at.start + HEADER_SIZE) == Some(&header(c)[..]) {
-                        self.inner.check_len(oid, at.len() as u64)?;
-                        let range = at.start + HEADER_SIZE..at.end;
-                        let obj = crate::view::Obj::new(Arc::clone(&image), range.clone(), oid)
-                            .map_err(|source| Error::Decode { oid, source })?;
-                        if let (Ok(start), Ok(end)) = (u32::try_from(range.start), u32::try_from(range.end)) {
-                            let rec = CheckedRecord {
-                                class: c.id,
-                                version: c.version,
-                                start,
-                                end,
-                            };
-                            cache.note_checked(oid, &image, rec);
-                        }
-                        self.viewed.insert(oid, (c.id, image, range));
-                        return Ok(obj);
-                    }
-                }
-            }
-        }
-        // Changed by this transaction, moved, large, older schema, of
-        // another class or missing: the owned path says which, and its
-        // value is viewed through a copy.
-        let (value, _) = self.fetch::<T>(oid)?;
-        copy_of(oid, &value)
-    }
-
-    /// Decodes and caches the other objects of class `c` on `faulted`'s
-    /// page, which this transaction has locked and not changed (so the page
-    /// holds committed state). An object that does not decode is left to
-    /// report its error when it is fetched itself.
-    fn prefetch_page<T: Persistent>(&mut self, c: ClassInfo, faulted: Oid) -> Result<()> {
-        let inner = self.inner;
-        // Only records of this class at this schema version: decoding an
-        // older version takes the catalog's mutex, not done under a page latch.
-        let header = header(c);
-        let mut found: Vec<(Oid, CachedObject, usize)> = Vec::new();
-        self.txn.page_objects(faulted.page, |oid, bytes| {
-            if oid == faulted || bytes.get(..6) != Some(&header[..]) {
-                return;
-            }
-            if let Ok(v) = inner.decode::<T>(c, oid, bytes) {
-                found.push((oid, Arc::new(v), bytes.len()));
-            }
-        })?;
-        if !found.is_empty() {
-            inner.cache.insert_prefetched(found);
-        }
-        Ok(())
-    }
-
-    fn remember(&mut self, slot: u32, gen: u32, oid: Oid, obj: &CachedObject) {
-        let i = slot as usize;
-        if i >= self.local.len() {
-            self.local.resize(i + 1, None);
-        }
-        self.local[i] = Some((gen, oid, obj.clone()));
-    }
-
-    fn flush_hits(&mut self) {
-        self.inner.cache.add_hits(std::mem::take(&mut self.local_hits));
-        let i = &self.inner;
-        i.index_hits
-            .fetch_add(std::mem::take(&mut self.index_hits), Ordering::Relaxed);
-        i.index_misses
-            .fetch_add(std::mem::take(&mut self.index_misses), Ordering::Relaxed);
-    }
-
-    /// Reads the object afresh (for a change), decoded into an owned value.
-    fn load_owned<T: Persistent>(&mut self, oid: Oid) -> Result<T> {
-        Ok(self.fetch::<T>(oid)?.0)
-    }
-
-    /// Reads and decodes an object from the store, with its encoded size:
-    /// in place in its page when it is stored there at this schema version
-    /// (decoding an older one takes the catalog's mutex, not done under a
-    /// page latch), else from a copy.
-    fn fetch<T: Persistent>(&mut self, oid: Oid) -> Result<(T, usize)> {
-        let c = self.class_of::<T>()?;
-        let inner = self.inner;
-        let current = header(c);
-        let direct = self.txn.read_with(oid, |bytes| {
-            (bytes.get(..HEADER_SIZE) == Some(&current[..])).then(|| {
-                let decoded = inner
-                    .check_len(oid, bytes.len() as u64)
-                    .and_then(|()| inner.decode::<T>(c, oid, bytes));
-                (decoded, bytes.len())
-            })
-        })?;
-        match direct {
-            Some((v, len)) => Ok((v?, len)),
-            None => {
-                // A large, moved or older-version record: refuse one too long
-                // to decode before reading (and allocating) it whole.
-                self.inner.check_len(oid, self.txn.len(oid)?)?;
-                let bytes = self.txn.read(oid)?;
-                Ok((self.inner.decode::<T>(c, oid, &bytes)?, bytes.len()))
-            }
-        }
     }
 
     /// Changes an object in place with `f`.
