@@ -18,12 +18,10 @@ fn embedded_views_in_cached_page_images_never_show_stale_or_uncommitted_state() 
     views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::Embedded);
 }
 
-/// Fails today, with `get` as with `view`: concurrent transactions of one
-/// page-server client can read a total that is off by one transfer. A
-/// defect of the page client's coherence between its own transactions,
-/// found by this test (2026-11-23, seventh session) and not fixed yet.
+/// The page client's own transactions too: a writer's X came with the
+/// right to cache the page, and its client's readers read around it (fixed
+/// 2026-11-23, eighth session).
 #[test]
-#[ignore = "known defect: one page-server client's concurrent transactions can read stale state"]
 fn page_views_in_cached_page_images_never_show_stale_or_uncommitted_state() {
     views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::Page);
 }

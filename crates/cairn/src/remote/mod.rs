@@ -67,6 +67,8 @@
 //! | right none | held(e) | `take_parts` | a FETCH part grants cover `e` and no callback of epoch ≥ `e` came first |
 //! | held(e) | none | `answer_callback` | the server calls back `e` (or later): the readers are named in the answer, which is acknowledged before any of them may end |
 //! | held(e) | held(e) + writer | `fetch` (X), `try_lock` | an own transaction wants X: others stop using the right until it ends (`end`) |
+//! | none | held(e) + writer | `take_parts` | a FETCH in X grants the right with the lock (the server calls back only other clients): its transaction is the writer from the start, or this client's other transactions would read the committed image around its X |
+//! | held(e) | none | `allocate`, `free` | an own transaction frees or allocates the page: the right's facts (in use, group) are wrong from its commit on, and the server does not call back the client that did it |
 //! | held(e) | none | `give_back_rights`, `evict_cache` | the client holds more than its bound of rights (the oldest unused go, pages out of the pool first), or empties its cache: RELEASE tells the server with the next request |
 //!
 //! The pool never holds a transaction's uncommitted change (those are the
@@ -516,6 +518,18 @@ impl RemoteStore {
                     },
                 );
             }
+            // A page locked X comes with the right to cache it too (the
+            // server calls back only other clients): until this writer
+            // ends, this client's other transactions must not read the
+            // committed image under that right, or they would read around
+            // its X and see its commit only on the pages they read later.
+            if in_use && mode != FETCH_S {
+                if let Some(c) = st.covers.get_mut(&id) {
+                    if !c.writers.contains(&txn) {
+                        c.writers.push(txn);
+                    }
+                }
+            }
         }
         self.give_back_rights();
         Ok(statuses)
@@ -736,6 +750,10 @@ impl Backend for RemoteStore {
         self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
         self.page_count.fetch_max(count, Ordering::Relaxed);
         let mut st = lock(&self.state);
+        // A right to cache the page from before it was freed (this
+        // client's own free is not called back) describes a page that is
+        // no more: give it up.
+        let stale = st.covers.remove(&id).map(|c| (id.0, c.epoch));
         let view = st.txns.entry(owner.txn).or_default();
         view.facts.insert(
             id,
@@ -747,6 +765,8 @@ impl Backend for RemoteStore {
         view.locks.insert(Resource::Page(id), LockMode::X);
         let g = view.locks.entry(Resource::Group(group)).or_insert(LockMode::IX);
         *g = g.sup(LockMode::IX);
+        drop(st);
+        self.release(&Vec::from_iter(stale));
         Ok(id)
     }
 
@@ -756,6 +776,11 @@ impl Backend for RemoteStore {
             txn: owner.txn.0,
             page: page.0,
         })?;
+        // The right to cache it says the page is in use, in its group: not
+        // after this commits (the server does not call back the freeing
+        // client). The others go to the server, and wait for this one.
+        let stale = lock(&self.state).covers.remove(&page).map(|c| (page.0, c.epoch));
+        self.release(&Vec::from_iter(stale));
         Ok(())
     }
 
