@@ -27,6 +27,7 @@ mod catalog;
 pub mod codec;
 pub mod collections;
 mod database;
+pub mod dual;
 mod error;
 pub mod fields;
 mod index_cache;

@@ -1,0 +1,1332 @@
+//! The dual buffer (Kemper & Kossmann 1994, §2–§4; DESIGN.md §5): one
+//! memory budget holding whole page images *and* objects copied out of
+//! them, split into a page segment, an object segment and a free segment.
+//!
+//! # Segments
+//!
+//! - The **page segment** is the locality set of pages: the most recently
+//!   used page images, up to its share of the budget (LRU).
+//! - The **object segment** is the locality set of objects: the most
+//!   recently used objects, up to its share of the budget (LRU), counted by
+//!   their length whether they are read *in place* in their resident home
+//!   page or from a *copy*. An object in place takes no space of its own:
+//!   the segments overlap there, as in the paper's Fig. 1.
+//! - The **free segment** holds the granules (page images, object copies)
+//!   that left their locality set, first in first out; they are the first
+//!   to go when room is needed, and come back to their segment when used.
+//!
+//! Only resident bytes count against the budget: page images (a page each)
+//! and copies (their length plus [`COPY_OVERHEAD_BYTES`]). The budget holds
+//! after every operation.
+//!
+//! # Descriptors
+//!
+//! Every page the buffer knows is a [`PageDesc`] in the resident page
+//! table; every object it knows an `ObjDesc` in the resident object table.
+//! A page descriptor chains the objects of that page that have descriptors
+//! (the paper's Fig. 3), so displacing a page finds what to copy out (LOC)
+//! and reloading it finds what to relocate (ERL); a page descriptor
+//! outlives its image while objects of the page are still described.
+//!
+//! # The states of an object
+//!
+//! | state | what is held | reads come from |
+//! |---|---|---|
+//! | *absent* | no descriptor | — (an object fault) |
+//! | *in page only* | descriptor in the object segment, home page resident, no copy | the page image |
+//! | *copied* | a copy, home page not resident | the copy |
+//! | *duplicate* | a copy, home page resident too (EOC, or LRL after a reload) | the copy |
+//! | *modified copy* | a transaction's changed bytes (besides any committed copy) | that transaction: the changed bytes; others: the committed state |
+//!
+//! | from | to | by | when |
+//! |---|---|---|---|
+//! | absent | in page only | [`DualBuffer::access`] | an object fault under NOC or the LOC family (home page resident, or faulted in) |
+//! | absent | duplicate | [`DualBuffer::access`] | an object fault under EOC: copied at once |
+//! | in page only | copied | `displace_page` | its home page leaves the buffer while the object is in the object segment (LOC, LOC−, LOC+), unless LOC− and the page holds this transaction's changes |
+//! | in page only | absent | `demote_object` | it leaves the object segment (it has no space of its own to free) |
+//! | copied | duplicate | `load_page` | its home page is reloaded under LRL |
+//! | copied, duplicate | in page only | `load_page` (ERL) | its home page is reloaded under ERL: the copy is given up (*relocated*) |
+//! | copied, duplicate | absent | `evict` | the copy is chosen as the victim in the free segment |
+//! | any | modified copy | [`DualBuffer::modify`] | a late update (home page not resident), or under EOC and LOC+ any update |
+//! | in page only | in page only (page modified) | [`DualBuffer::modify`] | an early update under NOC, LOC, LOC−: written through to the transaction at once |
+//! | modified copy | previous state | `flush_object` | relocated: its home page is reloaded (ERL), it is the free segment's victim, or its transaction commits: the bytes go to the transaction ([`Backing::flush_object`]) |
+//! | modified copy | previous state | [`DualBuffer::abort`] | its transaction aborts: the bytes are dropped |
+//! | any | absent | [`DualBuffer::invalidate_page`] | a committed change to its page (this client's or another's): committed copies and the image go; modified copies stay |
+//!
+//! **No-steal.** A "flush" hands bytes to the owning transaction's private
+//! pages ([`Backing::flush_object`]); nothing reaches the volume or the
+//! server before that transaction commits, so the buffer never writes
+//! anything anywhere itself and its committed images and copies stay
+//! committed state.
+//!
+//! # Strategies
+//!
+//! See [`Copying`] and [`Relocation`]; the *overlap ratio* of a page (the
+//! bytes of its objects in the object segment read in place, over the page
+//! size) above [`Strategy::overlap_ratio`] keeps it from being displaced
+//! while another victim exists (paper §4.3).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use cairn_storage::fxhash::{FxHashMap, FxHashSet};
+use cairn_storage::{Oid, PageId};
+
+use crate::error::{Error, Result};
+
+#[cfg(test)]
+mod tests;
+
+/// Bytes charged per object copy on top of its length.
+pub const COPY_OVERHEAD_BYTES: usize = 32;
+
+/// When an object is copied out of its home page (paper §3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Copying {
+    /// No copying: pages only (a page-based buffer).
+    Noc,
+    /// Eager: an object is copied when it is first used.
+    Eoc,
+    /// Lazy: the objects of a page still in the object segment are copied
+    /// when the page is displaced.
+    Loc,
+    /// Lazy, but never from a page holding the running transactions'
+    /// changes: such a page stays (LOC−).
+    LocMinus,
+    /// Lazy, and an object is copied as soon as it is changed (LOC+).
+    LocPlus,
+}
+
+/// When a copy is given back to its home page (paper §3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Relocation {
+    /// Eager: when the home page is loaded again.
+    Eager,
+    /// Lazy: when the copy itself is displaced.
+    Lazy,
+}
+
+/// A dual-buffering strategy: copying, relocation and the overlap ratio.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Strategy {
+    /// When objects are copied.
+    pub copying: Copying,
+    /// When copies are relocated (meaningless under NOC).
+    pub relocation: Relocation,
+    /// A page whose objects in the object segment fill more than this
+    /// fraction of it is kept whole while another victim exists (0.6 by
+    /// default; 1.0 or more turns it off).
+    pub overlap_ratio: f64,
+}
+
+impl Strategy {
+    /// The default overlap-ratio threshold (paper §4.3).
+    pub const OVERLAP_RATIO: f64 = 0.6;
+
+    /// Pages only.
+    pub const NOC: Strategy = Strategy::new(Copying::Noc, Relocation::Lazy);
+    /// Eager copying, lazy relocation (ORION's).
+    pub const EOC_LRL: Strategy = Strategy::new(Copying::Eoc, Relocation::Lazy);
+    /// Lazy copying, lazy relocation.
+    pub const LOC_LRL: Strategy = Strategy::new(Copying::Loc, Relocation::Lazy);
+    /// Lazy copying, eager relocation: the paper's winner, and Cairn's default.
+    pub const LOC_ERL: Strategy = Strategy::new(Copying::Loc, Relocation::Eager);
+    /// LOC− with eager relocation.
+    pub const LOC_MINUS_ERL: Strategy = Strategy::new(Copying::LocMinus, Relocation::Eager);
+    /// LOC+ with eager relocation.
+    pub const LOC_PLUS_ERL: Strategy = Strategy::new(Copying::LocPlus, Relocation::Eager);
+
+    /// The paper's six strategies, in its order.
+    pub const ALL: [Strategy; 6] = [
+        Strategy::NOC,
+        Strategy::EOC_LRL,
+        Strategy::LOC_LRL,
+        Strategy::LOC_ERL,
+        Strategy::LOC_MINUS_ERL,
+        Strategy::LOC_PLUS_ERL,
+    ];
+
+    /// `copying` with `relocation` and the default overlap ratio.
+    pub const fn new(copying: Copying, relocation: Relocation) -> Strategy {
+        Strategy {
+            copying,
+            relocation,
+            overlap_ratio: Strategy::OVERLAP_RATIO,
+        }
+    }
+
+    /// The paper's name: `NOC`, `EOC/LRL`, `LOC-/ERL`, …
+    pub fn name(&self) -> String {
+        let c = match self.copying {
+            Copying::Noc => return "NOC".into(),
+            Copying::Eoc => "EOC",
+            Copying::Loc => "LOC",
+            Copying::LocMinus => "LOC-",
+            Copying::LocPlus => "LOC+",
+        };
+        let r = match self.relocation {
+            Relocation::Eager => "ERL",
+            Relocation::Lazy => "LRL",
+        };
+        format!("{c}/{r}")
+    }
+
+    /// Parses a name as [`Strategy::name`] writes it (case-insensitive; a
+    /// copying strategy alone takes eager relocation, EOC lazy).
+    pub fn parse(s: &str) -> Result<Strategy> {
+        let up = s.trim().to_ascii_uppercase();
+        let (c, r) = match up.split_once('/') {
+            Some((c, r)) => (c, Some(r)),
+            None => (up.as_str(), None),
+        };
+        let copying = match c {
+            "NOC" => Copying::Noc,
+            "EOC" => Copying::Eoc,
+            "LOC" => Copying::Loc,
+            "LOC-" | "LOC−" => Copying::LocMinus,
+            "LOC+" => Copying::LocPlus,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown dual-buffering strategy {s:?} (NOC, EOC/LRL, LOC/LRL, LOC/ERL, LOC-/ERL, LOC+/ERL)"
+                )))
+            }
+        };
+        let relocation = match r {
+            Some("ERL") => Relocation::Eager,
+            Some("LRL") => Relocation::Lazy,
+            None if matches!(copying, Copying::Eoc | Copying::Noc) => Relocation::Lazy,
+            None => Relocation::Eager,
+            Some(other) => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown relocation {other:?} in strategy {s:?} (ERL or LRL)"
+                )))
+            }
+        };
+        Ok(Strategy::new(copying, relocation))
+    }
+
+    /// The share of the budget the page segment's locality set gets by
+    /// default: all of it under NOC, a quarter under EOC (copies do the
+    /// work; the paper: "object segments large compared to the page
+    /// segments"), half under the lazy strategies.
+    pub fn default_page_share(&self) -> f64 {
+        match self.copying {
+            Copying::Noc => 1.0,
+            Copying::Eoc => 0.25,
+            _ => 0.5,
+        }
+    }
+}
+
+impl Default for Strategy {
+    fn default() -> Strategy {
+        Strategy::LOC_ERL
+    }
+}
+
+/// How a dual buffer is sized and run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DualConfig {
+    /// Bytes of page images and copies held at most.
+    pub budget_bytes: usize,
+    /// The page size (a page image's charge).
+    pub page_size: usize,
+    /// The strategy.
+    pub strategy: Strategy,
+    /// The page segment's locality set, as a share of the budget (the rest
+    /// is the object segment's); `None`: the strategy's default.
+    pub page_share: Option<f64>,
+}
+
+impl DualConfig {
+    /// A buffer of `pages` pages of `page_size` bytes under `strategy`.
+    pub fn pages(pages: usize, page_size: usize, strategy: Strategy) -> DualConfig {
+        DualConfig {
+            budget_bytes: pages.saturating_mul(page_size),
+            page_size,
+            strategy,
+            page_share: None,
+        }
+    }
+}
+
+/// The smallest budget, in pages: a fault must always find room.
+pub const BUDGET_PAGES_MIN: usize = 4;
+
+/// What the buffer asks of the transaction it works for.
+pub trait Backing {
+    /// A page fault: the committed image of `page` (for the transaction
+    /// that holds its lock).
+    fn load(&mut self, page: PageId) -> Result<Arc<[u8]>>;
+    /// Where `oid`'s record is in `image`, its home page's image: `None`
+    /// if it is not there in a form read in place (moved away, large).
+    fn locate(&mut self, image: &[u8], oid: Oid) -> Result<Option<Range<usize>>>;
+    /// A modified object relocated (the paper's flush): its new record
+    /// goes to `owner`'s private pages. Only for the transaction that
+    /// changed it.
+    fn flush_object(&mut self, owner: u64, oid: Oid, bytes: &[u8]) -> Result<()>;
+}
+
+/// Where an object's bytes are: `bytes[range]`.
+#[derive(Clone, Debug)]
+pub struct Located {
+    /// A page image or a copy.
+    pub bytes: Arc<[u8]>,
+    /// The record's bytes in it.
+    pub range: Range<usize>,
+    /// Read in place in the page image (false: a copy).
+    pub in_page: bool,
+}
+
+/// Counters for every figure of the paper.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DualStats {
+    /// Pages loaded into the buffer ([`Backing::load`]).
+    pub page_faults: u64,
+    /// Of them, loads to relocate a modified copy whose page was out.
+    pub flush_page_faults: u64,
+    /// Objects asked for that had no descriptor.
+    pub object_faults: u64,
+    /// Objects found described (in place or copied).
+    pub object_hits: u64,
+    /// Objects copied out of pages.
+    pub objects_copied: u64,
+    /// Bytes copied out of pages.
+    pub bytes_copied: u64,
+    /// Copies given up into their home page (ERL on reload, or a modified
+    /// copy flushed).
+    pub relocations: u64,
+    /// Modified objects handed to their transaction ([`Backing::flush_object`]).
+    pub objects_flushed: u64,
+    /// Pages holding changes that left the buffer or were committed.
+    pub pages_flushed: u64,
+    /// Pages displaced.
+    pub pages_displaced: u64,
+    /// Copies displaced.
+    pub copies_displaced: u64,
+    /// Pages kept because of their overlap ratio or LOC−, when chosen.
+    pub pages_kept: u64,
+    /// Copies whose home page is resident too, now.
+    pub duplicates: u64,
+    /// Page images held now.
+    pub pages: u64,
+    /// Copies held now (committed and modified).
+    pub copies: u64,
+    /// Bytes held now.
+    pub bytes: u64,
+    /// Bytes of the objects in the object segment (each counted once),
+    /// now: `utilization` is this over `bytes`.
+    pub referenced_bytes: u64,
+}
+
+impl DualStats {
+    /// Bytes of referenced objects over bytes buffered (0 when empty).
+    pub fn utilization(&self) -> f64 {
+        if self.bytes == 0 {
+            0.0
+        } else {
+            self.referenced_bytes as f64 / self.bytes as f64
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seg {
+    /// Not in any segment (a page descriptor kept for its chain).
+    None,
+    /// In its locality set, with its LRU tick.
+    Own(u64),
+    /// In the free segment, with its FIFO tick.
+    Free(u64),
+}
+
+/// A page descriptor (the paper's Fig. 3).
+#[derive(Debug)]
+pub struct PageDesc {
+    image: Option<Arc<[u8]>>,
+    seg: Seg,
+    /// Objects of this page with descriptors.
+    chain: Vec<Oid>,
+    /// Transactions whose changes to objects of this page were written
+    /// through (early updates) or flushed, not yet committed or aborted.
+    changed_by: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct Copy {
+    bytes: Arc<[u8]>,
+}
+
+#[derive(Debug)]
+struct ObjDesc {
+    page: PageId,
+    /// The record's length (in place or copied).
+    len: usize,
+    /// Its place in the object segment (`Own`), or `Free` (only a copy can
+    /// be there), or `None` (only a modified copy keeps it).
+    seg: Seg,
+    /// The committed copy.
+    copy: Option<Copy>,
+    /// A transaction's changed bytes, not yet flushed.
+    modified: Option<(u64, Arc<[u8]>)>,
+    /// The transaction whose change to it was flushed (written through):
+    /// that transaction reads it from its own pages, not from here.
+    flushed_by: Option<u64>,
+    /// Where the record is in the resident home page's image (set when it
+    /// is found there; the image never changes while it is resident).
+    at: Option<Range<usize>>,
+}
+
+/// A granule in the free segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Granule {
+    Page(PageId),
+    Copy(Oid),
+}
+
+/// The dual buffer: see the module documentation.
+pub struct DualBuffer {
+    cfg: DualConfig,
+    page_locality: usize,
+    object_locality: usize,
+    pages: FxHashMap<PageId, PageDesc>,
+    objects: FxHashMap<Oid, ObjDesc>,
+    page_lru: BTreeMap<u64, PageId>,
+    object_lru: BTreeMap<u64, Oid>,
+    free: BTreeMap<u64, Granule>,
+    tick: u64,
+    /// Bytes of page images in the page segment's locality set.
+    page_seg_bytes: usize,
+    /// Bytes (lengths) of objects in the object segment's locality set.
+    object_seg_bytes: usize,
+    /// Bytes held: images and copies.
+    bytes: usize,
+    stats: DualStats,
+}
+
+impl std::fmt::Debug for DualBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DualBuffer")
+            .field("strategy", &self.cfg.strategy.name())
+            .field("budget_bytes", &self.cfg.budget_bytes)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl DualBuffer {
+    /// An empty buffer; the budget must hold [`BUDGET_PAGES_MIN`] pages.
+    pub fn new(cfg: DualConfig) -> Result<DualBuffer> {
+        if cfg.page_size == 0 || cfg.budget_bytes < BUDGET_PAGES_MIN * cfg.page_size {
+            return Err(Error::InvalidArgument(format!(
+                "a dual buffer of {} bytes holds fewer than {BUDGET_PAGES_MIN} pages of {} bytes",
+                cfg.budget_bytes, cfg.page_size
+            )));
+        }
+        let share = cfg.page_share.unwrap_or_else(|| cfg.strategy.default_page_share());
+        if !(0.0..=1.0).contains(&share) {
+            return Err(Error::InvalidArgument(format!(
+                "a page segment share of {share} (between 0 and 1)"
+            )));
+        }
+        if cfg.strategy.overlap_ratio.is_nan() || cfg.strategy.overlap_ratio < 0.0 {
+            return Err(Error::InvalidArgument(format!(
+                "an overlap ratio of {} (0 or more)",
+                cfg.strategy.overlap_ratio
+            )));
+        }
+        // The page segment holds at least one page.
+        let page_locality = ((cfg.budget_bytes as f64 * share) as usize).max(cfg.page_size);
+        let object_locality = match cfg.strategy.copying {
+            Copying::Noc => 0,
+            _ => cfg.budget_bytes.saturating_sub(page_locality),
+        };
+        Ok(DualBuffer {
+            cfg,
+            page_locality,
+            object_locality,
+            pages: FxHashMap::default(),
+            objects: FxHashMap::default(),
+            page_lru: BTreeMap::new(),
+            object_lru: BTreeMap::new(),
+            free: BTreeMap::new(),
+            tick: 0,
+            page_seg_bytes: 0,
+            object_seg_bytes: 0,
+            bytes: 0,
+            stats: DualStats::default(),
+        })
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &DualConfig {
+        &self.cfg
+    }
+
+    /// The counters, with the gauges (pages, copies, bytes, duplicates,
+    /// referenced bytes) as of now.
+    pub fn stats(&self) -> DualStats {
+        let mut s = self.stats;
+        s.pages = self.pages.values().filter(|p| p.image.is_some()).count() as u64;
+        s.copies = self
+            .objects
+            .values()
+            .map(|o| u64::from(o.copy.is_some()) + u64::from(o.modified.is_some()))
+            .sum();
+        s.duplicates = self
+            .objects
+            .values()
+            .filter(|o| o.copy.is_some() && self.resident(o.page))
+            .count() as u64;
+        s.bytes = self.bytes as u64;
+        s.referenced_bytes = self.object_seg_bytes as u64;
+        s
+    }
+
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    fn resident(&self, page: PageId) -> bool {
+        self.pages.get(&page).is_some_and(|p| p.image.is_some())
+    }
+
+    fn copy_charge(len: usize) -> usize {
+        len + COPY_OVERHEAD_BYTES
+    }
+
+    /// The object `oid` (home page `oid.page`) for transaction `owner`:
+    /// its modified copy if `owner` holds one, else its committed bytes, in
+    /// place or copied. `None`: the record is not in its home page in a
+    /// form read in place ([`Backing::locate`]); the caller reads it
+    /// another way. The caller holds the lock that makes committed state
+    /// stable.
+    pub fn access(&mut self, owner: u64, oid: Oid, backing: &mut dyn Backing) -> Result<Option<Located>> {
+        if let Some(o) = self.objects.get(&oid) {
+            if let Some((by, bytes)) = &o.modified {
+                if *by == owner {
+                    let loc = Located {
+                        range: 0..bytes.len(),
+                        bytes: Arc::clone(bytes),
+                        in_page: false,
+                    };
+                    self.stats.object_hits += 1;
+                    self.touch_object(oid);
+                    return Ok(Some(loc));
+                }
+            }
+            if o.flushed_by == Some(owner) {
+                // Its change is in its own pages (an unflushed newer one
+                // would be the modified copy above).
+                return Ok(None);
+            }
+            if let Some(c) = &o.copy {
+                let loc = Located {
+                    range: 0..c.bytes.len(),
+                    bytes: Arc::clone(&c.bytes),
+                    in_page: false,
+                };
+                self.stats.object_hits += 1;
+                self.touch_object(oid);
+                return Ok(Some(loc));
+            }
+            let image = self.pages.get(&o.page).and_then(|p| p.image.clone());
+            if let (Seg::Own(_), Some(image)) = (o.seg, image) {
+                let at = o.at.clone();
+                let range = match at {
+                    Some(r) => Some(r),
+                    None => backing.locate(&image, oid)?,
+                };
+                let Some(range) = range else {
+                    return Ok(None);
+                };
+                self.objects.get_mut(&oid).expect("described").at = Some(range.clone());
+                // The object's use, not the page's (paper §2: a page's
+                // statistics change when it is used to find an object).
+                self.stats.object_hits += 1;
+                self.touch_object(oid);
+                return Ok(Some(Located {
+                    bytes: image,
+                    range,
+                    in_page: true,
+                }));
+            }
+        }
+        // An object fault: the home page is needed.
+        self.stats.object_faults += 1;
+        let image = self.page(oid.page, backing, false)?;
+        let Some(range) = backing.locate(&image, oid)? else {
+            return Ok(None);
+        };
+        match self.cfg.strategy.copying {
+            Copying::Noc => Ok(Some(Located {
+                bytes: image,
+                range,
+                in_page: true,
+            })),
+            Copying::Eoc => {
+                let bytes: Arc<[u8]> = Arc::from(&image[range.clone()]);
+                self.stats.objects_copied += 1;
+                self.stats.bytes_copied += range.len() as u64;
+                self.make_room(Self::copy_charge(range.len()), backing)?;
+                self.describe(oid, range.len());
+                self.put_copy(oid, Arc::clone(&bytes));
+                self.rebalance(backing)?;
+                Ok(Some(Located {
+                    range: 0..bytes.len(),
+                    bytes,
+                    in_page: false,
+                }))
+            }
+            Copying::Loc | Copying::LocMinus | Copying::LocPlus => {
+                self.describe(oid, range.len());
+                self.objects.get_mut(&oid).expect("described").at = Some(range.clone());
+                self.rebalance(backing)?;
+                Ok(Some(Located {
+                    bytes: image,
+                    range,
+                    in_page: true,
+                }))
+            }
+        }
+    }
+
+    /// `owner` changed `oid` to `bytes` (its new record), under an
+    /// exclusive lock. An early update (home page resident, in place)
+    /// under NOC, LOC and LOC− is written through to the transaction at
+    /// once (the page is then marked changed); a late update (a copy), or
+    /// any update under EOC and LOC+, becomes a modified copy, flushed
+    /// when it is relocated or the transaction commits.
+    pub fn modify(&mut self, owner: u64, oid: Oid, bytes: Arc<[u8]>, backing: &mut dyn Backing) -> Result<()> {
+        if let Some(o) = self.objects.get(&oid) {
+            if let Some((by, _)) = &o.modified {
+                if *by != owner {
+                    return Err(Error::Internal(format!(
+                        "transaction {owner} changes object {oid} while transaction {by} holds changes to it"
+                    )));
+                }
+            }
+        }
+        let copied = self
+            .objects
+            .get(&oid)
+            .is_some_and(|o| o.copy.is_some() || o.modified.is_some());
+        let as_copy = match self.cfg.strategy.copying {
+            Copying::Noc => false,
+            Copying::Eoc | Copying::LocPlus => true,
+            Copying::Loc | Copying::LocMinus => copied || !self.resident(oid.page),
+        };
+        if !as_copy {
+            // The page is needed to update in place: fault it if it is out.
+            self.page(oid.page, backing, false)?;
+            backing.flush_object(owner, oid, &bytes)?;
+            self.stats.objects_flushed += 1;
+            self.mark_changed(oid.page, owner);
+            self.mark_flushed(oid, owner);
+            self.rebalance(backing)?;
+            return Ok(());
+        }
+        if self.cfg.strategy.copying == Copying::LocPlus && !copied && self.resident(oid.page) {
+            // LOC+ copies an object when it is first changed.
+            self.stats.objects_copied += 1;
+            self.stats.bytes_copied += bytes.len() as u64;
+        }
+        let len = bytes.len();
+        if let Some(o) = self.objects.get_mut(&oid) {
+            if let Some((_, old)) = o.modified.take() {
+                self.bytes -= Self::copy_charge(old.len());
+            }
+        }
+        self.make_room(Self::copy_charge(len), backing)?;
+        self.describe(oid, len);
+        let o = self.objects.get_mut(&oid).expect("described");
+        o.modified = Some((owner, bytes));
+        self.bytes += Self::copy_charge(len);
+        self.touch_object(oid);
+        self.rebalance(backing)?;
+        Ok(())
+    }
+
+    /// Before `owner` commits: every modified copy it holds is flushed
+    /// into it (its pages faulted in if they are out), and the pages it
+    /// changed are counted flushed. The caller commits the transaction
+    /// next, then calls [`DualBuffer::committed`] or [`DualBuffer::abort`].
+    pub fn flush_for_commit(&mut self, owner: u64, backing: &mut dyn Backing) -> Result<()> {
+        let mine: Vec<Oid> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o.modified.as_ref().is_some_and(|(by, _)| *by == owner))
+            .map(|(oid, _)| *oid)
+            .collect();
+        for oid in mine {
+            self.flush_object(oid, backing)?;
+        }
+        Ok(())
+    }
+
+    /// `owner` committed: the pages it changed hold new committed state, so
+    /// their images and copies go (they are loaded again when next used).
+    pub fn committed(&mut self, owner: u64) {
+        self.forget_flushes(owner);
+        let changed: Vec<PageId> = self
+            .pages
+            .iter()
+            .filter(|(_, p)| p.changed_by.contains(&owner))
+            .map(|(id, _)| *id)
+            .collect();
+        for page in changed {
+            self.stats.pages_flushed += 1;
+            if let Some(p) = self.pages.get_mut(&page) {
+                p.changed_by.retain(|t| *t != owner);
+            }
+            self.invalidate_page(page);
+        }
+    }
+
+    /// `owner` ended: the objects it flushed are read from here again.
+    fn forget_flushes(&mut self, owner: u64) {
+        let mine: Vec<Oid> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o.flushed_by == Some(owner))
+            .map(|(oid, _)| *oid)
+            .collect();
+        for oid in mine {
+            self.objects.get_mut(&oid).expect("listed").flushed_by = None;
+            self.forget_if_unused(oid);
+        }
+    }
+
+    /// `owner` ended without committing: its modified copies are dropped
+    /// (what it flushed is its own transaction's to roll back).
+    pub fn abort(&mut self, owner: u64) {
+        self.forget_flushes(owner);
+        let mine: Vec<Oid> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o.modified.as_ref().is_some_and(|(by, _)| *by == owner))
+            .map(|(oid, _)| *oid)
+            .collect();
+        for oid in mine {
+            let o = self.objects.get_mut(&oid).expect("listed");
+            let (_, b) = o.modified.take().expect("listed");
+            self.bytes -= Self::copy_charge(b.len());
+            if o.copy.is_none() && self.pages.get(&o.page).is_none_or(|p| p.image.is_none()) {
+                // Nothing of it is held any more.
+                match o.seg {
+                    Seg::Own(t) => {
+                        self.object_lru.remove(&t);
+                        self.object_seg_bytes -= o.len;
+                    }
+                    Seg::Free(t) => {
+                        self.free.remove(&t);
+                    }
+                    Seg::None => {}
+                }
+                o.seg = Seg::None;
+            } else if o.copy.is_none() {
+                if let Seg::Free(t) = o.seg {
+                    // A modified copy that had left the object segment.
+                    self.free.remove(&t);
+                    o.seg = Seg::None;
+                }
+            }
+            self.forget_if_unused(oid);
+        }
+        let pages: Vec<PageId> = self.pages.keys().copied().collect();
+        for page in pages {
+            if let Some(p) = self.pages.get_mut(&page) {
+                p.changed_by.retain(|t| *t != owner);
+            }
+            self.forget_page_if_unused(page);
+        }
+    }
+
+    /// The committed state of `page` changed (a commit of this client, or
+    /// another client's, called back): its image and the committed copies
+    /// of its objects go. Modified copies stay (their transaction holds the
+    /// page's exclusive lock, so no other commit can have changed it).
+    pub fn invalidate_page(&mut self, page: PageId) {
+        let chain = self.pages.get(&page).map(|p| p.chain.clone()).unwrap_or_default();
+        for oid in chain {
+            if let Some(o) = self.objects.get_mut(&oid) {
+                if let Some(c) = o.copy.take() {
+                    self.bytes -= Self::copy_charge(c.bytes.len());
+                }
+                if let Seg::Free(t) = o.seg {
+                    self.free.remove(&t);
+                    o.seg = Seg::None;
+                }
+                if let Seg::Own(t) = o.seg {
+                    self.object_lru.remove(&t);
+                    self.object_seg_bytes -= o.len;
+                    o.seg = Seg::None;
+                }
+            }
+            self.forget_if_unused(oid);
+        }
+        self.drop_image(page);
+        self.forget_page_if_unused(page);
+    }
+
+    /// Empties the buffer but for modified copies (a cold start).
+    pub fn clear(&mut self) {
+        let pages: Vec<PageId> = self.pages.keys().copied().collect();
+        for p in pages {
+            self.invalidate_page(p);
+        }
+    }
+
+    // ----- pages -----
+
+    /// The image of `page`, faulted in if it is out; `for_flush`: the
+    /// fault is to relocate a modified copy.
+    fn page(&mut self, page: PageId, backing: &mut dyn Backing, for_flush: bool) -> Result<Arc<[u8]>> {
+        if let Some(img) = self.pages.get(&page).and_then(|p| p.image.clone()) {
+            self.touch_page(page);
+            return Ok(img);
+        }
+        self.make_room(self.cfg.page_size, backing)?;
+        if let Some(img) = self.pages.get(&page).and_then(|p| p.image.clone()) {
+            // Making room flushed a modified copy of this page, which
+            // brought it in.
+            self.touch_page(page);
+            return Ok(img);
+        }
+        let image = backing.load(page)?;
+        self.stats.page_faults += 1;
+        if for_flush {
+            self.stats.flush_page_faults += 1;
+        }
+        let t = self.next_tick();
+        let p = self.pages.entry(page).or_insert_with(|| PageDesc {
+            image: None,
+            seg: Seg::None,
+            chain: Vec::new(),
+            changed_by: Vec::new(),
+        });
+        p.image = Some(Arc::clone(&image));
+        p.seg = Seg::Own(t);
+        self.page_lru.insert(t, page);
+        self.page_seg_bytes += self.cfg.page_size;
+        self.bytes += self.cfg.page_size;
+        if self.cfg.strategy.relocation == Relocation::Eager {
+            self.relocate_chain(page, backing)?;
+        }
+        self.rebalance(backing)?;
+        Ok(image)
+    }
+
+    /// ERL on reload: every copy of an object of `page` is given up (a
+    /// modified one flushed first); the objects are read in place again.
+    fn relocate_chain(&mut self, page: PageId, backing: &mut dyn Backing) -> Result<()> {
+        let chain = self.pages.get(&page).map(|p| p.chain.clone()).unwrap_or_default();
+        for oid in chain {
+            if self.objects.get(&oid).is_some_and(|o| o.modified.is_some()) {
+                self.flush_object(oid, backing)?;
+            }
+            let Some(o) = self.objects.get_mut(&oid) else { continue };
+            if let Some(c) = o.copy.take() {
+                self.bytes -= Self::copy_charge(c.bytes.len());
+                self.stats.relocations += 1;
+                if let Seg::Free(t) = o.seg {
+                    // A copy that had left the object segment: nothing
+                    // describes the object any more.
+                    self.free.remove(&t);
+                    o.seg = Seg::None;
+                }
+            }
+            self.forget_if_unused(oid);
+        }
+        Ok(())
+    }
+
+    fn touch_page(&mut self, page: PageId) {
+        let t = self.next_tick();
+        let p = self.pages.get_mut(&page).expect("touched page");
+        match p.seg {
+            Seg::Own(old) => {
+                self.page_lru.remove(&old);
+            }
+            Seg::Free(old) => {
+                self.free.remove(&old);
+                self.page_seg_bytes += self.cfg.page_size;
+            }
+            Seg::None => unreachable!("a resident page is in a segment"),
+        }
+        p.seg = Seg::Own(t);
+        self.page_lru.insert(t, page);
+    }
+
+    fn mark_changed(&mut self, page: PageId, owner: u64) {
+        let p = self.pages.entry(page).or_insert_with(|| PageDesc {
+            image: None,
+            seg: Seg::None,
+            chain: Vec::new(),
+            changed_by: Vec::new(),
+        });
+        if !p.changed_by.contains(&owner) {
+            p.changed_by.push(owner);
+        }
+    }
+
+    /// The overlap ratio of `page`: bytes of its objects in the object
+    /// segment read in place, over the page size.
+    fn overlap(&self, page: &PageDesc) -> f64 {
+        let inplace: usize = page
+            .chain
+            .iter()
+            .filter_map(|o| self.objects.get(o))
+            .filter(|o| matches!(o.seg, Seg::Own(_)) && o.copy.is_none())
+            .map(|o| o.len)
+            .sum();
+        inplace as f64 / self.cfg.page_size as f64
+    }
+
+    /// Whether displacing `page` now should wait: its overlap ratio is
+    /// over the threshold, or (LOC−) it holds running transactions' changes.
+    fn keep_page(&self, page: PageId) -> bool {
+        let Some(p) = self.pages.get(&page) else { return false };
+        if self.cfg.strategy.copying == Copying::LocMinus && !p.changed_by.is_empty() {
+            return true;
+        }
+        self.cfg.strategy.copying != Copying::Noc
+            && self.cfg.strategy.copying != Copying::Eoc
+            && self.overlap(p) > self.cfg.strategy.overlap_ratio
+    }
+
+    /// Displaces `page` (in the free segment): under the LOC family its
+    /// objects still in the object segment are copied out first.
+    fn displace_page(&mut self, page: PageId) {
+        let lazy = matches!(
+            self.cfg.strategy.copying,
+            Copying::Loc | Copying::LocMinus | Copying::LocPlus
+        );
+        let (image, chain, changed) = {
+            let p = &self.pages[&page];
+            (
+                p.image.clone().expect("displaced page is resident"),
+                p.chain.clone(),
+                !p.changed_by.is_empty(),
+            )
+        };
+        let minus_keeps = self.cfg.strategy.copying == Copying::LocMinus && changed;
+        if lazy && !minus_keeps {
+            for oid in chain {
+                let Some(o) = self.objects.get_mut(&oid) else { continue };
+                if !matches!(o.seg, Seg::Own(_)) || o.copy.is_some() {
+                    continue;
+                }
+                if let Some(range) = o.at.clone() {
+                    let bytes: Arc<[u8]> = Arc::from(&image[range]);
+                    self.stats.objects_copied += 1;
+                    self.stats.bytes_copied += bytes.len() as u64;
+                    self.bytes += Self::copy_charge(bytes.len());
+                    o.copy = Some(Copy { bytes });
+                }
+            }
+        }
+        if changed {
+            self.stats.pages_flushed += 1;
+        }
+        self.stats.pages_displaced += 1;
+        self.drop_image(page);
+        // In-place objects of a page that left lose their place: they had
+        // no copy (LOC− keeping the page's changes, or NOC/EOC).
+        let chain = self.pages.get(&page).map(|p| p.chain.clone()).unwrap_or_default();
+        for oid in chain {
+            let uncopied = self
+                .objects
+                .get(&oid)
+                .is_some_and(|o| o.copy.is_none() && matches!(o.seg, Seg::Own(_)));
+            if uncopied {
+                let o = self.objects.get_mut(&oid).expect("checked");
+                if let Seg::Own(t) = o.seg {
+                    self.object_lru.remove(&t);
+                    self.object_seg_bytes -= o.len;
+                }
+                o.seg = Seg::None;
+            }
+            self.forget_if_unused(oid);
+        }
+        self.forget_page_if_unused(page);
+    }
+
+    fn drop_image(&mut self, page: PageId) {
+        let Some(p) = self.pages.get_mut(&page) else { return };
+        for oid in &p.chain {
+            if let Some(o) = self.objects.get_mut(oid) {
+                o.at = None;
+            }
+        }
+        if p.image.take().is_some() {
+            self.bytes -= self.cfg.page_size;
+            match p.seg {
+                Seg::Own(t) => {
+                    self.page_lru.remove(&t);
+                    self.page_seg_bytes -= self.cfg.page_size;
+                }
+                Seg::Free(t) => {
+                    self.free.remove(&t);
+                }
+                Seg::None => {}
+            }
+            p.seg = Seg::None;
+        }
+    }
+
+    fn forget_page_if_unused(&mut self, page: PageId) {
+        if self
+            .pages
+            .get(&page)
+            .is_some_and(|p| p.image.is_none() && p.chain.is_empty() && p.changed_by.is_empty())
+        {
+            self.pages.remove(&page);
+        }
+    }
+
+    // ----- objects -----
+
+    /// Puts `oid` (of length `len`) in the object segment (most recently
+    /// used), describing it if it was not; chained to its page.
+    fn describe(&mut self, oid: Oid, len: usize) {
+        if self.cfg.strategy.copying == Copying::Noc {
+            return;
+        }
+        self.ensure_described(oid, len);
+        let o = self.objects.get_mut(&oid).expect("described");
+        if matches!(o.seg, Seg::Own(_)) && o.len != len {
+            self.object_seg_bytes = self.object_seg_bytes - o.len + len;
+        }
+        o.len = len;
+        self.touch_object(oid);
+    }
+
+    fn touch_object(&mut self, oid: Oid) {
+        if self.cfg.strategy.copying == Copying::Noc {
+            return;
+        }
+        let t = self.next_tick();
+        let o = self.objects.get_mut(&oid).expect("touched object");
+        match o.seg {
+            Seg::Own(old) => {
+                self.object_lru.remove(&old);
+            }
+            Seg::Free(old) => {
+                self.free.remove(&old);
+                self.object_seg_bytes += o.len;
+            }
+            Seg::None => {
+                self.object_seg_bytes += o.len;
+            }
+        }
+        o.seg = Seg::Own(t);
+        self.object_lru.insert(t, oid);
+    }
+
+    fn put_copy(&mut self, oid: Oid, bytes: Arc<[u8]>) {
+        let o = self.objects.get_mut(&oid).expect("described");
+        if let Some(old) = o.copy.take() {
+            self.bytes -= Self::copy_charge(old.bytes.len());
+        }
+        self.bytes += Self::copy_charge(bytes.len());
+        o.copy = Some(Copy { bytes });
+    }
+
+    /// Hands `oid`'s modified copy to its transaction; its page is faulted
+    /// in if it is out (the paper's cost of flushing a late update).
+    fn flush_object(&mut self, oid: Oid, backing: &mut dyn Backing) -> Result<()> {
+        let Some((owner, bytes)) = self.objects.get(&oid).and_then(|o| o.modified.clone()) else {
+            return Ok(());
+        };
+        if !self.resident(oid.page) {
+            self.page(oid.page, backing, true)?;
+            // (Loading it under ERL may have flushed this copy already.)
+            if self.objects.get(&oid).and_then(|o| o.modified.as_ref()).is_none() {
+                return Ok(());
+            }
+        }
+        backing.flush_object(owner, oid, &bytes)?;
+        self.stats.objects_flushed += 1;
+        self.stats.relocations += 1;
+        let o = self.objects.get_mut(&oid).expect("flushed object");
+        o.modified = None;
+        self.bytes -= Self::copy_charge(bytes.len());
+        self.mark_changed(oid.page, owner);
+        self.mark_flushed(oid, owner);
+        Ok(())
+    }
+
+    /// `owner`'s change to `oid` is in its own pages now: it reads the
+    /// object from there until it ends.
+    fn mark_flushed(&mut self, oid: Oid, owner: u64) {
+        self.ensure_described(oid, 0);
+        self.objects.get_mut(&oid).expect("described").flushed_by = Some(owner);
+    }
+
+    /// A descriptor for `oid` (in no segment, holding nothing, of length
+    /// `len`) if it has none, chained to its page's.
+    fn ensure_described(&mut self, oid: Oid, len: usize) {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.objects.entry(oid) {
+            v.insert(ObjDesc {
+                page: oid.page,
+                len,
+                seg: Seg::None,
+                copy: None,
+                modified: None,
+                flushed_by: None,
+                at: None,
+            });
+            self.pages
+                .entry(oid.page)
+                .or_insert_with(|| PageDesc {
+                    image: None,
+                    seg: Seg::None,
+                    chain: Vec::new(),
+                    changed_by: Vec::new(),
+                })
+                .chain
+                .push(oid);
+        }
+    }
+
+    /// Removes `oid`'s descriptor if nothing is left of it.
+    fn forget_if_unused(&mut self, oid: Oid) {
+        let unused = self
+            .objects
+            .get(&oid)
+            .is_some_and(|o| o.seg == Seg::None && o.copy.is_none() && o.modified.is_none() && o.flushed_by.is_none());
+        if unused {
+            let o = self.objects.remove(&oid).expect("checked");
+            if let Some(p) = self.pages.get_mut(&o.page) {
+                p.chain.retain(|x| *x != oid);
+            }
+            self.forget_page_if_unused(o.page);
+        }
+    }
+
+    /// Moves the object segment's least recently used object out of it: a
+    /// copy (committed or modified) to the free segment, an object in place
+    /// nowhere.
+    fn demote_object(&mut self) {
+        let Some((&t, &oid)) = self.object_lru.iter().next() else {
+            return;
+        };
+        self.object_lru.remove(&t);
+        let o = self.objects.get_mut(&oid).expect("in the object segment");
+        self.object_seg_bytes -= o.len;
+        if o.copy.is_some() || o.modified.is_some() {
+            let t = {
+                self.tick += 1;
+                self.tick
+            };
+            let o = self.objects.get_mut(&oid).expect("in the object segment");
+            o.seg = Seg::Free(t);
+            self.free.insert(t, Granule::Copy(oid));
+        } else {
+            o.seg = Seg::None;
+            self.forget_if_unused(oid);
+        }
+    }
+
+    fn demote_page(&mut self) {
+        let Some((&t, &page)) = self.page_lru.iter().next() else {
+            return;
+        };
+        self.page_lru.remove(&t);
+        self.page_seg_bytes -= self.cfg.page_size;
+        let t = self.next_tick();
+        self.pages.get_mut(&page).expect("in the page segment").seg = Seg::Free(t);
+        self.free.insert(t, Granule::Page(page));
+    }
+
+    /// Keeps each locality set within its share: the least recently used
+    /// granules move to the free segment.
+    fn rebalance(&mut self, backing: &mut dyn Backing) -> Result<()> {
+        while self.page_seg_bytes > self.page_locality && self.page_lru.len() > 1 {
+            self.demote_page();
+        }
+        while self.object_seg_bytes > self.object_locality && !self.object_lru.is_empty() {
+            self.demote_object();
+        }
+        self.make_room(0, backing)
+    }
+
+    /// Frees room for `need` more bytes: victims from the free segment
+    /// first (FIFO), demoting the segments' least recently used granules
+    /// into it when it is empty.
+    fn make_room(&mut self, need: usize, backing: &mut dyn Backing) -> Result<()> {
+        let mut kept_once: FxHashSet<PageId> = FxHashSet::default();
+        while self.bytes + need > self.cfg.budget_bytes {
+            if let Some((&t, &g)) = self.free.iter().next() {
+                match g {
+                    Granule::Page(page) => {
+                        if !kept_once.contains(&page) && self.keep_page(page) {
+                            // Well used (or LOC−): back to its segment, once
+                            // per call, so room is always found.
+                            kept_once.insert(page);
+                            self.stats.pages_kept += 1;
+                            self.free.remove(&t);
+                            let t2 = self.next_tick();
+                            self.pages.get_mut(&page).expect("free page").seg = Seg::Own(t2);
+                            self.page_lru.insert(t2, page);
+                            self.page_seg_bytes += self.cfg.page_size;
+                            continue;
+                        }
+                        self.displace_page(page);
+                    }
+                    Granule::Copy(oid) => {
+                        self.free.remove(&t);
+                        if let Some(o) = self.objects.get_mut(&oid) {
+                            o.seg = Seg::None;
+                        }
+                        if self.objects.get(&oid).is_some_and(|o| o.modified.is_some()) {
+                            self.flush_object(oid, backing)?;
+                        }
+                        if let Some(o) = self.objects.get_mut(&oid) {
+                            if let Some(c) = o.copy.take() {
+                                self.bytes -= Self::copy_charge(c.bytes.len());
+                                self.stats.copies_displaced += 1;
+                            }
+                        }
+                        self.forget_if_unused(oid);
+                    }
+                }
+                continue;
+            }
+            // Nothing free: demote from whichever segment is over its share
+            // the most (pages first on a tie).
+            let page_over = self.page_seg_bytes as f64 / self.page_locality.max(1) as f64;
+            let object_over = self.object_seg_bytes as f64 / self.object_locality.max(1) as f64;
+            let copies_in_objects = self
+                .object_lru
+                .values()
+                .any(|o| self.objects.get(o).is_some_and(|d| d.copy.is_some()));
+            if !self.page_lru.is_empty() && (page_over >= object_over || !copies_in_objects) {
+                self.demote_page();
+            } else if !self.object_lru.is_empty() {
+                self.demote_object();
+            } else if let Some(oid) = self
+                .objects
+                .iter()
+                .find(|(_, o)| o.modified.is_some())
+                .map(|(oid, _)| *oid)
+            {
+                // Only modified copies are left: flush one.
+                self.flush_object(oid, backing)?;
+            } else {
+                return Err(Error::Internal(format!(
+                    "the dual buffer cannot free {need} bytes: {} held of {}",
+                    self.bytes, self.cfg.budget_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every invariant of the structure; panics naming the broken
+    /// one (tests and debug builds).
+    pub fn check_invariants(&self) {
+        let mut bytes = 0usize;
+        let mut page_seg = 0usize;
+        for (id, p) in &self.pages {
+            if p.image.is_some() {
+                bytes += self.cfg.page_size;
+            }
+            match p.seg {
+                Seg::Own(t) => {
+                    assert!(p.image.is_some(), "page {id} in the page segment without an image");
+                    assert_eq!(self.page_lru.get(&t), Some(id), "page {id}'s LRU tick");
+                    page_seg += self.cfg.page_size;
+                }
+                Seg::Free(t) => {
+                    assert!(p.image.is_some(), "page {id} free without an image");
+                    assert_eq!(self.free.get(&t), Some(&Granule::Page(*id)), "page {id}'s FIFO tick");
+                }
+                Seg::None => assert!(p.image.is_none(), "resident page {id} in no segment"),
+            }
+            assert!(
+                p.image.is_some() || !p.chain.is_empty() || !p.changed_by.is_empty(),
+                "an empty descriptor kept for page {id}"
+            );
+            for oid in &p.chain {
+                let o = self
+                    .objects
+                    .get(oid)
+                    .unwrap_or_else(|| panic!("page {id} chains {oid}, undescribed"));
+                assert_eq!(o.page, *id, "object {oid} chained to page {id}");
+            }
+        }
+        let mut object_seg = 0usize;
+        for (oid, o) in &self.objects {
+            let p = self
+                .pages
+                .get(&o.page)
+                .unwrap_or_else(|| panic!("object {oid}'s page has no descriptor"));
+            assert_eq!(
+                p.chain.iter().filter(|x| *x == oid).count(),
+                1,
+                "object {oid} chained once"
+            );
+            if let Some(c) = &o.copy {
+                bytes += Self::copy_charge(c.bytes.len());
+            }
+            if let Some((_, b)) = &o.modified {
+                bytes += Self::copy_charge(b.len());
+            }
+            match o.seg {
+                Seg::Own(t) => {
+                    assert_eq!(self.object_lru.get(&t), Some(oid), "object {oid}'s LRU tick");
+                    object_seg += o.len;
+                    assert!(
+                        o.copy.is_some() || o.modified.is_some() || p.image.is_some(),
+                        "object {oid} in the object segment with neither copy nor page"
+                    );
+                }
+                Seg::Free(t) => {
+                    assert_eq!(
+                        self.free.get(&t),
+                        Some(&Granule::Copy(*oid)),
+                        "object {oid}'s FIFO tick"
+                    );
+                    assert!(
+                        o.copy.is_some() || o.modified.is_some(),
+                        "object {oid} free without a copy"
+                    );
+                }
+                Seg::None => assert!(
+                    o.modified.is_some() || o.flushed_by.is_some(),
+                    "object {oid} described for nothing"
+                ),
+            }
+            if self.cfg.strategy.relocation == Relocation::Eager && p.image.is_some() {
+                assert!(o.copy.is_none(), "ERL: object {oid} is a duplicate");
+            }
+            if self.cfg.strategy.copying == Copying::Noc {
+                assert!(
+                    o.seg == Seg::None && o.copy.is_none() && o.modified.is_none(),
+                    "NOC holds object {oid} for more than its transaction's flushed change"
+                );
+            }
+        }
+        assert_eq!(bytes, self.bytes, "bytes held");
+        assert!(self.bytes <= self.cfg.budget_bytes, "over budget");
+        assert_eq!(page_seg, self.page_seg_bytes, "page segment bytes");
+        assert_eq!(object_seg, self.object_seg_bytes, "object segment bytes");
+        assert_eq!(
+            self.page_lru.len(),
+            self.pages.values().filter(|p| matches!(p.seg, Seg::Own(_))).count()
+        );
+        assert_eq!(
+            self.object_lru.len(),
+            self.objects.values().filter(|o| matches!(o.seg, Seg::Own(_))).count()
+        );
+        assert_eq!(
+            self.free.len(),
+            self.pages.values().filter(|p| matches!(p.seg, Seg::Free(_))).count()
+                + self.objects.values().filter(|o| matches!(o.seg, Seg::Free(_))).count()
+        );
+    }
+}
