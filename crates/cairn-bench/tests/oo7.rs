@@ -258,6 +258,8 @@ fn check_json(path: &Path) -> Vec<serde_json::Value> {
         assert!([32, 64].contains(&r["buffer_pages"].as_u64().unwrap()));
         assert!(r["median_ms"].as_f64().unwrap() > 0.0);
         assert!(r["counters"]["page_faults"].is_u64());
+        assert!(r["counters"]["bytes_copied"].is_u64());
+        assert!(r["counters"]["utilization_permille"].is_u64());
         assert!(r["counters"]["pages_flushed"].is_null(), "not measured yet");
     }
     let findings = doc["findings"].as_array().unwrap();

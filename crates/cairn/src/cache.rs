@@ -25,6 +25,39 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cairn_storage::Oid;
 
+use crate::dual::{Backing, DualBuffer, Located, Probe};
+use crate::error::{Error, Result};
+
+/// The dual buffer's view of a transaction during one call: the image of
+/// the page being faulted in, read beforehand (the buffer never reads
+/// pages itself under its mutex), and where a record is in an image. No
+/// modified copies go through the typed layer's dual buffer yet, so
+/// nothing is flushed.
+struct Fault {
+    image: Option<(cairn_storage::PageId, Arc<[u8]>)>,
+}
+
+impl Backing for Fault {
+    fn load(&mut self, page: cairn_storage::PageId) -> Result<Arc<[u8]>> {
+        match &self.image {
+            Some((p, image)) if *p == page => Ok(Arc::clone(image)),
+            _ => Err(Error::Internal(format!(
+                "the dual buffer asked for page {page}, which was not read for it"
+            ))),
+        }
+    }
+
+    fn locate(&mut self, image: &[u8], oid: Oid) -> Result<Option<std::ops::Range<usize>>> {
+        Ok(cairn_storage::record::object::home_record(image, oid)?)
+    }
+
+    fn flush_object(&mut self, _owner: u64, oid: Oid, _bytes: &[u8]) -> Result<()> {
+        Err(Error::Internal(format!(
+            "the dual buffer flushed object {oid}, but the typed layer keeps no modified copies there"
+        )))
+    }
+}
+
 /// Bytes charged per cached object on top of its encoded size.
 pub const ENTRY_OVERHEAD_BYTES: usize = 96;
 
@@ -64,38 +97,15 @@ pub struct CacheStats {
     pub index_hits: u64,
     /// Index lookups that descended the B+-tree.
     pub index_misses: u64,
-    /// Page images copied into the cache for objects read in place
-    /// ([`crate::Transaction::view`]).
+    /// Page faults of the client's dual buffer: page images copied in for
+    /// objects read in place ([`crate::Transaction::view`]).
     pub image_loads: u64,
-    /// Views answered from a cached page image.
+    /// Views answered from the dual buffer (in place or from a copy).
     pub image_hits: u64,
-    /// Page images cached now.
+    /// Page images held now.
     pub images: u64,
-}
-
-/// Bytes charged per cached page image on top of its size.
-pub const IMAGE_OVERHEAD_BYTES: usize = 64;
-
-/// A page image kept to read objects in place, with the records in it
-/// already checked (so a later view of them skips the check).
-struct Image {
-    bytes: Arc<[u8]>,
-    referenced: bool,
-    checked: cairn_storage::fxhash::FxHashMap<Oid, CheckedRecord>,
-}
-
-/// Where a record's fields are in its page image, and the class and schema
-/// version they were checked as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CheckedRecord {
-    /// The class id the record's header named.
-    pub class: u32,
-    /// Its schema version.
-    pub version: u16,
-    /// The fields' first byte in the image.
-    pub start: u32,
-    /// One past their last byte.
-    pub end: u32,
+    /// The dual buffer's counters.
+    pub dual: crate::dual::DualStats,
 }
 
 /// A cached, decoded object.
@@ -125,10 +135,6 @@ struct State {
     by_page: cairn_storage::fxhash::FxHashMap<cairn_storage::PageId, Vec<u32>>,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    /// Page images by page, and the order they came in (second chance:
-    /// an image used since the hand last passed goes round again).
-    images: cairn_storage::fxhash::FxHashMap<cairn_storage::PageId, Image>,
-    image_ring: std::collections::VecDeque<cairn_storage::PageId>,
     bytes: usize,
     /// LRU list: head = most recent.
     head: u32,
@@ -148,8 +154,9 @@ pub struct ObjectCache {
     prefetches: AtomicU64,
     evictions: AtomicU64,
     invalidations: AtomicU64,
-    image_loads: AtomicU64,
-    image_hits: AtomicU64,
+    /// The client buffer objects are read in place from: page images and
+    /// object copies (see [`crate::dual`]).
+    dual: Mutex<DualBuffer>,
 }
 
 impl std::fmt::Debug for ObjectCache {
@@ -172,8 +179,9 @@ pub struct Hit {
 }
 
 impl ObjectCache {
-    /// A cache of at most `capacity_bytes`.
-    pub fn new(capacity_bytes: usize, policy: CachePolicy) -> ObjectCache {
+    /// A cache of at most `capacity_bytes` of decoded objects, with the
+    /// dual buffer `dual` for objects read in place.
+    pub fn new(capacity_bytes: usize, policy: CachePolicy, dual: DualBuffer) -> ObjectCache {
         ObjectCache {
             state: Mutex::new(State {
                 map: cairn_storage::fxhash::FxHashMap::default(),
@@ -181,8 +189,6 @@ impl ObjectCache {
                 by_page: Default::default(),
                 slots: Vec::new(),
                 free: Vec::new(),
-                images: Default::default(),
-                image_ring: Default::default(),
                 bytes: 0,
                 head: NIL,
                 tail: NIL,
@@ -197,8 +203,7 @@ impl ObjectCache {
             prefetches: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
-            image_loads: AtomicU64::new(0),
-            image_hits: AtomicU64::new(0),
+            dual: Mutex::new(dual),
         }
     }
 
@@ -321,13 +326,8 @@ impl ObjectCache {
         referenced: bool,
     ) -> (u32, u32) {
         let charge = encoded_bytes + ENTRY_OVERHEAD_BYTES;
-        while st.bytes + charge > self.capacity_bytes {
-            let evicted = if !st.map.is_empty() {
-                self.evict_one(st)
-            } else {
-                self.evict_image(st)
-            };
-            if !evicted {
+        while st.bytes + charge > self.capacity_bytes && !st.map.is_empty() {
+            if !self.evict_one(st) {
                 break;
             }
         }
@@ -361,107 +361,40 @@ impl ObjectCache {
         (slot, gen)
     }
 
-    /// The cached image of `oid`'s page, if any, and where `oid`'s record
-    /// is in it if it was checked already (the caller holds the page's lock).
-    pub fn image(&self, oid: Oid) -> Option<(Arc<[u8]>, Option<CheckedRecord>)> {
-        let mut st = self.lock();
-        let img = st.images.get_mut(&oid.page)?;
-        img.referenced = true;
-        let found = (Arc::clone(&img.bytes), img.checked.get(&oid).copied());
-        drop(st);
-        self.image_hits.fetch_add(1, Ordering::Relaxed);
-        Some(found)
+    fn dual(&self) -> MutexGuard<'_, DualBuffer> {
+        self.dual.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Notes that `oid`'s record in its page's cached image (`bytes`) was
-    /// checked; a no-op if that image is no longer the cached one.
-    pub fn note_checked(&self, oid: Oid, bytes: &Arc<[u8]>, rec: CheckedRecord) {
-        let mut st = self.lock();
-        if let Some(img) = st.images.get_mut(&oid.page) {
-            if Arc::ptr_eq(&img.bytes, bytes) {
-                img.checked.insert(oid, rec);
-            }
-        }
+    /// What the dual buffer holds of `oid` for transaction `owner`, with
+    /// no page fault (the caller holds the page's lock).
+    pub fn buffered(&self, owner: u64, oid: Oid) -> Result<Probe> {
+        self.dual().probe(owner, oid, &mut Fault { image: None })
     }
 
-    /// Caches the image of `page` (committed state, read under the page's
-    /// lock), evicting to make room: images first, by second chance.
-    pub fn insert_image(&self, page: cairn_storage::PageId, bytes: Arc<[u8]>) {
-        self.image_loads.fetch_add(1, Ordering::Relaxed);
-        let charge = bytes.len() + IMAGE_OVERHEAD_BYTES;
-        if charge > self.capacity_bytes {
-            return;
-        }
-        let mut st = self.lock();
-        self.drop_image(&mut st, page);
-        while st.bytes + charge > self.capacity_bytes {
-            let evicted = if !st.images.is_empty() {
-                self.evict_image(&mut st)
-            } else {
-                self.evict_one(&mut st)
-            };
-            if !evicted {
-                return;
-            }
-        }
-        st.bytes += charge;
-        st.images.insert(
-            page,
-            Image {
-                bytes,
-                referenced: false,
-                checked: Default::default(),
+    /// A page fault of the dual buffer for `oid`: `image` is its page's
+    /// committed image, read under the page's lock (outside the buffer's
+    /// mutex, so other transactions go on meanwhile). `None`: the record
+    /// is not in its page in a form read in place.
+    pub fn fault_in(&self, owner: u64, oid: Oid, image: Arc<[u8]>) -> Result<Option<Located>> {
+        self.dual().access(
+            owner,
+            oid,
+            &mut Fault {
+                image: Some((oid.page, image)),
             },
-        );
-        st.image_ring.push_back(page);
-        // Dropped and re-inserted images leave stale entries behind; keep
-        // the ring within a constant of the images it orders.
-        if st.image_ring.len() > 2 * st.images.len() + 64 {
-            let State { images, image_ring, .. } = &mut *st;
-            let mut seen = cairn_storage::fxhash::FxHashSet::default();
-            image_ring.retain(|p| images.contains_key(p) && seen.insert(*p));
-        }
+        )
     }
 
-    fn drop_image(&self, st: &mut State, page: cairn_storage::PageId) -> bool {
-        match st.images.remove(&page) {
-            Some(img) => {
-                st.bytes -= img.bytes.len() + IMAGE_OVERHEAD_BYTES;
-                // Its place in the ring is skipped when the hand reaches it.
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn evict_image(&self, st: &mut State) -> bool {
-        // Each image is in the ring at least once; stale entries (dropped
-        // or re-inserted images) are skipped, so two passes always end.
-        let limit = 2 * st.image_ring.len() + 1;
-        for _ in 0..limit {
-            let Some(page) = st.image_ring.pop_front() else {
-                return false;
-            };
-            let Some(img) = st.images.get_mut(&page) else {
-                continue;
-            };
-            if img.referenced {
-                img.referenced = false;
-                st.image_ring.push_back(page);
-                continue;
-            }
-            self.drop_image(st, page);
-            self.evictions.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        false
+    /// Notes that `oid`'s record, as the dual buffer holds it, was checked
+    /// as `class` at schema `version`.
+    pub fn note_checked(&self, oid: Oid, class: u32, version: u16) {
+        self.dual().note_checked(oid, class, version);
     }
 
     /// Drops the image of `page`: a transaction changed it (called before
     /// the change commits, while the page is still locked exclusively).
     pub fn invalidate_image(&self, page: cairn_storage::PageId) {
-        let mut st = self.lock();
-        if self.drop_image(&mut st, page) {
+        if self.dual().invalidate_page(page) {
             self.invalidations.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -479,10 +412,10 @@ impl ObjectCache {
     /// the page (a page-server client learns it when a fetch brings a new
     /// image).
     pub fn invalidate_page(&self, page: cairn_storage::PageId) {
-        let mut st = self.lock();
-        if self.drop_image(&mut st, page) {
+        if self.dual().invalidate_page(page) {
             self.invalidations.fetch_add(1, Ordering::Relaxed);
         }
+        let mut st = self.lock();
         let Some(slots) = st.by_page.get(&page).cloned() else {
             return;
         };
@@ -501,15 +434,13 @@ impl ObjectCache {
         }
         st.faulted_pages.clear();
         st.by_page.clear();
-        let pages: Vec<_> = st.images.keys().copied().collect();
-        for p in pages {
-            self.drop_image(&mut st, p);
-        }
-        st.image_ring.clear();
+        drop(st);
+        self.dual().clear();
     }
 
     /// The counters.
     pub fn stats(&self) -> CacheStats {
+        let dual = self.dual().stats();
         let st = self.lock();
         CacheStats {
             faults: self.faults.load(Ordering::Relaxed),
@@ -523,9 +454,10 @@ impl ObjectCache {
             bytes: st.bytes as u64,
             index_hits: 0,
             index_misses: 0,
-            image_loads: self.image_loads.load(Ordering::Relaxed),
-            image_hits: self.image_hits.load(Ordering::Relaxed),
-            images: st.images.len() as u64,
+            image_loads: dual.page_faults,
+            image_hits: dual.object_hits,
+            images: dual.pages,
+            dual,
         }
     }
 
@@ -666,6 +598,15 @@ impl ObjectCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dual() -> DualBuffer {
+        DualBuffer::new(crate::dual::DualConfig::pages(
+            16,
+            4096,
+            crate::dual::Strategy::default(),
+        ))
+        .unwrap()
+    }
     use cairn_storage::{PageId, SlotIdx, Uniq};
 
     fn oid(n: u32) -> Oid {
@@ -680,7 +621,7 @@ mod tests {
     /// and their swizzles stop hitting.
     #[test]
     fn invalidating_a_page_drops_its_objects_only() {
-        let c = ObjectCache::new(1 << 20, CachePolicy::Lru);
+        let c = ObjectCache::new(1 << 20, CachePolicy::Lru, dual());
         let on = |page: u32, slot: u16| Oid {
             page: PageId(page),
             slot: SlotIdx(slot),
@@ -704,7 +645,7 @@ mod tests {
     #[test]
     fn bounded_by_bytes_and_generations_invalidate_swizzles() {
         for policy in [CachePolicy::Lru, CachePolicy::Clock] {
-            let c = ObjectCache::new(10 * (100 + ENTRY_OVERHEAD_BYTES), policy);
+            let c = ObjectCache::new(10 * (100 + ENTRY_OVERHEAD_BYTES), policy, dual());
             let mut slots = Vec::new();
             for i in 0..30u32 {
                 slots.push(c.insert(oid(i), Arc::new(i), 100, 0));
@@ -728,7 +669,7 @@ mod tests {
 
     #[test]
     fn lru_keeps_what_is_used() {
-        let c = ObjectCache::new(3 * (10 + ENTRY_OVERHEAD_BYTES), CachePolicy::Lru);
+        let c = ObjectCache::new(3 * (10 + ENTRY_OVERHEAD_BYTES), CachePolicy::Lru, dual());
         c.insert(oid(1), Arc::new(1u8), 10, 0);
         c.insert(oid(2), Arc::new(2u8), 10, 0);
         c.insert(oid(3), Arc::new(3u8), 10, 0);

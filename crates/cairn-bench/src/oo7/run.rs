@@ -225,24 +225,33 @@ fn progress(show: bool, len: u64) -> ProgressBar {
     bar
 }
 
-/// The database's counters now: the page buffer's faults (embedded: buffer
-/// pool misses; remote: pages the server shipped), reads and writes, and
-/// the object cache's. Counters the dual buffer will add (`bytes_copied`,
-/// `pages_flushed`, `duplicates`, `relocations`) are absent until then.
+/// The database's counters now: the client's dual buffer (page and object
+/// faults, copies, relocations, duplicates, utilization), the page buffer
+/// under it (embedded: the engine's, standing for the server's; remote:
+/// what the server shipped and the round trips).
 pub fn counters(db: &Database) -> Counters {
     let mut c = Counters::default();
     let cache = db.cache_stats();
-    c.set("object_faults", cache.faults)
-        .set("image_loads", cache.image_loads)
-        .set("image_hits", cache.image_hits);
+    let d = cache.dual;
+    c.set("page_faults", d.page_faults)
+        .set("object_faults", d.object_faults)
+        .set("object_hits", d.object_hits)
+        .set("objects_copied", d.objects_copied)
+        .set("bytes_copied", d.bytes_copied)
+        .set("relocations", d.relocations)
+        .set("pages_displaced", d.pages_displaced)
+        .set("pages_kept", d.pages_kept)
+        .set("duplicates", d.duplicates)
+        .set("utilization_permille", (d.utilization() * 1000.0).round() as u64)
+        .set("decoded_faults", cache.faults);
     if let Some(st) = db.storage().map(|s| s.stats()) {
-        c.set("page_faults", st.buffer.misses)
+        c.set("server_misses", st.buffer.misses)
             .set("page_reads", st.buffer.reads)
             .set("page_writes", st.buffer.writes)
             .set("fsyncs", st.wal.fsyncs);
     }
     if let Some(r) = db.remote_stats() {
-        c.set("page_faults", r.pages_shipped)
+        c.set("pages_shipped", r.pages_shipped)
             .set("pages_revalidated", r.pages_revalidated)
             .set("round_trips", r.round_trips)
             .set("bytes_shipped", r.bytes_sent + r.bytes_received);

@@ -98,43 +98,63 @@ impl FromStr for Strategy {
     }
 }
 
-/// Bytes of the object cache (decoded objects and the page images objects
-/// are viewed in): small, so that the page buffer is what the sweep varies
-/// — 16 page images.
-pub const OBJECT_CACHE_BYTES: usize = 16 * (4096 + cairn::cache::IMAGE_OVERHEAD_BYTES);
+/// Bytes of the object cache of decoded objects: small, so that the dual
+/// buffer is what the sweep varies (the traversals read objects in place,
+/// [`cairn::Transaction::view`]).
+pub const OBJECT_CACHE_BYTES: usize = 16 * 4096;
 
 /// The smallest buffer the sweep accepts, in pages (a B+-tree descent and
 /// a commit pin a few frames at once).
 pub const BUFFER_PAGES_MIN: usize = 16;
 
+/// The embedded engine's page buffer under the client's dual buffer, in
+/// pages: it stands for the paper's server buffer, "approximately half the
+/// size of the object base" (1,000 of about 2,000 pages there; the small
+/// database is about 1,230 pages here).
+pub const SERVER_BUFFER_PAGES: usize = 640;
+
+impl Strategy {
+    /// The dual buffer's strategy of this name (default overlap ratio).
+    pub fn dual(self) -> cairn::dual::Strategy {
+        use cairn::dual::Strategy as S;
+        match self {
+            Strategy::Noc => S::NOC,
+            Strategy::EocLrl => S::EOC_LRL,
+            Strategy::LocLrl => S::LOC_LRL,
+            Strategy::LocErl => S::LOC_ERL,
+            Strategy::LocMinusErl => S::LOC_MINUS_ERL,
+            Strategy::LocPlusErl => S::LOC_PLUS_ERL,
+        }
+    }
+}
+
 /// The options a run of `strategy` with a client buffer of `buffer_pages`
 /// pages opens the database with. Every database the benchmark opens gets
-/// its options here, so wiring a new buffer manager is a change to this
-/// function alone.
+/// its options here.
 ///
-/// **Today** `cairn::Options` has no dual buffer, so `strategy` is not used
-/// yet: every strategy runs as NOC. The buffer size becomes the embedded
-/// engine's page buffer (`storage.volume.buffer_frames`, LRU as in the
-/// paper's page segment) and, against a server, the client's page buffer
-/// (`client_buffer_pages`, with rights to cache four times as many pages,
-/// the default ratio), with no read-ahead; the object cache is kept small
-/// ([`OBJECT_CACHE_BYTES`]); no background checkpoints run during a timed
-/// traversal. **The dual buffer will take the strategy here**: the object
-/// and page segments and the copying and relocation policy come from
-/// `strategy`, within the same `buffer_pages`.
+/// The client buffer is the dual buffer ([`cairn::dual`]): `buffer_pages`
+/// pages of page images and object copies under `strategy`, with the
+/// strategy's default split between the page and object segments. Under it,
+/// the embedded engine's page buffer ([`SERVER_BUFFER_PAGES`], LRU) plays
+/// the server's buffer; against a server, the client's own page pool is
+/// kept at its minimum so that the dual buffer is the client's cache, with
+/// rights to cache four times `buffer_pages` (the default ratio). No
+/// read-ahead: the paper's client faults one page at a time. No background
+/// checkpoints run during a timed traversal.
 pub fn options_for(strategy: Strategy, buffer_pages: usize) -> Options {
-    let _ = strategy;
     let mut o = Options {
         cache_bytes: OBJECT_CACHE_BYTES,
-        client_buffer_pages: buffer_pages,
+        dual_buffer: cairn::DualBufferOptions {
+            bytes: buffer_pages * 4096,
+            strategy: strategy.dual(),
+            page_share: None,
+        },
+        client_buffer_pages: BUFFER_PAGES_MIN,
         client_rights_max: 4 * buffer_pages,
         ..Options::default()
     };
-    o.storage.volume.buffer_frames = buffer_pages;
+    o.storage.volume.buffer_frames = SERVER_BUFFER_PAGES;
     o.storage.volume.policy = Policy::Lru;
-    // The paper's client faults one page at a time; read-ahead into free
-    // frames would fill a cold buffer with pages nobody asked for yet and
-    // hide their faults from the counts.
     o.storage.volume.read_ahead_pages = 1;
     // T2b changes every atomic part's page in one transaction: keep its
     // private pages in memory.
@@ -177,11 +197,15 @@ mod tests {
     }
 
     #[test]
-    fn the_buffer_size_reaches_the_page_buffers() {
-        let o = options_for(Strategy::LocErl, 300);
-        assert_eq!(o.storage.volume.buffer_frames, 300);
-        assert_eq!(o.client_buffer_pages, 300);
-        assert!(!o.storage.background);
-        assert_eq!(o.cache_bytes, OBJECT_CACHE_BYTES);
+    fn the_buffer_size_and_strategy_reach_the_dual_buffer() {
+        for s in Strategy::ALL {
+            let o = options_for(s, 300);
+            assert_eq!(o.dual_buffer.bytes, 300 * 4096);
+            assert_eq!(o.dual_buffer.strategy.name(), s.name());
+            assert_eq!(o.storage.volume.buffer_frames, SERVER_BUFFER_PAGES);
+            assert_eq!(o.client_buffer_pages, BUFFER_PAGES_MIN);
+            assert!(!o.storage.background);
+            assert_eq!(o.cache_bytes, OBJECT_CACHE_BYTES);
+        }
     }
 }

@@ -31,7 +31,7 @@ use cairn_storage::btree::{BTree, Direction};
 use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, Txn};
 
-use crate::cache::{CachePolicy, CacheStats, CachedObject, CheckedRecord, ObjectCache};
+use crate::cache::{CachePolicy, CacheStats, CachedObject, ObjectCache};
 use crate::catalog::{self, Catalog, ClassInfo, Meta};
 
 mod classes;
@@ -52,6 +52,10 @@ pub struct Options {
     pub cache_bytes: usize,
     /// The object cache's replacement policy.
     pub cache_policy: CachePolicy,
+    /// The client's dual buffer: page images and object copies that
+    /// objects are read in place from ([`Transaction::view`]), its size and
+    /// strategy (see [`crate::dual`]).
+    pub dual_buffer: DualBufferOptions,
     /// When a transaction faults an object from a page another transaction
     /// faulted from before, also decode and cache the other objects of the
     /// same type there (read and locked anyway), so a working set that comes
@@ -89,11 +93,36 @@ impl Default for Options {
             storage: DbOptions::default(),
             cache_bytes: 64 << 20,
             cache_policy: CachePolicy::Clock,
+            dual_buffer: DualBufferOptions::default(),
             fault_whole_pages: false,
             object_bytes_max: 256 << 20,
             token: Vec::new(),
             client_buffer_pages: 4096,
             client_rights_max: 4 * 4096,
+        }
+    }
+}
+
+/// The size and strategy of a client's dual buffer ([`crate::dual`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DualBufferOptions {
+    /// Bytes of page images and object copies held at most (64 MiB by
+    /// default; at least four pages).
+    pub bytes: usize,
+    /// The dual-buffering strategy: LOC/ERL by default (the paper's
+    /// winner).
+    pub strategy: crate::dual::Strategy,
+    /// The page segment's share of `bytes` (`None`: the strategy's
+    /// default, [`crate::dual::Strategy::default_page_share`]).
+    pub page_share: Option<f64>,
+}
+
+impl Default for DualBufferOptions {
+    fn default() -> Self {
+        DualBufferOptions {
+            bytes: 64 << 20,
+            strategy: crate::dual::Strategy::default(),
+            page_share: None,
         }
     }
 }
@@ -240,10 +269,20 @@ impl Database {
             txn.commit()?;
             Ok((meta, cat))
         })?;
+        let page_size = match &db {
+            Store::Embedded(d) => d.header().page_size as usize,
+            Store::Remote(r) => r.page_size(),
+        };
+        let dual = crate::dual::DualBuffer::new(crate::dual::DualConfig {
+            budget_bytes: opts.dual_buffer.bytes,
+            page_size,
+            strategy: opts.dual_buffer.strategy,
+            page_share: opts.dual_buffer.page_share,
+        })?;
         Ok(Database {
             inner: Arc::new(Inner {
                 db,
-                cache: ObjectCache::new(opts.cache_bytes, opts.cache_policy),
+                cache: ObjectCache::new(opts.cache_bytes, opts.cache_policy, dual),
                 meta,
                 catalog: Mutex::new(cat),
                 registering: Mutex::new(()),
@@ -460,10 +499,11 @@ pub struct Transaction<'db> {
     local: Vec<Option<(u32, Oid, CachedObject)>>,
     /// Hits answered from `local`, added to the cache's counters in batches.
     local_hits: u64,
-    /// Objects this transaction has viewed in a page image, by OID: their
-    /// class id, the image and the checked range of their fields. Viewing
-    /// one again takes no lock (held already) and no check. Entries go when
-    /// the transaction changes or deletes the object.
+    /// Objects this transaction has viewed through the dual buffer, by
+    /// OID, with the class they were checked as: viewing one again takes no
+    /// lock (held already) and no check, but its bytes come from the dual
+    /// buffer again, so the buffer's budget bounds what a transaction
+    /// keeps. Entries go when the transaction changes or deletes the object.
     viewed: cairn_storage::fxhash::FxHashMap<Oid, read::Viewed>,
     /// Index trees this transaction looked up or created; they join the
     /// database's table when it commits (a tree created by a transaction

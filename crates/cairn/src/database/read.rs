@@ -4,9 +4,11 @@
 
 use super::*;
 
-/// An object a transaction viewed in a page image: its class id, the image,
-/// and the checked range of its fields there.
-pub(super) type Viewed = (u32, Arc<[u8]>, std::ops::Range<usize>);
+/// An object a transaction viewed in the dual buffer: the class id it was
+/// checked as. The transaction holds its page's lock, so its committed
+/// bytes cannot change: fetched again (the buffer may have let them go
+/// meanwhile), they need no lock and no check.
+pub(super) type Viewed = u32;
 
 /// A view of `value` through a copy of its encoding (current schema).
 fn copy_of<T: Persistent>(oid: Oid, value: &T) -> Result<crate::view::Obj<T>> {
@@ -117,12 +119,13 @@ impl Transaction<'_> {
     /// like the field: numbers, `&str` for strings, `Ref`s, sequences of
     /// views for `Vec` and `List`, the view of a nested struct.
     ///
-    /// The bytes are an image of the object's page kept in the client's
-    /// cache (copied from the buffer pool, or from the server, the first
-    /// time a page is viewed; shared by every transaction until the page
-    /// changes), or a copy of the object when it cannot be read in its
-    /// page: changed by this transaction, moved, large, or written with an
-    /// older schema version. Locks as [`Transaction::get`] does (the home
+    /// The bytes come from the client's dual buffer ([`crate::dual`],
+    /// sized and steered by [`Options::dual_buffer`]): an image of the
+    /// object's page (copied from the buffer pool, or from the server, on a
+    /// page fault; shared by every transaction until the page changes), or
+    /// a copy of the object the buffer made under its strategy; or a copy
+    /// of the object when it cannot be read in its page: changed by this
+    /// transaction, moved, large, or written with an older schema version. Locks as [`Transaction::get`] does (the home
     /// page, shared). The record is checked when the view is made: damaged
     /// bytes are an error naming the object (and so its page) here, and
     /// the accessors never fail afterwards.
@@ -135,49 +138,38 @@ impl Transaction<'_> {
             }
         }
         let c = self.class_of::<T>()?;
-        if let Some((class, bytes, rec)) = self.viewed.get(&oid) {
-            if *class == c.id {
-                return Ok(crate::view::Obj::checked(Arc::clone(bytes), rec.clone(), oid));
-            }
+        let seen = self.viewed.get(&oid) == Some(&c.id);
+        if !seen {
+            self.txn.lock_page(oid.page, false)?;
         }
-        self.txn.lock_page(oid.page, false)?;
         if !self.txn.has_private_copy(oid.page) {
             let cache = &self.inner.cache;
-            let (image, checked) = match cache.image(oid) {
-                Some((image, checked)) => (Some(image), checked),
-                None => {
-                    let image = self.txn.page_image(oid.page)?;
-                    if let Some(image) = &image {
-                        cache.insert_image(oid.page, Arc::clone(image));
-                    }
-                    (image, None)
-                }
+            let me = self.txn.id().0;
+            let found = match cache.buffered(me, oid)? {
+                crate::dual::Probe::Hit(l) => Some(l),
+                // (Never for a committed read: the typed layer flushes
+                // nothing into the dual buffer's transactions.)
+                crate::dual::Probe::Elsewhere => None,
+                crate::dual::Probe::Miss => match self.txn.page_image(oid.page)? {
+                    Some(image) => cache.fault_in(me, oid, image)?,
+                    None => None,
+                },
             };
-            if let Some(image) = image {
-                if let Some(rec) = checked.filter(|r| r.class == c.id && r.version == c.version) {
-                    let range = rec.start as usize..rec.end as usize;
-                    self.viewed.insert(oid, (c.id, Arc::clone(&image), range.clone()));
-                    return Ok(crate::view::Obj::checked(image, range, oid));
+            if let Some(l) = found {
+                if seen || l.checked == Some((c.id, c.version)) {
+                    let range = l.range.start + HEADER_SIZE..l.range.end;
+                    self.viewed.insert(oid, c.id);
+                    return Ok(crate::view::Obj::checked(l.bytes, range, oid));
                 }
-                let at = cairn_storage::record::object::home_record(&image, oid)?;
-                if let Some(at) = at {
-                    if image.get(at.start..at.start + HEADER_SIZE) == Some(&header(c)[..]) {
-                        self.inner.check_len(oid, at.len() as u64)?;
-                        let range = at.start + HEADER_SIZE..at.end;
-                        let obj = crate::view::Obj::new(Arc::clone(&image), range.clone(), oid)
-                            .map_err(|source| Error::Decode { oid, source })?;
-                        if let (Ok(start), Ok(end)) = (u32::try_from(range.start), u32::try_from(range.end)) {
-                            let rec = CheckedRecord {
-                                class: c.id,
-                                version: c.version,
-                                start,
-                                end,
-                            };
-                            cache.note_checked(oid, &image, rec);
-                        }
-                        self.viewed.insert(oid, (c.id, image, range));
-                        return Ok(obj);
-                    }
+                let at = l.range;
+                if l.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&header(c)[..]) {
+                    self.inner.check_len(oid, at.len() as u64)?;
+                    let range = at.start + HEADER_SIZE..at.end;
+                    let obj = crate::view::Obj::new(Arc::clone(&l.bytes), range, oid)
+                        .map_err(|source| Error::Decode { oid, source })?;
+                    cache.note_checked(oid, c.id, c.version);
+                    self.viewed.insert(oid, c.id);
+                    return Ok(obj);
                 }
             }
         }

@@ -277,10 +277,25 @@ pub struct Located {
     pub range: Range<usize>,
     /// Read in place in the page image (false: a copy).
     pub in_page: bool,
+    /// What the caller noted the record was checked as
+    /// ([`DualBuffer::note_checked`]): committed bytes only.
+    pub checked: Option<(u32, u16)>,
+}
+
+/// What the buffer holds of an object, without a fault.
+#[derive(Clone, Debug)]
+pub enum Probe {
+    /// Its bytes.
+    Hit(Located),
+    /// The asking transaction's own flushed change: it reads the object
+    /// from its own pages.
+    Elsewhere,
+    /// Not held: [`DualBuffer::access`] faults it in.
+    Miss,
 }
 
 /// Counters for every figure of the paper.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DualStats {
     /// Pages loaded into the buffer ([`Backing::load`]).
     pub page_faults: u64,
@@ -346,6 +361,9 @@ enum Seg {
 pub struct PageDesc {
     image: Option<Arc<[u8]>>,
     seg: Seg,
+    /// Its last use (a tick): the LRU list is repaired lazily, when its
+    /// head is looked at, so a use costs no list operation.
+    used: u64,
     /// Objects of this page with descriptors.
     chain: Vec<Oid>,
     /// Transactions whose changes to objects of this page were written
@@ -366,6 +384,8 @@ struct ObjDesc {
     /// Its place in the object segment (`Own`), or `Free` (only a copy can
     /// be there), or `None` (only a modified copy keeps it).
     seg: Seg,
+    /// Its last use (a tick), as for pages.
+    used: u64,
     /// The committed copy.
     copy: Option<Copy>,
     /// A transaction's changed bytes, not yet flushed.
@@ -376,6 +396,9 @@ struct ObjDesc {
     /// Where the record is in the resident home page's image (set when it
     /// is found there; the image never changes while it is resident).
     at: Option<Range<usize>>,
+    /// What its committed bytes were checked as; they do not change until
+    /// the page is invalidated.
+    checked: Option<(u32, u16)>,
 }
 
 /// A granule in the free segment.
@@ -497,13 +520,10 @@ impl DualBuffer {
         len + COPY_OVERHEAD_BYTES
     }
 
-    /// The object `oid` (home page `oid.page`) for transaction `owner`:
-    /// its modified copy if `owner` holds one, else its committed bytes, in
-    /// place or copied. `None`: the record is not in its home page in a
-    /// form read in place ([`Backing::locate`]); the caller reads it
-    /// another way. The caller holds the lock that makes committed state
-    /// stable.
-    pub fn access(&mut self, owner: u64, oid: Oid, backing: &mut dyn Backing) -> Result<Option<Located>> {
+    /// What the buffer holds of `oid` for `owner`, with no page fault (only
+    /// `backing.locate` may be called, to find an object in its resident
+    /// page again): a hit counts as one.
+    pub fn probe(&mut self, owner: u64, oid: Oid, backing: &mut dyn Backing) -> Result<Probe> {
         if let Some(o) = self.objects.get(&oid) {
             if let Some((by, bytes)) = &o.modified {
                 if *by == owner {
@@ -511,48 +531,67 @@ impl DualBuffer {
                         range: 0..bytes.len(),
                         bytes: Arc::clone(bytes),
                         in_page: false,
+                        checked: None,
                     };
                     self.stats.object_hits += 1;
                     self.touch_object(oid);
-                    return Ok(Some(loc));
+                    return Ok(Probe::Hit(loc));
                 }
             }
             if o.flushed_by == Some(owner) {
                 // Its change is in its own pages (an unflushed newer one
                 // would be the modified copy above).
-                return Ok(None);
+                return Ok(Probe::Elsewhere);
             }
             if let Some(c) = &o.copy {
                 let loc = Located {
                     range: 0..c.bytes.len(),
                     bytes: Arc::clone(&c.bytes),
                     in_page: false,
+                    checked: o.checked,
                 };
                 self.stats.object_hits += 1;
                 self.touch_object(oid);
-                return Ok(Some(loc));
+                return Ok(Probe::Hit(loc));
             }
             let image = self.pages.get(&o.page).and_then(|p| p.image.clone());
             if let (Seg::Own(_), Some(image)) = (o.seg, image) {
                 let at = o.at.clone();
+                let o_checked = o.checked;
                 let range = match at {
                     Some(r) => Some(r),
                     None => backing.locate(&image, oid)?,
                 };
                 let Some(range) = range else {
-                    return Ok(None);
+                    return Ok(Probe::Miss);
                 };
                 self.objects.get_mut(&oid).expect("described").at = Some(range.clone());
                 // The object's use, not the page's (paper §2: a page's
                 // statistics change when it is used to find an object).
                 self.stats.object_hits += 1;
                 self.touch_object(oid);
-                return Ok(Some(Located {
+                return Ok(Probe::Hit(Located {
                     bytes: image,
                     range,
                     in_page: true,
+                    checked: o_checked,
                 }));
             }
+        }
+        Ok(Probe::Miss)
+    }
+
+    /// The object `oid` (home page `oid.page`) for transaction `owner`:
+    /// its modified copy if `owner` holds one, else its committed bytes, in
+    /// place or copied. `None`: the record is not in its home page in a
+    /// form read in place ([`Backing::locate`]); the caller reads it
+    /// another way. The caller holds the lock that makes committed state
+    /// stable.
+    pub fn access(&mut self, owner: u64, oid: Oid, backing: &mut dyn Backing) -> Result<Option<Located>> {
+        match self.probe(owner, oid, backing)? {
+            Probe::Hit(l) => return Ok(Some(l)),
+            Probe::Elsewhere => return Ok(None),
+            Probe::Miss => {}
         }
         // An object fault: the home page is needed.
         self.stats.object_faults += 1;
@@ -565,6 +604,7 @@ impl DualBuffer {
                 bytes: image,
                 range,
                 in_page: true,
+                checked: None,
             })),
             Copying::Eoc => {
                 let bytes: Arc<[u8]> = Arc::from(&image[range.clone()]);
@@ -578,6 +618,7 @@ impl DualBuffer {
                     range: 0..bytes.len(),
                     bytes,
                     in_page: false,
+                    checked: self.objects.get(&oid).and_then(|o| o.checked),
                 }))
             }
             Copying::Loc | Copying::LocMinus | Copying::LocPlus => {
@@ -588,6 +629,7 @@ impl DualBuffer {
                     bytes: image,
                     range,
                     in_page: true,
+                    checked: self.objects.get(&oid).and_then(|o| o.checked),
                 }))
             }
         }
@@ -748,10 +790,15 @@ impl DualBuffer {
     /// another client's, called back): its image and the committed copies
     /// of its objects go. Modified copies stay (their transaction holds the
     /// page's exclusive lock, so no other commit can have changed it).
-    pub fn invalidate_page(&mut self, page: PageId) {
+    pub fn invalidate_page(&mut self, page: PageId) -> bool {
+        let had = self
+            .pages
+            .get(&page)
+            .is_some_and(|p| p.image.is_some() || !p.chain.is_empty());
         let chain = self.pages.get(&page).map(|p| p.chain.clone()).unwrap_or_default();
         for oid in chain {
             if let Some(o) = self.objects.get_mut(&oid) {
+                o.checked = None;
                 if let Some(c) = o.copy.take() {
                     self.bytes -= Self::copy_charge(c.bytes.len());
                 }
@@ -769,6 +816,16 @@ impl DualBuffer {
         }
         self.drop_image(page);
         self.forget_page_if_unused(page);
+        had
+    }
+
+    /// Notes that `oid`'s committed record, as held now, was checked as
+    /// schema `class` version `version`: later hits say so
+    /// ([`Located::checked`]) until its page is invalidated.
+    pub fn note_checked(&mut self, oid: Oid, class: u32, version: u16) {
+        if let Some(o) = self.objects.get_mut(&oid) {
+            o.checked = Some((class, version));
+        }
     }
 
     /// Empties the buffer but for modified copies (a cold start).
@@ -804,11 +861,13 @@ impl DualBuffer {
         let p = self.pages.entry(page).or_insert_with(|| PageDesc {
             image: None,
             seg: Seg::None,
+            used: 0,
             chain: Vec::new(),
             changed_by: Vec::new(),
         });
         p.image = Some(Arc::clone(&image));
         p.seg = Seg::Own(t);
+        p.used = t;
         self.page_lru.insert(t, page);
         self.page_seg_bytes += self.cfg.page_size;
         self.bytes += self.cfg.page_size;
@@ -846,10 +905,11 @@ impl DualBuffer {
     fn touch_page(&mut self, page: PageId) {
         let t = self.next_tick();
         let p = self.pages.get_mut(&page).expect("touched page");
+        p.used = t;
         match p.seg {
-            Seg::Own(old) => {
-                self.page_lru.remove(&old);
-            }
+            // Already in its segment: its place is repaired when it reaches
+            // the head of the list (`demote_page`).
+            Seg::Own(_) => return,
             Seg::Free(old) => {
                 self.free.remove(&old);
                 self.page_seg_bytes += self.cfg.page_size;
@@ -864,6 +924,7 @@ impl DualBuffer {
         let p = self.pages.entry(page).or_insert_with(|| PageDesc {
             image: None,
             seg: Seg::None,
+            used: 0,
             chain: Vec::new(),
             changed_by: Vec::new(),
         });
@@ -1010,10 +1071,9 @@ impl DualBuffer {
         }
         let t = self.next_tick();
         let o = self.objects.get_mut(&oid).expect("touched object");
+        o.used = t;
         match o.seg {
-            Seg::Own(old) => {
-                self.object_lru.remove(&old);
-            }
+            Seg::Own(_) => return,
             Seg::Free(old) => {
                 self.free.remove(&old);
                 self.object_seg_bytes += o.len;
@@ -1074,16 +1134,19 @@ impl DualBuffer {
                 page: oid.page,
                 len,
                 seg: Seg::None,
+                used: 0,
                 copy: None,
                 modified: None,
                 flushed_by: None,
                 at: None,
+                checked: None,
             });
             self.pages
                 .entry(oid.page)
                 .or_insert_with(|| PageDesc {
                     image: None,
                     seg: Seg::None,
+                    used: 0,
                     chain: Vec::new(),
                     changed_by: Vec::new(),
                 })
@@ -1111,10 +1174,20 @@ impl DualBuffer {
     /// copy (committed or modified) to the free segment, an object in place
     /// nowhere.
     fn demote_object(&mut self) {
-        let Some((&t, &oid)) = self.object_lru.iter().next() else {
-            return;
+        let oid = loop {
+            let Some((&t, &oid)) = self.object_lru.iter().next() else {
+                return;
+            };
+            self.object_lru.remove(&t);
+            let o = self.objects.get_mut(&oid).expect("in the object segment");
+            if o.used > t {
+                // Used since it was placed: to its true place, and look again.
+                o.seg = Seg::Own(o.used);
+                self.object_lru.insert(o.used, oid);
+                continue;
+            }
+            break oid;
         };
-        self.object_lru.remove(&t);
         let o = self.objects.get_mut(&oid).expect("in the object segment");
         self.object_seg_bytes -= o.len;
         if o.copy.is_some() || o.modified.is_some() {
@@ -1132,10 +1205,19 @@ impl DualBuffer {
     }
 
     fn demote_page(&mut self) {
-        let Some((&t, &page)) = self.page_lru.iter().next() else {
-            return;
+        let page = loop {
+            let Some((&t, &page)) = self.page_lru.iter().next() else {
+                return;
+            };
+            self.page_lru.remove(&t);
+            let p = self.pages.get_mut(&page).expect("in the page segment");
+            if p.used > t {
+                p.seg = Seg::Own(p.used);
+                self.page_lru.insert(p.used, page);
+                continue;
+            }
+            break page;
         };
-        self.page_lru.remove(&t);
         self.page_seg_bytes -= self.cfg.page_size;
         let t = self.next_tick();
         self.pages.get_mut(&page).expect("in the page segment").seg = Seg::Free(t);
@@ -1170,7 +1252,9 @@ impl DualBuffer {
                             self.stats.pages_kept += 1;
                             self.free.remove(&t);
                             let t2 = self.next_tick();
-                            self.pages.get_mut(&page).expect("free page").seg = Seg::Own(t2);
+                            let p = self.pages.get_mut(&page).expect("free page");
+                            p.seg = Seg::Own(t2);
+                            p.used = t2;
                             self.page_lru.insert(t2, page);
                             self.page_seg_bytes += self.cfg.page_size;
                             continue;
@@ -1238,6 +1322,7 @@ impl DualBuffer {
             match p.seg {
                 Seg::Own(t) => {
                     assert!(p.image.is_some(), "page {id} in the page segment without an image");
+                    assert!(p.used >= t, "page {id} used before it was placed");
                     assert_eq!(self.page_lru.get(&t), Some(id), "page {id}'s LRU tick");
                     page_seg += self.cfg.page_size;
                 }
@@ -1279,6 +1364,7 @@ impl DualBuffer {
             match o.seg {
                 Seg::Own(t) => {
                     assert_eq!(self.object_lru.get(&t), Some(oid), "object {oid}'s LRU tick");
+                    assert!(o.used >= t, "object {oid} used before it was placed");
                     object_seg += o.len;
                     assert!(
                         o.copy.is_some() || o.modified.is_some() || p.image.is_some(),

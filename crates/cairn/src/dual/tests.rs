@@ -182,6 +182,7 @@ fn run(strategy: Strategy, budget_pages: usize, ops: &[Op]) {
         ..Model::default()
     };
     let mut buf = DualBuffer::new(DualConfig::pages(budget_pages, PAGE, strategy)).unwrap();
+    let mut checked: HashMap<Oid, Vec<u8>> = HashMap::new();
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Access { owner, page, slot } => {
@@ -193,7 +194,20 @@ fn run(strategy: Strategy, budget_pages: usize, ops: &[Op]) {
                 let got = buf.access(owner, o, &mut store).unwrap();
                 let want = model.sees(owner, o);
                 match got {
-                    Some(l) => assert_eq!(&l.bytes[l.range.clone()], &want[..], "op {i}: {op:?}"),
+                    Some(l) => {
+                        let bytes = &l.bytes[l.range.clone()];
+                        assert_eq!(bytes, &want[..], "op {i}: {op:?}");
+                        // A check noted on committed bytes holds for exactly
+                        // those bytes.
+                        match l.checked {
+                            Some(_) => assert_eq!(checked.get(&o).map(|b| &b[..]), Some(bytes), "op {i}: stale check"),
+                            None if bytes == &model.committed[&o][..] => {
+                                buf.note_checked(o, 1, 0);
+                                checked.insert(o, bytes.to_vec());
+                            }
+                            None => {}
+                        }
+                    }
                     None => {
                         // Only its own flushed change is read elsewhere.
                         let own = store.private.get(&owner).and_then(|p| p.get(&o));
