@@ -222,6 +222,7 @@ fn tiny_config(dir: &Path) -> Oo7Config {
         seed: SEED,
         dir: Some(dir.to_path_buf()),
         connect: None,
+        page_share: None,
         progress: false,
         params: Params::TINY,
     }

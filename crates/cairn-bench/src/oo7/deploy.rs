@@ -80,9 +80,17 @@ impl Deployment {
     }
 
     /// Opens clustering `c`'s database cold (the previous one closed) for a
-    /// run of `strategy` with `buffer_pages` pages of buffer.
-    pub fn open_cold(&self, c: Clustering, strategy: Strategy, buffer_pages: usize) -> Result<Database> {
-        let opts = options_for(strategy, buffer_pages);
+    /// run of `strategy` with `buffer_pages` pages of buffer, its page
+    /// segment `page_share` of it (`None`: the strategy's default).
+    pub fn open_cold(
+        &self,
+        c: Clustering,
+        strategy: Strategy,
+        buffer_pages: usize,
+        page_share: Option<f64>,
+    ) -> Result<Database> {
+        let mut opts = options_for(strategy, buffer_pages);
+        opts.dual_buffer.page_share = page_share;
         match self {
             Deployment::Embedded { root } => {
                 let dir = Deployment::dir(root, c);

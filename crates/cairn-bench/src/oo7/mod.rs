@@ -102,8 +102,7 @@ pub struct Oo7Args {
     #[arg(long, value_delimiter = ',', default_value = "toc,tb,random")]
     pub clustering: Vec<Clustering>,
     /// Dual-buffer strategies, comma-separated (NOC, EOC/LRL, LOC/LRL,
-    /// LOC/ERL, LOC-/ERL, LOC+/ERL; any case, or loc-erl style). Today every
-    /// strategy runs as NOC: the dual buffer is not built yet.
+    /// LOC/ERL, LOC-/ERL, LOC+/ERL; any case, or loc-erl style).
     #[arg(
         long,
         value_delimiter = ',',
@@ -133,6 +132,11 @@ pub struct Oo7Args {
     /// Where to create the scratch databases (default: the temp directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// The dual buffer's page segment, as a share of the buffer (0–1;
+    /// default: each strategy's own, all of it for NOC, a quarter for EOC,
+    /// half for the LOC family).
+    #[arg(long)]
+    pub page_share: Option<f64>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -164,6 +168,7 @@ impl Oo7Args {
             seed: self.seed,
             dir: self.dir.clone(),
             connect: self.connect.clone(),
+            page_share: self.page_share,
             progress: true,
             params: Params::SMALL,
         }

@@ -390,6 +390,7 @@ pub fn json(
             "buffer_pages": sweep.buffer_pages,
             "page_bytes": PAGE_BYTES,
             "object_cache_bytes": OBJECT_CACHE_BYTES,
+            "page_share": cfg.page_share,
             "strategies_wired": true,
             "database": {
                 "assemblies": p.assemblies(),

@@ -82,6 +82,9 @@ pub struct Oo7Config {
     pub connect: Option<String>,
     /// Show a progress bar on stderr.
     pub progress: bool,
+    /// The dual buffer's page segment share (`None`: each strategy's
+    /// default, [`cairn::dual::Strategy::default_page_share`]).
+    pub page_share: Option<f64>,
     /// The database's sizes: [`Params::SMALL`] for the benchmark; tests
     /// may scale it down.
     pub params: Params,
@@ -99,6 +102,7 @@ impl Default for Oo7Config {
             seed: 1,
             dir: None,
             connect: None,
+            page_share: None,
             progress: false,
             params: Params::SMALL,
         }
@@ -187,6 +191,9 @@ fn validate(cfg: &Oo7Config) -> Result<()> {
     }
     if cfg.runs == 0 {
         return bad("--runs must be at least 1");
+    }
+    if cfg.page_share.is_some_and(|f| !(0.0..=1.0).contains(&f)) {
+        return bad("--page-share must be between 0 and 1");
     }
     if let Some(&b) = cfg.buffer_pages.iter().find(|&&b| b < BUFFER_PAGES_MIN) {
         return Err(Error::InvalidArgument(format!(
@@ -287,14 +294,14 @@ fn point(dep: &Deployment, g: &Graph, cfg: &Oo7Config, p: &mut Point, bar: &Prog
     match p.phase {
         Phase::Cold => {
             for _ in 0..cfg.runs {
-                let db = dep.open_cold(p.clustering, p.strategy, p.buffer_pages)?;
+                let db = dep.open_cold(p.clustering, p.strategy, p.buffer_pages, cfg.page_share)?;
                 p.samples.push(timed(&db, p.clustering, p.traversal, &expected)?);
                 dep.close(db)?;
                 bar.inc(1);
             }
         }
         Phase::Warm => {
-            let db = dep.open_cold(p.clustering, p.strategy, p.buffer_pages)?;
+            let db = dep.open_cold(p.clustering, p.strategy, p.buffer_pages, cfg.page_share)?;
             for run in 0..cfg.runs {
                 // A timed T1 is itself the next T1 run's warm-up.
                 if run == 0 || p.traversal != Traversal::T1 {

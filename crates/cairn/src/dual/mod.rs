@@ -881,15 +881,29 @@ impl DualBuffer {
     /// ERL on reload: every copy of an object of `page` is given up (a
     /// modified one flushed first); the objects are read in place again.
     fn relocate_chain(&mut self, page: PageId, backing: &mut dyn Backing) -> Result<()> {
-        let chain = self.pages.get(&page).map(|p| p.chain.clone()).unwrap_or_default();
+        let (chain, image) = match self.pages.get(&page) {
+            Some(p) => (p.chain.clone(), p.image.clone()),
+            None => return Ok(()),
+        };
         for oid in chain {
             if self.objects.get(&oid).is_some_and(|o| o.modified.is_some()) {
                 self.flush_object(oid, backing)?;
             }
+            if !self.objects.get(&oid).is_some_and(|o| o.copy.is_some()) {
+                self.forget_if_unused(oid);
+                continue;
+            }
+            // Where it is in the page now: an object relocated and still in
+            // the object segment is copied again if the page goes again.
+            let at = match &image {
+                Some(img) => backing.locate(img, oid)?,
+                None => None,
+            };
             let Some(o) = self.objects.get_mut(&oid) else { continue };
             if let Some(c) = o.copy.take() {
                 self.bytes -= Self::copy_charge(c.bytes.len());
                 self.stats.relocations += 1;
+                o.at = at;
                 if let Seg::Free(t) = o.seg {
                     // A copy that had left the object segment: nothing
                     // describes the object any more.
@@ -1224,13 +1238,20 @@ impl DualBuffer {
         self.free.insert(t, Granule::Page(page));
     }
 
+    /// What the object segment's locality set holds, as it would be
+    /// charged copied: the objects' lengths plus a copy's overhead each (an
+    /// object in place costs nothing now, but is copied when its page goes).
+    fn object_seg_charge(&self) -> usize {
+        self.object_seg_bytes + self.object_lru.len() * COPY_OVERHEAD_BYTES
+    }
+
     /// Keeps each locality set within its share: the least recently used
     /// granules move to the free segment.
     fn rebalance(&mut self, backing: &mut dyn Backing) -> Result<()> {
         while self.page_seg_bytes > self.page_locality && self.page_lru.len() > 1 {
             self.demote_page();
         }
-        while self.object_seg_bytes > self.object_locality && !self.object_lru.is_empty() {
+        while self.object_seg_charge() > self.object_locality && !self.object_lru.is_empty() {
             self.demote_object();
         }
         self.make_room(0, backing)
@@ -1283,7 +1304,7 @@ impl DualBuffer {
             // Nothing free: demote from whichever segment is over its share
             // the most (pages first on a tie).
             let page_over = self.page_seg_bytes as f64 / self.page_locality.max(1) as f64;
-            let object_over = self.object_seg_bytes as f64 / self.object_locality.max(1) as f64;
+            let object_over = self.object_seg_charge() as f64 / self.object_locality.max(1) as f64;
             let copies_in_objects = self
                 .object_lru
                 .values()

@@ -416,3 +416,36 @@ fn strategy_names_parse_back() {
     assert!(e.contains("LRU"), "{e}");
     assert!(DualBuffer::new(DualConfig::pages(3, PAGE, Strategy::NOC)).is_err());
 }
+
+/// Under ERL a relocated object still in the object segment is copied
+/// again when its page goes again, though it was not used in between.
+#[test]
+fn eager_relocation_copies_a_relocated_object_again() {
+    let mut store = Store::new();
+    let mut buf = DualBuffer::new(DualConfig::pages(4, PAGE, Strategy::LOC_ERL)).unwrap();
+    let a = oid(0, 1);
+    let push_out = |buf: &mut DualBuffer, store: &mut Store| {
+        for p in 1..PAGES {
+            buf.access(0, oid(p, 2), store).unwrap();
+            buf.access(0, a, store).unwrap();
+        }
+    };
+    buf.access(0, a, &mut store).unwrap();
+    push_out(&mut buf, &mut store);
+    assert!(!buf.resident(a.page));
+    buf.access(0, oid(0, 3), &mut store).unwrap();
+    let reloaded = buf.stats();
+    assert!(reloaded.relocations > 0, "{reloaded:?}");
+    // Page 0 out again (other objects fault their pages in), `a` never
+    // touched while it was in.
+    for p in 1..PAGES {
+        buf.access(0, oid(p, 0), &mut store).unwrap();
+    }
+    assert!(!buf.resident(a.page), "{:?}", buf.stats());
+    let faults = buf.stats().page_faults;
+    let l = buf.access(0, a, &mut store).unwrap().unwrap();
+    assert!(!l.in_page, "read from its copy");
+    assert_eq!(buf.stats().page_faults, faults, "no page fault for a copied object");
+    assert_eq!(&l.bytes[l.range], &store.committed[&a][..]);
+    buf.check_invariants();
+}
