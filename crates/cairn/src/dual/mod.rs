@@ -889,7 +889,7 @@ impl DualBuffer {
             if self.objects.get(&oid).is_some_and(|o| o.modified.is_some()) {
                 self.flush_object(oid, backing)?;
             }
-            if !self.objects.get(&oid).is_some_and(|o| o.copy.is_some()) {
+            if self.objects.get(&oid).is_none_or(|o| o.copy.is_none()) {
                 self.forget_if_unused(oid);
                 continue;
             }
