@@ -366,9 +366,24 @@ impl ObjectCache {
     }
 
     /// What the dual buffer holds of `oid` for transaction `owner`, with
-    /// no page fault (the caller holds the page's lock).
+    /// no page fault (the caller holds the page's lock): its bytes if it is
+    /// described or its page is resident (an object fault answered from
+    /// the resident page), [`Probe::Elsewhere`] if it is not in its page in
+    /// a form read in place (or is the caller's own flushed change), and
+    /// [`Probe::Miss`] only if its page must be read ([`ObjectCache::fault_in`]).
     pub fn buffered(&self, owner: u64, oid: Oid) -> Result<Probe> {
-        self.dual().probe(owner, oid, &mut Fault { image: None })
+        let mut dual = self.dual();
+        match dual.probe(owner, oid, &mut Fault { image: None })? {
+            Probe::Miss if dual.is_resident(oid.page) => {
+                // The page is here: no image to read (`Fault` is never
+                // asked to load while the mutex is held).
+                match dual.access(owner, oid, &mut Fault { image: None })? {
+                    Some(l) => Ok(Probe::Hit(l)),
+                    None => Ok(Probe::Elsewhere),
+                }
+            }
+            other => Ok(other),
+        }
     }
 
     /// A page fault of the dual buffer for `oid`: `image` is its page's

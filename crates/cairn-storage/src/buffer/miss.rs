@@ -94,10 +94,13 @@ impl BufferPool {
             return Vec::new();
         }
         let start = id.0 & !(n - 1);
-        // Only a run that missed recently: misses scattered over a large
-        // volume read one page each; misses that cluster (in space and
-        // time) read their run.
+        // A cold pool (more than half its frames free) reads around every
+        // miss when asked to; otherwise only a run that missed recently:
+        // misses scattered over a large volume read one page each; misses
+        // that cluster (in space and time) read their run.
+        let cold = self.read_around_cold.load(Ordering::Relaxed) && st.free.len() * 2 > self.frames.len();
         match st.missed_runs.iter().position(|&r| r == start) {
+            _ if cold => {}
             Some(i) => {
                 st.missed_runs.remove(i);
             }

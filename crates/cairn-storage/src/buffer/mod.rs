@@ -258,6 +258,9 @@ pub struct BufferPool {
     counters: Counters,
     /// Pages per read-ahead unit (a power of two; 1 = none).
     read_ahead: AtomicUsize,
+    /// Read a miss's whole run at once while more than half the frames are
+    /// free ([`BufferPool::set_read_around_cold`]).
+    read_around_cold: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for BufferPool {
@@ -302,7 +305,19 @@ impl BufferPool {
             before_write: RwLock::new(None),
             counters: Counters::default(),
             read_ahead: AtomicUsize::new(1),
+            read_around_cold: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Sets read-around while cold: while more than half the pool's frames
+    /// are free, *every* miss reads its whole read-ahead run (into free
+    /// frames only), not just the second miss in a run — as the kernel
+    /// reads around a fault in a mapped file. A cold start then reads the
+    /// volume in runs of [`BufferPool::set_read_ahead`] pages instead of
+    /// page by page; once the pool is half full, only runs that missed
+    /// recently are read whole, as before. Off by default.
+    pub fn set_read_around_cold(&self, on: bool) {
+        self.read_around_cold.store(on, Ordering::Relaxed);
     }
 
     /// Sets read-ahead: a read that misses in an aligned run of `pages`

@@ -913,3 +913,35 @@ fn installed_pages_are_clean_and_can_be_discarded() {
     assert!(pool.discard(PageId(9)).unwrap(), "an uncached page is already gone");
     pool.check_invariants();
 }
+
+#[test]
+fn read_around_cold_reads_the_run_of_every_miss_until_half_the_pool_is_used() {
+    let dev = MemDevice::new();
+    for p in 1..64 {
+        dev.put(PageId(p), &image(PageId(p), p as u8));
+    }
+    let pool = pool_with(&dev, 16, Policy::Clock);
+    pool.set_read_ahead(4);
+    pool.set_read_around_cold(true);
+    // Cold: a lone miss reads its whole aligned run (8..=11).
+    assert_eq!(pool.read(PageId(9)).unwrap()[HEADER_SIZE], 9);
+    let s = pool.stats();
+    assert_eq!((s.misses, s.read_ahead), (1, 3), "{s:?}");
+    // One more cold miss: 8 frames used, half the pool.
+    drop(pool.read(PageId(21)).unwrap());
+    assert_eq!(pool.stats().read_ahead, 6);
+    for p in 8..=11 {
+        assert_eq!(pool.read(PageId(p)).unwrap()[HEADER_SIZE], p as u8);
+    }
+    assert_eq!(pool.stats().misses, 2, "the runs were cached");
+    // Half full: a lone miss reads one page again.
+    drop(pool.read(PageId(41)).unwrap());
+    let s = pool.stats();
+    assert_eq!((s.misses, s.read_ahead), (3, 6), "{s:?}");
+    pool.check_invariants();
+    // Off (the default): a lone miss in a cold pool reads one page.
+    let pool = pool_with(&dev, 16, Policy::Clock);
+    pool.set_read_ahead(4);
+    drop(pool.read(PageId(9)).unwrap());
+    assert_eq!(pool.stats().read_ahead, 0);
+}

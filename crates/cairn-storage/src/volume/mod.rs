@@ -109,6 +109,10 @@ pub struct VolumeOptions {
     /// Read-ahead on a buffer miss, in pages (see
     /// [`BufferPool::set_read_ahead`]: only into free frames; 1 = off).
     pub read_ahead_pages: usize,
+    /// While the buffer pool is more than half free, read around every miss
+    /// (its whole read-ahead run), not only around misses that cluster (see
+    /// [`BufferPool::set_read_around_cold`]).
+    pub read_around_cold: bool,
     /// The file system.
     pub vfs: Arc<dyn Vfs>,
 }
@@ -122,6 +126,7 @@ impl Default for VolumeOptions {
             buffer_frames: 1024,
             policy: Policy::Clock,
             read_ahead_pages: 8,
+            read_around_cold: true,
             vfs: Arc::new(OsVfs),
         }
     }

@@ -161,6 +161,7 @@ impl Volume {
             opts.policy,
         ));
         pool.set_read_ahead(opts.read_ahead_pages);
+        pool.set_read_around_cold(opts.read_around_cold);
         Volume {
             dir: dir.to_path_buf(),
             file,

@@ -109,8 +109,11 @@ pub struct DualBufferOptions {
     /// Bytes of page images and object copies held at most (64 MiB by
     /// default; at least four pages).
     pub bytes: usize,
-    /// The dual-buffering strategy: LOC/ERL by default (the paper's
-    /// winner).
+    /// The dual-buffering strategy: NOC (pages only) by default. The
+    /// paper's winner, LOC/ERL, keeps a descriptor per object used, and
+    /// copying pays only where pages mix a few hot objects with many cold
+    /// ones, which neither OO1 nor OO7 does here (docs/benchmarks.md, "OO7
+    /// and the dual buffer"); choose it per client where that holds.
     pub strategy: crate::dual::Strategy,
     /// The page segment's share of `bytes` (`None`: the strategy's
     /// default, [`crate::dual::Strategy::default_page_share`]).
@@ -121,7 +124,7 @@ impl Default for DualBufferOptions {
     fn default() -> Self {
         DualBufferOptions {
             bytes: 64 << 20,
-            strategy: crate::dual::Strategy::default(),
+            strategy: crate::dual::Strategy::NOC,
             page_share: None,
         }
     }

@@ -147,8 +147,9 @@ impl Transaction<'_> {
             let me = self.txn.id().0;
             let found = match cache.buffered(me, oid)? {
                 crate::dual::Probe::Hit(l) => Some(l),
-                // (Never for a committed read: the typed layer flushes
-                // nothing into the dual buffer's transactions.)
+                // Not in its page in a form read in place (moved, large):
+                // the owned path below. (The typed layer flushes nothing
+                // into the buffer's transactions, so never its own change.)
                 crate::dual::Probe::Elsewhere => None,
                 crate::dual::Probe::Miss => match self.txn.page_image(oid.page)? {
                     Some(image) => cache.fault_in(me, oid, image)?,

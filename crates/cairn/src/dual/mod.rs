@@ -356,6 +356,9 @@ enum Seg {
     Free(u64),
 }
 
+/// Where a record is in a page image, and what it was checked as.
+type KnownRecord = (Range<usize>, Option<(u32, u16)>);
+
 /// A page descriptor (the paper's Fig. 3).
 #[derive(Debug)]
 pub struct PageDesc {
@@ -369,6 +372,10 @@ pub struct PageDesc {
     /// Transactions whose changes to objects of this page were written
     /// through (early updates) or flushed, not yet committed or aborted.
     changed_by: Vec<u64>,
+    /// NOC only (it describes no objects): where records found in the
+    /// image are and what they were checked as, so a record used again is
+    /// neither looked for nor checked again. Emptied with the image.
+    records: FxHashMap<Oid, KnownRecord>,
 }
 
 #[derive(Debug)]
@@ -512,6 +519,11 @@ impl DualBuffer {
         self.tick
     }
 
+    /// Whether `page`'s image is held.
+    pub fn is_resident(&self, page: PageId) -> bool {
+        self.resident(page)
+    }
+
     fn resident(&self, page: PageId) -> bool {
         self.pages.get(&page).is_some_and(|p| p.image.is_some())
     }
@@ -578,6 +590,24 @@ impl DualBuffer {
                 }));
             }
         }
+        if self.cfg.strategy.copying == Copying::Noc {
+            let found = self.pages.get(&oid.page).and_then(|p| {
+                let image = p.image.as_ref()?;
+                let (range, checked) = p.records.get(&oid)?;
+                Some(Located {
+                    bytes: Arc::clone(image),
+                    range: range.clone(),
+                    in_page: true,
+                    checked: *checked,
+                })
+            });
+            if let Some(loc) = found {
+                // Under NOC an object's use is its page's.
+                self.stats.object_hits += 1;
+                self.touch_page(oid.page);
+                return Ok(Probe::Hit(loc));
+            }
+        }
         Ok(Probe::Miss)
     }
 
@@ -600,12 +630,17 @@ impl DualBuffer {
             return Ok(None);
         };
         match self.cfg.strategy.copying {
-            Copying::Noc => Ok(Some(Located {
-                bytes: image,
-                range,
-                in_page: true,
-                checked: None,
-            })),
+            Copying::Noc => {
+                if let Some(p) = self.pages.get_mut(&oid.page) {
+                    p.records.insert(oid, (range.clone(), None));
+                }
+                Ok(Some(Located {
+                    bytes: image,
+                    range,
+                    in_page: true,
+                    checked: None,
+                }))
+            }
             Copying::Eoc => {
                 let bytes: Arc<[u8]> = Arc::from(&image[range.clone()]);
                 self.stats.objects_copied += 1;
@@ -826,6 +861,9 @@ impl DualBuffer {
         if let Some(o) = self.objects.get_mut(&oid) {
             o.checked = Some((class, version));
         }
+        if let Some(r) = self.pages.get_mut(&oid.page).and_then(|p| p.records.get_mut(&oid)) {
+            r.1 = Some((class, version));
+        }
     }
 
     /// Empties the buffer but for modified copies (a cold start).
@@ -864,6 +902,7 @@ impl DualBuffer {
             used: 0,
             chain: Vec::new(),
             changed_by: Vec::new(),
+            records: FxHashMap::default(),
         });
         p.image = Some(Arc::clone(&image));
         p.seg = Seg::Own(t);
@@ -941,6 +980,7 @@ impl DualBuffer {
             used: 0,
             chain: Vec::new(),
             changed_by: Vec::new(),
+            records: FxHashMap::default(),
         });
         if !p.changed_by.contains(&owner) {
             p.changed_by.push(owner);
@@ -1031,6 +1071,7 @@ impl DualBuffer {
 
     fn drop_image(&mut self, page: PageId) {
         let Some(p) = self.pages.get_mut(&page) else { return };
+        p.records = FxHashMap::default();
         for oid in &p.chain {
             if let Some(o) = self.objects.get_mut(oid) {
                 o.at = None;
@@ -1127,6 +1168,11 @@ impl DualBuffer {
         self.stats.relocations += 1;
         let o = self.objects.get_mut(&oid).expect("flushed object");
         o.modified = None;
+        if let (Seg::Free(t), None) = (o.seg, &o.copy) {
+            // Its only copy, out of the object segment, is gone.
+            self.free.remove(&t);
+            o.seg = Seg::None;
+        }
         self.bytes -= Self::copy_charge(bytes.len());
         self.mark_changed(oid.page, owner);
         self.mark_flushed(oid, owner);
@@ -1163,6 +1209,7 @@ impl DualBuffer {
                     used: 0,
                     chain: Vec::new(),
                     changed_by: Vec::new(),
+                    records: FxHashMap::default(),
                 })
                 .chain
                 .push(oid);
@@ -1356,6 +1403,10 @@ impl DualBuffer {
             assert!(
                 p.image.is_some() || !p.chain.is_empty() || !p.changed_by.is_empty(),
                 "an empty descriptor kept for page {id}"
+            );
+            assert!(
+                p.image.is_some() || p.records.is_empty(),
+                "page {id} knows records of no image"
             );
             for oid in &p.chain {
                 let o = self
