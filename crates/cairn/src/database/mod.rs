@@ -37,6 +37,7 @@ use crate::catalog::{self, Catalog, ClassInfo, Meta};
 mod classes;
 mod read;
 use crate::codec::{decode_value, Persistent, Reader, TypeDesc, Writer};
+use crate::dual::DualBufferOptions;
 use crate::error::{Error, Result};
 use crate::fields::IndexKey;
 use crate::index_cache::{IndexCache, TreeCache};
@@ -99,33 +100,6 @@ impl Default for Options {
             token: Vec::new(),
             client_buffer_pages: 4096,
             client_rights_max: 4 * 4096,
-        }
-    }
-}
-
-/// The size and strategy of a client's dual buffer ([`crate::dual`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DualBufferOptions {
-    /// Bytes of page images and object copies held at most (64 MiB by
-    /// default; at least four pages).
-    pub bytes: usize,
-    /// The dual-buffering strategy: NOC (pages only) by default. The
-    /// paper's winner, LOC/ERL, keeps a descriptor per object used, and
-    /// copying pays only where pages mix a few hot objects with many cold
-    /// ones, which neither OO1 nor OO7 does here (docs/benchmarks.md, "OO7
-    /// and the dual buffer"); choose it per client where that holds.
-    pub strategy: crate::dual::Strategy,
-    /// The page segment's share of `bytes` (`None`: the strategy's
-    /// default, [`crate::dual::Strategy::default_page_share`]).
-    pub page_share: Option<f64>,
-}
-
-impl Default for DualBufferOptions {
-    fn default() -> Self {
-        DualBufferOptions {
-            bytes: 64 << 20,
-            strategy: crate::dual::Strategy::NOC,
-            page_share: None,
         }
     }
 }

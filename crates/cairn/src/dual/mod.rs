@@ -70,186 +70,22 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use cairn_storage::fxhash::{FxHashMap, FxHashSet};
+use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::{Oid, PageId};
 
 use crate::error::{Error, Result};
 
+mod invariants;
+mod modified;
+mod segments;
+mod strategy;
 #[cfg(test)]
 mod tests;
 
+pub use strategy::{Copying, DualBufferOptions, DualConfig, Relocation, Strategy};
+
 /// Bytes charged per object copy on top of its length.
 pub const COPY_OVERHEAD_BYTES: usize = 32;
-
-/// When an object is copied out of its home page (paper §3.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Copying {
-    /// No copying: pages only (a page-based buffer).
-    Noc,
-    /// Eager: an object is copied when it is first used.
-    Eoc,
-    /// Lazy: the objects of a page still in the object segment are copied
-    /// when the page is displaced.
-    Loc,
-    /// Lazy, but never from a page holding the running transactions'
-    /// changes: such a page stays (LOC−).
-    LocMinus,
-    /// Lazy, and an object is copied as soon as it is changed (LOC+).
-    LocPlus,
-}
-
-/// When a copy is given back to its home page (paper §3.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Relocation {
-    /// Eager: when the home page is loaded again.
-    Eager,
-    /// Lazy: when the copy itself is displaced.
-    Lazy,
-}
-
-/// A dual-buffering strategy: copying, relocation and the overlap ratio.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Strategy {
-    /// When objects are copied.
-    pub copying: Copying,
-    /// When copies are relocated (meaningless under NOC).
-    pub relocation: Relocation,
-    /// A page whose objects in the object segment fill more than this
-    /// fraction of it is kept whole while another victim exists (0.6 by
-    /// default; 1.0 or more turns it off).
-    pub overlap_ratio: f64,
-}
-
-impl Strategy {
-    /// The default overlap-ratio threshold (paper §4.3).
-    pub const OVERLAP_RATIO: f64 = 0.6;
-
-    /// Pages only.
-    pub const NOC: Strategy = Strategy::new(Copying::Noc, Relocation::Lazy);
-    /// Eager copying, lazy relocation (ORION's).
-    pub const EOC_LRL: Strategy = Strategy::new(Copying::Eoc, Relocation::Lazy);
-    /// Lazy copying, lazy relocation.
-    pub const LOC_LRL: Strategy = Strategy::new(Copying::Loc, Relocation::Lazy);
-    /// Lazy copying, eager relocation: the paper's winner, and Cairn's default.
-    pub const LOC_ERL: Strategy = Strategy::new(Copying::Loc, Relocation::Eager);
-    /// LOC− with eager relocation.
-    pub const LOC_MINUS_ERL: Strategy = Strategy::new(Copying::LocMinus, Relocation::Eager);
-    /// LOC+ with eager relocation.
-    pub const LOC_PLUS_ERL: Strategy = Strategy::new(Copying::LocPlus, Relocation::Eager);
-
-    /// The paper's six strategies, in its order.
-    pub const ALL: [Strategy; 6] = [
-        Strategy::NOC,
-        Strategy::EOC_LRL,
-        Strategy::LOC_LRL,
-        Strategy::LOC_ERL,
-        Strategy::LOC_MINUS_ERL,
-        Strategy::LOC_PLUS_ERL,
-    ];
-
-    /// `copying` with `relocation` and the default overlap ratio.
-    pub const fn new(copying: Copying, relocation: Relocation) -> Strategy {
-        Strategy {
-            copying,
-            relocation,
-            overlap_ratio: Strategy::OVERLAP_RATIO,
-        }
-    }
-
-    /// The paper's name: `NOC`, `EOC/LRL`, `LOC-/ERL`, …
-    pub fn name(&self) -> String {
-        let c = match self.copying {
-            Copying::Noc => return "NOC".into(),
-            Copying::Eoc => "EOC",
-            Copying::Loc => "LOC",
-            Copying::LocMinus => "LOC-",
-            Copying::LocPlus => "LOC+",
-        };
-        let r = match self.relocation {
-            Relocation::Eager => "ERL",
-            Relocation::Lazy => "LRL",
-        };
-        format!("{c}/{r}")
-    }
-
-    /// Parses a name as [`Strategy::name`] writes it (case-insensitive; a
-    /// copying strategy alone takes eager relocation, EOC lazy).
-    pub fn parse(s: &str) -> Result<Strategy> {
-        let up = s.trim().to_ascii_uppercase();
-        let (c, r) = match up.split_once('/') {
-            Some((c, r)) => (c, Some(r)),
-            None => (up.as_str(), None),
-        };
-        let copying = match c {
-            "NOC" => Copying::Noc,
-            "EOC" => Copying::Eoc,
-            "LOC" => Copying::Loc,
-            "LOC-" | "LOC−" => Copying::LocMinus,
-            "LOC+" => Copying::LocPlus,
-            _ => {
-                return Err(Error::InvalidArgument(format!(
-                    "unknown dual-buffering strategy {s:?} (NOC, EOC/LRL, LOC/LRL, LOC/ERL, LOC-/ERL, LOC+/ERL)"
-                )))
-            }
-        };
-        let relocation = match r {
-            Some("ERL") => Relocation::Eager,
-            Some("LRL") => Relocation::Lazy,
-            None if matches!(copying, Copying::Eoc | Copying::Noc) => Relocation::Lazy,
-            None => Relocation::Eager,
-            Some(other) => {
-                return Err(Error::InvalidArgument(format!(
-                    "unknown relocation {other:?} in strategy {s:?} (ERL or LRL)"
-                )))
-            }
-        };
-        Ok(Strategy::new(copying, relocation))
-    }
-
-    /// The share of the budget the page segment's locality set gets by
-    /// default: all of it under NOC, a quarter under EOC (copies do the
-    /// work; the paper: "object segments large compared to the page
-    /// segments"), half under the lazy strategies.
-    pub fn default_page_share(&self) -> f64 {
-        match self.copying {
-            Copying::Noc => 1.0,
-            Copying::Eoc => 0.25,
-            _ => 0.5,
-        }
-    }
-}
-
-impl Default for Strategy {
-    fn default() -> Strategy {
-        Strategy::LOC_ERL
-    }
-}
-
-/// How a dual buffer is sized and run.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DualConfig {
-    /// Bytes of page images and copies held at most.
-    pub budget_bytes: usize,
-    /// The page size (a page image's charge).
-    pub page_size: usize,
-    /// The strategy.
-    pub strategy: Strategy,
-    /// The page segment's locality set, as a share of the budget (the rest
-    /// is the object segment's); `None`: the strategy's default.
-    pub page_share: Option<f64>,
-}
-
-impl DualConfig {
-    /// A buffer of `pages` pages of `page_size` bytes under `strategy`.
-    pub fn pages(pages: usize, page_size: usize, strategy: Strategy) -> DualConfig {
-        DualConfig {
-            budget_bytes: pages.saturating_mul(page_size),
-            page_size,
-            strategy,
-            page_share: None,
-        }
-    }
-}
 
 /// The smallest budget, in pages: a fault must always find room.
 pub const BUDGET_PAGES_MIN: usize = 4;
@@ -376,6 +212,20 @@ pub struct PageDesc {
     /// image are and what they were checked as, so a record used again is
     /// neither looked for nor checked again. Emptied with the image.
     records: FxHashMap<Oid, KnownRecord>,
+}
+
+impl PageDesc {
+    /// A descriptor of a page with no image, no objects and no changes.
+    fn empty() -> PageDesc {
+        PageDesc {
+            image: None,
+            seg: Seg::None,
+            used: 0,
+            chain: Vec::new(),
+            changed_by: Vec::new(),
+            records: FxHashMap::default(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -670,157 +520,6 @@ impl DualBuffer {
         }
     }
 
-    /// `owner` changed `oid` to `bytes` (its new record), under an
-    /// exclusive lock. An early update (home page resident, in place)
-    /// under NOC, LOC and LOC− is written through to the transaction at
-    /// once (the page is then marked changed); a late update (a copy), or
-    /// any update under EOC and LOC+, becomes a modified copy, flushed
-    /// when it is relocated or the transaction commits.
-    pub fn modify(&mut self, owner: u64, oid: Oid, bytes: Arc<[u8]>, backing: &mut dyn Backing) -> Result<()> {
-        if let Some(o) = self.objects.get(&oid) {
-            if let Some((by, _)) = &o.modified {
-                if *by != owner {
-                    return Err(Error::Internal(format!(
-                        "transaction {owner} changes object {oid} while transaction {by} holds changes to it"
-                    )));
-                }
-            }
-        }
-        let copied = self
-            .objects
-            .get(&oid)
-            .is_some_and(|o| o.copy.is_some() || o.modified.is_some());
-        let as_copy = match self.cfg.strategy.copying {
-            Copying::Noc => false,
-            Copying::Eoc | Copying::LocPlus => true,
-            Copying::Loc | Copying::LocMinus => copied || !self.resident(oid.page),
-        };
-        if !as_copy {
-            // The page is needed to update in place: fault it if it is out.
-            self.page(oid.page, backing, false)?;
-            backing.flush_object(owner, oid, &bytes)?;
-            self.stats.objects_flushed += 1;
-            self.mark_changed(oid.page, owner);
-            self.mark_flushed(oid, owner);
-            self.rebalance(backing)?;
-            return Ok(());
-        }
-        if self.cfg.strategy.copying == Copying::LocPlus && !copied && self.resident(oid.page) {
-            // LOC+ copies an object when it is first changed.
-            self.stats.objects_copied += 1;
-            self.stats.bytes_copied += bytes.len() as u64;
-        }
-        let len = bytes.len();
-        if let Some(o) = self.objects.get_mut(&oid) {
-            if let Some((_, old)) = o.modified.take() {
-                self.bytes -= Self::copy_charge(old.len());
-            }
-        }
-        self.make_room(Self::copy_charge(len), backing)?;
-        self.describe(oid, len);
-        let o = self.objects.get_mut(&oid).expect("described");
-        o.modified = Some((owner, bytes));
-        self.bytes += Self::copy_charge(len);
-        self.touch_object(oid);
-        self.rebalance(backing)?;
-        Ok(())
-    }
-
-    /// Before `owner` commits: every modified copy it holds is flushed
-    /// into it (its pages faulted in if they are out), and the pages it
-    /// changed are counted flushed. The caller commits the transaction
-    /// next, then calls [`DualBuffer::committed`] or [`DualBuffer::abort`].
-    pub fn flush_for_commit(&mut self, owner: u64, backing: &mut dyn Backing) -> Result<()> {
-        let mine: Vec<Oid> = self
-            .objects
-            .iter()
-            .filter(|(_, o)| o.modified.as_ref().is_some_and(|(by, _)| *by == owner))
-            .map(|(oid, _)| *oid)
-            .collect();
-        for oid in mine {
-            self.flush_object(oid, backing)?;
-        }
-        Ok(())
-    }
-
-    /// `owner` committed: the pages it changed hold new committed state, so
-    /// their images and copies go (they are loaded again when next used).
-    pub fn committed(&mut self, owner: u64) {
-        self.forget_flushes(owner);
-        let changed: Vec<PageId> = self
-            .pages
-            .iter()
-            .filter(|(_, p)| p.changed_by.contains(&owner))
-            .map(|(id, _)| *id)
-            .collect();
-        for page in changed {
-            self.stats.pages_flushed += 1;
-            if let Some(p) = self.pages.get_mut(&page) {
-                p.changed_by.retain(|t| *t != owner);
-            }
-            self.invalidate_page(page);
-        }
-    }
-
-    /// `owner` ended: the objects it flushed are read from here again.
-    fn forget_flushes(&mut self, owner: u64) {
-        let mine: Vec<Oid> = self
-            .objects
-            .iter()
-            .filter(|(_, o)| o.flushed_by == Some(owner))
-            .map(|(oid, _)| *oid)
-            .collect();
-        for oid in mine {
-            self.objects.get_mut(&oid).expect("listed").flushed_by = None;
-            self.forget_if_unused(oid);
-        }
-    }
-
-    /// `owner` ended without committing: its modified copies are dropped
-    /// (what it flushed is its own transaction's to roll back).
-    pub fn abort(&mut self, owner: u64) {
-        self.forget_flushes(owner);
-        let mine: Vec<Oid> = self
-            .objects
-            .iter()
-            .filter(|(_, o)| o.modified.as_ref().is_some_and(|(by, _)| *by == owner))
-            .map(|(oid, _)| *oid)
-            .collect();
-        for oid in mine {
-            let o = self.objects.get_mut(&oid).expect("listed");
-            let (_, b) = o.modified.take().expect("listed");
-            self.bytes -= Self::copy_charge(b.len());
-            if o.copy.is_none() && self.pages.get(&o.page).is_none_or(|p| p.image.is_none()) {
-                // Nothing of it is held any more.
-                match o.seg {
-                    Seg::Own(t) => {
-                        self.object_lru.remove(&t);
-                        self.object_seg_bytes -= o.len;
-                    }
-                    Seg::Free(t) => {
-                        self.free.remove(&t);
-                    }
-                    Seg::None => {}
-                }
-                o.seg = Seg::None;
-            } else if o.copy.is_none() {
-                if let Seg::Free(t) = o.seg {
-                    // A modified copy that had left the object segment.
-                    self.free.remove(&t);
-                    o.seg = Seg::None;
-                }
-            }
-            self.forget_if_unused(oid);
-        }
-        let pages: Vec<PageId> = self.pages.keys().copied().collect();
-        for page in pages {
-            if let Some(p) = self.pages.get_mut(&page) {
-                p.changed_by.retain(|t| *t != owner);
-            }
-            self.forget_page_if_unused(page);
-        }
-    }
-
     /// The committed state of `page` changed (a commit of this client, or
     /// another client's, called back): its image and the committed copies
     /// of its objects go. Modified copies stay (their transaction holds the
@@ -896,14 +595,7 @@ impl DualBuffer {
             self.stats.flush_page_faults += 1;
         }
         let t = self.next_tick();
-        let p = self.pages.entry(page).or_insert_with(|| PageDesc {
-            image: None,
-            seg: Seg::None,
-            used: 0,
-            chain: Vec::new(),
-            changed_by: Vec::new(),
-            records: FxHashMap::default(),
-        });
+        let p = self.pages.entry(page).or_insert_with(PageDesc::empty);
         p.image = Some(Arc::clone(&image));
         p.seg = Seg::Own(t);
         p.used = t;
@@ -953,38 +645,6 @@ impl DualBuffer {
             self.forget_if_unused(oid);
         }
         Ok(())
-    }
-
-    fn touch_page(&mut self, page: PageId) {
-        let t = self.next_tick();
-        let p = self.pages.get_mut(&page).expect("touched page");
-        p.used = t;
-        match p.seg {
-            // Already in its segment: its place is repaired when it reaches
-            // the head of the list (`demote_page`).
-            Seg::Own(_) => return,
-            Seg::Free(old) => {
-                self.free.remove(&old);
-                self.page_seg_bytes += self.cfg.page_size;
-            }
-            Seg::None => unreachable!("a resident page is in a segment"),
-        }
-        p.seg = Seg::Own(t);
-        self.page_lru.insert(t, page);
-    }
-
-    fn mark_changed(&mut self, page: PageId, owner: u64) {
-        let p = self.pages.entry(page).or_insert_with(|| PageDesc {
-            image: None,
-            seg: Seg::None,
-            used: 0,
-            chain: Vec::new(),
-            changed_by: Vec::new(),
-            records: FxHashMap::default(),
-        });
-        if !p.changed_by.contains(&owner) {
-            p.changed_by.push(owner);
-        }
     }
 
     /// The overlap ratio of `page`: bytes of its objects in the object
@@ -1120,27 +780,6 @@ impl DualBuffer {
         self.touch_object(oid);
     }
 
-    fn touch_object(&mut self, oid: Oid) {
-        if self.cfg.strategy.copying == Copying::Noc {
-            return;
-        }
-        let t = self.next_tick();
-        let o = self.objects.get_mut(&oid).expect("touched object");
-        o.used = t;
-        match o.seg {
-            Seg::Own(_) => return,
-            Seg::Free(old) => {
-                self.free.remove(&old);
-                self.object_seg_bytes += o.len;
-            }
-            Seg::None => {
-                self.object_seg_bytes += o.len;
-            }
-        }
-        o.seg = Seg::Own(t);
-        self.object_lru.insert(t, oid);
-    }
-
     fn put_copy(&mut self, oid: Oid, bytes: Arc<[u8]>) {
         let o = self.objects.get_mut(&oid).expect("described");
         if let Some(old) = o.copy.take() {
@@ -1148,42 +787,6 @@ impl DualBuffer {
         }
         self.bytes += Self::copy_charge(bytes.len());
         o.copy = Some(Copy { bytes });
-    }
-
-    /// Hands `oid`'s modified copy to its transaction; its page is faulted
-    /// in if it is out (the paper's cost of flushing a late update).
-    fn flush_object(&mut self, oid: Oid, backing: &mut dyn Backing) -> Result<()> {
-        let Some((owner, bytes)) = self.objects.get(&oid).and_then(|o| o.modified.clone()) else {
-            return Ok(());
-        };
-        if !self.resident(oid.page) {
-            self.page(oid.page, backing, true)?;
-            // (Loading it under ERL may have flushed this copy already.)
-            if self.objects.get(&oid).and_then(|o| o.modified.as_ref()).is_none() {
-                return Ok(());
-            }
-        }
-        backing.flush_object(owner, oid, &bytes)?;
-        self.stats.objects_flushed += 1;
-        self.stats.relocations += 1;
-        let o = self.objects.get_mut(&oid).expect("flushed object");
-        o.modified = None;
-        if let (Seg::Free(t), None) = (o.seg, &o.copy) {
-            // Its only copy, out of the object segment, is gone.
-            self.free.remove(&t);
-            o.seg = Seg::None;
-        }
-        self.bytes -= Self::copy_charge(bytes.len());
-        self.mark_changed(oid.page, owner);
-        self.mark_flushed(oid, owner);
-        Ok(())
-    }
-
-    /// `owner`'s change to `oid` is in its own pages now: it reads the
-    /// object from there until it ends.
-    fn mark_flushed(&mut self, oid: Oid, owner: u64) {
-        self.ensure_described(oid, 0);
-        self.objects.get_mut(&oid).expect("described").flushed_by = Some(owner);
     }
 
     /// A descriptor for `oid` (in no segment, holding nothing, of length
@@ -1203,14 +806,7 @@ impl DualBuffer {
             });
             self.pages
                 .entry(oid.page)
-                .or_insert_with(|| PageDesc {
-                    image: None,
-                    seg: Seg::None,
-                    used: 0,
-                    chain: Vec::new(),
-                    changed_by: Vec::new(),
-                    records: FxHashMap::default(),
-                })
+                .or_insert_with(PageDesc::empty)
                 .chain
                 .push(oid);
         }
@@ -1229,262 +825,5 @@ impl DualBuffer {
             }
             self.forget_page_if_unused(o.page);
         }
-    }
-
-    /// Moves the object segment's least recently used object out of it: a
-    /// copy (committed or modified) to the free segment, an object in place
-    /// nowhere.
-    fn demote_object(&mut self) {
-        let oid = loop {
-            let Some((&t, &oid)) = self.object_lru.iter().next() else {
-                return;
-            };
-            self.object_lru.remove(&t);
-            let o = self.objects.get_mut(&oid).expect("in the object segment");
-            if o.used > t {
-                // Used since it was placed: to its true place, and look again.
-                o.seg = Seg::Own(o.used);
-                self.object_lru.insert(o.used, oid);
-                continue;
-            }
-            break oid;
-        };
-        let o = self.objects.get_mut(&oid).expect("in the object segment");
-        self.object_seg_bytes -= o.len;
-        if o.copy.is_some() || o.modified.is_some() {
-            let t = {
-                self.tick += 1;
-                self.tick
-            };
-            let o = self.objects.get_mut(&oid).expect("in the object segment");
-            o.seg = Seg::Free(t);
-            self.free.insert(t, Granule::Copy(oid));
-        } else {
-            o.seg = Seg::None;
-            self.forget_if_unused(oid);
-        }
-    }
-
-    fn demote_page(&mut self) {
-        let page = loop {
-            let Some((&t, &page)) = self.page_lru.iter().next() else {
-                return;
-            };
-            self.page_lru.remove(&t);
-            let p = self.pages.get_mut(&page).expect("in the page segment");
-            if p.used > t {
-                p.seg = Seg::Own(p.used);
-                self.page_lru.insert(p.used, page);
-                continue;
-            }
-            break page;
-        };
-        self.page_seg_bytes -= self.cfg.page_size;
-        let t = self.next_tick();
-        self.pages.get_mut(&page).expect("in the page segment").seg = Seg::Free(t);
-        self.free.insert(t, Granule::Page(page));
-    }
-
-    /// What the object segment's locality set holds, as it would be
-    /// charged copied: the objects' lengths plus a copy's overhead each (an
-    /// object in place costs nothing now, but is copied when its page goes).
-    fn object_seg_charge(&self) -> usize {
-        self.object_seg_bytes + self.object_lru.len() * COPY_OVERHEAD_BYTES
-    }
-
-    /// Keeps each locality set within its share: the least recently used
-    /// granules move to the free segment.
-    fn rebalance(&mut self, backing: &mut dyn Backing) -> Result<()> {
-        while self.page_seg_bytes > self.page_locality && self.page_lru.len() > 1 {
-            self.demote_page();
-        }
-        while self.object_seg_charge() > self.object_locality && !self.object_lru.is_empty() {
-            self.demote_object();
-        }
-        self.make_room(0, backing)
-    }
-
-    /// Frees room for `need` more bytes: victims from the free segment
-    /// first (FIFO), demoting the segments' least recently used granules
-    /// into it when it is empty.
-    fn make_room(&mut self, need: usize, backing: &mut dyn Backing) -> Result<()> {
-        let mut kept_once: FxHashSet<PageId> = FxHashSet::default();
-        while self.bytes + need > self.cfg.budget_bytes {
-            if let Some((&t, &g)) = self.free.iter().next() {
-                match g {
-                    Granule::Page(page) => {
-                        if !kept_once.contains(&page) && self.keep_page(page) {
-                            // Well used (or LOC−): back to its segment, once
-                            // per call, so room is always found.
-                            kept_once.insert(page);
-                            self.stats.pages_kept += 1;
-                            self.free.remove(&t);
-                            let t2 = self.next_tick();
-                            let p = self.pages.get_mut(&page).expect("free page");
-                            p.seg = Seg::Own(t2);
-                            p.used = t2;
-                            self.page_lru.insert(t2, page);
-                            self.page_seg_bytes += self.cfg.page_size;
-                            continue;
-                        }
-                        self.displace_page(page);
-                    }
-                    Granule::Copy(oid) => {
-                        self.free.remove(&t);
-                        if let Some(o) = self.objects.get_mut(&oid) {
-                            o.seg = Seg::None;
-                        }
-                        if self.objects.get(&oid).is_some_and(|o| o.modified.is_some()) {
-                            self.flush_object(oid, backing)?;
-                        }
-                        if let Some(o) = self.objects.get_mut(&oid) {
-                            if let Some(c) = o.copy.take() {
-                                self.bytes -= Self::copy_charge(c.bytes.len());
-                                self.stats.copies_displaced += 1;
-                            }
-                        }
-                        self.forget_if_unused(oid);
-                    }
-                }
-                continue;
-            }
-            // Nothing free: demote from whichever segment is over its share
-            // the most (pages first on a tie).
-            let page_over = self.page_seg_bytes as f64 / self.page_locality.max(1) as f64;
-            let object_over = self.object_seg_charge() as f64 / self.object_locality.max(1) as f64;
-            let copies_in_objects = self
-                .object_lru
-                .values()
-                .any(|o| self.objects.get(o).is_some_and(|d| d.copy.is_some()));
-            if !self.page_lru.is_empty() && (page_over >= object_over || !copies_in_objects) {
-                self.demote_page();
-            } else if !self.object_lru.is_empty() {
-                self.demote_object();
-            } else if let Some(oid) = self
-                .objects
-                .iter()
-                .find(|(_, o)| o.modified.is_some())
-                .map(|(oid, _)| *oid)
-            {
-                // Only modified copies are left: flush one.
-                self.flush_object(oid, backing)?;
-            } else {
-                return Err(Error::Internal(format!(
-                    "the dual buffer cannot free {need} bytes: {} held of {}",
-                    self.bytes, self.cfg.budget_bytes
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks every invariant of the structure; panics naming the broken
-    /// one (tests and debug builds).
-    pub fn check_invariants(&self) {
-        let mut bytes = 0usize;
-        let mut page_seg = 0usize;
-        for (id, p) in &self.pages {
-            if p.image.is_some() {
-                bytes += self.cfg.page_size;
-            }
-            match p.seg {
-                Seg::Own(t) => {
-                    assert!(p.image.is_some(), "page {id} in the page segment without an image");
-                    assert!(p.used >= t, "page {id} used before it was placed");
-                    assert_eq!(self.page_lru.get(&t), Some(id), "page {id}'s LRU tick");
-                    page_seg += self.cfg.page_size;
-                }
-                Seg::Free(t) => {
-                    assert!(p.image.is_some(), "page {id} free without an image");
-                    assert_eq!(self.free.get(&t), Some(&Granule::Page(*id)), "page {id}'s FIFO tick");
-                }
-                Seg::None => assert!(p.image.is_none(), "resident page {id} in no segment"),
-            }
-            assert!(
-                p.image.is_some() || !p.chain.is_empty() || !p.changed_by.is_empty(),
-                "an empty descriptor kept for page {id}"
-            );
-            assert!(
-                p.image.is_some() || p.records.is_empty(),
-                "page {id} knows records of no image"
-            );
-            for oid in &p.chain {
-                let o = self
-                    .objects
-                    .get(oid)
-                    .unwrap_or_else(|| panic!("page {id} chains {oid}, undescribed"));
-                assert_eq!(o.page, *id, "object {oid} chained to page {id}");
-            }
-        }
-        let mut object_seg = 0usize;
-        for (oid, o) in &self.objects {
-            let p = self
-                .pages
-                .get(&o.page)
-                .unwrap_or_else(|| panic!("object {oid}'s page has no descriptor"));
-            assert_eq!(
-                p.chain.iter().filter(|x| *x == oid).count(),
-                1,
-                "object {oid} chained once"
-            );
-            if let Some(c) = &o.copy {
-                bytes += Self::copy_charge(c.bytes.len());
-            }
-            if let Some((_, b)) = &o.modified {
-                bytes += Self::copy_charge(b.len());
-            }
-            match o.seg {
-                Seg::Own(t) => {
-                    assert_eq!(self.object_lru.get(&t), Some(oid), "object {oid}'s LRU tick");
-                    assert!(o.used >= t, "object {oid} used before it was placed");
-                    object_seg += o.len;
-                    assert!(
-                        o.copy.is_some() || o.modified.is_some() || p.image.is_some(),
-                        "object {oid} in the object segment with neither copy nor page"
-                    );
-                }
-                Seg::Free(t) => {
-                    assert_eq!(
-                        self.free.get(&t),
-                        Some(&Granule::Copy(*oid)),
-                        "object {oid}'s FIFO tick"
-                    );
-                    assert!(
-                        o.copy.is_some() || o.modified.is_some(),
-                        "object {oid} free without a copy"
-                    );
-                }
-                Seg::None => assert!(
-                    o.modified.is_some() || o.flushed_by.is_some(),
-                    "object {oid} described for nothing"
-                ),
-            }
-            if self.cfg.strategy.relocation == Relocation::Eager && p.image.is_some() {
-                assert!(o.copy.is_none(), "ERL: object {oid} is a duplicate");
-            }
-            if self.cfg.strategy.copying == Copying::Noc {
-                assert!(
-                    o.seg == Seg::None && o.copy.is_none() && o.modified.is_none(),
-                    "NOC holds object {oid} for more than its transaction's flushed change"
-                );
-            }
-        }
-        assert_eq!(bytes, self.bytes, "bytes held");
-        assert!(self.bytes <= self.cfg.budget_bytes, "over budget");
-        assert_eq!(page_seg, self.page_seg_bytes, "page segment bytes");
-        assert_eq!(object_seg, self.object_seg_bytes, "object segment bytes");
-        assert_eq!(
-            self.page_lru.len(),
-            self.pages.values().filter(|p| matches!(p.seg, Seg::Own(_))).count()
-        );
-        assert_eq!(
-            self.object_lru.len(),
-            self.objects.values().filter(|o| matches!(o.seg, Seg::Own(_))).count()
-        );
-        assert_eq!(
-            self.free.len(),
-            self.pages.values().filter(|p| matches!(p.seg, Seg::Free(_))).count()
-                + self.objects.values().filter(|o| matches!(o.seg, Seg::Free(_))).count()
-        );
     }
 }

@@ -1,0 +1,206 @@
+//! Modified copies: a transaction's changes held in the buffer, flushed
+//! into the transaction (its private pages) when relocated, displaced or at
+//! commit, and nowhere else before it commits (no-steal).
+
+use std::sync::Arc;
+
+use cairn_storage::{Oid, PageId};
+
+use super::{Backing, Copying, DualBuffer, PageDesc, Seg};
+use crate::error::{Error, Result};
+
+impl DualBuffer {
+    /// `owner` changed `oid` to `bytes` (its new record), under an
+    /// exclusive lock. An early update (home page resident, in place)
+    /// under NOC, LOC and LOC− is written through to the transaction at
+    /// once (the page is then marked changed); a late update (a copy), or
+    /// any update under EOC and LOC+, becomes a modified copy, flushed
+    /// when it is relocated or the transaction commits.
+    pub fn modify(&mut self, owner: u64, oid: Oid, bytes: Arc<[u8]>, backing: &mut dyn Backing) -> Result<()> {
+        if let Some(o) = self.objects.get(&oid) {
+            if let Some((by, _)) = &o.modified {
+                if *by != owner {
+                    return Err(Error::Internal(format!(
+                        "transaction {owner} changes object {oid} while transaction {by} holds changes to it"
+                    )));
+                }
+            }
+        }
+        let copied = self
+            .objects
+            .get(&oid)
+            .is_some_and(|o| o.copy.is_some() || o.modified.is_some());
+        let as_copy = match self.cfg.strategy.copying {
+            Copying::Noc => false,
+            Copying::Eoc | Copying::LocPlus => true,
+            Copying::Loc | Copying::LocMinus => copied || !self.resident(oid.page),
+        };
+        if !as_copy {
+            // The page is needed to update in place: fault it if it is out.
+            self.page(oid.page, backing, false)?;
+            backing.flush_object(owner, oid, &bytes)?;
+            self.stats.objects_flushed += 1;
+            self.mark_changed(oid.page, owner);
+            self.mark_flushed(oid, owner);
+            self.rebalance(backing)?;
+            return Ok(());
+        }
+        if self.cfg.strategy.copying == Copying::LocPlus && !copied && self.resident(oid.page) {
+            // LOC+ copies an object when it is first changed.
+            self.stats.objects_copied += 1;
+            self.stats.bytes_copied += bytes.len() as u64;
+        }
+        let len = bytes.len();
+        if let Some(o) = self.objects.get_mut(&oid) {
+            if let Some((_, old)) = o.modified.take() {
+                self.bytes -= Self::copy_charge(old.len());
+            }
+        }
+        self.make_room(Self::copy_charge(len), backing)?;
+        self.describe(oid, len);
+        let o = self.objects.get_mut(&oid).expect("described");
+        o.modified = Some((owner, bytes));
+        self.bytes += Self::copy_charge(len);
+        self.touch_object(oid);
+        self.rebalance(backing)?;
+        Ok(())
+    }
+
+    /// Before `owner` commits: every modified copy it holds is flushed
+    /// into it (its pages faulted in if they are out), and the pages it
+    /// changed are counted flushed. The caller commits the transaction
+    /// next, then calls [`DualBuffer::committed`] or [`DualBuffer::abort`].
+    pub fn flush_for_commit(&mut self, owner: u64, backing: &mut dyn Backing) -> Result<()> {
+        let mine: Vec<Oid> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o.modified.as_ref().is_some_and(|(by, _)| *by == owner))
+            .map(|(oid, _)| *oid)
+            .collect();
+        for oid in mine {
+            self.flush_object(oid, backing)?;
+        }
+        Ok(())
+    }
+
+    /// `owner` committed: the pages it changed hold new committed state, so
+    /// their images and copies go (they are loaded again when next used).
+    pub fn committed(&mut self, owner: u64) {
+        self.forget_flushes(owner);
+        let changed: Vec<PageId> = self
+            .pages
+            .iter()
+            .filter(|(_, p)| p.changed_by.contains(&owner))
+            .map(|(id, _)| *id)
+            .collect();
+        for page in changed {
+            self.stats.pages_flushed += 1;
+            if let Some(p) = self.pages.get_mut(&page) {
+                p.changed_by.retain(|t| *t != owner);
+            }
+            self.invalidate_page(page);
+        }
+    }
+
+    /// `owner` ended: the objects it flushed are read from here again.
+    pub(super) fn forget_flushes(&mut self, owner: u64) {
+        let mine: Vec<Oid> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o.flushed_by == Some(owner))
+            .map(|(oid, _)| *oid)
+            .collect();
+        for oid in mine {
+            self.objects.get_mut(&oid).expect("listed").flushed_by = None;
+            self.forget_if_unused(oid);
+        }
+    }
+
+    /// `owner` ended without committing: its modified copies are dropped
+    /// (what it flushed is its own transaction's to roll back).
+    pub fn abort(&mut self, owner: u64) {
+        self.forget_flushes(owner);
+        let mine: Vec<Oid> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o.modified.as_ref().is_some_and(|(by, _)| *by == owner))
+            .map(|(oid, _)| *oid)
+            .collect();
+        for oid in mine {
+            let o = self.objects.get_mut(&oid).expect("listed");
+            let (_, b) = o.modified.take().expect("listed");
+            self.bytes -= Self::copy_charge(b.len());
+            if o.copy.is_none() && self.pages.get(&o.page).is_none_or(|p| p.image.is_none()) {
+                // Nothing of it is held any more.
+                match o.seg {
+                    Seg::Own(t) => {
+                        self.object_lru.remove(&t);
+                        self.object_seg_bytes -= o.len;
+                    }
+                    Seg::Free(t) => {
+                        self.free.remove(&t);
+                    }
+                    Seg::None => {}
+                }
+                o.seg = Seg::None;
+            } else if o.copy.is_none() {
+                if let Seg::Free(t) = o.seg {
+                    // A modified copy that had left the object segment.
+                    self.free.remove(&t);
+                    o.seg = Seg::None;
+                }
+            }
+            self.forget_if_unused(oid);
+        }
+        let pages: Vec<PageId> = self.pages.keys().copied().collect();
+        for page in pages {
+            if let Some(p) = self.pages.get_mut(&page) {
+                p.changed_by.retain(|t| *t != owner);
+            }
+            self.forget_page_if_unused(page);
+        }
+    }
+
+    /// Hands `oid`'s modified copy to its transaction; its page is faulted
+    /// in if it is out (the paper's cost of flushing a late update).
+    pub(super) fn flush_object(&mut self, oid: Oid, backing: &mut dyn Backing) -> Result<()> {
+        let Some((owner, bytes)) = self.objects.get(&oid).and_then(|o| o.modified.clone()) else {
+            return Ok(());
+        };
+        if !self.resident(oid.page) {
+            self.page(oid.page, backing, true)?;
+            // (Loading it under ERL may have flushed this copy already.)
+            if self.objects.get(&oid).and_then(|o| o.modified.as_ref()).is_none() {
+                return Ok(());
+            }
+        }
+        backing.flush_object(owner, oid, &bytes)?;
+        self.stats.objects_flushed += 1;
+        self.stats.relocations += 1;
+        let o = self.objects.get_mut(&oid).expect("flushed object");
+        o.modified = None;
+        if let (Seg::Free(t), None) = (o.seg, &o.copy) {
+            // Its only copy, out of the object segment, is gone.
+            self.free.remove(&t);
+            o.seg = Seg::None;
+        }
+        self.bytes -= Self::copy_charge(bytes.len());
+        self.mark_changed(oid.page, owner);
+        self.mark_flushed(oid, owner);
+        Ok(())
+    }
+
+    /// `owner`'s change to `oid` is in its own pages now: it reads the
+    /// object from there until it ends.
+    pub(super) fn mark_flushed(&mut self, oid: Oid, owner: u64) {
+        self.ensure_described(oid, 0);
+        self.objects.get_mut(&oid).expect("described").flushed_by = Some(owner);
+    }
+
+    pub(super) fn mark_changed(&mut self, page: PageId, owner: u64) {
+        let p = self.pages.entry(page).or_insert_with(PageDesc::empty);
+        if !p.changed_by.contains(&owner) {
+            p.changed_by.push(owner);
+        }
+    }
+}
