@@ -86,7 +86,7 @@ fn with_database(body: &[u8]) {
             let _ = tx.find(&BY_ID, &1);
         }
         let _ = tx.commit();
-    }
+    };
 }
 
 /// Writes the input's entries into the catalog trees named by the meta

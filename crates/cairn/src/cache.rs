@@ -30,11 +30,22 @@ use crate::error::{Error, Result};
 
 /// The dual buffer's view of a transaction during one call: the image of
 /// the page being faulted in, read beforehand (the buffer never reads
-/// pages itself under its mutex), and where a record is in an image. No
-/// modified copies go through the typed layer's dual buffer yet, so
-/// nothing is flushed.
+/// pages itself under its mutex), where a record is in an image, and the
+/// modified copies the call flushed, collected to be handed to their
+/// transactions (a transaction applies them to its storage transaction
+/// itself, outside the mutex: the buffer never waits for a lock).
 struct Fault {
     image: Option<(cairn_storage::PageId, Arc<[u8]>)>,
+    flushed: Vec<(u64, Oid, Arc<[u8]>)>,
+}
+
+impl Fault {
+    fn none() -> Fault {
+        Fault {
+            image: None,
+            flushed: Vec::new(),
+        }
+    }
 }
 
 impl Backing for Fault {
@@ -51,10 +62,41 @@ impl Backing for Fault {
         Ok(cairn_storage::record::object::home_record(image, oid)?)
     }
 
-    fn flush_object(&mut self, _owner: u64, oid: Oid, _bytes: &[u8]) -> Result<()> {
-        Err(Error::Internal(format!(
-            "the dual buffer flushed object {oid}, but the typed layer keeps no modified copies there"
-        )))
+    fn flush_object(&mut self, owner: u64, oid: Oid, bytes: &[u8]) -> Result<()> {
+        self.flushed.push((owner, oid, Arc::from(bytes)));
+        Ok(())
+    }
+}
+
+/// Changes flushed out of the dual buffer, by transaction, in the order
+/// flushed: the transaction writes them into its storage transaction the
+/// next time it changes something, and at commit.
+type Outbox = cairn_storage::fxhash::FxHashMap<u64, Vec<(Oid, Arc<[u8]>)>>;
+
+/// The dual buffer and the changes it flushed, under one mutex.
+struct Shared {
+    buf: DualBuffer,
+    outbox: Outbox,
+}
+
+impl Shared {
+    /// Hands what a call flushed to its transactions' outboxes.
+    fn post(&mut self, fault: Fault) {
+        for (owner, oid, bytes) in fault.flushed {
+            self.outbox.entry(owner).or_default().push((oid, bytes));
+        }
+    }
+
+    /// Takes `owner`'s flushed changes.
+    fn take(&mut self, owner: u64) -> Vec<(Oid, Arc<[u8]>)> {
+        self.outbox.remove(&owner).unwrap_or_default()
+    }
+
+    /// Forgets `owner`'s flushed change to `oid`, superseded or deleted.
+    fn withdraw(&mut self, owner: u64, oid: Oid) {
+        if let Some(v) = self.outbox.get_mut(&owner) {
+            v.retain(|(o, _)| *o != oid);
+        }
     }
 }
 
@@ -156,7 +198,7 @@ pub struct ObjectCache {
     invalidations: AtomicU64,
     /// The client buffer objects are read in place from: page images and
     /// object copies (see [`crate::dual`]).
-    dual: Mutex<DualBuffer>,
+    dual: Mutex<Shared>,
 }
 
 impl std::fmt::Debug for ObjectCache {
@@ -203,7 +245,10 @@ impl ObjectCache {
             prefetches: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
-            dual: Mutex::new(dual),
+            dual: Mutex::new(Shared {
+                buf: dual,
+                outbox: Outbox::default(),
+            }),
         }
     }
 
@@ -361,7 +406,7 @@ impl ObjectCache {
         (slot, gen)
     }
 
-    fn dual(&self) -> MutexGuard<'_, DualBuffer> {
+    fn dual(&self) -> MutexGuard<'_, Shared> {
         self.dual.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -373,17 +418,22 @@ impl ObjectCache {
     /// [`Probe::Miss`] only if its page must be read ([`ObjectCache::fault_in`]).
     pub fn buffered(&self, owner: u64, oid: Oid) -> Result<Probe> {
         let mut dual = self.dual();
-        match dual.probe(owner, oid, &mut Fault { image: None })? {
-            Probe::Miss if dual.is_resident(oid.page) => {
+        let mut fault = Fault::none();
+        let probe = dual.buf.probe(owner, oid, &mut fault);
+        let answer = match probe {
+            Ok(Probe::Miss) if dual.buf.is_resident(oid.page) => {
                 // The page is here: no image to read (`Fault` is never
                 // asked to load while the mutex is held).
-                match dual.access(owner, oid, &mut Fault { image: None })? {
-                    Some(l) => Ok(Probe::Hit(l)),
-                    None => Ok(Probe::Elsewhere),
+                match dual.buf.access(owner, oid, &mut fault) {
+                    Ok(Some(l)) => Ok(Probe::Hit(l)),
+                    Ok(None) => Ok(Probe::Elsewhere),
+                    Err(e) => Err(e),
                 }
             }
-            other => Ok(other),
-        }
+            other => other,
+        };
+        dual.post(fault);
+        answer
     }
 
     /// A page fault of the dual buffer for `oid`: `image` is its page's
@@ -391,25 +441,91 @@ impl ObjectCache {
     /// mutex, so other transactions go on meanwhile). `None`: the record
     /// is not in its page in a form read in place.
     pub fn fault_in(&self, owner: u64, oid: Oid, image: Arc<[u8]>) -> Result<Option<Located>> {
-        self.dual().access(
-            owner,
-            oid,
-            &mut Fault {
-                image: Some((oid.page, image)),
-            },
-        )
+        let mut dual = self.dual();
+        let mut fault = Fault {
+            image: Some((oid.page, image)),
+            flushed: Vec::new(),
+        };
+        let found = dual.buf.access(owner, oid, &mut fault);
+        dual.post(fault);
+        found
+    }
+
+    /// Transaction `owner` changed `oid` to `bytes` (its encoded record),
+    /// under an exclusive lock on its page: the dual buffer writes it
+    /// through or keeps it as a modified copy, by its strategy
+    /// ([`DualBuffer::modify`]). Returns every change of `owner` flushed
+    /// so far (this one if written through), which the caller writes into
+    /// its storage transaction now.
+    pub fn modify(&self, owner: u64, oid: Oid, bytes: Arc<[u8]>) -> Result<Vec<(Oid, Arc<[u8]>)>> {
+        let mut dual = self.dual();
+        dual.withdraw(owner, oid);
+        let mut fault = Fault::none();
+        let done = dual.buf.modify(owner, oid, bytes, &mut fault);
+        dual.post(fault);
+        done?;
+        Ok(dual.take(owner))
+    }
+
+    /// Transaction `owner` deletes `oid` (under an exclusive lock): any
+    /// change to it held or flushed is dropped; it reads the object from
+    /// its own pages from now on ([`DualBuffer::discard`]). Returns
+    /// `owner`'s other flushed changes, to write now.
+    pub fn discard(&self, owner: u64, oid: Oid) -> Result<Vec<(Oid, Arc<[u8]>)>> {
+        let mut dual = self.dual();
+        dual.withdraw(owner, oid);
+        dual.buf.discard(owner, oid)?;
+        Ok(dual.take(owner))
+    }
+
+    /// Before `owner` commits: every change it holds in the dual buffer,
+    /// flushed ([`DualBuffer::flush_for_commit`]), with those flushed
+    /// before; the caller writes them into its storage transaction, then
+    /// calls [`ObjectCache::committed`].
+    pub fn flush_for_commit(&self, owner: u64) -> Result<Vec<(Oid, Arc<[u8]>)>> {
+        let mut dual = self.dual();
+        let mut fault = Fault::none();
+        let done = dual.buf.flush_for_commit(owner, &mut fault);
+        dual.post(fault);
+        done?;
+        Ok(dual.take(owner))
+    }
+
+    /// `owner`'s changes are all in its storage transaction, which commits
+    /// next (its exclusive locks still held): the pages it changed leave
+    /// the dual buffer, counted as flushed ([`DualBuffer::committed`]).
+    pub fn committed(&self, owner: u64) -> Result<()> {
+        let mut dual = self.dual();
+        if dual.outbox.get(&owner).is_some_and(|v| !v.is_empty()) {
+            // Nothing of it is held after `flush_for_commit`, so nothing
+            // can have been flushed since: refuse rather than lose it.
+            return Err(Error::Internal(format!(
+                "changes of transaction {owner} were flushed after its commit began"
+            )));
+        }
+        let dropped = dual.buf.committed(owner);
+        self.invalidations.fetch_add(dropped as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `owner` ended without committing (aborted, dropped, or its commit
+    /// failed): its modified copies and flushed changes are dropped.
+    pub fn end(&self, owner: u64) {
+        let mut dual = self.dual();
+        dual.buf.abort(owner);
+        dual.outbox.remove(&owner);
     }
 
     /// Notes that `oid`'s record, as the dual buffer holds it, was checked
     /// as `class` at schema `version`.
     pub fn note_checked(&self, oid: Oid, class: u32, version: u16) {
-        self.dual().note_checked(oid, class, version);
+        self.dual().buf.note_checked(oid, class, version);
     }
 
     /// Drops the image of `page`: a transaction changed it (called before
     /// the change commits, while the page is still locked exclusively).
     pub fn invalidate_image(&self, page: cairn_storage::PageId) {
-        if self.dual().invalidate_page(page) {
+        if self.dual().buf.invalidate_page(page) {
             self.invalidations.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -427,7 +543,7 @@ impl ObjectCache {
     /// the page (a page-server client learns it when a fetch brings a new
     /// image).
     pub fn invalidate_page(&self, page: cairn_storage::PageId) {
-        if self.dual().invalidate_page(page) {
+        if self.dual().buf.invalidate_page(page) {
             self.invalidations.fetch_add(1, Ordering::Relaxed);
         }
         let mut st = self.lock();
@@ -450,12 +566,12 @@ impl ObjectCache {
         st.faulted_pages.clear();
         st.by_page.clear();
         drop(st);
-        self.dual().clear();
+        self.dual().buf.clear();
     }
 
     /// The counters.
     pub fn stats(&self) -> CacheStats {
-        let dual = self.dual().stats();
+        let dual = self.dual().buf.stats();
         let st = self.lock();
         CacheStats {
             faults: self.faults.load(Ordering::Relaxed),

@@ -249,6 +249,9 @@ pub fn counters(db: &Database) -> Counters {
         .set("pages_displaced", d.pages_displaced)
         .set("pages_kept", d.pages_kept)
         .set("duplicates", d.duplicates)
+        .set("objects_flushed", d.objects_flushed)
+        .set("pages_flushed", d.pages_flushed)
+        .set("flush_page_faults", d.flush_page_faults)
         .set("utilization_permille", (d.utilization() * 1000.0).round() as u64)
         .set("decoded_faults", cache.faults);
     if let Some(st) = db.storage().map(|s| s.stats()) {

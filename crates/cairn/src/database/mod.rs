@@ -36,6 +36,7 @@ use crate::catalog::{self, Catalog, ClassInfo, Meta};
 
 mod classes;
 mod read;
+mod write;
 use crate::codec::{decode_value, Persistent, Reader, TypeDesc, Writer};
 use crate::dual::DualBufferOptions;
 use crate::error::{Error, Result};
@@ -348,9 +349,12 @@ fn retry<R>(mut f: impl FnMut() -> Result<R>) -> Result<R> {
 
 impl Inner {
     fn begin(&self) -> Result<Transaction<'_>> {
+        let txn = self.db.begin()?;
         Ok(Transaction {
             inner: self,
-            txn: self.db.begin()?,
+            buffered: write::Buffered::new(&self.cache, txn.id().0),
+            txn,
+            written: Default::default(),
             overlay: cairn_storage::fxhash::FxHashMap::default(),
             local: Vec::new(),
             viewed: Default::default(),
@@ -464,6 +468,9 @@ impl<K, T> Index<K, T> {
 
 /// A transaction. Dropping it without `commit` aborts it.
 pub struct Transaction<'db> {
+    /// Ends the transaction's part in the dual buffer when it is dropped:
+    /// declared before `txn`, so it is dropped before the locks go.
+    buffered: write::Buffered<'db>,
     inner: &'db Inner,
     txn: Txn,
     overlay: cairn_storage::fxhash::FxHashMap<Oid, CachedObject>,
@@ -507,6 +514,10 @@ pub struct Transaction<'db> {
     /// something: uncommitted, so the session's copy must not see it. (The
     /// next transaction finds the epoch moved and reloads.)
     catalog: Option<Box<Catalog>>,
+    /// The records this transaction changed, as last encoded: its own
+    /// reads of them (to change them again) decode these, since a change
+    /// may still be held in the dual buffer as a modified copy.
+    written: cairn_storage::fxhash::FxHashMap<Oid, Arc<[u8]>>,
 }
 
 impl std::fmt::Debug for Transaction<'_> {
@@ -804,63 +815,6 @@ impl<'db> Transaction<'db> {
         Ok(tree)
     }
 
-    /// Changes an object in place with `f`.
-    pub fn update<T: Persistent>(&mut self, r: &Ref<T>, f: impl FnOnce(&mut T)) -> Result<()> {
-        let oid = r.oid();
-        self.txn.lock_page(oid.page, true)?;
-        let mut value: T = self.load_owned(oid)?;
-        let old_keys = value.index_keys();
-        f(&mut value);
-        self.write(oid, value, old_keys)
-    }
-
-    /// Replaces an object.
-    pub fn put<T: Persistent>(&mut self, r: &Ref<T>, value: T) -> Result<()> {
-        let oid = r.oid();
-        self.txn.lock_page(oid.page, true)?;
-        let old: T = self.load_owned(oid)?;
-        self.write(oid, value, old.index_keys())
-    }
-
-    fn write<T: Persistent>(&mut self, oid: Oid, value: T, old_keys: Vec<(&'static str, Vec<u8>)>) -> Result<()> {
-        let c = self.writable_class_of::<T>()?;
-        let bytes = self.inner.encode(c, &value)?;
-        self.inner.cache.invalidate(oid);
-        self.viewed.remove(&oid);
-        self.txn.update(oid, &bytes)?;
-        let new_keys = value.index_keys();
-        for ((field, old), (_, new)) in old_keys.iter().zip(new_keys.iter()) {
-            if old != new {
-                let tree = self.index_tree::<T>(field, true)?.expect("created");
-                self.change_tree(&tree, |t, a| {
-                    t.delete(a, old, Some(&oid.to_bytes()))?;
-                    t.insert(a, new, &oid.to_bytes()).map(|_| ())
-                })?;
-            }
-        }
-        self.overlay.insert(oid, Arc::new(value));
-        Ok(())
-    }
-
-    /// Deletes an object; references to it answer `NotFound` from now on.
-    pub fn delete<T: Persistent>(&mut self, r: &Ref<T>) -> Result<()> {
-        self.writable_class_of::<T>()?;
-        let oid = r.oid();
-        self.txn.lock_page(oid.page, true)?;
-        let old: T = self.load_owned(oid)?;
-        self.inner.cache.invalidate(oid);
-        self.viewed.remove(&oid);
-        for (field, key) in old.index_keys() {
-            if let Some(tree) = self.index_tree::<T>(field, false)? {
-                self.change_tree(&tree, |t, a| t.delete(a, &key, Some(&oid.to_bytes())).map(|_| ()))?;
-            }
-        }
-        self.txn.delete(oid)?;
-        self.overlay.remove(&oid);
-        r.unswizzle();
-        Ok(())
-    }
-
     /// Names an object: `root(name)` finds it again in any later transaction.
     pub fn set_root<T>(&mut self, name: &str, r: &Ref<T>) -> Result<()> {
         catalog::set_root(&mut self.txn, &self.inner.meta, name, Some(r.oid()))
@@ -945,7 +899,10 @@ impl<'db> Transaction<'db> {
         Ok(out)
     }
 
-    /// The storage transaction underneath (for tools and tests).
+    /// The storage transaction underneath (for tools and tests). Under a
+    /// strategy that keeps changes in the dual buffer (EOC, LOC, LOC−,
+    /// LOC+), it holds this transaction's changes once
+    /// [`Transaction::flush`] has run.
     pub fn storage(&mut self) -> &mut Txn {
         &mut self.txn
     }
@@ -953,6 +910,7 @@ impl<'db> Transaction<'db> {
     /// Commits: the changes are durable when this returns Ok.
     pub fn commit(mut self) -> Result<()> {
         self.flush_hits();
+        self.flush_buffered()?;
         let roots = std::mem::take(&mut self.index_roots);
         let changed = self.catalog.take();
         // Page images of what this transaction changed go before its
@@ -979,6 +937,7 @@ impl<'db> Transaction<'db> {
     /// Aborts: nothing the transaction did remains.
     pub fn abort(mut self) -> Result<()> {
         self.flush_hits();
+        self.buffered.end();
         Ok(self.txn.abort()?)
     }
 }

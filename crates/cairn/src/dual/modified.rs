@@ -36,8 +36,15 @@ impl DualBuffer {
             Copying::Loc | Copying::LocMinus => copied || !self.resident(oid.page),
         };
         if !as_copy {
-            // The page is needed to update in place: fault it if it is out.
-            self.page(oid.page, backing, false)?;
+            // In place: the change goes to the transaction's own copy of the
+            // page, which it reads itself when the buffer does not hold the
+            // page (NOC only; that read is counted as a flush's page fault).
+            if self.resident(oid.page) {
+                self.touch_page(oid.page);
+            } else {
+                self.stats.page_faults += 1;
+                self.stats.flush_page_faults += 1;
+            }
             backing.flush_object(owner, oid, &bytes)?;
             self.stats.objects_flushed += 1;
             self.mark_changed(oid.page, owner);
@@ -85,7 +92,9 @@ impl DualBuffer {
 
     /// `owner` committed: the pages it changed hold new committed state, so
     /// their images and copies go (they are loaded again when next used).
-    pub fn committed(&mut self, owner: u64) {
+    /// Returns how many page images went.
+    pub fn committed(&mut self, owner: u64) -> usize {
+        let mut dropped = 0;
         self.forget_flushes(owner);
         let changed: Vec<PageId> = self
             .pages
@@ -98,8 +107,9 @@ impl DualBuffer {
             if let Some(p) = self.pages.get_mut(&page) {
                 p.changed_by.retain(|t| *t != owner);
             }
-            self.invalidate_page(page);
+            dropped += usize::from(self.invalidate_page(page));
         }
+        dropped
     }
 
     /// `owner` ended: the objects it flushed are read from here again.
@@ -127,30 +137,7 @@ impl DualBuffer {
             .map(|(oid, _)| *oid)
             .collect();
         for oid in mine {
-            let o = self.objects.get_mut(&oid).expect("listed");
-            let (_, b) = o.modified.take().expect("listed");
-            self.bytes -= Self::copy_charge(b.len());
-            if o.copy.is_none() && self.pages.get(&o.page).is_none_or(|p| p.image.is_none()) {
-                // Nothing of it is held any more.
-                match o.seg {
-                    Seg::Own(t) => {
-                        self.object_lru.remove(&t);
-                        self.object_seg_bytes -= o.len;
-                    }
-                    Seg::Free(t) => {
-                        self.free.remove(&t);
-                    }
-                    Seg::None => {}
-                }
-                o.seg = Seg::None;
-            } else if o.copy.is_none() {
-                if let Seg::Free(t) = o.seg {
-                    // A modified copy that had left the object segment.
-                    self.free.remove(&t);
-                    o.seg = Seg::None;
-                }
-            }
-            self.forget_if_unused(oid);
+            self.drop_modified(oid);
         }
         let pages: Vec<PageId> = self.pages.keys().copied().collect();
         for page in pages {
@@ -161,18 +148,68 @@ impl DualBuffer {
         }
     }
 
-    /// Hands `oid`'s modified copy to its transaction; its page is faulted
-    /// in if it is out (the paper's cost of flushing a late update).
+    /// Drops `oid`'s modified copy, if any (its transaction aborted or
+    /// deleted the object).
+    fn drop_modified(&mut self, oid: Oid) {
+        let Some(o) = self.objects.get_mut(&oid) else { return };
+        let Some((_, b)) = o.modified.take() else { return };
+        self.bytes -= Self::copy_charge(b.len());
+        if o.copy.is_none() && self.pages.get(&o.page).is_none_or(|p| p.image.is_none()) {
+            // Nothing of it is held any more.
+            match o.seg {
+                Seg::Own(t) => {
+                    self.object_lru.remove(&t);
+                    self.object_seg_bytes -= o.len;
+                }
+                Seg::Free(t) => {
+                    self.free.remove(&t);
+                }
+                Seg::None => {}
+            }
+            o.seg = Seg::None;
+        } else if o.copy.is_none() {
+            if let Seg::Free(t) = o.seg {
+                // A modified copy that had left the object segment.
+                self.free.remove(&t);
+                o.seg = Seg::None;
+            }
+        }
+        self.forget_if_unused(oid);
+    }
+
+    /// `owner` deletes `oid` (under an exclusive lock): its modified copy,
+    /// if any, is dropped, and from now on it reads the object from its own
+    /// pages (where the caller deletes the record) until it ends, as after
+    /// a flush; the page counts as changed by it.
+    pub fn discard(&mut self, owner: u64, oid: Oid) -> Result<()> {
+        if let Some((by, _)) = self.objects.get(&oid).and_then(|o| o.modified.as_ref()) {
+            if *by != owner {
+                return Err(Error::Internal(format!(
+                    "transaction {owner} deletes object {oid} while transaction {by} holds changes to it"
+                )));
+            }
+            self.drop_modified(oid);
+        }
+        self.mark_changed(oid.page, owner);
+        self.mark_flushed(oid, owner);
+        Ok(())
+    }
+
+    /// Hands `oid`'s modified copy to its transaction. The transaction
+    /// applies it to its own copy of the home page; when the buffer does
+    /// not hold that page the transaction must read it (the paper's cost
+    /// of flushing a late update), counted as a page fault and a flush's
+    /// page fault, but the page does not enter the buffer: the
+    /// transaction's changed pages are its own, outside the budget.
     pub(super) fn flush_object(&mut self, oid: Oid, backing: &mut dyn Backing) -> Result<()> {
         let Some((owner, bytes)) = self.objects.get(&oid).and_then(|o| o.modified.clone()) else {
             return Ok(());
         };
-        if !self.resident(oid.page) {
-            self.page(oid.page, backing, true)?;
-            // (Loading it under ERL may have flushed this copy already.)
-            if self.objects.get(&oid).and_then(|o| o.modified.as_ref()).is_none() {
-                return Ok(());
-            }
+        if self.resident(oid.page) {
+            self.touch_page(oid.page);
+        } else {
+            self.stats.page_faults += 1;
+            self.stats.flush_page_faults += 1;
         }
         backing.flush_object(owner, oid, &bytes)?;
         self.stats.objects_flushed += 1;
