@@ -150,7 +150,10 @@ pub struct DualStats {
     pub relocations: u64,
     /// Modified objects handed to their transaction ([`Backing::flush_object`]).
     pub objects_flushed: u64,
-    /// Pages holding changes that left the buffer or were committed.
+    /// Pages changed by committing transactions: the pages their commits
+    /// write (embedded) or ship to the server. Never more than once per
+    /// commit: changes wait in the transaction's own pages (no-steal), so
+    /// displacing a changed page's image flushes nothing.
     pub pages_flushed: u64,
     /// Pages displaced.
     pub pages_displaced: u64,
@@ -212,6 +215,10 @@ pub struct PageDesc {
     /// image are and what they were checked as, so a record used again is
     /// neither looked for nor checked again. Emptied with the image.
     records: FxHashMap<Oid, KnownRecord>,
+    /// The use it was last kept from displacement at (overlap ratio,
+    /// LOC−): kept again only once used since, so pages that stay well
+    /// used cannot make every `make_room` cycle through all of them.
+    kept_at: Option<u64>,
 }
 
 impl PageDesc {
@@ -224,6 +231,7 @@ impl PageDesc {
             chain: Vec::new(),
             changed_by: Vec::new(),
             records: FxHashMap::default(),
+            kept_at: None,
         }
     }
 }
@@ -664,8 +672,22 @@ impl DualBuffer {
     /// over the threshold, or (LOC−) it holds running transactions' changes.
     fn keep_page(&self, page: PageId) -> bool {
         let Some(p) = self.pages.get(&page) else { return false };
+        if p.kept_at == Some(p.used) {
+            // Kept before and not used since.
+            return false;
+        }
         if self.cfg.strategy.copying == Copying::LocMinus && !p.changed_by.is_empty() {
-            return true;
+            // LOC−: not while the page's changed objects are in the object
+            // segment's locality set (paper §3.2); once they leave it, the
+            // page goes like any other, its objects not copied.
+            let hot_change = p.chain.iter().any(|o| {
+                self.objects
+                    .get(o)
+                    .is_some_and(|d| d.flushed_by.is_some() && matches!(d.seg, Seg::Own(_)))
+            });
+            if hot_change {
+                return true;
+            }
         }
         self.cfg.strategy.copying != Copying::Noc
             && self.cfg.strategy.copying != Copying::Eoc
@@ -703,9 +725,8 @@ impl DualBuffer {
                 }
             }
         }
-        if changed {
-            self.stats.pages_flushed += 1;
-        }
+        // (A changed page flushes nothing when it goes: the change is in
+        // its transaction's own copy of the page, outside the buffer.)
         self.stats.pages_displaced += 1;
         self.drop_image(page);
         // In-place objects of a page that left lose their place: they had

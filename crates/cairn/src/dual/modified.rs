@@ -39,12 +39,7 @@ impl DualBuffer {
             // In place: the change goes to the transaction's own copy of the
             // page, which it reads itself when the buffer does not hold the
             // page (NOC only; that read is counted as a flush's page fault).
-            if self.resident(oid.page) {
-                self.touch_page(oid.page);
-            } else {
-                self.stats.page_faults += 1;
-                self.stats.flush_page_faults += 1;
-            }
+            self.page_for_flush(oid.page, owner);
             backing.flush_object(owner, oid, &bytes)?;
             self.stats.objects_flushed += 1;
             self.mark_changed(oid.page, owner);
@@ -205,12 +200,7 @@ impl DualBuffer {
         let Some((owner, bytes)) = self.objects.get(&oid).and_then(|o| o.modified.clone()) else {
             return Ok(());
         };
-        if self.resident(oid.page) {
-            self.touch_page(oid.page);
-        } else {
-            self.stats.page_faults += 1;
-            self.stats.flush_page_faults += 1;
-        }
+        self.page_for_flush(oid.page, owner);
         backing.flush_object(owner, oid, &bytes)?;
         self.stats.objects_flushed += 1;
         self.stats.relocations += 1;
@@ -225,6 +215,19 @@ impl DualBuffer {
         self.mark_changed(oid.page, owner);
         self.mark_flushed(oid, owner);
         Ok(())
+    }
+
+    /// A change of `owner` is applied to `page`: a use of the page if it
+    /// is resident; else the transaction reads it (a page fault, counted
+    /// as a flush's) unless it holds its own copy already (it changed the
+    /// page before).
+    fn page_for_flush(&mut self, page: PageId, owner: u64) {
+        if self.resident(page) {
+            self.touch_page(page);
+        } else if !self.pages.get(&page).is_some_and(|p| p.changed_by.contains(&owner)) {
+            self.stats.page_faults += 1;
+            self.stats.flush_page_faults += 1;
+        }
     }
 
     /// `owner`'s change to `oid` is in its own pages now: it reads the

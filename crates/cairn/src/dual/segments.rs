@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use cairn_storage::fxhash::FxHashSet;
 use cairn_storage::{Oid, PageId};
 
 use super::{Backing, Copying, DualBuffer, Granule, Seg, COPY_OVERHEAD_BYTES};
@@ -118,21 +117,23 @@ impl DualBuffer {
     /// first (FIFO), demoting the segments' least recently used granules
     /// into it when it is empty.
     pub(super) fn make_room(&mut self, need: usize, backing: &mut dyn Backing) -> Result<()> {
-        let mut kept_once: FxHashSet<PageId> = FxHashSet::default();
         while self.bytes + need > self.cfg.budget_bytes {
             if let Some((&t, &g)) = self.free.iter().next() {
                 match g {
                     Granule::Page(page) => {
-                        if !kept_once.contains(&page) && self.keep_page(page) {
-                            // Well used (or LOC−): back to its segment, once
-                            // per call, so room is always found.
-                            kept_once.insert(page);
+                        if self.keep_page(page) {
+                            // Well used (or LOC−): back to its segment,
+                            // once until it is used again (`keep_page`), so
+                            // room is always found.
                             self.stats.pages_kept += 1;
                             self.free.remove(&t);
                             let t2 = self.next_tick();
                             let p = self.pages.get_mut(&page).expect("free page");
                             p.seg = Seg::Own(t2);
+                            // Placed as if used now, but remembered as not
+                            // used since it was kept.
                             p.used = t2;
+                            p.kept_at = Some(t2);
                             self.page_lru.insert(t2, page);
                             self.page_seg_bytes += self.cfg.page_size;
                             continue;
