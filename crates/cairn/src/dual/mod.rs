@@ -49,7 +49,8 @@
 //! | copied, duplicate | absent | `evict` | the copy is chosen as the victim in the free segment |
 //! | any | modified copy | [`DualBuffer::modify`] | a late update (home page not resident), or under EOC and LOC+ any update |
 //! | in page only | in page only (page modified) | [`DualBuffer::modify`] | an early update under NOC, LOC, LOC−: written through to the transaction at once |
-//! | modified copy | previous state | `flush_object` | relocated: its home page is reloaded (ERL), it is the free segment's victim, or its transaction commits: the bytes go to the transaction ([`Backing::flush_object`]) |
+//! | modified copy | previous state | `flush_object` | relocated: its home page is reloaded (ERL), it is the free segment's victim, or its transaction commits: the bytes go to the transaction ([`Backing::flush_object`]); the home page is not loaded into the buffer (the transaction applies the change to its own copy of the page, a page fault counted only if it has none yet) |
+//! | any | read from the transaction's own pages | [`DualBuffer::discard`] | its transaction deletes it: a modified copy is dropped |
 //! | modified copy | previous state | [`DualBuffer::abort`] | its transaction aborts: the bytes are dropped |
 //! | any | absent | [`DualBuffer::invalidate_page`] | a committed change to its page (this client's or another's): committed copies and the image go; modified copies stay |
 //!
@@ -57,7 +58,14 @@
 //! pages ([`Backing::flush_object`]); nothing reaches the volume or the
 //! server before that transaction commits, so the buffer never writes
 //! anything anywhere itself and its committed images and copies stay
-//! committed state.
+//! committed state. A flush may happen in any transaction's call (its
+//! `make_room` chose another transaction's modified copy): the typed layer
+//! queues the bytes for their owner, which writes them into its storage
+//! transaction itself, outside the buffer's mutex, before it reads that
+//! object from storage or commits (`crate::cache`, `database/write.rs`).
+//! Pages flushed are counted once per commit (the pages the commit
+//! writes or ships), the same under every strategy; the strategies differ
+//! in the page faults a flush costs.
 //!
 //! # Strategies
 //!
@@ -99,8 +107,9 @@ pub trait Backing {
     /// if it is not there in a form read in place (moved away, large).
     fn locate(&mut self, image: &[u8], oid: Oid) -> Result<Option<Range<usize>>>;
     /// A modified object relocated (the paper's flush): its new record
-    /// goes to `owner`'s private pages. Only for the transaction that
-    /// changed it.
+    /// goes to `owner`'s private pages. `owner` may be another transaction
+    /// than the one whose call caused the flush; the bytes must reach
+    /// `owner`'s own pages, and no one else's, before it commits.
     fn flush_object(&mut self, owner: u64, oid: Oid, bytes: &[u8]) -> Result<()>;
 }
 
