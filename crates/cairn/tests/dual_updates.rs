@@ -280,3 +280,43 @@ fn concurrent_transfers_keep_their_total_under_every_strategy() {
         tx.commit().unwrap();
     }
 }
+
+/// Under LOC+ a change is held as a modified copy: the storage
+/// transaction holds the old record until `flush` hands the change over,
+/// and commit does so itself.
+#[test]
+fn flush_hands_held_changes_to_the_storage_transaction() {
+    let strategy = Strategy::parse("loc+/erl").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_with(dir.path().join("db"), opts(strategy)).unwrap();
+    let mut tx = db.begin().unwrap();
+    let r = tx
+        .create_in(
+            "cells",
+            Cell {
+                key: 1,
+                value: 10,
+                label: label(1, 0),
+            },
+        )
+        .unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.view(&r).unwrap().get().value(), 10);
+    let before = tx.storage().read(r.oid()).unwrap();
+    tx.update(&r, |c| c.value = 11).unwrap();
+    assert_eq!(tx.storage().read(r.oid()).unwrap(), before, "LOC+ holds the change");
+    assert_eq!(tx.get(&r).unwrap().value, 11, "the transaction reads its own change");
+    tx.flush().unwrap();
+    assert_ne!(
+        tx.storage().read(r.oid()).unwrap(),
+        before,
+        "flushed into the transaction"
+    );
+    tx.update(&r, |c| c.value = 12).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&r).unwrap().value, 12);
+    assert_eq!(tx.view(&r).unwrap().get().value(), 12);
+    tx.commit().unwrap();
+}
