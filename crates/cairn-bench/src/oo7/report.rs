@@ -3,9 +3,8 @@
 //! tables 1–3; the findings; and the JSON document (`--json`).
 //!
 //! Times are the median of the runs with their min–max; each counter is its
-//! median over the runs. Counters the dual buffer will bring (bytes copied,
-//! pages flushed, duplicates, relocations) print as `-` (JSON `null`) until
-//! a run reports them.
+//! median over the runs. A counter a run does not report (the engine's
+//! page writes against a server) prints as `-` and is absent from JSON.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -194,8 +193,8 @@ fn header(o: &mut String, cfg: &Oo7Config, machine: &Machine, sweep: &Sweep) {
     let _ = writeln!(
         o,
         "client buffer: the dual buffer (page faults, copies, relocations, duplicates, utilization are its \
-         counters), {} KiB of decoded objects beside it; updates are written through to the transaction at \
-         once, so pages flushed is not measured yet",
+         counters), {} KiB of decoded objects beside it; updates go through it (written through, or held as \
+         modified copies, by the strategy); pages flushed = the pages each commit writes (no-steal)",
         OBJECT_CACHE_BYTES / 1024
     );
     let _ = writeln!(o);
