@@ -39,15 +39,6 @@ struct Fault {
     flushed: Vec<(u64, Oid, Arc<[u8]>)>,
 }
 
-impl Fault {
-    fn none() -> Fault {
-        Fault {
-            image: None,
-            flushed: Vec::new(),
-        }
-    }
-}
-
 impl Backing for Fault {
     fn load(&mut self, page: cairn_storage::PageId) -> Result<Arc<[u8]>> {
         match &self.image {
@@ -80,11 +71,23 @@ struct Shared {
 }
 
 impl Shared {
-    /// Hands what a call flushed to its transactions' outboxes.
-    fn post(&mut self, fault: Fault) {
+    /// Runs `f` on the buffer with a [`Fault`] holding `image` (the page
+    /// read for it, if any), then hands what it flushed, even if it
+    /// failed, to its transactions' outboxes.
+    fn call<R>(
+        &mut self,
+        image: Option<(cairn_storage::PageId, Arc<[u8]>)>,
+        f: impl FnOnce(&mut DualBuffer, &mut Fault) -> Result<R>,
+    ) -> Result<R> {
+        let mut fault = Fault {
+            image,
+            flushed: Vec::new(),
+        };
+        let r = f(&mut self.buf, &mut fault);
         for (owner, oid, bytes) in fault.flushed {
             self.outbox.entry(owner).or_default().push((oid, bytes));
         }
+        r
     }
 
     /// Takes `owner`'s flushed changes.
@@ -417,23 +420,16 @@ impl ObjectCache {
     /// a form read in place (or is the caller's own flushed change), and
     /// [`Probe::Miss`] only if its page must be read ([`ObjectCache::fault_in`]).
     pub fn buffered(&self, owner: u64, oid: Oid) -> Result<Probe> {
-        let mut dual = self.dual();
-        let mut fault = Fault::none();
-        let probe = dual.buf.probe(owner, oid, &mut fault);
-        let answer = match probe {
-            Ok(Probe::Miss) if dual.buf.is_resident(oid.page) => {
-                // The page is here: no image to read (`Fault` is never
-                // asked to load while the mutex is held).
-                match dual.buf.access(owner, oid, &mut fault) {
-                    Ok(Some(l)) => Ok(Probe::Hit(l)),
-                    Ok(None) => Ok(Probe::Elsewhere),
-                    Err(e) => Err(e),
-                }
-            }
-            other => other,
-        };
-        dual.post(fault);
-        answer
+        self.dual()
+            .call(None, |buf, fault| match buf.probe(owner, oid, fault)? {
+                // The page is here: no image to read (`Fault` is never asked
+                // to load while the mutex is held).
+                Probe::Miss if buf.is_resident(oid.page) => Ok(match buf.access(owner, oid, fault)? {
+                    Some(l) => Probe::Hit(l),
+                    None => Probe::Elsewhere,
+                }),
+                other => Ok(other),
+            })
     }
 
     /// A page fault of the dual buffer for `oid`: `image` is its page's
@@ -441,14 +437,8 @@ impl ObjectCache {
     /// mutex, so other transactions go on meanwhile). `None`: the record
     /// is not in its page in a form read in place.
     pub fn fault_in(&self, owner: u64, oid: Oid, image: Arc<[u8]>) -> Result<Option<Located>> {
-        let mut dual = self.dual();
-        let mut fault = Fault {
-            image: Some((oid.page, image)),
-            flushed: Vec::new(),
-        };
-        let found = dual.buf.access(owner, oid, &mut fault);
-        dual.post(fault);
-        found
+        self.dual()
+            .call(Some((oid.page, image)), |buf, fault| buf.access(owner, oid, fault))
     }
 
     /// Transaction `owner` changed `oid` to `bytes` (its encoded record),
@@ -460,10 +450,7 @@ impl ObjectCache {
     pub fn modify(&self, owner: u64, oid: Oid, bytes: Arc<[u8]>) -> Result<Vec<(Oid, Arc<[u8]>)>> {
         let mut dual = self.dual();
         dual.withdraw(owner, oid);
-        let mut fault = Fault::none();
-        let done = dual.buf.modify(owner, oid, bytes, &mut fault);
-        dual.post(fault);
-        done?;
+        dual.call(None, |buf, fault| buf.modify(owner, oid, bytes, fault))?;
         Ok(dual.take(owner))
     }
 
@@ -484,10 +471,7 @@ impl ObjectCache {
     /// calls [`ObjectCache::committed`].
     pub fn flush_for_commit(&self, owner: u64) -> Result<Vec<(Oid, Arc<[u8]>)>> {
         let mut dual = self.dual();
-        let mut fault = Fault::none();
-        let done = dual.buf.flush_for_commit(owner, &mut fault);
-        dual.post(fault);
-        done?;
+        dual.call(None, |buf, fault| buf.flush_for_commit(owner, fault))?;
         Ok(dual.take(owner))
     }
 

@@ -17,15 +17,7 @@ impl DualBuffer {
     /// any update under EOC and LOC+, becomes a modified copy, flushed
     /// when it is relocated or the transaction commits.
     pub fn modify(&mut self, owner: u64, oid: Oid, bytes: Arc<[u8]>, backing: &mut dyn Backing) -> Result<()> {
-        if let Some(o) = self.objects.get(&oid) {
-            if let Some((by, _)) = &o.modified {
-                if *by != owner {
-                    return Err(Error::Internal(format!(
-                        "transaction {owner} changes object {oid} while transaction {by} holds changes to it"
-                    )));
-                }
-            }
-        }
+        self.refuse_if_held_by_another(owner, oid, "changes")?;
         let copied = self
             .objects
             .get(&oid)
@@ -69,17 +61,11 @@ impl DualBuffer {
     }
 
     /// Before `owner` commits: every modified copy it holds is flushed
-    /// into it (its pages faulted in if they are out), and the pages it
-    /// changed are counted flushed. The caller commits the transaction
-    /// next, then calls [`DualBuffer::committed`] or [`DualBuffer::abort`].
+    /// into it. The caller writes what was flushed into its transaction,
+    /// calls [`DualBuffer::committed`] and commits (or, on failure,
+    /// [`DualBuffer::abort`]).
     pub fn flush_for_commit(&mut self, owner: u64, backing: &mut dyn Backing) -> Result<()> {
-        let mine: Vec<Oid> = self
-            .objects
-            .iter()
-            .filter(|(_, o)| o.modified.as_ref().is_some_and(|(by, _)| *by == owner))
-            .map(|(oid, _)| *oid)
-            .collect();
-        for oid in mine {
+        for oid in self.modified_by(owner) {
             self.flush_object(oid, backing)?;
         }
         Ok(())
@@ -125,13 +111,7 @@ impl DualBuffer {
     /// (what it flushed is its own transaction's to roll back).
     pub fn abort(&mut self, owner: u64) {
         self.forget_flushes(owner);
-        let mine: Vec<Oid> = self
-            .objects
-            .iter()
-            .filter(|(_, o)| o.modified.as_ref().is_some_and(|(by, _)| *by == owner))
-            .map(|(oid, _)| *oid)
-            .collect();
-        for oid in mine {
+        for oid in self.modified_by(owner) {
             self.drop_modified(oid);
         }
         let pages: Vec<PageId> = self.pages.keys().copied().collect();
@@ -141,6 +121,26 @@ impl DualBuffer {
             }
             self.forget_page_if_unused(page);
         }
+    }
+
+    /// An exclusive lock keeps any other transaction's modified copy of
+    /// `oid` away from `owner`: one here is an internal error.
+    fn refuse_if_held_by_another(&self, owner: u64, oid: Oid, doing: &str) -> Result<()> {
+        match self.objects.get(&oid).and_then(|o| o.modified.as_ref()) {
+            Some((by, _)) if *by != owner => Err(Error::Internal(format!(
+                "transaction {owner} {doing} object {oid} while transaction {by} holds changes to it"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The objects `owner` holds modified copies of.
+    fn modified_by(&self, owner: u64) -> Vec<Oid> {
+        self.objects
+            .iter()
+            .filter(|(_, o)| o.modified.as_ref().is_some_and(|(by, _)| *by == owner))
+            .map(|(oid, _)| *oid)
+            .collect()
     }
 
     /// Drops `oid`'s modified copy, if any (its transaction aborted or
@@ -177,14 +177,8 @@ impl DualBuffer {
     /// pages (where the caller deletes the record) until it ends, as after
     /// a flush; the page counts as changed by it.
     pub fn discard(&mut self, owner: u64, oid: Oid) -> Result<()> {
-        if let Some((by, _)) = self.objects.get(&oid).and_then(|o| o.modified.as_ref()) {
-            if *by != owner {
-                return Err(Error::Internal(format!(
-                    "transaction {owner} deletes object {oid} while transaction {by} holds changes to it"
-                )));
-            }
-            self.drop_modified(oid);
-        }
+        self.refuse_if_held_by_another(owner, oid, "deletes")?;
+        self.drop_modified(oid);
         self.mark_changed(oid.page, owner);
         self.mark_flushed(oid, owner);
         Ok(())
