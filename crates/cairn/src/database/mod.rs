@@ -363,6 +363,7 @@ impl Inner {
             classes: Vec::new(),
             trees: Vec::new(),
             key: Vec::new(),
+            found: Vec::new(),
             index_hits: 0,
             index_misses: 0,
             catalog_epoch: None,
@@ -502,6 +503,8 @@ pub struct Transaction<'db> {
     trees: Vec<(TypeId, &'static str, BTree, Arc<TreeCache>, TypeDesc)>,
     /// Scratch space for an encoded index key.
     key: Vec<u8>,
+    /// Scratch for `find_one`'s answer, reused so a lookup allocates nothing.
+    found: Vec<Oid>,
     /// Index lookups answered from / missing the index cache, added to the
     /// database's counters when the transaction ends.
     index_hits: u64,
@@ -854,9 +857,13 @@ impl<'db> Transaction<'db> {
         };
         self.key.clear();
         key.key_bytes(&mut self.key);
-        let mut oids = Vec::with_capacity(1);
-        self.index_lookup(tree, &cache, index.field, true, &mut oids)?;
-        Ok(oids.first().map(|o| Ref::from_oid(*o)))
+        let mut oids = std::mem::take(&mut self.found);
+        oids.clear();
+        let r = self.index_lookup(tree, &cache, index.field, true, &mut oids);
+        let first = oids.first().copied();
+        self.found = oids;
+        r?;
+        Ok(first.map(Ref::from_oid))
     }
 
     /// The objects whose indexed field lies between `lo` and `hi`, in key order.

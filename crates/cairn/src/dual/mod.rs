@@ -85,6 +85,7 @@ use crate::error::{Error, Result};
 
 mod invariants;
 mod modified;
+mod records;
 mod segments;
 mod strategy;
 #[cfg(test)]
@@ -204,9 +205,6 @@ enum Seg {
     Free(u64),
 }
 
-/// Where a record is in a page image, and what it was checked as.
-type KnownRecord = (Range<usize>, Option<(u32, u16)>);
-
 /// A page descriptor (the paper's Fig. 3).
 #[derive(Debug)]
 pub struct PageDesc {
@@ -223,7 +221,7 @@ pub struct PageDesc {
     /// NOC only (it describes no objects): where records found in the
     /// image are and what they were checked as, so a record used again is
     /// neither looked for nor checked again. Emptied with the image.
-    records: FxHashMap<Oid, KnownRecord>,
+    records: records::Records,
     /// The use it was last kept from displacement at (overlap ratio,
     /// LOC−): kept again only once used since, so pages that stay well
     /// used cannot make every `make_room` cycle through all of them.
@@ -239,7 +237,7 @@ impl PageDesc {
             used: 0,
             chain: Vec::new(),
             changed_by: Vec::new(),
-            records: FxHashMap::default(),
+            records: records::Records::default(),
             kept_at: None,
         }
     }
@@ -460,12 +458,12 @@ impl DualBuffer {
         if self.cfg.strategy.copying == Copying::Noc {
             let found = self.pages.get(&oid.page).and_then(|p| {
                 let image = p.image.as_ref()?;
-                let (range, checked) = p.records.get(&oid)?;
+                let (range, checked) = p.records.get(oid)?;
                 Some(Located {
                     bytes: Arc::clone(image),
-                    range: range.clone(),
+                    range,
                     in_page: true,
-                    checked: *checked,
+                    checked,
                 })
             });
             if let Some(loc) = found {
@@ -499,7 +497,7 @@ impl DualBuffer {
         match self.cfg.strategy.copying {
             Copying::Noc => {
                 if let Some(p) = self.pages.get_mut(&oid.page) {
-                    p.records.insert(oid, (range.clone(), None));
+                    p.records.insert(oid, range.clone(), None);
                 }
                 Ok(Some(Located {
                     bytes: image,
@@ -577,8 +575,8 @@ impl DualBuffer {
         if let Some(o) = self.objects.get_mut(&oid) {
             o.checked = Some((class, version));
         }
-        if let Some(r) = self.pages.get_mut(&oid.page).and_then(|p| p.records.get_mut(&oid)) {
-            r.1 = Some((class, version));
+        if let Some(p) = self.pages.get_mut(&oid.page) {
+            p.records.set_checked(oid, class, version);
         }
     }
 
@@ -761,7 +759,7 @@ impl DualBuffer {
 
     fn drop_image(&mut self, page: PageId) {
         let Some(p) = self.pages.get_mut(&page) else { return };
-        p.records = FxHashMap::default();
+        p.records.clear();
         for oid in &p.chain {
             if let Some(o) = self.objects.get_mut(oid) {
                 o.at = None;
