@@ -2,7 +2,7 @@
 //! in-memory floor.
 //!
 //! A ring of `nodes` objects in random order, each pointing at the next; a
-//! walk of `steps` follows the pointers and sums a field. Four ways, timed in
+//! walk of `steps` follows the pointers and sums a field. Five ways, timed in
 //! the same run (the machines are noisy, so the ratios are what counts):
 //!
 //! - **floor**: a plain `Vec<Node>`, following an index (`nodes[next]`);
@@ -10,6 +10,10 @@
 //!   object — bound to its cache slot after the first lap, so no hash lookup;
 //! - **oid-lookup**: the same through a fresh, unswizzled `Ref` each step
 //!   (a hash lookup in the object cache);
+//! - **view**: `Transaction::view` on the `Ref` read in place from the
+//!   current node's page (objects used in place, no decode: the dual
+//!   buffer's slot table finds the record again; a view's references are
+//!   OIDs read from the page, never swizzled);
 //! - **storage-read**: reading and decoding the record from the buffer pool
 //!   each step (no object cache).
 //!
@@ -50,7 +54,7 @@ impl Default for RefsOptions {
 /// One measured way of following references.
 #[derive(Clone, Debug)]
 pub struct RefsResult {
-    /// "floor", "swizzled", "oid-lookup" or "storage-read".
+    /// "floor", "swizzled", "oid-lookup", "view" or "storage-read".
     pub system: &'static str,
     /// Nanoseconds per step.
     pub ns_per_step: f64,
@@ -146,11 +150,32 @@ pub fn run(opts: &RefsOptions) -> cairn::Result<Vec<RefsResult>> {
     };
     walk(&mut tx, n + 1, true)?;
     let t = Instant::now();
-    std::hint::black_box(walk(&mut tx, opts.steps, true)?);
+    let swizzled_sum = std::hint::black_box(walk(&mut tx, opts.steps, true)?);
     let swizzled_ns = t.elapsed().as_nanos() as f64 / opts.steps as f64;
     let t = Instant::now();
     std::hint::black_box(walk(&mut tx, opts.steps, false)?);
     let lookup_ns = t.elapsed().as_nanos() as f64 / opts.steps as f64;
+
+    // Views: the next reference read in place, the next node viewed in place.
+    let view_walk = |tx: &mut cairn::Transaction<'_>, steps: usize| -> cairn::Result<u64> {
+        let mut cur = tx.view(&start)?;
+        let mut sum = 0u64;
+        for _ in 0..steps {
+            let nxt = tx.view(&cur.get().next())?;
+            sum = sum.wrapping_add(nxt.get().value());
+            cur = nxt;
+        }
+        Ok(sum)
+    };
+    view_walk(&mut tx, n + 1)?;
+    let t = Instant::now();
+    let view_sum = std::hint::black_box(view_walk(&mut tx, opts.steps)?);
+    let view_ns = t.elapsed().as_nanos() as f64 / opts.steps as f64;
+    if view_sum != swizzled_sum {
+        return Err(cairn::Error::InvalidArgument(format!(
+            "the walk through views summed {view_sum}, through get {swizzled_sum}: they read different rings"
+        )));
+    }
 
     // Storage reads: record bytes from the buffer pool and decode, no cache.
     let storage_steps = (opts.steps / 10).max(n);
@@ -179,6 +204,7 @@ pub fn run(opts: &RefsOptions) -> cairn::Result<Vec<RefsResult>> {
         r("floor", floor_ns),
         r("swizzled", swizzled_ns),
         r("oid-lookup", lookup_ns),
+        r("view", view_ns),
         r("storage-read", storage_ns),
     ])
 }
@@ -204,7 +230,7 @@ mod tests {
         })
         .unwrap();
         let names: Vec<_> = r.iter().map(|x| x.system).collect();
-        assert_eq!(names, ["floor", "swizzled", "oid-lookup", "storage-read"]);
+        assert_eq!(names, ["floor", "swizzled", "oid-lookup", "view", "storage-read"]);
         assert!(r.iter().all(|x| x.ns_per_step > 0.0));
     }
 }

@@ -357,7 +357,6 @@ impl Inner {
             written: Default::default(),
             overlay: cairn_storage::fxhash::FxHashMap::default(),
             local: Vec::new(),
-            viewed: Default::default(),
             local_hits: 0,
             index_roots: HashMap::new(),
             classes: Vec::new(),
@@ -484,12 +483,6 @@ pub struct Transaction<'db> {
     local: Vec<Option<(u32, Oid, CachedObject)>>,
     /// Hits answered from `local`, added to the cache's counters in batches.
     local_hits: u64,
-    /// Objects this transaction has viewed through the dual buffer, by
-    /// OID, with the class they were checked as: viewing one again takes no
-    /// lock (held already) and no check, but its bytes come from the dual
-    /// buffer again, so the buffer's budget bounds what a transaction
-    /// keeps. Entries go when the transaction changes or deletes the object.
-    viewed: cairn_storage::fxhash::FxHashMap<Oid, read::Viewed>,
     /// Index trees this transaction looked up or created; they join the
     /// database's table when it commits (a tree created by a transaction
     /// that aborts must not be remembered).

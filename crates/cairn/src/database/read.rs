@@ -4,12 +4,6 @@
 
 use super::*;
 
-/// An object a transaction viewed in the dual buffer: the class id it was
-/// checked as. The transaction holds its page's lock, so its committed
-/// bytes cannot change: fetched again (the buffer may have let them go
-/// meanwhile), they need no lock and no check.
-pub(super) type Viewed = u32;
-
 /// A view of `value` through a copy of its encoding (current schema).
 fn copy_of<T: Persistent>(oid: Oid, value: &T) -> Result<crate::view::Obj<T>> {
     let mut w = crate::codec::Writer::new();
@@ -138,10 +132,10 @@ impl Transaction<'_> {
             }
         }
         let c = self.class_of::<T>()?;
-        let seen = self.viewed.get(&oid) == Some(&c.id);
-        if !seen {
-            self.txn.lock_page(oid.page, false)?;
-        }
+        // Held already after the page's first object: one probe of the
+        // transaction's few pages, where a set of the objects it viewed
+        // cost a cache miss per object (`cairn bench refs`, view).
+        self.txn.lock_page(oid.page, false)?;
         if !self.txn.has_private_copy(oid.page) {
             let cache = &self.inner.cache;
             let me = self.txn.id().0;
@@ -157,9 +151,10 @@ impl Transaction<'_> {
                 },
             };
             if let Some(l) = found {
-                if seen || l.checked == Some((c.id, c.version)) {
+                // Checked once as this class: the buffer remembers it with
+                // the record until the page's image goes.
+                if l.checked == Some((c.id, c.version)) {
                     let range = l.range.start + HEADER_SIZE..l.range.end;
-                    self.viewed.insert(oid, c.id);
                     return Ok(crate::view::Obj::checked(l.bytes, range, oid));
                 }
                 let at = l.range;
@@ -169,7 +164,6 @@ impl Transaction<'_> {
                     let obj = crate::view::Obj::new(Arc::clone(&l.bytes), range, oid)
                         .map_err(|source| Error::Decode { oid, source })?;
                     cache.note_checked(oid, c.id, c.version);
-                    self.viewed.insert(oid, c.id);
                     return Ok(obj);
                 }
             }

@@ -75,7 +75,6 @@ impl Transaction<'_> {
         self.txn.lock_page(oid.page, true)?;
         let old: T = self.load_own::<T>(oid)?;
         self.inner.cache.invalidate(oid);
-        self.viewed.remove(&oid);
         for (field, key) in old.index_keys() {
             if let Some(tree) = self.index_tree::<T>(field, false)? {
                 self.change_tree(&tree, |t, a| t.delete(a, &key, Some(&oid.to_bytes())).map(|_| ()))?;
@@ -113,7 +112,6 @@ impl Transaction<'_> {
         // Refused here, not when a held copy is flushed at commit.
         self.inner.check_len(oid, bytes.len() as u64)?;
         self.inner.cache.invalidate(oid);
-        self.viewed.remove(&oid);
         self.buffered.active = true;
         let flushed = self.inner.cache.modify(self.buffered.owner, oid, Arc::clone(&bytes))?;
         self.written.insert(oid, bytes);
