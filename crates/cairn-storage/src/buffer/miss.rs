@@ -89,16 +89,19 @@ impl BufferPool {
     /// Claims free frames (`Loading`) for the uncached pages of `id`'s
     /// read-ahead run; never evicts.
     fn claim_read_ahead(&self, st: &mut State, id: PageId) -> Vec<(PageId, FrameIdx)> {
-        let n = self.read_ahead.load(Ordering::Relaxed) as u32;
+        let ahead = self.read_ahead.load(Ordering::Relaxed);
+        // A cold pool (more than half its frames free) reads around every
+        // miss when asked to, in its own (larger) runs; otherwise only a run
+        // that missed recently: misses scattered over a large volume read
+        // one page each; misses that cluster (in space and time) read their
+        // run.
+        let around = self.read_around_cold.load(Ordering::Relaxed);
+        let cold = around > 1 && st.free.len() * 2 > self.frames.len();
+        let n = if cold { around.max(ahead) } else { ahead } as u32;
         if n <= 1 || st.free.is_empty() {
             return Vec::new();
         }
         let start = id.0 & !(n - 1);
-        // A cold pool (more than half its frames free) reads around every
-        // miss when asked to; otherwise only a run that missed recently:
-        // misses scattered over a large volume read one page each; misses
-        // that cluster (in space and time) read their run.
-        let cold = self.read_around_cold.load(Ordering::Relaxed) && st.free.len() * 2 > self.frames.len();
         match st.missed_runs.iter().position(|&r| r == start) {
             _ if cold => {}
             Some(i) => {
@@ -112,11 +115,21 @@ impl BufferPool {
                 return Vec::new();
             }
         }
+        // Reading around while cold never takes the pool past half full.
+        let mut room = if cold {
+            st.free.len() - self.frames.len() / 2
+        } else {
+            st.free.len()
+        };
         let mut out = Vec::new();
         for p in (start..start.saturating_add(n)).map(PageId) {
             if p == id || p == PageId(0) || st.page_table.contains_key(&p) {
                 continue;
             }
+            if room == 0 {
+                break;
+            }
+            room -= 1;
             let Some(frame) = st.free.pop() else { break };
             self.claim(st, frame, p, FrameState::Loading);
             out.push((p, frame));

@@ -244,6 +244,10 @@ type FrameWrite<'a> = RwLockWriteGuard<'a, Box<[u8]>>;
 /// How many recent misses' runs read-ahead remembers.
 const RECENT_RUNS: usize = 64;
 
+/// The largest run read around a miss while the pool is cold, in pages
+/// ([`BufferPool::set_read_around_cold`]).
+pub const READ_AROUND_MAX: usize = 1024;
+
 /// A fixed-size, thread-safe page cache over a [`PageDevice`].
 ///
 /// See the module docs for the frame states and the locking protocol.
@@ -258,9 +262,9 @@ pub struct BufferPool {
     counters: Counters,
     /// Pages per read-ahead unit (a power of two; 1 = none).
     read_ahead: AtomicUsize,
-    /// Read a miss's whole run at once while more than half the frames are
-    /// free ([`BufferPool::set_read_around_cold`]).
-    read_around_cold: std::sync::atomic::AtomicBool,
+    /// Pages read around every miss while more than half the frames are
+    /// free (a power of two; 0 = off; [`BufferPool::set_read_around_cold`]).
+    read_around_cold: AtomicUsize,
 }
 
 impl fmt::Debug for BufferPool {
@@ -305,19 +309,25 @@ impl BufferPool {
             before_write: RwLock::new(None),
             counters: Counters::default(),
             read_ahead: AtomicUsize::new(1),
-            read_around_cold: std::sync::atomic::AtomicBool::new(false),
+            read_around_cold: AtomicUsize::new(0),
         }
     }
 
     /// Sets read-around while cold: while more than half the pool's frames
-    /// are free, *every* miss reads its whole read-ahead run (into free
-    /// frames only), not just the second miss in a run — as the kernel
+    /// are free, *every* miss reads the aligned run of `pages` around it
+    /// (rounded down to a power of two, at most [`READ_AROUND_MAX`]; never
+    /// less than the read-ahead run), into free frames only, as the kernel
     /// reads around a fault in a mapped file. A cold start then reads the
-    /// volume in runs of [`BufferPool::set_read_ahead`] pages instead of
-    /// page by page; once the pool is half full, only runs that missed
-    /// recently are read whole, as before. Off by default.
-    pub fn set_read_around_cold(&self, on: bool) {
-        self.read_around_cold.store(on, Ordering::Relaxed);
+    /// volume in large runs instead of page by page; once the pool is half
+    /// full, only runs of [`BufferPool::set_read_ahead`] pages that missed
+    /// recently are read whole, as before. 0 or 1 (the default) turns it
+    /// off.
+    pub fn set_read_around_cold(&self, pages: usize) {
+        let p = match pages.min(READ_AROUND_MAX) {
+            0 | 1 => 0,
+            p => 1usize << (usize::BITS - 1 - p.leading_zeros()),
+        };
+        self.read_around_cold.store(p, Ordering::Relaxed);
     }
 
     /// Sets read-ahead: a read that misses in an aligned run of `pages`

@@ -915,6 +915,30 @@ fn installed_pages_are_clean_and_can_be_discarded() {
 }
 
 #[test]
+fn read_around_cold_runs_may_exceed_read_ahead_but_never_fill_past_half_the_pool() {
+    let dev = MemDevice::new();
+    for p in 1..64 {
+        dev.put(PageId(p), &image(PageId(p), p as u8));
+    }
+    let pool = pool_with(&dev, 16, Policy::Clock);
+    pool.set_read_ahead(4);
+    // 40 rounds down to 32: the run of page 33 is 32..=63.
+    pool.set_read_around_cold(40);
+    assert_eq!(pool.read(PageId(33)).unwrap()[HEADER_SIZE], 33);
+    let s = pool.stats();
+    // One frame for the miss, then read-around stops at half the pool.
+    assert_eq!((s.misses, s.read_ahead), (1, 7), "{s:?}");
+    for p in 32..=39 {
+        assert_eq!(pool.read(PageId(p)).unwrap()[HEADER_SIZE], p as u8);
+    }
+    assert_eq!(pool.stats().misses, 1, "32..=39 came with the first read");
+    // Half full: a lone miss reads one page.
+    drop(pool.read(PageId(50)).unwrap());
+    assert_eq!(pool.stats().read_ahead, 7);
+    pool.check_invariants();
+}
+
+#[test]
 fn read_around_cold_reads_the_run_of_every_miss_until_half_the_pool_is_used() {
     let dev = MemDevice::new();
     for p in 1..64 {
@@ -922,7 +946,7 @@ fn read_around_cold_reads_the_run_of_every_miss_until_half_the_pool_is_used() {
     }
     let pool = pool_with(&dev, 16, Policy::Clock);
     pool.set_read_ahead(4);
-    pool.set_read_around_cold(true);
+    pool.set_read_around_cold(4);
     // Cold: a lone miss reads its whole aligned run (8..=11).
     assert_eq!(pool.read(PageId(9)).unwrap()[HEADER_SIZE], 9);
     let s = pool.stats();

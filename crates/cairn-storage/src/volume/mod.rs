@@ -93,6 +93,10 @@ pub fn lock_dir(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn FileLock>> {
 /// Name of the group every database has.
 pub const DEFAULT_GROUP_NAME: &str = "default";
 
+/// Pages read around each miss while the buffer pool is cold, by default
+/// ([`VolumeOptions::read_around_cold_pages`]).
+pub const READ_AROUND_COLD_DEFAULT: usize = 128;
+
 /// How to create or open a volume.
 #[derive(Clone, Debug)]
 pub struct VolumeOptions {
@@ -109,10 +113,10 @@ pub struct VolumeOptions {
     /// Read-ahead on a buffer miss, in pages (see
     /// [`BufferPool::set_read_ahead`]: only into free frames; 1 = off).
     pub read_ahead_pages: usize,
-    /// While the buffer pool is more than half free, read around every miss
-    /// (its whole read-ahead run), not only around misses that cluster (see
-    /// [`BufferPool::set_read_around_cold`]).
-    pub read_around_cold: bool,
+    /// While the buffer pool is more than half free, read this many pages
+    /// around every miss (an aligned run), not only around misses that
+    /// cluster; 0 or 1 = off (see [`BufferPool::set_read_around_cold`]).
+    pub read_around_cold_pages: usize,
     /// The file system.
     pub vfs: Arc<dyn Vfs>,
 }
@@ -126,7 +130,7 @@ impl Default for VolumeOptions {
             buffer_frames: 1024,
             policy: Policy::Clock,
             read_ahead_pages: 8,
-            read_around_cold: true,
+            read_around_cold_pages: READ_AROUND_COLD_DEFAULT,
             vfs: Arc::new(OsVfs),
         }
     }

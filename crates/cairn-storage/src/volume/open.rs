@@ -161,7 +161,7 @@ impl Volume {
             opts.policy,
         ));
         pool.set_read_ahead(opts.read_ahead_pages);
-        pool.set_read_around_cold(opts.read_around_cold);
+        pool.set_read_around_cold(opts.read_around_cold_pages);
         Volume {
             dir: dir.to_path_buf(),
             file,
