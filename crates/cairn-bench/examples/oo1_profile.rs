@@ -3,6 +3,8 @@
 //! `cargo run --release -p cairn-bench --example oo1_profile -- lookup 2000`.
 //! The measure is `lookup`, `traversal` or `reverse`; each round is one run
 //! (one transaction) on fresh ids from the same generator as the benchmark.
+//! `cold-lookup` and `cold-traversal` close the database, evict its files
+//! and open it again before each round (that is timed too, separately).
 
 use std::time::Instant;
 
@@ -22,8 +24,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     sys.build(&graph)?;
     let mut took = Vec::with_capacity(rounds);
     for _ in 0..rounds {
+        let cold = measure.starts_with("cold-");
+        if cold {
+            sys.open_cold()?;
+        }
         let t = Instant::now();
-        match measure.as_str() {
+        match measure.trim_start_matches("cold-") {
             "lookup" => {
                 let ids = generate::lookup_ids(&mut rng, n);
                 sys.lookup(&ids)?;
