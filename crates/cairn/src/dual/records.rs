@@ -20,6 +20,10 @@ struct Known {
     checked: bool,
 }
 
+/// Where a record lies in its page image, and the schema class and
+/// version it was checked as, if it was.
+pub(super) type KnownRecord = (Range<usize>, Option<(u32, u16)>);
+
 /// The known records of one page image, by slot.
 #[derive(Debug, Default)]
 pub(super) struct Records {
@@ -30,7 +34,7 @@ pub(super) struct Records {
 impl Records {
     /// Where `oid`'s record is in the image, and the schema class and
     /// version it was checked as, if it was.
-    pub(super) fn get(&self, oid: Oid) -> Option<(Range<usize>, Option<(u32, u16)>)> {
+    pub(super) fn get(&self, oid: Oid) -> Option<KnownRecord> {
         let k = self.slots.get(usize::from(oid.slot.0))?;
         if !k.known || k.uniq != oid.uniq.0 {
             return None;
@@ -110,7 +114,7 @@ mod tests {
         #[test]
         fn records_match_a_map(ops in proptest::collection::vec((0u8..3, 0u16..40, 0u32..3, 0usize..5000, 1usize..300), 0..200)) {
             let mut r = Records::default();
-            let mut model: HashMap<(u16, u32), (Range<usize>, Option<(u32, u16)>)> = HashMap::new();
+            let mut model: HashMap<(u16, u32), KnownRecord> = HashMap::new();
             for (op, slot, uniq, start, len) in ops {
                 let o = oid(slot, uniq);
                 match op {
