@@ -551,16 +551,8 @@ impl DualBuffer {
                 if let Some(c) = o.copy.take() {
                     self.bytes -= Self::copy_charge(c.bytes.len());
                 }
-                if let Seg::Free(t) = o.seg {
-                    self.free.remove(&t);
-                    o.seg = Seg::None;
-                }
-                if let Seg::Own(t) = o.seg {
-                    self.object_lru.remove(&t);
-                    self.object_seg_bytes -= o.len;
-                    o.seg = Seg::None;
-                }
             }
+            self.leave_segment(oid);
             self.forget_if_unused(oid);
         }
         self.drop_image(page);
@@ -745,12 +737,7 @@ impl DualBuffer {
                 .get(&oid)
                 .is_some_and(|o| o.copy.is_none() && matches!(o.seg, Seg::Own(_)));
             if uncopied {
-                let o = self.objects.get_mut(&oid).expect("checked");
-                if let Seg::Own(t) = o.seg {
-                    self.object_lru.remove(&t);
-                    self.object_seg_bytes -= o.len;
-                }
-                o.seg = Seg::None;
+                self.leave_segment(oid);
             }
             self.forget_if_unused(oid);
         }

@@ -151,17 +151,7 @@ impl DualBuffer {
         self.bytes -= Self::copy_charge(b.len());
         if o.copy.is_none() && self.pages.get(&o.page).is_none_or(|p| p.image.is_none()) {
             // Nothing of it is held any more.
-            match o.seg {
-                Seg::Own(t) => {
-                    self.object_lru.remove(&t);
-                    self.object_seg_bytes -= o.len;
-                }
-                Seg::Free(t) => {
-                    self.free.remove(&t);
-                }
-                Seg::None => {}
-            }
-            o.seg = Seg::None;
+            self.leave_segment(oid);
         } else if o.copy.is_none() {
             if let Seg::Free(t) = o.seg {
                 // A modified copy that had left the object segment.

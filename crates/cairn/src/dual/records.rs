@@ -28,7 +28,6 @@ pub(super) type KnownRecord = (Range<usize>, Option<(u32, u16)>);
 #[derive(Debug, Default)]
 pub(super) struct Records {
     slots: Vec<Known>,
-    count: usize,
 }
 
 impl Records {
@@ -54,12 +53,8 @@ impl Records {
         if self.slots.len() <= slot {
             self.slots.resize(slot + 1, Known::default());
         }
-        let k = &mut self.slots[slot];
-        if !k.known {
-            self.count += 1;
-        }
         let (class, version) = checked.unwrap_or((0, 0));
-        *k = Known {
+        self.slots[slot] = Known {
             uniq: oid.uniq.0,
             start,
             len,
@@ -84,12 +79,11 @@ impl Records {
     /// Forgets every record.
     pub(super) fn clear(&mut self) {
         self.slots = Vec::new();
-        self.count = 0;
     }
 
-    /// Whether no record is known.
+    /// Whether no record is known (a scan: for invariant checks).
     pub(super) fn is_empty(&self) -> bool {
-        self.count == 0
+        !self.slots.iter().any(|k| k.known)
     }
 }
 

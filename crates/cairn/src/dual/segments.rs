@@ -48,6 +48,23 @@ impl DualBuffer {
         self.object_lru.insert(t, oid);
     }
 
+    /// Takes `oid` out of whichever segment holds it: its place in the
+    /// object segment (and that segment's bytes) or its granule in the
+    /// free segment.
+    pub(super) fn leave_segment(&mut self, oid: Oid) {
+        let Some(o) = self.objects.get_mut(&oid) else { return };
+        match std::mem::replace(&mut o.seg, Seg::None) {
+            Seg::Own(t) => {
+                self.object_lru.remove(&t);
+                self.object_seg_bytes -= o.len;
+            }
+            Seg::Free(t) => {
+                self.free.remove(&t);
+            }
+            Seg::None => {}
+        }
+    }
+
     /// Moves the object segment's least recently used object out of it: a
     /// copy (committed or modified) to the free segment, an object in place
     /// nowhere.
