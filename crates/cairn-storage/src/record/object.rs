@@ -128,6 +128,45 @@ pub trait ObjectSpace: PageAccess {
     fn try_insert_page(&mut self, group: GroupId, page: PageId) -> Result<bool>;
     /// The object-layer counters.
     fn stats_mut(&mut self) -> &mut ObjectStats;
+
+    /// Calls `f` with the live record `at` names ([`slot_in`]: `None` if
+    /// its page is no object page, or the slot is free or holds another
+    /// uniquifier). A transaction locking objects rather than pages locks
+    /// the record alone here (and reads its own change to it, if any).
+    fn with_slot<R>(&mut self, at: Oid, f: impl FnOnce(Option<slotted::SlotRef<'_>>) -> R) -> Result<R>
+    where
+        Self: Sized,
+    {
+        self.read(at.page, |b| -> Result<R> { Ok(f(slot_in(b, at)?)) })?
+    }
+
+    /// Replaces the payload and kind of the live record `at` (located
+    /// first by the caller); false if it does not fit its page (see
+    /// [`slotted::update`]). A transaction locking objects changes the
+    /// record alone here, not its page.
+    fn update_slot(&mut self, at: Oid, kind: u8, payload: &[u8]) -> Result<bool> {
+        self.modify(at.page, |b| slotted::update(b, at.slot, kind, payload))
+    }
+
+    /// Frees the live record `at`; true if its page now holds no live
+    /// record (the caller frees the page). A transaction locking objects
+    /// frees the record alone and answers false.
+    fn delete_slot(&mut self, at: Oid) -> Result<bool> {
+        self.modify(at.page, |b| {
+            slotted::delete(b, at.slot)?;
+            Ok(slotted::live_count(b)? == 0)
+        })
+    }
+}
+
+/// The live record `at` names in `image` (an image of `at.page`): `None`
+/// if the image is no object (slotted) page, or the slot is free or holds
+/// another uniquifier. A damaged slot directory is [`Error::Corrupt`].
+pub fn slot_in(image: &[u8], at: Oid) -> Result<Option<slotted::SlotRef<'_>>> {
+    if page::page_type(image) != Some(PageType::Slotted) {
+        return Ok(None);
+    }
+    Ok(slotted::get(image, at.slot)?.filter(|r| r.uniq == at.uniq))
 }
 
 /// Creates an object in `group`.
@@ -215,15 +254,7 @@ fn slot<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Option<(u8, Vec<u8>)>> {
     if !s.is_page_in_use(oid.page)? {
         return Ok(None);
     }
-    s.read(oid.page, |b| {
-        if page::page_type(b) != Some(PageType::Slotted) {
-            return Ok(None);
-        }
-        match slotted::get(b, oid.slot)? {
-            Some(s) if s.uniq == oid.uniq => Ok(Some((s.kind, s.data.to_vec()))),
-            _ => Ok(None),
-        }
-    })?
+    s.with_slot(oid, |r| r.map(|r| (r.kind, r.data.to_vec())))
 }
 
 /// Finds where an object's record lives and what it holds.
@@ -419,15 +450,10 @@ pub fn read_at_most<S: ObjectSpace>(s: &mut S, oid: Oid, len_max: u64) -> Result
 pub fn read_with<S: ObjectSpace, R>(s: &mut S, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
     let mut f = Some(f);
     if s.is_page_in_use(oid.page)? {
-        let direct = s.read(oid.page, |b| -> Result<Option<R>> {
-            if page::page_type(b) != Some(PageType::Slotted) {
-                return Ok(None);
-            }
-            match slotted::get(b, oid.slot)? {
-                Some(r) if r.uniq == oid.uniq && r.kind == KIND_SMALL => Ok(f.take().map(|f| f(r.data))),
-                _ => Ok(None),
-            }
-        })??;
+        let direct = s.with_slot(oid, |r| match r {
+            Some(r) if r.kind == KIND_SMALL => f.take().map(|f| f(r.data)),
+            _ => None,
+        })?;
         if let Some(r) = direct {
             return Ok(r);
         }
@@ -504,9 +530,9 @@ fn group_of<S: ObjectSpace>(s: &S, oid: Oid) -> Result<GroupId> {
 /// object at `oid`: in its home slot if it fits, else in its moved body
 /// if it fits there, else in a new body near home, re-pointing the stub.
 fn store_record<S: ObjectSpace>(s: &mut S, oid: Oid, loc: &Located, kind: u8, payload: &[u8]) -> Result<()> {
-    if s.modify(oid.page, |b| slotted::update(b, oid.slot, kind, payload))? {
+    if s.update_slot(oid, kind, payload)? {
         if loc.moved {
-            delete_slot(s, loc.body)?;
+            free_slot(s, loc.body)?;
         }
         return Ok(());
     }
@@ -530,14 +556,14 @@ fn store_record<S: ObjectSpace>(s: &mut S, oid: Oid, loc: &Located, kind: u8, pa
     };
     if loc.moved {
         let b = loc.body;
-        if s.modify(b.page, |pg| slotted::update(pg, b.slot, body_kind, &body_payload))? {
+        if s.update_slot(b, body_kind, &body_payload)? {
             return Ok(());
         }
     }
     let group = group_of(s, oid)?;
     let body = place(s, group, Some(oid.page), body_kind, &body_payload)?;
     let stub = body.to_bytes();
-    let ok = s.modify(oid.page, |b| slotted::update(b, oid.slot, KIND_FORWARD, &stub))?;
+    let ok = s.update_slot(oid, KIND_FORWARD, &stub)?;
     if !ok {
         return Err(Error::corrupt(
             oid.page,
@@ -546,17 +572,14 @@ fn store_record<S: ObjectSpace>(s: &mut S, oid: Oid, loc: &Located, kind: u8, pa
     }
     s.stats_mut().records_moved += 1;
     if loc.moved {
-        delete_slot(s, loc.body)?;
+        free_slot(s, loc.body)?;
     }
     Ok(())
 }
 
 /// Frees one slot; frees its page when it was the page's last record.
-fn delete_slot<S: ObjectSpace>(s: &mut S, at: Oid) -> Result<()> {
-    let empty = s.modify(at.page, |b| {
-        slotted::delete(b, at.slot)?;
-        Ok(slotted::live_count(b)? == 0)
-    })?;
+fn free_slot<S: ObjectSpace>(s: &mut S, at: Oid) -> Result<()> {
+    let empty = s.delete_slot(at)?;
     if empty {
         s.forget_fill_page(at.page);
         s.free(at.page)?;
@@ -572,9 +595,9 @@ pub fn delete<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<()> {
         large::destroy(s, d)?;
     }
     if loc.moved {
-        delete_slot(s, loc.body)?;
+        free_slot(s, loc.body)?;
     }
-    delete_slot(s, oid)
+    free_slot(s, oid)
 }
 
 /// Writes `data` at `offset` of the object, extending it if the range

@@ -124,6 +124,22 @@ pub trait Backend: Send + Sync {
         let _ = (owner, pages);
         Ok(false)
     }
+    /// True if the backend keeps transactions' object-level changes (see
+    /// [`Txn::set_object_locking`]): it reserves room with
+    /// [`Backend::reserve_room`] and its commit applies them to the newest
+    /// image of each page. The default does not.
+    fn object_locking(&self) -> bool {
+        false
+    }
+    /// Reserves `bytes` of room on `page` for `owner`'s object-level changes
+    /// there (replacing what it reserved before), if the page's room covers
+    /// it besides every other transaction's reservation; false if not (the
+    /// transaction then changes the page at page level). Reservations end
+    /// with the transaction ([`Backend::end`]). The default grants none.
+    fn reserve_room(&self, owner: LockOwner, page: PageId, bytes: usize) -> Result<bool> {
+        let _ = (owner, page, bytes);
+        Ok(false)
+    }
     /// Counts a read-only transaction that ended.
     fn note_read_only(&self) {}
     /// Counts private pages a transaction spilled to disk.

@@ -42,7 +42,7 @@ impl Txn {
     pub fn commit_with_lsns(mut self) -> Result<Vec<(PageId, Lsn)>> {
         self.check_active()?;
         let db = self.db.clone();
-        if self.pages.is_empty() && self.to_free.is_empty() && self.allocated.is_empty() {
+        if self.pages.is_empty() && self.objects.is_empty() && self.to_free.is_empty() && self.allocated.is_empty() {
             self.finish();
             db.note_read_only();
             return Ok(Vec::new());
@@ -114,6 +114,25 @@ impl Shared {
                 batch_bytes = 0;
             }
         }
+        // Object-level changes go last, in the COMMIT's batch, applied to
+        // each page's newest image under `newest`: the next commit to the
+        // page must see this one's image as its base, and nothing may fail
+        // between registering the image and appending the COMMIT.
+        let mut newest = (!t.objects.is_empty()).then(|| lock(&db.newest));
+        let mut rebased: Vec<(PageId, Vec<u8>)> = Vec::new();
+        if let Some(newest) = &newest {
+            for id in t.objects.page_ids() {
+                let base: Vec<u8> = match newest.get(&id) {
+                    Some((_, image)) => image.to_vec(),
+                    None => db.pool.read(id)?.to_vec(),
+                };
+                let after = t.rebase(id, &base)?;
+                let full = db.sink.needs_full_image(page::lsn(&base));
+                batch.push(redo::page_record(t.id, id, (!full).then_some(&base[..]), &after));
+                batch_ids.push(id);
+                rebased.push((id, after));
+            }
+        }
         batch.push(
             Redo::Commit {
                 txn: t.id,
@@ -127,6 +146,16 @@ impl Shared {
             .append(&refs)
             .inspect_err(|e| db.poison(format!("log append failed: {e}")))?;
         let commit_lsn = *got.last().expect("the batch holds the COMMIT");
+        let first_rebased = batch_ids.len() - rebased.len();
+        if let Some(newest) = &mut newest {
+            for ((id, mut after), &lsn) in rebased.into_iter().zip(&got[first_rebased..]) {
+                page::set_lsn(&mut after, lsn);
+                let image: std::sync::Arc<[u8]> = after.into();
+                newest.insert(id, (lsn, image.clone()));
+                t.rebased.push((id, lsn, image));
+            }
+        }
+        drop(newest);
         lsns.extend(batch_ids.drain(..).zip(got));
         // Decided. Its allocations are committed pages now; its frees are
         // owed until the FREE actions run.
@@ -144,7 +173,24 @@ impl Shared {
     pub(super) fn make_durable_and_install(&self, t: &mut Txn, lsns: &[(PageId, Lsn)], commit_lsn: Lsn) -> Result<()> {
         self.wal.flush(commit_lsn)?;
         t.installed = lsns.to_vec();
+        for (id, lsn, image) in std::mem::take(&mut t.rebased) {
+            // A later commit to the page may have installed its image (built
+            // on this one) first: then this one is in it already.
+            {
+                let mut g = self.pool.write(id)?;
+                if page::lsn(&g) < lsn {
+                    g.copy_from_slice(&image);
+                }
+            }
+            let mut newest = lock(&self.newest);
+            if newest.get(&id).is_some_and(|(l, _)| *l == lsn) {
+                newest.remove(&id);
+            }
+        }
         for &(id, lsn) in lsns {
+            if !t.pages.contains(id) {
+                continue;
+            }
             let after = t
                 .pages
                 .get(id)?
@@ -187,6 +233,41 @@ impl Shared {
             }
         }
         self.counters.aborts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// [`Backend::reserve_room`](super::Backend::reserve_room): grants
+    /// `bytes` on `page` to `txn` if the room of the page's newest image
+    /// covers them besides every other transaction's reservation. Holding
+    /// `reserved` while the room is read keeps the count safe: a commit
+    /// installs its changes before its transaction's reservation ends, so
+    /// at worst they are counted twice, never not at all.
+    pub(super) fn reserve_room_for(&self, txn: crate::ids::TxnId, page: PageId, bytes: usize) -> Result<bool> {
+        let mut reserved = lock(&self.reserved);
+        let newest = lock(&self.newest).get(&page).map(|(_, image)| image.clone());
+        let room = match newest {
+            Some(image) => crate::record::slotted::room(&image)?,
+            None => crate::record::slotted::room(&self.pool.read(page)?)?,
+        };
+        let entry = reserved.entry(page).or_default();
+        let others: usize = entry.iter().filter(|(t, _)| *t != txn).map(|(_, b)| b).sum();
+        if others.saturating_add(bytes) > room {
+            return Ok(false);
+        }
+        entry.retain(|(t, _)| *t != txn);
+        entry.push((txn, bytes));
+        Ok(true)
+    }
+
+    /// Ends `txn`'s reservations of room (it committed or rolled back).
+    pub(super) fn release_room(&self, txn: crate::ids::TxnId) {
+        let mut reserved = lock(&self.reserved);
+        if reserved.is_empty() {
+            return;
+        }
+        reserved.retain(|_, entry| {
+            entry.retain(|(t, _)| *t != txn);
+            !entry.is_empty()
+        });
     }
 
     /// Forgets `txn`'s entries in the pending allocations (only its own: a

@@ -38,6 +38,9 @@ pub struct DbOptions {
     pub checkpoint_log_bytes: u64,
     /// Run the background checkpointer thread.
     pub background: bool,
+    /// Transactions lock single objects instead of pages (see
+    /// [`Txn::set_object_locking`]); off by default.
+    pub object_locking: bool,
 }
 
 impl Default for DbOptions {
@@ -49,6 +52,7 @@ impl Default for DbOptions {
             txn_memory_bytes: 64 << 20,
             checkpoint_log_bytes: 64 << 20,
             background: true,
+            object_locking: false,
         }
     }
 }
@@ -110,6 +114,15 @@ pub(crate) struct Shared {
     /// checkpoint records them, since the COMMIT naming them may be in a
     /// segment it removes.
     pub(super) pending_frees: Mutex<HashMap<PageId, TxnId>>,
+    /// Room on pages reserved for running transactions' object-level
+    /// changes (`objects.rs`). Taken before `newest` and the buffer pool's
+    /// frames, never under them.
+    pub(super) reserved: Mutex<crate::fxhash::FxHashMap<PageId, Vec<(TxnId, usize)>>>,
+    /// The newest image of each page whose object-level changes a commit
+    /// has logged but not installed yet, with the LSN it is stamped with:
+    /// the base the next commit to the page applies its changes to. Taken
+    /// under the commit gate, before a buffer frame.
+    pub(super) newest: Mutex<crate::fxhash::FxHashMap<PageId, (Lsn, Arc<[u8]>)>>,
     ckpt: Mutex<Lsn>,
     poisoned: Mutex<Option<String>>,
     /// Set with `poisoned`, so the hot path checks an atomic, not a mutex.
@@ -309,6 +322,8 @@ impl Db {
             fill: super::backend::FillPages::default(),
             pending_alloc: Mutex::new(HashMap::new()),
             pending_frees: Mutex::new(HashMap::new()),
+            reserved: Mutex::default(),
+            newest: Mutex::default(),
             ckpt: Mutex::new(Lsn(0)),
             poisoned: Mutex::new(None),
             is_poisoned: AtomicBool::new(false),
@@ -344,7 +359,9 @@ impl Db {
         let id = TxnId(self.shared.next_txn.fetch_add(1, Ordering::SeqCst));
         let mut pages = PrivatePages::new(self.shared.txn_memory_pages, self.shared.page_size);
         pages.spill_to(self.shared.vfs.clone(), &self.shared.dir);
-        Ok(Txn::new(self.shared.clone(), LockOwner::new(client, id), pages))
+        let mut txn = Txn::new(self.shared.clone(), LockOwner::new(client, id), pages);
+        txn.object_locks = self.shared.opts.object_locking;
+        Ok(txn)
     }
 
     /// Grants `owner` a lock ahead of waiting requests: a remote client's

@@ -137,7 +137,16 @@ impl Backend for Shared {
 
     fn end(&self, owner: LockOwner, allocated: &[PageId]) {
         self.drop_pending_allocations(owner.txn, allocated);
+        self.release_room(owner.txn);
         self.locks.release_all(owner);
+    }
+
+    fn object_locking(&self) -> bool {
+        true
+    }
+
+    fn reserve_room(&self, owner: LockOwner, page: PageId, bytes: usize) -> Result<bool> {
+        self.reserve_room_for(owner.txn, page, bytes)
     }
 
     fn note_read_only(&self) {

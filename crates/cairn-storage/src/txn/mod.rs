@@ -52,6 +52,7 @@ mod backend;
 mod commit;
 mod db;
 mod embedded;
+mod objects;
 mod remote;
 mod spill;
 #[cfg(test)]

@@ -59,6 +59,11 @@ impl PrivatePages {
         self.vfs = Some((vfs, db_dir.join(TMP_DIR)));
     }
 
+    /// The bytes of private pages kept in memory before spilling.
+    pub fn budget_bytes(&self) -> usize {
+        self.budget_pages.saturating_mul(self.page_size)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.mem.is_empty() && self.spill.as_ref().is_none_or(|s| s.slots.is_empty())
     }

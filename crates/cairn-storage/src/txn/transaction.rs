@@ -15,6 +15,7 @@ use crate::record::object::{self, GroupScan, ObjectSpace, ObjectStats};
 use crate::io::Vfs;
 
 use super::backend::Backend;
+use super::objects::{change_bytes_max, ObjectChanges};
 use super::spill::PrivatePages;
 
 /// A transaction. Dropping an active transaction aborts it.
@@ -39,6 +40,15 @@ pub struct Txn {
     /// The pages a commit installed, with their new LSNs (set by the
     /// backend's commit; see [`Txn::commit_with_lsns`]).
     pub(super) installed: Vec<(PageId, crate::ids::Lsn)>,
+    /// Lock single objects rather than pages (see `objects.rs`).
+    pub(super) object_locks: bool,
+    /// Object-level changes: records changed under object locks.
+    pub(super) objects: ObjectChanges,
+    /// Most payload bytes `objects` may hold before changes escalate.
+    pub(super) object_bytes_max: usize,
+    /// Pages whose object-level changes a commit logged, with their LSNs
+    /// and the images it installs.
+    pub(super) rebased: Vec<(PageId, crate::ids::Lsn, Arc<[u8]>)>,
 }
 
 impl std::fmt::Debug for Txn {
@@ -54,6 +64,7 @@ impl std::fmt::Debug for Txn {
 impl Txn {
     pub(super) fn new(db: Arc<dyn Backend>, owner: LockOwner, pages: PrivatePages) -> Txn {
         let page_size = db.page_size();
+        let object_bytes_max = change_bytes_max(pages.budget_bytes());
         Txn {
             db,
             id: owner.txn,
@@ -68,6 +79,10 @@ impl Txn {
             doomed: None,
             changes: 0,
             installed: Vec::new(),
+            object_locks: false,
+            objects: ObjectChanges::default(),
+            object_bytes_max,
+            rebased: Vec::new(),
         }
     }
 
@@ -178,7 +193,7 @@ impl Txn {
         })
     }
 
-    fn lock(&mut self, res: Resource, mode: LockMode) -> Result<()> {
+    pub(super) fn lock(&mut self, res: Resource, mode: LockMode) -> Result<()> {
         if self.held.get(&res).is_some_and(|m| m.covers(mode)) {
             return Ok(());
         }
@@ -211,7 +226,7 @@ impl Txn {
     }
 
     /// Dooms the transaction with `e` as the cause (the first cause stays).
-    fn doom(&mut self, e: &Error) {
+    pub(super) fn doom(&mut self, e: &Error) {
         if self.doomed.is_none() {
             self.doomed = Some(e.to_string());
         }
@@ -243,7 +258,7 @@ impl Txn {
     }
 
     /// Refuses page access in a doomed transaction.
-    fn refuse_if_doomed(&self) -> Result<()> {
+    pub(super) fn refuse_if_doomed(&self) -> Result<()> {
         match &self.doomed {
             None => Ok(()),
             Some(cause) => Err(Error::TxnDoomed {
@@ -321,7 +336,7 @@ impl Txn {
     /// True if this transaction holds a private (changed) copy of `page`:
     /// what it reads there is not committed state.
     pub fn has_private_copy(&self, page: PageId) -> bool {
-        self.pages.contains(page)
+        self.pages.contains(page) || self.objects.contains(page)
     }
 
     /// Calls `f` with an object's bytes, in place in its page when it can
@@ -404,6 +419,7 @@ impl Txn {
     pub(super) fn rollback(&mut self) {
         let db = self.db.clone();
         self.pages.clear();
+        self.objects.clear();
         db.rollback(self);
         self.finish();
     }
@@ -419,6 +435,7 @@ impl Txn {
         self.allocated.clear();
         self.to_free.clear();
         self.pages.clear();
+        self.objects.clear();
         self.held.clear();
         self.active = false;
     }
@@ -447,6 +464,9 @@ impl PageAccess for Txn {
         }
         if self.to_free.contains(&id) {
             return Err(Error::corrupt(id, format!("{} reads a page it freed", self.id)));
+        }
+        if let Some(image) = self.image_with_changes(id)? {
+            return Ok(f(&image));
         }
         self.lock(Resource::Page(id), LockMode::S)?;
         let mut f = Some(f);
@@ -495,6 +515,9 @@ impl Txn {
             return Err(Error::corrupt(id, format!("{} changes a page it freed", self.id)));
         }
         self.lock(Resource::Page(id), LockMode::X)?;
+        if self.objects.contains(id) {
+            self.fold(id)?;
+        }
         if !self.pages.contains(id) {
             let Txn { db, pages, .. } = self;
             let mut spilled = Ok(0);
@@ -586,5 +609,17 @@ impl ObjectSpace for Txn {
 
     fn stats_mut(&mut self) -> &mut ObjectStats {
         &mut self.stats
+    }
+
+    fn with_slot<R>(&mut self, at: Oid, f: impl FnOnce(Option<crate::record::slotted::SlotRef<'_>>) -> R) -> Result<R> {
+        self.slot_with(at, f)
+    }
+
+    fn update_slot(&mut self, at: Oid, kind: u8, payload: &[u8]) -> Result<bool> {
+        self.change_slot(at, Some((kind, payload)))
+    }
+
+    fn delete_slot(&mut self, at: Oid) -> Result<bool> {
+        self.change_slot(at, None)
     }
 }

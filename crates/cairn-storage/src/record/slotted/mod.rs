@@ -141,6 +141,15 @@ pub fn max_payload(page_size: usize) -> usize {
     page_size.saturating_sub(DIR_START + SLOT_ENTRY_SIZE)
 }
 
+/// Bytes the page's live records may still grow by in total: the free gap
+/// plus the garbage compaction would reclaim (no new slot entry counted).
+/// [`update`]s whose growths sum to at most this all succeed, in any order
+/// that applies the shrinking ones first.
+pub fn room(buf: &[u8]) -> Result<usize> {
+    let hdr = Header::read(buf)?;
+    Ok(hdr.gap() + hdr.garbage)
+}
+
 /// Largest payload [`insert`] could place right now, counting a new slot entry
 /// if no free slot can be reused and the space compaction would reclaim; `None`
 /// if no insert is possible at all (no slot to be had, or the page's

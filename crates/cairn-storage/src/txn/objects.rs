@@ -1,0 +1,358 @@
+//! Object-level locking: a transaction that locks single objects instead of
+//! whole pages, so that two transactions change different objects of one
+//! page at the same time.
+//!
+//! **Locks.** Reading an object takes IS on its page and S on the object
+//! ([`Resource::Object`], the OID); changing it takes IX on the page and X
+//! on the object. Everything that changes a page's structure — placing a
+//! new record, forwarding, freeing a page, large-object pages, B+-tree
+//! pages — still takes X on the page, which the intention locks make wait
+//! for every object-level reader and writer of that page (and the other way
+//! round). A page-level read (a scan, a whole-page fetch) takes S on the
+//! page, which waits for object-level writers.
+//!
+//! **Changes are kept per record, not per page.** An object-level change is
+//! an after-image of one record (or its deletion) in [`ObjectChanges`]; the
+//! transaction keeps no private copy of the page, because the page's other
+//! records belong to other transactions. Reads of a changed record answer
+//! from the after-image; reads of any other record go to the committed
+//! page. A page-level access to a page with record changes first takes the
+//! page-level lock, and then sees (S) or takes over (X, *folding* the
+//! changes into a private copy) the committed page with the changes
+//! applied.
+//!
+//! **Room is reserved.** A record that grows needs room on its page at
+//! commit, when other transactions' growths may have taken it. So a
+//! transaction whose changes on a page grow it by `n` bytes in total holds
+//! a reservation of `n` bytes there ([`Backend::reserve_room`]); a backend
+//! grants it only while the page's room (its free gap and garbage) covers
+//! every transaction's reservation. When it cannot (or the backend keeps no
+//! reservations), the change *escalates*: the transaction takes X on the
+//! page and goes on at page level there (forwarding the record if it still
+//! does not fit). Applying a page's changes shrinking ones first
+//! ([`apply`]) then never runs out of room.
+//!
+//! **Commit** applies each page's changes to the newest image of the page —
+//! the committed one, or the one a commit logged ahead of it and has not
+//! installed yet — and logs the difference as an ordinary PAGE record
+//! (byte runs of the records it changed, or a full image on the page's
+//! first change since a checkpoint began), so recovery and torn-page repair
+//! are the page-level ones: the redo records of one page are applied in log
+//! order to the page as it stands (`commit.rs`).
+//!
+//! [`Backend::reserve_room`]: super::Backend::reserve_room
+
+use std::collections::BTreeMap;
+
+use crate::access::PageAccess;
+use crate::error::{Error, Result};
+use crate::fxhash::FxHashMap;
+use crate::ids::{Oid, PageId, SlotIdx, Uniq};
+use crate::lock::{LockMode, Resource};
+use crate::record::object::slot_in;
+use crate::record::slotted::{self, SlotRef};
+
+use super::Txn;
+
+/// Record bytes of object-level changes a transaction keeps in memory
+/// before further changes escalate to page level (whose private pages
+/// spill to disk): a fraction of its private-page budget.
+const CHANGE_BYTES_SHARE: usize = 2;
+
+/// A transaction's object-level changes, per page.
+#[derive(Debug, Default)]
+pub(super) struct ObjectChanges {
+    pub(super) pages: FxHashMap<PageId, PageChanges>,
+    /// Payload bytes held in all after-images.
+    bytes: usize,
+}
+
+/// The changes of one transaction to records of one page.
+#[derive(Debug, Default)]
+pub(super) struct PageChanges {
+    slots: BTreeMap<SlotIdx, SlotChange>,
+    /// Σ (new length − committed length) over the changed records.
+    net: isize,
+    /// Bytes of room the backend reserved for this transaction here.
+    reserved: usize,
+}
+
+#[derive(Debug)]
+struct SlotChange {
+    uniq: Uniq,
+    /// The record's length in the committed page (fixed while the
+    /// transaction holds the object's X lock).
+    committed_len: usize,
+    /// The record's kind and payload, or `None` for a deletion.
+    after: Option<(u8, Vec<u8>)>,
+}
+
+impl SlotChange {
+    fn len(&self) -> usize {
+        self.after.as_ref().map_or(0, |(_, p)| p.len())
+    }
+}
+
+impl ObjectChanges {
+    pub(super) fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    pub(super) fn contains(&self, page: PageId) -> bool {
+        self.pages.contains_key(&page)
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.pages.clear();
+        self.bytes = 0;
+    }
+
+    fn take(&mut self, page: PageId) -> Option<PageChanges> {
+        let ch = self.pages.remove(&page)?;
+        self.bytes -= ch.slots.values().map(SlotChange::len).sum::<usize>();
+        Some(ch)
+    }
+
+    /// The pages with changes, in page order (the order a commit logs them).
+    pub(super) fn page_ids(&self) -> Vec<PageId> {
+        let mut ids: Vec<PageId> = self.pages.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+/// Applies `ch` to `image` (an image of `page`): deletions and shrinking
+/// records first, then growing ones, so that room reserved for the sum of
+/// the growths suffices whatever the order of the slots. Every changed
+/// record must still be in the image with the uniquifier it had when it
+/// was changed (nobody else changes a record under its X lock).
+pub(super) fn apply(image: &mut [u8], page: PageId, ch: &PageChanges) -> Result<()> {
+    for growing in [false, true] {
+        for (&slot, c) in &ch.slots {
+            if (c.len() > c.committed_len) != growing {
+                continue;
+            }
+            let at = Oid {
+                page,
+                slot,
+                uniq: c.uniq,
+            };
+            if slot_in(image, at)?.is_none() {
+                return Err(Error::corrupt(
+                    page,
+                    format!("object {at} changed by a transaction is gone from its page"),
+                ));
+            }
+            match &c.after {
+                None => slotted::delete(image, slot)?,
+                Some((kind, payload)) => {
+                    if !slotted::update(image, slot, *kind, payload)? {
+                        return Err(Error::Internal(format!(
+                            "object {at} does not fit its page in the room reserved for it"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Txn {
+    /// Locks single objects from now on instead of whole pages (see the
+    /// module docs of `txn::objects`); false turns it off for the changes
+    /// that follow. Refused if the backend cannot keep object-level changes
+    /// (a page-server client, today).
+    pub fn set_object_locking(&mut self, on: bool) -> Result<()> {
+        if on && !self.db.object_locking() {
+            return Err(Error::InvalidArgument(
+                "this backend locks pages, not objects".to_string(),
+            ));
+        }
+        self.object_locks = on;
+        Ok(())
+    }
+
+    /// True if this transaction locks single objects.
+    pub fn object_locking(&self) -> bool {
+        self.object_locks
+    }
+
+    /// True if an access to `page` goes through the object-level path: the
+    /// transaction locks objects and holds no private copy of the page.
+    fn object_level(&self, page: PageId) -> bool {
+        self.object_locks && !self.pages.contains(page)
+    }
+
+    /// [`ObjectSpace::with_slot`](crate::record::object::ObjectSpace::with_slot)
+    /// for a transaction.
+    pub(super) fn slot_with<R>(&mut self, at: Oid, f: impl FnOnce(Option<SlotRef<'_>>) -> R) -> Result<R> {
+        if !self.object_level(at.page) {
+            return PageAccess::read(self, at.page, |b| -> Result<R> { Ok(f(slot_in(b, at)?)) })?;
+        }
+        self.lock_object(at, false)?;
+        if let Some(c) = self.objects.pages.get(&at.page).and_then(|ch| ch.slots.get(&at.slot)) {
+            let r = match &c.after {
+                Some((kind, data)) if c.uniq == at.uniq => Some(SlotRef {
+                    kind: *kind,
+                    uniq: c.uniq,
+                    data,
+                }),
+                _ => None,
+            };
+            return Ok(f(r));
+        }
+        let mut f = Some(f);
+        let mut out = None;
+        let r = self.db.read_committed(at.page, &mut |b| {
+            out = Some(slot_in(b, at).map(|r| f.take().map(|f| f(r))));
+        });
+        r.inspect_err(|e| self.doom_if_fatal(e))?;
+        match out {
+            Some(Ok(Some(r))) => Ok(r),
+            Some(Err(e)) => Err(e),
+            _ => Err(Error::Internal(format!("the backend did not read page {}", at.page))),
+        }
+    }
+
+    /// Takes the locks of an object-level read (IS on the page, S on the
+    /// object) or change (IX, X).
+    fn lock_object(&mut self, at: Oid, exclusive: bool) -> Result<()> {
+        let (page_mode, mode) = if exclusive {
+            (LockMode::IX, LockMode::X)
+        } else {
+            (LockMode::IS, LockMode::S)
+        };
+        self.lock(Resource::Page(at.page), page_mode)?;
+        self.lock(Resource::Object(at), mode)
+    }
+
+    /// [`ObjectSpace::update_slot`](crate::record::object::ObjectSpace::update_slot)
+    /// and `delete_slot` for a transaction: `after` is the new kind and
+    /// payload, or `None` to delete. Answers what the page-level operation
+    /// would: for an update, whether it fit; for a deletion, whether the
+    /// page is now empty (never, at object level: the page is not this
+    /// transaction's to free).
+    pub(super) fn change_slot(&mut self, at: Oid, after: Option<(u8, &[u8])>) -> Result<bool> {
+        if self.object_level(at.page) {
+            if let Some(done) = self.change_record(at, after)? {
+                return Ok(done);
+            }
+            // Escalated: the page is this transaction's private copy now.
+        }
+        PageAccess::modify(self, at.page, |b| match after {
+            Some((kind, payload)) => slotted::update(b, at.slot, kind, payload),
+            None => {
+                slotted::delete(b, at.slot)?;
+                Ok(slotted::live_count(b)? == 0)
+            }
+        })
+    }
+
+    /// The object-level change of [`Txn::change_slot`]; `None` if it had to
+    /// escalate to page level instead (the page is folded, nothing changed).
+    fn change_record(&mut self, at: Oid, after: Option<(u8, &[u8])>) -> Result<Option<bool>> {
+        self.refuse_if_doomed()?;
+        self.lock_object(at, true)?;
+        let known = self
+            .objects
+            .pages
+            .get(&at.page)
+            .and_then(|ch| ch.slots.get(&at.slot))
+            .map(|c| (c.committed_len, c.len()));
+        let (committed_len, current_len) = match known {
+            Some(k) => k,
+            None => {
+                let mut len = None;
+                let r = self.db.read_committed(at.page, &mut |b| {
+                    len = Some(slot_in(b, at).map(|r| r.map(|r| r.data.len())));
+                });
+                r.inspect_err(|e| self.doom_if_fatal(e))?;
+                let len =
+                    len.ok_or_else(|| Error::Internal(format!("the backend did not read page {}", at.page)))??;
+                let len = len.ok_or(Error::NotFound { oid: at })?;
+                (len, len)
+            }
+        };
+        let new_len = after.map_or(0, |(_, p)| p.len());
+        let (net_before, reserved) = self
+            .objects
+            .pages
+            .get(&at.page)
+            .map_or((0, 0), |ch| (ch.net, ch.reserved));
+        let net = net_before - current_len as isize + new_len as isize;
+        let need = usize::try_from(net).unwrap_or(0);
+        let mut reserved = reserved;
+        let over_budget = self.objects.bytes + new_len > self.object_bytes_max;
+        if need > reserved || over_budget {
+            let granted = !over_budget && self.db.reserve_room(self.owner(), at.page, need)?;
+            if !granted {
+                self.fold(at.page)?;
+                return Ok(None);
+            }
+            reserved = need;
+        }
+        let ch = self.objects.pages.entry(at.page).or_default();
+        ch.net = net;
+        ch.reserved = reserved;
+        let old = ch.slots.insert(
+            at.slot,
+            SlotChange {
+                uniq: at.uniq,
+                committed_len,
+                after: after.map(|(k, p)| (k, p.to_vec())),
+            },
+        );
+        self.objects.bytes = self.objects.bytes + new_len - old.map_or(0, |c| c.len());
+        self.changes += 1;
+        Ok(Some(after.is_some()))
+    }
+
+    /// Moves the object-level changes of `page` into a private copy of it,
+    /// under the page's X lock: from here on the page is changed at page
+    /// level, as if the transaction had locked pages all along.
+    pub(super) fn fold(&mut self, page: PageId) -> Result<()> {
+        self.lock(Resource::Page(page), LockMode::X)?;
+        let Some(ch) = self.objects.take(page) else {
+            return Ok(());
+        };
+        let mut image = self.committed_image(page)?;
+        apply(&mut image, page, &ch)?;
+        let spilled = self.pages.insert(page, &image);
+        self.changes += 1;
+        let spilled = spilled.inspect_err(|e| self.doom(e))?;
+        self.db.note_spilled(spilled);
+        Ok(())
+    }
+
+    /// A page-level read of `page`, on which this transaction has
+    /// object-level changes: under the page's S lock (nobody else changes
+    /// it meanwhile), the committed image with the changes applied.
+    pub(super) fn image_with_changes(&mut self, page: PageId) -> Result<Option<Vec<u8>>> {
+        if !self.objects.contains(page) {
+            return Ok(None);
+        }
+        self.lock(Resource::Page(page), LockMode::S)?;
+        let mut image = self.committed_image(page)?;
+        if let Some(ch) = self.objects.pages.get(&page) {
+            apply(&mut image, page, ch)?;
+        }
+        Ok(Some(image))
+    }
+
+    /// Per page with object-level changes, the committed-or-newer `base`
+    /// with this transaction's changes applied: what its commit installs.
+    pub(super) fn rebase(&self, page: PageId, base: &[u8]) -> Result<Vec<u8>> {
+        let mut image = base.to_vec();
+        if let Some(ch) = self.objects.pages.get(&page) {
+            apply(&mut image, page, ch)?;
+        }
+        Ok(image)
+    }
+}
+
+/// The budget of object-level change bytes for a transaction whose private
+/// pages may take `memory_bytes`.
+pub(super) fn change_bytes_max(memory_bytes: usize) -> usize {
+    memory_bytes / CHANGE_BYTES_SHARE
+}
