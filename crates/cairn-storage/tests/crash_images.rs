@@ -1,7 +1,9 @@
 //! Proven durability (issue 10), on the simulated disk (`cairn_storage::sim`):
 //!
 //! - **crash at every I/O index** of a workload (transactions of small and
-//!   large objects, B+-tree splits, checkpoints, evictions, reopens): the
+//!   large objects, B+-tree splits, checkpoints, evictions, reopens; in the
+//!   third workload they lock objects, and an interloper commits changes to
+//!   other objects of the same pages while each is open): the
 //!   power fails at operation `i`, and every disk image it could leave
 //!   (unsynced writes all dropped, a random subset kept, the last write torn,
 //!   all kept) recovers to a state the model accepts — every acknowledged
@@ -37,6 +39,7 @@ use std::time::Instant;
 use cairn_storage::btree::BTree;
 use cairn_storage::check::check_database;
 use cairn_storage::io::Vfs;
+use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::sim::{mix64, Fault, FaultKind, ImageKind, OpKind, SimDisk, SimRng};
 use cairn_storage::volume::VolumeOptions;
 use cairn_storage::{Db, DbOptions, Error, GroupId, Oid, PageId};
@@ -252,6 +255,11 @@ struct State {
     root: Option<PageId>,
     objects: BTreeMap<Oid, Vec<u8>>,
     keys: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The interlopers' registry (workloads with object locking): every
+    /// interloper writes its number into it.
+    side_registry: Option<Oid>,
+    /// The last interloper committed.
+    side: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -327,6 +335,9 @@ struct Workload {
     txns: u64,
     /// Close the database at the end (else it is dropped: a crash).
     close_at_end: bool,
+    /// Transactions lock objects, and an interloper (see [`interloper`])
+    /// changes objects of the same pages while a transaction is open.
+    object_locks: bool,
 }
 
 /// How a workload run ended.
@@ -348,6 +359,10 @@ fn pick<K: Clone, V>(m: &BTreeMap<K, V>, rng: &mut SimRng) -> Option<K> {
 
 /// One workload transaction; `Err` is the failing step. Updates `work` as
 /// each step succeeds.
+fn step(what: &'static str) -> impl Fn(Error) -> (String, Error) {
+    move |e| (what.to_string(), e)
+}
+
 fn txn_body(
     db: &Db,
     k: u64,
@@ -355,9 +370,6 @@ fn txn_body(
     work: &mut State,
     ever: &mut BTreeSet<Oid>,
 ) -> Result<cairn_storage::Txn, (String, Error)> {
-    fn step(what: &'static str) -> impl Fn(Error) -> (String, Error) {
-        move |e| (what.to_string(), e)
-    }
     let mut t = db.begin().map_err(step("begin"))?;
     if k == 1 {
         let reg = t
@@ -365,6 +377,11 @@ fn txn_body(
             .map_err(step("create registry"))?;
         ever.insert(reg);
         work.registry = Some(reg);
+        let side = t
+            .create(GroupId::DEFAULT, &registry_bytes(0))
+            .map_err(step("create side registry"))?;
+        ever.insert(side);
+        work.side_registry = Some(side);
         let g = db.group("index").map_err(step("group"))?;
         let tree = BTree::create(&mut t, g, true).map_err(step("create tree"))?;
         work.root = Some(tree.root());
@@ -453,10 +470,68 @@ fn txn_body(
     Ok(t)
 }
 
+/// The interloper: a second object-locking transaction, begun while the
+/// workload's transaction (whose changes are `work`) is still open. It
+/// shrinks a few small objects that transaction did not touch, on the same
+/// pages, taking each object's locks only if nobody is in the way (so it
+/// never waits), and writes its number `n` into the side registry; it
+/// commits first. `None` if the side registry is in the way. Returns the
+/// transaction and its changes.
+#[allow(clippy::type_complexity)]
+fn interloper(
+    db: &Db,
+    n: u64,
+    rng: &mut SimRng,
+    acked: &State,
+    work: &State,
+) -> Result<Option<(cairn_storage::Txn, Vec<(Oid, Vec<u8>)>)>, (String, Error)> {
+    let side = acked.side_registry.expect("the first transaction made it");
+    let mut t = db.begin().map_err(step("interloper begin"))?;
+    let free = |t: &mut cairn_storage::Txn, oid: Oid| -> Result<bool, (String, Error)> {
+        Ok(
+            t.try_lock_resource(Resource::Page(oid.page), LockMode::IX)
+                .map_err(step("interloper lock"))?
+                && t.try_lock_resource(Resource::Object(oid), LockMode::X)
+                    .map_err(step("interloper lock"))?,
+        )
+    };
+    if !free(&mut t, side)? {
+        t.abort().map_err(step("interloper abort"))?;
+        return Ok(None);
+    }
+    let mut changes = Vec::new();
+    let untouched: Vec<Oid> = acked
+        .objects
+        .iter()
+        .filter(|(oid, v)| v.len() <= 900 && work.objects.get(oid) == Some(v))
+        .map(|(oid, _)| *oid)
+        .collect();
+    for _ in 0..rng.range(1, 4) {
+        if untouched.is_empty() {
+            break;
+        }
+        let oid = untouched[rng.below(untouched.len() as u64) as usize];
+        if changes.iter().any(|(o, _)| *o == oid) || !free(&mut t, oid)? {
+            continue;
+        }
+        let cur = acked.objects[&oid].len() as u64;
+        let len = rng.range(cur.div_ceil(2), cur + 1);
+        let data = payload(rng, len);
+        t.update(oid, &data).map_err(step("interloper update"))?;
+        changes.push((oid, data));
+    }
+    t.update(side, &registry_bytes(n))
+        .map_err(step("interloper side registry"))?;
+    Ok(Some((t, changes)))
+}
+
 /// Runs the workload on `disk` (database at [`DB_DIR`]), keeping `model` to
 /// what was acknowledged; stops at the first error.
 fn run_workload(disk: &SimDisk, w: &Workload, model: &mut Model) -> Run {
-    let o = opts(disk);
+    let o = DbOptions {
+        object_locking: w.object_locks,
+        ..opts(disk)
+    };
     let mut run = Run {
         db: None,
         failure: None,
@@ -485,6 +560,30 @@ fn run_workload(disk: &SimDisk, w: &Workload, model: &mut Model) -> Run {
             Ok(t) => t,
             Err((what, e)) => fail!(format!("txn {k}: {what}"), e),
         };
+        if w.object_locks && k > 1 && rng.chance(1, 2) {
+            let side = model.acked.side + 1;
+            match interloper(db, side, &mut rng, &model.acked, &work) {
+                Ok(None) => {}
+                Ok(Some((t2, changes))) => {
+                    let mut after = model.acked.clone();
+                    after.side = side;
+                    for (oid, data) in &changes {
+                        after.objects.insert(*oid, data.clone());
+                        work.objects.insert(*oid, data.clone());
+                    }
+                    work.side = side;
+                    model.in_flight = Some(after.clone());
+                    match t2.commit() {
+                        Ok(()) => {
+                            model.acked = after;
+                            model.in_flight = None;
+                        }
+                        Err(e) => fail!(format!("txn {k}: interloper commit"), e),
+                    }
+                }
+                Err((what, e)) => fail!(format!("txn {k}: {what}"), e),
+            }
+        }
         if k > 1 && rng.chance(1, 10) {
             if let Err(e) = t.abort() {
                 fail!(format!("txn {k}: abort"), e)
@@ -564,15 +663,25 @@ fn verify_db(db: &Db, model: &Model) -> Result<Which, String> {
             Ok(bytes) => {
                 let seq = registry_seq(&bytes)
                     .ok_or_else(|| format!("the registry {reg} reads garbled bytes ({} bytes)", bytes.len()))?;
-                if model.acked.registry.is_some() && seq == model.acked.seq {
+                let side = match model.acked.side_registry {
+                    Some(side) => {
+                        let bytes = t.read(side).map_err(|e| format!("the side registry {side}: {e}"))?;
+                        registry_seq(&bytes).ok_or_else(|| {
+                            format!("the side registry {side} reads garbled bytes ({} bytes)", bytes.len())
+                        })?
+                    }
+                    None => 0,
+                };
+                if model.acked.registry.is_some() && (seq, side) == (model.acked.seq, model.acked.side) {
                     Which::Acked
-                } else if model.in_flight.as_ref().is_some_and(|s| s.seq == seq) {
+                } else if model.in_flight.as_ref().is_some_and(|s| (s.seq, s.side) == (seq, side)) {
                     Which::InFlight
                 } else {
                     return Err(format!(
-                        "the registry says transaction {seq}; acknowledged: {}, in flight: {:?}",
+                        "the registries say transaction {seq}, interloper {side}; acknowledged: {} and {}, in flight: {:?}",
                         model.acked.seq,
-                        model.in_flight.as_ref().map(|s| s.seq)
+                        model.acked.side,
+                        model.in_flight.as_ref().map(|s| (s.seq, s.side))
                     ));
                 }
             }
@@ -599,7 +708,7 @@ fn verify_db(db: &Db, model: &Model) -> Result<Which, String> {
         }
     }
     for oid in &model.ever {
-        if state.objects.contains_key(oid) || state.registry == Some(*oid) {
+        if state.objects.contains_key(oid) || state.registry == Some(*oid) || state.side_registry == Some(*oid) {
             continue;
         }
         match t.read(*oid) {
@@ -682,11 +791,19 @@ fn workloads(cfg: &Config) -> Vec<Workload> {
             seed: cfg.seed,
             txns: 40,
             close_at_end: false,
+            object_locks: false,
         },
         Workload {
             seed: mix64(cfg.seed ^ 1),
             txns: 25,
             close_at_end: true,
+            object_locks: false,
+        },
+        Workload {
+            seed: mix64(cfg.seed ^ 2),
+            txns: 25,
+            close_at_end: false,
+            object_locks: true,
         },
     ]
 }
@@ -743,7 +860,14 @@ fn crash_at_every_io_index() {
     let mut outcomes = [0u64; 2];
     for w in workloads(&cfg) {
         n_workloads += 1;
-        let (disk, _, run) = clean_run(&w);
+        let (disk, clean, run) = clean_run(&w);
+        if w.object_locks {
+            assert!(
+                clean.acked.side >= 5,
+                "interlopers committed beside open transactions: {}",
+                clean.acked.side
+            );
+        }
         let trace = disk.trace();
         let candidates = crash_candidates(&trace, run.create_end_op);
         let points = match cfg.index {
