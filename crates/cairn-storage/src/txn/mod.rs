@@ -4,7 +4,12 @@
 //! **Isolation** is strict two-phase locking on pages (S to read, X to
 //! change), with IX/S locks on a group for allocation against scans (no
 //! phantoms); locks are held until commit or abort. Lock holders are
-//! (client, transaction) pairs, never threads.
+//! (client, transaction) pairs, never threads. A transaction may lock
+//! single objects instead ([`Txn::set_object_locking`],
+//! [`DbOptions::object_locking`]): IS/IX on the page, S/X on the object,
+//! its changes kept as record after-images and applied at commit to the
+//! page's newest image (`objects.rs` explains the rules, the room reserved
+//! for growth and when a change escalates to the page's X lock).
 //!
 //! **No-steal, redo-only.** A transaction changes private copies of pages
 //! (spilled to a temporary file past `txn_memory_bytes`); the shared buffer
