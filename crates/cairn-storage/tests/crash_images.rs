@@ -488,12 +488,10 @@ fn interloper(
     let side = acked.side_registry.expect("the first transaction made it");
     let mut t = db.begin().map_err(step("interloper begin"))?;
     let free = |t: &mut cairn_storage::Txn, oid: Oid| -> Result<bool, (String, Error)> {
-        Ok(
-            t.try_lock_resource(Resource::Page(oid.page), LockMode::IX)
-                .map_err(step("interloper lock"))?
-                && t.try_lock_resource(Resource::Object(oid), LockMode::X)
-                    .map_err(step("interloper lock"))?,
-        )
+        Ok(t.try_lock_resource(Resource::Page(oid.page), LockMode::IX)
+            .map_err(step("interloper lock"))?
+            && t.try_lock_resource(Resource::Object(oid), LockMode::X)
+                .map_err(step("interloper lock"))?)
     };
     if !free(&mut t, side)? {
         t.abort().map_err(step("interloper abort"))?;

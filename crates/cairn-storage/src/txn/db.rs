@@ -23,6 +23,11 @@ use crate::wal::{Wal, WalOptions, WalStats};
 use super::spill::{self, PrivatePages};
 use super::Txn;
 
+/// A checkpoint taken when nothing was logged since its redo LSN starts a
+/// new log segment if the current one holds at least this many bytes, so
+/// that the next open reads one short segment (see [`Wal::roll_at`]).
+const ROLL_AT_CHECKPOINT_BYTES: u64 = 64 << 10;
+
 /// How to open a database.
 #[derive(Clone, Debug)]
 pub struct DbOptions {
@@ -187,6 +192,9 @@ impl Shared {
         };
         let result = (|| {
             self.pool.flush_all()?;
+            // Nothing logged since the redo LSN (a quiet database, a close):
+            // the CHECKPOINT starts a new segment and every older one goes.
+            self.wal.roll_at(redo_lsn, ROLL_AT_CHECKPOINT_BYTES)?;
             let rec = Redo::Checkpoint {
                 redo_lsn,
                 next_txn: self.next_txn.load(Ordering::SeqCst),

@@ -70,3 +70,38 @@ fn deferred_frees_survive_a_checkpoint_between_the_commit_and_the_frees() {
     let report = crate::check::check_database(&path, &VolumeOptions::default());
     assert!(report.is_ok(), "{:?}", report.problems);
 }
+
+/// After a clean close the log is one short segment (the final checkpoint's
+/// record), so opening reads next to nothing of it; the data is all there.
+#[test]
+fn a_clean_close_leaves_one_short_log_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Db::create(&path, &opts()).unwrap();
+    let mut oids = Vec::new();
+    for i in 0..50u8 {
+        let mut t = db.begin().unwrap();
+        oids.push(t.create(GroupId::DEFAULT, &vec![i; 3000]).unwrap());
+        t.commit().unwrap();
+    }
+    let wal_dir = path.join(crate::wal::WAL_DIR);
+    let log_bytes = |dir: &std::path::Path| -> (usize, u64) {
+        let files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        let bytes = files.iter().map(|f| std::fs::metadata(f).unwrap().len()).sum();
+        (files.len(), bytes)
+    };
+    let (_, before) = log_bytes(&wal_dir);
+    assert!(before > 150_000, "the commits logged {before} bytes");
+    db.close().unwrap();
+    let (segments, after) = log_bytes(&wal_dir);
+    assert_eq!(segments, 1, "one segment after a clean close");
+    assert!(after < 4096, "the segment holds the checkpoint alone: {after} bytes");
+
+    let db = Db::open(&path, &opts()).unwrap();
+    let mut t = db.begin().unwrap();
+    for (i, oid) in oids.iter().enumerate() {
+        assert_eq!(t.read(*oid).unwrap(), vec![i as u8; 3000]);
+    }
+    t.commit().unwrap();
+    db.close().unwrap();
+}

@@ -649,6 +649,23 @@ impl Wal {
         Ok(done)
     }
 
+    /// Starts a new segment at `lsn` if the log ends there (nothing was
+    /// appended since the caller looked) and the current segment holds at
+    /// least `min_bytes` of records: a checkpoint whose redo LSN is `lsn`
+    /// then logs its record in the new segment and removes every older one,
+    /// so the next open scans one short segment instead of a long one whose
+    /// records recovery no longer needs. True if it rolled. A failure
+    /// poisons the log.
+    pub fn roll_at(&self, lsn: Lsn, min_bytes: u64) -> Result<bool> {
+        let mut st = self.lock_live()?;
+        let start = st.current_segment().start;
+        if st.end != lsn || st.end.0 - start.0 < min_bytes.max(1) {
+            return Ok(false);
+        }
+        self.roll(&mut st)?;
+        Ok(true)
+    }
+
     /// Counters since open.
     pub fn stats(&self) -> WalStats {
         self.lock_state().stats.clone()
