@@ -1,7 +1,8 @@
 //! Repeats one OO1 read measure on `cairn-embedded` many times, warm, so a
 //! profiler (`perf record`) sees the read path and not the load:
 //! `cargo run --release -p cairn-bench --example oo1_profile -- lookup 2000`.
-//! The measure is `lookup`, `traversal` or `reverse`; each round is one run
+//! The measure is `lookup`, `traversal`, `reverse` or `insert` (100 parts,
+//! removed again untimed); each round is one run
 //! (one transaction) on fresh ids from the same generator as the benchmark.
 //! `cold-lookup` and `cold-traversal` close the database, evict its files
 //! and open it again before each round (that is timed too, separately).
@@ -41,6 +42,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "reverse" => {
                 let start = rng.rand(n);
                 sys.reverse_traversal(start, 7)?;
+            }
+            "insert" => {
+                // 100 new parts, removed again untimed (as the benchmark does).
+                let batch = generate::insert_batch(&mut rng, n);
+                sys.insert(&batch)?;
+                took.push(t.elapsed().as_secs_f64() * 1e3);
+                sys.remove(&batch)?;
+                continue;
             }
             other => return Err(format!("unknown measure {other:?}").into()),
         }
