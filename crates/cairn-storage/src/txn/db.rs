@@ -28,6 +28,10 @@ use super::Txn;
 /// that the next open reads one short segment (see [`Wal::roll_at`]).
 const ROLL_AT_CHECKPOINT_BYTES: u64 = 64 << 10;
 
+/// A page image a commit logged and has not installed yet, stamped with
+/// its record's LSN.
+pub(super) type NewestImage = (Lsn, Arc<[u8]>);
+
 /// How to open a database.
 #[derive(Clone, Debug)]
 pub struct DbOptions {
@@ -127,7 +131,7 @@ pub(crate) struct Shared {
     /// has logged but not installed yet, with the LSN it is stamped with:
     /// the base the next commit to the page applies its changes to. Taken
     /// under the commit gate, before a buffer frame.
-    pub(super) newest: Mutex<crate::fxhash::FxHashMap<PageId, (Lsn, Arc<[u8]>)>>,
+    pub(super) newest: Mutex<crate::fxhash::FxHashMap<PageId, NewestImage>>,
     ckpt: Mutex<Lsn>,
     poisoned: Mutex<Option<String>>,
     /// Set with `poisoned`, so the hot path checks an atomic, not a mutex.
