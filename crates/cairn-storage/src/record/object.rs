@@ -145,17 +145,27 @@ pub trait ObjectSpace: PageAccess {
     /// [`slotted::update`]). A transaction locking objects changes the
     /// record alone here, not its page.
     fn update_slot(&mut self, at: Oid, kind: u8, payload: &[u8]) -> Result<bool> {
-        self.modify(at.page, |b| slotted::update(b, at.slot, kind, payload))
+        self.modify(at.page, |b| change_in_page(b, at, Some((kind, payload))))
     }
 
     /// Frees the live record `at`; true if its page now holds no live
     /// record (the caller frees the page). A transaction locking objects
     /// frees the record alone and answers false.
     fn delete_slot(&mut self, at: Oid) -> Result<bool> {
-        self.modify(at.page, |b| {
-            slotted::delete(b, at.slot)?;
-            Ok(slotted::live_count(b)? == 0)
-        })
+        self.modify(at.page, |b| change_in_page(b, at, None))
+    }
+}
+
+/// The page-level change behind [`ObjectSpace::update_slot`] (`after` the
+/// new kind and payload: true if it fit) and [`ObjectSpace::delete_slot`]
+/// (`None`: true if the page is now empty), on an image of `at.page`.
+pub(crate) fn change_in_page(image: &mut [u8], at: Oid, after: Option<(u8, &[u8])>) -> Result<bool> {
+    match after {
+        Some((kind, payload)) => slotted::update(image, at.slot, kind, payload),
+        None => {
+            slotted::delete(image, at.slot)?;
+            Ok(slotted::live_count(image)? == 0)
+        }
     }
 }
 

@@ -49,7 +49,7 @@ use crate::error::{Error, Result};
 use crate::fxhash::FxHashMap;
 use crate::ids::{Oid, PageId, SlotIdx, Uniq};
 use crate::lock::{LockMode, Resource};
-use crate::record::object::slot_in;
+use crate::record::object::{change_in_page, slot_in};
 use crate::record::slotted::{self, SlotRef};
 
 use super::Txn;
@@ -202,6 +202,12 @@ impl Txn {
             };
             return Ok(f(r));
         }
+        self.committed_slot(at, f)
+    }
+
+    /// Calls `f` with the record `at` names in the committed page (see
+    /// [`slot_in`]); the caller holds the object's lock.
+    fn committed_slot<R>(&mut self, at: Oid, f: impl FnOnce(Option<SlotRef<'_>>) -> R) -> Result<R> {
         let mut f = Some(f);
         let mut out = None;
         let r = self.db.read_committed(at.page, &mut |b| {
@@ -240,13 +246,7 @@ impl Txn {
             }
             // Escalated: the page is this transaction's private copy now.
         }
-        PageAccess::modify(self, at.page, |b| match after {
-            Some((kind, payload)) => slotted::update(b, at.slot, kind, payload),
-            None => {
-                slotted::delete(b, at.slot)?;
-                Ok(slotted::live_count(b)? == 0)
-            }
-        })
+        PageAccess::modify(self, at.page, |b| change_in_page(b, at, after))
     }
 
     /// The object-level change of [`Txn::change_slot`]; `None` if it had to
@@ -263,13 +263,7 @@ impl Txn {
         let (committed_len, current_len) = match known {
             Some(k) => k,
             None => {
-                let mut len = None;
-                let r = self.db.read_committed(at.page, &mut |b| {
-                    len = Some(slot_in(b, at).map(|r| r.map(|r| r.data.len())));
-                });
-                r.inspect_err(|e| self.doom_if_fatal(e))?;
-                let len =
-                    len.ok_or_else(|| Error::Internal(format!("the backend did not read page {}", at.page)))??;
+                let len = self.committed_slot(at, |r| r.map(|r| r.data.len()))?;
                 let len = len.ok_or(Error::NotFound { oid: at })?;
                 (len, len)
             }
