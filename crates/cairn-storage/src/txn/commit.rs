@@ -96,9 +96,14 @@ impl Shared {
                     .pages
                     .get(id)?
                     .ok_or_else(|| Error::Internal(format!("private page {id} vanished before commit")))?;
-                let base = db.pool.read(id)?;
-                let full = db.sink.needs_full_image(page::lsn(&base));
-                redo::page_record(t.id, id, (!full).then_some(&base[..]), after)
+                if t.full_images {
+                    // A file-server commit: its client writes the page.
+                    redo::page_record(t.id, id, None, after)
+                } else {
+                    let base = db.pool.read(id)?;
+                    let full = db.sink.needs_full_image(page::lsn(&base));
+                    redo::page_record(t.id, id, (!full).then_some(&base[..]), after)
+                }
             };
             batch_bytes += rec.len();
             batch.push(rec);
@@ -206,7 +211,7 @@ impl Shared {
     /// the pending list under the Volume mutex together with its FREE, so a
     /// checkpoint never records a page as owed that was already freed (and
     /// maybe allocated again).
-    fn free_deferred(&self, t: &mut Txn) -> Result<()> {
+    pub(super) fn free_deferred(&self, t: &mut Txn) -> Result<()> {
         if t.to_free.is_empty() {
             return Ok(());
         }

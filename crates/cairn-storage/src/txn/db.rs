@@ -79,6 +79,9 @@ pub struct DbStats {
     pub checkpoints: u64,
     /// Private pages spilled to temporary files.
     pub pages_spilled: u64,
+    /// Pages of file-server commits whose client died before writing them,
+    /// repaired by the server (`txn/unwritten.rs`).
+    pub pages_repaired: u64,
     /// The log.
     pub wal: WalStats,
     /// The buffer pool.
@@ -94,6 +97,7 @@ pub(super) struct Counters {
     pub(super) aborts: AtomicU64,
     pub(super) checkpoints: AtomicU64,
     pub(super) pages_spilled: AtomicU64,
+    pub(super) repaired: AtomicU64,
 }
 
 /// State shared by the engine and its transactions.
@@ -132,6 +136,9 @@ pub(crate) struct Shared {
     /// the base the next commit to the page applies its changes to. Taken
     /// under the commit gate, before a buffer frame.
     pub(super) newest: Mutex<crate::fxhash::FxHashMap<PageId, NewestImage>>,
+    /// The first LSNs of file-server commits whose pages their clients have
+    /// not written yet: a checkpoint's redo LSN stays at or below each.
+    pub(super) unwritten: Mutex<super::unwritten::RedoHolds>,
     ckpt: Mutex<Lsn>,
     poisoned: Mutex<Option<String>>,
     /// Set with `poisoned`, so the hot path checks an atomic, not a mutex.
@@ -189,10 +196,14 @@ impl Shared {
             let _vol = lock(&self.vol);
             let _gate = self.sink.gate.write().unwrap_or_else(|e| e.into_inner());
             let end = self.wal.end_lsn();
+            // Full images are owed from `end` on; but redo starts no later
+            // than the first record of a file-server commit whose client
+            // has not written its pages yet (`unwritten.rs`).
             self.sink.redo_lsn.store(end.0, Ordering::SeqCst);
+            let redo = self.oldest_unwritten().map_or(end, |u| u.min(end));
             let pending: Vec<(TxnId, PageId)> = lock(&self.pending_alloc).iter().map(|(p, t)| (*t, *p)).collect();
             let frees: Vec<(TxnId, PageId)> = lock(&self.pending_frees).iter().map(|(p, t)| (*t, *p)).collect();
-            (end, pending, frees)
+            (redo, pending, frees)
         };
         let result = (|| {
             self.pool.flush_all()?;
@@ -336,6 +347,7 @@ impl Db {
             pending_frees: Mutex::new(HashMap::new()),
             reserved: Mutex::default(),
             newest: Mutex::default(),
+            unwritten: Mutex::default(),
             ckpt: Mutex::new(Lsn(0)),
             poisoned: Mutex::new(None),
             is_poisoned: AtomicBool::new(false),
@@ -457,6 +469,7 @@ impl Db {
             aborts: c.aborts.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             pages_spilled: c.pages_spilled.load(Ordering::Relaxed),
+            pages_repaired: c.repaired.load(Ordering::Relaxed),
             wal: self.shared.wal.stats(),
             buffer: self.shared.pool.stats(),
             locks: self.shared.locks.stats(),

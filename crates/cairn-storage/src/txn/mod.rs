@@ -63,7 +63,9 @@ mod spill;
 #[cfg(test)]
 mod tests;
 mod transaction;
+mod unwritten;
 
 pub use backend::{Backend, FillPages};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats};
 pub use transaction::Txn;
+pub use unwritten::Unwritten;

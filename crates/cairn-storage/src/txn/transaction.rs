@@ -49,6 +49,9 @@ pub struct Txn {
     /// Pages whose object-level changes a commit logged, with their LSNs
     /// and the images it installs.
     pub(super) rebased: Vec<(PageId, crate::ids::Lsn, Arc<[u8]>)>,
+    /// Log every page as a full image without reading its committed image
+    /// (a file-server commit, `unwritten.rs`).
+    pub(super) full_images: bool,
 }
 
 impl std::fmt::Debug for Txn {
@@ -83,6 +86,7 @@ impl Txn {
             objects: ObjectChanges::default(),
             object_bytes_max,
             rebased: Vec::new(),
+            full_images: false,
         }
     }
 

@@ -1,0 +1,321 @@
+//! The server's side of a file-server commit (DeWitt et al. §2.4; DESIGN.md
+//! §7): the client writes the pages, the server takes the log.
+//!
+//! A file-server client reads and writes volume pages itself, in the shared
+//! volume file; the server grants its locks, allocates its pages and logs
+//! its commits. So a commit has two halves on two machines:
+//!
+//! 1. **Logged** ([`Db::commit_unwritten`]): the client sends every page it
+//!    changed as a *full image* PAGE record; the server verifies them, logs
+//!    them and the COMMIT, and makes the log durable. The outcome is decided
+//!    here, exactly as in the embedded commit — but nothing is installed in
+//!    the server's buffer pool, and the transaction's locks stay held. The
+//!    client learns each page's LSN.
+//! 2. **Written** ([`Unwritten::written`]): the client stamps the LSNs,
+//!    writes the pages into the volume file and syncs it (the WAL rule
+//!    across machines: the log describing a page is durable before the page
+//!    is written), then says so. Only then are the locks released, so the
+//!    next reader of a page — which reads the volume file — finds it there.
+//!
+//! **A client that dies in between** (its session closes with the commit
+//! [`Unwritten`] still pending) leaves pages the log has and the volume file
+//! may not. Dropping the [`Unwritten`] repairs them before the locks go: it
+//! installs each after-image, stamped with its LSN, in the server's buffer
+//! pool as a dirty page, which the next checkpoint writes (and a file-server
+//! reader's lock flushes first). A server that dies too recovers them from
+//! the log like any commit.
+//!
+//! **Why full images.** The client's page writes happen outside the
+//! server's checkpoints, and may be torn by a power loss at any moment,
+//! also after a checkpoint that began while they were pending. A record of
+//! changed byte runs needs the page as it was, which a torn write destroys;
+//! a full image rebuilds it from nothing. So a file-server commit logs
+//! every page whole (PAGE records against an all-zero page, so an emptyish
+//! page is still short), and a checkpoint's redo LSN never passes the first
+//! record of a commit whose pages are not written yet
+//! ([`Shared::oldest_unwritten`]).
+//!
+//! The server checks what it can: each record is a full image of a page
+//! inside the volume, in use, locked X by the transaction, of a kind a
+//! client may change and (a slotted page) well formed. It never reads the
+//! page itself. A file-server client writes the volume file directly, so
+//! the server trusts it with its pages' bytes in any case.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::record::object::ObjectSpace;
+use crate::error::{Error, Result};
+use crate::ids::{Lsn, PageId, TxnId};
+use crate::lock::{LockMode, Resource};
+use crate::page::{self, PageType};
+use crate::record::slotted;
+use crate::wal::redo::{self, Redo};
+
+use super::db::{lock, Shared};
+use super::{Db, Txn};
+
+/// A file-server commit that is logged and durable but whose pages the
+/// client has not yet reported written: it holds the transaction's locks.
+/// [`Unwritten::written`] ends it; dropping it repairs the pages from the
+/// after-images it keeps (see the module docs).
+pub struct Unwritten {
+    shared: Arc<Shared>,
+    /// The committed transaction, inactive, still holding its locks (its
+    /// private pages are the after-images).
+    txn: Option<Txn>,
+    /// Each page the commit changed (and did not free), with its LSN.
+    lsns: Vec<(PageId, Lsn)>,
+    /// Its entry in [`Shared::unwritten`].
+    hold: u64,
+}
+
+impl std::fmt::Debug for Unwritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unwritten")
+            .field("txn", &self.txn.as_ref().map(Txn::id))
+            .field("pages", &self.lsns.len())
+            .finish()
+    }
+}
+
+impl Db {
+    /// Commits `t`, a file-server client's transaction, from its PAGE
+    /// records (full images; each must name `named`, the client's id for
+    /// the transaction): verified, logged and durable when this returns,
+    /// but not installed, and its locks still held — until the client says
+    /// the pages are written ([`Unwritten::written`]). See the module docs.
+    ///
+    /// A refused record aborts the transaction (nothing is logged). As in
+    /// [`Txn::commit`], a failure after the COMMIT is appended poisons the
+    /// database.
+    pub fn commit_unwritten(&self, mut t: Txn, records: &[&[u8]], named: TxnId) -> Result<Unwritten> {
+        let s = self.shared.clone();
+        t.check_active()?;
+        if !t.objects.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a file-server transaction changes whole pages, not objects".into(),
+            ));
+        }
+        // A refused batch rolls `t` back as it drops.
+        t.stage_full_images(records, named)?;
+        let mut done = Unwritten {
+            shared: s.clone(),
+            txn: None,
+            lsns: Vec::new(),
+            hold: 0,
+        };
+        if t.pages.is_empty() && t.to_free.is_empty() && t.allocated.is_empty() {
+            t.finish();
+            s.counters.read_only.fetch_add(1, Ordering::Relaxed);
+            return Ok(done);
+        }
+        let freed: Vec<PageId> = t.to_free.iter().copied().collect();
+        t.full_images = true;
+        let decided = {
+            let _gate = s.sink.gate.read().unwrap_or_else(|e| e.into_inner());
+            // At or before the start of this commit's first record (the
+            // LSNs `append_records` returns are where records end).
+            let start = s.wal.end_lsn();
+            match s.append_records(&mut t) {
+                Err(e) => {
+                    t.pages.clear();
+                    s.give_back(&t);
+                    t.finish();
+                    return Err(e);
+                }
+                Ok((lsns, commit_lsn)) => {
+                    // Under the gate: a checkpoint picking its redo LSN sees
+                    // this hold, or began before these records.
+                    done.hold = s.hold_redo(start);
+                    done.lsns = lsns.into_iter().filter(|(p, _)| !freed.contains(p)).collect();
+                    s.wal.flush(commit_lsn)
+                }
+            }
+        };
+        // From here on the commit is decided: `t` is never rolled back, and
+        // its locks stay until the pages are written or repaired.
+        t.active = false;
+        done.txn = Some(t);
+        let txn = done.txn.as_mut().expect("just set");
+        let result = decided.and_then(|()| s.free_deferred(txn));
+        if let Err(e) = result {
+            s.poison(format!("{} failed after its COMMIT was logged: {e}", txn.id));
+            return Err(e);
+        }
+        s.counters.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(done)
+    }
+}
+
+impl Unwritten {
+    /// Each page the commit changed (pages it freed are not written), with
+    /// the LSN the client stamps on it before writing it.
+    pub fn lsns(&self) -> &[(PageId, Lsn)] {
+        &self.lsns
+    }
+
+    /// The client wrote and synced every page of [`Unwritten::lsns`]: the
+    /// server forgets any copy of them it holds (one read ahead while they
+    /// were locked would be stale now) and releases the locks.
+    pub fn written(mut self) -> Result<()> {
+        let result = self.forget_copies();
+        self.end();
+        result
+    }
+
+    fn forget_copies(&mut self) -> Result<()> {
+        let Some(t) = self.txn.as_mut() else {
+            return Ok(());
+        };
+        for &(id, lsn) in &self.lsns {
+            if !self.shared.pool.discard(id)? {
+                // Pinned or being read: replace it with what was written.
+                let mut image = t
+                    .pages
+                    .get(id)?
+                    .ok_or_else(|| Error::Internal(format!("after-image of page {id} vanished")))?
+                    .to_vec();
+                page::set_lsn(&mut image, lsn);
+                page::seal(&mut image);
+                self.shared.pool.install(id, &image)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The client never said its pages were written: each after-image goes
+    /// into the buffer pool, dirty, for the server to write.
+    fn repair(&mut self) -> Result<()> {
+        let Some(t) = self.txn.as_mut() else {
+            return Ok(());
+        };
+        for &(id, lsn) in &self.lsns {
+            let after = t
+                .pages
+                .get(id)?
+                .ok_or_else(|| Error::Internal(format!("after-image of page {id} vanished")))?;
+            let mut g = self.shared.pool.create(id)?;
+            g.copy_from_slice(after);
+            page::set_lsn(&mut g, lsn);
+        }
+        if !self.lsns.is_empty() {
+            self.shared.counters.repaired.fetch_add(self.lsns.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Releases the hold on the redo LSN, then the locks.
+    fn end(&mut self) {
+        self.shared.release_redo(self.hold);
+        if let Some(mut t) = self.txn.take() {
+            t.finish();
+        }
+    }
+}
+
+impl Drop for Unwritten {
+    fn drop(&mut self) {
+        if self.txn.is_none() {
+            return;
+        }
+        if let Err(e) = self.repair() {
+            let id = self.txn.as_ref().map_or(TxnId(0), Txn::id);
+            self.shared.poison(format!(
+                "repairing the pages of {id}, a file-server commit its client never wrote, failed: {e}"
+            ));
+        }
+        self.end();
+    }
+}
+
+impl Shared {
+    /// Keeps checkpoints from moving the redo LSN past `lsn` until
+    /// [`Shared::release_redo`]; returns the hold's id (never 0).
+    fn hold_redo(&self, lsn: Lsn) -> u64 {
+        let mut holds = lock(&self.unwritten);
+        let id = holds.next_id.max(1);
+        holds.next_id = id + 1;
+        holds.by_id.insert(id, lsn);
+        id
+    }
+
+    fn release_redo(&self, hold: u64) {
+        if hold != 0 {
+            lock(&self.unwritten).by_id.remove(&hold);
+        }
+    }
+
+    /// The first LSN of the oldest commit whose pages a file-server client
+    /// has not written yet: a checkpoint's redo LSN stays at or below it.
+    pub(super) fn oldest_unwritten(&self) -> Option<Lsn> {
+        lock(&self.unwritten).by_id.values().min().copied()
+    }
+}
+
+/// The holds of [`Shared::hold_redo`].
+#[derive(Debug, Default)]
+pub(super) struct RedoHolds {
+    next_id: u64,
+    by_id: std::collections::HashMap<u64, Lsn>,
+}
+
+impl Txn {
+    /// Verifies a file-server client's full-image PAGE records (see the
+    /// module docs) and stages each as a private page; all or nothing.
+    fn stage_full_images(&mut self, records: &[&[u8]], named: TxnId) -> Result<()> {
+        let mut staged: Vec<(PageId, Vec<u8>)> = Vec::with_capacity(records.len());
+        for (i, bytes) in records.iter().enumerate() {
+            let refuse =
+                |page: PageId, why: String| Error::InvalidArgument(format!("redo record {i} (page {page}): {why}"));
+            let Redo::Page {
+                txn,
+                page: id,
+                full,
+                runs,
+            } = Redo::decode(bytes, Lsn(0))?
+            else {
+                return Err(Error::InvalidArgument(format!("redo record {i} is not a PAGE record")));
+            };
+            if txn != named {
+                return Err(refuse(id, format!("it names {txn}, the session's transaction is {named}")));
+            }
+            if !full {
+                return Err(refuse(id, "a file-server commit carries full page images".into()));
+            }
+            if id.0 >= self.page_count() {
+                return Err(refuse(id, "past the end of the volume".into()));
+            }
+            if !self.holds(Resource::Page(id), LockMode::X) {
+                return Err(refuse(id, "the transaction does not hold X on the page".into()));
+            }
+            if !self.db.is_page_in_use(self.id, id)? {
+                return Err(refuse(id, "the page is not in use".into()));
+            }
+            let mut after = vec![0u8; self.db.page_size()];
+            redo::apply(&mut after, id, true, &runs, Lsn(0))?;
+            let kind = page::page_type(&after);
+            if !kind.is_some_and(PageType::is_client_kind) {
+                return Err(refuse(id, format!("a client may not make a page of kind {kind:?}")));
+            }
+            if kind == Some(PageType::Slotted) {
+                slotted::check(&after).map_err(|e| refuse(id, format!("the page is malformed: {e}")))?;
+            }
+            match staged.iter_mut().find(|(p, _)| *p == id) {
+                Some((_, img)) => *img = after,
+                None => staged.push((id, after)),
+            }
+        }
+        for (id, after) in staged {
+            self.changes += 1;
+            match self.pages.get_mut(id)? {
+                Some(p) => p.copy_from_slice(&after),
+                None => {
+                    let spilled = self.pages.insert(id, &after)?;
+                    self.db.note_spilled(spilled);
+                }
+            }
+        }
+        Ok(())
+    }
+}
