@@ -37,6 +37,18 @@
 //! right to keep the page across transactions; before any transaction takes
 //! X on a page the server calls back the other clients caching it.
 //!
+//! **File-server sessions** (HELLO with the file-server architecture, DeWitt
+//! et al. §2.4): the client reads and writes pages in the volume file
+//! itself; the server locks, allocates and logs. Its FETCH takes the lock
+//! and writes the page back first if the server's buffer pool holds a
+//! change not yet in the file (so the file holds the committed page),
+//! ships no image and grants no right to cache; an ALLOCATE writes the new
+//! page back before answering; a COMMIT logs the client's full images
+//! without installing them ([`Db::commit_unwritten`]) and keeps the locks
+//! until the client's WRITTEN; a session that closes before WRITTEN has
+//! those pages repaired from the after-images. A file-server transaction
+//! is answered on a blocking thread always.
+//!
 //! Not yet here: object-level services, allocation of groups by clients.
 
 pub mod callbacks;
@@ -59,7 +71,7 @@ use cairn_storage::access::PageAccess;
 use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::page::{self, PageType};
 use cairn_storage::record::object::ObjectSpace;
-use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn, TxnId};
+use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn, TxnId, Unwritten};
 
 use callbacks::Callbacks;
 
@@ -155,6 +167,11 @@ pub struct SessionState {
     txns: Mutex<HashMap<u64, TxnEntry>>,
     /// Sends callbacks to the client.
     notifier: OnceLock<Notifier>,
+    /// A file-server session: the client reads and writes the volume file.
+    file: bool,
+    /// File-server commits whose pages the client has not reported written,
+    /// by the client's transaction id (they hold their locks).
+    unwritten: Mutex<HashMap<u64, Unwritten>>,
 }
 
 impl SessionState {
@@ -223,12 +240,13 @@ impl Handler for PageServer {
     type Session = Session;
 
     fn open(&self, hello: &Hello, peer: &str) -> Result<Session, Fault> {
-        if hello.architecture != Architecture::PAGE {
+        if hello.architecture != Architecture::PAGE && hello.architecture != Architecture::FILE {
             return Err(Fault::new(
                 ErrorCode::UNSUPPORTED_ARCHITECTURE,
                 format!(
-                    "this server serves the page-server architecture ({}), not {}",
+                    "this server serves the page-server ({}) and file-server ({}) architectures, not {}",
                     Architecture::PAGE.0,
+                    Architecture::FILE.0,
                     hello.architecture.0
                 ),
             ));
@@ -244,6 +262,8 @@ impl Handler for PageServer {
             peer: peer.to_string(),
             txns: Mutex::new(HashMap::new()),
             notifier: OnceLock::new(),
+            file: hello.architecture == Architecture::FILE,
+            unwritten: Mutex::new(HashMap::new()),
         });
         lock(&self.core.sessions).insert(client, state.clone());
         Ok(Session { state })
@@ -297,6 +317,13 @@ impl Handler for PageServer {
         // Dropping a transaction aborts it: its locks are released and its
         // allocations given back. A request still holding one finishes first.
         drop(txns);
+        // File-server commits it never reported written: repaired from
+        // their after-images as they drop, before their locks go.
+        let unwritten: Vec<Unwritten> = lock(&session.state.unwritten).drain().map(|(_, u)| u).collect();
+        if !unwritten.is_empty() {
+            tracing::warn!(peer = %session.state.peer, commits = unwritten.len(), "file-server client left commits unwritten: repairing");
+        }
+        drop(unwritten);
         // Its rights to cache go, and writers waiting for its answers go on.
         self.core.callbacks.session_closed(client);
         tracing::info!(peer = %session.state.peer, client = session.state.client.0, aborted = open, "session closed");
@@ -335,6 +362,9 @@ fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -
     else {
         return None;
     };
+    if state.file {
+        return None;
+    }
     if !matches!(mode & !FETCH_CACHE, FETCH_S | FETCH_X) {
         return None;
     }
@@ -349,7 +379,7 @@ fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -
     for &(p, lsn) in pages {
         let fetched = fetch_one(
             core,
-            state.client,
+            state,
             server_id,
             &mut t,
             PageId(p),
@@ -383,17 +413,7 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             let mut parts = Vec::with_capacity(pages.len());
             for (p, lsn) in pages {
                 let page = PageId(p);
-                let part = fetch_one(
-                    core,
-                    state.client,
-                    server_id,
-                    &mut t,
-                    page,
-                    mode,
-                    GroupId(group),
-                    lsn,
-                    true,
-                );
+                let part = fetch_one(core, state, server_id, &mut t, page, mode, GroupId(group), lsn, true);
                 match part.map_err(fault)? {
                     Some(part) => parts.push(part),
                     None => {
@@ -425,6 +445,11 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             let near = (near != NO_PAGE).then_some(PageId(near));
             let p = t.allocate(GroupId(group), near, ty).map_err(fault)?;
             let mut image = t.fetch_page(p, true).map_err(fault)?;
+            if state.file {
+                // The client writes the page at commit; the server must
+                // never write its formatted image over that later.
+                db.write_back(p).map_err(fault)?;
+            }
             page::seal(&mut image);
             Ok(Answer::Body(encode_page(p.0, t.page_count(), &image)))
         }
@@ -467,7 +492,18 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
                     format!("transaction {txn} has a request still running"),
                 )
             })?;
-            let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
+            let t = t.into_inner().unwrap_or_else(|e| e.into_inner());
+            if state.file {
+                let u = db
+                    .commit_unwritten(t, &records_of(&records), TxnId(txn))
+                    .map_err(fault)?;
+                let lsns: Vec<(u32, u64)> = u.lsns().iter().map(|(p, l)| (p.0, l.0)).collect();
+                if !lsns.is_empty() {
+                    lock(&state.unwritten).insert(txn, u);
+                }
+                return Ok(Answer::Body(encode_lsns(&lsns)));
+            }
+            let mut t = t;
             // A refused batch aborts the transaction (dropping it).
             t.stage_redo(&records_of(&records), TxnId(txn)).map_err(fault)?;
             let lsns = t.commit_with_lsns().map_err(fault)?;
@@ -523,6 +559,10 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
                 t.lock_resource(res, mode).map_err(fault)?;
                 true
             };
+            if let (true, true, Resource::Page(p)) = (state.file, granted, res) {
+                // The client reads the page from the volume file next.
+                db.write_back(p).map_err(fault)?;
+            }
             Ok(Answer::Body(vec![u8::from(granted)]))
         }
         PageRequest::GroupPages { txn, group } => {
@@ -565,6 +605,21 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             give_back(core, state, &rights);
             Ok(Answer::Body(Vec::new()))
         }
+        PageRequest::VolumeFile => {
+            use std::os::unix::ffi::OsStrExt;
+            let path = db.dir().join(cairn_storage::volume::manifest::VOLUME_FILE);
+            Ok(Answer::Body(path.as_os_str().as_bytes().to_vec()))
+        }
+        PageRequest::Written { txn } => {
+            let u = lock(&state.unwritten).remove(&txn).ok_or_else(|| {
+                Fault::new(
+                    ErrorCode::NOT_FOUND,
+                    format!("transaction {txn} has no commit waiting for its pages to be written"),
+                )
+            })?;
+            u.written().map_err(fault)?;
+            Ok(Answer::Body(Vec::new()))
+        }
     }
 }
 
@@ -601,10 +656,15 @@ fn count_sent(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) 
 /// granted takes nothing. Before an X lock the page is called back from
 /// the other clients caching it; a page locked and sent (or revalidated)
 /// comes with the right to cache it when no other client's writer is at it.
+///
+/// For a file-server session the page is written back first if the
+/// server's buffer pool holds a change the volume file lacks (the client
+/// reads the committed page there), and the part ships no image and grants
+/// no right to cache ([`FetchStatus::Locked`]).
 #[allow(clippy::too_many_arguments)]
 fn fetch_one(
     core: &Core,
-    client: ClientId,
+    state: &SessionState,
     server_id: TxnId,
     t: &mut Txn,
     id: PageId,
@@ -613,7 +673,8 @@ fn fetch_one(
     client_lsn: u64,
     wait: bool,
 ) -> Result<Option<Vec<u8>>, Error> {
-    let cache = mode & FETCH_CACHE != 0;
+    let client = state.client;
+    let cache = mode & FETCH_CACHE != 0 && !state.file;
     let mode = mode & !FETCH_CACHE;
     let page_count = t.page_count();
     let owner = t.group_of_page(id)?;
@@ -663,6 +724,11 @@ fn fetch_one(
     };
     if !granted {
         part.status = FetchStatus::NotGranted;
+        return Ok(Some(part.encode()));
+    }
+    if state.file {
+        core.db.write_back(id)?;
+        part.status = FetchStatus::Locked;
         return Ok(Some(part.encode()));
     }
     let mut image = t.fetch_page(id, mode != FETCH_S)?;

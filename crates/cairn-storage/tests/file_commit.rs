@@ -55,7 +55,10 @@ fn commit(db: &Db, oid: Oid, data: &[u8]) -> Unwritten {
 
 /// The client's half: stamp, seal, write and sync each page.
 fn write_pages(dir: &Path, db: &Db, u: &Unwritten, data_of: impl Fn(&mut Vec<u8>)) {
-    let f = std::fs::OpenOptions::new().write(true).open(dir.join(VOLUME_FILE)).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(VOLUME_FILE))
+        .unwrap();
     let page_size = db.header().page_size as u64;
     for &(p, lsn) in u.lsns() {
         let mut image = db.read_committed(p).unwrap();

@@ -40,7 +40,7 @@ pub use cairn_derive::Persistent;
 pub use cairn_storage as storage;
 pub use codec::{DecodeError, Field, FieldDesc, Persistent, Reader, TypeDesc, Value, Writer};
 pub use collections::{List, Map, Set};
-pub use database::{Database, Index, Options, Transaction};
+pub use database::{Arch, Database, Index, Options, Transaction};
 pub use dual::DualBufferOptions;
 pub use error::{Error, Result};
 pub use reference::Ref;

@@ -26,6 +26,11 @@ fn page_views_in_cached_page_images_never_show_stale_or_uncommitted_state() {
     views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::Page);
 }
 
+#[test]
+fn file_views_in_cached_page_images_never_show_stale_or_uncommitted_state() {
+    views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::File);
+}
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

@@ -188,4 +188,9 @@ proptest! {
     fn the_index_matches_the_model_through_a_page_server(ops in proptest::collection::vec(op(), 1..80)) {
         run(ops, Backend::Page);
     }
+
+    #[test]
+    fn the_index_matches_the_model_through_a_file_server(ops in proptest::collection::vec(op(), 1..80)) {
+        run(ops, Backend::File);
+    }
 }

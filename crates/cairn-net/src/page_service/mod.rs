@@ -18,6 +18,8 @@
 //! | `0x010C` CALLBACK_REPLY | [`CallbackReply`]: `callback u64, page u32, epoch u64, writer u64, count u16, txn u64 × count` | empty |
 //! | `0x010D` STAGE | `txn u64, count u32, (len u32, record) × count` (as COMMIT) | empty, once verified and staged |
 //! | `0x010E` RELEASE | `count u16, (page u32, epoch u64) × count` | empty |
+//! | `0x010F` VOLUME_FILE | empty | the volume file's path (bytes) |
+//! | `0x0110` WRITTEN | `txn u64` | empty |
 //!
 //! and one server-initiated message, a NOTICE whose body is a [`Callback`]:
 //! `callback u64, page u32, epoch u64`.
@@ -61,6 +63,14 @@
 //! [`LOCK_MODE_IS`] … [`LOCK_MODE_X`]. Errors are
 //! [`Fault`](crate::message::Fault)s with the codes below, so a client can
 //! tell a deadlock (retry) from damage.
+//!
+//! **File-server sessions** (architecture 3) use the same service with
+//! three differences: a FETCH takes the lock and answers
+//! [`FetchStatus::Locked`] without an image (the client reads the page from
+//! the volume file VOLUME_FILE names, which the server has made current),
+//! and never grants a right to cache; a COMMIT carries full page images
+//! and its reply leaves the transaction's locks held; WRITTEN, sent once the
+//! client has written and synced the pages, releases them.
 
 use crate::frame::Kind;
 use crate::message::{ErrorCode, MessageError, Reader};
@@ -137,6 +147,10 @@ impl Kind {
     pub const STAGE: Kind = Kind(0x010D);
     /// Gives rights to cache back (see [`PageRequest::Release`]).
     pub const RELEASE: Kind = Kind(0x010E);
+    /// VOLUME_FILE (file-server sessions).
+    pub const VOLUME_FILE: Kind = Kind(0x010F);
+    /// WRITTEN (file-server sessions).
+    pub const WRITTEN: Kind = Kind(0x0110);
 }
 
 impl ErrorCode {
@@ -258,6 +272,15 @@ pub enum PageRequest {
     Release {
         /// The rights given back.
         rights: Vec<(u32, u64)>,
+    },
+    /// VOLUME_FILE: the path of the volume file (a file-server client reads
+    /// and writes its pages there).
+    VolumeFile,
+    /// WRITTEN: a file-server client wrote and synced the pages of its
+    /// committed transaction; the server releases its locks.
+    Written {
+        /// The transaction.
+        txn: u64,
     },
 }
 
@@ -414,6 +437,11 @@ impl PageRequest {
                 }
                 Kind::RELEASE
             }
+            PageRequest::VolumeFile => Kind::VOLUME_FILE,
+            PageRequest::Written { txn } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                Kind::WRITTEN
+            }
         };
         (kind, out)
     }
@@ -533,6 +561,8 @@ impl PageRequest {
                 }
                 PageRequest::Release { rights }
             }
+            Kind::VOLUME_FILE => PageRequest::VolumeFile,
+            Kind::WRITTEN => PageRequest::Written { txn: r.u64()? },
             _ => return Ok(None),
         };
         r.end()?;
@@ -602,15 +632,25 @@ pub enum FetchStatus {
     /// A [`FETCH_TRY_INSERT`] that is not granted: another transaction holds
     /// the page, or it is not a page of the group; nothing was locked.
     NotGranted,
+    /// Locked; no image is shipped (a file-server session reads the page
+    /// from the volume file).
+    Locked,
 }
 
 impl FetchStatus {
+    /// True if the page is locked now (with its image, revalidated, or to
+    /// be read from the volume file).
+    pub fn is_locked(self) -> bool {
+        matches!(self, FetchStatus::Image | FetchStatus::Unchanged | FetchStatus::Locked)
+    }
+
     fn to_u8(self) -> u8 {
         match self {
             FetchStatus::Image => 0,
             FetchStatus::Unchanged => 1,
             FetchStatus::NotInUse => 2,
             FetchStatus::NotGranted => 3,
+            FetchStatus::Locked => 4,
         }
     }
 
@@ -620,6 +660,7 @@ impl FetchStatus {
             1 => FetchStatus::Unchanged,
             2 => FetchStatus::NotInUse,
             3 => FetchStatus::NotGranted,
+            4 => FetchStatus::Locked,
             _ => return None,
         })
     }

@@ -59,6 +59,8 @@ fn every_request() -> Vec<PageRequest> {
         PageRequest::Release {
             rights: vec![(4, 5), (9, 1 << 40)],
         },
+        PageRequest::VolumeFile,
+        PageRequest::Written { txn: 7 },
     ]
 }
 

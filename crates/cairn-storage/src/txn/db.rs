@@ -476,6 +476,13 @@ impl Db {
         }
     }
 
+    /// Writes page `id` to the volume file if the buffer pool holds a
+    /// change of it the file lacks (the log first, as always): a
+    /// file-server client reads the page from the file next.
+    pub fn write_back(&self, id: PageId) -> Result<()> {
+        self.shared.pool.flush_page(id)
+    }
+
     /// Drops every clean page from the buffer pool (after writing dirty ones):
     /// a cold cache for benchmarks and tests.
     pub fn evict_cache(&self) -> Result<()> {

@@ -44,11 +44,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::record::object::ObjectSpace;
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, PageId, TxnId};
 use crate::lock::{LockMode, Resource};
 use crate::page::{self, PageType};
+use crate::record::object::ObjectSpace;
 use crate::record::slotted;
 use crate::wal::redo::{self, Redo};
 
@@ -200,7 +200,10 @@ impl Unwritten {
             page::set_lsn(&mut g, lsn);
         }
         if !self.lsns.is_empty() {
-            self.shared.counters.repaired.fetch_add(self.lsns.len() as u64, Ordering::Relaxed);
+            self.shared
+                .counters
+                .repaired
+                .fetch_add(self.lsns.len() as u64, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -278,7 +281,10 @@ impl Txn {
                 return Err(Error::InvalidArgument(format!("redo record {i} is not a PAGE record")));
             };
             if txn != named {
-                return Err(refuse(id, format!("it names {txn}, the session's transaction is {named}")));
+                return Err(refuse(
+                    id,
+                    format!("it names {txn}, the session's transaction is {named}"),
+                ));
             }
             if !full {
                 return Err(refuse(id, "a file-server commit carries full page images".into()));

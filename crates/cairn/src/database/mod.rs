@@ -75,6 +75,10 @@ pub struct Options {
     /// limit for reading an object whole,
     /// `cairn_storage::record::object::READ_WHOLE_LEN_MAX`, also applies).
     pub object_bytes_max: u64,
+    /// [`Database::connect`] only: which workstation–server architecture
+    /// the client uses (DeWitt et al.; DESIGN.md §7). [`Arch::Page`] by
+    /// default.
+    pub arch: Arch,
     /// [`Database::connect`] only: the token the server asks for (empty:
     /// none; a server without tokens listens on loopback only).
     pub token: Vec<u8>,
@@ -98,11 +102,29 @@ impl Default for Options {
             dual_buffer: DualBufferOptions::default(),
             fault_whole_pages: false,
             object_bytes_max: 256 << 20,
+            arch: Arch::Page,
             token: Vec::new(),
             client_buffer_pages: 4096,
             client_rights_max: 4 * 4096,
         }
     }
+}
+
+/// The workstation–server architecture of a client
+/// ([`Database::connect`]); every one runs the same transactions, objects,
+/// indexes and errors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Arch {
+    /// Page server (DeWitt et al. §2.3): pages are fetched from the server
+    /// and cached across transactions under callback locks; a commit ships
+    /// the changed byte runs of each page.
+    #[default]
+    Page,
+    /// File server (§2.4): the client reads and writes pages in the
+    /// server's volume file itself (it must be reachable at the same path);
+    /// the server grants locks, allocates pages and takes the log. See
+    /// [`crate::remote::RemoteStore::connect_as`].
+    File,
 }
 
 /// Where the database lives.
@@ -208,7 +230,8 @@ impl Database {
         Database::on_store(Store::Embedded(db), opts)
     }
 
-    /// Connects to `cairn serve` as a page-server client: `url` is
+    /// Connects to `cairn serve` as a client of the architecture
+    /// `opts.arch` (a page-server client by default): `url` is
     /// `cairn://HOST:PORT` or `cairn+unix:///PATH`. The database behaves as
     /// an embedded one does — the same transactions, objects, indexes and
     /// errors — with its pages fetched from (and its commits sent to) the
@@ -216,7 +239,12 @@ impl Database {
     /// `opts.client_buffer_pages` sizes the client's page cache.
     pub fn connect(url: &str, opts: Options) -> Result<Database> {
         let address = crate::remote::parse_url(url)?;
-        let store = RemoteStore::connect(
+        let arch = match opts.arch {
+            Arch::Page => cairn_net::message::Architecture::PAGE,
+            Arch::File => cairn_net::message::Architecture::FILE,
+        };
+        let store = RemoteStore::connect_as(
+            arch,
             address,
             &opts.token,
             opts.client_buffer_pages,

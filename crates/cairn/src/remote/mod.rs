@@ -79,6 +79,8 @@ mod cover;
 
 pub use conn::{parse_url, RemoteDevice, RemoteStats};
 
+use conn::VolumeFile;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -128,6 +130,12 @@ pub struct RemoteStore {
     /// Rights to cache held at most: past it the client gives the oldest
     /// unused ones back ([`RemoteStore::give_back_rights`]).
     rights_max: usize,
+    /// A file-server client's volume file (see [`RemoteStore::connect_as`]).
+    file: Option<Arc<VolumeFile>>,
+    /// Set when a file-server commit was logged but its pages could not be
+    /// written: the client stops (the server repairs them when the
+    /// connection closes).
+    broken: Mutex<Option<String>>,
 }
 
 /// A function told of a page whose committed image may be new to the client.
@@ -160,10 +168,52 @@ impl RemoteStore {
         txn_memory_bytes: usize,
         rights_max: usize,
     ) -> Result<Arc<RemoteStore>> {
+        RemoteStore::connect_as(
+            Architecture::PAGE,
+            address,
+            token,
+            buffer_pages,
+            txn_memory_bytes,
+            rights_max,
+        )
+    }
+
+    /// [`RemoteStore::connect`] as a page-server client
+    /// ([`Architecture::PAGE`]) or a file-server client
+    /// ([`Architecture::FILE`]; DeWitt et al. §2.4). A file-server client
+    /// opens the server's volume file (which must be reachable at the same
+    /// path: the same machine, or a shared file system) and reads and
+    /// writes pages there itself; the server takes its locks, allocations
+    /// and log. Its pool keeps pages across transactions, but each lock
+    /// reads the page from the file again (no network: a local read), and
+    /// only a page whose LSN changed counts as new, so the typed layer's
+    /// caches stay valid across transactions for unchanged pages. At commit
+    /// it sends full page images, waits for them to be durable in the
+    /// server's log, writes and syncs the pages, then sends WRITTEN (one
+    /// way), which releases the locks.
+    pub fn connect_as(
+        architecture: Architecture,
+        address: Address,
+        token: &[u8],
+        buffer_pages: usize,
+        txn_memory_bytes: usize,
+        rights_max: usize,
+    ) -> Result<Arc<RemoteStore>> {
+        if architecture != Architecture::PAGE && architecture != Architecture::FILE {
+            return Err(Error::InvalidArgument(format!(
+                "a page or file client, not architecture {}",
+                architecture.0
+            )));
+        }
+        let kind = if architecture == Architecture::FILE {
+            "file"
+        } else {
+            "page"
+        };
         let opts = ClientOptions {
-            architecture: Architecture::PAGE,
+            architecture,
             token: Bytes::copy_from_slice(token),
-            client_name: format!("cairn page client (pid {})", std::process::id()),
+            client_name: format!("cairn {kind} client (pid {})", std::process::id()),
             ..ClientOptions::default()
         };
         let client = Client::connect(&address, &opts).map_err(|e| Error::BackendLost {
@@ -183,6 +233,8 @@ impl RemoteStore {
             callbacks: AtomicU64::new(0),
             callbacks_in_use: AtomicU64::new(0),
             rights_given_back: AtomicU64::new(0),
+            pages_read_direct: AtomicU64::new(0),
+            pages_written_direct: AtomicU64::new(0),
         });
         let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
             .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
@@ -190,9 +242,18 @@ impl RemoteStore {
         if !(page::PAGE_SIZE_MIN..=page::PAGE_SIZE_MAX).contains(&page_size) {
             return Err(conn.protocol("a page size the storage layer supports"));
         }
+        let file = if architecture == Architecture::FILE {
+            use std::os::unix::ffi::OsStrExt;
+            let body = conn.call_one(&PageRequest::VolumeFile)?;
+            let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&body));
+            Some(Arc::new(VolumeFile::open(path, page_size)?))
+        } else {
+            None
+        };
         let device = Arc::new(RemoteDevice {
             conn: conn.clone(),
             page_size,
+            file: file.clone(),
         });
         let store = RemoteStore {
             pool: BufferPool::new(device, buffer_pages.max(16), Policy::Lru),
@@ -210,6 +271,8 @@ impl RemoteStore {
             on_new_image: Mutex::new(None),
             installing: Mutex::new(()),
             rights_max: rights_max.max(16),
+            file,
+            broken: Mutex::new(None),
         };
         store.refresh_groups()?;
         let store = Arc::new(store);
@@ -305,6 +368,8 @@ impl RemoteStore {
             callbacks: c.callbacks.load(Ordering::Relaxed),
             callbacks_in_use: c.callbacks_in_use.load(Ordering::Relaxed),
             rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
+            pages_read_direct: c.pages_read_direct.load(Ordering::Relaxed),
+            pages_written_direct: c.pages_written_direct.load(Ordering::Relaxed),
         }
     }
 
@@ -326,6 +391,90 @@ impl RemoteStore {
             }
         }
         self.pool.install(id, image)
+    }
+
+    /// [`FETCH_CACHE`] for a page-server client (it answers callbacks); a
+    /// file-server client caches no page under a right.
+    fn cache_flag(&self) -> u8 {
+        if self.file.is_some() {
+            0
+        } else {
+            FETCH_CACHE
+        }
+    }
+
+    /// A file-server client took a lock on `id`: reads the page from the
+    /// volume file (which the server made current before granting it) and
+    /// caches it if its LSN differs from the cached copy's, telling the
+    /// typed layer (objects from the older image are stale).
+    fn refresh_from_file(&self, id: PageId) -> Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let mut image = vec![0u8; self.page_size];
+        file.read(id, &mut image)?;
+        if self.cached_lsn(id)? == page::lsn(&image).0 {
+            self.conn.pages_revalidated.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.conn.pages_read_direct.fetch_add(1, Ordering::Relaxed);
+        self.install_newest(id, &image)?;
+        self.new_image(id);
+        Ok(())
+    }
+
+    /// A file-server commit's second half: the server has the pages durable
+    /// in its log (`lsns`, for the pages of `changed`), so the client writes
+    /// them — stamped with their LSNs and sealed, pages freed excepted —
+    /// syncs the volume file and sends WRITTEN, which releases the
+    /// transaction's locks (one way: nothing waits for the answer). If
+    /// writing fails the commit still stands (the log has it): the client
+    /// stops, and the server repairs the pages when the connection closes.
+    fn write_pages(
+        &self,
+        txn: &mut Txn,
+        lsns: &[(u32, u64)],
+        changed: &std::collections::HashSet<PageId>,
+        freed: &std::collections::HashSet<PageId>,
+    ) -> Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        if lsns.is_empty() {
+            return Ok(());
+        }
+        let written = (|| {
+            for &(p, lsn) in lsns {
+                let id = PageId(p);
+                if !changed.contains(&id) {
+                    return Err(self.conn.protocol("LSNs only for the pages the commit changed"));
+                }
+                if freed.contains(&id) {
+                    continue;
+                }
+                let Some(after) = txn.private_page(id)? else {
+                    continue;
+                };
+                let mut after = after.to_vec();
+                page::set_lsn(&mut after, Lsn(lsn));
+                page::seal(&mut after);
+                file.write(id, &after)?;
+                self.conn.pages_written_direct.fetch_add(1, Ordering::Relaxed);
+            }
+            file.sync()
+        })();
+        if let Err(e) = written {
+            *lock(&self.broken) = Some(format!(
+                "{} is committed but its pages could not be written ({e}); the server repairs them when this client disconnects",
+                txn.id()
+            ));
+            return Err(e);
+        }
+        let (kind, body) = PageRequest::Written { txn: txn.id().0 }.encode();
+        self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+        self.conn.one_way.fetch_add(1, Ordering::Relaxed);
+        drop(self.conn.client.invoke(kind, body));
+        Ok(())
     }
 
     /// The LSN of the cached copy of `id`, 0 if none.
@@ -373,7 +522,7 @@ impl RemoteStore {
         let _in_flight = FetchInFlight::start(&self.state);
         let parts = self.conn.call(&PageRequest::Fetch {
             txn: txn.0,
-            mode: mode | FETCH_CACHE,
+            mode: mode | self.cache_flag(),
             group: if mode == FETCH_TRY_INSERT { group.0 } else { NO_GROUP },
             pages: named.to_vec(),
         })?;
@@ -412,7 +561,7 @@ impl RemoteStore {
             }
             let req = PageRequest::Fetch {
                 txn: txn.0,
-                mode: FETCH_S | FETCH_CACHE,
+                mode: FETCH_S | self.cache_flag(),
                 group: NO_GROUP,
                 pages: named.clone(),
             };
@@ -432,9 +581,7 @@ impl RemoteStore {
             let n: usize = parts.iter().map(|p| p.len()).sum();
             self.conn.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
             let statuses = self.take_parts(txn, FETCH_S, &named, &parts)?;
-            all_locked &= statuses
-                .iter()
-                .all(|s| matches!(s, FetchStatus::Image | FetchStatus::Unchanged));
+            all_locked &= statuses.iter().all(|s| s.is_locked());
         }
         Ok(all_locked)
     }
@@ -474,6 +621,12 @@ impl RemoteStore {
                         return Err(self.conn.protocol("\"unchanged\" only for the LSN the client named"));
                     }
                     self.conn.pages_revalidated.fetch_add(1, Ordering::Relaxed);
+                }
+                FetchStatus::Locked => {
+                    if self.file.is_none() || f.cover != 0 {
+                        return Err(self.conn.protocol("a page image for a page-server client"));
+                    }
+                    self.refresh_from_file(id)?;
                 }
                 FetchStatus::NotInUse | FetchStatus::NotGranted => {
                     if f.cover != 0 {
@@ -571,6 +724,12 @@ impl Backend for RemoteStore {
     }
 
     fn check_usable(&self) -> Result<()> {
+        if let Some(why) = &*lock(&self.broken) {
+            return Err(Error::BackendLost {
+                backend: self.conn.address.to_string(),
+                reason: why.clone(),
+            });
+        }
         match self.conn.client.closed() {
             None => Ok(()),
             Some(e) => Err(self.conn.error(e)),
@@ -659,6 +818,9 @@ impl Backend for RemoteStore {
             try_only: true,
         })?;
         let granted = body[..] == [1];
+        if let (true, Resource::Page(p)) = (granted, res) {
+            self.refresh_from_file(p)?;
+        }
         if granted {
             let mut st = lock(&self.state);
             let held = st.txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
@@ -722,7 +884,7 @@ impl Backend for RemoteStore {
             return Ok(false);
         }
         let status = self.fetch(owner.txn, page, FETCH_TRY_INSERT, group)?;
-        Ok(matches!(status, FetchStatus::Image | FetchStatus::Unchanged))
+        Ok(status.is_locked())
     }
 
     fn prefetch(&self, owner: LockOwner, pages: &[PageId]) -> Result<bool> {
@@ -806,9 +968,15 @@ impl Backend for RemoteStore {
                 .private_page(p)?
                 .ok_or_else(|| Error::Internal(format!("private page {p} vanished before commit")))?
                 .to_vec();
-            let mut rec = Ok(Vec::new());
-            self.read_committed(p, &mut |base| rec = Ok(redo::page_record(id, p, Some(base), &after)))?;
-            let rec = rec?;
+            let rec = if self.file.is_some() {
+                // The client writes the page itself: the log needs it whole
+                // (see `cairn_storage::txn::Unwritten`).
+                redo::page_record(id, p, None, &after)
+            } else {
+                let mut rec = Ok(Vec::new());
+                self.read_committed(p, &mut |base| rec = Ok(redo::page_record(id, p, Some(base), &after)))?;
+                rec?
+            };
             if !batch.is_empty() && batch_bytes + 4 + rec.len() > limit {
                 let records = std::mem::take(&mut batch);
                 batch_bytes = 0;
@@ -853,6 +1021,9 @@ impl Backend for RemoteStore {
         let lsns = decode_lsns(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
         let changed: std::collections::HashSet<PageId> = pages.iter().copied().collect();
         let freed: std::collections::HashSet<PageId> = freed.into_iter().collect();
+        if self.file.is_some() {
+            self.write_pages(txn, &lsns, &changed, &freed)?;
+        }
         for (p, lsn) in lsns {
             let id = PageId(p);
             if !changed.contains(&id) {

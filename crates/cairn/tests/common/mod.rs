@@ -1,5 +1,5 @@
-//! Runs a test against every backend: embedded, and a page-server client of
-//! a real server in a child process.
+//! Runs a test against every backend: embedded, and a page-server or
+//! file-server client of a real server in a child process.
 //!
 //! The server is this very test binary, executed again with
 //! `CAIRN_TEST_SERVE_DIR` set and told to run only
@@ -25,10 +25,13 @@ pub enum Backend {
     Embedded,
     /// Behind a `cairn serve`-like child process, over loopback TCP.
     Page,
+    /// A file-server client of such a child process: pages read and
+    /// written in its volume file, locks and log at the server.
+    File,
 }
 
 /// Every backend, for tests that loop over them.
-pub const BACKENDS: [Backend; 2] = [Backend::Embedded, Backend::Page];
+pub const BACKENDS: [Backend; 3] = [Backend::Embedded, Backend::Page, Backend::File];
 
 /// A database site: a directory and, for the page backend, the server
 /// serving it.
@@ -64,12 +67,17 @@ impl Site {
     pub fn try_open(&mut self, opts: Options) -> cairn::Result<Database> {
         match self.backend {
             Backend::Embedded => Database::open_with(&self.path, opts),
-            Backend::Page => {
+            Backend::Page | Backend::File => {
                 if self.server.is_none() {
                     self.server = Some(ServerChild::start(&self.path));
                 }
                 let url = format!("cairn://{}", self.server.as_ref().expect("started").addr);
-                Database::connect(&url, opts)
+                let arch = if self.backend == Backend::File {
+                    cairn::Arch::File
+                } else {
+                    cairn::Arch::Page
+                };
+                Database::connect(&url, Options { arch, ..opts })
             }
         }
     }
@@ -238,7 +246,7 @@ impl Site {
     }
 }
 
-/// Declares `#[test]`s `embedded::NAME` and `page::NAME` for each
+/// Declares `#[test]`s `embedded::NAME`, `page::NAME` and `file::NAME` for each
 /// `fn NAME(Backend)` named.
 #[macro_export]
 macro_rules! on_every_backend {
@@ -256,6 +264,14 @@ macro_rules! on_every_backend {
                 #[test]
                 fn $name() {
                     super::$name(super::common::Backend::Page)
+                }
+            )*
+        }
+        mod file {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::common::Backend::File)
                 }
             )*
         }
