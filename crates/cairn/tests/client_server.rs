@@ -1,7 +1,8 @@
 //! Several page-server clients of one real server process: a writer's
 //! commit is seen by a reader that cached the page, a reader inside a
 //! transaction makes the writer wait, transfers between accounts from many
-//! clients stay serializable, and a killed client leaves no locks behind.
+//! clients (page- and file-server clients side by side) stay serializable,
+//! and a killed client or server (of either kind) loses nothing.
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use cairn::{Database, Error, Options, Persistent, Ref};
+use cairn::{Arch, Database, Error, Options, Persistent, Ref};
 use common::ServerChild;
 
 #[derive(Persistent, Debug, Clone, PartialEq)]
@@ -24,6 +25,22 @@ fn opts() -> Options {
     let mut o = Options::default();
     o.storage.background = false;
     o
+}
+
+/// The architecture a child process is told to use (`CAIRN_TEST_ARCH`:
+/// `file`, else page).
+fn child_arch() -> Arch {
+    match std::env::var("CAIRN_TEST_ARCH").as_deref() {
+        Ok("file") => Arch::File,
+        _ => Arch::Page,
+    }
+}
+
+fn arch_name(arch: Arch) -> &'static str {
+    match arch {
+        Arch::File => "file",
+        Arch::Page => "page",
+    }
 }
 
 fn connect(server: &ServerChild) -> Database {
@@ -437,7 +454,14 @@ fn transfer_client_child_process() {
     };
     let c: u64 = std::env::var("CAIRN_TEST_TRANSFER_SEED").unwrap().parse().unwrap();
     let transfers: usize = std::env::var("CAIRN_CLIENT_TRANSFERS").unwrap().parse().unwrap();
-    let db = Database::connect(&url, opts()).expect("connect");
+    let db = Database::connect(
+        &url,
+        Options {
+            arch: child_arch(),
+            ..opts()
+        },
+    )
+    .expect("connect");
     let refs: Vec<Ref<Account>> = {
         let mut tx = db.begin().unwrap();
         let refs = (0..TRANSFER_ACCOUNTS)
@@ -473,10 +497,11 @@ fn transfer_client_child_process() {
     println!("CAIRN-TEST-RETRIES {retries}");
 }
 
-/// Transfers between accounts from four client *processes* while this
-/// process audits the total in read-only transactions (reading under
-/// callback rights the writers keep calling back): every audit and the end
-/// state see the same total, so the clients' transactions were serializable.
+/// Transfers between accounts from four client *processes* (two page-server
+/// clients, two file-server clients) while this process audits the total in
+/// read-only transactions (reading under callback rights the writers keep
+/// calling back): every audit and the end state see the same total, so the
+/// clients' transactions were serializable across the architectures.
 #[test]
 fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
     const CLIENTS: u64 = 4;
@@ -500,6 +525,7 @@ fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
                 ])
                 .env("CAIRN_TEST_TRANSFER_CLIENT", format!("cairn://{}", server.addr))
                 .env("CAIRN_TEST_TRANSFER_SEED", c.to_string())
+                .env("CAIRN_TEST_ARCH", if c % 2 == 1 { "file" } else { "page" })
                 .env("CAIRN_CLIENT_TRANSFERS", transfers.to_string())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -567,7 +593,14 @@ fn locking_client_child_process() {
     let Ok(url) = std::env::var("CAIRN_TEST_LOCKING_CLIENT") else {
         return;
     };
-    let db = Database::connect(&url, opts()).expect("connect");
+    let db = Database::connect(
+        &url,
+        Options {
+            arch: child_arch(),
+            ..opts()
+        },
+    )
+    .expect("connect");
     let mut tx = db.begin().unwrap();
     let a: Ref<Account> = tx.root("accounts-0").unwrap();
     tx.update(&a, |x| x.balance = -1).unwrap();
@@ -577,6 +610,12 @@ fn locking_client_child_process() {
 
 #[test]
 fn a_killed_client_leaves_no_locks_and_nothing_partial() {
+    for arch in [Arch::Page, Arch::File] {
+        a_killed_client_of(arch);
+    }
+}
+
+fn a_killed_client_of(arch: Arch) {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerChild::start(&dir.path().join("db"));
     let db = connect(&server);
@@ -589,6 +628,7 @@ fn a_killed_client_leaves_no_locks_and_nothing_partial() {
             "--test-threads=1",
         ])
         .env("CAIRN_TEST_LOCKING_CLIENT", format!("cairn://{}", server.addr))
+        .env("CAIRN_TEST_ARCH", arch_name(arch))
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -638,10 +678,16 @@ fn connecting_to_nothing_or_a_bad_url_is_a_clear_error() {
 
 #[test]
 fn a_server_killed_under_a_transaction_is_a_net_error_and_loses_no_acknowledged_commit() {
+    for arch in [Arch::Page, Arch::File] {
+        a_server_killed_under(arch);
+    }
+}
+
+fn a_server_killed_under(arch: Arch) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let server = ServerChild::start(&path);
-    let db = connect(&server);
+    let db = Database::connect(&format!("cairn://{}", server.addr), Options { arch, ..opts() }).expect("connect");
     let a = accounts(&db, 1, 100).remove(0);
     let mut tx = db.begin().unwrap();
     tx.update(&a, |x| x.balance = 5).unwrap();

@@ -333,6 +333,16 @@ impl Database {
         }
     }
 
+    /// The client backend underneath, if the database is remote (crash
+    /// tests inject faults there).
+    #[doc(hidden)]
+    pub fn remote_store(&self) -> Option<&Arc<RemoteStore>> {
+        match &self.inner.db {
+            Store::Embedded(_) => None,
+            Store::Remote(r) => Some(r),
+        }
+    }
+
     /// The page-server client's counters (round trips, bytes, pages
     /// shipped), if the database is remote.
     pub fn remote_stats(&self) -> Option<RemoteStats> {

@@ -136,6 +136,9 @@ pub struct RemoteStore {
     /// written: the client stops (the server repairs them when the
     /// connection closes).
     broken: Mutex<Option<String>>,
+    /// A fault injected by crash tests: called after a file-server commit
+    /// is durable in the server's log, before its pages are written.
+    before_page_writes: std::sync::OnceLock<fn()>,
 }
 
 /// A function told of a page whose committed image may be new to the client.
@@ -273,6 +276,7 @@ impl RemoteStore {
             rights_max: rights_max.max(16),
             file,
             broken: Mutex::new(None),
+            before_page_writes: std::sync::OnceLock::new(),
         };
         store.refresh_groups()?;
         let store = Arc::new(store);
@@ -283,6 +287,14 @@ impl RemoteStore {
             .spawn(move || callback_daemon(client, weak))
             .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))?;
         Ok(store)
+    }
+
+    /// Crash tests only: `fault` runs after each file-server commit is
+    /// durable in the server's log and before the client writes its pages
+    /// (a test makes the process die there). Set once.
+    #[doc(hidden)]
+    pub fn inject_before_page_writes(&self, fault: fn()) {
+        let _ = self.before_page_writes.set(fault);
     }
 
     /// The page size of the served database.
@@ -442,6 +454,9 @@ impl RemoteStore {
         };
         if lsns.is_empty() {
             return Ok(());
+        }
+        if let Some(fault) = self.before_page_writes.get() {
+            fault();
         }
         let written = (|| {
             for &(p, lsn) in lsns {

@@ -1,0 +1,157 @@
+//! File-server clients (`Arch::File`) of one real server process: they read
+//! and write the volume file themselves, see page-server clients' commits
+//! and are seen by them, and a client killed after its commit was logged but
+//! before it wrote its pages loses nothing — the server repairs the pages
+//! when the connection drops, or recovers them from its log if it dies too.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use cairn::{Arch, Database, Options, Persistent, Ref};
+use common::ServerChild;
+
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Account {
+    id: u32,
+    balance: i64,
+}
+
+fn opts(arch: Arch) -> Options {
+    let mut o = Options {
+        arch,
+        ..Options::default()
+    };
+    o.storage.background = false;
+    o
+}
+
+fn connect(server: &ServerChild, arch: Arch) -> Database {
+    Database::connect(&format!("cairn://{}", server.addr), opts(arch)).expect("connect")
+}
+
+fn balance(db: &Database) -> i64 {
+    let mut tx = db.begin().unwrap();
+    let a: Ref<Account> = tx.root("a").unwrap();
+    let b = tx.get(&a).unwrap().balance;
+    tx.commit().unwrap();
+    b
+}
+
+fn set_balance(db: &Database, to: i64) {
+    let mut tx = db.begin().unwrap();
+    let a: Ref<Account> = tx.root("a").unwrap();
+    tx.update(&a, |x| x.balance = to).unwrap();
+    tx.commit().unwrap();
+}
+
+fn seed(db: &Database) {
+    let mut tx = db.begin().unwrap();
+    let a = tx.create(Account { id: 1, balance: 100 }).unwrap();
+    tx.set_root("a", &a).unwrap();
+    tx.commit().unwrap();
+}
+
+#[test]
+fn file_and_page_clients_see_each_others_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let file = connect(&server, Arch::File);
+    let page = connect(&server, Arch::Page);
+    seed(&file);
+    assert_eq!(balance(&page), 100);
+    set_balance(&page, 50);
+    // The file client cached the page and its object: the next lock reads
+    // the page again, its LSN changed, and the object is decoded anew.
+    assert_eq!(balance(&file), 50);
+    set_balance(&file, 70);
+    // The page client held a right to cache the page: the file client's X
+    // called it back.
+    assert_eq!(balance(&page), 70);
+    let f = file.remote_stats().unwrap();
+    assert!(f.pages_written_direct > 0, "the file client writes pages itself: {f:?}");
+    assert!(f.pages_read_direct > 0, "the file client reads pages itself: {f:?}");
+    assert!(
+        f.pages_revalidated > 0,
+        "unchanged pages are revalidated, not decoded again: {f:?}"
+    );
+    drop((file, page));
+    server.stop();
+    let db = Database::open_with(dir.path().join("db"), opts(Arch::Page)).unwrap();
+    assert_eq!(balance(&db), 70);
+    db.close().unwrap();
+}
+
+/// The child side of the tests below: a file-server client that sets the
+/// balance to 12345 and is killed (SIGKILL, by itself) once the server has
+/// logged its commit and before it writes the page.
+#[test]
+fn dying_file_client_child_process() {
+    let Ok(url) = std::env::var("CAIRN_TEST_DYING_FILE_CLIENT") else {
+        return;
+    };
+    let db = Database::connect(&url, opts(Arch::File)).expect("connect");
+    db.remote_store().expect("remote").inject_before_page_writes(|| {
+        let _ = Command::new("kill")
+            .args(["-9", &std::process::id().to_string()])
+            .status();
+        std::thread::sleep(Duration::from_secs(600));
+    });
+    set_balance(&db, 12_345);
+    panic!("the client outlived its own SIGKILL");
+}
+
+/// Starts a server with one account, runs the dying client against it and
+/// waits for it to die.
+fn run_dying_client() -> (tempfile::TempDir, ServerChild) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    seed(&connect(&server, Arch::File));
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "dying_file_client_child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CAIRN_TEST_DYING_FILE_CLIENT", format!("cairn://{}", server.addr))
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the dying client was killed");
+    (dir, server)
+}
+
+#[test]
+fn a_file_client_killed_between_logging_and_writing_is_repaired_by_the_server() {
+    let (dir, server) = run_dying_client();
+    // Its commit is durable; the server repaired the page it never wrote
+    // (and holds no lock for it any more): both kinds of client see it.
+    assert_eq!(balance(&connect(&server, Arch::File)), 12_345);
+    assert_eq!(balance(&connect(&server, Arch::Page)), 12_345);
+    set_balance(&connect(&server, Arch::File), 1);
+    server.stop();
+    let db = Database::open_with(dir.path().join("db"), opts(Arch::Page)).unwrap();
+    assert_eq!(balance(&db), 1);
+    db.close().unwrap();
+    let report = cairn::storage::check::check_database(
+        &dir.path().join("db"),
+        &cairn::storage::volume::VolumeOptions::default(),
+    );
+    assert!(report.is_ok(), "{:?}", report.problems);
+}
+
+#[test]
+fn a_file_client_and_then_the_server_killed_before_the_page_is_written_lose_nothing() {
+    let (dir, server) = run_dying_client();
+    // The repair is in the server's buffer pool only: kill the server too.
+    server.kill();
+    let db = Database::open_with(dir.path().join("db"), opts(Arch::Page)).unwrap();
+    assert_eq!(balance(&db), 12_345, "recovery redoes the logged commit");
+    db.close().unwrap();
+    let report = cairn::storage::check::check_database(
+        &dir.path().join("db"),
+        &cairn::storage::volume::VolumeOptions::default(),
+    );
+    assert!(report.is_ok(), "{:?}", report.problems);
+}
