@@ -46,8 +46,9 @@
 //! page back before answering; a COMMIT logs the client's full images
 //! without installing them ([`Db::commit_unwritten`]) and keeps the locks
 //! until the client's WRITTEN; a session that closes before WRITTEN has
-//! those pages repaired from the after-images. A file-server transaction
-//! is answered on a blocking thread always.
+//! those pages repaired from the after-images. A file-server FETCH is
+//! answered on the network thread when its locks are granted at once and no
+//! page needs writing back.
 //!
 //! Not yet here: object-level services, allocation of groups by clients.
 
@@ -362,9 +363,7 @@ fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -
     else {
         return None;
     };
-    if state.file {
-        return None;
-    }
+
     if !matches!(mode & !FETCH_CACHE, FETCH_S | FETCH_X) {
         return None;
     }
@@ -702,6 +701,14 @@ fn fetch_one(
             },
             _ => return Ok(None),
         };
+        if state.file {
+            let m = if mode == FETCH_X { LockMode::X } else { LockMode::S };
+            if !t.try_lock_resource(Resource::Page(id), m)? || core.db.needs_write_back(id) {
+                return Ok(None);
+            }
+            part.status = FetchStatus::Locked;
+            return Ok(Some(part.encode()));
+        }
         return match t.try_fetch_page(id, mode == FETCH_X)? {
             Some(mut image) => Ok(Some(finish_fetch(
                 core, client, id, cache, client_lsn, part, &mut image,

@@ -233,6 +233,13 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
             super::systems::cairn_typed::PAGE_FRAMES
         );
     }
+    if results.iter().any(|r| r.system == "cairn-file") {
+        let _ = writeln!(
+            o,
+            "cairn-file: the same code, a file-server client of the same kind of server: pages read and written \
+             in the served volume file by the client, locks, allocation and log at the server"
+        );
+    }
     if let Some(first) = results.first() {
         let same = results.iter().all(|r| r.check == first.check);
         let _ = writeln!(

@@ -410,6 +410,17 @@ impl BufferPool {
         })
     }
 
+    /// Whether page `id` is cached with a change not yet written to the
+    /// device, or being written (never waits).
+    pub fn is_dirty(&self, id: PageId) -> bool {
+        self.lock_live().is_ok_and(|st| {
+            st.page_table.get(&id).is_some_and(|f| {
+                let m = &st.metas[f.0];
+                m.dirty || m.state == FrameState::WritingBack
+            })
+        })
+    }
+
     /// Caches `image` as page `id`, **clean**: the caller vouches that the
     /// device holds exactly this image (a page client caching the server's
     /// committed page), so it is never written back. Replaces a cached copy.

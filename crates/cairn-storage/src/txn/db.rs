@@ -483,6 +483,11 @@ impl Db {
         self.shared.pool.flush_page(id)
     }
 
+    /// True if [`Db::write_back`] would write page `id` now (never waits).
+    pub fn needs_write_back(&self, id: PageId) -> bool {
+        self.shared.pool.is_dirty(id)
+    }
+
     /// Drops every clean page from the buffer pool (after writing dirty ones):
     /// a cold cache for benchmarks and tests.
     pub fn evict_cache(&self) -> Result<()> {

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cairn::Database;
+use cairn::{Arch, Database, Options};
 
 use super::cairn_typed::{options, Cairn, Deployment};
 use crate::oo1::system::{dir_size_bytes, evict_os_cache, Error, Result};
@@ -41,23 +41,39 @@ use crate::oo1::system::{dir_size_bytes, evict_os_cache, Error, Result};
 /// Cairn's page server, one client.
 pub type CairnPage = Cairn<PageServer>;
 
-/// A database served by `cairn serve` in its own process.
+/// Cairn's file server, one client.
+pub type CairnFile = Cairn<FileServer>;
+
+/// A database served by `cairn serve` in its own process, one page-server
+/// client.
 pub struct PageServer {
     dir: PathBuf,
     exe: PathBuf,
     server: Option<ServerProcess>,
+    arch: Arch,
 }
 
 impl PageServer {
     /// The database in `dir`, served by the `cairn` binary `exe`.
     pub fn new(dir: PathBuf, exe: PathBuf) -> PageServer {
-        PageServer { dir, exe, server: None }
+        PageServer {
+            dir,
+            exe,
+            server: None,
+            arch: Arch::Page,
+        }
     }
 
     /// Starts a server on the directory and connects a new client to it.
     fn serve_and_connect(&mut self) -> Result<Database> {
         let server = self.server.insert(ServerProcess::start(&self.exe, &self.dir)?);
-        Ok(Database::connect(&server.url, options())?)
+        Ok(Database::connect(
+            &server.url,
+            Options {
+                arch: self.arch,
+                ..options()
+            },
+        )?)
     }
 
     fn stop_server(&mut self) -> Result<()> {
@@ -95,6 +111,44 @@ impl Deployment for PageServer {
 
     fn size_on_disk_bytes(&self) -> Option<u64> {
         Some(dir_size_bytes(&self.dir))
+    }
+}
+
+/// `cairn-file`: the same server process, one file-server client (it reads
+/// and writes the volume file itself; the server locks, allocates and logs).
+pub struct FileServer(PageServer);
+
+impl FileServer {
+    /// The database in `dir`, served by the `cairn` binary `exe`.
+    pub fn new(dir: PathBuf, exe: PathBuf) -> FileServer {
+        FileServer(PageServer {
+            arch: Arch::File,
+            ..PageServer::new(dir, exe)
+        })
+    }
+}
+
+impl Deployment for FileServer {
+    const NAME: &'static str = "cairn-file";
+    /// As for the page server (a file-server COMMIT carries full page
+    /// images, larger than the page server's byte runs, in STAGE messages
+    /// past one message's limit).
+    const BUILD_TXN_PARTS: usize = PageServer::BUILD_TXN_PARTS;
+
+    fn create(&mut self) -> Result<Database> {
+        self.0.create()
+    }
+
+    fn close(&mut self, db: Database) -> Result<()> {
+        self.0.close(db)
+    }
+
+    fn open_cold(&mut self) -> Result<Database> {
+        self.0.open_cold()
+    }
+
+    fn size_on_disk_bytes(&self) -> Option<u64> {
+        self.0.size_on_disk_bytes()
     }
 }
 

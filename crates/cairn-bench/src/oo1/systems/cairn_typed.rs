@@ -405,7 +405,9 @@ impl<D: Deployment> System for Cairn<D> {
                     .set("pages_shipped", r.pages_shipped)
                     .set("pages_revalidated", r.pages_revalidated)
                     .set("cache_hits", r.cache_hits)
-                    .set("callbacks", r.callbacks);
+                    .set("callbacks", r.callbacks)
+                    .set("pages_read_direct", r.pages_read_direct)
+                    .set("pages_written_direct", r.pages_written_direct);
             }
         }
         c

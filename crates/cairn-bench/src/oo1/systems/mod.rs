@@ -1,7 +1,7 @@
 //! The systems under test, one [`System`]
-//! implementation each. The two Cairn systems are one implementation,
-//! [`cairn_typed::Cairn`], over two deployments (in this process; behind
-//! `cairn serve`).
+//! implementation each. The Cairn systems are one implementation,
+//! [`cairn_typed::Cairn`], over three deployments (in this process; a
+//! page-server or a file-server client of `cairn serve`).
 
 pub mod cairn_embedded;
 pub mod cairn_page;
@@ -15,7 +15,14 @@ use std::path::Path;
 use super::system::{Error, Result, System};
 
 /// Every system's name, in report order.
-pub const ALL: [&str; 5] = ["cairn-embedded", "cairn-page", "in-memory", "sqlite", "lmdb"];
+pub const ALL: [&str; 6] = [
+    "cairn-embedded",
+    "cairn-page",
+    "cairn-file",
+    "in-memory",
+    "sqlite",
+    "lmdb",
+];
 
 /// The system called `name`, keeping its files under `scratch`. `cairn_exe`
 /// is the `cairn` binary a server system starts as `cairn serve`.
@@ -24,18 +31,19 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
         "cairn-embedded" => Ok(Box::new(cairn_typed::Cairn::new(cairn_embedded::Embedded::new(
             scratch.join("cairn"),
         )))),
-        "cairn-page" => {
+        "cairn-page" | "cairn-file" => {
             let exe = cairn_exe.ok_or_else(|| {
-                Error::InvalidArgument(
-                    "cairn-page starts `cairn serve` in a separate process: name the `cairn` binary \
+                Error::InvalidArgument(format!(
+                    "{name} starts `cairn serve` in a separate process: name the `cairn` binary \
                      (Oo1Config::cairn_exe; `cairn bench oo1` names itself)"
-                        .into(),
-                )
+                ))
             })?;
-            Ok(Box::new(cairn_typed::Cairn::new(cairn_page::PageServer::new(
-                scratch.join("cairn-page"),
-                exe.to_path_buf(),
-            ))))
+            let (dir, exe) = (scratch.join(name), exe.to_path_buf());
+            Ok(if name == "cairn-page" {
+                Box::new(cairn_typed::Cairn::new(cairn_page::PageServer::new(dir, exe)))
+            } else {
+                Box::new(cairn_typed::Cairn::new(cairn_page::FileServer::new(dir, exe)))
+            })
         }
         "in-memory" => Ok(Box::new(memory::InMemory::new())),
         "sqlite" => Ok(Box::new(sqlite::Sqlite::new(scratch.join("sqlite")))),
