@@ -162,7 +162,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         ..Oo1Config::default()
     })
     .unwrap();
-    assert_eq!(report.results.len(), 5);
+    assert_eq!(report.results.len(), 6);
     for r in &report.results {
         assert_eq!(r.check, report.check, "{}", r.system);
         assert_eq!(r.runs.len(), 4);
@@ -173,8 +173,8 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             }
         }
     }
-    // 5 systems × (4 measures × cold and warm + 3 read measures hot).
-    assert_eq!(report.rows.len(), 55);
+    // 6 systems × (4 measures × cold and warm + 3 read measures hot).
+    assert_eq!(report.rows.len(), 66);
     for r in &report.results {
         assert_eq!(r.hot.len(), 3, "{}: every read measure has a hot run", r.system);
         assert!(r
@@ -220,6 +220,24 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             m.name()
         );
     }
+    let file = report.results.iter().find(|r| r.system == "cairn-file").unwrap();
+    for (m, samples) in &file.runs {
+        // The file-server client reads pages from the volume file: the
+        // server ships none but the pages it allocates for inserts.
+        for s in samples {
+            if *m != Measure::Insert {
+                assert_eq!(s.counters.0["pages_shipped"], 0, "{}: {:?}", m.name(), s.counters);
+            }
+        }
+        assert!(
+            samples[0].counters.0["pages_read_direct"] > 0,
+            "{}: a cold run reads pages from the volume file",
+            m.name()
+        );
+        if *m == Measure::Insert {
+            assert!(samples.iter().all(|s| s.counters.0["pages_written_direct"] > 0));
+        }
+    }
     let table = report.table();
     assert!(
         table.contains("round trips"),
@@ -238,7 +256,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
     }
     let json = report.json();
     assert_eq!(json["benchmark"], "oo1");
-    assert_eq!(json["results"].as_array().unwrap().len(), 55);
+    assert_eq!(json["results"].as_array().unwrap().len(), 66);
     assert!(table.contains(" hot "), "hot rows in the table");
     assert_eq!(json["systems"][0]["system"], "cairn-embedded");
     assert!(json.get("concurrency").is_none(), "no --clients, no concurrency key");
