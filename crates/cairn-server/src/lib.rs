@@ -606,7 +606,7 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
         }
         PageRequest::VolumeFile => {
             use std::os::unix::ffi::OsStrExt;
-            let path = db.dir().join(cairn_storage::volume::manifest::VOLUME_FILE);
+            let path = db.volume_file();
             Ok(Answer::Body(path.as_os_str().as_bytes().to_vec()))
         }
         PageRequest::Written { txn } => {

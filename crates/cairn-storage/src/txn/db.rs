@@ -483,6 +483,12 @@ impl Db {
         self.shared.pool.flush_page(id)
     }
 
+    /// The path of the volume file (a file-server client reads and writes
+    /// its pages there).
+    pub fn volume_file(&self) -> PathBuf {
+        self.shared.dir.join(crate::volume::manifest::VOLUME_FILE)
+    }
+
     /// True if [`Db::write_back`] would write page `id` now (never waits).
     pub fn needs_write_back(&self, id: PageId) -> bool {
         self.shared.pool.is_dirty(id)
