@@ -16,6 +16,7 @@
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod object_service;
 pub mod page_service;
 pub mod rpc;
 pub mod transport;

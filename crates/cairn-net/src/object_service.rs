@@ -1,0 +1,516 @@
+//! The object service: what an object-server client asks of `cairn serve`
+//! (DeWitt et al. §2.2; DESIGN.md §7). The unit of transfer is an object;
+//! the server runs the storage engine's object operations for the client,
+//! in a transaction of its own per client transaction that locks single
+//! objects (S/X on the object, IS/IX on its page), so clients change
+//! different objects of one page at the same time.
+//!
+//! | kind | request body | final reply body |
+//! |---|---|---|
+//! | `0x0201` OBJ_FETCH | `txn u64, mode u8 (0 S, 1 X), count u16, oid[10] × count` | empty; one part per object ([`FetchedObject`]), streamed as read |
+//! | `0x0202` OBJ_CREATE | `txn u64, group u32, near oid[10] (all zero: none), len u32, bytes` | `oid[10]` |
+//! | `0x0203` OBJ_COMMIT | `txn u64, count u32, ([`Change`]) × count` | empty, once durable |
+//! | `0x0204` OBJ_ABORT | `txn u64` | empty |
+//! | `0x0205` OBJ_SCAN | `txn u64, group u32` | `count u32, oid[10] × count` |
+//! | `0x0206` OBJ_READ_RANGE | `txn u64, oid[10], offset u64, len u32` | the bytes (fewer at the end of the object) |
+//!
+//! Transactions are named by the client, as in the page service (any id but
+//! 0; begun by the first request that names one). A FETCH locks each object
+//! (S, or X for an object the client is about to change) and streams the
+//! objects back as parts as the server reads them, so a client following a
+//! list of references names them all in one request and takes the first
+//! object in hand while the rest are still on their way. A large object is
+//! read only in the ranges asked for (OBJ_READ_RANGE). A COMMIT carries the
+//! after-image of each object the transaction changed (or its deletion):
+//! the server applies them under X locks (taken then if not held), logs and
+//! makes them durable — object-level redo, so another client's commit to
+//! another object of the same page is not in the way — and answers.
+//! Groups are named with the page service's GROUP and GROUPS requests,
+//! which object sessions may use too.
+
+use crate::frame::Kind;
+use crate::message::{MessageError, Reader};
+
+/// Objects one OBJ_FETCH may name.
+pub const FETCH_OBJECTS_MAX: usize = 1024;
+/// Changes one OBJ_COMMIT may carry.
+pub const COMMIT_CHANGES_MAX: u32 = 1 << 20;
+/// Bytes one OBJ_READ_RANGE may ask for.
+pub const READ_RANGE_MAX: u32 = 4 << 20;
+/// Bytes of an encoded OID.
+pub const OID_BYTES: usize = 10;
+/// The OID naming no object (a create without a neighbour).
+pub const NO_OID: [u8; OID_BYTES] = [0; OID_BYTES];
+
+/// [`ObjectRequest::Fetch`] mode: shared.
+pub const OBJ_S: u8 = 0;
+/// [`ObjectRequest::Fetch`] mode: exclusive (the client will change it).
+pub const OBJ_X: u8 = 1;
+
+impl Kind {
+    /// OBJ_FETCH.
+    pub const OBJ_FETCH: Kind = Kind(0x0201);
+    /// OBJ_CREATE.
+    pub const OBJ_CREATE: Kind = Kind(0x0202);
+    /// OBJ_COMMIT.
+    pub const OBJ_COMMIT: Kind = Kind(0x0203);
+    /// OBJ_ABORT.
+    pub const OBJ_ABORT: Kind = Kind(0x0204);
+    /// OBJ_SCAN.
+    pub const OBJ_SCAN: Kind = Kind(0x0205);
+    /// OBJ_READ_RANGE.
+    pub const OBJ_READ_RANGE: Kind = Kind(0x0206);
+}
+
+/// One change an OBJ_COMMIT carries: `oid[10], op u8 (0 update, 1
+/// delete)`, then for an update `len u32, bytes` (the whole new object).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The object's new bytes.
+    Update {
+        /// The object.
+        oid: [u8; OID_BYTES],
+        /// Its whole new value.
+        bytes: Vec<u8>,
+    },
+    /// The object is deleted.
+    Delete {
+        /// The object.
+        oid: [u8; OID_BYTES],
+    },
+}
+
+/// An object-service request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ObjectRequest {
+    /// OBJ_FETCH.
+    Fetch {
+        /// The transaction.
+        txn: u64,
+        /// [`OBJ_S`] or [`OBJ_X`].
+        mode: u8,
+        /// The objects, at most [`FETCH_OBJECTS_MAX`].
+        oids: Vec<[u8; OID_BYTES]>,
+    },
+    /// OBJ_CREATE.
+    Create {
+        /// The transaction.
+        txn: u64,
+        /// The group.
+        group: u32,
+        /// An object to place it near, or [`NO_OID`].
+        near: [u8; OID_BYTES],
+        /// The new object's bytes.
+        bytes: Vec<u8>,
+    },
+    /// OBJ_COMMIT.
+    Commit {
+        /// The transaction.
+        txn: u64,
+        /// Its changes, in order.
+        changes: Vec<Change>,
+    },
+    /// OBJ_ABORT.
+    Abort {
+        /// The transaction.
+        txn: u64,
+    },
+    /// OBJ_SCAN: the OIDs of a group's objects.
+    Scan {
+        /// The transaction.
+        txn: u64,
+        /// The group.
+        group: u32,
+    },
+    /// OBJ_READ_RANGE: bytes of one object.
+    ReadRange {
+        /// The transaction.
+        txn: u64,
+        /// The object.
+        oid: [u8; OID_BYTES],
+        /// The first byte.
+        offset: u64,
+        /// How many, at most [`READ_RANGE_MAX`].
+        len: u32,
+    },
+}
+
+fn malformed(what: &'static str, problem: &'static str) -> MessageError {
+    MessageError::Malformed { what, problem }
+}
+
+fn oid(r: &mut Reader<'_>) -> Result<[u8; OID_BYTES], MessageError> {
+    let mut o = [0u8; OID_BYTES];
+    o.copy_from_slice(r.take(OID_BYTES)?);
+    Ok(o)
+}
+
+impl ObjectRequest {
+    /// The request's kind and body.
+    pub fn encode(&self) -> (Kind, Vec<u8>) {
+        let mut out = Vec::new();
+        let kind = match self {
+            ObjectRequest::Fetch { txn, mode, oids } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.push(*mode);
+                let n = oids.len().min(FETCH_OBJECTS_MAX);
+                out.extend_from_slice(&(n as u16).to_le_bytes());
+                for o in &oids[..n] {
+                    out.extend_from_slice(o);
+                }
+                Kind::OBJ_FETCH
+            }
+            ObjectRequest::Create {
+                txn,
+                group,
+                near,
+                bytes,
+            } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&group.to_le_bytes());
+                out.extend_from_slice(near);
+                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(bytes);
+                Kind::OBJ_CREATE
+            }
+            ObjectRequest::Commit { txn, changes } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&(changes.len() as u32).to_le_bytes());
+                for c in changes {
+                    match c {
+                        Change::Update { oid, bytes } => {
+                            out.extend_from_slice(oid);
+                            out.push(0);
+                            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                            out.extend_from_slice(bytes);
+                        }
+                        Change::Delete { oid } => {
+                            out.extend_from_slice(oid);
+                            out.push(1);
+                        }
+                    }
+                }
+                Kind::OBJ_COMMIT
+            }
+            ObjectRequest::Abort { txn } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                Kind::OBJ_ABORT
+            }
+            ObjectRequest::Scan { txn, group } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&group.to_le_bytes());
+                Kind::OBJ_SCAN
+            }
+            ObjectRequest::ReadRange { txn, oid, offset, len } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(oid);
+                out.extend_from_slice(&offset.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+                Kind::OBJ_READ_RANGE
+            }
+        };
+        (kind, out)
+    }
+
+    /// Decodes a request; an unknown kind is `Ok(None)` (another service's).
+    pub fn decode(kind: Kind, body: &[u8]) -> Result<Option<ObjectRequest>, MessageError> {
+        let what = "object service request";
+        let mut r = Reader::new(body, what);
+        let req = match kind {
+            Kind::OBJ_FETCH => {
+                let txn = r.u64()?;
+                let mode = r.u8()?;
+                if mode > OBJ_X {
+                    return Err(malformed(what, "an OBJ_FETCH mode is 0 (S) or 1 (X)"));
+                }
+                let n = r.u16()? as usize;
+                if n == 0 || n > FETCH_OBJECTS_MAX {
+                    return Err(malformed(what, "an OBJ_FETCH names 1 to 1,024 objects"));
+                }
+                r.check_count(n, OID_BYTES)?;
+                let oids = (0..n).map(|_| oid(&mut r)).collect::<Result<_, _>>()?;
+                ObjectRequest::Fetch { txn, mode, oids }
+            }
+            Kind::OBJ_CREATE => {
+                let txn = r.u64()?;
+                let group = r.u32()?;
+                let near = oid(&mut r)?;
+                let len = r.u32()? as usize;
+                let bytes = r.take(len)?.to_vec();
+                ObjectRequest::Create {
+                    txn,
+                    group,
+                    near,
+                    bytes,
+                }
+            }
+            Kind::OBJ_COMMIT => {
+                let txn = r.u64()?;
+                let n = r.u32()?;
+                if n > COMMIT_CHANGES_MAX {
+                    return Err(malformed(what, "an OBJ_COMMIT carries too many changes"));
+                }
+                r.check_count(n as usize, OID_BYTES + 1)?;
+                let mut changes = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let o = oid(&mut r)?;
+                    changes.push(match r.u8()? {
+                        0 => {
+                            let len = r.u32()? as usize;
+                            Change::Update {
+                                oid: o,
+                                bytes: r.take(len)?.to_vec(),
+                            }
+                        }
+                        1 => Change::Delete { oid: o },
+                        _ => return Err(malformed(what, "a change is 0 (update) or 1 (delete)")),
+                    });
+                }
+                ObjectRequest::Commit { txn, changes }
+            }
+            Kind::OBJ_ABORT => ObjectRequest::Abort { txn: r.u64()? },
+            Kind::OBJ_SCAN => ObjectRequest::Scan {
+                txn: r.u64()?,
+                group: r.u32()?,
+            },
+            Kind::OBJ_READ_RANGE => {
+                let txn = r.u64()?;
+                let o = oid(&mut r)?;
+                let offset = r.u64()?;
+                let len = r.u32()?;
+                if len > READ_RANGE_MAX {
+                    return Err(malformed(what, "an OBJ_READ_RANGE asks for more than 4 MiB"));
+                }
+                ObjectRequest::ReadRange {
+                    txn,
+                    oid: o,
+                    offset,
+                    len,
+                }
+            }
+            _ => return Ok(None),
+        };
+        r.end()?;
+        Ok(Some(req))
+    }
+}
+
+/// One OBJ_FETCH part: `oid[10], status u8 (0 found, 1 no such object),
+/// total_len u64`, then the object's bytes if found — the whole object, or,
+/// for one longer than the request's limit, none (`total_len` tells the
+/// client to read it in ranges).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchedObject<'a> {
+    /// The object.
+    pub oid: [u8; OID_BYTES],
+    /// False if there is no such object (nothing was locked).
+    pub found: bool,
+    /// The object's length in bytes.
+    pub total_len: u64,
+    /// Its bytes (empty if not found, or too long to send whole).
+    pub bytes: &'a [u8],
+}
+
+/// Bytes of a fetched object's header.
+pub const FETCHED_OBJECT_HEADER: usize = OID_BYTES + 1 + 8;
+
+impl FetchedObject<'_> {
+    /// Encodes the part.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(FETCHED_OBJECT_HEADER + self.bytes.len());
+        out.extend_from_slice(&self.oid);
+        out.push(u8::from(!self.found));
+        out.extend_from_slice(&self.total_len.to_le_bytes());
+        out.extend_from_slice(self.bytes);
+        out
+    }
+
+    /// Decodes a part.
+    pub fn decode(body: &[u8]) -> Result<FetchedObject<'_>, MessageError> {
+        let what = "OBJ_FETCH part";
+        let mut r = Reader::new(body, what);
+        let o = oid(&mut r)?;
+        let found = match r.u8()? {
+            0 => true,
+            1 => false,
+            _ => return Err(malformed(what, "an object status is 0 or 1")),
+        };
+        let total_len = r.u64()?;
+        let bytes = &body[FETCHED_OBJECT_HEADER..];
+        if bytes.len() as u64 > total_len || (!found && (total_len != 0 || !bytes.is_empty())) {
+            return Err(malformed(what, "object bytes that disagree with its length or status"));
+        }
+        if !bytes.is_empty() && bytes.len() as u64 != total_len {
+            return Err(malformed(what, "an object sent in part"));
+        }
+        Ok(FetchedObject {
+            oid: o,
+            found,
+            total_len,
+            bytes,
+        })
+    }
+}
+
+/// Encodes a list of OIDs: `count u32, oid[10] × count` (OBJ_SCAN's reply).
+pub fn encode_oids(oids: &[[u8; OID_BYTES]]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + oids.len() * OID_BYTES);
+    out.extend_from_slice(&(oids.len() as u32).to_le_bytes());
+    for o in oids {
+        out.extend_from_slice(o);
+    }
+    out
+}
+
+/// Decodes what [`encode_oids`] wrote.
+pub fn decode_oids(body: &[u8]) -> Result<Vec<[u8; OID_BYTES]>, MessageError> {
+    let mut r = Reader::new(body, "OID list");
+    let n = r.u32()? as usize;
+    r.check_count(n, OID_BYTES)?;
+    let oids = (0..n).map(|_| oid(&mut r)).collect::<Result<_, _>>()?;
+    r.end()?;
+    Ok(oids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(n: u8) -> [u8; OID_BYTES] {
+        [n; OID_BYTES]
+    }
+
+    fn every_request() -> Vec<ObjectRequest> {
+        vec![
+            ObjectRequest::Fetch {
+                txn: 3,
+                mode: OBJ_X,
+                oids: vec![o(1), o(2)],
+            },
+            ObjectRequest::Create {
+                txn: 3,
+                group: 7,
+                near: NO_OID,
+                bytes: b"hello".to_vec(),
+            },
+            ObjectRequest::Commit {
+                txn: 3,
+                changes: vec![
+                    Change::Update {
+                        oid: o(4),
+                        bytes: vec![9; 20],
+                    },
+                    Change::Delete { oid: o(5) },
+                    Change::Update {
+                        oid: o(6),
+                        bytes: vec![],
+                    },
+                ],
+            },
+            ObjectRequest::Abort { txn: 3 },
+            ObjectRequest::Scan { txn: 3, group: 1 },
+            ObjectRequest::ReadRange {
+                txn: 3,
+                oid: o(8),
+                offset: 1 << 33,
+                len: 4096,
+            },
+        ]
+    }
+
+    #[test]
+    fn requests_round_trip_and_every_truncation_or_extension_is_refused() {
+        for req in every_request() {
+            let (kind, body) = req.encode();
+            assert_eq!(ObjectRequest::decode(kind, &body).unwrap(), Some(req.clone()));
+            for cut in 0..body.len() {
+                assert!(ObjectRequest::decode(kind, &body[..cut]).is_err(), "{req:?} cut at {cut}");
+            }
+            let mut longer = body.clone();
+            longer.push(0);
+            assert!(ObjectRequest::decode(kind, &longer).is_err(), "{req:?} + 1 byte");
+        }
+        assert_eq!(ObjectRequest::decode(Kind(0x0101), &[]).unwrap(), None);
+    }
+
+    #[test]
+    fn limits_and_bad_codes_are_refused() {
+        let (kind, mut body) = ObjectRequest::Fetch {
+            txn: 1,
+            mode: OBJ_S,
+            oids: vec![o(1)],
+        }
+        .encode();
+        body[8] = 2;
+        assert!(ObjectRequest::decode(kind, &body).is_err(), "mode 2");
+        let mut none = 1u64.to_le_bytes().to_vec();
+        none.extend_from_slice(&[0, 0, 0]);
+        assert!(ObjectRequest::decode(Kind::OBJ_FETCH, &none).is_err(), "no objects");
+        let (kind, mut body) = ObjectRequest::ReadRange {
+            txn: 1,
+            oid: o(1),
+            offset: 0,
+            len: 1,
+        }
+        .encode();
+        let n = body.len();
+        body[n - 4..].copy_from_slice(&(READ_RANGE_MAX + 1).to_le_bytes());
+        assert!(ObjectRequest::decode(kind, &body).is_err(), "range too long");
+        let (kind, mut body) = ObjectRequest::Commit {
+            txn: 1,
+            changes: vec![Change::Delete { oid: o(1) }],
+        }
+        .encode();
+        let n = body.len();
+        body[n - 1] = 7;
+        assert!(ObjectRequest::decode(kind, &body).is_err(), "op 7");
+        // A count that the bytes cannot hold is refused before allocating.
+        let mut huge = 1u64.to_le_bytes().to_vec();
+        huge.extend_from_slice(&COMMIT_CHANGES_MAX.to_le_bytes());
+        assert!(ObjectRequest::decode(Kind::OBJ_COMMIT, &huge).is_err());
+    }
+
+    #[test]
+    fn fetched_objects_round_trip_and_inconsistent_parts_are_refused() {
+        let bytes = vec![5u8; 33];
+        for part in [
+            FetchedObject {
+                oid: o(1),
+                found: true,
+                total_len: 33,
+                bytes: &bytes,
+            },
+            FetchedObject {
+                oid: o(2),
+                found: false,
+                total_len: 0,
+                bytes: &[],
+            },
+            FetchedObject {
+                oid: o(3),
+                found: true,
+                total_len: 1 << 40,
+                bytes: &[],
+            },
+        ] {
+            let enc = part.encode();
+            assert_eq!(FetchedObject::decode(&enc).unwrap(), part);
+            for cut in 0..FETCHED_OBJECT_HEADER {
+                assert!(FetchedObject::decode(&enc[..cut]).is_err());
+            }
+        }
+        let mut bad = FetchedObject {
+            oid: o(1),
+            found: true,
+            total_len: 40,
+            bytes: &bytes,
+        }
+        .encode();
+        assert!(FetchedObject::decode(&bad).is_err(), "33 bytes of 40");
+        bad[OID_BYTES] = 1;
+        assert!(FetchedObject::decode(&bad).is_err(), "not found, with bytes");
+        let oids = vec![o(1), o(9)];
+        assert_eq!(decode_oids(&encode_oids(&oids)).unwrap(), oids);
+        assert!(decode_oids(&encode_oids(&oids)[..15]).is_err());
+    }
+}
