@@ -6,6 +6,9 @@
 //! (one transaction) on fresh ids from the same generator as the benchmark.
 //! `cold-lookup` and `cold-traversal` close the database, evict its files
 //! and open it again before each round (that is timed too, separately).
+//! `CAIRN_PROFILE_SYSTEM` names another system (`cairn-page`, `cairn-file`:
+//! they start the `cairn` binary named by `CAIRN_BIN`, by default
+//! `target/release/cairn`).
 
 use std::time::Instant;
 
@@ -21,7 +24,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut rng = ParkMiller::new(1);
     let graph = Graph::generate(&mut rng, n);
     let scratch = tempfile::tempdir()?;
-    let mut sys = systems::by_name("cairn-embedded", scratch.path(), None)?;
+    let system = std::env::var("CAIRN_PROFILE_SYSTEM").unwrap_or_else(|_| "cairn-embedded".into());
+    let exe = std::path::PathBuf::from(std::env::var("CAIRN_BIN").unwrap_or_else(|_| "target/release/cairn".into()));
+    let mut sys = systems::by_name(&system, scratch.path(), Some(&exe))?;
     sys.build(&graph)?;
     let mut took = Vec::with_capacity(rounds);
     for _ in 0..rounds {
