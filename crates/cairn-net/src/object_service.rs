@@ -424,7 +424,10 @@ mod tests {
             let (kind, body) = req.encode();
             assert_eq!(ObjectRequest::decode(kind, &body).unwrap(), Some(req.clone()));
             for cut in 0..body.len() {
-                assert!(ObjectRequest::decode(kind, &body[..cut]).is_err(), "{req:?} cut at {cut}");
+                assert!(
+                    ObjectRequest::decode(kind, &body[..cut]).is_err(),
+                    "{req:?} cut at {cut}"
+                );
             }
             let mut longer = body.clone();
             longer.push(0);

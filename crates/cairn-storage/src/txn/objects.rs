@@ -190,7 +190,7 @@ impl Txn {
         if !self.object_level(at.page) {
             return PageAccess::read(self, at.page, |b| -> Result<R> { Ok(f(slot_in(b, at)?)) })?;
         }
-        self.lock_object(at, false)?;
+        self.take_object_locks(at, false)?;
         if let Some(c) = self.objects.pages.get(&at.page).and_then(|ch| ch.slots.get(&at.slot)) {
             let r = match &c.after {
                 Some((kind, data)) if c.uniq == at.uniq => Some(SlotRef {
@@ -221,9 +221,21 @@ impl Txn {
         }
     }
 
-    /// Takes the locks of an object-level read (IS on the page, S on the
-    /// object) or change (IX, X).
-    fn lock_object(&mut self, at: Oid, exclusive: bool) -> Result<()> {
+    /// Takes, ahead of the operation, the locks a read (`exclusive` false)
+    /// or a change of the object `at` takes: IS on its page and S on the
+    /// object, or IX and X, when the transaction locks objects and has no
+    /// private copy of the page; else S or X on the page. An object server
+    /// locks what a client is about to change this way.
+    pub fn lock_object(&mut self, at: Oid, exclusive: bool) -> Result<()> {
+        self.check_active()?;
+        if !self.object_level(at.page) {
+            return self.lock_page(at.page, exclusive);
+        }
+        self.take_object_locks(at, exclusive)
+    }
+
+    /// The intention lock on `at`'s page and the object's own lock.
+    fn take_object_locks(&mut self, at: Oid, exclusive: bool) -> Result<()> {
         let (page_mode, mode) = if exclusive {
             (LockMode::IX, LockMode::X)
         } else {
@@ -253,7 +265,7 @@ impl Txn {
     /// escalate to page level instead (the page is folded, nothing changed).
     fn change_record(&mut self, at: Oid, after: Option<(u8, &[u8])>) -> Result<Option<bool>> {
         self.refuse_if_doomed()?;
-        self.lock_object(at, true)?;
+        self.take_object_locks(at, true)?;
         let known = self
             .objects
             .pages

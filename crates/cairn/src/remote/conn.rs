@@ -91,18 +91,61 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    pub(super) fn call(&self, req: &PageRequest) -> Result<Vec<Bytes>> {
-        let (kind, body) = req.encode();
+    /// Connects to `address` as a client of `architecture` presenting
+    /// `token`; `kind` names the client to the server ("page", "file",
+    /// "object").
+    pub(super) fn open(
+        address: Address,
+        architecture: cairn_net::message::Architecture,
+        token: &[u8],
+        kind: &str,
+    ) -> Result<Arc<Connection>> {
+        let opts = cairn_net::rpc::ClientOptions {
+            architecture,
+            token: Bytes::copy_from_slice(token),
+            client_name: format!("cairn {kind} client (pid {})", std::process::id()),
+            ..cairn_net::rpc::ClientOptions::default()
+        };
+        let client = Client::connect(&address, &opts).map_err(|e| Error::BackendLost {
+            backend: address.to_string(),
+            reason: format!("cannot connect: {e}"),
+        })?;
+        Ok(Arc::new(Connection {
+            client,
+            address,
+            round_trips: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
+            pages_shipped: AtomicU64::new(0),
+            pages_revalidated: AtomicU64::new(0),
+            one_way: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+            callbacks: AtomicU64::new(0),
+            callbacks_in_use: AtomicU64::new(0),
+            rights_given_back: AtomicU64::new(0),
+            pages_read_direct: AtomicU64::new(0),
+            pages_written_direct: AtomicU64::new(0),
+        }))
+    }
+
+    /// Sends a request of any service (`kind`, `body`) for transaction
+    /// `txn` (its errors name it) and collects the reply's parts.
+    pub(super) fn call_kind(&self, kind: cairn_net::frame::Kind, body: Vec<u8>, txn: TxnId) -> Result<Vec<Bytes>> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         self.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
         let parts = self
             .client
             .invoke(kind, body)
             .and_then(|c| c.collect())
-            .map_err(|e| self.error_for(e, txn_of(req)))?;
+            .map_err(|e| self.error_for(e, txn))?;
         let n: usize = parts.iter().map(|p| p.len()).sum();
         self.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
         Ok(parts)
+    }
+
+    pub(super) fn call(&self, req: &PageRequest) -> Result<Vec<Bytes>> {
+        let (kind, body) = req.encode();
+        self.call_kind(kind, body, txn_of(req))
     }
 
     /// The one reply body of a call that has no parts.

@@ -1,0 +1,388 @@
+//! The page- and file-server client as a [`Backend`]: what a [`Txn`] asks
+//! of [`RemoteStore`] (locks, committed pages, space, commit), answered from
+//! its pool and rights to cache or with the server's page service.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use cairn_net::page_service::{
+    decode_lsns, decode_page, decode_pages, PageRequest, FETCH_S, FETCH_TRY_INSERT, FETCH_X, NO_PAGE, RESOURCE_GROUP,
+    RESOURCE_PAGE,
+};
+use cairn_storage::lock::{LockMode, LockOwner, Resource};
+use cairn_storage::page::{self, PageType};
+use cairn_storage::txn::{Backend, FillPages};
+use cairn_storage::wal::redo;
+use cairn_storage::{Error, GroupId, Lsn, PageId, Result, Txn, TxnId};
+
+use super::cover::Facts;
+use super::{lock, wire_mode, RemoteStore};
+
+impl Backend for RemoteStore {
+    fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    fn region_pages(&self) -> u32 {
+        self.region_pages
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if let Some(why) = &*lock(&self.broken) {
+            return Err(Error::BackendLost {
+                backend: self.conn.address.to_string(),
+                reason: why.clone(),
+            });
+        }
+        match self.conn.client.closed() {
+            None => Ok(()),
+            Some(e) => Err(self.conn.error(e)),
+        }
+    }
+
+    fn lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<()> {
+        if self.holds(owner.txn, res, mode) {
+            return Ok(());
+        }
+        match res {
+            Resource::Page(p) => {
+                let m = if matches!(mode, LockMode::X | LockMode::SIX | LockMode::IX) {
+                    FETCH_X
+                } else {
+                    FETCH_S
+                };
+                if m == FETCH_S && self.use_cover(owner.txn, p) {
+                    return Ok(());
+                }
+                self.fetch(owner.txn, p, m, GroupId(0)).map(|_| ())
+            }
+            other => {
+                let (resource, id) = match other {
+                    Resource::Group(g) => (RESOURCE_GROUP, g.0),
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "the page server locks pages and groups, not {other:?}"
+                        )))
+                    }
+                };
+                self.mark_on_server(owner.txn);
+                self.conn.call_one(&PageRequest::Lock {
+                    txn: owner.txn.0,
+                    resource,
+                    id,
+                    mode: wire_mode(mode),
+                    try_only: false,
+                })?;
+                let mut st = lock(&self.state);
+                let held = st.txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
+                *held = held.sup(mode);
+                Ok(())
+            }
+        }
+    }
+
+    fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool> {
+        if self.holds(owner.txn, res, mode) {
+            return Ok(true);
+        }
+        let (resource, id) = match res {
+            Resource::Page(p) => (RESOURCE_PAGE, p.0),
+            Resource::Group(g) => (RESOURCE_GROUP, g.0),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "the page server locks pages and groups, not {other:?}"
+                )))
+            }
+        };
+        if let Resource::Page(p) = res {
+            if !LockMode::S.covers(mode) {
+                // Another transaction of this client reading the page under
+                // the right would not be seen by the server's lock: not now.
+                let mut st = lock(&self.state);
+                let others = st
+                    .txns
+                    .iter()
+                    .any(|(t, v)| *t != owner.txn && v.locks.contains_key(&res));
+                if others {
+                    return Ok(false);
+                }
+                if let Some(c) = st.covers.get_mut(&p) {
+                    if !c.writers.contains(&owner.txn) {
+                        c.writers.push(owner.txn);
+                    }
+                }
+            }
+        }
+        self.mark_on_server(owner.txn);
+        let body = self.conn.call_one(&PageRequest::Lock {
+            txn: owner.txn.0,
+            resource,
+            id,
+            mode: wire_mode(mode),
+            try_only: true,
+        })?;
+        let granted = body[..] == [1];
+        if let (true, Resource::Page(p)) = (granted, res) {
+            self.refresh_from_file(p)?;
+        }
+        if granted {
+            let mut st = lock(&self.state);
+            let held = st.txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
+            *held = held.sup(mode);
+        }
+        Ok(granted)
+    }
+
+    fn read_committed(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        let g = self.pool.read(id)?;
+        f(&g);
+        Ok(())
+    }
+
+    fn page_count(&self) -> u32 {
+        self.page_count.load(Ordering::Relaxed)
+    }
+
+    fn group_exists(&self, group: GroupId) -> bool {
+        if lock(&self.groups).contains_key(&group) {
+            return true;
+        }
+        self.refresh_groups()
+            .is_ok_and(|gs| gs.iter().any(|(g, _)| *g == group))
+    }
+
+    fn group_of_page(&self, txn: TxnId, id: PageId) -> Result<Option<GroupId>> {
+        Ok(self.facts(txn, id)?.group)
+    }
+
+    fn is_page_in_use(&self, txn: TxnId, id: PageId) -> Result<bool> {
+        Ok(self.facts(txn, id)?.in_use)
+    }
+
+    fn group_pages(&self, txn: TxnId, group: GroupId) -> Result<Vec<PageId>> {
+        self.mark_on_server(txn);
+        let body = self.conn.call_one(&PageRequest::GroupPages {
+            txn: txn.0,
+            group: group.0,
+        })?;
+        let pages: Vec<PageId> = decode_pages(&body)
+            .map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?
+            .into_iter()
+            .map(PageId)
+            .collect();
+        // A scan reads them all next: fetch them now, pipelined.
+        self.fetch_shared(txn, &pages, 1)?;
+        Ok(pages)
+    }
+
+    fn try_insert_page(&self, owner: LockOwner, group: GroupId, page: PageId) -> Result<bool> {
+        if self.holds(owner.txn, Resource::Page(page), LockMode::X) {
+            let f = self.facts(owner.txn, page)?;
+            return Ok(f.in_use && f.group == Some(group));
+        }
+        let known = lock(&self.state)
+            .txns
+            .get(&owner.txn)
+            .and_then(|v| v.facts.get(&page).copied());
+        if known.is_some_and(|f| !f.in_use || f.group != Some(group)) {
+            return Ok(false);
+        }
+        let status = self.fetch(owner.txn, page, FETCH_TRY_INSERT, group)?;
+        Ok(status.is_locked())
+    }
+
+    fn prefetch(&self, owner: LockOwner, pages: &[PageId]) -> Result<bool> {
+        // A single page to fetch is one round trip either way: it is
+        // fetched when it is read (and only if it is).
+        self.fetch_shared(owner.txn, pages, 2)
+    }
+
+    fn fill_pages(&self) -> &FillPages {
+        &self.fill
+    }
+
+    fn allocate(&self, owner: LockOwner, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        self.mark_on_server(owner.txn);
+        let body = self.conn.call_one(&PageRequest::Allocate {
+            txn: owner.txn.0,
+            group: group.0,
+            near: near.map_or(NO_PAGE, |p| p.0),
+            page_type: ty as u8,
+        })?;
+        let (p, count, image) = decode_page(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        let id = PageId(p);
+        page::verify(image, id)?;
+        self.install_newest(id, image)?;
+        self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
+        self.page_count.fetch_max(count, Ordering::Relaxed);
+        let mut st = lock(&self.state);
+        // A right to cache the page from before it was freed (this
+        // client's own free is not called back) describes a page that is
+        // no more: give it up.
+        let stale = st.covers.remove(&id).map(|c| (id.0, c.epoch));
+        let view = st.txns.entry(owner.txn).or_default();
+        view.facts.insert(
+            id,
+            Facts {
+                in_use: true,
+                group: Some(group),
+            },
+        );
+        view.locks.insert(Resource::Page(id), LockMode::X);
+        let g = view.locks.entry(Resource::Group(group)).or_insert(LockMode::IX);
+        *g = g.sup(LockMode::IX);
+        drop(st);
+        self.release(&Vec::from_iter(stale));
+        Ok(id)
+    }
+
+    fn free(&self, owner: LockOwner, page: PageId) -> Result<()> {
+        self.mark_on_server(owner.txn);
+        self.conn.call_one(&PageRequest::Free {
+            txn: owner.txn.0,
+            page: page.0,
+        })?;
+        // The right to cache it says the page is in use, in its group: not
+        // after this commits (the server does not call back the freeing
+        // client). The others go to the server, and wait for this one.
+        let stale = lock(&self.state).covers.remove(&page).map(|c| (page.0, c.epoch));
+        self.release(&Vec::from_iter(stale));
+        Ok(())
+    }
+
+    /// Commits `txn`: its PAGE redo records (each page's changed byte runs
+    /// against the committed image) go in one COMMIT message, or, for a
+    /// transaction larger than one message, in STAGE messages (one round
+    /// trip each, built and sent one at a time, so the client never holds
+    /// more than a message of them) and a last COMMIT. The reply's LSNs
+    /// stamp the after-images, read again from the transaction's private
+    /// pages, as they are installed in the pool.
+    fn commit(&self, txn: &mut Txn) -> Result<()> {
+        let id = txn.id();
+        let pages = txn.changed_pages();
+        let freed: Vec<PageId> = txn.allocations().1.iter().copied().collect();
+        self.start_ending(id);
+        // Room for the body's fixed part and a record's length.
+        let limit = (self.conn.client.welcome().body_max as usize).saturating_sub(64);
+        let mut batch: Vec<Vec<u8>> = Vec::new();
+        let mut batch_bytes = 0usize;
+        let mut reply: Result<Bytes> = Ok(Bytes::new());
+        for &p in &pages {
+            let after = txn
+                .private_page(p)?
+                .ok_or_else(|| Error::Internal(format!("private page {p} vanished before commit")))?
+                .to_vec();
+            let rec = if self.file.is_some() {
+                // The client writes the page itself: the log needs it whole
+                // (see `cairn_storage::txn::Unwritten`).
+                redo::page_record(id, p, None, &after)
+            } else {
+                let mut rec = Ok(Vec::new());
+                self.read_committed(p, &mut |base| rec = Ok(redo::page_record(id, p, Some(base), &after)))?;
+                rec?
+            };
+            if !batch.is_empty() && batch_bytes + 4 + rec.len() > limit {
+                let records = std::mem::take(&mut batch);
+                batch_bytes = 0;
+                if let Err(e) = self.conn.call_one(&PageRequest::Stage { txn: id.0, records }) {
+                    reply = Err(e);
+                    break;
+                }
+            }
+            batch_bytes += 4 + rec.len();
+            batch.push(rec);
+        }
+        if reply.is_ok() {
+            reply = self.conn.call_one(&PageRequest::Commit {
+                txn: id.0,
+                records: batch,
+            });
+        }
+        // A COMMIT or STAGE that reached the server ended the transaction
+        // there if it failed (and a lost connection ends it too); one
+        // refused before sending (a record over the message limit) did not,
+        // and `end` aborts it.
+        if !matches!(reply, Err(Error::LimitExceeded { .. })) {
+            if let Some(v) = lock(&self.state).txns.get_mut(&id) {
+                v.ended_on_server = true;
+            }
+        }
+        // The pages it freed are the server's to format and hand out again:
+        // never cache the last image this transaction gave them.
+        for p in &freed {
+            self.pool.discard(*p)?;
+        }
+        let body = match reply {
+            Ok(body) => body,
+            Err(e) => {
+                // The outcome may be unknown: forget the pages it changed.
+                for p in &pages {
+                    self.pool.discard(*p)?;
+                }
+                return Err(e);
+            }
+        };
+        let lsns = decode_lsns(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        let changed: std::collections::HashSet<PageId> = pages.iter().copied().collect();
+        let freed: std::collections::HashSet<PageId> = freed.into_iter().collect();
+        if self.file.is_some() {
+            self.write_pages(txn, &lsns, &changed, &freed)?;
+        }
+        for (p, lsn) in lsns {
+            let id = PageId(p);
+            if !changed.contains(&id) {
+                return Err(self.conn.protocol("LSNs only for the pages the commit changed"));
+            }
+            if freed.contains(&id) {
+                continue;
+            }
+            let Some(after) = txn.private_page(id)? else {
+                continue;
+            };
+            let mut after = after.to_vec();
+            page::set_lsn(&mut after, Lsn(lsn));
+            page::seal(&mut after);
+            // Another transaction of this client may have fetched a newer
+            // image since the server released the locks: newest wins.
+            self.install_newest(id, &after)?;
+        }
+        Ok(())
+    }
+
+    fn rollback(&self, txn: &mut Txn) {
+        // The server aborts it (and gives its pages back); if the connection
+        // is gone the server aborted it already.
+        let known = self.start_ending(txn.id());
+        if let Some(v) = lock(&self.state).txns.get_mut(&txn.id()) {
+            v.ended_on_server = true;
+        }
+        if known {
+            let _ = self.conn.call_one(&PageRequest::Abort { txn: txn.id().0 });
+        }
+        for p in txn.allocations().0 {
+            let _ = self.pool.discard(*p);
+        }
+    }
+
+    fn end(&self, owner: LockOwner, _allocated: &[PageId]) {
+        self.start_ending(owner.txn);
+        let view = {
+            let mut st = lock(&self.state);
+            for c in st.covers.values_mut() {
+                c.writers.retain(|w| *w != owner.txn);
+            }
+            st.txns.remove(&owner.txn)
+        };
+        if view.is_some_and(|v| v.on_server && !v.ended_on_server) {
+            // A read-only transaction: releasing its locks is all its commit
+            // is, so nobody waits for the answer (the call is sent and
+            // dropped; the reply is discarded when it comes). If the
+            // connection is gone, the server released them already.
+            let (kind, body) = PageRequest::Abort { txn: owner.txn.0 }.encode();
+            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            self.conn.one_way.fetch_add(1, Ordering::Relaxed);
+            drop(self.conn.client.invoke(kind, body));
+        }
+    }
+}
