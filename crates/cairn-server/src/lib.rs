@@ -50,9 +50,17 @@
 //! answered on the network thread when its locks are granted at once and no
 //! page needs writing back.
 //!
-//! Not yet here: object-level services, allocation of groups by clients.
+//! **Object-server sessions** (architecture 2, §2.2): the object service
+//! ([`cairn_net::object_service`], `objects.rs`): the server reads, creates,
+//! changes and deletes objects for the client in transactions that lock
+//! single objects, streams fetched objects as partial replies, and commits
+//! the after-images the client sends. They may ask for groups (GROUP,
+//! GROUPS) and the volume's facts (VOLUME); no page request.
+//!
+//! Not yet here: allocation of groups by clients.
 
 pub mod callbacks;
+mod objects;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -61,6 +69,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
+use cairn_net::object_service::ObjectRequest;
 use cairn_net::page_service::{
     encode_groups, encode_lsns, encode_page, encode_pages, FaultDetail, FetchStatus, Fetched, PageRequest, VolumeInfo,
     FETCH_CACHE, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP,
@@ -170,6 +179,9 @@ pub struct SessionState {
     notifier: OnceLock<Notifier>,
     /// A file-server session: the client reads and writes the volume file.
     file: bool,
+    /// An object-server session: its transactions lock single objects and
+    /// it asks for objects, not pages.
+    object: bool,
     /// File-server commits whose pages the client has not reported written,
     /// by the client's transaction id (they hold their locks).
     unwritten: Mutex<HashMap<u64, Unwritten>>,
@@ -192,7 +204,10 @@ impl SessionState {
                 limit: TXNS_PER_SESSION_MAX as u64,
             });
         }
-        let t = db.begin_for(self.client)?;
+        let mut t = db.begin_for(self.client)?;
+        if self.object {
+            t.set_object_locking(true)?;
+        }
         let entry = TxnEntry {
             id: t.id(),
             txn: Arc::new(Mutex::new(t)),
@@ -241,12 +256,14 @@ impl Handler for PageServer {
     type Session = Session;
 
     fn open(&self, hello: &Hello, peer: &str) -> Result<Session, Fault> {
-        if hello.architecture != Architecture::PAGE && hello.architecture != Architecture::FILE {
+        if ![Architecture::PAGE, Architecture::FILE, Architecture::OBJECT].contains(&hello.architecture) {
             return Err(Fault::new(
                 ErrorCode::UNSUPPORTED_ARCHITECTURE,
                 format!(
-                    "this server serves the page-server ({}) and file-server ({}) architectures, not {}",
+                    "this server serves the page-server ({}), object-server ({}) and file-server ({}) \
+                     architectures, not {}",
                     Architecture::PAGE.0,
+                    Architecture::OBJECT.0,
                     Architecture::FILE.0,
                     hello.architecture.0
                 ),
@@ -264,6 +281,7 @@ impl Handler for PageServer {
             txns: Mutex::new(HashMap::new()),
             notifier: OnceLock::new(),
             file: hello.architecture == Architecture::FILE,
+            object: hello.architecture == Architecture::OBJECT,
             unwritten: Mutex::new(HashMap::new()),
         });
         lock(&self.core.sessions).insert(client, state.clone());
@@ -275,6 +293,13 @@ impl Handler for PageServer {
     }
 
     async fn handle(&self, session: &Session, request: Request, reply: &Replier) -> Result<Bytes, Fault> {
+        if session.state.object {
+            let req = ObjectRequest::decode(request.kind, &request.body)
+                .map_err(|e| Fault::new(ErrorCode::PROTOCOL, e.to_string()))?;
+            if let Some(req) = req {
+                return objects::handle(&self.core, &session.state, req, reply).await;
+            }
+        }
         let req = PageRequest::decode(request.kind, &request.body)
             .map_err(|e| Fault::new(ErrorCode::PROTOCOL, e.to_string()))?
             .ok_or_else(|| {
@@ -283,6 +308,18 @@ impl Handler for PageServer {
                     format!("unknown service kind {:#06x}", request.kind.0),
                 )
             })?;
+        if session.state.object
+            && !matches!(
+                req,
+                PageRequest::Group { .. } | PageRequest::Groups | PageRequest::Volume
+            )
+        {
+            return Err(Fault::new(
+                ErrorCode::INVALID,
+                "an object-server session asks for objects, not pages (only GROUP, GROUPS and VOLUME of the page \
+                 service)",
+            ));
+        }
         // A read that needs no wait is answered here, on the network
         // thread: handing it to a blocking thread and back cost about
         // 90 µs of the ~150 µs a cold page fetch took (docs/benchmarks.md).

@@ -77,8 +77,10 @@
 mod backend;
 mod conn;
 mod cover;
+mod object;
 
 pub use conn::{parse_url, RemoteDevice, RemoteStats};
+pub use object::{ObjectStore, ObjectTxn};
 
 use conn::VolumeFile;
 

@@ -1,0 +1,196 @@
+//! Object-server sessions (DeWitt et al. §2.2): the server runs the storage
+//! engine's object operations for the client, in one storage transaction
+//! per client transaction that locks single objects
+//! ([`Txn::set_object_locking`]), so two clients change different objects
+//! of one page at the same time and each commit logs only its objects'
+//! records (object-level redo). The requests are the object service's
+//! ([`cairn_net::object_service`]).
+//!
+//! An OBJ_FETCH streams its objects as partial replies: a blocking thread
+//! locks and reads them one at a time and hands each to the network side as
+//! soon as it is read, so the client works on the first object while the
+//! others are on their way. An object longer than [`WHOLE_OBJECT_MAX`]
+//! travels as its length only; the client reads it in ranges.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_net::message::{ErrorCode, Fault};
+use cairn_net::object_service::{encode_oids, Change, FetchedObject, ObjectRequest, NO_OID, OBJ_X, OID_BYTES};
+use cairn_net::rpc::Replier;
+use cairn_storage::{Error, GroupId, Oid, Txn};
+
+use crate::{fault, lock, Core, SessionState};
+
+/// The longest object an OBJ_FETCH sends whole (1 MiB); a longer one is
+/// read in ranges.
+pub const WHOLE_OBJECT_MAX: u64 = 1 << 20;
+
+fn oid_of(bytes: &[u8; OID_BYTES]) -> Oid {
+    Oid::from_bytes(bytes)
+}
+
+/// Answers an object-service request of an object session.
+pub(crate) async fn handle(
+    core: &Arc<Core>,
+    state: &Arc<SessionState>,
+    req: ObjectRequest,
+    reply: &Replier,
+) -> Result<Bytes, Fault> {
+    let internal = |e: String| Fault::new(ErrorCode::INTERNAL, e);
+    if let ObjectRequest::Fetch { txn, mode, oids } = req {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, Fault>>(64);
+        let (c, s) = (core.clone(), state.clone());
+        let task = tokio::task::spawn_blocking(move || fetch(&c, &s, txn, mode, &oids, &tx));
+        while let Some(part) = rx.recv().await {
+            reply.part(part?).await.map_err(|e| internal(e.to_string()))?;
+        }
+        task.await.map_err(|e| internal(format!("request task failed: {e}")))?;
+        return Ok(Bytes::new());
+    }
+    let (c, s) = (core.clone(), state.clone());
+    tokio::task::spawn_blocking(move || serve(&c, &s, req))
+        .await
+        .map_err(|e| internal(format!("request task failed: {e}")))?
+        .map(Bytes::from)
+}
+
+/// OBJ_FETCH: locks (S, or X for [`OBJ_X`]) and reads each object in turn,
+/// sending each part as it is read; an error is sent in place of the rest.
+fn fetch(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    mode: u8,
+    oids: &[[u8; OID_BYTES]],
+    out: &tokio::sync::mpsc::Sender<Result<Vec<u8>, Fault>>,
+) {
+    let t = match state.txn_or_begin(&core.db, txn) {
+        Ok((_, t)) => t,
+        Err(e) => {
+            let _ = out.blocking_send(Err(fault(e)));
+            return;
+        }
+    };
+    let mut t = lock(&t);
+    for o in oids {
+        let part = read_one(&mut t, oid_of(o), mode == OBJ_X).map(|(len, bytes)| {
+            FetchedObject {
+                oid: *o,
+                found: bytes.is_some() || len > 0,
+                total_len: len,
+                bytes: bytes.as_deref().unwrap_or(&[]),
+            }
+            .encode()
+        });
+        let failed = part.is_err();
+        if out.blocking_send(part.map_err(fault)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// One object for a fetch: `(length, bytes)`, the bytes `None` if it is too
+/// long to send whole; `(0, None)` if there is no such object.
+fn read_one(t: &mut Txn, oid: Oid, exclusive: bool) -> Result<(u64, Option<Vec<u8>>), Error> {
+    let locked = t.lock_object(oid, exclusive);
+    let len = match locked.and_then(|()| t.len(oid)) {
+        Ok(len) => len,
+        Err(Error::NotFound { .. }) => return Ok((0, None)),
+        Err(e) => return Err(e),
+    };
+    if len > WHOLE_OBJECT_MAX {
+        return Ok((len, None));
+    }
+    let bytes = t.read(oid)?;
+    // An empty object is found and whole: its length says 0, so mark it
+    // found with empty bytes.
+    Ok((bytes.len() as u64, Some(bytes)))
+}
+
+/// Every other request, on a blocking thread.
+fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>, Fault> {
+    let db = &*core.db;
+    match req {
+        ObjectRequest::Fetch { .. } => unreachable!("OBJ_FETCH streams (handle)"),
+        ObjectRequest::Create {
+            txn,
+            group,
+            near,
+            bytes,
+        } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let mut t = lock(&t);
+            let oid = if near == NO_OID {
+                t.create(GroupId(group), &bytes)
+            } else {
+                t.create_near(oid_of(&near), &bytes)
+            }
+            .map_err(fault)?;
+            Ok(oid.to_bytes().to_vec())
+        }
+        ObjectRequest::Commit { txn, changes } => {
+            state.txn_or_begin(db, txn).map_err(fault)?;
+            let entry = lock(&state.txns).remove(&txn).ok_or_else(|| {
+                Fault::new(
+                    ErrorCode::NOT_FOUND,
+                    format!("transaction {txn} ended while its OBJ_COMMIT arrived"),
+                )
+            })?;
+            let bytes: u64 = changes
+                .iter()
+                .map(|c| match c {
+                    Change::Update { bytes, .. } => bytes.len() as u64,
+                    Change::Delete { .. } => 0,
+                })
+                .sum();
+            if bytes > core.txn_bytes_max {
+                return Err(fault(Error::LimitExceeded {
+                    what: "bytes of object changes in one transaction (txn_bytes_max)",
+                    value: bytes,
+                    limit: core.txn_bytes_max,
+                }));
+            }
+            let t = Arc::try_unwrap(entry.txn).map_err(|_| {
+                Fault::new(
+                    ErrorCode::INVALID,
+                    format!("transaction {txn} has a request still running"),
+                )
+            })?;
+            let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
+            // Any error drops `t`: the transaction is rolled back.
+            for c in &changes {
+                match c {
+                    Change::Update { oid, bytes } => t.update(oid_of(oid), bytes),
+                    Change::Delete { oid } => t.delete(oid_of(oid)),
+                }
+                .map_err(fault)?;
+            }
+            t.commit().map_err(fault)?;
+            Ok(Vec::new())
+        }
+        ObjectRequest::Abort { txn } => {
+            let t = lock(&state.txns).remove(&txn);
+            drop(t);
+            Ok(Vec::new())
+        }
+        ObjectRequest::Scan { txn, group } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let oids = lock(&t).scan_all(GroupId(group)).map_err(fault)?;
+            let oids: Vec<[u8; OID_BYTES]> = oids.into_iter().map(Oid::to_bytes).collect();
+            Ok(encode_oids(&oids))
+        }
+        ObjectRequest::ReadRange { txn, oid, offset, len } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let mut t = lock(&t);
+            let oid = oid_of(&oid);
+            let total = t.len(oid).map_err(fault)?;
+            let n = total.saturating_sub(offset).min(u64::from(len)) as usize;
+            let mut buf = vec![0u8; n];
+            if n > 0 {
+                t.read_range(oid, offset, &mut buf).map_err(fault)?;
+            }
+            Ok(buf)
+        }
+    }
+}

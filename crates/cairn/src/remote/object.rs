@@ -1,0 +1,421 @@
+//! The object-server client at the storage level (DeWitt et al. §2.2;
+//! DESIGN.md §7): the unit of transfer is an object. The server runs the
+//! object operations in a transaction of its own per client transaction,
+//! locking single objects, so clients change different objects of one page
+//! at the same time; the client keeps the objects it read and the
+//! after-images of the ones it changed, and sends those at commit
+//! (`cairn_net::object_service`).
+//!
+//! - **Reads** ([`ObjectTxn::read`], [`ObjectTxn::read_many`]) lock each
+//!   object S on the server and bring it back; a list of OIDs the caller is
+//!   about to follow goes in one OBJ_FETCH whose reply streams the objects
+//!   as partial replies. [`ObjectTxn::read_for_update`] takes X instead. A
+//!   transaction reads each object from the server once, and its own
+//!   changes from itself. An object longer than the server sends whole
+//!   crosses only in the ranges asked for ([`ObjectTxn::read_range`]).
+//! - **Creates** go to the server at once (the OID is the server's to give).
+//! - **Updates and deletes** are kept as after-images and travel in the
+//!   OBJ_COMMIT; the server takes the X locks it does not hold yet, applies
+//!   them, logs the changed records and answers once durable.
+//!
+//! Not here yet: a cache across transactions (callback locking at object
+//! granularity) and the typed API over this client.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use cairn_net::frame::Kind;
+use cairn_net::message::Architecture;
+use cairn_net::object_service::{
+    decode_oids, Change, FetchedObject, ObjectRequest, FETCH_OBJECTS_MAX, NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX,
+};
+use cairn_net::page_service::PageRequest;
+use cairn_net::transport::Address;
+use cairn_storage::{Error, GroupId, Oid, Result, TxnId};
+
+use super::conn::Connection;
+use super::RemoteStats;
+
+/// An object-server client: one connection to `cairn serve`.
+pub struct ObjectStore {
+    conn: Arc<Connection>,
+    next_txn: AtomicU64,
+}
+
+impl std::fmt::Debug for ObjectStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStore")
+            .field("server", &self.conn.address)
+            .finish()
+    }
+}
+
+impl ObjectStore {
+    /// Connects to the server at `address` with `token`.
+    pub fn connect(address: Address, token: &[u8]) -> Result<Arc<ObjectStore>> {
+        let conn = Connection::open(address, Architecture::OBJECT, token, "object")?;
+        Ok(Arc::new(ObjectStore {
+            conn,
+            next_txn: AtomicU64::new(1),
+        }))
+    }
+
+    /// Starts a transaction (nothing is sent: the server begins it with the
+    /// first request that names it).
+    pub fn begin(self: &Arc<Self>) -> Result<ObjectTxn> {
+        if let Some(e) = self.conn.client.closed() {
+            return Err(self.conn.error(e));
+        }
+        Ok(ObjectTxn {
+            store: self.clone(),
+            id: self.next_txn.fetch_add(1, Ordering::Relaxed),
+            on_server: false,
+            ended: false,
+            read: HashMap::new(),
+            exclusive: HashMap::new(),
+            changes: BTreeMap::new(),
+        })
+    }
+
+    /// The group named `name`, created if `create` and missing.
+    pub fn group(&self, name: &str, create: bool) -> Result<GroupId> {
+        let body = self.conn.call_one(&PageRequest::Group {
+            create,
+            name: name.to_string(),
+        })?;
+        let id: [u8; 4] = body[..]
+            .try_into()
+            .map_err(|_| self.conn.protocol("a GROUP reply of 4 bytes"))?;
+        Ok(GroupId(u32::from_le_bytes(id)))
+    }
+
+    /// The client's counters (round trips, bytes).
+    pub fn stats(&self) -> RemoteStats {
+        let c = &self.conn;
+        RemoteStats {
+            round_trips: c.round_trips.load(Ordering::Relaxed),
+            bytes_sent: c.bytes_sent.load(Ordering::Relaxed),
+            bytes_received: c.bytes_received.load(Ordering::Relaxed),
+            one_way: c.one_way.load(Ordering::Relaxed),
+            ..RemoteStats::default()
+        }
+    }
+
+    fn call(&self, req: &ObjectRequest, txn: u64) -> Result<Vec<bytes::Bytes>> {
+        let (kind, body) = req.encode();
+        self.conn.call_kind(kind, body, TxnId(txn))
+    }
+
+    fn call_one(&self, req: &ObjectRequest, txn: u64) -> Result<bytes::Bytes> {
+        let mut parts = self.call(req, txn)?;
+        match (parts.pop(), parts.is_empty()) {
+            (Some(b), true) => Ok(b),
+            _ => Err(self.conn.protocol("a reply of one body")),
+        }
+    }
+}
+
+/// A transaction of an [`ObjectStore`]. Dropping an active one aborts it.
+pub struct ObjectTxn {
+    store: Arc<ObjectStore>,
+    id: u64,
+    /// A request named it: the server has begun it.
+    on_server: bool,
+    ended: bool,
+    /// Objects read from the server (`None`: no such object; an object too
+    /// long to send whole is kept as its length only).
+    read: HashMap<Oid, Read>,
+    /// Objects locked X on the server.
+    exclusive: HashMap<Oid, ()>,
+    /// After-images (`None`: deleted), sent at commit.
+    changes: BTreeMap<Oid, Option<Vec<u8>>>,
+}
+
+/// What a transaction read of an object.
+#[derive(Clone, Debug)]
+enum Read {
+    Missing,
+    Whole(Arc<[u8]>),
+    /// Too long to send whole: its length.
+    Long(u64),
+}
+
+impl ObjectTxn {
+    /// The transaction's id (the client's name for it on the server).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn check_active(&self) -> Result<()> {
+        if self.ended {
+            return Err(Error::TxnNotActive(TxnId(self.id)));
+        }
+        Ok(())
+    }
+
+    /// The object's bytes.
+    pub fn read(&mut self, oid: Oid) -> Result<Vec<u8>> {
+        self.read_many(&[oid])?.pop().flatten().ok_or(Error::NotFound { oid })
+    }
+
+    /// The object's bytes, locked X on the server (the caller is about to
+    /// change it: no S→X upgrade later).
+    pub fn read_for_update(&mut self, oid: Oid) -> Result<Vec<u8>> {
+        self.check_active()?;
+        if let Some(c) = self.changes.get(&oid) {
+            return c.clone().ok_or(Error::NotFound { oid });
+        }
+        if !self.exclusive.contains_key(&oid) {
+            self.fetch(&[oid], OBJ_X)?;
+        }
+        self.whole(oid)?.ok_or(Error::NotFound { oid })
+    }
+
+    /// Each object of `oids` (`None`: no such object), fetching every one
+    /// not read yet in requests of up to 1,024 objects, all sent before the
+    /// first reply is read; each reply streams its objects.
+    pub fn read_many(&mut self, oids: &[Oid]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.check_active()?;
+        let todo: Vec<Oid> = oids
+            .iter()
+            .copied()
+            .filter(|o| !self.changes.contains_key(o) && !self.read.contains_key(o))
+            .collect();
+        if !todo.is_empty() {
+            self.fetch(&todo, OBJ_S)?;
+        }
+        oids.iter()
+            .map(|o| match self.changes.get(o) {
+                Some(c) => Ok(c.clone()),
+                None => self.whole(*o),
+            })
+            .collect()
+    }
+
+    /// An object read before: its bytes, reading a long one in ranges.
+    fn whole(&mut self, oid: Oid) -> Result<Option<Vec<u8>>> {
+        match self.read.get(&oid).cloned() {
+            Some(Read::Whole(b)) => Ok(Some(b.to_vec())),
+            Some(Read::Missing) => Ok(None),
+            Some(Read::Long(len)) => {
+                let len = usize::try_from(len).map_err(|_| Error::LimitExceeded {
+                    what: "bytes of an object read whole",
+                    value: len,
+                    limit: usize::MAX as u64,
+                })?;
+                let mut out = vec![0u8; len];
+                self.read_range(oid, 0, &mut out)?;
+                Ok(Some(out))
+            }
+            None => Err(Error::Internal(format!("object {oid} was fetched but not kept"))),
+        }
+    }
+
+    /// Fetches `oids` in `mode`, pipelined, and keeps what comes back.
+    fn fetch(&mut self, oids: &[Oid], mode: u8) -> Result<()> {
+        let conn = &self.store.conn;
+        self.on_server = true;
+        let mut calls = Vec::new();
+        for chunk in oids.chunks(FETCH_OBJECTS_MAX) {
+            let req = ObjectRequest::Fetch {
+                txn: self.id,
+                mode,
+                oids: chunk.iter().map(|o| o.to_bytes()).collect(),
+            };
+            let (kind, body) = req.encode();
+            conn.round_trips.fetch_add(1, Ordering::Relaxed);
+            conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            let call = conn
+                .client
+                .invoke(kind, body)
+                .map_err(|e| conn.error_for(e, TxnId(self.id)))?;
+            calls.push((call, chunk));
+        }
+        for (mut call, chunk) in calls {
+            let mut got = 0usize;
+            loop {
+                let part = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))?;
+                let Some(part) = part else { break };
+                let body = part.body;
+                conn.bytes_received.fetch_add(body.len() as u64, Ordering::Relaxed);
+                if part.last {
+                    if !body.is_empty() {
+                        return Err(conn.protocol("an empty final OBJ_FETCH reply"));
+                    }
+                    break;
+                }
+                let f = FetchedObject::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+                let Some(&oid) = chunk.get(got) else {
+                    return Err(conn.protocol("one OBJ_FETCH part per object"));
+                };
+                if f.oid != oid.to_bytes() {
+                    return Err(conn.protocol("the objects asked for, in order"));
+                }
+                got += 1;
+                let read = if !f.found {
+                    Read::Missing
+                } else if f.bytes.len() as u64 == f.total_len {
+                    Read::Whole(Arc::from(f.bytes))
+                } else {
+                    Read::Long(f.total_len)
+                };
+                if mode == OBJ_X && f.found {
+                    self.exclusive.insert(oid, ());
+                }
+                self.read.insert(oid, read);
+            }
+            if got != chunk.len() {
+                return Err(conn.protocol("one OBJ_FETCH part per object"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes of the object from `offset` (a large object
+    /// crosses only in the ranges asked for); its own changes first.
+    pub fn read_range(&mut self, oid: Oid, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_active()?;
+        if let Some(c) = self.changes.get(&oid) {
+            let c = c.as_ref().ok_or(Error::NotFound { oid })?;
+            let start = usize::try_from(offset).ok().filter(|s| s + buf.len() <= c.len());
+            let start = start
+                .ok_or_else(|| Error::InvalidArgument(format!("bytes {offset}.. of object {oid} are past its end")))?;
+            buf.copy_from_slice(&c[start..start + buf.len()]);
+            return Ok(());
+        }
+        self.on_server = true;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let len = (buf.len() - done).min(READ_RANGE_MAX as usize) as u32;
+            let body = self.store.call_one(
+                &ObjectRequest::ReadRange {
+                    txn: self.id,
+                    oid: oid.to_bytes(),
+                    offset: offset + done as u64,
+                    len,
+                },
+                self.id,
+            )?;
+            if body.is_empty() || body.len() > len as usize {
+                return Err(Error::InvalidArgument(format!(
+                    "bytes {}.. of object {oid} are past its end",
+                    offset + done as u64
+                )));
+            }
+            buf[done..done + body.len()].copy_from_slice(&body);
+            done += body.len();
+        }
+        Ok(())
+    }
+
+    /// Creates an object in `group` (near `near`, if given) and returns
+    /// its OID.
+    pub fn create(&mut self, group: GroupId, near: Option<Oid>, bytes: &[u8]) -> Result<Oid> {
+        self.check_active()?;
+        self.on_server = true;
+        let body = self.store.call_one(
+            &ObjectRequest::Create {
+                txn: self.id,
+                group: group.0,
+                near: near.map_or(NO_OID, Oid::to_bytes),
+                bytes: bytes.to_vec(),
+            },
+            self.id,
+        )?;
+        let oid = Oid::from_exact(&body).ok_or_else(|| self.store.conn.protocol("an OID of 10 bytes"))?;
+        self.read.insert(oid, Read::Whole(Arc::from(bytes)));
+        self.exclusive.insert(oid, ());
+        Ok(oid)
+    }
+
+    /// Replaces the object's bytes (sent at commit).
+    pub fn update(&mut self, oid: Oid, bytes: &[u8]) -> Result<()> {
+        self.check_active()?;
+        if matches!(self.changes.get(&oid), Some(None)) {
+            return Err(Error::NotFound { oid });
+        }
+        self.changes.insert(oid, Some(bytes.to_vec()));
+        Ok(())
+    }
+
+    /// Deletes the object (at commit).
+    pub fn delete(&mut self, oid: Oid) -> Result<()> {
+        self.check_active()?;
+        if matches!(self.changes.get(&oid), Some(None)) {
+            return Err(Error::NotFound { oid });
+        }
+        self.changes.insert(oid, None);
+        Ok(())
+    }
+
+    /// The OIDs of `group`'s objects (as this transaction sees them on the
+    /// server: its creates, not its uncommitted deletes).
+    pub fn scan(&mut self, group: GroupId) -> Result<Vec<Oid>> {
+        self.check_active()?;
+        self.on_server = true;
+        let body = self.store.call_one(
+            &ObjectRequest::Scan {
+                txn: self.id,
+                group: group.0,
+            },
+            self.id,
+        )?;
+        let oids = decode_oids(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
+        Ok(oids
+            .iter()
+            .map(Oid::from_bytes)
+            .filter(|o| !matches!(self.changes.get(o), Some(None)))
+            .collect())
+    }
+
+    /// Commits: the after-images go to the server in one OBJ_COMMIT, which
+    /// answers once they are durable.
+    pub fn commit(mut self) -> Result<()> {
+        self.check_active()?;
+        self.ended = true;
+        if !self.on_server && self.changes.is_empty() {
+            return Ok(());
+        }
+        let changes = std::mem::take(&mut self.changes)
+            .into_iter()
+            .map(|(oid, c)| match c {
+                Some(bytes) => Change::Update {
+                    oid: oid.to_bytes(),
+                    bytes,
+                },
+                None => Change::Delete { oid: oid.to_bytes() },
+            })
+            .collect();
+        self.store
+            .call_one(&ObjectRequest::Commit { txn: self.id, changes }, self.id)
+            .map(|_| ())
+    }
+
+    /// Aborts: the server drops what the transaction did and its locks.
+    pub fn abort(mut self) -> Result<()> {
+        self.end_on_server();
+        Ok(())
+    }
+
+    fn end_on_server(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        if self.on_server {
+            // Nobody waits for the answer (sent and dropped, as a page
+            // client ends a read-only transaction).
+            let conn = &self.store.conn;
+            let (kind, body): (Kind, Vec<u8>) = ObjectRequest::Abort { txn: self.id }.encode();
+            conn.one_way.fetch_add(1, Ordering::Relaxed);
+            drop(conn.client.invoke(kind, body));
+        }
+    }
+}
+
+impl Drop for ObjectTxn {
+    fn drop(&mut self) {
+        self.end_on_server();
+    }
+}

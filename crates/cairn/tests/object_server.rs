@@ -1,0 +1,229 @@
+//! Object-server clients (`cairn::remote::ObjectStore`) of one real server
+//! process: two clients change different objects of one page at the same
+//! time and both commit (two page-server clients serialize on the page);
+//! a list of objects crosses in one streamed request; a large object only
+//! in the ranges asked for; a killed client leaves no lock, a killed server
+//! loses no acknowledged commit.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn::remote::{parse_url, ObjectStore, RemoteStore};
+use cairn::storage::{Db, DbOptions, Error, GroupId, Oid};
+use common::ServerChild;
+
+fn object_client(server: &ServerChild) -> Arc<ObjectStore> {
+    ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), b"").expect("connect")
+}
+
+fn page_client(server: &ServerChild) -> Arc<RemoteStore> {
+    RemoteStore::connect(
+        parse_url(&format!("cairn://{}", server.addr)).unwrap(),
+        b"",
+        256,
+        16 << 20,
+        1024,
+    )
+    .expect("connect")
+}
+
+/// `n` objects of 100 bytes created in one transaction: they share pages.
+fn seed(store: &Arc<ObjectStore>, n: usize) -> Vec<Oid> {
+    let mut t = store.begin().unwrap();
+    let oids = (0..n)
+        .map(|i| t.create(GroupId::DEFAULT, None, &[i as u8; 100]).unwrap())
+        .collect();
+    t.commit().unwrap();
+    oids
+}
+
+#[test]
+fn two_object_clients_change_objects_of_one_page_at_once_and_page_clients_serialize() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let a = object_client(&server);
+    let b = object_client(&server);
+    let oids = seed(&a, 2);
+    assert_eq!(oids[0].page, oids[1].page, "both objects on one page");
+    // A changes the first and stays open, holding X on it.
+    let mut ta = a.begin().unwrap();
+    assert_eq!(ta.read_for_update(oids[0]).unwrap(), vec![0u8; 100]);
+    ta.update(oids[0], b"changed by a").unwrap();
+    // B changes the second object of the same page and commits meanwhile.
+    let started = Instant::now();
+    let mut tb = b.begin().unwrap();
+    assert_eq!(tb.read_for_update(oids[1]).unwrap(), vec![1u8; 100]);
+    tb.update(oids[1], b"changed by b").unwrap();
+    tb.commit().unwrap();
+    assert!(started.elapsed() < Duration::from_millis(300), "B did not wait for A");
+    ta.commit().unwrap();
+    let mut t = b.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), b"changed by a");
+    assert_eq!(t.read(oids[1]).unwrap(), b"changed by b");
+    t.commit().unwrap();
+
+    // The same on the page server: B's change waits for A's page lock (here
+    // until the server's lock timeout) and goes through once A commits.
+    let pa = page_client(&server);
+    let pb = page_client(&server);
+    let mut ta = pa.begin().unwrap();
+    ta.update(oids[0], b"page a").unwrap();
+    let mut tb = pb.begin().unwrap();
+    match tb.update(oids[1], b"page b") {
+        Err(Error::LockTimeout { .. }) => {}
+        r => panic!("a page client's change of the same page must wait: {r:?}"),
+    }
+    drop(tb);
+    ta.commit().unwrap();
+    let mut tb = pb.begin().unwrap();
+    tb.update(oids[1], b"page b").unwrap();
+    tb.commit().unwrap();
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), b"page a");
+    assert_eq!(t.read(oids[1]).unwrap(), b"page b");
+    t.commit().unwrap();
+    drop((a, b, pa, pb));
+    server.stop();
+}
+
+#[test]
+fn a_list_of_objects_crosses_in_one_streamed_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let store = object_client(&server);
+    let mut oids = seed(&store, 300);
+    // One that does not exist (a slot past the page's last).
+    let missing = Oid {
+        slot: cairn::storage::SlotIdx(4000),
+        ..oids[0]
+    };
+    oids.push(missing);
+    let before = store.stats().round_trips;
+    let mut t = store.begin().unwrap();
+    let got = t.read_many(&oids).unwrap();
+    assert_eq!(store.stats().round_trips - before, 1, "one request for 301 objects");
+    for (i, g) in got.iter().take(300).enumerate() {
+        assert_eq!(g.as_deref(), Some(&[i as u8; 100][..]));
+    }
+    assert_eq!(got[300], None);
+    // Read again: from the transaction, no request.
+    let again = t.read(oids[7]).unwrap();
+    assert_eq!(again, vec![7u8; 100]);
+    assert_eq!(store.stats().round_trips - before, 1);
+    assert!(matches!(t.read(missing), Err(Error::NotFound { .. })));
+    t.commit().unwrap();
+    drop(store);
+    server.stop();
+}
+
+#[test]
+fn a_large_object_crosses_only_in_the_ranges_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let store = object_client(&server);
+    let big: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let oid = {
+        let mut t = store.begin().unwrap();
+        let oid = t.create(GroupId::DEFAULT, None, &big).unwrap();
+        t.commit().unwrap();
+        oid
+    };
+    let before = store.stats().bytes_received;
+    let mut t = store.begin().unwrap();
+    let mut buf = vec![0u8; 4096];
+    t.read_range(oid, 2 << 20, &mut buf).unwrap();
+    assert_eq!(buf, big[2 << 20..(2 << 20) + 4096]);
+    assert!(
+        store.stats().bytes_received - before < 64 << 10,
+        "a 4 KiB range, not the 3 MiB object"
+    );
+    // Fetched whole it comes as its length, then in ranges.
+    assert_eq!(t.read(oid).unwrap(), big);
+    t.commit().unwrap();
+    drop(store);
+    server.stop();
+}
+
+/// The child side of the killed-client test: locks an object X, says so,
+/// waits to be killed.
+#[test]
+fn locking_object_client_child_process() {
+    let Ok(url) = std::env::var("CAIRN_TEST_OBJECT_CLIENT") else {
+        return;
+    };
+    let oid = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_OID").unwrap())).unwrap();
+    let store = ObjectStore::connect(parse_url(&url).unwrap(), b"").unwrap();
+    let mut t = store.begin().unwrap();
+    t.read_for_update(oid).unwrap();
+    t.update(oid, b"never committed").unwrap();
+    println!("CAIRN-TEST-LOCKED");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_killed_object_client_leaves_no_lock_and_a_killed_server_no_lost_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let server = ServerChild::start(&path);
+    let store = object_client(&server);
+    let oids = seed(&store, 2);
+    let oid_hex: String = oids[0].to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "locking_object_client_child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CAIRN_TEST_OBJECT_CLIENT", format!("cairn://{}", server.addr))
+        .env("CAIRN_TEST_OID", oid_hex)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("CAIRN-TEST-LOCKED") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the client child ended early");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Its X lock went with its connection: this commit does not wait out
+    // the lock timeout, and nothing of the killed client is there.
+    let started = Instant::now();
+    let mut t = store.begin().unwrap();
+    assert_eq!(t.read_for_update(oids[0]).unwrap(), vec![0u8; 100]);
+    t.update(oids[0], b"first").unwrap();
+    t.commit().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Two commits to objects of one page, then the server is killed.
+    let other = object_client(&server);
+    let mut t = other.begin().unwrap();
+    t.update(oids[1], b"second").unwrap();
+    t.commit().unwrap();
+    drop((store, other));
+    server.kill();
+    let db = Db::open(
+        &path,
+        &DbOptions {
+            background: false,
+            ..DbOptions::default()
+        },
+    )
+    .unwrap();
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), b"first");
+    assert_eq!(t.read(oids[1]).unwrap(), b"second");
+    t.commit().unwrap();
+    db.close().unwrap();
+}
