@@ -13,6 +13,19 @@
 //! | `0x0204` OBJ_ABORT | `txn u64` | empty |
 //! | `0x0205` OBJ_SCAN | `txn u64, group u32` | `count u32, oid[10] × count` |
 //! | `0x0206` OBJ_READ_RANGE | `txn u64, oid[10], offset u64, len u32` | the bytes (fewer at the end of the object) |
+//! | `0x0210` TREE_OPEN | `txn u64, root u32` | `group u32` (the tree is checked) |
+//! | `0x0211` TREE_CREATE | `txn u64, group u32, unique u8` | `root u32` |
+//! | `0x0212` TREE_APPLY | `txn u64, root u32, count u32, ([`TreeOp`]) × count` | empty |
+//! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count` |
+//! | `0x0214` TREE_RANGE | `txn u64, root u32, limit u32, lo bound, hi bound, after u8 (0 none, 1: value32)` | `count u32, (key16, value32) × count, more u8` |
+//! | `0x0215` TREE_DESTROY | `txn u64, root u32` | empty |
+//!
+//! (`key16` is `len u16, bytes`; `value32` is `len u32, bytes`; a bound is
+//! `tag u8` — 0 unbounded, 1 included, 2 excluded — then `key16` unless
+//! unbounded.) The B+-trees (the catalog's and the indexes) are the
+//! server's to walk: an object-server client names a tree by its root page
+//! and the server runs the operation in the client's transaction, under the
+//! page locks a B+-tree takes.
 //!
 //! Transactions are named by the client, as in the page service (any id but
 //! 0; begun by the first request that names one). A FETCH locks each object
@@ -27,6 +40,8 @@
 //! another object of the same page is not in the way — and answers.
 //! Groups are named with the page service's GROUP and GROUPS requests,
 //! which object sessions may use too.
+
+use std::ops::Bound;
 
 use crate::frame::Kind;
 use crate::message::{MessageError, Reader};
@@ -60,6 +75,41 @@ impl Kind {
     pub const OBJ_SCAN: Kind = Kind(0x0205);
     /// OBJ_READ_RANGE.
     pub const OBJ_READ_RANGE: Kind = Kind(0x0206);
+    /// TREE_OPEN.
+    pub const TREE_OPEN: Kind = Kind(0x0210);
+    /// TREE_CREATE.
+    pub const TREE_CREATE: Kind = Kind(0x0211);
+    /// TREE_APPLY.
+    pub const TREE_APPLY: Kind = Kind(0x0212);
+    /// TREE_GET.
+    pub const TREE_GET: Kind = Kind(0x0213);
+    /// TREE_RANGE.
+    pub const TREE_RANGE: Kind = Kind(0x0214);
+    /// TREE_DESTROY.
+    pub const TREE_DESTROY: Kind = Kind(0x0215);
+}
+
+/// Entries one TREE_GET or TREE_RANGE answers at most.
+pub const TREE_LIMIT_MAX: u32 = 1 << 16;
+
+/// One change of a TREE_APPLY: `op u8 (0 insert, 1 delete, 2 delete one
+/// value)`, `key16`, then `value32` for 0 and 2.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TreeOp {
+    /// Inserts (key, value).
+    Insert {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Deletes the key's entries (all of them, or the one with `value`).
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+        /// Only the entry with this value.
+        value: Option<Vec<u8>>,
+    },
 }
 
 /// One change an OBJ_COMMIT carries: `oid[10], op u8 (0 update, 1
@@ -122,6 +172,67 @@ pub enum ObjectRequest {
         /// The group.
         group: u32,
     },
+    /// TREE_OPEN: checks that `root` is a B+-tree root; answers its group.
+    TreeOpen {
+        /// The transaction.
+        txn: u64,
+        /// The root page.
+        root: u32,
+    },
+    /// TREE_CREATE.
+    TreeCreate {
+        /// The transaction.
+        txn: u64,
+        /// The group its pages belong to.
+        group: u32,
+        /// One value per key.
+        unique: bool,
+    },
+    /// TREE_APPLY: changes, in order.
+    TreeApply {
+        /// The transaction.
+        txn: u64,
+        /// The root page.
+        root: u32,
+        /// The changes.
+        ops: Vec<TreeOp>,
+    },
+    /// TREE_GET: the values of one key (at most `limit`).
+    TreeGet {
+        /// The transaction.
+        txn: u64,
+        /// The root page.
+        root: u32,
+        /// At most this many values (1..=[`TREE_LIMIT_MAX`]).
+        limit: u32,
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// TREE_RANGE: entries between two bounds in key order (at most
+    /// `limit`; the reply says if more follow).
+    TreeRange {
+        /// The transaction.
+        txn: u64,
+        /// The root page.
+        root: u32,
+        /// At most this many entries (1..=[`TREE_LIMIT_MAX`]).
+        limit: u32,
+        /// The low bound.
+        lo: Bound<Vec<u8>>,
+        /// The high bound.
+        hi: Bound<Vec<u8>>,
+        /// Resuming: entries whose key is the low bound's and whose value
+        /// is at most this are skipped (a key's values continue where the
+        /// last reply stopped).
+        after: Option<Vec<u8>>,
+    },
+    /// TREE_DESTROY: frees every page of the tree.
+    TreeDestroy {
+        /// The transaction.
+        txn: u64,
+        /// The root page.
+        root: u32,
+    },
     /// OBJ_READ_RANGE: bytes of one object.
     ReadRange {
         /// The transaction.
@@ -137,6 +248,58 @@ pub enum ObjectRequest {
 
 fn malformed(what: &'static str, problem: &'static str) -> MessageError {
     MessageError::Malformed { what, problem }
+}
+
+fn key16(out: &mut Vec<u8>, k: &[u8]) {
+    let k = &k[..k.len().min(u16::MAX as usize)];
+    out.extend_from_slice(&(k.len() as u16).to_le_bytes());
+    out.extend_from_slice(k);
+}
+
+fn value32(out: &mut Vec<u8>, v: &[u8]) {
+    out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    out.extend_from_slice(v);
+}
+
+fn get_key16(r: &mut Reader<'_>) -> Result<Vec<u8>, MessageError> {
+    let n = r.u16()? as usize;
+    Ok(r.take(n)?.to_vec())
+}
+
+fn get_value32(r: &mut Reader<'_>) -> Result<Vec<u8>, MessageError> {
+    let n = r.u32()? as usize;
+    Ok(r.take(n)?.to_vec())
+}
+
+fn put_bound(out: &mut Vec<u8>, b: &Bound<Vec<u8>>) {
+    match b {
+        Bound::Unbounded => out.push(0),
+        Bound::Included(k) => {
+            out.push(1);
+            key16(out, k);
+        }
+        Bound::Excluded(k) => {
+            out.push(2);
+            key16(out, k);
+        }
+    }
+}
+
+fn get_bound(r: &mut Reader<'_>, what: &'static str) -> Result<Bound<Vec<u8>>, MessageError> {
+    Ok(match r.u8()? {
+        0 => Bound::Unbounded,
+        1 => Bound::Included(get_key16(r)?),
+        2 => Bound::Excluded(get_key16(r)?),
+        _ => return Err(malformed(what, "a bound is 0, 1 or 2")),
+    })
+}
+
+fn get_limit(r: &mut Reader<'_>, what: &'static str) -> Result<u32, MessageError> {
+    let limit = r.u32()?;
+    if limit == 0 || limit > TREE_LIMIT_MAX {
+        return Err(malformed(what, "a tree read asks for 1 to 65,536 entries"));
+    }
+    Ok(limit)
 }
 
 fn oid(r: &mut Reader<'_>) -> Result<[u8; OID_BYTES], MessageError> {
@@ -200,6 +363,75 @@ impl ObjectRequest {
                 out.extend_from_slice(&txn.to_le_bytes());
                 out.extend_from_slice(&group.to_le_bytes());
                 Kind::OBJ_SCAN
+            }
+            ObjectRequest::TreeOpen { txn, root } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&root.to_le_bytes());
+                Kind::TREE_OPEN
+            }
+            ObjectRequest::TreeCreate { txn, group, unique } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&group.to_le_bytes());
+                out.push(u8::from(*unique));
+                Kind::TREE_CREATE
+            }
+            ObjectRequest::TreeApply { txn, root, ops } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&root.to_le_bytes());
+                out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+                for op in ops {
+                    match op {
+                        TreeOp::Insert { key, value } => {
+                            out.push(0);
+                            key16(&mut out, key);
+                            value32(&mut out, value);
+                        }
+                        TreeOp::Delete { key, value: None } => {
+                            out.push(1);
+                            key16(&mut out, key);
+                        }
+                        TreeOp::Delete { key, value: Some(v) } => {
+                            out.push(2);
+                            key16(&mut out, key);
+                            value32(&mut out, v);
+                        }
+                    }
+                }
+                Kind::TREE_APPLY
+            }
+            ObjectRequest::TreeGet { txn, root, limit, key } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&root.to_le_bytes());
+                out.extend_from_slice(&limit.to_le_bytes());
+                key16(&mut out, key);
+                Kind::TREE_GET
+            }
+            ObjectRequest::TreeRange {
+                txn,
+                root,
+                limit,
+                lo,
+                hi,
+                after,
+            } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&root.to_le_bytes());
+                out.extend_from_slice(&limit.to_le_bytes());
+                put_bound(&mut out, lo);
+                put_bound(&mut out, hi);
+                match after {
+                    None => out.push(0),
+                    Some(v) => {
+                        out.push(1);
+                        value32(&mut out, v);
+                    }
+                }
+                Kind::TREE_RANGE
+            }
+            ObjectRequest::TreeDestroy { txn, root } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                out.extend_from_slice(&root.to_le_bytes());
+                Kind::TREE_DESTROY
             }
             ObjectRequest::ReadRange { txn, oid, offset, len } => {
                 out.extend_from_slice(&txn.to_le_bytes());
@@ -288,6 +520,68 @@ impl ObjectRequest {
                     len,
                 }
             }
+            Kind::TREE_OPEN => ObjectRequest::TreeOpen {
+                txn: r.u64()?,
+                root: r.u32()?,
+            },
+            Kind::TREE_CREATE => ObjectRequest::TreeCreate {
+                txn: r.u64()?,
+                group: r.u32()?,
+                unique: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(malformed(what, "a TREE_CREATE unique flag is 0 or 1")),
+                },
+            },
+            Kind::TREE_APPLY => {
+                let txn = r.u64()?;
+                let root = r.u32()?;
+                let n = r.u32()?;
+                if n > COMMIT_CHANGES_MAX {
+                    return Err(malformed(what, "a TREE_APPLY carries too many changes"));
+                }
+                r.check_count(n as usize, 3)?;
+                let mut ops = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let op = r.u8()?;
+                    let key = get_key16(&mut r)?;
+                    ops.push(match op {
+                        0 => TreeOp::Insert {
+                            key,
+                            value: get_value32(&mut r)?,
+                        },
+                        1 => TreeOp::Delete { key, value: None },
+                        2 => TreeOp::Delete {
+                            key,
+                            value: Some(get_value32(&mut r)?),
+                        },
+                        _ => return Err(malformed(what, "a tree change is 0, 1 or 2")),
+                    });
+                }
+                ObjectRequest::TreeApply { txn, root, ops }
+            }
+            Kind::TREE_GET => ObjectRequest::TreeGet {
+                txn: r.u64()?,
+                root: r.u32()?,
+                limit: get_limit(&mut r, what)?,
+                key: get_key16(&mut r)?,
+            },
+            Kind::TREE_RANGE => ObjectRequest::TreeRange {
+                txn: r.u64()?,
+                root: r.u32()?,
+                limit: get_limit(&mut r, what)?,
+                lo: get_bound(&mut r, what)?,
+                hi: get_bound(&mut r, what)?,
+                after: match r.u8()? {
+                    0 => None,
+                    1 => Some(get_value32(&mut r)?),
+                    _ => return Err(malformed(what, "a TREE_RANGE resume flag is 0 or 1")),
+                },
+            },
+            Kind::TREE_DESTROY => ObjectRequest::TreeDestroy {
+                txn: r.u64()?,
+                root: r.u32()?,
+            },
             _ => return Ok(None),
         };
         r.end()?;
@@ -350,6 +644,59 @@ impl FetchedObject<'_> {
             bytes,
         })
     }
+}
+
+/// Encodes TREE_GET's reply: `count u32, value32 × count`.
+pub fn encode_values(values: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(values.len() as u32).to_le_bytes());
+    for v in values {
+        value32(&mut out, v);
+    }
+    out
+}
+
+/// Decodes what [`encode_values`] wrote.
+pub fn decode_values(body: &[u8]) -> Result<Vec<Vec<u8>>, MessageError> {
+    let mut r = Reader::new(body, "TREE_GET reply");
+    let n = r.u32()? as usize;
+    r.check_count(n, 4)?;
+    let values = (0..n).map(|_| get_value32(&mut r)).collect::<Result<_, _>>()?;
+    r.end()?;
+    Ok(values)
+}
+
+/// Encodes TREE_RANGE's reply: `count u32, (key16, value32) × count, more u8`.
+pub fn encode_entries(entries: &[(Vec<u8>, Vec<u8>)], more: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for (k, v) in entries {
+        key16(&mut out, k);
+        value32(&mut out, v);
+    }
+    out.push(u8::from(more));
+    out
+}
+
+/// Decodes what [`encode_entries`] wrote.
+#[allow(clippy::type_complexity)]
+pub fn decode_entries(body: &[u8]) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool), MessageError> {
+    let what = "TREE_RANGE reply";
+    let mut r = Reader::new(body, what);
+    let n = r.u32()? as usize;
+    r.check_count(n, 6)?;
+    let mut entries = Vec::with_capacity(n);
+    for _ in 0..n {
+        let k = get_key16(&mut r)?;
+        entries.push((k, get_value32(&mut r)?));
+    }
+    let more = match r.u8()? {
+        0 => false,
+        1 => true,
+        _ => return Err(malformed(what, "the more flag is 0 or 1")),
+    };
+    r.end()?;
+    Ok((entries, more))
 }
 
 /// Encodes a list of OIDs: `count u32, oid[10] × count` (OBJ_SCAN's reply).
@@ -415,7 +762,71 @@ mod tests {
                 offset: 1 << 33,
                 len: 4096,
             },
+            ObjectRequest::TreeOpen { txn: 3, root: 9 },
+            ObjectRequest::TreeCreate {
+                txn: 3,
+                group: 2,
+                unique: true,
+            },
+            ObjectRequest::TreeApply {
+                txn: 3,
+                root: 9,
+                ops: vec![
+                    TreeOp::Insert {
+                        key: b"k".to_vec(),
+                        value: b"v".to_vec(),
+                    },
+                    TreeOp::Delete {
+                        key: b"k".to_vec(),
+                        value: None,
+                    },
+                    TreeOp::Delete {
+                        key: vec![],
+                        value: Some(vec![1; 10]),
+                    },
+                ],
+            },
+            ObjectRequest::TreeGet {
+                txn: 3,
+                root: 9,
+                limit: 1,
+                key: b"key".to_vec(),
+            },
+            ObjectRequest::TreeRange {
+                txn: 3,
+                root: 9,
+                limit: 100,
+                lo: Bound::Included(b"a".to_vec()),
+                hi: Bound::Unbounded,
+                after: Some(b"oid".to_vec()),
+            },
+            ObjectRequest::TreeRange {
+                txn: 3,
+                root: 9,
+                limit: TREE_LIMIT_MAX,
+                lo: Bound::Unbounded,
+                hi: Bound::Excluded(b"z".to_vec()),
+                after: None,
+            },
+            ObjectRequest::TreeDestroy { txn: 3, root: 9 },
         ]
+    }
+
+    #[test]
+    fn tree_replies_round_trip() {
+        let values = vec![b"one".to_vec(), vec![], vec![7; 300]];
+        assert_eq!(decode_values(&encode_values(&values)).unwrap(), values);
+        let entries = vec![(b"a".to_vec(), b"1".to_vec()), (vec![], vec![2; 40])];
+        for more in [false, true] {
+            let enc = encode_entries(&entries, more);
+            assert_eq!(decode_entries(&enc).unwrap(), (entries.clone(), more));
+            for cut in 0..enc.len() {
+                assert!(decode_entries(&enc[..cut]).is_err());
+            }
+        }
+        let mut zero = 1u64.to_le_bytes().to_vec();
+        zero.extend_from_slice(&[9, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(ObjectRequest::decode(Kind::TREE_GET, &zero).is_err(), "limit 0");
     }
 
     #[test]

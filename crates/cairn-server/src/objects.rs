@@ -16,9 +16,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
-use cairn_net::object_service::{encode_oids, Change, FetchedObject, ObjectRequest, NO_OID, OBJ_X, OID_BYTES};
+use cairn_net::object_service::{
+    encode_entries, encode_oids, encode_values, Change, FetchedObject, ObjectRequest, TreeOp, NO_OID, OBJ_X, OID_BYTES,
+};
+use cairn_net::page_service::NO_GROUP;
 use cairn_net::rpc::Replier;
-use cairn_storage::{Error, GroupId, Oid, Txn};
+use cairn_storage::btree::{BTree, Direction};
+use cairn_storage::record::object::ObjectSpace;
+use cairn_storage::{Error, GroupId, Oid, PageId, Txn};
 
 use crate::{fault, lock, Core, SessionState};
 
@@ -180,6 +185,12 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
             let oids: Vec<[u8; OID_BYTES]> = oids.into_iter().map(Oid::to_bytes).collect();
             Ok(encode_oids(&oids))
         }
+        ObjectRequest::TreeOpen { .. }
+        | ObjectRequest::TreeCreate { .. }
+        | ObjectRequest::TreeApply { .. }
+        | ObjectRequest::TreeGet { .. }
+        | ObjectRequest::TreeRange { .. }
+        | ObjectRequest::TreeDestroy { .. } => tree(core, state, req).map_err(fault),
         ObjectRequest::ReadRange { txn, oid, offset, len } => {
             let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
             let mut t = lock(&t);
@@ -192,5 +203,96 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
             }
             Ok(buf)
         }
+    }
+}
+
+/// The B+-tree requests: the tree is opened (and so checked) from its root
+/// for each, in the client's transaction.
+fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>, Error> {
+    let txn = match &req {
+        ObjectRequest::TreeOpen { txn, .. }
+        | ObjectRequest::TreeCreate { txn, .. }
+        | ObjectRequest::TreeApply { txn, .. }
+        | ObjectRequest::TreeGet { txn, .. }
+        | ObjectRequest::TreeRange { txn, .. }
+        | ObjectRequest::TreeDestroy { txn, .. } => *txn,
+        _ => return Err(Error::Internal("not a tree request".into())),
+    };
+    let (_, t) = state.txn_or_begin(&core.db, txn)?;
+    let mut t = lock(&t);
+    let t = &mut *t;
+    match req {
+        ObjectRequest::TreeOpen { root, .. } => {
+            BTree::open(t, PageId(root))?;
+            let group = t.group_of_page(PageId(root))?.map_or(NO_GROUP, |g| g.0);
+            Ok(group.to_le_bytes().to_vec())
+        }
+        ObjectRequest::TreeCreate { group, unique, .. } => {
+            let tree = BTree::create(t, GroupId(group), unique)?;
+            Ok(tree.root().0.to_le_bytes().to_vec())
+        }
+        ObjectRequest::TreeApply { root, ops, .. } => {
+            let tree = BTree::open(t, PageId(root))?;
+            for op in &ops {
+                match op {
+                    TreeOp::Insert { key, value } => {
+                        tree.insert(t, key, value)?;
+                    }
+                    TreeOp::Delete { key, value } => {
+                        tree.delete(t, key, value.as_deref())?;
+                    }
+                }
+            }
+            Ok(Vec::new())
+        }
+        ObjectRequest::TreeGet { root, limit, key, .. } => {
+            let tree = BTree::open(t, PageId(root))?;
+            let mut values = Vec::new();
+            tree.get_each(t, &key, |v| {
+                values.push(v.to_vec());
+                values.len() < limit as usize
+            })?;
+            Ok(encode_values(&values))
+        }
+        ObjectRequest::TreeRange {
+            root,
+            limit,
+            lo,
+            hi,
+            after,
+            ..
+        } => {
+            let tree = BTree::open(t, PageId(root))?;
+            let mut cur = tree.range(
+                t,
+                lo.as_ref().map(|k| &k[..]),
+                hi.as_ref().map(|k| &k[..]),
+                Direction::Forward,
+            )?;
+            let mut entries = Vec::new();
+            let mut more = false;
+            let resume_key = match (&lo, &after) {
+                (std::ops::Bound::Included(k), Some(_)) => Some(k.clone()),
+                _ => None,
+            };
+            while let Some(e) = cur.next(t)? {
+                if let (Some(k), Some(v)) = (&resume_key, &after) {
+                    if e.0 == *k && e.1 <= *v {
+                        continue;
+                    }
+                }
+                if entries.len() == limit as usize {
+                    more = true;
+                    break;
+                }
+                entries.push(e);
+            }
+            Ok(encode_entries(&entries, more))
+        }
+        ObjectRequest::TreeDestroy { root, .. } => {
+            BTree::open(t, PageId(root))?.destroy(t)?;
+            Ok(Vec::new())
+        }
+        _ => Err(Error::Internal("not a tree request".into())),
     }
 }

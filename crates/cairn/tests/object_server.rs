@@ -227,3 +227,72 @@ fn a_killed_object_client_leaves_no_lock_and_a_killed_server_no_lost_commit() {
     t.commit().unwrap();
     db.close().unwrap();
 }
+
+#[test]
+fn b_trees_run_on_the_server_for_an_object_client() {
+    use cairn_net::object_service::TreeOp;
+    use std::ops::Bound;
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let store = object_client(&server);
+    let mut t = store.begin().unwrap();
+    let root = t.tree_create(GroupId::DEFAULT, false).unwrap();
+    assert_eq!(t.tree_open(root).unwrap(), Some(GroupId::DEFAULT));
+    // 5,000 values of one key and 3,000 of others: more than a batch.
+    let mut ops = Vec::new();
+    for i in 0u32..5000 {
+        ops.push(TreeOp::Insert {
+            key: b"same".to_vec(),
+            value: i.to_be_bytes().to_vec(),
+        });
+    }
+    for i in 0u32..3000 {
+        ops.push(TreeOp::Insert {
+            key: format!("k{i:05}").into_bytes(),
+            value: vec![1],
+        });
+    }
+    t.tree_apply(root, ops).unwrap();
+    t.commit().unwrap();
+    let mut t = store.begin().unwrap();
+    assert_eq!(t.tree_get(root, b"same", 3).unwrap().len(), 3);
+    assert_eq!(t.tree_get(root, b"k00007", 10).unwrap(), vec![vec![1]]);
+    let mut seen = Vec::new();
+    t.tree_range(root, Bound::Unbounded, Bound::Unbounded, |k, v| {
+        seen.push((k.to_vec(), v.to_vec()));
+        true
+    })
+    .unwrap();
+    assert_eq!(seen.len(), 8000, "every entry once, across batches");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "in (key, value) order");
+    t.tree_apply(
+        root,
+        vec![TreeOp::Delete {
+            key: b"same".to_vec(),
+            value: None,
+        }],
+    )
+    .unwrap();
+    let mut n = 0;
+    t.tree_range(
+        root,
+        Bound::Included(b"k".to_vec()),
+        Bound::Excluded(b"k00010".to_vec()),
+        |_, _| {
+            n += 1;
+            true
+        },
+    )
+    .unwrap();
+    assert_eq!(n, 10);
+    assert!(t.tree_get(root, b"same", 1).unwrap().is_empty());
+    // A page that is no tree root is refused, not walked.
+    let oid = t.create(GroupId::DEFAULT, None, b"not a tree").unwrap();
+    assert!(t.tree_open(oid.page).is_err());
+    drop(t);
+    let mut t = store.begin().unwrap();
+    t.tree_destroy(root).unwrap();
+    t.commit().unwrap();
+    drop(store);
+    server.stop();
+}

@@ -268,6 +268,13 @@ impl BTree {
         Ok(t)
     }
 
+    /// A handle naming the tree whose root is `root`, without reading it:
+    /// for a client whose server runs the tree's operations (an object
+    /// server opens and checks the tree for each one).
+    pub fn at_root(root: PageId) -> BTree {
+        BTree { root }
+    }
+
     /// The root page, which names the tree for its whole life.
     pub fn root(&self) -> PageId {
         self.root

@@ -28,11 +28,12 @@ use std::sync::Arc;
 use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
-    decode_oids, Change, FetchedObject, ObjectRequest, FETCH_OBJECTS_MAX, NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX,
+    decode_entries, decode_oids, decode_values, Change, FetchedObject, ObjectRequest, TreeOp, FETCH_OBJECTS_MAX,
+    NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
-use cairn_net::page_service::PageRequest;
+use cairn_net::page_service::{decode_groups, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
-use cairn_storage::{Error, GroupId, Oid, Result, TxnId};
+use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
 use super::conn::Connection;
 use super::RemoteStats;
@@ -41,6 +42,7 @@ use super::RemoteStats;
 pub struct ObjectStore {
     conn: Arc<Connection>,
     next_txn: AtomicU64,
+    page_size: usize,
 }
 
 impl std::fmt::Debug for ObjectStore {
@@ -55,10 +57,30 @@ impl ObjectStore {
     /// Connects to the server at `address` with `token`.
     pub fn connect(address: Address, token: &[u8]) -> Result<Arc<ObjectStore>> {
         let conn = Connection::open(address, Architecture::OBJECT, token, "object")?;
+        let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
+            .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
         Ok(Arc::new(ObjectStore {
             conn,
             next_txn: AtomicU64::new(1),
+            page_size: info.page_size as usize,
         }))
+    }
+
+    /// The served database's page size.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Every group, from the server.
+    pub fn groups(&self) -> Result<Vec<(GroupId, String)>> {
+        let body = self.conn.call_one(&PageRequest::Groups)?;
+        let groups = decode_groups(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        Ok(groups.into_iter().map(|(i, n)| (GroupId(i), n)).collect())
+    }
+
+    /// The server's address.
+    pub fn address(&self) -> &Address {
+        &self.conn.address
     }
 
     /// Starts a transaction (nothing is sent: the server begins it with the
@@ -152,6 +174,161 @@ impl ObjectTxn {
             return Err(Error::TxnNotActive(TxnId(self.id)));
         }
         Ok(())
+    }
+
+    /// Calls `f` with the object's bytes (no copy when it came whole).
+    pub fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        self.check_active()?;
+        if let Some(c) = self.changes.get(&oid) {
+            return c.as_deref().map(f).ok_or(Error::NotFound { oid });
+        }
+        if !self.read.contains_key(&oid) {
+            self.fetch(&[oid], OBJ_S)?;
+        }
+        if let Some(Read::Whole(b)) = self.read.get(&oid) {
+            return Ok(f(b));
+        }
+        let bytes = self.whole(oid)?.ok_or(Error::NotFound { oid })?;
+        Ok(f(&bytes))
+    }
+
+    /// The object's length in bytes.
+    pub fn len(&mut self, oid: Oid) -> Result<u64> {
+        self.check_active()?;
+        if let Some(c) = self.changes.get(&oid) {
+            return c.as_ref().map(|b| b.len() as u64).ok_or(Error::NotFound { oid });
+        }
+        if !self.read.contains_key(&oid) {
+            self.fetch(&[oid], OBJ_S)?;
+        }
+        match self.read.get(&oid) {
+            Some(Read::Whole(b)) => Ok(b.len() as u64),
+            Some(Read::Long(n)) => Ok(*n),
+            _ => Err(Error::NotFound { oid }),
+        }
+    }
+
+    /// Locks the object X on the server (a change follows), unless held.
+    pub fn lock_for_update(&mut self, oid: Oid) -> Result<()> {
+        self.check_active()?;
+        if !self.exclusive.contains_key(&oid) && !self.changes.contains_key(&oid) {
+            self.fetch(&[oid], OBJ_X)?;
+        }
+        Ok(())
+    }
+
+    /// True if this transaction read or changed the object already (its
+    /// copy is this transaction's: no other can have changed it since).
+    pub fn has_read(&self, oid: Oid) -> bool {
+        self.read.contains_key(&oid) || self.changes.contains_key(&oid)
+    }
+
+    /// Checks that `root` is a B+-tree root; returns the group of its page.
+    pub fn tree_open(&mut self, root: PageId) -> Result<Option<GroupId>> {
+        let body = self.tree_call(&ObjectRequest::TreeOpen {
+            txn: self.id,
+            root: root.0,
+        })?;
+        let g: [u8; 4] = body[..]
+            .try_into()
+            .map_err(|_| self.store.conn.protocol("a TREE_OPEN reply of 4 bytes"))?;
+        let g = u32::from_le_bytes(g);
+        Ok((g != NO_GROUP).then_some(GroupId(g)))
+    }
+
+    /// Creates a B+-tree in `group`; returns its root page.
+    pub fn tree_create(&mut self, group: GroupId, unique: bool) -> Result<PageId> {
+        let body = self.tree_call(&ObjectRequest::TreeCreate {
+            txn: self.id,
+            group: group.0,
+            unique,
+        })?;
+        let r: [u8; 4] = body[..]
+            .try_into()
+            .map_err(|_| self.store.conn.protocol("a TREE_CREATE reply of 4 bytes"))?;
+        Ok(PageId(u32::from_le_bytes(r)))
+    }
+
+    /// Applies `ops` to the tree at `root`, in order, in one request.
+    pub fn tree_apply(&mut self, root: PageId, ops: Vec<TreeOp>) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.tree_call(&ObjectRequest::TreeApply {
+            txn: self.id,
+            root: root.0,
+            ops,
+        })
+        .map(|_| ())
+    }
+
+    /// The values of `key` in the tree at `root`, at most `limit`.
+    pub fn tree_get(&mut self, root: PageId, key: &[u8], limit: u32) -> Result<Vec<Vec<u8>>> {
+        let body = self.tree_call(&ObjectRequest::TreeGet {
+            txn: self.id,
+            root: root.0,
+            limit: limit.clamp(1, TREE_LIMIT_MAX),
+            key: key.to_vec(),
+        })?;
+        decode_values(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))
+    }
+
+    /// Calls `f` with each entry between `lo` and `hi` in (key, value)
+    /// order until it says false, asking for up to 4,096 entries a request.
+    pub fn tree_range(
+        &mut self,
+        root: PageId,
+        lo: std::ops::Bound<Vec<u8>>,
+        hi: std::ops::Bound<Vec<u8>>,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        use std::ops::Bound;
+        const BATCH: u32 = 4096;
+        let mut lo = lo;
+        let mut after = None;
+        loop {
+            let body = self.tree_call(&ObjectRequest::TreeRange {
+                txn: self.id,
+                root: root.0,
+                limit: BATCH,
+                lo: lo.clone(),
+                hi: hi.clone(),
+                after: after.take(),
+            })?;
+            let (entries, more) =
+                decode_entries(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
+            let mut last = None;
+            for (k, v) in entries {
+                if !f(&k, &v) {
+                    return Ok(());
+                }
+                last = Some((k, v));
+            }
+            match (more, last) {
+                // The next batch resumes after the last entry: its key
+                // again, skipping its values up to the last one seen.
+                (true, Some((k, v))) => {
+                    lo = Bound::Included(k);
+                    after = Some(v);
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Frees every page of the tree at `root`.
+    pub fn tree_destroy(&mut self, root: PageId) -> Result<()> {
+        self.tree_call(&ObjectRequest::TreeDestroy {
+            txn: self.id,
+            root: root.0,
+        })
+        .map(|_| ())
+    }
+
+    fn tree_call(&mut self, req: &ObjectRequest) -> Result<bytes::Bytes> {
+        self.check_active()?;
+        self.on_server = true;
+        self.store.call_one(req, self.id)
     }
 
     /// The object's bytes.
