@@ -179,7 +179,7 @@ pub fn run(opts: &RefsOptions) -> cairn::Result<Vec<RefsResult>> {
 
     // Storage reads: record bytes from the buffer pool and decode, no cache.
     let storage_steps = (opts.steps / 10).max(n);
-    let st = tx.storage();
+    let st = tx.storage().expect("page-based");
     let mut oid = start.oid();
     let t = Instant::now();
     let mut sum = 0u64;

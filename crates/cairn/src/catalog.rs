@@ -33,8 +33,11 @@
 
 use std::collections::HashMap;
 
+use cairn_net::object_service::TreeOp;
 use cairn_storage::btree::BTree;
-use cairn_storage::{GroupId, Oid, PageId, Txn};
+use cairn_storage::{GroupId, Oid, PageId};
+
+use crate::database::Tx;
 
 use crate::codec::{DecodeError, FieldDesc, Reader, TypeDesc, Writer};
 use crate::error::{Error, Result};
@@ -105,7 +108,7 @@ fn corrupt_catalog(reason: impl Into<String>) -> Error {
 }
 
 /// Finds or creates the meta object and its trees.
-pub(crate) fn open_meta(txn: &mut Txn, system: GroupId) -> Result<Meta> {
+pub(crate) fn open_meta(txn: &mut Tx, system: GroupId) -> Result<Meta> {
     let objs = txn.scan_all(system).map_err(stored)?;
     if let Some(&first) = objs.first() {
         let b = txn.read(first).map_err(stored)?;
@@ -114,14 +117,14 @@ pub(crate) fn open_meta(txn: &mut Txn, system: GroupId) -> Result<Meta> {
         }
         let page = |i: usize| PageId(u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")));
         return Ok(Meta {
-            roots: BTree::open(txn, page(8)).map_err(stored)?,
-            classes: BTree::open(txn, page(12)).map_err(stored)?,
-            indexes: BTree::open(txn, page(16)).map_err(stored)?,
+            roots: txn.tree_open(page(8)).map_err(stored)?.0,
+            classes: txn.tree_open(page(12)).map_err(stored)?.0,
+            indexes: txn.tree_open(page(16)).map_err(stored)?.0,
         });
     }
-    let roots = BTree::create(txn, system, true).map_err(stored)?;
-    let classes = BTree::create(txn, system, true).map_err(stored)?;
-    let indexes = BTree::create(txn, system, true).map_err(stored)?;
+    let roots = txn.tree_create(system, true).map_err(stored)?;
+    let classes = txn.tree_create(system, true).map_err(stored)?;
+    let indexes = txn.tree_create(system, true).map_err(stored)?;
     let mut b = META_MAGIC.to_vec();
     for t in [roots, classes, indexes] {
         b.extend_from_slice(&t.root().0.to_le_bytes());
@@ -149,8 +152,8 @@ fn schema_key(id: u32, version: u16) -> Vec<u8> {
 
 /// The catalog's epoch as stored (0 in a catalog never changed since the
 /// epoch was introduced). Reading it share-locks its page until `txn` ends.
-pub(crate) fn epoch(txn: &mut Txn, meta: &Meta) -> Result<u64> {
-    match meta.classes.get(txn, EPOCH_KEY).map_err(stored)? {
+pub(crate) fn epoch(txn: &mut Tx, meta: &Meta) -> Result<u64> {
+    match txn.tree_get(&meta.classes, EPOCH_KEY).map_err(stored)? {
         None => Ok(0),
         Some(v) => v
             .get(..)
@@ -162,7 +165,7 @@ pub(crate) fn epoch(txn: &mut Txn, meta: &Meta) -> Result<u64> {
 
 /// Adds one to the stored epoch: every change to the classes or the index
 /// directory calls this in its transaction, so other sessions reload.
-fn bump_epoch(txn: &mut Txn, meta: &Meta) -> Result<()> {
+fn bump_epoch(txn: &mut Tx, meta: &Meta) -> Result<()> {
     let e = epoch(txn, meta)?;
     let next = e
         .checked_add(1)
@@ -172,19 +175,16 @@ fn bump_epoch(txn: &mut Txn, meta: &Meta) -> Result<()> {
 
 /// Loads every class and schema version into memory, with the epoch they
 /// were read at.
-pub(crate) fn load(txn: &mut Txn, meta: &Meta, cat: &mut Catalog) -> Result<()> {
+pub(crate) fn load(txn: &mut Tx, meta: &Meta, cat: &mut Catalog) -> Result<()> {
     cat.epoch = epoch(txn, meta)?;
     use std::ops::Bound;
-    let mut cur = meta
-        .classes
-        .range(
-            txn,
-            Bound::Unbounded,
-            Bound::Unbounded,
-            cairn_storage::btree::Direction::Forward,
-        )
-        .map_err(stored)?;
-    while let Some((k, v)) = cur.next(txn).map_err(stored)? {
+    let mut entries = Vec::new();
+    txn.tree_scan(&meta.classes, Bound::Unbounded, Bound::Unbounded, |k, v| {
+        entries.push((k.to_vec(), v.to_vec()));
+        true
+    })
+    .map_err(stored)?;
+    for (k, v) in entries {
         match k.first() {
             Some(b'n') => {
                 let name =
@@ -220,16 +220,16 @@ pub(crate) fn load(txn: &mut Txn, meta: &Meta, cat: &mut Catalog) -> Result<()> 
 /// allowed evolution of the newest and becomes the next version. Writes only
 /// to register something new, and then adds one to the epoch.
 pub(crate) fn register(
-    txn: &mut Txn,
+    txn: &mut Tx,
     meta: &Meta,
     cat: &mut Catalog,
     name: &str,
     fields: &[FieldDesc],
 ) -> Result<(ClassInfo, bool)> {
     let classes = meta.classes;
-    match classes.get(txn, &class_key(name)).map_err(stored)? {
+    match txn.tree_get(&classes, &class_key(name)).map_err(stored)? {
         None => {
-            let next = match classes.get(txn, b"c").map_err(stored)? {
+            let next = match txn.tree_get(&classes, b"c").map_err(stored)? {
                 Some(v) if v.len() == 4 => u32::from_le_bytes(v[..4].try_into().expect("4")),
                 Some(_) => return Err(corrupt_catalog("the class counter is malformed")),
                 None => 1,
@@ -260,8 +260,8 @@ pub(crate) fn register(
             let stored_fields = match cat.schemas.get(&(id, latest)) {
                 Some(f) => f.clone(),
                 None => {
-                    let b = classes
-                        .get(txn, &schema_key(id, latest))
+                    let b = txn
+                        .tree_get(&classes, &schema_key(id, latest))
                         .map_err(stored)?
                         .ok_or_else(|| corrupt_catalog(format!("schema {latest} of {name} is missing")))?;
                     decode_schema(&b).map_err(|e| corrupt_catalog(e.to_string()))?
@@ -348,10 +348,18 @@ fn check_evolution(name: &str, old: &[FieldDesc], new: &[FieldDesc]) -> Result<(
     Ok(())
 }
 
-fn put(txn: &mut Txn, tree: &BTree, key: &[u8], value: &[u8]) -> Result<()> {
-    tree.delete(txn, key, None).map_err(stored)?;
-    tree.insert(txn, key, value).map_err(stored)?;
-    Ok(())
+fn put(txn: &mut Tx, tree: &BTree, key: &[u8], value: &[u8]) -> Result<()> {
+    let ops = vec![
+        TreeOp::Delete {
+            key: key.to_vec(),
+            value: None,
+        },
+        TreeOp::Insert {
+            key: key.to_vec(),
+            value: value.to_vec(),
+        },
+    ];
+    txn.tree_apply(tree, ops, &mut Vec::new()).map_err(stored)
 }
 
 fn index_key(class: u32, field: &str) -> Vec<u8> {
@@ -362,23 +370,20 @@ fn index_key(class: u32, field: &str) -> Vec<u8> {
 
 /// The indexes of class `class` the catalog records: (field, root page), in
 /// field-name order.
-pub(crate) fn indexes_of(txn: &mut Txn, meta: &Meta, class: u32) -> Result<Vec<(String, PageId)>> {
+pub(crate) fn indexes_of(txn: &mut Tx, meta: &Meta, class: u32) -> Result<Vec<(String, PageId)>> {
     use std::ops::Bound;
     let prefix = class.to_be_bytes();
-    let mut cur = meta
-        .indexes
-        .range(
-            txn,
-            Bound::Included(&prefix[..]),
-            Bound::Unbounded,
-            cairn_storage::btree::Direction::Forward,
-        )
-        .map_err(stored)?;
-    let mut out = Vec::new();
-    while let Some((k, v)) = cur.next(txn).map_err(stored)? {
-        if !k.starts_with(&prefix) {
-            break;
+    let mut entries = Vec::new();
+    txn.tree_scan(&meta.indexes, Bound::Included(&prefix[..]), Bound::Unbounded, |k, v| {
+        let mine = k.starts_with(&prefix);
+        if mine {
+            entries.push((k.to_vec(), v.to_vec()));
         }
+        mine
+    })
+    .map_err(stored)?;
+    let mut out = Vec::new();
+    for (k, v) in entries {
         let field = String::from_utf8(k[4..].to_vec())
             .map_err(|_| corrupt_catalog(format!("an index field name of class {class} is not UTF-8")))?;
         let root: [u8; 4] = v[..]
@@ -390,7 +395,7 @@ pub(crate) fn indexes_of(txn: &mut Txn, meta: &Meta, class: u32) -> Result<Vec<(
 }
 
 /// Records `tree` as the index of (class, field).
-pub(crate) fn add_index(txn: &mut Txn, meta: &Meta, class: u32, field: &str, tree: &BTree) -> Result<()> {
+pub(crate) fn add_index(txn: &mut Tx, meta: &Meta, class: u32, field: &str, tree: &BTree) -> Result<()> {
     put(
         txn,
         &meta.indexes,
@@ -401,23 +406,25 @@ pub(crate) fn add_index(txn: &mut Txn, meta: &Meta, class: u32, field: &str, tre
 }
 
 /// Forgets the index of (class, field); the caller frees its tree.
-pub(crate) fn remove_index(txn: &mut Txn, meta: &Meta, class: u32, field: &str) -> Result<()> {
-    meta.indexes
-        .delete(txn, &index_key(class, field), None)
-        .map_err(stored)?;
+pub(crate) fn remove_index(txn: &mut Tx, meta: &Meta, class: u32, field: &str) -> Result<()> {
+    let ops = vec![TreeOp::Delete {
+        key: index_key(class, field),
+        value: None,
+    }];
+    txn.tree_apply(&meta.indexes, ops, &mut Vec::new()).map_err(stored)?;
     bump_epoch(txn, meta)
 }
 
 /// The index tree of (class, field), created if `create`.
 pub(crate) fn index_tree(
-    txn: &mut Txn,
+    txn: &mut Tx,
     meta: &Meta,
     class: u32,
     field: &str,
     create: Option<GroupId>,
 ) -> Result<Option<BTree>> {
     let key = index_key(class, field);
-    if let Some(v) = meta.indexes.get(txn, &key).map_err(stored)? {
+    if let Some(v) = txn.tree_get(&meta.indexes, &key).map_err(stored)? {
         if v.len() != 4 {
             return Err(corrupt_catalog(format!(
                 "index entry for {field} has {} bytes",
@@ -425,20 +432,22 @@ pub(crate) fn index_tree(
             )));
         }
         let root = PageId(u32::from_le_bytes(v[..4].try_into().expect("4")));
-        return Ok(Some(BTree::open(txn, root).map_err(stored)?));
+        return Ok(Some(txn.tree_open(root).map_err(stored)?.0));
     }
     let Some(group) = create else { return Ok(None) };
-    let tree = BTree::create(txn, group, false).map_err(stored)?;
-    meta.indexes
-        .insert(txn, &key, &tree.root().0.to_le_bytes())
-        .map_err(stored)?;
+    let tree = txn.tree_create(group, false).map_err(stored)?;
+    let ops = vec![TreeOp::Insert {
+        key,
+        value: tree.root().0.to_le_bytes().to_vec(),
+    }];
+    txn.tree_apply(&meta.indexes, ops, &mut Vec::new()).map_err(stored)?;
     bump_epoch(txn, meta)?;
     Ok(Some(tree))
 }
 
 /// Reads a named root.
-pub(crate) fn get_root(txn: &mut Txn, meta: &Meta, name: &str) -> Result<Option<Oid>> {
-    match meta.roots.get(txn, name.as_bytes()).map_err(stored)? {
+pub(crate) fn get_root(txn: &mut Tx, meta: &Meta, name: &str) -> Result<Option<Oid>> {
+    match txn.tree_get(&meta.roots, name.as_bytes()).map_err(stored)? {
         None => Ok(None),
         Some(v) => Oid::from_exact(&v)
             .map(Some)
@@ -447,14 +456,18 @@ pub(crate) fn get_root(txn: &mut Txn, meta: &Meta, name: &str) -> Result<Option<
 }
 
 /// Sets (or, with `None`, removes) a named root.
-pub(crate) fn set_root(txn: &mut Txn, meta: &Meta, name: &str, oid: Option<Oid>) -> Result<()> {
-    meta.roots.delete(txn, name.as_bytes(), None).map_err(stored)?;
+pub(crate) fn set_root(txn: &mut Tx, meta: &Meta, name: &str, oid: Option<Oid>) -> Result<()> {
+    let mut ops = vec![TreeOp::Delete {
+        key: name.as_bytes().to_vec(),
+        value: None,
+    }];
     if let Some(oid) = oid {
-        meta.roots
-            .insert(txn, name.as_bytes(), &oid.to_bytes())
-            .map_err(stored)?;
+        ops.push(TreeOp::Insert {
+            key: name.as_bytes().to_vec(),
+            value: oid.to_bytes().to_vec(),
+        });
     }
-    Ok(())
+    txn.tree_apply(&meta.roots, ops, &mut Vec::new()).map_err(stored)
 }
 
 fn encode_type(t: &TypeDesc, w: &mut Writer) {
@@ -633,7 +646,7 @@ mod tests {
 
     /// A new database with the system group, a transaction and the meta
     /// object's trees in it.
-    fn scratch() -> (tempfile::TempDir, cairn_storage::Db, GroupId, Txn, Meta) {
+    fn scratch() -> (tempfile::TempDir, cairn_storage::Db, GroupId, Tx, Meta) {
         let dir = tempfile::tempdir().unwrap();
         let opts = cairn_storage::DbOptions {
             background: false,
@@ -641,7 +654,7 @@ mod tests {
         };
         let db = cairn_storage::Db::create(&dir.path().join("db"), &opts).unwrap();
         let system = db.create_group(SYSTEM_GROUP).unwrap();
-        let mut txn = db.begin().unwrap();
+        let mut txn = Tx::Pages(db.begin().unwrap());
         let meta = open_meta(&mut txn, system).unwrap();
         (dir, db, system, txn, meta)
     }
@@ -709,7 +722,7 @@ mod tests {
             (1, false, 2),
             "an older program keeps its version and changes nothing"
         );
-        let tree = BTree::create(&mut txn, system, false).unwrap();
+        let tree = txn.tree_create(system, false).unwrap();
         add_index(&mut txn, &meta, c.id, "a", &tree).unwrap();
         remove_index(&mut txn, &meta, c.id, "a").unwrap();
         assert_eq!(epoch(&mut txn, &meta).unwrap(), 4);

@@ -32,6 +32,7 @@ fn opts() -> Options {
 fn child_arch() -> Arch {
     match std::env::var("CAIRN_TEST_ARCH").as_deref() {
         Ok("file") => Arch::File,
+        Ok("object") => Arch::Object,
         _ => Arch::Page,
     }
 }
@@ -40,6 +41,7 @@ fn arch_name(arch: Arch) -> &'static str {
     match arch {
         Arch::File => "file",
         Arch::Page => "page",
+        Arch::Object => "object",
     }
 }
 
@@ -794,7 +796,7 @@ fn a_deadlock_on_a_pages_first_read_is_a_deadlock_not_a_missing_object() {
             let mut tx = db.begin().unwrap();
             tx.update(&mine, |x| x.balance += 10).unwrap();
             barrier.wait();
-            let r = tx.storage().read(theirs.oid());
+            let r = tx.storage().expect("page-based").read(theirs.oid());
             match r {
                 Ok(_) => tx.commit().map(|()| "committed"),
                 Err(e) => Err(cairn::Error::from(e)),
@@ -841,7 +843,7 @@ fn a_scan_fetches_its_pages_in_batches() {
     let reader = connect(&server);
     let mut tx = reader.begin().unwrap();
     let before = reader.remote_stats().unwrap();
-    let st = tx.storage();
+    let st = tx.storage().expect("page-based");
     let oids = st.scan_all(cairn::storage::GroupId::DEFAULT).unwrap();
     let mut pages = std::collections::BTreeSet::new();
     for oid in &oids {

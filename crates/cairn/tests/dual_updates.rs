@@ -303,13 +303,17 @@ fn flush_hands_held_changes_to_the_storage_transaction() {
     tx.commit().unwrap();
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.view(&r).unwrap().get().value(), 10);
-    let before = tx.storage().read(r.oid()).unwrap();
+    let before = tx.storage().expect("page-based").read(r.oid()).unwrap();
     tx.update(&r, |c| c.value = 11).unwrap();
-    assert_eq!(tx.storage().read(r.oid()).unwrap(), before, "LOC+ holds the change");
+    assert_eq!(
+        tx.storage().expect("page-based").read(r.oid()).unwrap(),
+        before,
+        "LOC+ holds the change"
+    );
     assert_eq!(tx.get(&r).unwrap().value, 11, "the transaction reads its own change");
     tx.flush().unwrap();
     assert_ne!(
-        tx.storage().read(r.oid()).unwrap(),
+        tx.storage().expect("page-based").read(r.oid()).unwrap(),
         before,
         "flushed into the transaction"
     );

@@ -32,7 +32,7 @@ impl Inner {
     /// other transactions start (e.g. `Database::register::<T>()` at open).
     fn sync_indexes<T: Persistent>(
         &self,
-        txn: &mut Txn,
+        txn: &mut Tx,
         cat: &Catalog,
         c: ClassInfo,
         new: bool,
@@ -42,18 +42,16 @@ impl Inner {
         } else {
             catalog::indexes_of(txn, &self.meta, c.id)?
         };
-        self.check_index_roots::<T>(txn, &existing)?;
         let mut trees = Vec::new();
-        for (field, root) in &existing {
-            let tree = BTree::open(txn, *root)?;
+        for (field, tree) in self.open_index_trees::<T>(txn, &existing)? {
             if T::INDEXED_FIELDS.contains(&field.as_str()) {
                 trees.push(((c.id, field.clone()), tree));
                 continue;
             }
-            catalog::remove_index(txn, &self.meta, c.id, field)?;
-            let mut rec = Recording { txn, pages: Vec::new() };
-            let r = tree.destroy(&mut rec);
-            self.index_cache.tree(*root).changed(&rec.pages);
+            catalog::remove_index(txn, &self.meta, c.id, &field)?;
+            let mut pages = Vec::new();
+            let r = txn.tree_destroy(tree, &mut pages);
+            self.index_cache.tree(tree.root()).changed(&pages);
             r?;
         }
         let missing: Vec<&'static str> = T::INDEXED_FIELDS
@@ -71,10 +69,10 @@ impl Inner {
         }
         for (field, mut pairs) in missing.into_iter().zip(entries) {
             pairs.sort_unstable();
-            let mut rec = Recording { txn, pages: Vec::new() };
-            let built = BTree::bulk_load(&mut rec, group, false, pairs);
+            let mut pages = Vec::new();
+            let built = txn.tree_bulk_load(group, pairs, &mut pages);
             if let Ok(tree) = &built {
-                self.index_cache.tree(tree.root()).changed(&rec.pages);
+                self.index_cache.tree(tree.root()).changed(&pages);
             }
             let tree = built?;
             catalog::add_index(txn, &self.meta, c.id, field, &tree)?;
@@ -83,17 +81,23 @@ impl Inner {
         Ok(trees)
     }
 
-    /// Checks that every index root the catalog names for `T` is a page of
-    /// the index group: a damaged entry must not make registering free (or
-    /// later insert into) a tree that is no index, such as one of the
-    /// catalog's own.
-    fn check_index_roots<T: Persistent>(&self, txn: &Txn, existing: &[(String, cairn_storage::PageId)]) -> Result<()> {
+    /// Opens every index tree the catalog names for `T`, checking that each
+    /// root is a B+-tree root of the index group: a damaged entry must not
+    /// make registering free (or later insert into) a tree that is no
+    /// index, such as one of the catalog's own.
+    fn open_index_trees<T: Persistent>(
+        &self,
+        txn: &mut Tx,
+        existing: &[(String, cairn_storage::PageId)],
+    ) -> Result<Vec<(String, BTree)>> {
         if existing.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let index_group = self.group(catalog::INDEX_GROUP)?;
+        let mut trees = Vec::new();
         for (field, root) in existing {
-            if txn.group_of_page(*root)? != Some(index_group) {
+            let (tree, group) = txn.tree_open(*root)?;
+            if group != Some(index_group) {
                 return Err(Error::Corrupt {
                     page: *root,
                     reason: format!(
@@ -103,15 +107,16 @@ impl Inner {
                     ),
                 });
             }
+            trees.push((field.clone(), tree));
         }
-        Ok(())
+        Ok(trees)
     }
 
     /// Appends (key, OID) of every object of class `c` to `entries[i]` for
     /// each `fields[i]`, scanning every user group.
     fn collect_keys<T: Persistent>(
         &self,
-        txn: &mut Txn,
+        txn: &mut Tx,
         cat: &Catalog,
         c: ClassInfo,
         fields: &[&'static str],
@@ -249,18 +254,16 @@ impl Transaction<'_> {
                 inner.sync_indexes::<T>(&mut self.txn, &cat, info, new)?
             } else {
                 let existing = catalog::indexes_of(&mut self.txn, &meta, info.id)?;
-                inner.check_index_roots::<T>(&self.txn, &existing)?;
+                let opened = inner.open_index_trees::<T>(&mut self.txn, &existing)?;
                 let mut marked: Vec<&str> = T::INDEXED_FIELDS.to_vec();
                 marked.sort_unstable();
                 info.writable =
                     marked.len() == existing.len() && marked.iter().zip(&existing).all(|(m, (f, _))| m == f);
-                let mut trees = Vec::new();
-                for (field, root) in existing {
-                    if marked.contains(&field.as_str()) {
-                        trees.push(((info.id, field), BTree::open(&mut self.txn, root)?));
-                    }
-                }
-                trees
+                opened
+                    .into_iter()
+                    .filter(|(field, _)| marked.contains(&field.as_str()))
+                    .map(|(field, tree)| ((info.id, field), tree))
+                    .collect()
             };
             cat.registered.insert(T::NAME.to_string(), info);
             Ok::<_, Error>((info, trees))

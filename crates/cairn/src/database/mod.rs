@@ -27,8 +27,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cairn_storage::btree::{BTree, Direction};
-use cairn_storage::record::object::ObjectSpace;
+use cairn_net::object_service::TreeOp;
+use cairn_storage::btree::BTree;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, Txn};
 
 use crate::cache::{CachePolicy, CacheStats, CachedObject, ObjectCache};
@@ -36,7 +36,9 @@ use crate::catalog::{self, Catalog, ClassInfo, Meta};
 
 mod classes;
 mod read;
+mod store;
 mod write;
+
 use crate::codec::{decode_value, Persistent, Reader, TypeDesc, Writer};
 use crate::dual::DualBufferOptions;
 use crate::error::{Error, Result};
@@ -44,6 +46,7 @@ use crate::fields::IndexKey;
 use crate::index_cache::{IndexCache, TreeCache};
 use crate::reference::Ref;
 use crate::remote::{RemoteStats, RemoteStore};
+pub(crate) use store::{Store, Tx};
 
 /// How to open a database.
 #[derive(Clone, Debug)]
@@ -125,62 +128,15 @@ pub enum Arch {
     /// the server grants locks, allocates pages and takes the log. See
     /// [`crate::remote::RemoteStore::connect_as`].
     File,
-}
-
-/// Where the database lives.
-pub(crate) enum Store {
-    /// In this process.
-    Embedded(Db),
-    /// Behind `cairn serve`.
-    Remote(Arc<RemoteStore>),
-}
-
-impl Store {
-    fn begin(&self) -> cairn_storage::Result<Txn> {
-        match self {
-            Store::Embedded(db) => db.begin(),
-            Store::Remote(r) => r.begin(),
-        }
-    }
-
-    fn group(&self, name: &str, create: bool) -> cairn_storage::Result<GroupId> {
-        match self {
-            Store::Embedded(db) => match db.group(name) {
-                Ok(g) => Ok(g),
-                Err(_) if create => match db.create_group(name) {
-                    Ok(g) => Ok(g),
-                    // Another thread made it first.
-                    Err(cairn_storage::Error::GroupExists(_)) => db.group(name),
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            },
-            Store::Remote(r) => r.group(name, create),
-        }
-    }
-
-    fn groups(&self) -> cairn_storage::Result<Vec<(GroupId, String)>> {
-        match self {
-            Store::Embedded(db) => Ok(db.groups().into_iter().map(|g| (g.id, g.name)).collect()),
-            Store::Remote(r) => r.refresh_groups(),
-        }
-    }
-
-    fn evict_cache(&self) -> cairn_storage::Result<()> {
-        match self {
-            Store::Embedded(db) => db.evict_cache(),
-            Store::Remote(r) => r.evict_cache(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Store {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Store::Embedded(db) => write!(f, "embedded at {}", db.dir().display()),
-            Store::Remote(r) => write!(f, "page server at {}", r.address()),
-        }
-    }
+    /// Object server (§2.2): the unit of transfer is an object. The server
+    /// reads and changes objects and walks the B+-trees for the client, in
+    /// transactions that lock single objects, so clients change different
+    /// objects of one page at the same time; the client sends the
+    /// after-images of what it changed at commit. It caches nothing across
+    /// transactions yet (no object callbacks): each transaction reads each
+    /// object it uses from the server once. See
+    /// [`crate::remote::ObjectStore`].
+    Object,
 }
 
 pub(crate) struct Inner {
@@ -242,6 +198,10 @@ impl Database {
         let arch = match opts.arch {
             Arch::Page => cairn_net::message::Architecture::PAGE,
             Arch::File => cairn_net::message::Architecture::FILE,
+            Arch::Object => {
+                let store = crate::remote::ObjectStore::connect(address, &opts.token)?;
+                return Database::on_store(Store::Object(store), opts);
+            }
         };
         let store = RemoteStore::connect_as(
             arch,
@@ -275,10 +235,7 @@ impl Database {
             txn.commit()?;
             Ok((meta, cat))
         })?;
-        let page_size = match &db {
-            Store::Embedded(d) => d.header().page_size as usize,
-            Store::Remote(r) => r.page_size(),
-        };
+        let page_size = db.page_size();
         let dual = crate::dual::DualBuffer::new(crate::dual::DualConfig {
             budget_bytes: opts.dual_buffer.bytes,
             page_size,
@@ -329,7 +286,7 @@ impl Database {
     pub fn storage(&self) -> Option<&Db> {
         match &self.inner.db {
             Store::Embedded(db) => Some(db),
-            Store::Remote(_) => None,
+            Store::Remote(_) | Store::Object(_) => None,
         }
     }
 
@@ -338,17 +295,18 @@ impl Database {
     #[doc(hidden)]
     pub fn remote_store(&self) -> Option<&Arc<RemoteStore>> {
         match &self.inner.db {
-            Store::Embedded(_) => None,
+            Store::Embedded(_) | Store::Object(_) => None,
             Store::Remote(r) => Some(r),
         }
     }
 
-    /// The page-server client's counters (round trips, bytes, pages
-    /// shipped), if the database is remote.
+    /// The client's counters (round trips, bytes, pages shipped), if the
+    /// database is remote.
     pub fn remote_stats(&self) -> Option<RemoteStats> {
         match &self.inner.db {
             Store::Embedded(_) => None,
             Store::Remote(r) => Some(r.stats()),
+            Store::Object(o) => Some(o.stats()),
         }
     }
 
@@ -358,11 +316,11 @@ impl Database {
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => match inner.db {
                 Store::Embedded(db) => Ok(db.close()?),
-                Store::Remote(_) => Ok(()),
+                Store::Remote(_) | Store::Object(_) => Ok(()),
             },
             Err(inner) => match &inner.db {
                 Store::Embedded(db) => Ok(db.checkpoint()?),
-                Store::Remote(_) => Ok(()),
+                Store::Remote(_) | Store::Object(_) => Ok(()),
             },
         }
     }
@@ -390,7 +348,7 @@ impl Inner {
         let txn = self.db.begin()?;
         Ok(Transaction {
             inner: self,
-            buffered: write::Buffered::new(&self.cache, txn.id().0),
+            buffered: write::Buffered::new(&self.cache, txn.id()),
             txn,
             written: Default::default(),
             overlay: cairn_storage::fxhash::FxHashMap::default(),
@@ -510,7 +468,7 @@ pub struct Transaction<'db> {
     /// declared before `txn`, so it is dropped before the locks go.
     buffered: write::Buffered<'db>,
     inner: &'db Inner,
-    txn: Txn,
+    txn: Tx,
     overlay: cairn_storage::fxhash::FxHashMap<Oid, CachedObject>,
     /// Objects this transaction has already locked and fetched, by cache
     /// slot: (generation, object). Following a swizzled reference again is an
@@ -569,52 +527,6 @@ fn header(c: ClassInfo) -> [u8; HEADER_SIZE] {
     h[..4].copy_from_slice(&c.id.to_le_bytes());
     h[4..].copy_from_slice(&c.version.to_le_bytes());
     h
-}
-
-/// A storage transaction that records the pages a B+-tree operation
-/// changes, allocates or frees (for the index cache's versions).
-struct Recording<'t> {
-    txn: &'t mut Txn,
-    pages: Vec<cairn_storage::PageId>,
-}
-
-impl cairn_storage::access::PageAccess for Recording<'_> {
-    fn page_size(&self) -> usize {
-        cairn_storage::access::PageAccess::page_size(self.txn)
-    }
-
-    fn read<R>(&mut self, id: cairn_storage::PageId, f: impl FnOnce(&[u8]) -> R) -> cairn_storage::Result<R> {
-        cairn_storage::access::PageAccess::read(self.txn, id, f)
-    }
-
-    fn modify<R>(
-        &mut self,
-        id: cairn_storage::PageId,
-        f: impl FnOnce(&mut [u8]) -> cairn_storage::Result<R>,
-    ) -> cairn_storage::Result<R> {
-        self.pages.push(id);
-        cairn_storage::access::PageAccess::modify(self.txn, id, f)
-    }
-
-    fn allocate(
-        &mut self,
-        group: GroupId,
-        near: Option<cairn_storage::PageId>,
-        ty: cairn_storage::page::PageType,
-    ) -> cairn_storage::Result<cairn_storage::PageId> {
-        let p = cairn_storage::access::PageAccess::allocate(self.txn, group, near, ty)?;
-        self.pages.push(p);
-        Ok(p)
-    }
-
-    fn free(&mut self, id: cairn_storage::PageId) -> cairn_storage::Result<()> {
-        self.pages.push(id);
-        cairn_storage::access::PageAccess::free(self.txn, id)
-    }
-
-    fn lock_for_update(&mut self, id: cairn_storage::PageId) -> cairn_storage::Result<()> {
-        cairn_storage::access::PageAccess::lock_for_update(self.txn, id)
-    }
 }
 
 /// The stored type of `T`'s `field`, if the field is indexed; else
@@ -686,10 +598,14 @@ impl<'db> Transaction<'db> {
     }
 
     fn after_create<T: Persistent>(&mut self, oid: Oid, value: T) -> Result<Ref<T>> {
-        self.txn.lock_page(oid.page, true)?;
+        self.txn.lock_to_change(oid)?;
         for (field, key) in value.index_keys() {
             let tree = self.index_tree::<T>(field, true)?.expect("created");
-            self.change_tree(&tree, |t, a| t.insert(a, &key, &oid.to_bytes()).map(|_| ()))?;
+            let ops = vec![TreeOp::Insert {
+                key,
+                value: oid.to_bytes().to_vec(),
+            }];
+            self.change_tree(&tree, ops)?;
         }
         self.overlay.insert(oid, Arc::new(value));
         Ok(Ref::from_oid(oid))
@@ -717,22 +633,14 @@ impl<'db> Transaction<'db> {
         Ok(Some((tree, cache)))
     }
 
-    /// Changes an index tree with `f`, then gives every page it changed,
+    /// Applies `ops` to an index tree, then gives every page it changed,
     /// allocated or freed a new version in the tree's cache (this
     /// transaction holds their exclusive locks), so cached entries read from
     /// them stop validating ([`crate::index_cache`]). Also on failure: the
     /// pages may have changed before it.
-    fn change_tree(
-        &mut self,
-        tree: &cairn_storage::btree::BTree,
-        f: impl FnOnce(&cairn_storage::btree::BTree, &mut Recording<'_>) -> cairn_storage::Result<()>,
-    ) -> Result<()> {
-        let mut rec = Recording {
-            txn: &mut self.txn,
-            pages: Vec::new(),
-        };
-        let r = f(tree, &mut rec);
-        let pages = rec.pages;
+    fn change_tree(&mut self, tree: &cairn_storage::btree::BTree, ops: Vec<TreeOp>) -> Result<()> {
+        let mut pages = Vec::new();
+        let r = self.txn.tree_apply(tree, ops, &mut pages);
         self.inner.index_cache.tree(tree.root()).changed(&pages);
         Ok(r?)
     }
@@ -750,12 +658,33 @@ impl<'db> Transaction<'db> {
         out: &mut Vec<Oid>,
     ) -> Result<()> {
         let start = out.len();
+        if self.txn.pages().is_none() {
+            // An object-server transaction: the server walks the tree, and
+            // there are no leaf locks to validate a cache by.
+            self.index_misses += 1;
+            let mut bad = false;
+            let key = std::mem::take(&mut self.key);
+            let r = self.txn.tree_get_each(&tree, &key, first_only, |v| {
+                match Oid::from_exact(v) {
+                    Some(oid) => out.push(oid),
+                    None => bad = true,
+                }
+                !bad
+            });
+            self.key = key;
+            r?;
+            if bad {
+                return Err(malformed(&tree, field));
+            }
+            return Ok(());
+        }
+        let txn = self.txn.pages().expect("a page-based transaction");
         if let Some((leaf, version)) = cache.get(&self.key, first_only, out) {
             // The leaf's lock and version validate the entry
             // ([`crate::index_cache`]).
             // (A leaf this transaction changed has a new version, so its
             // entries never validate here: its own are in its private copy.)
-            self.txn.lock_page(leaf, false)?;
+            txn.lock_page(leaf, false)?;
             if cache.still(leaf, version) {
                 self.index_hits += 1;
                 return Ok(());
@@ -767,15 +696,16 @@ impl<'db> Transaction<'db> {
         // the key lies strictly inside it, and cache it (on the leaf's
         // second miss).
         let mark = cache.mark();
-        let leaf = tree.leaf_of(&mut self.txn, &self.key)?;
+        let txn = self.txn.pages().expect("a page-based transaction");
+        let leaf = tree.leaf_of(txn, &self.key)?;
         // Changed here, the leaf holds uncommitted entries, never cached;
         // and a leaf's first miss just descends.
-        if self.txn.has_private_copy(leaf) || !cache.worth_filling(leaf, self.inner.index_cache.max_entries) {
+        if txn.has_private_copy(leaf) || !cache.worth_filling(leaf, self.inner.index_cache.max_entries) {
             return self.tree_lookup(tree, leaf, field, first_only, out);
         }
         let mut keys: Vec<u8> = Vec::with_capacity(4096);
         let mut ents: Vec<(usize, usize, Option<Oid>)> = Vec::with_capacity(256);
-        tree.leaf_entries(&mut self.txn, leaf, |k, v| {
+        tree.leaf_entries(txn, leaf, |k, v| {
             let start = keys.len();
             keys.extend_from_slice(k);
             ents.push((start, keys.len(), Oid::from_exact(v)));
@@ -821,7 +751,8 @@ impl<'db> Transaction<'db> {
             }
             !bad && !first_only
         };
-        tree.get_each_in(&mut self.txn, leaf, &self.key, f)?;
+        let txn = self.txn.pages().expect("a page-based transaction");
+        tree.get_each_in(txn, leaf, &self.key, f)?;
         if bad {
             return Err(malformed(&tree, field));
         }
@@ -923,26 +854,33 @@ impl<'db> Transaction<'db> {
             }
         };
         let (lo, hi) = (enc(lo), enc(hi));
-        let mut cur = tree.range(
-            &mut self.txn,
+        let mut out = Vec::new();
+        let mut bad = false;
+        self.txn.tree_scan(
+            &tree,
             lo.as_ref().map(|v| &v[..]),
             hi.as_ref().map(|v| &v[..]),
-            Direction::Forward,
+            |_, v| {
+                match Oid::from_exact(v) {
+                    Some(oid) => out.push(Ref::from_oid(oid)),
+                    None => bad = true,
+                }
+                !bad
+            },
         )?;
-        let mut out = Vec::new();
-        while let Some((_, v)) = cur.next(&mut self.txn)? {
-            let oid = Oid::from_exact(&v).ok_or_else(|| malformed(&tree, index.field))?;
-            out.push(Ref::from_oid(oid));
+        if bad {
+            return Err(malformed(&tree, index.field));
         }
         Ok(out)
     }
 
-    /// The storage transaction underneath (for tools and tests). Under a
-    /// strategy that keeps changes in the dual buffer (EOC, LOC, LOC−,
-    /// LOC+), it holds this transaction's changes once
-    /// [`Transaction::flush`] has run.
-    pub fn storage(&mut self) -> &mut Txn {
-        &mut self.txn
+    /// The storage transaction underneath (for tools and tests), if it
+    /// runs in this process: `None` for an object-server client, whose
+    /// storage transaction is the server's. Under a strategy that keeps
+    /// changes in the dual buffer (EOC, LOC, LOC−, LOC+), it holds this
+    /// transaction's changes once [`Transaction::flush`] has run.
+    pub fn storage(&mut self) -> Option<&mut Txn> {
+        self.txn.pages()
     }
 
     /// Commits: the changes are durable when this returns Ok.

@@ -37,8 +37,8 @@ impl Transaction<'_> {
         if matches!(self.inner.db, Store::Embedded(_)) {
             return Ok(());
         }
-        let pages: Vec<cairn_storage::PageId> = refs.into_iter().map(|r| r.oid().page).collect();
-        self.txn.prefetch_pages(&pages)?;
+        let oids: Vec<Oid> = refs.into_iter().map(|r| r.oid()).collect();
+        self.txn.prefetch(&oids)?;
         Ok(())
     }
 
@@ -69,14 +69,15 @@ impl Transaction<'_> {
                 }
             }
         }
-        let me = self.txn.id().0;
+        let me = self.txn.id();
         let cache = &self.inner.cache;
         if let Some((slot, gen)) = swizzle {
             if let Some(hit) = cache.get_slot(slot, gen, oid) {
-                if hit.last_txn != me {
-                    // Lock first, then trust the cache: a writer removes the
-                    // object under its exclusive lock.
-                    self.txn.lock_page(oid.page, false)?;
+                // Lock first, then trust the cache: a writer removes the
+                // object under its exclusive lock.
+                let trusted = hit.last_txn == me || self.txn.lock_to_read(oid)?;
+                if !trusted {
+                    cache.invalidate(oid);
                 }
                 if let Some(hit) = cache.get_slot(slot, gen, oid) {
                     cache.set_last_txn(slot, gen, me);
@@ -86,7 +87,9 @@ impl Transaction<'_> {
             }
             r.unswizzle();
         }
-        self.txn.lock_page(oid.page, false)?;
+        if !self.txn.lock_to_read(oid)? {
+            cache.invalidate(oid);
+        }
         if let Some(hit) = cache.lookup(oid, me) {
             r.swizzle(hit.slot, hit.gen);
             cache.note_swizzle();
@@ -100,7 +103,10 @@ impl Transaction<'_> {
         r.swizzle(slot, gen);
         cache.note_swizzle();
         self.remember(slot, gen, oid, &obj);
-        if self.inner.fault_whole_pages && cache.refaulted(oid.page, me) && !self.txn.has_private_copy(oid.page) {
+        if self.inner.fault_whole_pages
+            && cache.refaulted(oid.page, me)
+            && self.txn.pages().is_some_and(|t| !t.has_private_copy(oid.page))
+        {
             let c = self.class_of::<T>()?;
             self.prefetch_page::<T>(c, oid)?;
         }
@@ -135,17 +141,21 @@ impl Transaction<'_> {
         // Held already after the page's first object: one probe of the
         // transaction's few pages, where a set of the objects it viewed
         // cost a cache miss per object (`cairn bench refs`, view).
-        self.txn.lock_page(oid.page, false)?;
-        if !self.txn.has_private_copy(oid.page) {
-            let cache = &self.inner.cache;
-            let me = self.txn.id().0;
+        let me = self.txn.id();
+        let inner = self.inner;
+        // Only a page-based transaction reads objects in their pages.
+        if let Some(txn) = self.txn.pages() {
+            txn.lock_page(oid.page, false)?;
+        }
+        if let Some(txn) = self.txn.pages().filter(|t| !t.has_private_copy(oid.page)) {
+            let cache = &inner.cache;
             let found = match cache.buffered(me, oid)? {
                 crate::dual::Probe::Hit(l) => Some(l),
                 // Not in its page in a form read in place (moved, large):
                 // the owned path below. (The typed layer flushes nothing
                 // into the buffer's transactions, so never its own change.)
                 crate::dual::Probe::Elsewhere => None,
-                crate::dual::Probe::Miss => match self.txn.page_image(oid.page)? {
+                crate::dual::Probe::Miss => match txn.page_image(oid.page)? {
                     Some(image) => cache.fault_in(me, oid, image)?,
                     None => None,
                 },
@@ -159,7 +169,7 @@ impl Transaction<'_> {
                 }
                 let at = l.range;
                 if l.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&header(c)[..]) {
-                    self.inner.check_len(oid, at.len() as u64)?;
+                    inner.check_len(oid, at.len() as u64)?;
                     let range = at.start + HEADER_SIZE..at.end;
                     let obj = crate::view::Obj::new(Arc::clone(&l.bytes), range, oid)
                         .map_err(|source| Error::Decode { oid, source })?;
@@ -185,7 +195,10 @@ impl Transaction<'_> {
         // older version takes the catalog's mutex, not done under a page latch.
         let header = header(c);
         let mut found: Vec<(Oid, CachedObject, usize)> = Vec::new();
-        self.txn.page_objects(faulted.page, |oid, bytes| {
+        let Some(txn) = self.txn.pages() else {
+            return Ok(());
+        };
+        txn.page_objects(faulted.page, |oid, bytes| {
             if oid == faulted || bytes.get(..6) != Some(&header[..]) {
                 return;
             }

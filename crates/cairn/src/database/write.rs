@@ -53,7 +53,7 @@ impl Transaction<'_> {
     /// Changes an object in place with `f`.
     pub fn update<T: Persistent>(&mut self, r: &Ref<T>, f: impl FnOnce(&mut T)) -> Result<()> {
         let oid = r.oid();
-        self.txn.lock_page(oid.page, true)?;
+        self.txn.lock_to_change(oid)?;
         let mut value: T = self.load_own::<T>(oid)?;
         let old_keys = value.index_keys();
         f(&mut value);
@@ -63,7 +63,7 @@ impl Transaction<'_> {
     /// Replaces an object.
     pub fn put<T: Persistent>(&mut self, r: &Ref<T>, value: T) -> Result<()> {
         let oid = r.oid();
-        self.txn.lock_page(oid.page, true)?;
+        self.txn.lock_to_change(oid)?;
         let old: T = self.load_own::<T>(oid)?;
         self.write(oid, value, old.index_keys())
     }
@@ -72,12 +72,16 @@ impl Transaction<'_> {
     pub fn delete<T: Persistent>(&mut self, r: &Ref<T>) -> Result<()> {
         self.writable_class_of::<T>()?;
         let oid = r.oid();
-        self.txn.lock_page(oid.page, true)?;
+        self.txn.lock_to_change(oid)?;
         let old: T = self.load_own::<T>(oid)?;
         self.inner.cache.invalidate(oid);
         for (field, key) in old.index_keys() {
             if let Some(tree) = self.index_tree::<T>(field, false)? {
-                self.change_tree(&tree, |t, a| t.delete(a, &key, Some(&oid.to_bytes())).map(|_| ()))?;
+                let ops = vec![TreeOp::Delete {
+                    key,
+                    value: Some(oid.to_bytes().to_vec()),
+                }];
+                self.change_tree(&tree, ops)?;
             }
         }
         // Whatever change to it the buffer holds goes, and the record goes
@@ -120,10 +124,17 @@ impl Transaction<'_> {
         for ((field, old), (_, new)) in old_keys.iter().zip(new_keys.iter()) {
             if old != new {
                 let tree = self.index_tree::<T>(field, true)?.expect("created");
-                self.change_tree(&tree, |t, a| {
-                    t.delete(a, old, Some(&oid.to_bytes()))?;
-                    t.insert(a, new, &oid.to_bytes()).map(|_| ())
-                })?;
+                let ops = vec![
+                    TreeOp::Delete {
+                        key: old.clone(),
+                        value: Some(oid.to_bytes().to_vec()),
+                    },
+                    TreeOp::Insert {
+                        key: new.clone(),
+                        value: oid.to_bytes().to_vec(),
+                    },
+                ];
+                self.change_tree(&tree, ops)?;
             }
         }
         self.overlay.insert(oid, Arc::new(value));

@@ -1,0 +1,439 @@
+//! Where a database lives ([`Store`]) and the storage transaction under a
+//! typed one ([`Tx`]).
+//!
+//! Embedded, page-server and file-server databases run the storage
+//! engine's algorithms in this process over pages: their transactions are
+//! storage [`Txn`]s (the backend seam decides where pages come from). An
+//! object-server database runs none of them here: the server reads and
+//! changes objects and walks the B+-trees for the client, and its
+//! transactions are [`ObjectTxn`]s. [`Tx`] is the one set of operations the
+//! typed layer asks of either — objects, locks, trees — so the typed layer
+//! is one code for all four architectures; what only a page-based
+//! transaction has (page images to read objects in place, the index
+//! cache's leaf locks) is asked for through [`Tx::pages`] and skipped
+//! otherwise.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use cairn_net::object_service::TreeOp;
+use cairn_storage::access::PageAccess;
+use cairn_storage::btree::{BTree, Direction};
+use cairn_storage::record::object::ObjectSpace;
+use cairn_storage::{Db, GroupId, Oid, PageId, Txn};
+
+use crate::remote::{ObjectStore, ObjectTxn, RemoteStore};
+
+type StorageResult<T> = cairn_storage::Result<T>;
+
+/// Where the database lives.
+pub(crate) enum Store {
+    /// In this process.
+    Embedded(Db),
+    /// Behind `cairn serve`, as a page- or file-server client.
+    Remote(Arc<RemoteStore>),
+    /// Behind `cairn serve`, as an object-server client.
+    Object(Arc<ObjectStore>),
+}
+
+impl Store {
+    pub(super) fn begin(&self) -> StorageResult<Tx> {
+        Ok(match self {
+            Store::Embedded(db) => Tx::Pages(db.begin()?),
+            Store::Remote(r) => Tx::Pages(r.begin()?),
+            Store::Object(o) => Tx::Objects(o.begin()?),
+        })
+    }
+
+    pub(super) fn group(&self, name: &str, create: bool) -> StorageResult<GroupId> {
+        match self {
+            Store::Embedded(db) => match db.group(name) {
+                Ok(g) => Ok(g),
+                Err(_) if create => match db.create_group(name) {
+                    Ok(g) => Ok(g),
+                    // Another thread made it first.
+                    Err(cairn_storage::Error::GroupExists(_)) => db.group(name),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            },
+            Store::Remote(r) => r.group(name, create),
+            Store::Object(o) => o.group(name, create),
+        }
+    }
+
+    pub(super) fn groups(&self) -> StorageResult<Vec<(GroupId, String)>> {
+        match self {
+            Store::Embedded(db) => Ok(db.groups().into_iter().map(|g| (g.id, g.name)).collect()),
+            Store::Remote(r) => r.refresh_groups(),
+            Store::Object(o) => o.groups(),
+        }
+    }
+
+    pub(super) fn evict_cache(&self) -> StorageResult<()> {
+        match self {
+            Store::Embedded(db) => db.evict_cache(),
+            Store::Remote(r) => r.evict_cache(),
+            // It caches nothing across transactions.
+            Store::Object(_) => Ok(()),
+        }
+    }
+
+    pub(super) fn page_size(&self) -> usize {
+        match self {
+            Store::Embedded(d) => d.header().page_size as usize,
+            Store::Remote(r) => r.page_size(),
+            Store::Object(o) => o.page_size(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::Embedded(db) => write!(f, "embedded at {}", db.dir().display()),
+            Store::Remote(r) => write!(f, "page server at {}", r.address()),
+            Store::Object(o) => write!(f, "object server at {}", o.address()),
+        }
+    }
+}
+
+/// The storage transaction under a typed transaction (see the module docs).
+pub(crate) enum Tx {
+    /// A storage transaction over pages (embedded, page or file server).
+    Pages(Txn),
+    /// An object-server transaction.
+    Objects(ObjectTxn),
+}
+
+impl Tx {
+    /// The transaction's id (unique among this database's running ones).
+    pub(crate) fn id(&self) -> u64 {
+        match self {
+            Tx::Pages(t) => t.id().0,
+            Tx::Objects(t) => t.id(),
+        }
+    }
+
+    /// The page-based transaction, if this is one.
+    pub(crate) fn pages(&mut self) -> Option<&mut Txn> {
+        match self {
+            Tx::Pages(t) => Some(t),
+            Tx::Objects(_) => None,
+        }
+    }
+
+    /// Takes what reading `oid` needs before a copy of it cached by another
+    /// transaction may be trusted: the home page's shared lock (a writer
+    /// removes the object from the caches under its exclusive lock). False
+    /// if no copy from another transaction can be trusted: an
+    /// object-server transaction reads each object from the server (once)
+    /// and decodes it anew, as there are no callbacks yet to keep a copy
+    /// cached across transactions current.
+    pub(crate) fn lock_to_read(&mut self, oid: Oid) -> StorageResult<bool> {
+        match self {
+            Tx::Pages(t) => t.lock_page(oid.page, false).map(|()| true),
+            Tx::Objects(_) => Ok(false),
+        }
+    }
+
+    /// Takes what changing `oid` needs (its home page's exclusive lock, or
+    /// the object's on the server).
+    pub(crate) fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => t.lock_page(oid.page, true),
+            Tx::Objects(t) => t.lock_for_update(oid),
+        }
+    }
+
+    /// Says which objects are about to be read, so they are fetched
+    /// together (pages or objects, pipelined).
+    pub(crate) fn prefetch(&mut self, oids: &[Oid]) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => {
+                let pages: Vec<PageId> = oids.iter().map(|o| o.page).collect();
+                t.prefetch_pages(&pages)
+            }
+            Tx::Objects(t) => t.read_many(oids).map(|_| ()),
+        }
+    }
+
+    pub(crate) fn create(&mut self, group: GroupId, bytes: &[u8]) -> StorageResult<Oid> {
+        match self {
+            Tx::Pages(t) => t.create(group, bytes),
+            Tx::Objects(t) => t.create(group, None, bytes),
+        }
+    }
+
+    pub(crate) fn create_near(&mut self, near: Oid, bytes: &[u8]) -> StorageResult<Oid> {
+        match self {
+            Tx::Pages(t) => t.create_near(near, bytes),
+            // The server places it in the neighbour's group.
+            Tx::Objects(t) => t.create(GroupId::DEFAULT, Some(near), bytes),
+        }
+    }
+
+    pub(crate) fn read(&mut self, oid: Oid) -> StorageResult<Vec<u8>> {
+        match self {
+            Tx::Pages(t) => t.read(oid),
+            Tx::Objects(t) => t.read(oid),
+        }
+    }
+
+    pub(crate) fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R> {
+        match self {
+            Tx::Pages(t) => t.read_with(oid, f),
+            Tx::Objects(t) => t.read_with(oid, f),
+        }
+    }
+
+    pub(crate) fn read_range(&mut self, oid: Oid, offset: u64, buf: &mut [u8]) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => t.read_range(oid, offset, buf),
+            Tx::Objects(t) => t.read_range(oid, offset, buf),
+        }
+    }
+
+    pub(crate) fn len(&mut self, oid: Oid) -> StorageResult<u64> {
+        match self {
+            Tx::Pages(t) => t.len(oid),
+            Tx::Objects(t) => t.len(oid),
+        }
+    }
+
+    pub(crate) fn update(&mut self, oid: Oid, bytes: &[u8]) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => t.update(oid, bytes),
+            Tx::Objects(t) => t.update(oid, bytes),
+        }
+    }
+
+    pub(crate) fn delete(&mut self, oid: Oid) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => t.delete(oid),
+            Tx::Objects(t) => t.delete(oid),
+        }
+    }
+
+    pub(crate) fn scan_all(&mut self, group: GroupId) -> StorageResult<Vec<Oid>> {
+        match self {
+            Tx::Pages(t) => t.scan_all(group),
+            Tx::Objects(t) => t.scan(group),
+        }
+    }
+
+    /// The pages this transaction changed (none for an object-server one:
+    /// it has no pages).
+    pub(crate) fn changed_pages(&self) -> Vec<PageId> {
+        match self {
+            Tx::Pages(t) => t.changed_pages(),
+            Tx::Objects(_) => Vec::new(),
+        }
+    }
+
+    pub(crate) fn commit(self) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => t.commit(),
+            Tx::Objects(t) => t.commit(),
+        }
+    }
+
+    pub(crate) fn abort(self) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => t.abort(),
+            Tx::Objects(t) => t.abort(),
+        }
+    }
+
+    /// Opens the tree at `root`, checking it is one; with the group of its
+    /// root page.
+    pub(crate) fn tree_open(&mut self, root: PageId) -> StorageResult<(BTree, Option<GroupId>)> {
+        match self {
+            Tx::Pages(t) => {
+                let tree = BTree::open(t, root)?;
+                Ok((tree, t.group_of_page(root)?))
+            }
+            Tx::Objects(t) => {
+                let group = t.tree_open(root)?;
+                Ok((BTree::at_root(root), group))
+            }
+        }
+    }
+
+    pub(crate) fn tree_create(&mut self, group: GroupId, unique: bool) -> StorageResult<BTree> {
+        match self {
+            Tx::Pages(t) => BTree::create(t, group, unique),
+            Tx::Objects(t) => t.tree_create(group, unique).map(BTree::at_root),
+        }
+    }
+
+    /// The first value of `key`.
+    pub(crate) fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        match self {
+            Tx::Pages(t) => tree.get(t, key),
+            Tx::Objects(t) => Ok(t.tree_get(tree.root(), key, 1)?.into_iter().next()),
+        }
+    }
+
+    /// Calls `f` with each value of `key` until it says false.
+    pub(crate) fn tree_get_each(
+        &mut self,
+        tree: &BTree,
+        key: &[u8],
+        first_only: bool,
+        mut f: impl FnMut(&[u8]) -> bool,
+    ) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => tree.get_each(t, key, f).map(|_| ()),
+            Tx::Objects(t) => {
+                let limit = if first_only {
+                    1
+                } else {
+                    cairn_net::object_service::TREE_LIMIT_MAX
+                };
+                for v in t.tree_get(tree.root(), key, limit)? {
+                    if !f(&v) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies `ops` to `tree` in order; for a page-based transaction
+    /// through `pages`, the access that records the pages changed (the
+    /// index cache's versions).
+    pub(crate) fn tree_apply(
+        &mut self,
+        tree: &BTree,
+        ops: Vec<TreeOp>,
+        changed: &mut Vec<PageId>,
+    ) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => {
+                let mut rec = Recording { txn: t, pages: changed };
+                for op in &ops {
+                    match op {
+                        TreeOp::Insert { key, value } => {
+                            tree.insert(&mut rec, key, value)?;
+                        }
+                        TreeOp::Delete { key, value } => {
+                            tree.delete(&mut rec, key, value.as_deref())?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Tx::Objects(t) => t.tree_apply(tree.root(), ops),
+        }
+    }
+
+    /// Calls `f` with each entry between `lo` and `hi` in key order until
+    /// it says false.
+    pub(crate) fn tree_scan(
+        &mut self,
+        tree: &BTree,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => {
+                let mut cur = tree.range(t, lo, hi, Direction::Forward)?;
+                while let Some((k, v)) = cur.next(t)? {
+                    if !f(&k, &v) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Tx::Objects(t) => {
+                let own = |b: Bound<&[u8]>| b.map(|k| k.to_vec());
+                t.tree_range(tree.root(), own(lo), own(hi), f)
+            }
+        }
+    }
+
+    /// Builds a tree of `pairs` (sorted) in `group`.
+    pub(crate) fn tree_bulk_load(
+        &mut self,
+        group: GroupId,
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        changed: &mut Vec<PageId>,
+    ) -> StorageResult<BTree> {
+        match self {
+            Tx::Pages(t) => {
+                let mut rec = Recording { txn: t, pages: changed };
+                BTree::bulk_load(&mut rec, group, false, pairs)
+            }
+            Tx::Objects(t) => {
+                let root = t.tree_create(group, false)?;
+                for chunk in pairs.chunks(4096) {
+                    let ops = chunk
+                        .iter()
+                        .map(|(k, v)| TreeOp::Insert {
+                            key: k.clone(),
+                            value: v.clone(),
+                        })
+                        .collect();
+                    t.tree_apply(root, ops)?;
+                }
+                Ok(BTree::at_root(root))
+            }
+        }
+    }
+
+    /// Frees every page of `tree`.
+    pub(crate) fn tree_destroy(&mut self, tree: BTree, changed: &mut Vec<PageId>) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => {
+                let mut rec = Recording { txn: t, pages: changed };
+                tree.destroy(&mut rec)
+            }
+            Tx::Objects(t) => t.tree_destroy(tree.root()),
+        }
+    }
+}
+
+/// A storage transaction that records the pages a B+-tree operation
+/// changes, allocates or frees (for the index cache's versions).
+struct Recording<'t> {
+    txn: &'t mut Txn,
+    pages: &'t mut Vec<PageId>,
+}
+
+impl PageAccess for Recording<'_> {
+    fn page_size(&self) -> usize {
+        PageAccess::page_size(self.txn)
+    }
+
+    fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R> {
+        PageAccess::read(self.txn, id, f)
+    }
+
+    fn modify<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> StorageResult<R>) -> StorageResult<R> {
+        self.pages.push(id);
+        PageAccess::modify(self.txn, id, f)
+    }
+
+    fn allocate(
+        &mut self,
+        group: GroupId,
+        near: Option<PageId>,
+        ty: cairn_storage::page::PageType,
+    ) -> StorageResult<PageId> {
+        let p = PageAccess::allocate(self.txn, group, near, ty)?;
+        self.pages.push(p);
+        Ok(p)
+    }
+
+    fn free(&mut self, id: PageId) -> StorageResult<()> {
+        self.pages.push(id);
+        PageAccess::free(self.txn, id)
+    }
+
+    fn lock_for_update(&mut self, id: PageId) -> StorageResult<()> {
+        PageAccess::lock_for_update(self.txn, id)
+    }
+}
