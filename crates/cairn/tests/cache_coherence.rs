@@ -31,6 +31,11 @@ fn file_views_in_cached_page_images_never_show_stale_or_uncommitted_state() {
     views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::File);
 }
 
+#[test]
+fn object_views_never_show_stale_or_uncommitted_state() {
+    views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::Object);
+}
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -87,7 +92,11 @@ fn index_cache_follows_committed_key_changes(b: Backend) {
     }
     tx.commit().unwrap();
     let warm = db.cache_stats();
-    assert!(warm.index_misses > 0 && warm.index_misses < 100, "{warm:?}");
+    // (An object-server client has no index cache: the server walks the
+    // tree for every lookup. The answers below hold for it all the same.)
+    if b != Backend::Object {
+        assert!(warm.index_misses > 0 && warm.index_misses < 100, "{warm:?}");
+    }
 
     // Move key 500 to 5000; the changing transaction sees its own change.
     let mut tx = db.begin().unwrap();
@@ -176,7 +185,11 @@ fn prefetched_objects_are_committed_state_only(b: Backend) {
     );
 
     // Two faults on one page in one transaction prefetch nothing; a fault
-    // there in a later transaction prefetches the rest of the page.
+    // there in a later transaction prefetches the rest of the page (a
+    // page-based client only: an object-server client reads no pages).
+    if b == Backend::Object {
+        return;
+    }
     db.clear_caches().unwrap();
     let s0 = db.cache_stats();
     let mut tx = db.begin().unwrap();
@@ -295,7 +308,7 @@ fn concurrent_key_swaps_never_show_a_torn_index(b: Backend) {
         assert_eq!(tx.find(&BY_KEY, &k).unwrap().len(), 1);
     }
     let s = db.cache_stats();
-    assert!(s.index_hits > 0, "{s:?}");
+    assert!(s.index_hits > 0 || b == Backend::Object, "{s:?}");
 }
 
 /// Objects read in place come from page images kept across transactions:
@@ -378,6 +391,10 @@ fn views_in_cached_page_images_never_show_stale_or_uncommitted_state(b: Backend)
         assert!(r.join().unwrap() >= 20);
     }
     let s = db.cache_stats();
+    if b == Backend::Object {
+        // Views read copies of objects there: no page image to count.
+        return;
+    }
     assert!(s.image_loads > 0 && s.image_hits > 0, "{s:?}");
     assert!(s.invalidations > 0, "committed changes dropped no image: {s:?}");
 }

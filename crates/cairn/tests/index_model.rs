@@ -193,4 +193,9 @@ proptest! {
     fn the_index_matches_the_model_through_a_file_server(ops in proptest::collection::vec(op(), 1..80)) {
         run(ops, Backend::File);
     }
+
+    #[test]
+    fn the_index_matches_the_model_through_an_object_server(ops in proptest::collection::vec(op(), 1..80)) {
+        run(ops, Backend::Object);
+    }
 }

@@ -154,7 +154,13 @@ fn create_follow_update_delete_roots_and_reopen(b: Backend) {
     assert!(matches!(tx.root::<Part>("no-such-root"), Err(Error::NoRoot { .. })));
     tx.commit().unwrap();
     let stats = db.cache_stats();
-    assert!(stats.hits > 0 && stats.faults > 0 && stats.swizzles > 0, "{stats:?}");
+    // An object-server client trusts no copy across transactions (it has
+    // no callbacks yet): every transaction faults what it reads.
+    let hits_across = b != Backend::Object;
+    assert!(
+        (stats.hits > 0 || !hits_across) && stats.faults > 0 && stats.swizzles > 0,
+        "{stats:?}"
+    );
     db.close().unwrap();
 
     let db = site.open(opts(64 << 20, CachePolicy::Clock));
@@ -434,7 +440,12 @@ fn views_read_what_get_reads_and_follow_changes(b: Backend) {
     assert!(matches!(tx.view(&wrong), Err(Error::WrongType { .. })));
     tx.commit().unwrap();
     let s = db.cache_stats();
-    assert!(s.image_loads > 0 && s.image_hits > 0, "{s:?}");
+    if b == Backend::Object {
+        // No pages on an object-server client: views read copies.
+        assert_eq!(s.image_hits, 0, "{s:?}");
+    } else {
+        assert!(s.image_loads > 0 && s.image_hits > 0, "{s:?}");
+    }
     db.close().unwrap();
     site.check();
 }

@@ -99,6 +99,9 @@ impl std::fmt::Debug for Store {
 }
 
 /// The storage transaction under a typed transaction (see the module docs).
+/// The page-based variant is the larger and the hot one: boxing it would put
+/// an indirection on every object access.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Tx {
     /// A storage transaction over pages (embedded, page or file server).
     Pages(Txn),

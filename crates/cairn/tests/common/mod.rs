@@ -1,5 +1,5 @@
-//! Runs a test against every backend: embedded, and a page-server or
-//! file-server client of a real server in a child process.
+//! Runs a test against every backend: embedded, and a page-server,
+//! file-server or object-server client of a real server in a child process.
 //!
 //! The server is this very test binary, executed again with
 //! `CAIRN_TEST_SERVE_DIR` set and told to run only
@@ -28,10 +28,13 @@ pub enum Backend {
     /// A file-server client of such a child process: pages read and
     /// written in its volume file, locks and log at the server.
     File,
+    /// An object-server client of such a child process: objects and
+    /// B+-tree operations run on the server.
+    Object,
 }
 
 /// Every backend, for tests that loop over them.
-pub const BACKENDS: [Backend; 3] = [Backend::Embedded, Backend::Page, Backend::File];
+pub const BACKENDS: [Backend; 4] = [Backend::Embedded, Backend::Page, Backend::File, Backend::Object];
 
 /// A database site: a directory and, for the page backend, the server
 /// serving it.
@@ -67,15 +70,15 @@ impl Site {
     pub fn try_open(&mut self, opts: Options) -> cairn::Result<Database> {
         match self.backend {
             Backend::Embedded => Database::open_with(&self.path, opts),
-            Backend::Page | Backend::File => {
+            Backend::Page | Backend::File | Backend::Object => {
                 if self.server.is_none() {
                     self.server = Some(ServerChild::start(&self.path));
                 }
                 let url = format!("cairn://{}", self.server.as_ref().expect("started").addr);
-                let arch = if self.backend == Backend::File {
-                    cairn::Arch::File
-                } else {
-                    cairn::Arch::Page
+                let arch = match self.backend {
+                    Backend::File => cairn::Arch::File,
+                    Backend::Object => cairn::Arch::Object,
+                    _ => cairn::Arch::Page,
                 };
                 Database::connect(&url, Options { arch, ..opts })
             }
@@ -246,7 +249,8 @@ impl Site {
     }
 }
 
-/// Declares `#[test]`s `embedded::NAME`, `page::NAME` and `file::NAME` for each
+/// Declares `#[test]`s `embedded::NAME`, `page::NAME`, `file::NAME` and
+/// `object::NAME` for each
 /// `fn NAME(Backend)` named.
 #[macro_export]
 macro_rules! on_every_backend {
@@ -272,6 +276,14 @@ macro_rules! on_every_backend {
                 #[test]
                 fn $name() {
                     super::$name(super::common::Backend::File)
+                }
+            )*
+        }
+        mod object {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::common::Backend::Object)
                 }
             )*
         }
