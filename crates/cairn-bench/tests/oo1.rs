@@ -162,7 +162,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         ..Oo1Config::default()
     })
     .unwrap();
-    assert_eq!(report.results.len(), 6);
+    assert_eq!(report.results.len(), 7);
     for r in &report.results {
         assert_eq!(r.check, report.check, "{}", r.system);
         assert_eq!(r.runs.len(), 4);
@@ -173,8 +173,8 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             }
         }
     }
-    // 6 systems × (4 measures × cold and warm + 3 read measures hot).
-    assert_eq!(report.rows.len(), 66);
+    // 7 systems × (4 measures × cold and warm + 3 read measures hot).
+    assert_eq!(report.rows.len(), 77);
     for r in &report.results {
         assert_eq!(r.hot.len(), 3, "{}: every read measure has a hot run", r.system);
         assert!(r
@@ -238,6 +238,14 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             assert!(samples.iter().all(|s| s.counters.0["pages_written_direct"] > 0));
         }
     }
+    let object = report.results.iter().find(|r| r.system == "cairn-object").unwrap();
+    for (m, samples) in &object.runs {
+        // The object-server client ships objects, never pages.
+        for s in samples {
+            assert_eq!(s.counters.0["pages_shipped"], 0, "{}: {:?}", m.name(), s.counters);
+            assert!(s.counters.0["round_trips"] > 0, "{}: {:?}", m.name(), s.counters);
+        }
+    }
     let table = report.table();
     assert!(
         table.contains("round trips"),
@@ -256,7 +264,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
     }
     let json = report.json();
     assert_eq!(json["benchmark"], "oo1");
-    assert_eq!(json["results"].as_array().unwrap().len(), 66);
+    assert_eq!(json["results"].as_array().unwrap().len(), 77);
     assert!(table.contains(" hot "), "hot rows in the table");
     assert_eq!(json["systems"][0]["system"], "cairn-embedded");
     assert!(json.get("concurrency").is_none(), "no --clients, no concurrency key");

@@ -240,6 +240,14 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
              in the served volume file by the client, locks, allocation and log at the server"
         );
     }
+    if results.iter().any(|r| r.system == "cairn-object") {
+        let _ = writeln!(
+            o,
+            "cairn-object: the same code, an object-server client of the same kind of server: objects fetched \
+             (lists in one streamed request), B+-trees walked by the server, after-images at commit; no cache \
+             across transactions yet"
+        );
+    }
     if let Some(first) = results.first() {
         let same = results.iter().all(|r| r.check == first.check);
         let _ = writeln!(

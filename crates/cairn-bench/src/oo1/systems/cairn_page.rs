@@ -44,6 +44,9 @@ pub type CairnPage = Cairn<PageServer>;
 /// Cairn's file server, one client.
 pub type CairnFile = Cairn<FileServer>;
 
+/// Cairn's object server, one client.
+pub type CairnObject = Cairn<ObjectServer>;
+
 /// A database served by `cairn serve` in its own process, one page-server
 /// client.
 pub struct PageServer {
@@ -133,6 +136,43 @@ impl Deployment for FileServer {
     /// As for the page server (a file-server COMMIT carries full page
     /// images, larger than the page server's byte runs, in STAGE messages
     /// past one message's limit).
+    const BUILD_TXN_PARTS: usize = PageServer::BUILD_TXN_PARTS;
+
+    fn create(&mut self) -> Result<Database> {
+        self.0.create()
+    }
+
+    fn close(&mut self, db: Database) -> Result<()> {
+        self.0.close(db)
+    }
+
+    fn open_cold(&mut self) -> Result<Database> {
+        self.0.open_cold()
+    }
+
+    fn size_on_disk_bytes(&self) -> Option<u64> {
+        self.0.size_on_disk_bytes()
+    }
+}
+
+/// `cairn-object`: the same server process, one object-server client (the
+/// server reads and changes objects and walks the B+-trees for it).
+pub struct ObjectServer(PageServer);
+
+impl ObjectServer {
+    /// The database in `dir`, served by the `cairn` binary `exe`.
+    pub fn new(dir: PathBuf, exe: PathBuf) -> ObjectServer {
+        ObjectServer(PageServer {
+            arch: Arch::Object,
+            ..PageServer::new(dir, exe)
+        })
+    }
+}
+
+impl Deployment for ObjectServer {
+    const NAME: &'static str = "cairn-object";
+    /// The changes of a transaction travel as after-images in one
+    /// OBJ_COMMIT (16 MiB at most): 10,000 parts are about 2 MB.
     const BUILD_TXN_PARTS: usize = PageServer::BUILD_TXN_PARTS;
 
     fn create(&mut self) -> Result<Database> {

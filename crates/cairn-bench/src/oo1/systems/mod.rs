@@ -1,7 +1,7 @@
 //! The systems under test, one [`System`]
 //! implementation each. The Cairn systems are one implementation,
-//! [`cairn_typed::Cairn`], over three deployments (in this process; a
-//! page-server or a file-server client of `cairn serve`).
+//! [`cairn_typed::Cairn`], over four deployments (in this process; a
+//! page-, file- or object-server client of `cairn serve`).
 
 pub mod cairn_embedded;
 pub mod cairn_page;
@@ -15,10 +15,11 @@ use std::path::Path;
 use super::system::{Error, Result, System};
 
 /// Every system's name, in report order.
-pub const ALL: [&str; 6] = [
+pub const ALL: [&str; 7] = [
     "cairn-embedded",
     "cairn-page",
     "cairn-file",
+    "cairn-object",
     "in-memory",
     "sqlite",
     "lmdb",
@@ -31,7 +32,7 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
         "cairn-embedded" => Ok(Box::new(cairn_typed::Cairn::new(cairn_embedded::Embedded::new(
             scratch.join("cairn"),
         )))),
-        "cairn-page" | "cairn-file" => {
+        "cairn-page" | "cairn-file" | "cairn-object" => {
             let exe = cairn_exe.ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "{name} starts `cairn serve` in a separate process: name the `cairn` binary \
@@ -39,10 +40,10 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
                 ))
             })?;
             let (dir, exe) = (scratch.join(name), exe.to_path_buf());
-            Ok(if name == "cairn-page" {
-                Box::new(cairn_typed::Cairn::new(cairn_page::PageServer::new(dir, exe)))
-            } else {
-                Box::new(cairn_typed::Cairn::new(cairn_page::FileServer::new(dir, exe)))
+            Ok(match name {
+                "cairn-page" => Box::new(cairn_typed::Cairn::new(cairn_page::PageServer::new(dir, exe))),
+                "cairn-file" => Box::new(cairn_typed::Cairn::new(cairn_page::FileServer::new(dir, exe))),
+                _ => Box::new(cairn_typed::Cairn::new(cairn_page::ObjectServer::new(dir, exe))),
             })
         }
         "in-memory" => Ok(Box::new(memory::InMemory::new())),
