@@ -13,6 +13,8 @@
 //! | `0x0204` OBJ_ABORT | `txn u64` | empty |
 //! | `0x0205` OBJ_SCAN | `txn u64, group u32` | `count u32, oid[10] × count` |
 //! | `0x0206` OBJ_READ_RANGE | `txn u64, oid[10], offset u64, len u32` | the bytes (fewer at the end of the object) |
+//! | `0x0207` OBJ_FLUSH | as OBJ_COMMIT | empty, once the changes are applied in the transaction (not committed) |
+//! | `0x0208` OBJ_METHOD | `txn u64, len u32, method` | the method's answer (`cairn::methods`) |
 //! | `0x0210` TREE_OPEN | `txn u64, root u32` | `group u32` (the tree is checked) |
 //! | `0x0211` TREE_CREATE | `txn u64, group u32, unique u8` | `root u32` |
 //! | `0x0212` TREE_APPLY | `txn u64, root u32, count u32, ([`TreeOp`]) × count` | empty |
@@ -75,6 +77,10 @@ impl Kind {
     pub const OBJ_SCAN: Kind = Kind(0x0205);
     /// OBJ_READ_RANGE.
     pub const OBJ_READ_RANGE: Kind = Kind(0x0206);
+    /// OBJ_FLUSH.
+    pub const OBJ_FLUSH: Kind = Kind(0x0207);
+    /// OBJ_METHOD.
+    pub const OBJ_METHOD: Kind = Kind(0x0208);
     /// TREE_OPEN.
     pub const TREE_OPEN: Kind = Kind(0x0210);
     /// TREE_CREATE.
@@ -159,6 +165,22 @@ pub enum ObjectRequest {
         txn: u64,
         /// Its changes, in order.
         changes: Vec<Change>,
+    },
+    /// OBJ_FLUSH: changes applied in the transaction's private scope (a
+    /// server method that follows sees them), not committed.
+    Flush {
+        /// The transaction.
+        txn: u64,
+        /// Its changes, in order.
+        changes: Vec<Change>,
+    },
+    /// OBJ_METHOD: a server-side method (selection, count, traversal),
+    /// encoded by the client library, run in the transaction.
+    Method {
+        /// The transaction.
+        txn: u64,
+        /// The method.
+        method: Vec<u8>,
     },
     /// OBJ_ABORT.
     Abort {
@@ -336,7 +358,7 @@ impl ObjectRequest {
                 out.extend_from_slice(bytes);
                 Kind::OBJ_CREATE
             }
-            ObjectRequest::Commit { txn, changes } => {
+            ObjectRequest::Commit { txn, changes } | ObjectRequest::Flush { txn, changes } => {
                 out.extend_from_slice(&txn.to_le_bytes());
                 out.extend_from_slice(&(changes.len() as u32).to_le_bytes());
                 for c in changes {
@@ -353,7 +375,16 @@ impl ObjectRequest {
                         }
                     }
                 }
-                Kind::OBJ_COMMIT
+                if matches!(self, ObjectRequest::Flush { .. }) {
+                    Kind::OBJ_FLUSH
+                } else {
+                    Kind::OBJ_COMMIT
+                }
+            }
+            ObjectRequest::Method { txn, method } => {
+                out.extend_from_slice(&txn.to_le_bytes());
+                value32(&mut out, method);
+                Kind::OBJ_METHOD
             }
             ObjectRequest::Abort { txn } => {
                 out.extend_from_slice(&txn.to_le_bytes());
@@ -476,7 +507,7 @@ impl ObjectRequest {
                     bytes,
                 }
             }
-            Kind::OBJ_COMMIT => {
+            Kind::OBJ_COMMIT | Kind::OBJ_FLUSH => {
                 let txn = r.u64()?;
                 let n = r.u32()?;
                 if n > COMMIT_CHANGES_MAX {
@@ -498,8 +529,16 @@ impl ObjectRequest {
                         _ => return Err(malformed(what, "a change is 0 (update) or 1 (delete)")),
                     });
                 }
-                ObjectRequest::Commit { txn, changes }
+                if kind == Kind::OBJ_FLUSH {
+                    ObjectRequest::Flush { txn, changes }
+                } else {
+                    ObjectRequest::Commit { txn, changes }
+                }
             }
+            Kind::OBJ_METHOD => ObjectRequest::Method {
+                txn: r.u64()?,
+                method: get_value32(&mut r)?,
+            },
             Kind::OBJ_ABORT => ObjectRequest::Abort { txn: r.u64()? },
             Kind::OBJ_SCAN => ObjectRequest::Scan {
                 txn: r.u64()?,
@@ -755,6 +794,14 @@ mod tests {
                 ],
             },
             ObjectRequest::Abort { txn: 3 },
+            ObjectRequest::Flush {
+                txn: 3,
+                changes: vec![Change::Delete { oid: o(2) }],
+            },
+            ObjectRequest::Method {
+                txn: 3,
+                method: vec![1, 2, 3],
+            },
             ObjectRequest::Scan { txn: 3, group: 1 },
             ObjectRequest::ReadRange {
                 txn: 3,

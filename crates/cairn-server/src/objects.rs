@@ -164,13 +164,7 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
             })?;
             let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
             // Any error drops `t`: the transaction is rolled back.
-            for c in &changes {
-                match c {
-                    Change::Update { oid, bytes } => t.update(oid_of(oid), bytes),
-                    Change::Delete { oid } => t.delete(oid_of(oid)),
-                }
-                .map_err(fault)?;
-            }
+            apply(&mut t, &changes).map_err(fault)?;
             t.commit().map_err(fault)?;
             Ok(Vec::new())
         }
@@ -178,6 +172,18 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
             let t = lock(&state.txns).remove(&txn);
             drop(t);
             Ok(Vec::new())
+        }
+        ObjectRequest::Flush { txn, changes } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let mut t = lock(&t);
+            apply(&mut t, &changes).map_err(fault)?;
+            Ok(Vec::new())
+        }
+        ObjectRequest::Method { txn, method } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let mut t = lock(&t);
+            let group = |name: &str| -> cairn::Result<GroupId> { Ok(db.group(name)?) };
+            cairn::methods::serve(&mut t, &group, &method).map_err(|e| fault(e.into_storage()))
         }
         ObjectRequest::Scan { txn, group } => {
             let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
@@ -295,4 +301,15 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
         }
         _ => Err(Error::Internal("not a tree request".into())),
     }
+}
+
+/// Applies a client's after-images (or deletions) in order.
+fn apply(t: &mut Txn, changes: &[Change]) -> Result<(), Error> {
+    for c in changes {
+        match c {
+            Change::Update { oid, bytes } => t.update(oid_of(oid), bytes)?,
+            Change::Delete { oid } => t.delete(oid_of(oid))?,
+        }
+    }
+    Ok(())
 }

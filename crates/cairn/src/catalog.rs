@@ -37,7 +37,7 @@ use cairn_net::object_service::TreeOp;
 use cairn_storage::btree::BTree;
 use cairn_storage::{GroupId, Oid, PageId};
 
-use crate::database::Tx;
+use crate::database::StoreOps;
 
 use crate::codec::{DecodeError, FieldDesc, Reader, TypeDesc, Writer};
 use crate::error::{Error, Result};
@@ -107,8 +107,18 @@ fn corrupt_catalog(reason: impl Into<String>) -> Error {
     }
 }
 
+/// Finds the meta object and its trees; an error if there is none (a
+/// database no typed client has opened yet).
+pub(crate) fn find_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Meta> {
+    let objs = txn.scan_all(system).map_err(stored)?;
+    if objs.is_empty() {
+        return Err(corrupt_catalog("there is no meta object in the system group"));
+    }
+    open_meta(txn, system)
+}
+
 /// Finds or creates the meta object and its trees.
-pub(crate) fn open_meta(txn: &mut Tx, system: GroupId) -> Result<Meta> {
+pub(crate) fn open_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Meta> {
     let objs = txn.scan_all(system).map_err(stored)?;
     if let Some(&first) = objs.first() {
         let b = txn.read(first).map_err(stored)?;
@@ -152,7 +162,7 @@ fn schema_key(id: u32, version: u16) -> Vec<u8> {
 
 /// The catalog's epoch as stored (0 in a catalog never changed since the
 /// epoch was introduced). Reading it share-locks its page until `txn` ends.
-pub(crate) fn epoch(txn: &mut Tx, meta: &Meta) -> Result<u64> {
+pub(crate) fn epoch<S: StoreOps>(txn: &mut S, meta: &Meta) -> Result<u64> {
     match txn.tree_get(&meta.classes, EPOCH_KEY).map_err(stored)? {
         None => Ok(0),
         Some(v) => v
@@ -165,7 +175,7 @@ pub(crate) fn epoch(txn: &mut Tx, meta: &Meta) -> Result<u64> {
 
 /// Adds one to the stored epoch: every change to the classes or the index
 /// directory calls this in its transaction, so other sessions reload.
-fn bump_epoch(txn: &mut Tx, meta: &Meta) -> Result<()> {
+fn bump_epoch<S: StoreOps>(txn: &mut S, meta: &Meta) -> Result<()> {
     let e = epoch(txn, meta)?;
     let next = e
         .checked_add(1)
@@ -175,7 +185,7 @@ fn bump_epoch(txn: &mut Tx, meta: &Meta) -> Result<()> {
 
 /// Loads every class and schema version into memory, with the epoch they
 /// were read at.
-pub(crate) fn load(txn: &mut Tx, meta: &Meta, cat: &mut Catalog) -> Result<()> {
+pub(crate) fn load<S: StoreOps>(txn: &mut S, meta: &Meta, cat: &mut Catalog) -> Result<()> {
     cat.epoch = epoch(txn, meta)?;
     use std::ops::Bound;
     let mut entries = Vec::new();
@@ -219,8 +229,8 @@ pub(crate) fn load(txn: &mut Tx, meta: &Meta, cat: &mut Catalog) -> Result<()> {
 /// newer one reads those records with defaults); any other shape must be an
 /// allowed evolution of the newest and becomes the next version. Writes only
 /// to register something new, and then adds one to the epoch.
-pub(crate) fn register(
-    txn: &mut Tx,
+pub(crate) fn register<S: StoreOps>(
+    txn: &mut S,
     meta: &Meta,
     cat: &mut Catalog,
     name: &str,
@@ -348,7 +358,7 @@ fn check_evolution(name: &str, old: &[FieldDesc], new: &[FieldDesc]) -> Result<(
     Ok(())
 }
 
-fn put(txn: &mut Tx, tree: &BTree, key: &[u8], value: &[u8]) -> Result<()> {
+fn put<S: StoreOps>(txn: &mut S, tree: &BTree, key: &[u8], value: &[u8]) -> Result<()> {
     let ops = vec![
         TreeOp::Delete {
             key: key.to_vec(),
@@ -370,7 +380,7 @@ fn index_key(class: u32, field: &str) -> Vec<u8> {
 
 /// The indexes of class `class` the catalog records: (field, root page), in
 /// field-name order.
-pub(crate) fn indexes_of(txn: &mut Tx, meta: &Meta, class: u32) -> Result<Vec<(String, PageId)>> {
+pub(crate) fn indexes_of<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32) -> Result<Vec<(String, PageId)>> {
     use std::ops::Bound;
     let prefix = class.to_be_bytes();
     let mut entries = Vec::new();
@@ -395,7 +405,7 @@ pub(crate) fn indexes_of(txn: &mut Tx, meta: &Meta, class: u32) -> Result<Vec<(S
 }
 
 /// Records `tree` as the index of (class, field).
-pub(crate) fn add_index(txn: &mut Tx, meta: &Meta, class: u32, field: &str, tree: &BTree) -> Result<()> {
+pub(crate) fn add_index<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, field: &str, tree: &BTree) -> Result<()> {
     put(
         txn,
         &meta.indexes,
@@ -406,7 +416,7 @@ pub(crate) fn add_index(txn: &mut Tx, meta: &Meta, class: u32, field: &str, tree
 }
 
 /// Forgets the index of (class, field); the caller frees its tree.
-pub(crate) fn remove_index(txn: &mut Tx, meta: &Meta, class: u32, field: &str) -> Result<()> {
+pub(crate) fn remove_index<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, field: &str) -> Result<()> {
     let ops = vec![TreeOp::Delete {
         key: index_key(class, field),
         value: None,
@@ -416,8 +426,8 @@ pub(crate) fn remove_index(txn: &mut Tx, meta: &Meta, class: u32, field: &str) -
 }
 
 /// The index tree of (class, field), created if `create`.
-pub(crate) fn index_tree(
-    txn: &mut Tx,
+pub(crate) fn index_tree<S: StoreOps>(
+    txn: &mut S,
     meta: &Meta,
     class: u32,
     field: &str,
@@ -446,7 +456,7 @@ pub(crate) fn index_tree(
 }
 
 /// Reads a named root.
-pub(crate) fn get_root(txn: &mut Tx, meta: &Meta, name: &str) -> Result<Option<Oid>> {
+pub(crate) fn get_root<S: StoreOps>(txn: &mut S, meta: &Meta, name: &str) -> Result<Option<Oid>> {
     match txn.tree_get(&meta.roots, name.as_bytes()).map_err(stored)? {
         None => Ok(None),
         Some(v) => Oid::from_exact(&v)
@@ -456,7 +466,7 @@ pub(crate) fn get_root(txn: &mut Tx, meta: &Meta, name: &str) -> Result<Option<O
 }
 
 /// Sets (or, with `None`, removes) a named root.
-pub(crate) fn set_root(txn: &mut Tx, meta: &Meta, name: &str, oid: Option<Oid>) -> Result<()> {
+pub(crate) fn set_root<S: StoreOps>(txn: &mut S, meta: &Meta, name: &str, oid: Option<Oid>) -> Result<()> {
     let mut ops = vec![TreeOp::Delete {
         key: name.as_bytes().to_vec(),
         value: None,
@@ -646,7 +656,7 @@ mod tests {
 
     /// A new database with the system group, a transaction and the meta
     /// object's trees in it.
-    fn scratch() -> (tempfile::TempDir, cairn_storage::Db, GroupId, Tx, Meta) {
+    fn scratch() -> (tempfile::TempDir, cairn_storage::Db, GroupId, cairn_storage::Txn, Meta) {
         let dir = tempfile::tempdir().unwrap();
         let opts = cairn_storage::DbOptions {
             background: false,
@@ -654,7 +664,7 @@ mod tests {
         };
         let db = cairn_storage::Db::create(&dir.path().join("db"), &opts).unwrap();
         let system = db.create_group(SYSTEM_GROUP).unwrap();
-        let mut txn = Tx::Pages(db.begin().unwrap());
+        let mut txn = db.begin().unwrap();
         let meta = open_meta(&mut txn, system).unwrap();
         (dir, db, system, txn, meta)
     }

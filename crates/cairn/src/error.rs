@@ -190,4 +190,37 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Deadlock { .. } | Error::LockTimeout { .. })
     }
+
+    /// The storage layer's error this one came from (the inverse of the
+    /// conversion above), or, for an error of the typed layer itself, an
+    /// `InvalidArgument` carrying its message: what a server sends back for
+    /// a method it ran ([`crate::methods::serve`]).
+    pub fn into_storage(self) -> cairn_storage::Error {
+        use cairn_storage::Error as S;
+        match self {
+            Error::Deadlock { txn, cycle } => S::Deadlock { txn, cycle },
+            Error::LockTimeout {
+                txn,
+                resource,
+                mode,
+                waited_ms,
+            } => S::LockTimeout {
+                txn,
+                resource,
+                mode,
+                waited_ms,
+            },
+            Error::NotFound { oid } => S::NotFound { oid },
+            Error::NoGroup { name } => S::GroupNotFound(name),
+            Error::Net { server, reason } => S::BackendLost {
+                backend: server,
+                reason,
+            },
+            Error::Internal(why) => S::Internal(why),
+            Error::Corrupt { page, reason } => S::Corrupt { page, reason },
+            Error::ObjectTooLarge { oid, len, limit } => S::ObjectTooLarge { oid, len, limit },
+            Error::Storage(e) => e,
+            other => S::InvalidArgument(other.to_string()),
+        }
+    }
 }

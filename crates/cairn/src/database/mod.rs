@@ -35,6 +35,7 @@ use crate::cache::{CachePolicy, CacheStats, CachedObject, ObjectCache};
 use crate::catalog::{self, Catalog, ClassInfo, Meta};
 
 mod classes;
+mod query;
 mod read;
 mod store;
 mod write;
@@ -46,7 +47,7 @@ use crate::fields::IndexKey;
 use crate::index_cache::{IndexCache, TreeCache};
 use crate::reference::Ref;
 use crate::remote::{RemoteStats, RemoteStore};
-pub(crate) use store::{Store, Tx};
+pub(crate) use store::{Store, StoreOps, Tx};
 
 /// How to open a database.
 #[derive(Clone, Debug)]

@@ -161,32 +161,11 @@ impl Tx {
         }
     }
 
-    pub(crate) fn create(&mut self, group: GroupId, bytes: &[u8]) -> StorageResult<Oid> {
-        match self {
-            Tx::Pages(t) => t.create(group, bytes),
-            Tx::Objects(t) => t.create(group, None, bytes),
-        }
-    }
-
     pub(crate) fn create_near(&mut self, near: Oid, bytes: &[u8]) -> StorageResult<Oid> {
         match self {
             Tx::Pages(t) => t.create_near(near, bytes),
             // The server places it in the neighbour's group.
             Tx::Objects(t) => t.create(GroupId::DEFAULT, Some(near), bytes),
-        }
-    }
-
-    pub(crate) fn read(&mut self, oid: Oid) -> StorageResult<Vec<u8>> {
-        match self {
-            Tx::Pages(t) => t.read(oid),
-            Tx::Objects(t) => t.read(oid),
-        }
-    }
-
-    pub(crate) fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R> {
-        match self {
-            Tx::Pages(t) => t.read_with(oid, f),
-            Tx::Objects(t) => t.read_with(oid, f),
         }
     }
 
@@ -218,10 +197,19 @@ impl Tx {
         }
     }
 
-    pub(crate) fn scan_all(&mut self, group: GroupId) -> StorageResult<Vec<Oid>> {
+    /// Runs a server-side method: here for a page-based transaction, on the
+    /// server (after sending it this transaction's changes) for an
+    /// object-server one.
+    pub(crate) fn run_method(
+        &mut self,
+        m: &crate::methods::Method,
+        meta: &crate::catalog::Meta,
+        cat: &crate::catalog::Catalog,
+        group: &dyn Fn(&str) -> crate::Result<GroupId>,
+    ) -> crate::Result<crate::methods::Answer> {
         match self {
-            Tx::Pages(t) => t.scan_all(group),
-            Tx::Objects(t) => t.scan(group),
+            Tx::Pages(t) => crate::methods::run(t, meta, cat, group, m),
+            Tx::Objects(t) => crate::methods::Answer::decode(&t.method(m.encode())?),
         }
     }
 
@@ -248,36 +236,6 @@ impl Tx {
         }
     }
 
-    /// Opens the tree at `root`, checking it is one; with the group of its
-    /// root page.
-    pub(crate) fn tree_open(&mut self, root: PageId) -> StorageResult<(BTree, Option<GroupId>)> {
-        match self {
-            Tx::Pages(t) => {
-                let tree = BTree::open(t, root)?;
-                Ok((tree, t.group_of_page(root)?))
-            }
-            Tx::Objects(t) => {
-                let group = t.tree_open(root)?;
-                Ok((BTree::at_root(root), group))
-            }
-        }
-    }
-
-    pub(crate) fn tree_create(&mut self, group: GroupId, unique: bool) -> StorageResult<BTree> {
-        match self {
-            Tx::Pages(t) => BTree::create(t, group, unique),
-            Tx::Objects(t) => t.tree_create(group, unique).map(BTree::at_root),
-        }
-    }
-
-    /// The first value of `key`.
-    pub(crate) fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
-        match self {
-            Tx::Pages(t) => tree.get(t, key),
-            Tx::Objects(t) => Ok(t.tree_get(tree.root(), key, 1)?.into_iter().next()),
-        }
-    }
-
     /// Calls `f` with each value of `key` until it says false.
     pub(crate) fn tree_get_each(
         &mut self,
@@ -300,60 +258,6 @@ impl Tx {
                     }
                 }
                 Ok(())
-            }
-        }
-    }
-
-    /// Applies `ops` to `tree` in order; for a page-based transaction
-    /// through `pages`, the access that records the pages changed (the
-    /// index cache's versions).
-    pub(crate) fn tree_apply(
-        &mut self,
-        tree: &BTree,
-        ops: Vec<TreeOp>,
-        changed: &mut Vec<PageId>,
-    ) -> StorageResult<()> {
-        match self {
-            Tx::Pages(t) => {
-                let mut rec = Recording { txn: t, pages: changed };
-                for op in &ops {
-                    match op {
-                        TreeOp::Insert { key, value } => {
-                            tree.insert(&mut rec, key, value)?;
-                        }
-                        TreeOp::Delete { key, value } => {
-                            tree.delete(&mut rec, key, value.as_deref())?;
-                        }
-                    }
-                }
-                Ok(())
-            }
-            Tx::Objects(t) => t.tree_apply(tree.root(), ops),
-        }
-    }
-
-    /// Calls `f` with each entry between `lo` and `hi` in key order until
-    /// it says false.
-    pub(crate) fn tree_scan(
-        &mut self,
-        tree: &BTree,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        mut f: impl FnMut(&[u8], &[u8]) -> bool,
-    ) -> StorageResult<()> {
-        match self {
-            Tx::Pages(t) => {
-                let mut cur = tree.range(t, lo, hi, Direction::Forward)?;
-                while let Some((k, v)) = cur.next(t)? {
-                    if !f(&k, &v) {
-                        break;
-                    }
-                }
-                Ok(())
-            }
-            Tx::Objects(t) => {
-                let own = |b: Bound<&[u8]>| b.map(|k| k.to_vec());
-                t.tree_range(tree.root(), own(lo), own(hi), f)
             }
         }
     }
@@ -438,5 +342,176 @@ impl PageAccess for Recording<'_> {
 
     fn lock_for_update(&mut self, id: PageId) -> StorageResult<()> {
         PageAccess::lock_for_update(self.txn, id)
+    }
+}
+
+/// The object and B+-tree operations the catalog and the server-side
+/// methods ask of a storage transaction: a page-based [`Txn`] runs them
+/// itself (in this process, or on the server for an object-server
+/// client's method), a [`Tx`] passes them on to what it holds.
+pub(crate) trait StoreOps {
+    fn create(&mut self, group: GroupId, bytes: &[u8]) -> StorageResult<Oid>;
+    fn read(&mut self, oid: Oid) -> StorageResult<Vec<u8>>;
+    fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R>;
+    fn scan_all(&mut self, group: GroupId) -> StorageResult<Vec<Oid>>;
+    /// Opens the tree at `root`, checking it is one; with the group of its
+    /// root page.
+    fn tree_open(&mut self, root: PageId) -> StorageResult<(BTree, Option<GroupId>)>;
+    fn tree_create(&mut self, group: GroupId, unique: bool) -> StorageResult<BTree>;
+    /// The first value of `key`.
+    fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> StorageResult<Option<Vec<u8>>>;
+    /// Applies `ops` to `tree` in order; `changed` collects the pages a
+    /// page-based transaction changed (the index cache's versions).
+    fn tree_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()>;
+    /// Calls `f` with each entry between `lo` and `hi` in key order until
+    /// it says false.
+    fn tree_scan(
+        &mut self,
+        tree: &BTree,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> StorageResult<()>;
+}
+
+impl StoreOps for Txn {
+    fn create(&mut self, group: GroupId, bytes: &[u8]) -> StorageResult<Oid> {
+        Txn::create(self, group, bytes)
+    }
+
+    fn read(&mut self, oid: Oid) -> StorageResult<Vec<u8>> {
+        Txn::read(self, oid)
+    }
+
+    fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R> {
+        Txn::read_with(self, oid, f)
+    }
+
+    fn scan_all(&mut self, group: GroupId) -> StorageResult<Vec<Oid>> {
+        Txn::scan_all(self, group)
+    }
+
+    fn tree_open(&mut self, root: PageId) -> StorageResult<(BTree, Option<GroupId>)> {
+        let tree = BTree::open(self, root)?;
+        Ok((tree, self.group_of_page(root)?))
+    }
+
+    fn tree_create(&mut self, group: GroupId, unique: bool) -> StorageResult<BTree> {
+        BTree::create(self, group, unique)
+    }
+
+    fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        tree.get(self, key)
+    }
+
+    fn tree_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()> {
+        let mut rec = Recording {
+            txn: self,
+            pages: changed,
+        };
+        for op in &ops {
+            match op {
+                TreeOp::Insert { key, value } => {
+                    tree.insert(&mut rec, key, value)?;
+                }
+                TreeOp::Delete { key, value } => {
+                    tree.delete(&mut rec, key, value.as_deref())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn tree_scan(
+        &mut self,
+        tree: &BTree,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> StorageResult<()> {
+        let mut cur = tree.range(self, lo, hi, Direction::Forward)?;
+        while let Some((k, v)) = cur.next(self)? {
+            if !f(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StoreOps for Tx {
+    fn create(&mut self, group: GroupId, bytes: &[u8]) -> StorageResult<Oid> {
+        match self {
+            Tx::Pages(t) => StoreOps::create(t, group, bytes),
+            Tx::Objects(t) => t.create(group, None, bytes),
+        }
+    }
+
+    fn read(&mut self, oid: Oid) -> StorageResult<Vec<u8>> {
+        match self {
+            Tx::Pages(t) => StoreOps::read(t, oid),
+            Tx::Objects(t) => t.read(oid),
+        }
+    }
+
+    fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R> {
+        match self {
+            Tx::Pages(t) => StoreOps::read_with(t, oid, f),
+            Tx::Objects(t) => t.read_with(oid, f),
+        }
+    }
+
+    fn scan_all(&mut self, group: GroupId) -> StorageResult<Vec<Oid>> {
+        match self {
+            Tx::Pages(t) => StoreOps::scan_all(t, group),
+            Tx::Objects(t) => t.scan(group),
+        }
+    }
+
+    fn tree_open(&mut self, root: PageId) -> StorageResult<(BTree, Option<GroupId>)> {
+        match self {
+            Tx::Pages(t) => t.tree_open(root),
+            Tx::Objects(t) => {
+                let group = t.tree_open(root)?;
+                Ok((BTree::at_root(root), group))
+            }
+        }
+    }
+
+    fn tree_create(&mut self, group: GroupId, unique: bool) -> StorageResult<BTree> {
+        match self {
+            Tx::Pages(t) => StoreOps::tree_create(t, group, unique),
+            Tx::Objects(t) => t.tree_create(group, unique).map(BTree::at_root),
+        }
+    }
+
+    fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        match self {
+            Tx::Pages(t) => StoreOps::tree_get(t, tree, key),
+            Tx::Objects(t) => Ok(t.tree_get(tree.root(), key, 1)?.into_iter().next()),
+        }
+    }
+
+    fn tree_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => StoreOps::tree_apply(t, tree, ops, changed),
+            Tx::Objects(t) => t.tree_apply(tree.root(), ops),
+        }
+    }
+
+    fn tree_scan(
+        &mut self,
+        tree: &BTree,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => StoreOps::tree_scan(t, tree, lo, hi, f),
+            Tx::Objects(t) => {
+                let own = |b: Bound<&[u8]>| b.map(|k| k.to_vec());
+                t.tree_range(tree.root(), own(lo), own(hi), f)
+            }
+        }
     }
 }

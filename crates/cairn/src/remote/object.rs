@@ -546,6 +546,59 @@ impl ObjectTxn {
             .collect())
     }
 
+    /// Sends the changes kept so far to the server, which applies them in
+    /// this transaction (not committed): a server-side method that follows
+    /// sees them (DeWitt et al. §2.2: the method must see the transaction's
+    /// own changes). They are this transaction's reads from now on.
+    pub fn flush_changes(&mut self) -> Result<()> {
+        self.check_active()?;
+        if self.changes.is_empty() {
+            return Ok(());
+        }
+        let changes = std::mem::take(&mut self.changes);
+        let wire = changes
+            .iter()
+            .map(|(oid, c)| match c {
+                Some(bytes) => Change::Update {
+                    oid: oid.to_bytes(),
+                    bytes: bytes.clone(),
+                },
+                None => Change::Delete { oid: oid.to_bytes() },
+            })
+            .collect();
+        self.on_server = true;
+        self.store.call_one(
+            &ObjectRequest::Flush {
+                txn: self.id,
+                changes: wire,
+            },
+            self.id,
+        )?;
+        for (oid, c) in changes {
+            self.exclusive.insert(oid, ());
+            self.read.insert(
+                oid,
+                match c {
+                    Some(bytes) => Read::Whole(Arc::from(bytes)),
+                    None => Read::Missing,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs a server-side method (encoded by [`crate::methods`]) in this
+    /// transaction, after sending it the changes kept so far; returns the
+    /// encoded answer.
+    pub fn method(&mut self, method: Vec<u8>) -> Result<Vec<u8>> {
+        self.flush_changes()?;
+        self.on_server = true;
+        let body = self
+            .store
+            .call_one(&ObjectRequest::Method { txn: self.id, method }, self.id)?;
+        Ok(body.to_vec())
+    }
+
     /// Commits: the after-images go to the server in one OBJ_COMMIT, which
     /// answers once they are durable.
     pub fn commit(mut self) -> Result<()> {

@@ -42,6 +42,7 @@ pub struct Site {
     backend: Backend,
     path: PathBuf,
     server: Option<ServerChild>,
+    server_env: Vec<(&'static str, String)>,
 }
 
 impl Site {
@@ -52,7 +53,15 @@ impl Site {
             backend,
             path: path.to_path_buf(),
             server: None,
+            server_env: Vec::new(),
         }
+    }
+
+    /// Sets an environment variable for the server child (before it starts):
+    /// `CAIRN_TEST_LOCK_TIMEOUT_MS` and the like.
+    pub fn server_env(mut self, name: &'static str, value: &str) -> Site {
+        self.server_env.push((name, value.to_string()));
+        self
     }
 
     /// The backend.
@@ -72,7 +81,8 @@ impl Site {
             Backend::Embedded => Database::open_with(&self.path, opts),
             Backend::Page | Backend::File | Backend::Object => {
                 if self.server.is_none() {
-                    self.server = Some(ServerChild::start(&self.path));
+                    let env: Vec<(&str, &str)> = self.server_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    self.server = Some(ServerChild::start_with(&self.path, &env));
                 }
                 let url = format!("cairn://{}", self.server.as_ref().expect("started").addr);
                 let arch = match self.backend {
