@@ -90,7 +90,7 @@ enum Command {
         #[arg(long)]
         log: PathBuf,
     },
-    /// Serve a database to page-server clients until SIGINT/SIGTERM, then
+    /// Serve a database to page-, file- and object-server clients until SIGINT/SIGTERM, then
     /// checkpoint and close it. Without --token-file it listens on loopback
     /// only.
     Serve {

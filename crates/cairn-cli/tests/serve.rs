@@ -129,7 +129,7 @@ fn wrong_architecture_wrong_token_and_open_addresses_without_a_token_are_refused
     let rpc_only = Client::connect(
         &server.addr,
         &ClientOptions {
-            architecture: Architecture::OBJECT,
+            architecture: Architecture::RPC,
             token: bytes::Bytes::from_static(b"s3cret"),
             ..ClientOptions::default()
         },
