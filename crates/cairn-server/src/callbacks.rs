@@ -156,15 +156,17 @@ pub struct WriterMark<'a> {
 
 impl Drop for WriterMark<'_> {
     fn drop(&mut self) {
-        let mut t = lock(&self.callbacks.table);
-        if let Some(rights) = t.pages.get_mut(&self.page) {
-            if let Some(i) = rights.writers.iter().position(|c| *c == self.client) {
-                rights.writers.swap_remove(i);
-            }
-            if rights.cachers.is_empty() && rights.writers.is_empty() {
-                t.pages.remove(&self.page);
-            }
-        }
+        self.callbacks.unmark(self.client, self.page);
+    }
+}
+
+impl WriterMark<'_> {
+    /// The mark's (writer, page), the mark kept: whoever takes it must call
+    /// [`Callbacks::unmark`] once the writer's lock request is over.
+    pub fn keep(self) -> (ClientId, PageId) {
+        let parts = (self.client, self.page);
+        std::mem::forget(self);
+        parts
     }
 }
 
@@ -211,6 +213,19 @@ impl Callbacks {
         drop(t);
         lock(&self.stats).rights_granted += 1;
         epoch
+    }
+
+    /// Ends a writer's mark on `page` (see [`WriterMark::keep`]).
+    pub fn unmark(&self, client: ClientId, page: PageId) {
+        let mut t = lock(&self.table);
+        if let Some(rights) = t.pages.get_mut(&page) {
+            if let Some(i) = rights.writers.iter().position(|c| *c == client) {
+                rights.writers.swap_remove(i);
+            }
+            if rights.cachers.is_empty() && rights.writers.is_empty() {
+                t.pages.remove(&page);
+            }
+        }
     }
 
     /// The writer's mark [`Callbacks::call_back`] would return, if there is

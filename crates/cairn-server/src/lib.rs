@@ -149,6 +149,20 @@ impl Core {
     }
 }
 
+/// A writer's mark taken by the write-lock hook, ended when the lock
+/// request it was taken for returns.
+struct Unmark {
+    core: Arc<Core>,
+    client: ClientId,
+    page: PageId,
+}
+
+impl Drop for Unmark {
+    fn drop(&mut self) {
+        self.core.callbacks.unmark(self.client, self.page);
+    }
+}
+
 impl std::fmt::Debug for PageServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PageServer").field("db", &self.core.db).finish()
@@ -219,15 +233,44 @@ impl SessionState {
 }
 
 impl PageServer {
-    /// A server over an open database.
+    /// A server over an open database. It sets the database's write-lock
+    /// hook ([`Db::set_write_lock_hook`]): every lock that lets a
+    /// transaction change a page — a page client's X, an object client's
+    /// IX under object-level locking, a B+-tree's split, a free — first
+    /// calls the page back from the other clients caching it, so no path
+    /// around the explicit call-backs of the page service leaves a cached
+    /// page stale.
     pub fn new(db: Arc<Db>, config: &ServerConfig) -> PageServer {
+        let core = Arc::new(Core {
+            db,
+            txn_bytes_max: config.txn_bytes_max,
+            callbacks: Callbacks::new(config.callback_rights_max),
+            sessions: Mutex::new(HashMap::new()),
+        });
+        let weak = Arc::downgrade(&core);
+        let hook = move |owner: cairn_storage::lock::LockOwner,
+                         page: PageId,
+                         wait: bool|
+              -> Result<Option<cairn_storage::txn::HookGuard>, Error> {
+            let Some(core) = weak.upgrade() else {
+                return Ok(Some(None));
+            };
+            let (client, page) = if wait {
+                core.call_back(owner.client, owner.txn, page)?.keep()
+            } else {
+                match core.callbacks.try_mark(owner.client, page) {
+                    Some(mark) => mark.keep(),
+                    None => return Ok(None),
+                }
+            };
+            let guard: Box<dyn std::any::Any + Send> = Box::new(Unmark { core, client, page });
+            Ok(Some(Some(guard)))
+        };
+        // A second server over one database (tests) keeps the first hook,
+        // which calls back through the first server's table.
+        let _ = core.db.set_write_lock_hook(Box::new(hook));
         PageServer {
-            core: Arc::new(Core {
-                db,
-                txn_bytes_max: config.txn_bytes_max,
-                callbacks: Callbacks::new(config.callback_rights_max),
-                sessions: Mutex::new(HashMap::new()),
-            }),
+            core,
             tokens: config.tokens.clone(),
             // Client 0 is the embedded engine's own.
             next_client: AtomicU32::new(1),

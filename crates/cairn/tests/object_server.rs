@@ -296,3 +296,62 @@ fn b_trees_run_on_the_server_for_an_object_client() {
     drop(store);
     server.stop();
 }
+
+/// A page client caches a page under a callback right; an object client's
+/// commit to an object on that page, a new object placed there and an
+/// index entry it adds must reach the page client's next transaction (the
+/// server calls the page back before the object client's locks on it).
+#[test]
+fn a_page_clients_cached_page_is_called_back_before_an_object_client_changes_it() {
+    use cairn::{Arch, Database, Index, Options, Persistent, Ref};
+    #[derive(Persistent, Debug, Clone, PartialEq)]
+    struct Item {
+        #[cairn(index)]
+        key: u32,
+        value: i64,
+    }
+    const BY_KEY: Index<u32, Item> = Index::on("key");
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let url = format!("cairn://{}", server.addr);
+    let connect = |arch| {
+        let mut o = Options {
+            arch,
+            ..Options::default()
+        };
+        o.storage.background = false;
+        Database::connect(&url, o).unwrap()
+    };
+    let page = connect(Arch::Page);
+    let object = connect(Arch::Object);
+    let items: Vec<Ref<Item>> = {
+        let mut tx = page.begin().unwrap();
+        let v = (0..10).map(|k| tx.create(Item { key: k, value: 0 }).unwrap()).collect();
+        tx.commit().unwrap();
+        v
+    };
+    // The page client reads them (and caches their page under a right).
+    let read_all = |db: &Database| -> Vec<i64> {
+        let mut tx = db.begin().unwrap();
+        let v = items.iter().map(|r| tx.get(r).unwrap().value).collect();
+        tx.commit().unwrap();
+        v
+    };
+    assert_eq!(read_all(&page), vec![0; 10]);
+    assert_eq!(page.remote_stats().unwrap().callbacks, 0);
+    // The object client changes one and adds one with a new key.
+    let mut tx = object.begin().unwrap();
+    tx.update(&items[3], |i| i.value = 33).unwrap();
+    let extra = tx.create(Item { key: 100, value: 7 }).unwrap();
+    tx.commit().unwrap();
+    let mut want = vec![0; 10];
+    want[3] = 33;
+    assert_eq!(read_all(&page), want, "the page client read a stale page");
+    let mut tx = page.begin().unwrap();
+    assert_eq!(tx.find_one(&BY_KEY, &100).unwrap(), Some(extra.clone()));
+    assert_eq!(tx.get(&extra).unwrap().value, 7);
+    tx.commit().unwrap();
+    assert!(page.remote_stats().unwrap().callbacks > 0, "the page was called back");
+    drop((page, object));
+    server.stop();
+}

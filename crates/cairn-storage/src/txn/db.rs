@@ -100,6 +100,14 @@ pub(super) struct Counters {
     pub(super) repaired: AtomicU64,
 }
 
+/// What a write-lock hook returns to go on: a guard held until the lock
+/// request returns (`None`: nothing to hold).
+pub type HookGuard = Option<Box<dyn std::any::Any + Send>>;
+
+/// The function [`Db::set_write_lock_hook`] sets: (owner, page, may wait)
+/// → `Some(guard)` to go on, `None` if it would have to wait and may not.
+pub type WriteLockHook = dyn Fn(crate::lock::LockOwner, PageId, bool) -> Result<Option<HookGuard>> + Send + Sync;
+
 /// State shared by the engine and its transactions.
 pub(crate) struct Shared {
     pub(super) dir: PathBuf,
@@ -139,6 +147,9 @@ pub(crate) struct Shared {
     /// The first LSNs of file-server commits whose pages their clients have
     /// not written yet: a checkpoint's redo LSN stays at or below each.
     pub(super) unwritten: Mutex<super::unwritten::RedoHolds>,
+    /// Called before every lock that lets a transaction change a page
+    /// ([`Db::set_write_lock_hook`]).
+    pub(super) write_hook: std::sync::OnceLock<Box<WriteLockHook>>,
     ckpt: Mutex<Lsn>,
     poisoned: Mutex<Option<String>>,
     /// Set with `poisoned`, so the hot path checks an atomic, not a mutex.
@@ -348,6 +359,7 @@ impl Db {
             reserved: Mutex::default(),
             newest: Mutex::default(),
             unwritten: Mutex::default(),
+            write_hook: std::sync::OnceLock::new(),
             ckpt: Mutex::new(Lsn(0)),
             poisoned: Mutex::new(None),
             is_poisoned: AtomicBool::new(false),
@@ -481,6 +493,23 @@ impl Db {
     /// file-server client reads the page from the file next.
     pub fn write_back(&self, id: PageId) -> Result<()> {
         self.shared.pool.flush_page(id)
+    }
+
+    /// Sets the function called before every lock that lets a transaction
+    /// change a page — X, SIX or IX on [`Resource::Page`](crate::lock::Resource::Page) —
+    /// with the lock's owner, the page, and whether it may wait. A server
+    /// calls back the page from the clients caching it there, whatever
+    /// path the change takes (a page written, an object changed under
+    /// object-level locking, a B+-tree split, a free). It answers
+    /// `Some(guard)` to go on (the guard is held until the lock request
+    /// returns) or, when it may not wait and would have to, `None` (the
+    /// try-lock then reports the lock not granted); an error fails the lock
+    /// request. Set once; an error if it was set before.
+    pub fn set_write_lock_hook(&self, hook: Box<WriteLockHook>) -> Result<()> {
+        self.shared
+            .write_hook
+            .set(hook)
+            .map_err(|_| Error::InvalidArgument("the write-lock hook is set already".into()))
     }
 
     /// The path of the volume file (a file-server client reads and writes

@@ -25,10 +25,14 @@ impl Backend for Shared {
     }
 
     fn lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<()> {
+        let _guard = self.before_page_write_lock(owner, res, mode, true)?;
         self.locks.lock(owner, res, mode)
     }
 
     fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool> {
+        let Some(_guard) = self.before_page_write_lock(owner, res, mode, false)? else {
+            return Ok(false);
+        };
         self.locks.try_lock(owner, res, mode)
     }
 
@@ -124,7 +128,7 @@ impl Backend for Shared {
     }
 
     fn free(&self, owner: LockOwner, page: PageId) -> Result<()> {
-        self.locks.lock(owner, Resource::Page(page), LockMode::X)
+        Backend::lock(self, owner, Resource::Page(page), LockMode::X)
     }
 
     fn commit(&self, txn: &mut Txn) -> Result<()> {
@@ -159,5 +163,31 @@ impl Backend for Shared {
         self.counters
             .pages_spilled
             .fetch_add(pages, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Shared {
+    /// Runs the write-lock hook ([`super::Db::set_write_lock_hook`]) before a
+    /// lock that lets its owner change a page (X, SIX or IX on a page):
+    /// `Some(guard)` to go on (held until the lock request returns), `None`
+    /// if `wait` is false and the hook would have to wait. Without a hook,
+    /// or for any other lock, goes on at once.
+    fn before_page_write_lock(
+        &self,
+        owner: LockOwner,
+        res: Resource,
+        mode: LockMode,
+        wait: bool,
+    ) -> Result<Option<super::db::HookGuard>> {
+        let Resource::Page(page) = res else {
+            return Ok(Some(None));
+        };
+        if LockMode::S.covers(mode) {
+            return Ok(Some(None));
+        }
+        match self.write_hook.get() {
+            None => Ok(Some(None)),
+            Some(hook) => hook(owner, page, wait),
+        }
     }
 }

@@ -66,6 +66,6 @@ mod transaction;
 mod unwritten;
 
 pub use backend::{Backend, FillPages};
-pub use db::{poisoned_reason, Db, DbOptions, DbStats};
+pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, WriteLockHook};
 pub use transaction::Txn;
 pub use unwritten::Unwritten;
