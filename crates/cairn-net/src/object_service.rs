@@ -21,6 +21,7 @@
 //! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count` |
 //! | `0x0214` TREE_RANGE | `txn u64, root u32, limit u32, lo bound, hi bound, after u8 (0 none, 1: value32)` | `count u32, (key16, value32) × count, more u8` |
 //! | `0x0215` TREE_DESTROY | `txn u64, root u32` | empty |
+//! | `0x0216` TREE_GET_OBJECTS | as TREE_GET | TREE_GET's reply, then `count u32, value32 × count`: the object each value names, read under S as OBJ_FETCH reads it (one [`FetchedObject`] each) — an index lookup and the fetch of what it finds in one round trip |
 //!
 //! (`key16` is `len u16, bytes`; `value32` is `len u32, bytes`; a bound is
 //! `tag u8` — 0 unbounded, 1 included, 2 excluded — then `key16` unless
@@ -93,6 +94,8 @@ impl Kind {
     pub const TREE_RANGE: Kind = Kind(0x0214);
     /// TREE_DESTROY.
     pub const TREE_DESTROY: Kind = Kind(0x0215);
+    /// TREE_GET_OBJECTS.
+    pub const TREE_GET_OBJECTS: Kind = Kind(0x0216);
 }
 
 /// Entries one TREE_GET or TREE_RANGE answers at most.
@@ -219,7 +222,8 @@ pub enum ObjectRequest {
         /// The changes.
         ops: Vec<TreeOp>,
     },
-    /// TREE_GET: the values of one key (at most `limit`).
+    /// TREE_GET: the values of one key (at most `limit`); with `objects`
+    /// (TREE_GET_OBJECTS) also the object each value names (an OID).
     TreeGet {
         /// The transaction.
         txn: u64,
@@ -229,6 +233,8 @@ pub enum ObjectRequest {
         limit: u32,
         /// The key.
         key: Vec<u8>,
+        /// Fetch the objects the values name too.
+        objects: bool,
     },
     /// TREE_RANGE: entries between two bounds in key order (at most
     /// `limit`; the reply says if more follow).
@@ -430,12 +436,22 @@ impl ObjectRequest {
                 }
                 Kind::TREE_APPLY
             }
-            ObjectRequest::TreeGet { txn, root, limit, key } => {
+            ObjectRequest::TreeGet {
+                txn,
+                root,
+                limit,
+                key,
+                objects,
+            } => {
                 out.extend_from_slice(&txn.to_le_bytes());
                 out.extend_from_slice(&root.to_le_bytes());
                 out.extend_from_slice(&limit.to_le_bytes());
                 key16(&mut out, key);
-                Kind::TREE_GET
+                if *objects {
+                    Kind::TREE_GET_OBJECTS
+                } else {
+                    Kind::TREE_GET
+                }
             }
             ObjectRequest::TreeRange {
                 txn,
@@ -599,11 +615,12 @@ impl ObjectRequest {
                 }
                 ObjectRequest::TreeApply { txn, root, ops }
             }
-            Kind::TREE_GET => ObjectRequest::TreeGet {
+            Kind::TREE_GET | Kind::TREE_GET_OBJECTS => ObjectRequest::TreeGet {
                 txn: r.u64()?,
                 root: r.u32()?,
                 limit: get_limit(&mut r, what)?,
                 key: get_key16(&mut r)?,
+                objects: kind == Kind::TREE_GET_OBJECTS,
             },
             Kind::TREE_RANGE => ObjectRequest::TreeRange {
                 txn: r.u64()?,
@@ -698,11 +715,38 @@ pub fn encode_values(values: &[Vec<u8>]) -> Vec<u8> {
 /// Decodes what [`encode_values`] wrote.
 pub fn decode_values(body: &[u8]) -> Result<Vec<Vec<u8>>, MessageError> {
     let mut r = Reader::new(body, "TREE_GET reply");
-    let n = r.u32()? as usize;
-    r.check_count(n, 4)?;
-    let values = (0..n).map(|_| get_value32(&mut r)).collect::<Result<_, _>>()?;
+    let values = get_values(&mut r)?;
     r.end()?;
     Ok(values)
+}
+
+fn get_values(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, MessageError> {
+    let n = r.u32()? as usize;
+    r.check_count(n, 4)?;
+    (0..n).map(|_| get_value32(r)).collect()
+}
+
+/// Encodes TREE_GET_OBJECTS's reply: the values, then one encoded
+/// [`FetchedObject`] per value.
+pub fn encode_values_and_objects(values: &[Vec<u8>], objects: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = encode_values(values);
+    out.extend_from_slice(&encode_values(objects));
+    out
+}
+
+/// Decodes what [`encode_values_and_objects`] wrote: the values and the
+/// encoded objects (each for [`FetchedObject::decode`]), as many as values.
+#[allow(clippy::type_complexity)]
+pub fn decode_values_and_objects(body: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<Vec<u8>>), MessageError> {
+    let what = "TREE_GET_OBJECTS reply";
+    let mut r = Reader::new(body, what);
+    let values = get_values(&mut r)?;
+    let objects = get_values(&mut r)?;
+    r.end()?;
+    if objects.len() != values.len() {
+        return Err(malformed(what, "one object per value"));
+    }
+    Ok((values, objects))
 }
 
 /// Encodes TREE_RANGE's reply: `count u32, (key16, value32) × count, more u8`.
@@ -838,6 +882,14 @@ mod tests {
                 root: 9,
                 limit: 1,
                 key: b"key".to_vec(),
+                objects: false,
+            },
+            ObjectRequest::TreeGet {
+                txn: 3,
+                root: 9,
+                limit: 7,
+                key: vec![],
+                objects: true,
             },
             ObjectRequest::TreeRange {
                 txn: 3,
@@ -863,6 +915,16 @@ mod tests {
     fn tree_replies_round_trip() {
         let values = vec![b"one".to_vec(), vec![], vec![7; 300]];
         assert_eq!(decode_values(&encode_values(&values)).unwrap(), values);
+        let objects = vec![vec![1; 19], vec![2; 30], vec![3; 19]];
+        let both = encode_values_and_objects(&values, &objects);
+        assert_eq!(
+            decode_values_and_objects(&both).unwrap(),
+            (values.clone(), objects.clone())
+        );
+        assert!(decode_values_and_objects(&encode_values_and_objects(&values, &objects[..2])).is_err());
+        for cut in 0..both.len() {
+            assert!(decode_values_and_objects(&both[..cut]).is_err());
+        }
         let entries = vec![(b"a".to_vec(), b"1".to_vec()), (vec![], vec![2; 40])];
         for more in [false, true] {
             let enc = encode_entries(&entries, more);

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
-    encode_entries, encode_oids, encode_values, Change, FetchedObject, ObjectRequest, TreeOp, NO_OID, OBJ_X, OID_BYTES,
+    encode_entries, encode_oids, encode_values, encode_values_and_objects, Change, FetchedObject, ObjectRequest,
+    TreeOp, NO_OID, OBJ_X, OID_BYTES,
 };
 use cairn_net::page_service::NO_GROUP;
 use cairn_net::rpc::Replier;
@@ -251,14 +252,40 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
             }
             Ok(Vec::new())
         }
-        ObjectRequest::TreeGet { root, limit, key, .. } => {
+        ObjectRequest::TreeGet {
+            root,
+            limit,
+            key,
+            objects,
+            ..
+        } => {
             let tree = BTree::open(t, PageId(root))?;
             let mut values = Vec::new();
             tree.get_each(t, &key, |v| {
                 values.push(v.to_vec());
                 values.len() < limit as usize
             })?;
-            Ok(encode_values(&values))
+            if !objects {
+                return Ok(encode_values(&values));
+            }
+            let mut parts = Vec::with_capacity(values.len());
+            for v in &values {
+                let o: [u8; OID_BYTES] = v[..].try_into().map_err(|_| Error::Corrupt {
+                    page: PageId(root),
+                    reason: format!("a value of {} bytes in a tree of OIDs", v.len()),
+                })?;
+                let (len, bytes) = read_one(t, oid_of(&o), false)?;
+                parts.push(
+                    FetchedObject {
+                        oid: o,
+                        found: bytes.is_some() || len > 0,
+                        total_len: len,
+                        bytes: bytes.as_deref().unwrap_or(&[]),
+                    }
+                    .encode(),
+                );
+            }
+            Ok(encode_values_and_objects(&values, &parts))
         }
         ObjectRequest::TreeRange {
             root,

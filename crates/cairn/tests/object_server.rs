@@ -355,3 +355,51 @@ fn a_page_clients_cached_page_is_called_back_before_an_object_client_changes_it(
     drop((page, object));
     server.stop();
 }
+
+/// An object client's index lookup brings the object it finds in the same
+/// round trip: a lookup and a read of the part cost one round trip.
+#[test]
+fn an_index_lookup_and_the_object_it_finds_cost_one_round_trip() {
+    use cairn::{Arch, Database, Index, Options, Persistent};
+    #[derive(Persistent, Debug, Clone, PartialEq)]
+    struct Item {
+        #[cairn(index)]
+        key: u32,
+        value: i64,
+    }
+    const BY_KEY: Index<u32, Item> = Index::on("key");
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let mut o = Options {
+        arch: Arch::Object,
+        ..Options::default()
+    };
+    o.storage.background = false;
+    let db = Database::connect(&format!("cairn://{}", server.addr), o).unwrap();
+    let mut tx = db.begin().unwrap();
+    for k in 0..100 {
+        tx.create(Item {
+            key: k,
+            value: i64::from(k) * 10,
+        })
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    // The first query of a transaction checks the catalog's epoch too.
+    let r = tx.find_one(&BY_KEY, &0).unwrap().unwrap();
+    assert_eq!(tx.get(&r).unwrap().value, 0);
+    let before = db.remote_stats().unwrap().round_trips;
+    for k in 1..11u32 {
+        let r = tx.find_one(&BY_KEY, &k).unwrap().unwrap();
+        assert_eq!(tx.get(&r).unwrap().value, i64::from(k) * 10);
+    }
+    assert_eq!(
+        db.remote_stats().unwrap().round_trips - before,
+        10,
+        "one round trip per part"
+    );
+    tx.commit().unwrap();
+    drop(db);
+    server.stop();
+}

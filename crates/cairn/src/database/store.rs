@@ -252,7 +252,9 @@ impl Tx {
                 } else {
                     cairn_net::object_service::TREE_LIMIT_MAX
                 };
-                for v in t.tree_get(tree.root(), key, limit)? {
+                // An index lookup fetches what it finds in the same round
+                // trip: the object is read next.
+                for v in t.tree_get_objects(tree.root(), key, limit)? {
                     if !f(&v) {
                         break;
                     }

@@ -28,8 +28,8 @@ use std::sync::Arc;
 use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
-    decode_entries, decode_oids, decode_values, Change, FetchedObject, ObjectRequest, TreeOp, FETCH_OBJECTS_MAX,
-    NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
+    decode_entries, decode_oids, decode_values, decode_values_and_objects, Change, FetchedObject, ObjectRequest,
+    TreeOp, FETCH_OBJECTS_MAX, NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::{decode_groups, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
@@ -269,8 +269,45 @@ impl ObjectTxn {
             root: root.0,
             limit: limit.clamp(1, TREE_LIMIT_MAX),
             key: key.to_vec(),
+            objects: false,
         })?;
         decode_values(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))
+    }
+
+    /// The values of `key` in a tree of OIDs (an index), at most `limit`,
+    /// with the objects they name read (share-locked) in the same round
+    /// trip and kept as this transaction's reads: a lookup and the fetch of
+    /// what it finds cost one round trip.
+    pub fn tree_get_objects(&mut self, root: PageId, key: &[u8], limit: u32) -> Result<Vec<Vec<u8>>> {
+        let body = self.tree_call(&ObjectRequest::TreeGet {
+            txn: self.id,
+            root: root.0,
+            limit: limit.clamp(1, TREE_LIMIT_MAX),
+            key: key.to_vec(),
+            objects: true,
+        })?;
+        let conn = &self.store.conn;
+        let (values, objects) =
+            decode_values_and_objects(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+        for (v, part) in values.iter().zip(&objects) {
+            let f = FetchedObject::decode(part).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+            if f.oid[..] != v[..] {
+                return Err(conn.protocol("the objects the values name, in order"));
+            }
+            let oid = Oid::from_bytes(&f.oid);
+            if self.changes.contains_key(&oid) || self.read.contains_key(&oid) {
+                continue;
+            }
+            let read = if !f.found {
+                Read::Missing
+            } else if f.bytes.len() as u64 == f.total_len {
+                Read::Whole(Arc::from(f.bytes))
+            } else {
+                Read::Long(f.total_len)
+            };
+            self.read.insert(oid, read);
+        }
+        Ok(values)
     }
 
     /// Calls `f` with each entry between `lo` and `hi` in (key, value)
