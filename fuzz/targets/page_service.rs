@@ -14,8 +14,8 @@ pub fn run(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    match which % 21 {
-        k @ 0..=14 => {
+    match which % 23 {
+        k @ 0..=16 => {
             let kind = Kind(0x0100 + u16::from(k));
             if let Ok(Some(req)) = PageRequest::decode(kind, body) {
                 let (k2, again) = req.encode();
@@ -23,22 +23,22 @@ pub fn run(data: &[u8]) {
                 assert_eq!(again, body, "a decoded request encodes back to its bytes");
             }
         }
-        15 => {
+        17 => {
             if let Ok(f) = Fetched::decode(body) {
                 assert_eq!(f.encode(), body, "a FETCH part encodes back to its bytes");
             }
         }
-        16 => {
+        18 => {
             let _ = decode_lsns(body);
         }
-        17 => {
+        19 => {
             let _ = decode_pages(body);
             let _ = decode_page(body);
         }
-        18 => {
+        20 => {
             let _ = decode_groups(body);
         }
-        19 => {
+        21 => {
             if let Ok(d) = FaultDetail::decode(body) {
                 assert_eq!(d.encode(), body, "a fault detail encodes back to its bytes");
             }

@@ -1,5 +1,5 @@
-//! The `frame` and `page_service` fuzz targets' corpora, replayed on stable
-//! (see `fuzz/replay.rs`).
+//! The `frame`, `page_service` and `object_service` fuzz targets' corpora,
+//! replayed on stable (see `fuzz/replay.rs`).
 
 #[path = "../../../fuzz/replay.rs"]
 mod replay;
@@ -9,6 +9,9 @@ mod frame;
 
 #[path = "../../../fuzz/targets/page_service.rs"]
 mod page_service;
+
+#[path = "../../../fuzz/targets/object_service.rs"]
+mod object_service;
 
 use cairn_net::page_service::{
     encode_groups, encode_lsns, encode_page, encode_pages, Callback, CallbackReply, FetchStatus, Fetched, PageRequest,
@@ -23,6 +26,137 @@ fn frame_corpus_replays_without_panics() {
 #[test]
 fn page_service_corpus_replays_without_panics() {
     replay::replay("page_service", page_service::run);
+}
+
+#[test]
+fn object_service_corpus_replays_without_panics() {
+    replay::replay("object_service", object_service::run);
+}
+
+/// Writes the `object_service` seeds from real encodings: one per request
+/// kind and reply decoder (the selector byte first, see the target).
+#[test]
+#[ignore = "rewrites the seed inputs of fuzz/corpus/object_service"]
+fn write_object_service_seeds() {
+    use cairn_net::object_service::{
+        encode_entries, encode_oids, encode_values, encode_values_and_objects, Change, FetchedObject, ObjectRequest,
+        TreeOp,
+    };
+    use std::ops::Bound;
+    let o = |n: u8| [n; 10];
+    let requests = [
+        ObjectRequest::Fetch {
+            txn: 3,
+            mode: 1,
+            oids: vec![o(1), o(2)],
+        },
+        ObjectRequest::Create {
+            txn: 3,
+            group: 2,
+            near: o(1),
+            bytes: b"object".to_vec(),
+        },
+        ObjectRequest::Commit {
+            txn: 3,
+            changes: vec![
+                Change::Update {
+                    oid: o(1),
+                    bytes: vec![5; 20],
+                },
+                Change::Delete { oid: o(2) },
+            ],
+        },
+        ObjectRequest::Abort { txn: 3 },
+        ObjectRequest::Scan { txn: 3, group: 2 },
+        ObjectRequest::ReadRange {
+            txn: 3,
+            oid: o(1),
+            offset: 4096,
+            len: 100,
+        },
+        ObjectRequest::Flush {
+            txn: 3,
+            changes: vec![Change::Delete { oid: o(3) }],
+        },
+        ObjectRequest::Method {
+            txn: 3,
+            method: vec![2, 1, 2, 3],
+        },
+        ObjectRequest::TreeOpen { txn: 3, root: 9 },
+        ObjectRequest::TreeCreate {
+            txn: 3,
+            group: 2,
+            unique: false,
+        },
+        ObjectRequest::TreeApply {
+            txn: 3,
+            root: 9,
+            ops: vec![
+                TreeOp::Insert {
+                    key: b"k".to_vec(),
+                    value: o(1).to_vec(),
+                },
+                TreeOp::Delete {
+                    key: b"j".to_vec(),
+                    value: Some(o(2).to_vec()),
+                },
+            ],
+        },
+        ObjectRequest::TreeGet {
+            txn: 3,
+            root: 9,
+            limit: 5,
+            key: b"k".to_vec(),
+            objects: false,
+        },
+        ObjectRequest::TreeRange {
+            txn: 3,
+            root: 9,
+            limit: 100,
+            lo: Bound::Included(b"a".to_vec()),
+            hi: Bound::Excluded(b"z".to_vec()),
+            after: Some(o(1).to_vec()),
+        },
+        ObjectRequest::TreeDestroy { txn: 3, root: 9 },
+        ObjectRequest::TreeGet {
+            txn: 3,
+            root: 9,
+            limit: 1,
+            key: b"k".to_vec(),
+            objects: true,
+        },
+    ];
+    for (i, req) in requests.into_iter().enumerate() {
+        let (kind, body) = req.encode();
+        let mut seed = vec![i as u8];
+        seed.extend_from_slice(&body);
+        replay::write_seed("object_service", &format!("request-{:04x}", kind.0), &seed);
+    }
+    let bytes = vec![7u8; 30];
+    let part = FetchedObject {
+        oid: o(1),
+        found: true,
+        total_len: 30,
+        bytes: &bytes,
+    }
+    .encode();
+    let values = vec![o(1).to_vec(), o(2).to_vec()];
+    let replies: [(u8, &str, Vec<u8>); 5] = [
+        (15, "fetched", part.clone()),
+        (16, "oids", encode_oids(&[o(1), o(2)])),
+        (17, "values", encode_values(&values)),
+        (17, "entries", encode_entries(&[(b"k".to_vec(), o(1).to_vec())], true)),
+        (
+            18,
+            "values-and-objects",
+            encode_values_and_objects(&values, &[part.clone(), part]),
+        ),
+    ];
+    for (selector, name, body) in replies {
+        let mut seed = vec![selector];
+        seed.extend_from_slice(&body);
+        replay::write_seed("object_service", &format!("reply-{name}"), &seed);
+    }
 }
 
 /// Writes the `frame` seeds of the NOTICE message (the piece-size byte first, see the target):

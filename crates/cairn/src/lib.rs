@@ -55,4 +55,87 @@ pub use view::Obj;
 #[doc(hidden)]
 pub mod fuzzing {
     pub use crate::catalog::{decode_schema, encode_schema};
+
+    /// Decodes `bytes` as a server-side method; if it decodes, checks it
+    /// encodes back to the same bytes (panics if not).
+    pub fn method_round_trip(bytes: &[u8]) {
+        if let Ok(m) = crate::methods::Method::decode(bytes) {
+            assert_eq!(m.encode(), bytes, "a decoded method encodes back to its bytes");
+        }
+    }
+
+    /// As [`method_round_trip`], for a method's answer.
+    pub fn answer_round_trip(bytes: &[u8]) {
+        if let Ok(a) = crate::methods::Answer::decode(bytes) {
+            assert_eq!(a.encode(), bytes, "a decoded answer encodes back to its bytes");
+        }
+    }
+
+    /// Seeds of the `methods` fuzz target: real encodings of a selection
+    /// over a group, one over an index range with a count, a traversal, and
+    /// both kinds of answer (the selector byte first).
+    pub fn method_seeds() -> Vec<(&'static str, Vec<u8>)> {
+        use crate::methods::{Answer, Cmp, Method, Predicate, Source};
+        let oid = cairn_storage::Oid::from_bytes(&[1, 0, 0, 0, 2, 0, 3, 0, 0, 0]);
+        let with = |sel: u8, b: Vec<u8>| {
+            let mut v = vec![sel];
+            v.extend_from_slice(&b);
+            v
+        };
+        vec![
+            (
+                "select-group",
+                with(
+                    0,
+                    Method::Select {
+                        class: "Part".into(),
+                        source: Source::Group("parts".into()),
+                        preds: vec![
+                            Predicate::new("kind", Cmp::Eq, "part-type3"),
+                            Predicate::new("x", Cmp::Lt, 100),
+                            Predicate::new("to.length", Cmp::Ge, 1.5),
+                            Predicate::new("flag", Cmp::Ne, true),
+                            Predicate::new("build", Cmp::Gt, 7u64),
+                        ],
+                        count_only: false,
+                        limit: 1000,
+                    }
+                    .encode(),
+                ),
+            ),
+            (
+                "count-index",
+                with(
+                    0,
+                    Method::Select {
+                        class: "Part".into(),
+                        source: Source::Index {
+                            field: "id".into(),
+                            lo: std::ops::Bound::Included(vec![0, 0, 0, 1]),
+                            hi: std::ops::Bound::Excluded(vec![0, 0, 0, 9]),
+                        },
+                        preds: vec![],
+                        count_only: true,
+                        limit: u32::MAX,
+                    }
+                    .encode(),
+                ),
+            ),
+            (
+                "traverse",
+                with(
+                    0,
+                    Method::Traverse {
+                        start: oid,
+                        paths: vec!["to.to".into()],
+                        depth: 7,
+                        limit: 5000,
+                    }
+                    .encode(),
+                ),
+            ),
+            ("answer-oids", with(1, Answer::Oids(vec![oid, oid]).encode())),
+            ("answer-count", with(1, Answer::Count(42).encode())),
+        ]
+    }
 }

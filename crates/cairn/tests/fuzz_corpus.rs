@@ -7,6 +7,8 @@ mod replay;
 
 #[path = "../../../fuzz/targets/catalog.rs"]
 mod catalog;
+#[path = "../../../fuzz/targets/methods.rs"]
+mod methods;
 #[path = "../../../fuzz/targets/typed_records.rs"]
 mod typed_records;
 
@@ -23,6 +25,20 @@ fn typed_records_corpus_replays_without_panics() {
 #[test]
 fn catalog_corpus_replays_without_panics() {
     replay::replay("catalog", catalog::run);
+}
+
+#[test]
+fn methods_corpus_replays_without_panics() {
+    replay::replay("methods", methods::run);
+}
+
+/// Writes the `methods` seeds (`cairn::fuzzing::method_seeds`).
+#[test]
+#[ignore = "rewrites the seed inputs of fuzz/corpus/methods"]
+fn write_methods_seeds() {
+    for (name, seed) in cairn::fuzzing::method_seeds() {
+        replay::write_seed("methods", name, &seed);
+    }
 }
 
 /// A `typed_records` input: the type's selector byte, then the record body.
