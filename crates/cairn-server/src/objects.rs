@@ -80,15 +80,7 @@ fn fetch(
     };
     let mut t = lock(&t);
     for o in oids {
-        let part = read_one(&mut t, oid_of(o), mode == OBJ_X).map(|(len, bytes)| {
-            FetchedObject {
-                oid: *o,
-                found: bytes.is_some() || len > 0,
-                total_len: len,
-                bytes: bytes.as_deref().unwrap_or(&[]),
-            }
-            .encode()
-        });
+        let part = read_one(&mut t, oid_of(o), mode == OBJ_X).map(|(len, bytes)| fetched_part(o, len, bytes));
         let failed = part.is_err();
         if out.blocking_send(part.map_err(fault)).is_err() || failed {
             return;
@@ -112,6 +104,18 @@ fn read_one(t: &mut Txn, oid: Oid, exclusive: bool) -> Result<(u64, Option<Vec<u
     // An empty object is found and whole: its length says 0, so mark it
     // found with empty bytes.
     Ok((bytes.len() as u64, Some(bytes)))
+}
+
+/// The OBJ_FETCH part of what [`read_one`] read.
+fn fetched_part(oid: &[u8; OID_BYTES], len: u64, bytes: Option<Vec<u8>>) -> Vec<u8> {
+    FetchedObject {
+        oid: *oid,
+        // An empty object is found: its bytes are `Some(empty)`.
+        found: bytes.is_some() || len > 0,
+        total_len: len,
+        bytes: bytes.as_deref().unwrap_or(&[]),
+    }
+    .encode()
 }
 
 /// Every other request, on a blocking thread.
@@ -275,15 +279,7 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
                     reason: format!("a value of {} bytes in a tree of OIDs", v.len()),
                 })?;
                 let (len, bytes) = read_one(t, oid_of(&o), false)?;
-                parts.push(
-                    FetchedObject {
-                        oid: o,
-                        found: bytes.is_some() || len > 0,
-                        total_len: len,
-                        bytes: bytes.as_deref().unwrap_or(&[]),
-                    }
-                    .encode(),
-                );
+                parts.push(fetched_part(&o, len, bytes));
             }
             Ok(encode_values_and_objects(&values, &parts))
         }

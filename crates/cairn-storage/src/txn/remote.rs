@@ -88,15 +88,17 @@ impl Txn {
         let mut staged: Vec<(PageId, Vec<u8>)> = Vec::with_capacity(records.len());
         for (i, bytes) in records.iter().enumerate() {
             let (id, after) = self.verify_record(bytes, i, &staged, named)?;
-            match staged.iter_mut().find(|(p, _)| *p == id) {
-                Some((_, img)) => *img = after,
-                None => staged.push((id, after)),
-            }
+            stage_one(&mut staged, id, after);
         }
+        self.stage_pages(staged)
+    }
+
+    /// Puts verified after-images into the private pages (the last of each
+    /// page wins). Straight in: a page the transaction frees at commit may
+    /// carry a last change too (the embedded commit installs it before the
+    /// free, see `PageAccess::free`).
+    pub(super) fn stage_pages(&mut self, staged: Vec<(PageId, Vec<u8>)>) -> Result<()> {
         for (id, after) in staged {
-            // Straight into the private pages: a page the transaction frees
-            // at commit may carry a last change too (the embedded commit
-            // installs it before the free, see `PageAccess::free`).
             self.changes += 1;
             match self.pages.get_mut(id)? {
                 Some(p) => p.copy_from_slice(&after),
@@ -166,5 +168,14 @@ impl Txn {
             slotted::check(&after).map_err(|e| refuse(id, format!("the changed page is malformed: {e}")))?;
         }
         Ok((id, after))
+    }
+}
+
+/// Adds `after` as page `id`'s image to a batch being verified, replacing
+/// an earlier one of the same page.
+pub(super) fn stage_one(staged: &mut Vec<(PageId, Vec<u8>)>, id: PageId, after: Vec<u8>) {
+    match staged.iter_mut().find(|(p, _)| *p == id) {
+        Some((_, img)) => *img = after,
+        None => staged.push((id, after)),
     }
 }

@@ -307,21 +307,8 @@ impl Txn {
             if kind == Some(PageType::Slotted) {
                 slotted::check(&after).map_err(|e| refuse(id, format!("the page is malformed: {e}")))?;
             }
-            match staged.iter_mut().find(|(p, _)| *p == id) {
-                Some((_, img)) => *img = after,
-                None => staged.push((id, after)),
-            }
+            super::remote::stage_one(&mut staged, id, after);
         }
-        for (id, after) in staged {
-            self.changes += 1;
-            match self.pages.get_mut(id)? {
-                Some(p) => p.copy_from_slice(&after),
-                None => {
-                    let spilled = self.pages.insert(id, &after)?;
-                    self.db.note_spilled(spilled);
-                }
-            }
-        }
-        Ok(())
+        self.stage_pages(staged)
     }
 }

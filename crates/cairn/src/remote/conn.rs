@@ -150,7 +150,12 @@ impl Connection {
 
     /// The one reply body of a call that has no parts.
     pub(super) fn call_one(&self, req: &PageRequest) -> Result<Bytes> {
-        let mut parts = self.call(req)?;
+        let parts = self.call(req)?;
+        self.one_body(parts)
+    }
+
+    /// The body of a reply that must come as one (no parts).
+    pub(super) fn one_body(&self, mut parts: Vec<Bytes>) -> Result<Bytes> {
         match (parts.pop(), parts.is_empty()) {
             (Some(b), true) => Ok(b),
             _ => Err(self.protocol("a reply of one body")),

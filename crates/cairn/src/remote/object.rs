@@ -130,11 +130,8 @@ impl ObjectStore {
     }
 
     fn call_one(&self, req: &ObjectRequest, txn: u64) -> Result<bytes::Bytes> {
-        let mut parts = self.call(req, txn)?;
-        match (parts.pop(), parts.is_empty()) {
-            (Some(b), true) => Ok(b),
-            _ => Err(self.conn.protocol("a reply of one body")),
-        }
+        let parts = self.call(req, txn)?;
+        self.conn.one_body(parts)
     }
 }
 
@@ -161,6 +158,19 @@ enum Read {
     Whole(Arc<[u8]>),
     /// Too long to send whole: its length.
     Long(u64),
+}
+
+impl Read {
+    /// What a fetched part says of its object.
+    fn of(f: &FetchedObject<'_>) -> Read {
+        if !f.found {
+            Read::Missing
+        } else if f.bytes.len() as u64 == f.total_len {
+            Read::Whole(Arc::from(f.bytes))
+        } else {
+            Read::Long(f.total_len)
+        }
+    }
 }
 
 impl ObjectTxn {
@@ -298,14 +308,7 @@ impl ObjectTxn {
             if self.changes.contains_key(&oid) || self.read.contains_key(&oid) {
                 continue;
             }
-            let read = if !f.found {
-                Read::Missing
-            } else if f.bytes.len() as u64 == f.total_len {
-                Read::Whole(Arc::from(f.bytes))
-            } else {
-                Read::Long(f.total_len)
-            };
-            self.read.insert(oid, read);
+            self.read.insert(oid, Read::of(&f));
         }
         Ok(values)
     }
@@ -467,13 +470,7 @@ impl ObjectTxn {
                     return Err(conn.protocol("the objects asked for, in order"));
                 }
                 got += 1;
-                let read = if !f.found {
-                    Read::Missing
-                } else if f.bytes.len() as u64 == f.total_len {
-                    Read::Whole(Arc::from(f.bytes))
-                } else {
-                    Read::Long(f.total_len)
-                };
+                let read = Read::of(&f);
                 if mode == OBJ_X && f.found {
                     self.exclusive.insert(oid, ());
                 }

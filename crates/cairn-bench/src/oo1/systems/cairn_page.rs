@@ -117,6 +117,36 @@ impl Deployment for PageServer {
     }
 }
 
+/// A [`Deployment`] that is a [`PageServer`] with another client
+/// architecture: the same server process and build (a file-server COMMIT
+/// carries full page images and an object-server one after-images, in
+/// STAGE messages or one message, either way within the limits the page
+/// server's transactions of 10,000 parts keep).
+macro_rules! remote_deployment {
+    ($ty:ident, $name:literal) => {
+        impl Deployment for $ty {
+            const NAME: &'static str = $name;
+            const BUILD_TXN_PARTS: usize = PageServer::BUILD_TXN_PARTS;
+
+            fn create(&mut self) -> Result<Database> {
+                self.0.create()
+            }
+
+            fn close(&mut self, db: Database) -> Result<()> {
+                self.0.close(db)
+            }
+
+            fn open_cold(&mut self) -> Result<Database> {
+                self.0.open_cold()
+            }
+
+            fn size_on_disk_bytes(&self) -> Option<u64> {
+                self.0.size_on_disk_bytes()
+            }
+        }
+    };
+}
+
 /// `cairn-file`: the same server process, one file-server client (it reads
 /// and writes the volume file itself; the server locks, allocates and logs).
 pub struct FileServer(PageServer);
@@ -131,29 +161,7 @@ impl FileServer {
     }
 }
 
-impl Deployment for FileServer {
-    const NAME: &'static str = "cairn-file";
-    /// As for the page server (a file-server COMMIT carries full page
-    /// images, larger than the page server's byte runs, in STAGE messages
-    /// past one message's limit).
-    const BUILD_TXN_PARTS: usize = PageServer::BUILD_TXN_PARTS;
-
-    fn create(&mut self) -> Result<Database> {
-        self.0.create()
-    }
-
-    fn close(&mut self, db: Database) -> Result<()> {
-        self.0.close(db)
-    }
-
-    fn open_cold(&mut self) -> Result<Database> {
-        self.0.open_cold()
-    }
-
-    fn size_on_disk_bytes(&self) -> Option<u64> {
-        self.0.size_on_disk_bytes()
-    }
-}
+remote_deployment!(FileServer, "cairn-file");
 
 /// `cairn-object`: the same server process, one object-server client (the
 /// server reads and changes objects and walks the B+-trees for it).
@@ -169,28 +177,7 @@ impl ObjectServer {
     }
 }
 
-impl Deployment for ObjectServer {
-    const NAME: &'static str = "cairn-object";
-    /// The changes of a transaction travel as after-images in one
-    /// OBJ_COMMIT (16 MiB at most): 10,000 parts are about 2 MB.
-    const BUILD_TXN_PARTS: usize = PageServer::BUILD_TXN_PARTS;
-
-    fn create(&mut self) -> Result<Database> {
-        self.0.create()
-    }
-
-    fn close(&mut self, db: Database) -> Result<()> {
-        self.0.close(db)
-    }
-
-    fn open_cold(&mut self) -> Result<Database> {
-        self.0.open_cold()
-    }
-
-    fn size_on_disk_bytes(&self) -> Option<u64> {
-        self.0.size_on_disk_bytes()
-    }
-}
+remote_deployment!(ObjectServer, "cairn-object");
 
 /// How long a server may take to checkpoint and exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);
