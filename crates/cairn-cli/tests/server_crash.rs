@@ -1,8 +1,11 @@
 //! Kill -9 of `cairn serve` while clients commit: every commit the server
 //! acknowledged survives the restart, and no object is ever partly written
 //! (each holds one whole value: the last acknowledged, or the one whose
-//! commit was in flight at the kill). `CAIRN_SERVER_KILLS` sets the number
-//! of cycles (default 20).
+//! commit was in flight at the kill). Once with page-server clients (raw
+//! page-service commits), once with object-server clients (after-images,
+//! object-level redo), once with file-server clients (full-image commits,
+//! pages written by the client). `CAIRN_SERVER_KILLS` sets the number of
+//! cycles of each (default 20).
 
 mod common;
 
@@ -67,8 +70,66 @@ struct Known {
     in_flight: Option<u64>,
 }
 
-/// One client: rewrites its objects in turn until the server goes away.
-fn client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<HashMap<Oid, Known>>) {
+/// The kind of client a run uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Page,
+    Object,
+    File,
+}
+
+/// An object-server client: rewrites its objects in turn (one object a
+/// transaction, its after-image in the OBJ_COMMIT) until the server goes.
+fn object_client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<HashMap<Oid, Known>>) {
+    let Ok(store) = cairn::remote::ObjectStore::connect(addr.clone(), b"") else {
+        return;
+    };
+    storage_client(oids, client, known, |oid, bytes| {
+        let mut t = store.begin()?;
+        t.update(oid, bytes)?;
+        t.commit()
+    });
+}
+
+/// A file-server client: the same, through a storage transaction whose
+/// commit is logged by the server and written by the client.
+fn file_client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<HashMap<Oid, Known>>) {
+    let Ok(store) = cairn::remote::RemoteStore::connect_as(Architecture::FILE, addr.clone(), b"", 64, 16 << 20, 1024)
+    else {
+        return;
+    };
+    storage_client(oids, client, known, |oid, bytes| {
+        let mut t = store.begin()?;
+        t.update(oid, bytes)?;
+        t.commit()
+    });
+}
+
+/// Rewrites `oids` in turn with `commit` until it fails (the server went).
+fn storage_client(
+    oids: &[Oid],
+    client: usize,
+    known: &Mutex<HashMap<Oid, Known>>,
+    commit: impl Fn(Oid, &[u8]) -> cairn_storage::Result<()>,
+) {
+    for turn in 0.. {
+        let i = turn % oids.len();
+        let oid = oids[i];
+        let next = known.lock().unwrap()[&oid].acked + 1;
+        known.lock().unwrap().get_mut(&oid).unwrap().in_flight = Some(next);
+        if commit(oid, &value(tag_of(client, i), next)).is_err() {
+            return;
+        }
+        let mut k = known.lock().unwrap();
+        let e = k.get_mut(&oid).unwrap();
+        e.acked = next;
+        e.in_flight = None;
+    }
+}
+
+/// A page-server client: rewrites its objects in turn until the server
+/// goes away.
+fn page_client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<HashMap<Oid, Known>>) {
     let opts = ClientOptions {
         architecture: Architecture::PAGE,
         ..ClientOptions::default()
@@ -115,6 +176,20 @@ fn client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<HashMap<Oid
 
 #[test]
 fn acknowledged_commits_survive_kill_9_of_the_server() {
+    kill_cycles(Kind::Page);
+}
+
+#[test]
+fn acknowledged_object_server_commits_survive_kill_9_of_the_server() {
+    kill_cycles(Kind::Object);
+}
+
+#[test]
+fn acknowledged_file_server_commits_survive_kill_9_of_the_server() {
+    kill_cycles(Kind::File);
+}
+
+fn kill_cycles(kind: Kind) {
     let cycles: u64 = std::env::var("CAIRN_SERVER_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -133,7 +208,11 @@ fn acknowledged_commits_survive_kill_9_of_the_server() {
         let threads: Vec<_> = (0..CLIENTS)
             .map(|c| {
                 let (addr, known, oids) = (server.addr.clone(), known.clone(), owned[c].clone());
-                std::thread::spawn(move || client(&addr, &oids, c, &known))
+                std::thread::spawn(move || match kind {
+                    Kind::Page => page_client(&addr, &oids, c, &known),
+                    Kind::Object => object_client(&addr, &oids, c, &known),
+                    Kind::File => file_client(&addr, &oids, c, &known),
+                })
             })
             .collect();
         // Let commits flow for a while that differs from cycle to cycle.
@@ -179,7 +258,7 @@ fn acknowledged_commits_survive_kill_9_of_the_server() {
         db.close().unwrap();
     }
     eprintln!(
-        "{cycles} kills of the server; {acked_total} commits acknowledged and found; {in_flight_landed} in-flight commits found whole after a kill"
+        "{kind:?} clients: {cycles} kills of the server; {acked_total} commits acknowledged and found; {in_flight_landed} in-flight commits found whole after a kill"
     );
     assert!(acked_total > 0, "commits were acknowledged at all");
 }
