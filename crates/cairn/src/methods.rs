@@ -4,14 +4,14 @@
 //! bounded **traversal** along named reference fields.
 //!
 //! A method names fields, not code: the predicate and the paths travel as
-//! data ([`Method::encode`]) and are evaluated against each record through
+//! data (`Method::encode`) and are evaluated against each record through
 //! the catalog's schema of the record's own version (records are decoded
 //! generically, [`crate::codec::decode_value`]), so no application code is
 //! linked into the server. Embedded, page- and file-server databases run a
 //! method in their own storage transaction; an object-server client sends
 //! its transaction's changes to the server first (in the transaction's
 //! private scope, not committed) and the server runs the very same code
-//! ([`run`]) in that transaction — so a method sees its transaction's
+//! (`run`) in that transaction — so a method sees its transaction's
 //! uncommitted changes and, by the transaction's locks, no other
 //! transaction's.
 //!
