@@ -403,3 +403,36 @@ fn an_index_lookup_and_the_object_it_finds_cost_one_round_trip() {
     drop(db);
     server.stop();
 }
+
+/// Changes sent ahead of a method that the server refuses half-way doom
+/// the transaction (the server may hold part of them): only abort is left,
+/// and nothing of it remains.
+#[test]
+fn a_refused_flush_dooms_the_transaction_and_nothing_of_it_remains() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let store = object_client(&server);
+    let oids = seed(&store, 2);
+    let missing = Oid {
+        slot: cairn::storage::SlotIdx(4000),
+        ..oids[0]
+    };
+    let mut t = store.begin().unwrap();
+    t.update(oids[0], b"first, applied on the server").unwrap();
+    t.update(missing, b"no such object").unwrap();
+    assert!(t.flush_changes().is_err(), "the missing object is refused");
+    match t.read(oids[1]) {
+        Err(Error::TxnDoomed { .. }) => {}
+        r => panic!("a doomed transaction must refuse reads: {r:?}"),
+    }
+    t.abort().unwrap();
+    let mut t = store.begin().unwrap();
+    assert_eq!(
+        t.read(oids[0]).unwrap(),
+        vec![0u8; 100],
+        "nothing of the doomed transaction"
+    );
+    t.commit().unwrap();
+    drop(store);
+    server.stop();
+}

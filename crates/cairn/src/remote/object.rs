@@ -94,6 +94,7 @@ impl ObjectStore {
             id: self.next_txn.fetch_add(1, Ordering::Relaxed),
             on_server: false,
             ended: false,
+            doomed: None,
             read: HashMap::new(),
             exclusive: HashMap::new(),
             changes: BTreeMap::new(),
@@ -142,6 +143,9 @@ pub struct ObjectTxn {
     /// A request named it: the server has begun it.
     on_server: bool,
     ended: bool,
+    /// Set when the server may hold part of what the transaction sent (a
+    /// flush that failed half-way): only abort is left.
+    doomed: Option<String>,
     /// Objects read from the server (`None`: no such object; an object too
     /// long to send whole is kept as its length only).
     read: HashMap<Oid, Read>,
@@ -182,6 +186,12 @@ impl ObjectTxn {
     fn check_active(&self) -> Result<()> {
         if self.ended {
             return Err(Error::TxnNotActive(TxnId(self.id)));
+        }
+        if let Some(cause) = &self.doomed {
+            return Err(Error::TxnDoomed {
+                txn: TxnId(self.id),
+                cause: cause.clone(),
+            });
         }
         Ok(())
     }
@@ -601,13 +611,19 @@ impl ObjectTxn {
             })
             .collect();
         self.on_server = true;
-        self.store.call_one(
+        let sent = self.store.call_one(
             &ObjectRequest::Flush {
                 txn: self.id,
                 changes: wire,
             },
             self.id,
-        )?;
+        );
+        if let Err(e) = sent {
+            // The server may have applied some of them: the transaction
+            // cannot go on knowing what it changed.
+            self.doomed = Some(format!("sending its changes to the server failed: {e}"));
+            return Err(e);
+        }
         for (oid, c) in changes {
             self.exclusive.insert(oid, ());
             self.read.insert(
