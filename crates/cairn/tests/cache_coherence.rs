@@ -36,6 +36,11 @@ fn object_views_never_show_stale_or_uncommitted_state() {
     views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::Object);
 }
 
+#[test]
+fn object_locking_views_never_show_stale_or_uncommitted_state() {
+    views_in_cached_page_images_never_show_stale_or_uncommitted_state(Backend::EmbeddedObjectLocks);
+}
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -187,7 +192,7 @@ fn prefetched_objects_are_committed_state_only(b: Backend) {
     // Two faults on one page in one transaction prefetch nothing; a fault
     // there in a later transaction prefetches the rest of the page (a
     // page-based client only: an object-server client reads no pages).
-    if b == Backend::Object {
+    if !b.reads_page_images() {
         return;
     }
     db.clear_caches().unwrap();
@@ -391,7 +396,7 @@ fn views_in_cached_page_images_never_show_stale_or_uncommitted_state(b: Backend)
         assert!(r.join().unwrap() >= 20);
     }
     let s = db.cache_stats();
-    if b == Backend::Object {
+    if !b.reads_page_images() {
         // Views read copies of objects there: no page image to count.
         return;
     }

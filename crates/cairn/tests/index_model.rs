@@ -198,4 +198,9 @@ proptest! {
     fn the_index_matches_the_model_through_an_object_server(ops in proptest::collection::vec(op(), 1..80)) {
         run(ops, Backend::Object);
     }
+
+    #[test]
+    fn the_index_matches_the_model_with_object_locks(ops in proptest::collection::vec(op(), 1..80)) {
+        run(ops, Backend::EmbeddedObjectLocks);
+    }
 }

@@ -53,6 +53,11 @@ pub(crate) use store::{Store, StoreOps, Tx};
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The storage engine's options (page size, buffer pool, log, locks).
+    /// With `storage.object_locking` (embedded databases), transactions
+    /// lock single objects instead of their pages, so two of them change
+    /// different objects of one page at the same time; views then read
+    /// copies of objects, not shared page images. A page- or file-server
+    /// client locks pages; an object-server client always locks objects.
     pub storage: DbOptions,
     /// Bytes of decoded objects the object cache may hold.
     pub cache_bytes: usize,

@@ -104,6 +104,7 @@ impl Transaction<'_> {
         cache.note_swizzle();
         self.remember(slot, gen, oid, &obj);
         if self.inner.fault_whole_pages
+            && self.txn.reads_shared_images()
             && cache.refaulted(oid.page, me)
             && self.txn.pages().is_some_and(|t| !t.has_private_copy(oid.page))
         {
@@ -143,11 +144,13 @@ impl Transaction<'_> {
         // cost a cache miss per object (`cairn bench refs`, view).
         let me = self.txn.id();
         let inner = self.inner;
-        // Only a page-based transaction reads objects in their pages.
-        if let Some(txn) = self.txn.pages() {
-            txn.lock_page(oid.page, false)?;
+        // Only a transaction that locks whole pages reads objects in their
+        // shared page images (see `Tx::reads_shared_images`).
+        let in_place = self.txn.reads_shared_images();
+        if in_place {
+            self.txn.lock_to_read(oid)?;
         }
-        if let Some(txn) = self.txn.pages().filter(|t| !t.has_private_copy(oid.page)) {
+        if let Some(txn) = self.txn.pages().filter(|t| in_place && !t.has_private_copy(oid.page)) {
             let cache = &inner.cache;
             let found = match cache.buffered(me, oid)? {
                 crate::dual::Probe::Hit(l) => Some(l),

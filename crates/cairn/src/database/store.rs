@@ -135,15 +135,29 @@ impl Tx {
     /// cached across transactions current.
     pub(crate) fn lock_to_read(&mut self, oid: Oid) -> StorageResult<bool> {
         match self {
+            // Under object-level locking the object's own lock (a writer
+            // drops it from the caches under its X on the object).
+            Tx::Pages(t) if t.object_locking() => t.lock_object(oid, false).map(|()| true),
             Tx::Pages(t) => t.lock_page(oid.page, false).map(|()| true),
             Tx::Objects(_) => Ok(false),
         }
+    }
+
+    /// True if objects may be read in place from shared page images, and a
+    /// page's other objects decoded along with one: the transaction locks
+    /// whole pages. Under object-level locking another transaction may
+    /// commit a change to another object of the page while this one reads
+    /// it, so an image loaded then could outlive that commit in the dual
+    /// buffer; objects are read as copies instead.
+    pub(crate) fn reads_shared_images(&self) -> bool {
+        matches!(self, Tx::Pages(t) if !t.object_locking())
     }
 
     /// Takes what changing `oid` needs (its home page's exclusive lock, or
     /// the object's on the server).
     pub(crate) fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
         match self {
+            Tx::Pages(t) if t.object_locking() => t.lock_object(oid, true),
             Tx::Pages(t) => t.lock_page(oid.page, true),
             Tx::Objects(t) => t.lock_for_update(oid),
         }

@@ -31,10 +31,28 @@ pub enum Backend {
     /// An object-server client of such a child process: objects and
     /// B+-tree operations run on the server.
     Object,
+    /// In the test process, locking single objects instead of pages
+    /// (`DbOptions::object_locking`).
+    EmbeddedObjectLocks,
 }
 
 /// Every backend, for tests that loop over them.
-pub const BACKENDS: [Backend; 4] = [Backend::Embedded, Backend::Page, Backend::File, Backend::Object];
+pub const BACKENDS: [Backend; 5] = [
+    Backend::Embedded,
+    Backend::Page,
+    Backend::File,
+    Backend::Object,
+    Backend::EmbeddedObjectLocks,
+];
+
+impl Backend {
+    /// True if views read objects in place from shared page images (and a
+    /// refaulted page's objects are decoded together): transactions that
+    /// lock whole pages, here or as page- or file-server clients.
+    pub fn reads_page_images(self) -> bool {
+        matches!(self, Backend::Embedded | Backend::Page | Backend::File)
+    }
+}
 
 /// A database site: a directory and, for the page backend, the server
 /// serving it.
@@ -79,6 +97,11 @@ impl Site {
     pub fn try_open(&mut self, opts: Options) -> cairn::Result<Database> {
         match self.backend {
             Backend::Embedded => Database::open_with(&self.path, opts),
+            Backend::EmbeddedObjectLocks => {
+                let mut opts = opts;
+                opts.storage.object_locking = true;
+                Database::open_with(&self.path, opts)
+            }
             Backend::Page | Backend::File | Backend::Object => {
                 if self.server.is_none() {
                     let env: Vec<(&str, &str)> = self.server_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -259,8 +282,8 @@ impl Site {
     }
 }
 
-/// Declares `#[test]`s `embedded::NAME`, `page::NAME`, `file::NAME` and
-/// `object::NAME` for each
+/// Declares `#[test]`s `embedded::NAME`, `page::NAME`, `file::NAME`,
+/// `object::NAME` and `embedded_object_locks::NAME` for each
 /// `fn NAME(Backend)` named.
 #[macro_export]
 macro_rules! on_every_backend {
@@ -294,6 +317,14 @@ macro_rules! on_every_backend {
                 #[test]
                 fn $name() {
                     super::$name(super::common::Backend::Object)
+                }
+            )*
+        }
+        mod embedded_object_locks {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::common::Backend::EmbeddedObjectLocks)
                 }
             )*
         }
