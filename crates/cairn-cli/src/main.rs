@@ -80,6 +80,11 @@ enum Command {
         /// page-server client; DIR is then only a label.
         #[arg(long)]
         connect: Option<String>,
+        /// With --connect: as a file-server client (pages read and written
+        /// in the served volume file, which must be reachable at the
+        /// server's path).
+        #[arg(long, requires = "connect")]
+        file: bool,
     },
     /// Check a tortured database against the log of acknowledged commits:
     /// nothing lost, nothing partial, nothing corrupt.
@@ -193,7 +198,8 @@ fn main() -> ExitCode {
             threads,
             seed,
             connect,
-        } => run_torture(dir, seconds, threads, seed, connect),
+            file,
+        } => run_torture(dir, seconds, threads, seed, connect, file),
         Command::Verify { dir, log } => return run_verify(&dir, &log),
         Command::Bench {
             which: BenchCommand::Commit { seconds, dir, json },
@@ -332,6 +338,7 @@ fn run_torture(
     threads: usize,
     seed: Option<u64>,
     connect: Option<String>,
+    file: bool,
 ) -> anyhow::Result<()> {
     let seed = seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -345,6 +352,7 @@ fn run_torture(
         threads,
         seed,
         connect,
+        file,
     })?;
     Ok(())
 }

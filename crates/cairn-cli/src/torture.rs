@@ -77,6 +77,9 @@ pub struct Options {
     pub seed: u64,
     /// Run against this server (`cairn://HOST:PORT`) instead of `dir`.
     pub connect: Option<String>,
+    /// With `connect`: as a file-server client (reading and writing the
+    /// served volume file) rather than a page-server client.
+    pub file: bool,
 }
 
 /// Where the transactions run: the embedded engine, or a server.
@@ -708,8 +711,13 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
         Some(url) => {
             let address = cairn::remote::parse_url(url)?;
             let o = db_options();
+            let arch = if opts.file {
+                cairn_net::message::Architecture::FILE
+            } else {
+                cairn_net::message::Architecture::PAGE
+            };
             Target::Remote(
-                RemoteStore::connect(address, &[], 1024, o.txn_memory_bytes, 4096)
+                RemoteStore::connect_as(arch, address, &[], 1024, o.txn_memory_bytes, 4096)
                     .with_context(|| format!("connecting to {url}"))?,
             )
         }

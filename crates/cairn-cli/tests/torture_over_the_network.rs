@@ -1,5 +1,5 @@
-//! `cairn torture --connect`: random transactions from a page-server client
-//! while the *server* is killed with SIGKILL, again and again on one
+//! `cairn torture --connect [--file]`: random transactions from a
+//! page-server (or file-server) client while the *server* is killed with SIGKILL, again and again on one
 //! directory; after each kill the server is restarted (it recovers) and at
 //! the end `cairn verify` proves every commit the client saw acknowledged is
 //! there whole and nothing is partial. A client that loses its server stops
@@ -22,6 +22,17 @@ use common::Server;
 
 #[test]
 fn torture_through_a_killed_server_loses_nothing() {
+    torture_through_kills(false);
+}
+
+/// The same with a file-server client: its commits are logged by the
+/// server and written into the volume file by the client.
+#[test]
+fn torture_of_a_file_server_client_through_a_killed_server_loses_nothing() {
+    torture_through_kills(true);
+}
+
+fn torture_through_kills(file: bool) {
     let cycles: u64 = std::env::var("CAIRN_SERVER_KILLS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -42,6 +53,7 @@ fn torture_through_a_killed_server_loses_nothing() {
             .args(["--seconds", "60", "--threads", "3", "--seed", &cycle.to_string()])
             .arg("--connect")
             .arg(format!("cairn://{}", server.addr))
+            .args(if file { &["--file"][..] } else { &[][..] })
             .stdin(Stdio::null())
             .stdout(append(&log))
             .stderr(append(&err))
