@@ -162,7 +162,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         ..Oo1Config::default()
     })
     .unwrap();
-    assert_eq!(report.results.len(), 7);
+    assert_eq!(report.results.len(), 8);
     for r in &report.results {
         assert_eq!(r.check, report.check, "{}", r.system);
         assert_eq!(r.runs.len(), 4);
@@ -173,8 +173,8 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             }
         }
     }
-    // 7 systems × (4 measures × cold and warm + 3 read measures hot).
-    assert_eq!(report.rows.len(), 77);
+    // 8 systems × (4 measures × cold and warm + 3 read measures hot).
+    assert_eq!(report.rows.len(), 88);
     for r in &report.results {
         assert_eq!(r.hot.len(), 3, "{}: every read measure has a hot run", r.system);
         assert!(r
@@ -264,7 +264,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
     }
     let json = report.json();
     assert_eq!(json["benchmark"], "oo1");
-    assert_eq!(json["results"].as_array().unwrap().len(), 77);
+    assert_eq!(json["results"].as_array().unwrap().len(), 88);
     assert!(table.contains(" hot "), "hot rows in the table");
     assert_eq!(json["systems"][0]["system"], "cairn-embedded");
     assert!(json.get("concurrency").is_none(), "no --clients, no concurrency key");

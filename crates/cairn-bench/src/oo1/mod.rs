@@ -238,9 +238,11 @@ pub struct Oo1Args {
     /// Parts in the database (small: 20000; large: 200000).
     #[arg(long, default_value_t = 20_000)]
     pub parts: u32,
-    /// Systems to run, comma-separated: cairn-embedded, cairn-page,
-    /// cairn-file and cairn-object (page-, file- and object-server clients
-    /// of `cairn serve` in a separate process), in-memory, sqlite, lmdb.
+    /// Systems to run, comma-separated: cairn-embedded,
+    /// cairn-embedded-objlocks (locking objects instead of pages),
+    /// cairn-page, cairn-file and cairn-object (page-, file- and
+    /// object-server clients of `cairn serve` in a separate process),
+    /// in-memory, sqlite, lmdb.
     #[arg(
         long,
         value_delimiter = ',',

@@ -19,12 +19,58 @@ pub type CairnEmbedded = Cairn<Embedded>;
 /// A database in a directory, opened in this process.
 pub struct Embedded {
     dir: PathBuf,
+    object_locking: bool,
 }
 
 impl Embedded {
     /// The database in `dir` (created by `build`).
     pub fn new(dir: PathBuf) -> Embedded {
-        Embedded { dir }
+        Embedded {
+            dir,
+            object_locking: false,
+        }
+    }
+
+    fn options(&self) -> cairn::Options {
+        let mut o = options();
+        o.storage.object_locking = self.object_locking;
+        o
+    }
+}
+
+/// `cairn-embedded-objlocks`: the same, its transactions locking single
+/// objects instead of pages (`DbOptions::object_locking`): what object-level
+/// locking costs or saves a single process.
+pub struct EmbeddedObjectLocks(Embedded);
+
+impl EmbeddedObjectLocks {
+    /// The database in `dir` (created by `build`).
+    pub fn new(dir: PathBuf) -> EmbeddedObjectLocks {
+        EmbeddedObjectLocks(Embedded {
+            dir,
+            object_locking: true,
+        })
+    }
+}
+
+impl Deployment for EmbeddedObjectLocks {
+    const NAME: &'static str = "cairn-embedded-objlocks";
+    const BUILD_TXN_PARTS: usize = usize::MAX;
+
+    fn create(&mut self) -> Result<Database> {
+        self.0.create()
+    }
+
+    fn close(&mut self, db: Database) -> Result<()> {
+        self.0.close(db)
+    }
+
+    fn open_cold(&mut self) -> Result<Database> {
+        self.0.open_cold()
+    }
+
+    fn size_on_disk_bytes(&self) -> Option<u64> {
+        self.0.size_on_disk_bytes()
     }
 }
 
@@ -35,7 +81,7 @@ impl Deployment for Embedded {
 
     fn create(&mut self) -> Result<Database> {
         let _ = std::fs::remove_dir_all(&self.dir);
-        Ok(Database::open_with(&self.dir, options())?)
+        Ok(Database::open_with(&self.dir, self.options())?)
     }
 
     fn close(&mut self, db: Database) -> Result<()> {
@@ -44,7 +90,7 @@ impl Deployment for Embedded {
 
     fn open_cold(&mut self) -> Result<Database> {
         evict_os_cache(&self.dir)?;
-        Ok(Database::open_with(&self.dir, options())?)
+        Ok(Database::open_with(&self.dir, self.options())?)
     }
 
     fn size_on_disk_bytes(&self) -> Option<u64> {

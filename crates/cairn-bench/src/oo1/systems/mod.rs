@@ -15,8 +15,9 @@ use std::path::Path;
 use super::system::{Error, Result, System};
 
 /// Every system's name, in report order.
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 8] = [
     "cairn-embedded",
+    "cairn-embedded-objlocks",
     "cairn-page",
     "cairn-file",
     "cairn-object",
@@ -46,6 +47,9 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
                 _ => Box::new(cairn_typed::Cairn::new(cairn_page::ObjectServer::new(dir, exe))),
             })
         }
+        "cairn-embedded-objlocks" => Ok(Box::new(cairn_typed::Cairn::new(
+            cairn_embedded::EmbeddedObjectLocks::new(scratch.join("cairn-objlocks")),
+        ))),
         "in-memory" => Ok(Box::new(memory::InMemory::new())),
         "sqlite" => Ok(Box::new(sqlite::Sqlite::new(scratch.join("sqlite")))),
         "lmdb" => Ok(Box::new(lmdb::Lmdb::new(scratch.join("lmdb")))),
