@@ -119,8 +119,29 @@ impl Txn {
         staged: &[(PageId, Vec<u8>)],
         named: TxnId,
     ) -> Result<(PageId, Vec<u8>)> {
-        let refuse =
-            |page: PageId, why: String| Error::InvalidArgument(format!("redo record {index} (page {page}): {why}"));
+        let ClientRecord { id, full, runs } = self.client_record(bytes, index, named)?;
+        let base = match staged.iter().find(|(p, _)| *p == id) {
+            Some((_, img)) => img.clone(),
+            None => self.current_image(id)?,
+        };
+        let base_type = page::page_type(&base);
+        if !base_type.is_some_and(PageType::is_client_kind) {
+            return Err(refuse(
+                index,
+                id,
+                format!("a client may not change a page of kind {base_type:?}"),
+            ));
+        }
+        let mut after = base.clone();
+        redo::apply(&mut after, id, full, &runs, page::lsn(&base))?;
+        check_client_after(index, id, &after)?;
+        Ok((id, after))
+    }
+
+    /// Decodes a client's record `index` and checks what every client
+    /// record must be: a PAGE record naming `named`, of a page inside the
+    /// volume that this transaction holds X on.
+    pub(super) fn client_record(&self, bytes: &[u8], index: usize, named: TxnId) -> Result<ClientRecord> {
         let Redo::Page {
             txn,
             page: id,
@@ -134,41 +155,48 @@ impl Txn {
         };
         if txn != named {
             return Err(refuse(
+                index,
                 id,
                 format!("it names {txn}, the session's transaction is {named}"),
             ));
         }
         if id.0 >= self.page_count() {
-            return Err(refuse(id, "past the end of the volume".into()));
+            return Err(refuse(index, id, "past the end of the volume".into()));
         }
         if !self.holds(Resource::Page(id), LockMode::X) {
-            return Err(refuse(id, "the transaction does not hold X on the page".into()));
+            return Err(refuse(index, id, "the transaction does not hold X on the page".into()));
         }
-        let base = match staged.iter().find(|(p, _)| *p == id) {
-            Some((_, img)) => img.clone(),
-            None => self.current_image(id)?,
-        };
-        let base_type = page::page_type(&base);
-        if !base_type.is_some_and(PageType::is_client_kind) {
-            return Err(refuse(
-                id,
-                format!("a client may not change a page of kind {base_type:?}"),
-            ));
-        }
-        let mut after = base.clone();
-        redo::apply(&mut after, id, full, &runs, page::lsn(&base))?;
-        let after_type = page::page_type(&after);
-        if !after_type.is_some_and(PageType::is_client_kind) {
-            return Err(refuse(
-                id,
-                format!("the change makes it a page of kind {after_type:?}, which a client may not make"),
-            ));
-        }
-        if after_type == Some(PageType::Slotted) {
-            slotted::check(&after).map_err(|e| refuse(id, format!("the changed page is malformed: {e}")))?;
-        }
-        Ok((id, after))
+        Ok(ClientRecord { id, full, runs })
     }
+}
+
+/// A client's PAGE record, decoded ([`Txn::client_record`]).
+pub(super) struct ClientRecord {
+    pub(super) id: PageId,
+    pub(super) full: bool,
+    pub(super) runs: Vec<(u32, Vec<u8>)>,
+}
+
+/// The error refusing a client's record `index` of page `page`.
+pub(super) fn refuse(index: usize, page: PageId, why: String) -> Error {
+    Error::InvalidArgument(format!("redo record {index} (page {page}): {why}"))
+}
+
+/// Checks a page as a client's record `index` leaves it: of a kind a
+/// client may make, and (a slotted page) well formed.
+pub(super) fn check_client_after(index: usize, id: PageId, after: &[u8]) -> Result<()> {
+    let after_type = page::page_type(after);
+    if !after_type.is_some_and(PageType::is_client_kind) {
+        return Err(refuse(
+            index,
+            id,
+            format!("the change makes it a page of kind {after_type:?}, which a client may not make"),
+        ));
+    }
+    if after_type == Some(PageType::Slotted) {
+        slotted::check(after).map_err(|e| refuse(index, id, format!("the changed page is malformed: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Adds `after` as page `id`'s image to a batch being verified, replacing

@@ -46,13 +46,11 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, PageId, TxnId};
-use crate::lock::{LockMode, Resource};
-use crate::page::{self, PageType};
-use crate::record::object::ObjectSpace;
-use crate::record::slotted;
-use crate::wal::redo::{self, Redo};
+use crate::page;
+use crate::wal::redo;
 
 use super::db::{lock, Shared};
+use super::remote::{check_client_after, refuse, ClientRecord};
 use super::{Db, Txn};
 
 /// A file-server commit that is logged and durable but whose pages the
@@ -269,44 +267,16 @@ impl Txn {
     fn stage_full_images(&mut self, records: &[&[u8]], named: TxnId) -> Result<()> {
         let mut staged: Vec<(PageId, Vec<u8>)> = Vec::with_capacity(records.len());
         for (i, bytes) in records.iter().enumerate() {
-            let refuse =
-                |page: PageId, why: String| Error::InvalidArgument(format!("redo record {i} (page {page}): {why}"));
-            let Redo::Page {
-                txn,
-                page: id,
-                full,
-                runs,
-            } = Redo::decode(bytes, Lsn(0))?
-            else {
-                return Err(Error::InvalidArgument(format!("redo record {i} is not a PAGE record")));
-            };
-            if txn != named {
-                return Err(refuse(
-                    id,
-                    format!("it names {txn}, the session's transaction is {named}"),
-                ));
-            }
+            let ClientRecord { id, full, runs } = self.client_record(bytes, i, named)?;
             if !full {
-                return Err(refuse(id, "a file-server commit carries full page images".into()));
-            }
-            if id.0 >= self.page_count() {
-                return Err(refuse(id, "past the end of the volume".into()));
-            }
-            if !self.holds(Resource::Page(id), LockMode::X) {
-                return Err(refuse(id, "the transaction does not hold X on the page".into()));
+                return Err(refuse(i, id, "a file-server commit carries full page images".into()));
             }
             if !self.db.is_page_in_use(self.id, id)? {
-                return Err(refuse(id, "the page is not in use".into()));
+                return Err(refuse(i, id, "the page is not in use".into()));
             }
             let mut after = vec![0u8; self.db.page_size()];
             redo::apply(&mut after, id, true, &runs, Lsn(0))?;
-            let kind = page::page_type(&after);
-            if !kind.is_some_and(PageType::is_client_kind) {
-                return Err(refuse(id, format!("a client may not make a page of kind {kind:?}")));
-            }
-            if kind == Some(PageType::Slotted) {
-                slotted::check(&after).map_err(|e| refuse(id, format!("the page is malformed: {e}")))?;
-            }
+            check_client_after(i, id, &after)?;
             super::remote::stage_one(&mut staged, id, after);
         }
         self.stage_pages(staged)

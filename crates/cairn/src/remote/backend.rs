@@ -14,7 +14,7 @@ use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::page::{self, PageType};
 use cairn_storage::txn::{Backend, FillPages};
 use cairn_storage::wal::redo;
-use cairn_storage::{Error, GroupId, Lsn, PageId, Result, Txn, TxnId};
+use cairn_storage::{Error, GroupId, PageId, Result, Txn, TxnId};
 
 use super::cover::Facts;
 use super::{lock, wire_mode, RemoteStore};
@@ -327,25 +327,16 @@ impl Backend for RemoteStore {
         let changed: std::collections::HashSet<PageId> = pages.iter().copied().collect();
         let freed: std::collections::HashSet<PageId> = freed.into_iter().collect();
         if self.file.is_some() {
-            self.write_pages(txn, &lsns, &changed, &freed)?;
+            // Written by the client, then installed, in one pass.
+            return self.write_pages(txn, &lsns, &changed, &freed);
         }
         for (p, lsn) in lsns {
-            let id = PageId(p);
-            if !changed.contains(&id) {
-                return Err(self.conn.protocol("LSNs only for the pages the commit changed"));
+            if let Some((id, after)) = self.stamped_after(txn, p, lsn, &changed, &freed)? {
+                // Another transaction of this client may have fetched a
+                // newer image since the server released the locks: newest
+                // wins.
+                self.install_newest(id, &after)?;
             }
-            if freed.contains(&id) {
-                continue;
-            }
-            let Some(after) = txn.private_page(id)? else {
-                continue;
-            };
-            let mut after = after.to_vec();
-            page::set_lsn(&mut after, Lsn(lsn));
-            page::seal(&mut after);
-            // Another transaction of this client may have fetched a newer
-            // image since the server released the locks: newest wins.
-            self.install_newest(id, &after)?;
         }
         Ok(())
     }

@@ -413,8 +413,9 @@ impl RemoteStore {
     /// A file-server commit's second half: the server has the pages durable
     /// in its log (`lsns`, for the pages of `changed`), so the client writes
     /// them — stamped with their LSNs and sealed, pages freed excepted —
-    /// syncs the volume file and sends WRITTEN, which releases the
-    /// transaction's locks (one way: nothing waits for the answer). If
+    /// and caches them, syncs the volume file and sends WRITTEN, which
+    /// releases the transaction's locks (one way: nothing waits for the
+    /// answer). If
     /// writing fails the commit still stands (the log has it): the client
     /// stops, and the server repairs the pages when the connection closes.
     fn write_pages(
@@ -435,21 +436,13 @@ impl RemoteStore {
         }
         let written = (|| {
             for &(p, lsn) in lsns {
-                let id = PageId(p);
-                if !changed.contains(&id) {
-                    return Err(self.conn.protocol("LSNs only for the pages the commit changed"));
+                if let Some((id, after)) = self.stamped_after(txn, p, lsn, changed, freed)? {
+                    file.write(id, &after)?;
+                    self.conn.pages_written_direct.fetch_add(1, Ordering::Relaxed);
+                    // The commit is durable in the server's log and the
+                    // pages stay locked until WRITTEN: cache it now.
+                    self.install_newest(id, &after)?;
                 }
-                if freed.contains(&id) {
-                    continue;
-                }
-                let Some(after) = txn.private_page(id)? else {
-                    continue;
-                };
-                let mut after = after.to_vec();
-                page::set_lsn(&mut after, Lsn(lsn));
-                page::seal(&mut after);
-                file.write(id, &after)?;
-                self.conn.pages_written_direct.fetch_add(1, Ordering::Relaxed);
             }
             file.sync()
         })();
@@ -465,6 +458,34 @@ impl RemoteStore {
         self.conn.one_way.fetch_add(1, Ordering::Relaxed);
         drop(self.conn.client.invoke(kind, body));
         Ok(())
+    }
+
+    /// The after-image of page `p` a committed transaction `txn` left,
+    /// stamped with the LSN the server gave it and sealed: `None` for a
+    /// page it freed (or holds no copy of); an error for a page the commit
+    /// did not change (the server broke the protocol).
+    fn stamped_after(
+        &self,
+        txn: &mut Txn,
+        p: u32,
+        lsn: u64,
+        changed: &std::collections::HashSet<PageId>,
+        freed: &std::collections::HashSet<PageId>,
+    ) -> Result<Option<(PageId, Vec<u8>)>> {
+        let id = PageId(p);
+        if !changed.contains(&id) {
+            return Err(self.conn.protocol("LSNs only for the pages the commit changed"));
+        }
+        if freed.contains(&id) {
+            return Ok(None);
+        }
+        let Some(after) = txn.private_page(id)? else {
+            return Ok(None);
+        };
+        let mut after = after.to_vec();
+        page::set_lsn(&mut after, Lsn(lsn));
+        page::seal(&mut after);
+        Ok(Some((id, after)))
     }
 
     /// The LSN of the cached copy of `id`, 0 if none.

@@ -53,26 +53,7 @@ impl EmbeddedObjectLocks {
     }
 }
 
-impl Deployment for EmbeddedObjectLocks {
-    const NAME: &'static str = "cairn-embedded-objlocks";
-    const BUILD_TXN_PARTS: usize = usize::MAX;
-
-    fn create(&mut self) -> Result<Database> {
-        self.0.create()
-    }
-
-    fn close(&mut self, db: Database) -> Result<()> {
-        self.0.close(db)
-    }
-
-    fn open_cold(&mut self) -> Result<Database> {
-        self.0.open_cold()
-    }
-
-    fn size_on_disk_bytes(&self) -> Option<u64> {
-        self.0.size_on_disk_bytes()
-    }
-}
+delegating_deployment!(EmbeddedObjectLocks, Embedded, "cairn-embedded-objlocks");
 
 impl Deployment for Embedded {
     const NAME: &'static str = "cairn-embedded";

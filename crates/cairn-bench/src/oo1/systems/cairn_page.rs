@@ -117,36 +117,6 @@ impl Deployment for PageServer {
     }
 }
 
-/// A [`Deployment`] that is a [`PageServer`] with another client
-/// architecture: the same server process and build (a file-server COMMIT
-/// carries full page images and an object-server one after-images, in
-/// STAGE messages or one message, either way within the limits the page
-/// server's transactions of 10,000 parts keep).
-macro_rules! remote_deployment {
-    ($ty:ident, $name:literal) => {
-        impl Deployment for $ty {
-            const NAME: &'static str = $name;
-            const BUILD_TXN_PARTS: usize = PageServer::BUILD_TXN_PARTS;
-
-            fn create(&mut self) -> Result<Database> {
-                self.0.create()
-            }
-
-            fn close(&mut self, db: Database) -> Result<()> {
-                self.0.close(db)
-            }
-
-            fn open_cold(&mut self) -> Result<Database> {
-                self.0.open_cold()
-            }
-
-            fn size_on_disk_bytes(&self) -> Option<u64> {
-                self.0.size_on_disk_bytes()
-            }
-        }
-    };
-}
-
 /// `cairn-file`: the same server process, one file-server client (it reads
 /// and writes the volume file itself; the server locks, allocates and logs).
 pub struct FileServer(PageServer);
@@ -161,7 +131,7 @@ impl FileServer {
     }
 }
 
-remote_deployment!(FileServer, "cairn-file");
+delegating_deployment!(FileServer, PageServer, "cairn-file");
 
 /// `cairn-object`: the same server process, one object-server client (the
 /// server reads and changes objects and walks the B+-trees for it).
@@ -177,7 +147,7 @@ impl ObjectServer {
     }
 }
 
-remote_deployment!(ObjectServer, "cairn-object");
+delegating_deployment!(ObjectServer, PageServer, "cairn-object");
 
 /// How long a server may take to checkpoint and exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);

@@ -3,6 +3,34 @@
 //! [`cairn_typed::Cairn`], over four deployments (in this process; a
 //! page-, file- or object-server client of `cairn serve`).
 
+/// A [`cairn_typed::Deployment`] that is a newtype over another one
+/// (`self.0`) with another client option: the same files, build and
+/// cold start, under its own name.
+macro_rules! delegating_deployment {
+    ($ty:ident, $inner:ty, $name:literal) => {
+        impl Deployment for $ty {
+            const NAME: &'static str = $name;
+            const BUILD_TXN_PARTS: usize = <$inner as Deployment>::BUILD_TXN_PARTS;
+
+            fn create(&mut self) -> Result<Database> {
+                self.0.create()
+            }
+
+            fn close(&mut self, db: Database) -> Result<()> {
+                self.0.close(db)
+            }
+
+            fn open_cold(&mut self) -> Result<Database> {
+                self.0.open_cold()
+            }
+
+            fn size_on_disk_bytes(&self) -> Option<u64> {
+                self.0.size_on_disk_bytes()
+            }
+        }
+    };
+}
+
 pub mod cairn_embedded;
 pub mod cairn_page;
 pub mod cairn_typed;
