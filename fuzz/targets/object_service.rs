@@ -7,13 +7,13 @@
 
 use cairn_net::frame::Kind;
 use cairn_net::object_service::{
-    decode_entries, decode_oids, decode_values, decode_values_and_objects, FetchedObject, ObjectRequest,
+    decode_entries, decode_oids, decode_values, FetchedObject, ObjectCallback, ObjectRequest, ValuesAndObjects,
 };
 
 /// The request kinds, in selector order.
-const KINDS: [u16; 15] = [
+const KINDS: [u16; 17] = [
     0x0201, 0x0202, 0x0203, 0x0204, 0x0205, 0x0206, 0x0207, 0x0208, 0x0210, 0x0211, 0x0212, 0x0213, 0x0214, 0x0215,
-    0x0216,
+    0x0216, 0x0209, 0x020A,
 ];
 
 /// Runs one input.
@@ -21,7 +21,7 @@ pub fn run(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    let pick = usize::from(which) % (KINDS.len() + 4);
+    let pick = usize::from(which) % (KINDS.len() + 5);
     if let Some(&k) = KINDS.get(pick) {
         let kind = Kind(k);
         if let Ok(Some(req)) = ObjectRequest::decode(kind, body) {
@@ -44,8 +44,15 @@ pub fn run(data: &[u8]) {
             let _ = decode_values(body);
             let _ = decode_entries(body);
         }
+        3 => {
+            if let Ok(v) = ValuesAndObjects::decode(body) {
+                assert_eq!(v.encode(), body, "a TREE_GET_OBJECTS reply encodes back to its bytes");
+            }
+        }
         _ => {
-            let _ = decode_values_and_objects(body);
+            if let Ok(c) = ObjectCallback::decode(body) {
+                assert_eq!(c.encode(), body, "an object callback encodes back to its bytes");
+            }
         }
     }
 }

@@ -81,7 +81,7 @@ enum Kind {
 /// An object-server client: rewrites its objects in turn (one object a
 /// transaction, its after-image in the OBJ_COMMIT) until the server goes.
 fn object_client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<HashMap<Oid, Known>>) {
-    let Ok(store) = cairn::remote::ObjectStore::connect(addr.clone(), b"") else {
+    let Ok(store) = cairn::remote::ObjectStore::connect(addr.clone(), b"", 1 << 20) else {
         return;
     };
     storage_client(oids, client, known, |oid, bytes| {

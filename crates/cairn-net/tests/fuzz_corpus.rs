@@ -39,8 +39,8 @@ fn object_service_corpus_replays_without_panics() {
 #[ignore = "rewrites the seed inputs of fuzz/corpus/object_service"]
 fn write_object_service_seeds() {
     use cairn_net::object_service::{
-        encode_entries, encode_oids, encode_values, encode_values_and_objects, Change, FetchedObject, ObjectRequest,
-        TreeOp,
+        encode_entries, encode_oids, encode_values, Change, FetchedObject, ObjectCallback, ObjectCallbackReply,
+        ObjectRequest, RightKey, TreeOp, ValuesAndObjects,
     };
     use std::ops::Bound;
     let o = |n: u8| [n; 10];
@@ -125,6 +125,16 @@ fn write_object_service_seeds() {
             key: b"k".to_vec(),
             objects: true,
         },
+        ObjectRequest::CallbackReply(ObjectCallbackReply {
+            id: 4,
+            key: RightKey::Object(o(3)),
+            epoch: 17,
+            writer: 0,
+            in_use_by: vec![2, 5],
+        }),
+        ObjectRequest::Release {
+            rights: vec![(RightKey::Object(o(1)), 3), (RightKey::Page(8), 4)],
+        },
     ];
     for (i, req) in requests.into_iter().enumerate() {
         let (kind, body) = req.encode();
@@ -138,18 +148,35 @@ fn write_object_service_seeds() {
         found: true,
         total_len: 30,
         bytes: &bytes,
+        right: 3,
     }
     .encode();
     let values = vec![o(1).to_vec(), o(2).to_vec()];
-    let replies: [(u8, &str, Vec<u8>); 5] = [
-        (15, "fetched", part.clone()),
-        (16, "oids", encode_oids(&[o(1), o(2)])),
-        (17, "values", encode_values(&values)),
-        (17, "entries", encode_entries(&[(b"k".to_vec(), o(1).to_vec())], true)),
+    let replies: [(u8, &str, Vec<u8>); 6] = [
+        (17, "fetched", part.clone()),
+        (18, "oids", encode_oids(&[o(1), o(2)])),
+        (19, "values", encode_values(&values)),
+        (19, "entries", encode_entries(&[(b"k".to_vec(), o(1).to_vec())], true)),
         (
-            18,
+            20,
             "values-and-objects",
-            encode_values_and_objects(&values, &[part.clone(), part]),
+            ValuesAndObjects {
+                values: values.clone(),
+                objects: vec![part.clone(), part],
+                leaf: 4,
+                leaf_right: 2,
+            }
+            .encode(),
+        ),
+        (
+            21,
+            "callback",
+            ObjectCallback {
+                id: 1,
+                key: RightKey::Object(o(2)),
+                epoch: 5,
+            }
+            .encode(),
         ),
     ];
     for (selector, name, body) in replies {
@@ -250,11 +277,11 @@ fn write_page_service_seeds() {
         image: &image,
     };
     let replies: [(u8, &str, Vec<u8>); 6] = [
-        (14, "fetched", part.encode()),
-        (15, "lsns", encode_lsns(&[(3, 77), (4, 78)])),
-        (16, "pages", encode_pages(&[3, 4, 5])),
+        (17, "fetched", part.encode()),
+        (18, "lsns", encode_lsns(&[(3, 77), (4, 78)])),
+        (19, "pages", encode_pages(&[3, 4, 5])),
         (
-            18,
+            22,
             "callback",
             Callback {
                 id: 5,
@@ -264,12 +291,12 @@ fn write_page_service_seeds() {
             .encode(),
         ),
         (
-            17,
+            20,
             "groups",
             encode_groups(&[(0, "default".into()), (2, "parts".into())]),
         ),
         (
-            18,
+            22,
             "volume",
             VolumeInfo {
                 page_size: 4096,
@@ -284,7 +311,7 @@ fn write_page_service_seeds() {
         seed.extend_from_slice(&body);
         replay::write_seed("page_service", &format!("reply-{name}"), &seed);
     }
-    let mut alloc = vec![16u8];
+    let mut alloc = vec![19u8];
     alloc.extend_from_slice(&encode_page(3, 40, &image));
     replay::write_seed("page_service", "reply-allocate", &alloc);
 }

@@ -1,6 +1,21 @@
 //! Callback locking on the server (DESIGN.md §7; Franklin & Carey's
 //! callback locking, Soprano's callback daemon): which client caches which
-//! page, and calling a page back before a writer may lock it.
+//! page or object, and calling it back before a writer may lock it.
+//!
+//! A right covers a *key*: a page ([`Resource::Page`]: a page client's
+//! cached page, or a B+-tree leaf an object client's index lookups were
+//! answered from) or an object ([`Resource::Object`]: an object client's
+//! cached object). What follows says "page"; an object's right works the
+//! same way, with these differences:
+//!
+//! - it is called back before X on the object, and before X or SIX on its
+//!   (home) page — a page-level change may change any object of the page,
+//!   so the table keeps the objects with rights by page; IX on the page
+//!   (another object of it changed at object level) leaves it alone;
+//! - no right to an object is granted while a writer of another client is
+//!   marked on its page;
+//! - a transaction reading it under the right is granted IS on its page
+//!   and S on the object, the locks it held in effect.
 //!
 //! A client that fetched a page under a lock may keep it across its
 //! transactions (the *right to cache*, or *cover*): its later transactions
@@ -50,15 +65,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use cairn_net::object_service::{ObjectCallback, RightKey};
 use cairn_net::page_service::Callback;
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
-use cairn_storage::{ClientId, Db, Error, PageId, TxnId};
+use cairn_storage::{ClientId, Db, Error, Oid, PageId, TxnId};
 
 use crate::SessionState;
 
-/// One page's rights and writers.
+/// One key's rights and writers.
 #[derive(Default, Debug)]
-struct PageRights {
+struct Rights {
     /// Clients holding a right, with its epoch.
     cachers: HashMap<ClientId, u64>,
     /// Clients with a writer calling the page back or locking it (a
@@ -70,7 +86,7 @@ struct PageRights {
 #[derive(Debug)]
 struct Outstanding {
     client: ClientId,
-    page: PageId,
+    key: Resource,
     /// The writer's transaction (its readers are granted S with it named).
     writer: LockOwner,
     /// `None` until answered; then what granting the readers' locks gave.
@@ -79,8 +95,11 @@ struct Outstanding {
 
 #[derive(Default, Debug)]
 struct Table {
-    pages: HashMap<PageId, PageRights>,
-    by_client: HashMap<ClientId, HashSet<PageId>>,
+    entries: HashMap<Resource, Rights>,
+    by_client: HashMap<ClientId, HashSet<Resource>>,
+    /// The objects some client holds a right to, by (home) page: a
+    /// page-level writer calls them back.
+    objects_on: HashMap<PageId, HashSet<Oid>>,
     outstanding: HashMap<u64, Outstanding>,
     next_id: u64,
     next_epoch: u64,
@@ -89,8 +108,8 @@ struct Table {
 }
 
 impl Table {
-    fn unregister(&mut self, client: ClientId, page: PageId, epoch: Option<u64>) {
-        let Some(rights) = self.pages.get_mut(&page) else {
+    fn unregister(&mut self, client: ClientId, key: Resource, epoch: Option<u64>) {
+        let Some(rights) = self.entries.get_mut(&key) else {
             return;
         };
         if let Some(&e) = rights.cachers.get(&client) {
@@ -98,13 +117,85 @@ impl Table {
                 rights.cachers.remove(&client);
                 self.rights -= 1;
                 if let Some(set) = self.by_client.get_mut(&client) {
-                    set.remove(&page);
+                    set.remove(&key);
                 }
             }
         }
-        if rights.cachers.is_empty() && rights.writers.is_empty() {
-            self.pages.remove(&page);
+        let no_cachers = rights.cachers.is_empty();
+        if no_cachers && rights.writers.is_empty() {
+            self.entries.remove(&key);
         }
+        if let (true, Resource::Object(o)) = (no_cachers, key) {
+            if let Some(set) = self.objects_on.get_mut(&o.page) {
+                set.remove(&o);
+                if set.is_empty() {
+                    self.objects_on.remove(&o.page);
+                }
+            }
+        }
+    }
+
+    /// Removes `key`'s entry if nothing is left in it.
+    fn tidy(&mut self, key: Resource) {
+        if self
+            .entries
+            .get(&key)
+            .is_some_and(|r| r.cachers.is_empty() && r.writers.is_empty())
+        {
+            self.entries.remove(&key);
+        }
+    }
+
+    /// The rights a writer of `writer` on `key` must call back: (key,
+    /// client, epoch) of every other client's right to `key` and, with
+    /// `objects`, to each object of the page `key` names.
+    fn targets(&self, writer: ClientId, key: Resource, objects: bool) -> Vec<(Resource, ClientId, u64)> {
+        let mut keys = vec![key];
+        if let (true, Resource::Page(p)) = (objects, key) {
+            if let Some(set) = self.objects_on.get(&p) {
+                keys.extend(set.iter().map(|o| Resource::Object(*o)));
+            }
+        }
+        let mut out = Vec::new();
+        for k in keys {
+            if let Some(r) = self.entries.get(&k) {
+                out.extend(
+                    r.cachers
+                        .iter()
+                        .filter(|(c, _)| **c != writer)
+                        .map(|(c, e)| (k, *c, *e)),
+                );
+            }
+        }
+        out
+    }
+
+    /// True if a writer of a client other than `client` is marked on `key`,
+    /// or (for an object) on its page.
+    fn other_writer(&self, client: ClientId, key: Resource) -> bool {
+        let marked = |k: Resource| {
+            self.entries
+                .get(&k)
+                .is_some_and(|r| r.writers.iter().any(|w| *w != client))
+        };
+        marked(key) || matches!(key, Resource::Object(o) if marked(Resource::Page(o.page)))
+    }
+}
+
+/// The wire form of a right's key (pages and objects only).
+fn right_key(key: Resource) -> Option<RightKey> {
+    match key {
+        Resource::Page(p) => Some(RightKey::Page(p.0)),
+        Resource::Object(o) => Some(RightKey::Object(o.to_bytes())),
+        _ => None,
+    }
+}
+
+/// The key a client's message names.
+pub fn key_of(key: RightKey) -> Resource {
+    match key {
+        RightKey::Page(p) => Resource::Page(PageId(p)),
+        RightKey::Object(o) => Resource::Object(Oid::from_bytes(&o)),
     }
 }
 
@@ -146,25 +237,26 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A writer's mark on a page: while it lives no other client gets a right
-/// to the page. Dropped after the writer's lock request returns.
+/// A writer's mark on a page or object: while it lives no other client
+/// gets a right to it (nor, for a page, to its objects). Dropped after the
+/// writer's lock request returns.
 pub struct WriterMark<'a> {
     callbacks: &'a Callbacks,
     client: ClientId,
-    page: PageId,
+    key: Resource,
 }
 
 impl Drop for WriterMark<'_> {
     fn drop(&mut self) {
-        self.callbacks.unmark(self.client, self.page);
+        self.callbacks.unmark(self.client, self.key);
     }
 }
 
 impl WriterMark<'_> {
-    /// The mark's (writer, page), the mark kept: whoever takes it must call
+    /// The mark's (writer, key), the mark kept: whoever takes it must call
     /// [`Callbacks::unmark`] once the writer's lock request is over.
-    pub fn keep(self) -> (ClientId, PageId) {
-        let parts = (self.client, self.page);
+    pub fn keep(self) -> (ClientId, Resource) {
+        let parts = (self.client, self.key);
         std::mem::forget(self);
         parts
     }
@@ -183,18 +275,17 @@ impl Callbacks {
         }
     }
 
-    /// Gives `client` the right to cache `page` (its transaction holds a
-    /// lock on it now) and returns the right's epoch, or 0 if a writer of
-    /// another client is calling the page back or locking it, or if the
-    /// table holds its maximum of rights (a right already held is renewed
-    /// even then).
-    pub fn register(&self, client: ClientId, page: PageId) -> u64 {
+    /// Gives `client` the right to cache `key` (a page or an object; its
+    /// transaction holds a lock on it now) and returns the right's epoch,
+    /// or 0 if a writer of another client is calling it back or locking it
+    /// (or, for an object, its page), or if the table holds its maximum of
+    /// rights (a right already held is renewed even then).
+    pub fn register(&self, client: ClientId, key: Resource) -> u64 {
         let mut t = lock(&self.table);
-        let entry = t.pages.get(&page);
-        if entry.is_some_and(|r| r.writers.iter().any(|w| *w != client)) {
+        if right_key(key).is_none() || t.other_writer(client, key) {
             return 0;
         }
-        let renewal = entry.is_some_and(|r| r.cachers.contains_key(&client));
+        let renewal = t.entries.get(&key).is_some_and(|r| r.cachers.contains_key(&client));
         if !renewal && t.rights >= self.rights_max {
             // The table is full: the page is served under the lock alone
             // and the client revalidates it by LSN next time (correct, one
@@ -205,8 +296,11 @@ impl Callbacks {
         }
         t.next_epoch += 1;
         let epoch = t.next_epoch;
-        t.pages.entry(page).or_default().cachers.insert(client, epoch);
-        t.by_client.entry(client).or_default().insert(page);
+        t.entries.entry(key).or_default().cachers.insert(client, epoch);
+        t.by_client.entry(client).or_default().insert(key);
+        if let Resource::Object(o) = key {
+            t.objects_on.entry(o.page).or_default().insert(o);
+        }
         if !renewal {
             t.rights += 1;
         }
@@ -215,108 +309,96 @@ impl Callbacks {
         epoch
     }
 
-    /// Ends a writer's mark on `page` (see [`WriterMark::keep`]).
-    pub fn unmark(&self, client: ClientId, page: PageId) {
+    /// Ends a writer's mark on `key` (see [`WriterMark::keep`]).
+    pub fn unmark(&self, client: ClientId, key: Resource) {
         let mut t = lock(&self.table);
-        if let Some(rights) = t.pages.get_mut(&page) {
+        if let Some(rights) = t.entries.get_mut(&key) {
             if let Some(i) = rights.writers.iter().position(|c| *c == client) {
                 rights.writers.swap_remove(i);
             }
-            if rights.cachers.is_empty() && rights.writers.is_empty() {
-                t.pages.remove(&page);
-            }
+            t.tidy(key);
         }
     }
 
     /// The writer's mark [`Callbacks::call_back`] would return, if there is
-    /// no one to call back: no client but `writer` holds a right to `page`.
-    /// `None` otherwise (nothing is changed); the caller then calls back,
-    /// where it may wait. Never waits.
-    pub fn try_mark(&self, writer: ClientId, page: PageId) -> Option<WriterMark<'_>> {
+    /// no one to call back: no client but `writer` holds a right to `key`
+    /// (nor, with `objects`, to an object of the page `key` names). `None`
+    /// otherwise (nothing is changed); the caller then calls back, where it
+    /// may wait. Never waits.
+    pub fn try_mark(&self, writer: ClientId, key: Resource, objects: bool) -> Option<WriterMark<'_>> {
         let mut t = lock(&self.table);
-        let rights = t.pages.entry(page).or_default();
-        if rights.cachers.keys().any(|c| *c != writer) {
-            if rights.cachers.is_empty() && rights.writers.is_empty() {
-                t.pages.remove(&page);
-            }
+        if !t.targets(writer, key, objects).is_empty() {
             return None;
         }
-        rights.writers.push(writer);
+        t.entries.entry(key).or_default().writers.push(writer);
         Some(WriterMark {
             callbacks: self,
             client: writer,
-            page,
+            key,
         })
     }
 
-    /// Calls `page` back from every client but `writer` holding a right to
-    /// it and waits (up to `timeout`) for every answer; see the module
-    /// docs. The returned mark keeps other clients from getting a right
-    /// until the caller's lock request is over.
+    /// Calls `key` back from every client but `writer` holding a right to
+    /// it (and, with `objects`, every object of the page `key` names) and
+    /// waits (up to `timeout`) for every answer; see the module docs. The
+    /// returned mark keeps other clients from getting a right until the
+    /// caller's lock request is over.
     ///
     /// Errors: [`Error::LockTimeout`] if a client did not answer in time;
     /// [`Error::Deadlock`] if granting a reader's lock closed a cycle (the
     /// writer `txn` is the victim).
+    #[allow(clippy::too_many_arguments)]
     pub fn call_back<'a>(
         &'a self,
         sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>,
         writer: ClientId,
         txn: TxnId,
-        page: PageId,
+        key: Resource,
+        objects: bool,
         timeout: Duration,
     ) -> Result<WriterMark<'a>, Error> {
         let mut t = lock(&self.table);
-        let rights = t.pages.entry(page).or_default();
-        rights.writers.push(writer);
+        t.entries.entry(key).or_default().writers.push(writer);
         let mark = WriterMark {
             callbacks: self,
             client: writer,
-            page,
+            key,
         };
-        let targets: Vec<(ClientId, u64)> = rights
-            .cachers
-            .iter()
-            .filter(|(c, _)| **c != writer)
-            .map(|(c, e)| (*c, *e))
-            .collect();
+        let targets = t.targets(writer, key, objects);
         if targets.is_empty() {
             return Ok(mark);
         }
         let mut ids = Vec::with_capacity(targets.len());
-        for (client, epoch) in &targets {
+        for (k, client, epoch) in targets {
             t.next_id += 1;
             let id = t.next_id;
             t.outstanding.insert(
                 id,
                 Outstanding {
-                    client: *client,
-                    page,
+                    client,
+                    key: k,
                     writer: LockOwner::new(writer, txn),
                     outcome: None,
                 },
             );
-            ids.push((id, *client, *epoch));
+            ids.push((id, k, client, epoch));
         }
         drop(t);
         lock(&self.stats).callbacks_sent += ids.len() as u64;
-        for &(id, client, epoch) in &ids {
-            let sent = sessions(client)
-                .and_then(|s| s.notifier.get().cloned())
-                .is_some_and(|n| {
-                    n.notice(
-                        Callback {
-                            id,
-                            page: page.0,
-                            epoch,
-                        }
-                        .encode(),
-                    )
-                    .is_ok()
-                });
+        for &(id, k, client, epoch) in &ids {
+            let sent = sessions(client).is_some_and(|s| {
+                let notice = match (s.object, k, right_key(k)) {
+                    (true, _, Some(key)) => ObjectCallback { id, key, epoch }.encode(),
+                    (false, Resource::Page(p), _) => Callback { id, page: p.0, epoch }.encode(),
+                    // A page session holds no object rights.
+                    _ => return false,
+                };
+                s.notifier.get().is_some_and(|n| n.notice(notice).is_ok())
+            });
             if !sent {
                 // The client is gone: its right went with it.
                 let mut t = lock(&self.table);
-                t.unregister(client, page, Some(epoch));
+                t.unregister(client, k, Some(epoch));
                 if let Some(o) = t.outstanding.get_mut(&id) {
                     o.outcome = Some(Ok(()));
                 }
@@ -338,14 +420,18 @@ impl Callbacks {
             if now >= deadline {
                 let who: Vec<String> = pending
                     .iter()
-                    .filter_map(|id| t.outstanding.get(id).map(|o| o.client.0.to_string()))
+                    .filter_map(|id| {
+                        t.outstanding
+                            .get(id)
+                            .map(|o| format!("client {} for {}", o.client.0, o.key))
+                    })
                     .collect();
                 for (id, ..) in &ids {
                     t.outstanding.remove(id);
                 }
                 return Err(Error::LockTimeout {
                     txn,
-                    resource: format!("page {page} (client {} did not answer its callback)", who.join(", ")),
+                    resource: format!("{key} ({} did not answer its callback)", who.join(", ")),
                     mode: "X".into(),
                     waited_ms: u64::try_from(now.duration_since(start).as_millis()).unwrap_or(u64::MAX),
                 });
@@ -370,8 +456,9 @@ impl Callbacks {
         result
     }
 
-    /// A client's answer to callback `id` for `page` and `epoch`: grants
-    /// each transaction in `in_use_by` S on the page ahead of waiters, drops
+    /// A client's answer to callback `id` for `key` and `epoch`: grants
+    /// each transaction in `in_use_by` S on the page (IS on its page and S
+    /// on an object) ahead of waiters, drops
     /// the client's right (if it is still the one called back) and wakes the
     /// writer. An answer to a callback that is no longer outstanding (the
     /// writer gave up) still drops the right and grants the locks: both are
@@ -389,11 +476,16 @@ impl Callbacks {
         db: &Db,
         session: &SessionState,
         id: u64,
-        page: PageId,
+        key: Resource,
         epoch: u64,
         own_writer: u64,
         in_use_by: &[u64],
     ) -> Result<(), Error> {
+        let grants: &[(Resource, LockMode)] = match key {
+            Resource::Page(_) => &[(key, LockMode::S)],
+            Resource::Object(o) => &[(Resource::Page(o.page), LockMode::IS), (key, LockMode::S)],
+            _ => return Err(Error::InvalidArgument(format!("a callback answer for {key}"))),
+        };
         let writer = if id == 0 {
             match own_writer {
                 0 => None,
@@ -403,26 +495,23 @@ impl Callbacks {
             lock(&self.table).outstanding.get(&id).map(|o| o.writer)
         };
         let mut outcome = Ok(());
-        for &u in in_use_by {
-            let granted = session.txn_or_begin(db, u).and_then(|(server_id, _)| {
-                db.lock_ahead(
-                    LockOwner::new(session.client, server_id),
-                    Resource::Page(page),
-                    LockMode::S,
-                    writer,
-                )
-            });
-            match granted {
-                Ok(true) => {}
-                Ok(false) => tracing::warn!(
-                    client = session.client.0,
-                    txn = u,
-                    page = page.0,
-                    "a transaction reading a page under a callback could not be granted S on it"
-                ),
-                Err(e) => {
-                    outcome = Err(e);
-                    break;
+        'txns: for &u in in_use_by {
+            for &(res, mode) in grants {
+                let granted = session.txn_or_begin(db, u).and_then(|(server_id, _)| {
+                    db.lock_ahead(LockOwner::new(session.client, server_id), res, mode, writer)
+                });
+                match granted {
+                    Ok(true) => {}
+                    Ok(false) => tracing::warn!(
+                        client = session.client.0,
+                        txn = u,
+                        resource = %res,
+                        "a transaction reading under a callback could not be granted its lock"
+                    ),
+                    Err(e) => {
+                        outcome = Err(e);
+                        break 'txns;
+                    }
                 }
             }
         }
@@ -433,9 +522,9 @@ impl Callbacks {
             lock(&self.stats).answered_in_use += 1;
         }
         let mut t = lock(&self.table);
-        t.unregister(session.client, page, Some(epoch));
+        t.unregister(session.client, key, Some(epoch));
         if let Some(o) = t.outstanding.get_mut(&id) {
-            if o.client == session.client && o.page == page && o.outcome.is_none() {
+            if o.client == session.client && o.key == key && o.outcome.is_none() {
                 o.outcome = Some(outcome);
             }
         }
@@ -447,11 +536,11 @@ impl Callbacks {
     /// longer caches those pages): each goes if its epoch is still the one
     /// named (a right renewed since stays). A callback already sent for
     /// one of them is answered as usual (the client answers "dropped").
-    pub fn give_back(&self, client: ClientId, rights: &[(PageId, u64)]) {
+    pub fn give_back(&self, client: ClientId, rights: &[(Resource, u64)]) {
         let mut t = lock(&self.table);
         let before = t.rights;
-        for &(page, epoch) in rights {
-            t.unregister(client, page, Some(epoch));
+        for &(key, epoch) in rights {
+            t.unregister(client, key, Some(epoch));
         }
         let n = (before - t.rights) as u64;
         drop(t);
@@ -462,9 +551,9 @@ impl Callbacks {
     /// answered (its transactions were aborted, their locks released).
     pub fn session_closed(&self, client: ClientId) {
         let mut t = lock(&self.table);
-        let pages = t.by_client.remove(&client).unwrap_or_default();
-        for p in pages {
-            t.unregister(client, p, None);
+        let keys = t.by_client.remove(&client).unwrap_or_default();
+        for k in keys {
+            t.unregister(client, k, None);
         }
         for o in t.outstanding.values_mut() {
             if o.client == client && o.outcome.is_none() {
@@ -488,27 +577,44 @@ impl Callbacks {
     /// its client and back, no page entry is empty.
     pub fn check_invariants(&self) {
         let t = lock(&self.table);
-        for (page, rights) in &t.pages {
+        for (key, rights) in &t.entries {
             assert!(
                 !rights.cachers.is_empty() || !rights.writers.is_empty(),
-                "an empty entry for page {page}"
+                "an empty entry for {key}"
             );
             for client in rights.cachers.keys() {
                 assert!(
-                    t.by_client.get(client).is_some_and(|s| s.contains(page)),
-                    "client {} holds page {page} but is not listed",
+                    t.by_client.get(client).is_some_and(|s| s.contains(key)),
+                    "client {} holds {key} but is not listed",
                     client.0
                 );
             }
+            if let (false, Resource::Object(o)) = (rights.cachers.is_empty(), key) {
+                assert!(
+                    t.objects_on.get(&o.page).is_some_and(|s| s.contains(o)),
+                    "{key} has rights but is not listed under its page"
+                );
+            }
         }
-        let held: usize = t.pages.values().map(|r| r.cachers.len()).sum();
+        for (page, objects) in &t.objects_on {
+            for o in objects {
+                assert!(
+                    o.page == *page
+                        && t.entries
+                            .get(&Resource::Object(*o))
+                            .is_some_and(|r| !r.cachers.is_empty()),
+                    "object {o} listed under page {page} without a right"
+                );
+            }
+        }
+        let held: usize = t.entries.values().map(|r| r.cachers.len()).sum();
         assert_eq!(held, t.rights, "the count of rights");
         assert!(t.rights <= self.rights_max, "more rights than the bound");
-        for (client, pages) in &t.by_client {
-            for p in pages {
+        for (client, keys) in &t.by_client {
+            for k in keys {
                 assert!(
-                    t.pages.get(p).is_some_and(|r| r.cachers.contains_key(client)),
-                    "client {} lists page {p} without a right",
+                    t.entries.get(k).is_some_and(|r| r.cachers.contains_key(client)),
+                    "client {} lists {k} without a right",
                     client.0
                 );
             }
@@ -520,17 +626,21 @@ impl Callbacks {
 mod tests {
     use super::*;
 
+    fn pg(n: u32) -> Resource {
+        Resource::Page(PageId(n))
+    }
+
     #[test]
     fn a_full_table_grants_no_new_right_until_one_is_given_up() {
         let cb = Callbacks::new(2);
         let (a, b) = (ClientId(1), ClientId(2));
-        assert_ne!(cb.register(a, PageId(10)), 0);
-        assert_ne!(cb.register(b, PageId(10)), 0);
+        assert_ne!(cb.register(a, pg(10)), 0);
+        assert_ne!(cb.register(b, pg(10)), 0);
         // Full: no third right, for either client, on any page.
-        assert_eq!(cb.register(a, PageId(11)), 0);
-        assert_eq!(cb.register(b, PageId(12)), 0);
+        assert_eq!(cb.register(a, pg(11)), 0);
+        assert_eq!(cb.register(b, pg(12)), 0);
         // A right already held is renewed, full or not.
-        let renewed = cb.register(a, PageId(10));
+        let renewed = cb.register(a, pg(10));
         assert_ne!(renewed, 0);
         assert_eq!(cb.rights_held(), 2);
         assert_eq!(cb.stats().rights_refused_full, 2);
@@ -538,8 +648,8 @@ mod tests {
         // A session that ends gives its rights up: room again.
         cb.session_closed(b);
         assert_eq!(cb.rights_held(), 1);
-        assert_ne!(cb.register(a, PageId(11)), 0);
-        assert_eq!(cb.register(b, PageId(12)), 0, "full again");
+        assert_ne!(cb.register(a, pg(11)), 0);
+        assert_eq!(cb.register(b, pg(12)), 0, "full again");
         cb.check_invariants();
     }
 
@@ -548,18 +658,18 @@ mod tests {
         let cb = Callbacks::new(16);
         let (a, b) = (ClientId(1), ClientId(2));
         // Nobody caches page 10, then only the writer itself does: marked.
-        drop(cb.try_mark(a, PageId(10)).expect("nobody to call back"));
-        assert_ne!(cb.register(a, PageId(10)), 0);
-        let mark = cb.try_mark(a, PageId(10)).expect("its own right needs no callback");
+        drop(cb.try_mark(a, pg(10), true).expect("nobody to call back"));
+        assert_ne!(cb.register(a, pg(10)), 0);
+        let mark = cb.try_mark(a, pg(10), true).expect("its own right needs no callback");
         // While the mark lives no other client gets a right to the page.
-        assert_eq!(cb.register(b, PageId(10)), 0);
+        assert_eq!(cb.register(b, pg(10)), 0);
         drop(mark);
         cb.check_invariants();
         // Another client's right: no mark, and nothing changed.
-        assert_ne!(cb.register(b, PageId(10)), 0);
-        assert!(cb.try_mark(a, PageId(10)).is_none());
-        assert!(cb.try_mark(b, PageId(10)).is_none(), "a caches it too");
-        assert_ne!(cb.register(b, PageId(11)), 0, "no mark left behind");
+        assert_ne!(cb.register(b, pg(10)), 0);
+        assert!(cb.try_mark(a, pg(10), true).is_none());
+        assert!(cb.try_mark(b, pg(10), true).is_none(), "a caches it too");
+        assert_ne!(cb.register(b, pg(11)), 0, "no mark left behind");
         cb.check_invariants();
         assert_eq!(cb.rights_held(), 3);
     }
@@ -568,24 +678,24 @@ mod tests {
     fn a_right_given_back_goes_only_with_its_own_epoch_and_makes_room() {
         let cb = Callbacks::new(2);
         let (a, b) = (ClientId(1), ClientId(2));
-        let old = cb.register(a, PageId(10));
-        let renewed = cb.register(a, PageId(10));
-        let other = cb.register(b, PageId(10));
+        let old = cb.register(a, pg(10));
+        let renewed = cb.register(a, pg(10));
+        let other = cb.register(b, pg(10));
         assert!(old != 0 && renewed > old && other != 0);
-        assert_eq!(cb.register(a, PageId(11)), 0, "full");
+        assert_eq!(cb.register(a, pg(11)), 0, "full");
         // The epoch the client gave back was renewed since: kept. Another
         // client's right, and a page without rights, are not touched.
-        cb.give_back(a, &[(PageId(10), old), (PageId(12), 1)]);
+        cb.give_back(a, &[(pg(10), old), (pg(12), 1)]);
         assert_eq!(cb.rights_held(), 2);
-        assert!(cb.try_mark(b, PageId(10)).is_none(), "a still caches it");
-        cb.give_back(a, &[(PageId(10), renewed)]);
+        assert!(cb.try_mark(b, pg(10), true).is_none(), "a still caches it");
+        cb.give_back(a, &[(pg(10), renewed)]);
         assert_eq!(cb.rights_held(), 1);
         assert_eq!(cb.stats().rights_given_back, 1);
-        drop(cb.try_mark(b, PageId(10)).expect("only b's own right is left"));
-        assert_ne!(cb.register(a, PageId(11)), 0, "room again");
+        drop(cb.try_mark(b, pg(10), true).expect("only b's own right is left"));
+        assert_ne!(cb.register(a, pg(11)), 0, "room again");
         // Giving back a right twice, or another client's, changes nothing.
-        cb.give_back(a, &[(PageId(10), renewed)]);
-        cb.give_back(b, &[(PageId(11), 0)]);
+        cb.give_back(a, &[(pg(10), renewed)]);
+        cb.give_back(b, &[(pg(11), 0)]);
         assert_eq!(cb.rights_held(), 2);
         cb.check_invariants();
     }

@@ -141,11 +141,24 @@ impl Core {
         lock(&self.sessions).get(&client).cloned()
     }
 
-    /// Calls `page` back from the other clients caching it before `t` (of
-    /// `client`) takes X on it; see [`callbacks`].
+    /// Calls `page` (and the objects on it) back from the other clients
+    /// caching them before `t` (of `client`) takes X on it; see
+    /// [`callbacks`].
     fn call_back(&self, client: ClientId, t: TxnId, page: PageId) -> Result<callbacks::WriterMark<'_>, Error> {
+        self.call_back_key(client, t, Resource::Page(page), true)
+    }
+
+    /// Calls `key` back (with `objects`, the objects of the page it names
+    /// too) from the other clients caching it; see [`callbacks`].
+    fn call_back_key(
+        &self,
+        client: ClientId,
+        t: TxnId,
+        key: Resource,
+        objects: bool,
+    ) -> Result<callbacks::WriterMark<'_>, Error> {
         self.callbacks
-            .call_back(&|c| self.session(c), client, t, page, self.db.lock_timeout())
+            .call_back(&|c| self.session(c), client, t, key, objects, self.db.lock_timeout())
     }
 }
 
@@ -154,12 +167,12 @@ impl Core {
 struct Unmark {
     core: Arc<Core>,
     client: ClientId,
-    page: PageId,
+    key: Resource,
 }
 
 impl Drop for Unmark {
     fn drop(&mut self) {
-        self.core.callbacks.unmark(self.client, self.page);
+        self.core.callbacks.unmark(self.client, self.key);
     }
 }
 
@@ -249,21 +262,26 @@ impl PageServer {
         });
         let weak = Arc::downgrade(&core);
         let hook = move |owner: cairn_storage::lock::LockOwner,
-                         page: PageId,
+                         key: Resource,
+                         mode: LockMode,
                          wait: bool|
               -> Result<Option<cairn_storage::txn::HookGuard>, Error> {
             let Some(core) = weak.upgrade() else {
                 return Ok(Some(None));
             };
-            let (client, page) = if wait {
-                core.call_back(owner.client, owner.txn, page)?.keep()
+            // X or SIX on a page may change any object of it: the objects
+            // cached from it are called back too. IX changes objects that
+            // are called back each under its own X.
+            let objects = matches!(key, Resource::Page(_)) && mode != LockMode::IX;
+            let (client, key) = if wait {
+                core.call_back_key(owner.client, owner.txn, key, objects)?.keep()
             } else {
-                match core.callbacks.try_mark(owner.client, page) {
+                match core.callbacks.try_mark(owner.client, key, objects) {
                     Some(mark) => mark.keep(),
                     None => return Ok(None),
                 }
             };
-            let guard: Box<dyn std::any::Any + Send> = Box::new(Unmark { core, client, page });
+            let guard: Box<dyn std::any::Any + Send> = Box::new(Unmark { core, client, key });
             Ok(Some(Some(guard)))
         };
         // A second server over one database (tests) keeps the first hook,
@@ -676,7 +694,15 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             // Id 0 answers no callback: the client names its transactions
             // reading a page under its right before another of them takes X.
             core.callbacks
-                .answer(db, state, c.id, PageId(c.page), c.epoch, c.writer, &c.in_use_by)
+                .answer(
+                    db,
+                    state,
+                    c.id,
+                    Resource::Page(PageId(c.page)),
+                    c.epoch,
+                    c.writer,
+                    &c.in_use_by,
+                )
                 .map_err(fault)?;
             Ok(Answer::Body(Vec::new()))
         }
@@ -704,7 +730,7 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
 
 /// RELEASE: the session's rights to cache `rights` go (never waits).
 fn give_back(core: &Core, state: &SessionState, rights: &[(u32, u64)]) {
-    let rights: Vec<(PageId, u64)> = rights.iter().map(|&(p, e)| (PageId(p), e)).collect();
+    let rights: Vec<(Resource, u64)> = rights.iter().map(|&(p, e)| (Resource::Page(PageId(p)), e)).collect();
     core.callbacks.give_back(state.client, &rights);
 }
 
@@ -775,7 +801,7 @@ fn fetch_one(
         // registered, as `call_back`'s does below.
         let _mark = match mode {
             FETCH_S => None,
-            FETCH_X => match core.callbacks.try_mark(client, id) {
+            FETCH_X => match core.callbacks.try_mark(client, Resource::Page(id), true) {
                 Some(mark) => Some(mark),
                 None => return Ok(None),
             },
@@ -838,7 +864,7 @@ fn finish_fetch<'a>(
 ) -> Vec<u8> {
     part.lsn = page::lsn(image).0;
     if cache {
-        part.cover = core.callbacks.register(client, id);
+        part.cover = core.callbacks.register(client, Resource::Page(id));
     }
     if client_lsn != 0 && part.lsn == client_lsn {
         part.status = FetchStatus::Unchanged;

@@ -11,21 +11,31 @@
 //! soon as it is read, so the client works on the first object while the
 //! others are on their way. An object longer than [`WHOLE_OBJECT_MAX`]
 //! travels as its length only; the client reads it in ranges.
+//!
+//! **Rights to cache.** An object read under S and sent whole (a small
+//! object, not a large one: a large object's pages change without its home
+//! record) comes with a right to cache it across the client's transactions
+//! ([`crate::callbacks`], keyed by the object); an index lookup whose key
+//! lies inside one leaf comes with a right on the leaf. The write-lock hook calls
+//! them back before X on the object or X/SIX on its page (the leaf).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
-    encode_entries, encode_oids, encode_values, encode_values_and_objects, Change, FetchedObject, ObjectRequest,
-    TreeOp, NO_OID, OBJ_X, OID_BYTES,
+    encode_entries, encode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, NO_OID, OBJ_X,
+    OID_BYTES,
 };
 use cairn_net::page_service::NO_GROUP;
 use cairn_net::rpc::Replier;
+use cairn_storage::access::PageAccess;
 use cairn_storage::btree::{BTree, Direction};
-use cairn_storage::record::object::ObjectSpace;
+use cairn_storage::lock::Resource;
+use cairn_storage::record::object::{small_max, ObjectSpace};
 use cairn_storage::{Error, GroupId, Oid, PageId, Txn};
 
+use crate::callbacks::key_of;
 use crate::{fault, lock, Core, SessionState};
 
 /// The longest object an OBJ_FETCH sends whole (1 MiB); a longer one is
@@ -80,7 +90,14 @@ fn fetch(
     };
     let mut t = lock(&t);
     for o in oids {
-        let part = read_one(&mut t, oid_of(o), mode == OBJ_X).map(|(len, bytes)| fetched_part(o, len, bytes));
+        let part = read_one(&mut t, oid_of(o), mode == OBJ_X).map(|(len, bytes)| {
+            let right = if mode == OBJ_X {
+                0
+            } else {
+                grant(core, state, &t, oid_of(o), &bytes)
+            };
+            fetched_part(o, len, bytes, right)
+        });
         let failed = part.is_err();
         if out.blocking_send(part.map_err(fault)).is_err() || failed {
             return;
@@ -106,14 +123,25 @@ fn read_one(t: &mut Txn, oid: Oid, exclusive: bool) -> Result<(u64, Option<Vec<u
     Ok((bytes.len() as u64, Some(bytes)))
 }
 
-/// The OBJ_FETCH part of what [`read_one`] read.
-fn fetched_part(oid: &[u8; OID_BYTES], len: u64, bytes: Option<Vec<u8>>) -> Vec<u8> {
+/// A right to cache an object just read under S (its lock is held now):
+/// only a small object sent whole has one (a large object's pages change
+/// without its home record, under locks on those pages).
+fn grant(core: &Core, state: &SessionState, t: &Txn, oid: Oid, bytes: &Option<Vec<u8>>) -> u64 {
+    match bytes {
+        Some(b) if b.len() <= small_max(t.page_size()) => core.callbacks.register(state.client, Resource::Object(oid)),
+        _ => 0,
+    }
+}
+
+/// The OBJ_FETCH part of what [`read_one`] read, with the right to cache it.
+fn fetched_part(oid: &[u8; OID_BYTES], len: u64, bytes: Option<Vec<u8>>, right: u64) -> Vec<u8> {
     FetchedObject {
         oid: *oid,
         // An empty object is found: its bytes are `Some(empty)`.
         found: bytes.is_some() || len > 0,
         total_len: len,
         bytes: bytes.as_deref().unwrap_or(&[]),
+        right,
     }
     .encode()
 }
@@ -176,6 +204,19 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
         ObjectRequest::Abort { txn } => {
             let t = lock(&state.txns).remove(&txn);
             drop(t);
+            Ok(Vec::new())
+        }
+        ObjectRequest::CallbackReply(c) => {
+            // Id 0 answers no callback: the client names its transactions
+            // reading under a right before another of them changes it.
+            core.callbacks
+                .answer(db, state, c.id, key_of(c.key), c.epoch, c.writer, &c.in_use_by)
+                .map_err(fault)?;
+            Ok(Vec::new())
+        }
+        ObjectRequest::Release { rights } => {
+            let rights: Vec<_> = rights.into_iter().map(|(k, e)| (key_of(k), e)).collect();
+            core.callbacks.give_back(state.client, &rights);
             Ok(Vec::new())
         }
         ObjectRequest::Flush { txn, changes } => {
@@ -269,8 +310,18 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
                 values.push(v.to_vec());
                 values.len() < limit as usize
             })?;
+            let (leaf, leaf_right) = match values.len() {
+                0 => (0, 0),
+                n => leaf_right(core, state, t, &tree, &key, n)?,
+            };
             if !objects {
-                return Ok(encode_values(&values));
+                return Ok(ValuesAndObjects {
+                    values,
+                    objects: Vec::new(),
+                    leaf,
+                    leaf_right,
+                }
+                .encode());
             }
             let mut parts = Vec::with_capacity(values.len());
             for v in &values {
@@ -279,9 +330,16 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
                     reason: format!("a value of {} bytes in a tree of OIDs", v.len()),
                 })?;
                 let (len, bytes) = read_one(t, oid_of(&o), false)?;
-                parts.push(fetched_part(&o, len, bytes));
+                let right = grant(core, state, t, oid_of(&o), &bytes);
+                parts.push(fetched_part(&o, len, bytes, right));
             }
-            Ok(encode_values_and_objects(&values, &parts))
+            Ok(ValuesAndObjects {
+                values,
+                objects: parts,
+                leaf,
+                leaf_right,
+            }
+            .encode())
         }
         ObjectRequest::TreeRange {
             root,
@@ -323,6 +381,25 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
             Ok(Vec::new())
         }
         _ => Err(Error::Internal("not a tree request".into())),
+    }
+}
+
+/// A right on the leaf an index lookup of `key` was answered from (its
+/// lock is held now), when the leaf encloses the key
+/// ([`BTree::key_in_leaf`]: any change to its entries takes X on the leaf)
+/// and holds no more of them than were answered; `(0, 0)` otherwise.
+fn leaf_right(
+    core: &Core,
+    state: &SessionState,
+    t: &mut Txn,
+    tree: &BTree,
+    key: &[u8],
+    answered: usize,
+) -> Result<(u32, u64), Error> {
+    let leaf = tree.leaf_of(t, key)?;
+    match tree.key_in_leaf(t, leaf, key)? {
+        (n, true) if n == answered => Ok((leaf.0, core.callbacks.register(state.client, Resource::Page(leaf)))),
+        _ => Ok((0, 0)),
     }
 }
 

@@ -17,7 +17,7 @@ use cairn::storage::{Db, DbOptions, Error, GroupId, Oid};
 use common::ServerChild;
 
 fn object_client(server: &ServerChild) -> Arc<ObjectStore> {
-    ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), b"").expect("connect")
+    ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), b"", 1 << 20).expect("connect")
 }
 
 fn page_client(server: &ServerChild) -> Arc<RemoteStore> {
@@ -156,7 +156,7 @@ fn locking_object_client_child_process() {
         return;
     };
     let oid = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_OID").unwrap())).unwrap();
-    let store = ObjectStore::connect(parse_url(&url).unwrap(), b"").unwrap();
+    let store = ObjectStore::connect(parse_url(&url).unwrap(), b"", 1 << 20).unwrap();
     let mut t = store.begin().unwrap();
     t.read_for_update(oid).unwrap();
     t.update(oid, b"never committed").unwrap();

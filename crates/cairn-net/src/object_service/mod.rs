@@ -15,13 +15,15 @@
 //! | `0x0206` OBJ_READ_RANGE | `txn u64, oid[10], offset u64, len u32` | the bytes (fewer at the end of the object) |
 //! | `0x0207` OBJ_FLUSH | as OBJ_COMMIT | empty, once the changes are applied in the transaction (not committed) |
 //! | `0x0208` OBJ_METHOD | `txn u64, len u32, method` | the method's answer (`cairn::methods`) |
+//! | `0x0209` OBJ_CALLBACK_REPLY | [`ObjectCallbackReply`] ([`rights`]) | empty |
+//! | `0x020A` OBJ_RELEASE | rights given back ([`rights`]) | none (sent one way) |
 //! | `0x0210` TREE_OPEN | `txn u64, root u32` | `group u32` (the tree is checked) |
 //! | `0x0211` TREE_CREATE | `txn u64, group u32, unique u8` | `root u32` |
 //! | `0x0212` TREE_APPLY | `txn u64, root u32, count u32, ([`TreeOp`]) × count` | empty |
-//! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count` |
+//! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count`, then `0 u32` (no objects) and `leaf u32, right u64` as TREE_GET_OBJECTS |
 //! | `0x0214` TREE_RANGE | `txn u64, root u32, limit u32, lo bound, hi bound, after u8 (0 none, 1: value32)` | `count u32, (key16, value32) × count, more u8` |
 //! | `0x0215` TREE_DESTROY | `txn u64, root u32` | empty |
-//! | `0x0216` TREE_GET_OBJECTS | as TREE_GET | TREE_GET's reply, then `count u32, value32 × count`: the object each value names, read under S as OBJ_FETCH reads it (one [`FetchedObject`] each) — an index lookup and the fetch of what it finds in one round trip |
+//! | `0x0216` TREE_GET_OBJECTS | as TREE_GET | TREE_GET's reply, then `count u32, value32 × count`: the object each value names, read under S as OBJ_FETCH reads it (one [`FetchedObject`] each), then `leaf u32, right u64`: the leaf the values were found in and a right to cache them (0: none) — an index lookup and the fetch of what it finds in one round trip |
 //!
 //! (`key16` is `len u16, bytes`; `value32` is `len u32, bytes`; a bound is
 //! `tag u8` — 0 unbounded, 1 included, 2 excluded — then `key16` unless
@@ -43,11 +45,22 @@
 //! another object of the same page is not in the way — and answers.
 //! Groups are named with the page service's GROUP and GROUPS requests,
 //! which object sessions may use too.
+//!
+//! **Callback locking at object granularity.** A fetched object may come
+//! with a *right* (an epoch, [`FetchedObject::right`]): the client may keep
+//! it across transactions and read it without asking, until the server
+//! calls the right back ([`rights::ObjectCallback`]) because another client
+//! is about to change the object. An index lookup whose key lies inside one
+//! leaf may come with a right on that leaf. The answers and the rights
+//! given back unasked are in [`rights`].
+
+pub mod rights;
 
 use std::ops::Bound;
 
 use crate::frame::Kind;
 use crate::message::{MessageError, Reader};
+pub use rights::{ObjectCallback, ObjectCallbackReply, RightKey};
 
 /// Objects one OBJ_FETCH may name.
 pub const FETCH_OBJECTS_MAX: usize = 1024;
@@ -82,6 +95,10 @@ impl Kind {
     pub const OBJ_FLUSH: Kind = Kind(0x0207);
     /// OBJ_METHOD.
     pub const OBJ_METHOD: Kind = Kind(0x0208);
+    /// An object session's answer to a callback (`object_service::rights`).
+    pub const OBJ_CALLBACK_REPLY: Kind = Kind(0x0209);
+    /// Rights an object session gives back unasked.
+    pub const OBJ_RELEASE: Kind = Kind(0x020A);
     /// TREE_OPEN.
     pub const TREE_OPEN: Kind = Kind(0x0210);
     /// TREE_CREATE.
@@ -189,6 +206,13 @@ pub enum ObjectRequest {
     Abort {
         /// The transaction.
         txn: u64,
+    },
+    /// OBJ_CALLBACK_REPLY.
+    CallbackReply(ObjectCallbackReply),
+    /// OBJ_RELEASE: rights (key, epoch) given back.
+    Release {
+        /// At most 4,096.
+        rights: Vec<(RightKey, u64)>,
     },
     /// OBJ_SCAN: the OIDs of a group's objects.
     Scan {
@@ -396,6 +420,14 @@ impl ObjectRequest {
                 out.extend_from_slice(&txn.to_le_bytes());
                 Kind::OBJ_ABORT
             }
+            ObjectRequest::CallbackReply(c) => {
+                c.put(&mut out);
+                Kind::OBJ_CALLBACK_REPLY
+            }
+            ObjectRequest::Release { rights } => {
+                rights::put_release(&mut out, rights);
+                Kind::OBJ_RELEASE
+            }
             ObjectRequest::Scan { txn, group } => {
                 out.extend_from_slice(&txn.to_le_bytes());
                 out.extend_from_slice(&group.to_le_bytes());
@@ -556,6 +588,10 @@ impl ObjectRequest {
                 method: get_value32(&mut r)?,
             },
             Kind::OBJ_ABORT => ObjectRequest::Abort { txn: r.u64()? },
+            Kind::OBJ_CALLBACK_REPLY => ObjectRequest::CallbackReply(ObjectCallbackReply::get(&mut r, what)?),
+            Kind::OBJ_RELEASE => ObjectRequest::Release {
+                rights: rights::get_release(&mut r, what)?,
+            },
             Kind::OBJ_SCAN => ObjectRequest::Scan {
                 txn: r.u64()?,
                 group: r.u32()?,
@@ -646,7 +682,7 @@ impl ObjectRequest {
 }
 
 /// One OBJ_FETCH part: `oid[10], status u8 (0 found, 1 no such object),
-/// total_len u64`, then the object's bytes if found — the whole object, or,
+/// total_len u64, right u64`, then the object's bytes if found — the whole object, or,
 /// for one longer than the request's limit, none (`total_len` tells the
 /// client to read it in ranges).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -659,10 +695,13 @@ pub struct FetchedObject<'a> {
     pub total_len: u64,
     /// Its bytes (empty if not found, or too long to send whole).
     pub bytes: &'a [u8],
+    /// The epoch of the client's right to cache the object across its
+    /// transactions (0: none; see [`rights`]).
+    pub right: u64,
 }
 
 /// Bytes of a fetched object's header.
-pub const FETCHED_OBJECT_HEADER: usize = OID_BYTES + 1 + 8;
+pub const FETCHED_OBJECT_HEADER: usize = OID_BYTES + 1 + 8 + 8;
 
 impl FetchedObject<'_> {
     /// Encodes the part.
@@ -671,6 +710,7 @@ impl FetchedObject<'_> {
         out.extend_from_slice(&self.oid);
         out.push(u8::from(!self.found));
         out.extend_from_slice(&self.total_len.to_le_bytes());
+        out.extend_from_slice(&self.right.to_le_bytes());
         out.extend_from_slice(self.bytes);
         out
     }
@@ -686,6 +726,7 @@ impl FetchedObject<'_> {
             _ => return Err(malformed(what, "an object status is 0 or 1")),
         };
         let total_len = r.u64()?;
+        let right = r.u64()?;
         let bytes = &body[FETCHED_OBJECT_HEADER..];
         if bytes.len() as u64 > total_len || (!found && (total_len != 0 || !bytes.is_empty())) {
             return Err(malformed(what, "object bytes that disagree with its length or status"));
@@ -693,11 +734,15 @@ impl FetchedObject<'_> {
         if !bytes.is_empty() && bytes.len() as u64 != total_len {
             return Err(malformed(what, "an object sent in part"));
         }
+        if right != 0 && (!found || bytes.len() as u64 != total_len) {
+            return Err(malformed(what, "a right to cache an object not sent whole"));
+        }
         Ok(FetchedObject {
             oid: o,
             found,
             total_len,
             bytes,
+            right,
         })
     }
 }
@@ -726,27 +771,53 @@ fn get_values(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, MessageError> {
     (0..n).map(|_| get_value32(r)).collect()
 }
 
-/// Encodes TREE_GET_OBJECTS's reply: the values, then one encoded
-/// [`FetchedObject`] per value.
-pub fn encode_values_and_objects(values: &[Vec<u8>], objects: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = encode_values(values);
-    out.extend_from_slice(&encode_values(objects));
-    out
+/// TREE_GET_OBJECTS's reply, and TREE_GET's (with no objects).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ValuesAndObjects {
+    /// The key's values.
+    pub values: Vec<Vec<u8>>,
+    /// One encoded [`FetchedObject`] per value.
+    pub objects: Vec<Vec<u8>>,
+    /// The leaf the values were found in (0 with no right).
+    pub leaf: u32,
+    /// The epoch of a right to cache the lookup's answer until the leaf
+    /// changes (0: none).
+    pub leaf_right: u64,
 }
 
-/// Decodes what [`encode_values_and_objects`] wrote: the values and the
-/// encoded objects (each for [`FetchedObject::decode`]), as many as values.
-#[allow(clippy::type_complexity)]
-pub fn decode_values_and_objects(body: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<Vec<u8>>), MessageError> {
-    let what = "TREE_GET_OBJECTS reply";
-    let mut r = Reader::new(body, what);
-    let values = get_values(&mut r)?;
-    let objects = get_values(&mut r)?;
-    r.end()?;
-    if objects.len() != values.len() {
-        return Err(malformed(what, "one object per value"));
+impl ValuesAndObjects {
+    /// Encodes the reply.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = encode_values(&self.values);
+        out.extend_from_slice(&encode_values(&self.objects));
+        out.extend_from_slice(&self.leaf.to_le_bytes());
+        out.extend_from_slice(&self.leaf_right.to_le_bytes());
+        out
     }
-    Ok((values, objects))
+
+    /// Decodes the reply: as many objects as values (TREE_GET_OBJECTS), or
+    /// none (TREE_GET).
+    pub fn decode(body: &[u8]) -> Result<ValuesAndObjects, MessageError> {
+        let what = "TREE_GET_OBJECTS reply";
+        let mut r = Reader::new(body, what);
+        let values = get_values(&mut r)?;
+        let objects = get_values(&mut r)?;
+        let leaf = r.u32()?;
+        let leaf_right = r.u64()?;
+        r.end()?;
+        if !objects.is_empty() && objects.len() != values.len() {
+            return Err(malformed(
+                what,
+                "one object per value (TREE_GET_OBJECTS) or none (TREE_GET)",
+            ));
+        }
+        Ok(ValuesAndObjects {
+            values,
+            objects,
+            leaf,
+            leaf_right,
+        })
+    }
 }
 
 /// Encodes TREE_RANGE's reply: `count u32, (key16, value32) × count, more u8`.

@@ -106,6 +106,23 @@ fn every_request() -> Vec<ObjectRequest> {
             after: None,
         },
         ObjectRequest::TreeDestroy { txn: 3, root: 9 },
+        ObjectRequest::CallbackReply(ObjectCallbackReply {
+            id: 4,
+            key: RightKey::Object(o(3)),
+            epoch: 17,
+            writer: 0,
+            in_use_by: vec![2, 5],
+        }),
+        ObjectRequest::CallbackReply(ObjectCallbackReply {
+            id: 0,
+            key: RightKey::Page(12),
+            epoch: 0,
+            writer: 9,
+            in_use_by: vec![],
+        }),
+        ObjectRequest::Release {
+            rights: vec![(RightKey::Object(o(1)), 3), (RightKey::Page(8), 4)],
+        },
     ]
 }
 
@@ -114,14 +131,26 @@ fn tree_replies_round_trip() {
     let values = vec![b"one".to_vec(), vec![], vec![7; 300]];
     assert_eq!(decode_values(&encode_values(&values)).unwrap(), values);
     let objects = vec![vec![1; 19], vec![2; 30], vec![3; 19]];
-    let both = encode_values_and_objects(&values, &objects);
-    assert_eq!(
-        decode_values_and_objects(&both).unwrap(),
-        (values.clone(), objects.clone())
-    );
-    assert!(decode_values_and_objects(&encode_values_and_objects(&values, &objects[..2])).is_err());
+    let reply = ValuesAndObjects {
+        values: values.clone(),
+        objects: objects.clone(),
+        leaf: 44,
+        leaf_right: 9,
+    };
+    let both = reply.encode();
+    assert_eq!(ValuesAndObjects::decode(&both).unwrap(), reply);
+    let short = ValuesAndObjects {
+        objects: objects[..2].to_vec(),
+        ..reply.clone()
+    };
+    assert!(ValuesAndObjects::decode(&short.encode()).is_err());
+    let values_only = ValuesAndObjects {
+        objects: Vec::new(),
+        ..reply.clone()
+    };
+    assert_eq!(ValuesAndObjects::decode(&values_only.encode()).unwrap(), values_only);
     for cut in 0..both.len() {
-        assert!(decode_values_and_objects(&both[..cut]).is_err());
+        assert!(ValuesAndObjects::decode(&both[..cut]).is_err());
     }
     let entries = vec![(b"a".to_vec(), b"1".to_vec()), (vec![], vec![2; 40])];
     for more in [false, true] {
@@ -200,18 +229,21 @@ fn fetched_objects_round_trip_and_inconsistent_parts_are_refused() {
             found: true,
             total_len: 33,
             bytes: &bytes,
+            right: 5,
         },
         FetchedObject {
             oid: o(2),
             found: false,
             total_len: 0,
             bytes: &[],
+            right: 0,
         },
         FetchedObject {
             oid: o(3),
             found: true,
             total_len: 1 << 40,
             bytes: &[],
+            right: 0,
         },
     ] {
         let enc = part.encode();
@@ -225,12 +257,43 @@ fn fetched_objects_round_trip_and_inconsistent_parts_are_refused() {
         found: true,
         total_len: 40,
         bytes: &bytes,
+        right: 0,
     }
     .encode();
     assert!(FetchedObject::decode(&bad).is_err(), "33 bytes of 40");
     bad[OID_BYTES] = 1;
     assert!(FetchedObject::decode(&bad).is_err(), "not found, with bytes");
+    // A right comes only with an object sent whole.
+    let long = FetchedObject {
+        oid: o(3),
+        found: true,
+        total_len: 1 << 40,
+        bytes: &[],
+        right: 2,
+    };
+    assert!(
+        FetchedObject::decode(&long.encode()).is_err(),
+        "a right without the bytes"
+    );
     let oids = vec![o(1), o(9)];
     assert_eq!(decode_oids(&encode_oids(&oids)).unwrap(), oids);
     assert!(decode_oids(&encode_oids(&oids)[..15]).is_err());
+}
+
+#[test]
+fn object_callbacks_round_trip_and_bad_keys_are_refused() {
+    for key in [RightKey::Object(o(7)), RightKey::Page(3)] {
+        let c = ObjectCallback { id: 9, key, epoch: 11 };
+        let enc = c.encode();
+        assert_eq!(ObjectCallback::decode(&enc).unwrap(), c);
+        for cut in 0..enc.len() {
+            assert!(ObjectCallback::decode(&enc[..cut]).is_err());
+        }
+        let mut bad = enc.clone();
+        bad[8] = 2;
+        assert!(ObjectCallback::decode(&bad).is_err(), "key tag 2");
+    }
+    let mut none = vec![0u8, 0];
+    none.truncate(2);
+    assert!(ObjectRequest::decode(Kind::OBJ_RELEASE, &none).is_err(), "no rights");
 }

@@ -597,7 +597,7 @@ fn get_records(r: &mut Reader<'_>, what: &'static str) -> Result<(u64, Vec<Vec<u
 }
 
 /// Writes `count u16, txn u64 × count` (at most [`TXNS_MAX`]).
-fn put_txns(out: &mut Vec<u8>, txns: &[u64]) {
+pub(crate) fn put_txns(out: &mut Vec<u8>, txns: &[u64]) {
     let txns = &txns[..txns.len().min(TXNS_MAX)];
     out.extend_from_slice(&(txns.len() as u16).to_le_bytes());
     for t in txns {
@@ -606,7 +606,7 @@ fn put_txns(out: &mut Vec<u8>, txns: &[u64]) {
 }
 
 /// Reads what [`put_txns`] wrote.
-fn get_txns(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u64>, MessageError> {
+pub(crate) fn get_txns(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u64>, MessageError> {
     let n = r.u16()? as usize;
     if n > TXNS_MAX {
         return Err(malformed(what, "a list of more than 1,024 transactions"));

@@ -104,9 +104,12 @@ pub(super) struct Counters {
 /// request returns (`None`: nothing to hold).
 pub type HookGuard = Option<Box<dyn std::any::Any + Send>>;
 
-/// The function [`Db::set_write_lock_hook`] sets: (owner, page, may wait)
-/// → `Some(guard)` to go on, `None` if it would have to wait and may not.
-pub type WriteLockHook = dyn Fn(crate::lock::LockOwner, PageId, bool) -> Result<Option<HookGuard>> + Send + Sync;
+/// The function [`Db::set_write_lock_hook`] sets: (owner, page or object,
+/// mode, may wait) → `Some(guard)` to go on, `None` if it would have to
+/// wait and may not.
+pub type WriteLockHook = dyn Fn(crate::lock::LockOwner, crate::lock::Resource, crate::lock::LockMode, bool) -> Result<Option<HookGuard>>
+    + Send
+    + Sync;
 
 /// State shared by the engine and its transactions.
 pub(crate) struct Shared {
@@ -496,11 +499,13 @@ impl Db {
     }
 
     /// Sets the function called before every lock that lets a transaction
-    /// change a page — X, SIX or IX on [`Resource::Page`](crate::lock::Resource::Page) —
-    /// with the lock's owner, the page, and whether it may wait. A server
-    /// calls back the page from the clients caching it there, whatever
-    /// path the change takes (a page written, an object changed under
-    /// object-level locking, a B+-tree split, a free). It answers
+    /// change a page or an object — X, SIX or IX on
+    /// [`Resource::Page`](crate::lock::Resource::Page), X on
+    /// [`Resource::Object`](crate::lock::Resource::Object) — with the lock's
+    /// owner, the resource, the mode, and whether it may wait. A server
+    /// calls back the page or object from the clients caching it there,
+    /// whatever path the change takes (a page written, an object changed
+    /// under object-level locking, a B+-tree split, a free). It answers
     /// `Some(guard)` to go on (the guard is held until the lock request
     /// returns) or, when it may not wait and would have to, `None` (the
     /// try-lock then reports the lock not granted); an error fails the lock

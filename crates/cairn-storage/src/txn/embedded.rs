@@ -168,10 +168,10 @@ impl Backend for Shared {
 
 impl Shared {
     /// Runs the write-lock hook ([`super::Db::set_write_lock_hook`]) before a
-    /// lock that lets its owner change a page (X, SIX or IX on a page):
-    /// `Some(guard)` to go on (held until the lock request returns), `None`
-    /// if `wait` is false and the hook would have to wait. Without a hook,
-    /// or for any other lock, goes on at once.
+    /// lock that lets its owner change a page or an object (X, SIX or IX on
+    /// a page, X on an object): `Some(guard)` to go on (held until the lock
+    /// request returns), `None` if `wait` is false and the hook would have
+    /// to wait. Without a hook, or for any other lock, goes on at once.
     fn before_page_write_lock(
         &self,
         owner: LockOwner,
@@ -179,15 +179,12 @@ impl Shared {
         mode: LockMode,
         wait: bool,
     ) -> Result<Option<super::db::HookGuard>> {
-        let Resource::Page(page) = res else {
-            return Ok(Some(None));
-        };
-        if LockMode::S.covers(mode) {
+        if !matches!(res, Resource::Page(_) | Resource::Object(_)) || LockMode::S.covers(mode) {
             return Ok(Some(None));
         }
         match self.write_hook.get() {
             None => Ok(Some(None)),
-            Some(hook) => hook(owner, page, wait),
+            Some(hook) => hook(owner, res, mode, wait),
         }
     }
 }

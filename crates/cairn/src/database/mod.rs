@@ -91,7 +91,9 @@ pub struct Options {
     /// [`Database::connect`] only: the token the server asks for (empty:
     /// none; a server without tokens listens on loopback only).
     pub token: Vec<u8>,
-    /// [`Database::connect`] only: pages the client's page buffer holds.
+    /// [`Database::connect`] only: pages the client's page buffer holds
+    /// (an object-server client keeps as many bytes, 4 KiB a page, of
+    /// objects across transactions).
     pub client_buffer_pages: usize,
     /// [`Database::connect`] only: rights to cache pages across
     /// transactions (callback locking) the client holds at most. Past it,
@@ -205,8 +207,20 @@ impl Database {
             Arch::Page => cairn_net::message::Architecture::PAGE,
             Arch::File => cairn_net::message::Architecture::FILE,
             Arch::Object => {
-                let store = crate::remote::ObjectStore::connect(address, &opts.token)?;
-                return Database::on_store(Store::Object(store), opts);
+                // The object cache holds as many bytes as the page buffer
+                // would (4 KiB pages).
+                let bytes = opts.client_buffer_pages.saturating_mul(4096);
+                let store = crate::remote::ObjectStore::connect(address, &opts.token, bytes)?;
+                let db = Database::on_store(Store::Object(store.clone()), opts)?;
+                // An object whose right the client lost: the copies decoded
+                // from it are stale. (A weak reference, as below.)
+                let weak = Arc::downgrade(&db.inner);
+                store.on_object_lost(Arc::new(move |oid| {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.cache.invalidate(oid);
+                    }
+                }));
+                return Ok(db);
             }
         };
         let store = RemoteStore::connect_as(

@@ -130,16 +130,15 @@ impl Tx {
     /// transaction may be trusted: the home page's shared lock (a writer
     /// removes the object from the caches under its exclusive lock). False
     /// if no copy from another transaction can be trusted: an
-    /// object-server transaction reads each object from the server (once)
-    /// and decodes it anew, as there are no callbacks yet to keep a copy
-    /// cached across transactions current.
+    /// object-server client that holds no right to the object (with one,
+    /// the copy is current: losing the right drops the copies).
     pub(crate) fn lock_to_read(&mut self, oid: Oid) -> StorageResult<bool> {
         match self {
             // Under object-level locking the object's own lock (a writer
             // drops it from the caches under its X on the object).
             Tx::Pages(t) if t.object_locking() => t.lock_object(oid, false).map(|()| true),
             Tx::Pages(t) => t.lock_page(oid.page, false).map(|()| true),
-            Tx::Objects(_) => Ok(false),
+            Tx::Objects(t) => Ok(t.holds_right(oid)),
         }
     }
 

@@ -78,9 +78,10 @@ mod backend;
 mod conn;
 mod cover;
 mod object;
+mod object_rights;
 
 pub use conn::{parse_url, RemoteDevice, RemoteStats};
-pub use object::{ObjectStore, ObjectTxn};
+pub use object::{ObjectLostHook, ObjectStore, ObjectTxn, CACHED_OBJECT_BYTES_DEFAULT};
 
 use conn::VolumeFile;
 

@@ -18,31 +18,49 @@
 //!   OBJ_COMMIT; the server takes the X locks it does not hold yet, applies
 //!   them, logs the changed records and answers once durable.
 //!
-//! Not here yet: a cache across transactions (callback locking at object
-//! granularity) and the typed API over this client.
+//! - **Across transactions** objects and unique-index lookups are kept
+//!   under rights the server calls back (callback locking at object
+//!   granularity, `object_rights.rs`): a warm transaction reads them with
+//!   no round trip.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
-    decode_entries, decode_oids, decode_values, decode_values_and_objects, Change, FetchedObject, ObjectRequest,
-    TreeOp, FETCH_OBJECTS_MAX, NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
+    decode_entries, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, FETCH_OBJECTS_MAX,
+    NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::{decode_groups, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
 use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
 use super::conn::Connection;
+use super::object_rights::{object_callback_daemon, FetchInFlight, RightsState};
 use super::RemoteStats;
+
+/// What the typed layer runs when the client loses its right to an object
+/// (its decoded copies are stale from then on).
+pub type ObjectLostHook = Arc<dyn Fn(Oid) + Send + Sync>;
+
+/// Default bound on the bytes of objects an object-server client keeps
+/// across transactions (64 MiB).
+pub const CACHED_OBJECT_BYTES_DEFAULT: usize = 64 << 20;
 
 /// An object-server client: one connection to `cairn serve`.
 pub struct ObjectStore {
-    conn: Arc<Connection>,
+    pub(super) conn: Arc<Connection>,
     next_txn: AtomicU64,
     page_size: usize,
+    /// Objects and lookups kept under rights (`object_rights.rs`).
+    pub(super) rights: Mutex<RightsState>,
+    /// Signalled when an answer naming transactions is acknowledged.
+    pub(super) answered: Condvar,
+    /// Bound on the bytes of objects kept.
+    pub(super) rights_bytes_max: usize,
+    pub(super) on_lost: OnceLock<ObjectLostHook>,
 }
 
 impl std::fmt::Debug for ObjectStore {
@@ -54,16 +72,35 @@ impl std::fmt::Debug for ObjectStore {
 }
 
 impl ObjectStore {
-    /// Connects to the server at `address` with `token`.
-    pub fn connect(address: Address, token: &[u8]) -> Result<Arc<ObjectStore>> {
+    /// Connects to the server at `address` with `token`; keeps up to
+    /// `cached_bytes` of objects across transactions.
+    pub fn connect(address: Address, token: &[u8], cached_bytes: usize) -> Result<Arc<ObjectStore>> {
         let conn = Connection::open(address, Architecture::OBJECT, token, "object")?;
         let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
             .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
-        Ok(Arc::new(ObjectStore {
+        let store = Arc::new(ObjectStore {
             conn,
             next_txn: AtomicU64::new(1),
             page_size: info.page_size as usize,
-        }))
+            rights: Mutex::default(),
+            answered: Condvar::new(),
+            rights_bytes_max: cached_bytes,
+            on_lost: OnceLock::new(),
+        });
+        let weak = Arc::downgrade(&store);
+        let client = store.conn.client.clone();
+        std::thread::Builder::new()
+            .name("cairn-object-callbacks".into())
+            .spawn(move || object_callback_daemon(client, weak))
+            .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))?;
+        Ok(store)
+    }
+
+    /// Sets what runs when the client loses its right to an object (the
+    /// typed layer drops its decoded copies). Set once.
+    #[doc(hidden)]
+    pub fn on_object_lost(&self, hook: ObjectLostHook) {
+        let _ = self.on_lost.set(hook);
     }
 
     /// The served database's page size.
@@ -93,6 +130,7 @@ impl ObjectStore {
             store: self.clone(),
             id: self.next_txn.fetch_add(1, Ordering::Relaxed),
             on_server: false,
+            wrote: false,
             ended: false,
             doomed: None,
             read: HashMap::new(),
@@ -121,6 +159,10 @@ impl ObjectStore {
             bytes_sent: c.bytes_sent.load(Ordering::Relaxed),
             bytes_received: c.bytes_received.load(Ordering::Relaxed),
             one_way: c.one_way.load(Ordering::Relaxed),
+            cache_hits: c.cache_hits.load(Ordering::Relaxed),
+            callbacks: c.callbacks.load(Ordering::Relaxed),
+            callbacks_in_use: c.callbacks_in_use.load(Ordering::Relaxed),
+            rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
             ..RemoteStats::default()
         }
     }
@@ -142,6 +184,10 @@ pub struct ObjectTxn {
     id: u64,
     /// A request named it: the server has begun it.
     on_server: bool,
+    /// It changed something on the server already (a create, a flush, a
+    /// B+-tree change): its end must be a COMMIT even without changes
+    /// left to send.
+    wrote: bool,
     ended: bool,
     /// Set when the server may hold part of what the transaction sent (a
     /// flush that failed half-way): only abort is left.
@@ -202,7 +248,7 @@ impl ObjectTxn {
         if let Some(c) = self.changes.get(&oid) {
             return c.as_deref().map(f).ok_or(Error::NotFound { oid });
         }
-        if !self.read.contains_key(&oid) {
+        if !self.local(oid) {
             self.fetch(&[oid], OBJ_S)?;
         }
         if let Some(Read::Whole(b)) = self.read.get(&oid) {
@@ -218,7 +264,7 @@ impl ObjectTxn {
         if let Some(c) = self.changes.get(&oid) {
             return c.as_ref().map(|b| b.len() as u64).ok_or(Error::NotFound { oid });
         }
-        if !self.read.contains_key(&oid) {
+        if !self.local(oid) {
             self.fetch(&[oid], OBJ_S)?;
         }
         match self.read.get(&oid) {
@@ -232,6 +278,7 @@ impl ObjectTxn {
     pub fn lock_for_update(&mut self, oid: Oid) -> Result<()> {
         self.check_active()?;
         if !self.exclusive.contains_key(&oid) && !self.changes.contains_key(&oid) {
+            self.store.before_write(self.id, &[oid], &[])?;
             self.fetch(&[oid], OBJ_X)?;
         }
         Ok(())
@@ -241,6 +288,28 @@ impl ObjectTxn {
     /// copy is this transaction's: no other can have changed it since).
     pub fn has_read(&self, oid: Oid) -> bool {
         self.read.contains_key(&oid) || self.changes.contains_key(&oid)
+    }
+
+    /// True if the client holds a right to the object (a copy decoded in an
+    /// earlier transaction is current): this transaction reads it under
+    /// the right from now on. No server call.
+    pub fn holds_right(&mut self, oid: Oid) -> bool {
+        !self.ended && self.doomed.is_none() && self.store.holds_object(self.id, oid)
+    }
+
+    /// True if the object is in hand: read by this transaction, or kept by
+    /// the client under a right (then read under it from now on).
+    fn local(&mut self, oid: Oid) -> bool {
+        if self.read.contains_key(&oid) {
+            return true;
+        }
+        match self.store.use_object(self.id, oid) {
+            Some(bytes) => {
+                self.read.insert(oid, Read::Whole(bytes));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Checks that `root` is a B+-tree root; returns the group of its page.
@@ -258,6 +327,7 @@ impl ObjectTxn {
 
     /// Creates a B+-tree in `group`; returns its root page.
     pub fn tree_create(&mut self, group: GroupId, unique: bool) -> Result<PageId> {
+        self.wrote = true;
         let body = self.tree_call(&ObjectRequest::TreeCreate {
             txn: self.id,
             group: group.0,
@@ -274,6 +344,9 @@ impl ObjectTxn {
         if ops.is_empty() {
             return Ok(());
         }
+        self.check_active()?;
+        self.store.before_write(self.id, &[], &[root])?;
+        self.wrote = true;
         self.tree_call(&ObjectRequest::TreeApply {
             txn: self.id,
             root: root.0,
@@ -282,8 +355,17 @@ impl ObjectTxn {
         .map(|_| ())
     }
 
-    /// The values of `key` in the tree at `root`, at most `limit`.
+    /// The values of `key` in the tree at `root`, at most `limit` (kept
+    /// across transactions under a right on the leaf when the server gives
+    /// one: then no round trip).
     pub fn tree_get(&mut self, root: PageId, key: &[u8], limit: u32) -> Result<Vec<Vec<u8>>> {
+        self.check_active()?;
+        if let Some(mut values) = self.store.use_lookup(self.id, root, key) {
+            values.truncate(limit.max(1) as usize);
+            return Ok(values);
+        }
+        let store = self.store.clone();
+        let flight = FetchInFlight::start(&store);
         let body = self.tree_call(&ObjectRequest::TreeGet {
             txn: self.id,
             root: root.0,
@@ -291,14 +373,39 @@ impl ObjectTxn {
             key: key.to_vec(),
             objects: false,
         })?;
-        decode_values(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))
+        let reply = ValuesAndObjects::decode(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
+        if !reply.objects.is_empty() {
+            return Err(self.store.conn.protocol("a TREE_GET reply without objects"));
+        }
+        if reply.leaf_right != 0 {
+            self.store
+                .take_lookup(root, key, PageId(reply.leaf), reply.leaf_right, reply.values.clone());
+        }
+        drop(flight);
+        Ok(reply.values)
     }
 
     /// The values of `key` in a tree of OIDs (an index), at most `limit`,
     /// with the objects they name read (share-locked) in the same round
     /// trip and kept as this transaction's reads: a lookup and the fetch of
     /// what it finds cost one round trip.
+    ///
+    /// The answer, and the objects it names, may be kept by the client
+    /// under rights: then no round trip at all.
     pub fn tree_get_objects(&mut self, root: PageId, key: &[u8], limit: u32) -> Result<Vec<Vec<u8>>> {
+        self.check_active()?;
+        if let Some(values) = self.store.use_lookup(self.id, root, key) {
+            let in_hand = values
+                .iter()
+                .all(|v| Oid::from_exact(v).is_some_and(|o| self.changes.contains_key(&o) || self.local(o)));
+            if in_hand {
+                let mut values = values;
+                values.truncate(limit.max(1) as usize);
+                return Ok(values);
+            }
+        }
+        let store = self.store.clone();
+        let flight = FetchInFlight::start(&store);
         let body = self.tree_call(&ObjectRequest::TreeGet {
             txn: self.id,
             root: root.0,
@@ -307,20 +414,31 @@ impl ObjectTxn {
             objects: true,
         })?;
         let conn = &self.store.conn;
-        let (values, objects) =
-            decode_values_and_objects(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
-        for (v, part) in values.iter().zip(&objects) {
+        let reply = ValuesAndObjects::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+        if reply.objects.len() != reply.values.len() {
+            return Err(conn.protocol("one object per value"));
+        }
+        for (v, part) in reply.values.iter().zip(&reply.objects) {
             let f = FetchedObject::decode(part).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
             if f.oid[..] != v[..] {
                 return Err(conn.protocol("the objects the values name, in order"));
             }
             let oid = Oid::from_bytes(&f.oid);
+            let read = Read::of(&f);
+            if let (Read::Whole(bytes), r @ 1..) = (&read, f.right) {
+                self.store.take_object(oid, r, bytes);
+            }
             if self.changes.contains_key(&oid) || self.read.contains_key(&oid) {
                 continue;
             }
-            self.read.insert(oid, Read::of(&f));
+            self.read.insert(oid, read);
         }
-        Ok(values)
+        if reply.leaf_right != 0 {
+            self.store
+                .take_lookup(root, key, PageId(reply.leaf), reply.leaf_right, reply.values.clone());
+        }
+        drop(flight);
+        Ok(reply.values)
     }
 
     /// Calls `f` with each entry between `lo` and `hi` in (key, value)
@@ -368,6 +486,9 @@ impl ObjectTxn {
 
     /// Frees every page of the tree at `root`.
     pub fn tree_destroy(&mut self, root: PageId) -> Result<()> {
+        self.check_active()?;
+        self.store.before_write(self.id, &[], &[root])?;
+        self.wrote = true;
         self.tree_call(&ObjectRequest::TreeDestroy {
             txn: self.id,
             root: root.0,
@@ -394,6 +515,7 @@ impl ObjectTxn {
             return c.clone().ok_or(Error::NotFound { oid });
         }
         if !self.exclusive.contains_key(&oid) {
+            self.store.before_write(self.id, &[oid], &[])?;
             self.fetch(&[oid], OBJ_X)?;
         }
         self.whole(oid)?.ok_or(Error::NotFound { oid })
@@ -407,7 +529,7 @@ impl ObjectTxn {
         let todo: Vec<Oid> = oids
             .iter()
             .copied()
-            .filter(|o| !self.changes.contains_key(o) && !self.read.contains_key(o))
+            .filter(|o| !self.changes.contains_key(o) && !self.local(*o))
             .collect();
         if !todo.is_empty() {
             self.fetch(&todo, OBJ_S)?;
@@ -439,9 +561,12 @@ impl ObjectTxn {
         }
     }
 
-    /// Fetches `oids` in `mode`, pipelined, and keeps what comes back.
+    /// Fetches `oids` in `mode`, pipelined, and keeps what comes back
+    /// (objects sent with a right, across transactions too).
     fn fetch(&mut self, oids: &[Oid], mode: u8) -> Result<()> {
-        let conn = &self.store.conn;
+        let store = self.store.clone();
+        let conn = &store.conn;
+        let _flight = FetchInFlight::start(&store);
         self.on_server = true;
         let mut calls = Vec::new();
         for chunk in oids.chunks(FETCH_OBJECTS_MAX) {
@@ -483,6 +608,9 @@ impl ObjectTxn {
                 let read = Read::of(&f);
                 if mode == OBJ_X && f.found {
                     self.exclusive.insert(oid, ());
+                }
+                if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
+                    store.take_object(oid, r, bytes);
                 }
                 self.read.insert(oid, read);
             }
@@ -535,6 +663,7 @@ impl ObjectTxn {
     pub fn create(&mut self, group: GroupId, near: Option<Oid>, bytes: &[u8]) -> Result<Oid> {
         self.check_active()?;
         self.on_server = true;
+        self.wrote = true;
         let body = self.store.call_one(
             &ObjectRequest::Create {
                 txn: self.id,
@@ -599,6 +728,9 @@ impl ObjectTxn {
         if self.changes.is_empty() {
             return Ok(());
         }
+        let oids: Vec<Oid> = self.changes.keys().copied().collect();
+        self.store.before_write(self.id, &oids, &[])?;
+        self.wrote = true;
         let changes = std::mem::take(&mut self.changes);
         let wire = changes
             .iter()
@@ -653,8 +785,21 @@ impl ObjectTxn {
     /// answers once they are durable.
     pub fn commit(mut self) -> Result<()> {
         self.check_active()?;
+        let oids: Vec<Oid> = self.changes.keys().copied().collect();
+        if !oids.is_empty() {
+            self.store.before_write(self.id, &oids, &[])?;
+        }
         self.ended = true;
-        if !self.on_server && self.changes.is_empty() {
+        // No answer may name it once its end is on the way; one that did
+        // made the server begin it (it must end there too).
+        let named = self.store.txn_ending(self.id);
+        let _ended = Ended(&self.store, self.id);
+        if !self.wrote && self.changes.is_empty() {
+            // Read-only: its end releases its locks, and nobody waits for
+            // the answer (sent one way, as a page client ends one).
+            if self.on_server || named {
+                self.send_abort();
+            }
             return Ok(());
         }
         let changes = std::mem::take(&mut self.changes)
@@ -683,19 +828,36 @@ impl ObjectTxn {
             return;
         }
         self.ended = true;
-        if self.on_server {
-            // Nobody waits for the answer (sent and dropped, as a page
-            // client ends a read-only transaction).
-            let conn = &self.store.conn;
-            let (kind, body): (Kind, Vec<u8>) = ObjectRequest::Abort { txn: self.id }.encode();
-            conn.one_way.fetch_add(1, Ordering::Relaxed);
-            drop(conn.client.invoke(kind, body));
+        let named = self.store.txn_ending(self.id);
+        let _ended = Ended(&self.store, self.id);
+        if self.on_server || named {
+            self.send_abort();
         }
+    }
+
+    /// Sends OBJ_ABORT one way: nobody waits for the answer (sent and
+    /// dropped, as a page client ends a read-only transaction).
+    fn send_abort(&self) {
+        let conn = &self.store.conn;
+        let (kind, body): (Kind, Vec<u8>) = ObjectRequest::Abort { txn: self.id }.encode();
+        conn.one_way.fetch_add(1, Ordering::Relaxed);
+        drop(conn.client.invoke(kind, body));
     }
 }
 
 impl Drop for ObjectTxn {
     fn drop(&mut self) {
         self.end_on_server();
+    }
+}
+
+/// Forgets a transaction's rights bookkeeping once its end was sent (and,
+/// for a commit, answered): only then may rights to what it changed be
+/// taken in again.
+struct Ended<'a>(&'a ObjectStore, u64);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.txn_ended(self.1);
     }
 }

@@ -1,0 +1,574 @@
+//! Callback locking for the object-server client (DeWitt et al. §2.2;
+//! `cairn_net::object_service::rights`): objects, and the answers of
+//! index lookups, kept across transactions.
+//!
+//! - **Rights.** An object fetched under S may come with a right (an
+//!   epoch): the client keeps its bytes, and a later transaction reads it
+//!   without asking, under an S lock only the client knows of. An index
+//!   lookup whose key lies inside one leaf may come with a right on that
+//!   leaf: the answer (key → values) is kept until the leaf changes.
+//! - **Callbacks.** Before another client's transaction changes the object
+//!   (or the leaf), the server calls the right back; the callback thread
+//!   ([`object_callback_daemon`]) drops what the right covered and answers
+//!   "dropped", or names this client's transactions reading under it (the
+//!   server grants them the locks they held in effect, and the writer
+//!   waits for them in its lock table). The typed layer's decoded copies
+//!   go with the right ([`ObjectStore::on_object_lost`]).
+//! - **This client's own writers.** A transaction about to change an
+//!   object (or a B+-tree) first drops what it covers here and names this
+//!   client's other transactions reading under those rights to the server
+//!   (a CALLBACK_REPLY with id 0): its X then waits for them there. Later
+//!   readers go to the server and wait for its locks. Its after-images are
+//!   not kept: the next reader fetches the object again (with a new right).
+//! - **Bounds.** The cached objects' bytes are bounded; past the bound the
+//!   rights nobody reads under are given back (OBJ_RELEASE, one way).
+//!
+//! Not cached: objects too long to send whole, objects read under X,
+//! lookups of absent keys and of keys at either end of a leaf.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use cairn_net::object_service::{ObjectCallback, ObjectCallbackReply, ObjectRequest, RightKey};
+use cairn_net::page_service::RELEASE_RIGHTS_MAX;
+use cairn_net::rpc::Client;
+use cairn_storage::fxhash::{FxHashMap, FxHashSet};
+use cairn_storage::lock::Resource;
+use cairn_storage::{Error, Oid, PageId, Result, TxnId};
+
+use super::lock;
+use super::object::ObjectStore;
+
+/// An object kept under a right.
+struct Cached {
+    epoch: u64,
+    bytes: Arc<[u8]>,
+}
+
+/// A B+-tree leaf whose lookups are kept under a right.
+struct Leaf {
+    epoch: u64,
+    root: PageId,
+    keys: Vec<Vec<u8>>,
+}
+
+/// A kept lookup: the leaf it was answered from, and the values.
+type Lookup = (PageId, Vec<Vec<u8>>);
+
+/// What a running transaction reads under rights.
+#[derive(Default)]
+struct TxnRights {
+    /// Objects and leaves it read under the client's rights.
+    reads: FxHashSet<Resource>,
+    /// Objects, and B+-trees by root, it changes (or is about to): until
+    /// it ends no right to them is taken in or used by the others, since a
+    /// reply granting one may carry the value it is replacing.
+    writes: FxHashSet<Resource>,
+    /// A callback answer (or a writer's naming) named it: the server knows
+    /// it, and its end must reach the server.
+    named: bool,
+    /// Its end is under way: it reads nothing more under rights, and no
+    /// answer names it.
+    ending: bool,
+    /// Answers naming it that the server has not acknowledged yet: its end
+    /// must not overtake them.
+    answers_in_flight: u32,
+}
+
+/// The client's rights and what its transactions read under them.
+#[derive(Default)]
+pub(super) struct RightsState {
+    objects: FxHashMap<Oid, Cached>,
+    /// Bytes of `objects`.
+    bytes: usize,
+    leaves: FxHashMap<PageId, Leaf>,
+    /// (tree root, key) → (leaf, values).
+    lookups: FxHashMap<(PageId, Vec<u8>), Lookup>,
+    txns: FxHashMap<u64, TxnRights>,
+    /// Rights called back before the reply granting them was taken in:
+    /// the highest epoch called back per key, kept only while fetches are
+    /// in flight (as the page client's `cover.rs`).
+    revoked: FxHashMap<Resource, u64>,
+    fetches_in_flight: usize,
+}
+
+impl RightsState {
+    /// True if a transaction other than `txn` changes `key` (an object, or
+    /// a tree by its root).
+    fn written(&self, key: Resource, txn: u64) -> bool {
+        self.txns.iter().any(|(t, v)| *t != txn && v.writes.contains(&key))
+    }
+
+    /// Whether a right of `epoch` to `key`, just taken in, may be used
+    /// (`tree`: the root of the leaf's tree).
+    fn take_right(&mut self, key: Resource, epoch: u64, tree: Option<PageId>) -> bool {
+        let written = match tree {
+            Some(root) => self.written(Resource::Page(root), 0),
+            None => self.written(key, 0),
+        };
+        if epoch == 0 || written || self.revoked.get(&key).is_some_and(|r| *r >= epoch) {
+            return false;
+        }
+        self.revoked.remove(&key);
+        true
+    }
+
+    /// Drops the object's entry; true if there was one.
+    fn drop_object(&mut self, oid: Oid) -> Option<u64> {
+        let c = self.objects.remove(&oid)?;
+        self.bytes -= c.bytes.len();
+        Some(c.epoch)
+    }
+
+    /// Drops the leaf's entry and its lookups.
+    fn drop_leaf(&mut self, leaf: PageId) -> Option<u64> {
+        let l = self.leaves.remove(&leaf)?;
+        for k in l.keys {
+            self.lookups.remove(&(l.root, k));
+        }
+        Some(l.epoch)
+    }
+
+    /// Drops what `key` covers; its epoch if there was a right.
+    fn drop_key(&mut self, key: Resource) -> Option<u64> {
+        match key {
+            Resource::Object(o) => self.drop_object(o),
+            Resource::Page(p) => self.drop_leaf(p),
+            _ => None,
+        }
+    }
+
+    /// Names the transactions but `except` reading under `key` (not
+    /// ending) in an answer about to be sent.
+    fn name_readers(&mut self, key: Resource, except: u64) -> Vec<u64> {
+        let mut readers = Vec::new();
+        for (t, v) in self.txns.iter_mut() {
+            if *t != except && !v.ending && v.reads.contains(&key) {
+                v.named = true;
+                v.answers_in_flight += 1;
+                readers.push(*t);
+            }
+        }
+        readers
+    }
+}
+
+/// Counts a fetch in flight (replies may carry rights) from before it is
+/// sent to after its reply is taken in.
+pub(super) struct FetchInFlight<'a>(&'a ObjectStore);
+
+impl<'a> FetchInFlight<'a> {
+    pub(super) fn start(store: &'a ObjectStore) -> FetchInFlight<'a> {
+        lock(&store.rights).fetches_in_flight += 1;
+        FetchInFlight(store)
+    }
+}
+
+impl Drop for FetchInFlight<'_> {
+    fn drop(&mut self) {
+        let mut st = lock(&self.0.rights);
+        st.fetches_in_flight -= 1;
+        if st.fetches_in_flight == 0 {
+            st.revoked.clear();
+        }
+    }
+}
+
+fn wire(key: Resource) -> RightKey {
+    match key {
+        Resource::Page(p) => RightKey::Page(p.0),
+        Resource::Object(o) => RightKey::Object(o.to_bytes()),
+        // Only pages and objects are ever kept.
+        _ => RightKey::Page(0),
+    }
+}
+
+fn from_wire(key: RightKey) -> Resource {
+    match key {
+        RightKey::Page(p) => Resource::Page(PageId(p)),
+        RightKey::Object(o) => Resource::Object(Oid::from_bytes(&o)),
+    }
+}
+
+impl ObjectStore {
+    /// The object's bytes if the client holds a right to it, read by `txn`
+    /// under it from now on (no server call).
+    pub(super) fn use_object(&self, txn: u64, oid: Oid) -> Option<Arc<[u8]>> {
+        let mut st = lock(&self.rights);
+        let bytes = st.objects.get(&oid)?.bytes.clone();
+        if st.written(Resource::Object(oid), txn) {
+            return None;
+        }
+        let v = st.txns.entry(txn).or_default();
+        if v.ending {
+            return None;
+        }
+        v.reads.insert(Resource::Object(oid));
+        self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
+        Some(bytes)
+    }
+
+    /// True if the client holds a right to the object (the typed layer may
+    /// trust its decoded copy): `txn` reads it under the right from now on.
+    pub(super) fn holds_object(&self, txn: u64, oid: Oid) -> bool {
+        self.use_object(txn, oid).is_some()
+    }
+
+    /// The values of `key` in the tree at `root`, if a lookup's answer is
+    /// kept under a right on its leaf (read by `txn` under it from now on).
+    pub(super) fn use_lookup(&self, txn: u64, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let mut st = lock(&self.rights);
+        let (leaf, values) = st.lookups.get(&(root, key.to_vec())).cloned()?;
+        if st.written(Resource::Page(root), txn) {
+            return None;
+        }
+        let v = st.txns.entry(txn).or_default();
+        if v.ending {
+            return None;
+        }
+        v.reads.insert(Resource::Page(leaf));
+        Some(values)
+    }
+
+    /// Keeps an object fetched with a right of `epoch` (unless called back
+    /// before it arrived).
+    pub(super) fn take_object(&self, oid: Oid, epoch: u64, bytes: &Arc<[u8]>) {
+        let evicted = {
+            let mut st = lock(&self.rights);
+            if !st.take_right(Resource::Object(oid), epoch, None) {
+                return;
+            }
+            st.drop_object(oid);
+            st.bytes += bytes.len();
+            st.objects.insert(
+                oid,
+                Cached {
+                    epoch,
+                    bytes: bytes.clone(),
+                },
+            );
+            self.evict(&mut st)
+        };
+        self.lost(&evicted);
+        self.release(&evicted);
+    }
+
+    /// Keeps an index lookup answered from `leaf` under a right of `epoch`.
+    pub(super) fn take_lookup(&self, root: PageId, key: &[u8], leaf: PageId, epoch: u64, values: Vec<Vec<u8>>) {
+        let mut st = lock(&self.rights);
+        if !st.take_right(Resource::Page(leaf), epoch, Some(root)) {
+            return;
+        }
+        match st.leaves.get_mut(&leaf) {
+            Some(l) if l.root == root => {
+                l.epoch = l.epoch.max(epoch);
+                l.keys.push(key.to_vec());
+            }
+            _ => {
+                st.drop_leaf(leaf);
+                st.leaves.insert(
+                    leaf,
+                    Leaf {
+                        epoch,
+                        root,
+                        keys: vec![key.to_vec()],
+                    },
+                );
+            }
+        }
+        st.lookups.insert((root, key.to_vec()), (leaf, values));
+    }
+
+    /// Past the bound on cached bytes, drops objects nobody reads under
+    /// their right down to three quarters of it; what was dropped (key,
+    /// epoch), to give back.
+    fn evict(&self, st: &mut RightsState) -> Vec<(Resource, u64)> {
+        if st.bytes <= self.rights_bytes_max {
+            return Vec::new();
+        }
+        let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
+        let victims: Vec<Oid> = st
+            .objects
+            .keys()
+            .filter(|o| !read.contains(&Resource::Object(**o)))
+            .copied()
+            .collect();
+        let keep = self.rights_bytes_max / 4 * 3;
+        let mut out = Vec::new();
+        for o in victims {
+            if st.bytes <= keep {
+                break;
+            }
+            if let Some(e) = st.drop_object(o) {
+                out.push((Resource::Object(o), e));
+            }
+        }
+        out
+    }
+
+    /// The typed layer's copies of objects whose right went.
+    fn lost(&self, keys: &[(Resource, u64)]) {
+        if let Some(hook) = self.on_lost.get() {
+            for (k, _) in keys {
+                if let Resource::Object(o) = k {
+                    hook(*o);
+                }
+            }
+        }
+    }
+
+    /// Gives rights back with the next request (OBJ_RELEASE, one way).
+    fn release(&self, dropped: &[(Resource, u64)]) {
+        for chunk in dropped.chunks(RELEASE_RIGHTS_MAX) {
+            let rights = chunk.iter().map(|(k, e)| (wire(*k), *e)).collect();
+            let (kind, body) = ObjectRequest::Release { rights }.encode();
+            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            self.conn.one_way.fetch_add(1, Ordering::Relaxed);
+            self.conn
+                .rights_given_back
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            drop(self.conn.client.invoke_deferred(kind, body));
+        }
+    }
+
+    /// Before `txn` changes the objects `oids` (and, for `trees`, any
+    /// entry of the B+-trees with those roots): drops what this client
+    /// keeps of them, and names to the server its other transactions
+    /// reading under those rights, so that the change's X waits for them
+    /// there. A round trip per key read by another transaction (none in a
+    /// single-threaded program).
+    pub(super) fn before_write(&self, txn: u64, oids: &[Oid], trees: &[PageId]) -> Result<()> {
+        let (named, dropped) = {
+            let mut st = lock(&self.rights);
+            let v = st.txns.entry(txn).or_default();
+            v.writes.extend(oids.iter().map(|o| Resource::Object(*o)));
+            v.writes.extend(trees.iter().map(|r| Resource::Page(*r)));
+            let mut keys: Vec<Resource> = oids.iter().map(|o| Resource::Object(*o)).collect();
+            keys.extend(
+                st.leaves
+                    .iter()
+                    .filter(|(_, l)| trees.contains(&l.root))
+                    .map(|(p, _)| Resource::Page(*p)),
+            );
+            let mut named = Vec::new();
+            let mut dropped = Vec::new();
+            for k in keys {
+                let Some(epoch) = st.drop_key(k) else { continue };
+                dropped.push((k, epoch));
+                let readers = st.name_readers(k, txn);
+                if !readers.is_empty() {
+                    named.push((k, readers));
+                }
+            }
+            (named, dropped)
+        };
+        self.lost(&dropped);
+        self.release(&dropped);
+        let mut result = Ok(());
+        for (key, readers) in named {
+            let reply = ObjectCallbackReply {
+                id: 0,
+                key: wire(key),
+                epoch: 0,
+                writer: txn,
+                in_use_by: readers.clone(),
+            };
+            let sent = self.send_answer(reply, &readers, true).map_err(|e| match e {
+                Error::Deadlock { cycle, .. } => Error::Deadlock { txn: TxnId(txn), cycle },
+                other => other,
+            });
+            if result.is_ok() {
+                result = sent;
+            }
+        }
+        result
+    }
+
+    /// Sends an OBJ_CALLBACK_REPLY naming `readers`, waits for it to be
+    /// acknowledged, then lets those transactions end. `counted`: the
+    /// application's round trip (the callback thread's answer is not one).
+    fn send_answer(&self, reply: ObjectCallbackReply, readers: &[u64], counted: bool) -> Result<()> {
+        let (kind, body) = ObjectRequest::CallbackReply(reply).encode();
+        let sent = if counted {
+            self.conn.call_kind(kind, body, TxnId(0)).map(|_| ())
+        } else {
+            self.conn
+                .client
+                .invoke(kind, body)
+                .and_then(|c| c.wait())
+                .map(|_| ())
+                .map_err(|e| self.conn.error(e))
+        };
+        let mut st = lock(&self.rights);
+        for t in readers {
+            if let Some(v) = st.txns.get_mut(t) {
+                v.answers_in_flight -= 1;
+            }
+        }
+        drop(st);
+        self.answered.notify_all();
+        sent
+    }
+
+    /// `txn` ends: it reads nothing more under rights; waits until no
+    /// answer naming it is in flight. True if an answer named it (the
+    /// server knows it: its end must be sent). Its writes keep rights to
+    /// what it changes out until [`ObjectStore::txn_ended`].
+    pub(super) fn txn_ending(&self, txn: u64) -> bool {
+        let mut st = lock(&self.rights);
+        let Some(v) = st.txns.get_mut(&txn) else {
+            return false;
+        };
+        v.ending = true;
+        while st.txns.get(&txn).is_some_and(|v| v.answers_in_flight > 0) {
+            st = self.answered.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.txns.get(&txn).is_some_and(|v| v.named)
+    }
+
+    /// `txn`'s end was sent (a commit's answered): its bookkeeping goes.
+    pub(super) fn txn_ended(&self, txn: u64) {
+        lock(&self.rights).txns.remove(&txn);
+    }
+
+    /// Answers a callback (see [`object_callback_daemon`]).
+    fn answer_callback(&self, cb: ObjectCallback) -> Result<()> {
+        self.conn.callbacks.fetch_add(1, Ordering::Relaxed);
+        let key = from_wire(cb.key);
+        let (users, dropped) = {
+            let mut st = lock(&self.rights);
+            let held = match key {
+                Resource::Object(o) => st.objects.get(&o).map(|c| c.epoch),
+                Resource::Page(p) => st.leaves.get(&p).map(|l| l.epoch),
+                _ => None,
+            };
+            match held {
+                Some(e) if e <= cb.epoch => {
+                    st.drop_key(key);
+                    (st.name_readers(key, 0), vec![(key, e)])
+                }
+                // A newer right (granted after this callback's writer was
+                // done): nobody reads under the old one.
+                Some(_) => (Vec::new(), Vec::new()),
+                // Not taken in yet (or given up): a reply in flight must
+                // not install it.
+                None => {
+                    if st.fetches_in_flight > 0 {
+                        let r = st.revoked.entry(key).or_insert(0);
+                        *r = (*r).max(cb.epoch);
+                    }
+                    (Vec::new(), Vec::new())
+                }
+            }
+        };
+        self.lost(&dropped);
+        if !users.is_empty() {
+            self.conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);
+        }
+        let reply = ObjectCallbackReply {
+            id: cb.id,
+            key: cb.key,
+            epoch: cb.epoch,
+            writer: 0,
+            in_use_by: users.clone(),
+        };
+        self.send_answer(reply, &users, false)
+    }
+
+    /// Objects kept under rights now, and their bytes.
+    pub fn cached_objects(&self) -> (usize, usize) {
+        let st = lock(&self.rights);
+        (st.objects.len(), st.bytes)
+    }
+}
+
+/// The callback thread of an object-server client: waits for the server's
+/// callbacks and answers them. It ends when the store is gone or the
+/// connection closes.
+pub(super) fn object_callback_daemon(client: Client, store: Weak<ObjectStore>) {
+    loop {
+        match client.next_notice(Duration::from_millis(200)) {
+            Ok(Some(body)) => {
+                let Some(store) = store.upgrade() else { return };
+                match ObjectCallback::decode(&body) {
+                    Ok(cb) => {
+                        if let Err(e) = store.answer_callback(cb) {
+                            tracing::warn!(error = %e, "answering a callback failed");
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not an object callback"),
+                }
+            }
+            Ok(None) => {
+                if store.strong_count() == 0 {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oid(n: u32) -> Oid {
+        Oid::from_bytes(&[n as u8, 0, 0, 0, 1, 0, 0, 0, 0, 0])
+    }
+
+    /// A right called back before it arrived is not taken; a newer one is.
+    #[test]
+    fn revoked_rights_are_refused_and_newer_ones_taken() {
+        let mut st = RightsState::default();
+        let k = Resource::Object(oid(1));
+        st.revoked.insert(k, 7);
+        assert!(!st.take_right(k, 7, None));
+        assert!(!st.take_right(k, 0, None), "0 is no right");
+        assert!(st.take_right(k, 8, None));
+        assert!(st.take_right(k, 7, None), "the newer right replaced what was revoked");
+        // While a transaction of this client changes the object (or the
+        // leaf's tree), no right to it is taken in.
+        st.txns.entry(5).or_default().writes.insert(k);
+        assert!(!st.take_right(k, 9, None));
+        st.txns.entry(5).or_default().writes.insert(Resource::Page(PageId(3)));
+        assert!(!st.take_right(Resource::Page(PageId(40)), 9, Some(PageId(3))));
+        assert!(st.take_right(Resource::Page(PageId(40)), 9, Some(PageId(4))));
+    }
+
+    /// Readers are named once each, never the writer itself nor an ending
+    /// transaction; dropping a leaf drops its lookups.
+    #[test]
+    fn readers_are_named_and_leaves_take_their_lookups_along() {
+        let mut st = RightsState::default();
+        let k = Resource::Object(oid(2));
+        for (t, ending) in [(1u64, false), (2, false), (3, true)] {
+            let v = st.txns.entry(t).or_default();
+            v.reads.insert(k);
+            v.ending = ending;
+        }
+        let mut named = st.name_readers(k, 1);
+        named.sort_unstable();
+        assert_eq!(named, vec![2]);
+        assert!(st.txns[&2].named && st.txns[&2].answers_in_flight == 1);
+        assert!(!st.txns[&1].named);
+        st.leaves.insert(
+            PageId(9),
+            Leaf {
+                epoch: 4,
+                root: PageId(3),
+                keys: vec![b"a".to_vec(), b"b".to_vec()],
+            },
+        );
+        st.lookups
+            .insert((PageId(3), b"a".to_vec()), (PageId(9), vec![vec![1]]));
+        st.lookups
+            .insert((PageId(3), b"b".to_vec()), (PageId(9), vec![vec![2]]));
+        st.lookups
+            .insert((PageId(3), b"c".to_vec()), (PageId(10), vec![vec![3]]));
+        assert_eq!(st.drop_key(Resource::Page(PageId(9))), Some(4));
+        assert_eq!(st.lookups.len(), 1);
+        assert_eq!(st.drop_key(Resource::Page(PageId(9))), None);
+    }
+}

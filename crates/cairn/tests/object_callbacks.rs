@@ -1,0 +1,273 @@
+//! Callback locking at object granularity: an object-server client keeps
+//! the objects it read (and unique-index lookups) across transactions and
+//! reads them again with no round trip, until the server calls them back
+//! because another client is about to change them. Against one real
+//! server process.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::remote::{parse_url, ObjectStore, RemoteStore};
+use cairn::storage::{Error, GroupId, Oid};
+use common::ServerChild;
+
+fn object_client(server: &ServerChild) -> Arc<ObjectStore> {
+    ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), b"", 1 << 20).expect("connect")
+}
+
+/// `n` objects of 100 bytes, on one or two pages.
+fn seed(store: &Arc<ObjectStore>, n: usize) -> Vec<Oid> {
+    let mut t = store.begin().unwrap();
+    let oids = (0..n)
+        .map(|i| t.create(GroupId::DEFAULT, None, &[i as u8; 100]).unwrap())
+        .collect();
+    t.commit().unwrap();
+    oids
+}
+
+/// Waits (a bounded while) for the client's callback thread to have
+/// answered `n` callbacks.
+fn wait_for_callbacks(store: &ObjectStore, n: u64) {
+    for _ in 0..500 {
+        if store.stats().callbacks >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{n} callbacks expected, {} came", store.stats().callbacks);
+}
+
+#[test]
+fn a_warm_transaction_reads_the_objects_it_read_before_with_no_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let a = object_client(&server);
+    let oids = seed(&a, 20);
+    let mut t = a.begin().unwrap();
+    let cold = t.read_many(&oids).unwrap();
+    t.commit().unwrap();
+    let before = a.stats();
+    let mut t = a.begin().unwrap();
+    let warm = t.read_many(&oids).unwrap();
+    for &o in &oids {
+        assert_eq!(t.len(o).unwrap(), 100);
+    }
+    t.commit().unwrap();
+    let after = a.stats();
+    assert_eq!(warm, cold);
+    assert_eq!(
+        after.round_trips, before.round_trips,
+        "no round trip for cached objects"
+    );
+    assert_eq!(after.one_way, before.one_way, "not even a message");
+    assert_eq!(after.cache_hits - before.cache_hits, 20);
+    assert_eq!(a.cached_objects(), (20, 2000));
+    server.stop();
+}
+
+#[test]
+fn another_clients_change_calls_the_object_back_and_the_next_read_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let a = object_client(&server);
+    let b = object_client(&server);
+    let oids = seed(&a, 3);
+    let mut t = a.begin().unwrap();
+    t.read_many(&oids).unwrap();
+    t.commit().unwrap();
+    // B changes the first object: A's right to it is called back, not
+    // those to the others of the page (object-level writes).
+    let mut tb = b.begin().unwrap();
+    tb.update(oids[0], b"changed by b").unwrap();
+    tb.commit().unwrap();
+    wait_for_callbacks(&a, 1);
+    assert_eq!(a.cached_objects().0, 2);
+    let before = a.stats();
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), b"changed by b");
+    assert_eq!(t.read(oids[1]).unwrap(), vec![1u8; 100]);
+    assert_eq!(t.read(oids[2]).unwrap(), vec![2u8; 100]);
+    t.commit().unwrap();
+    let after = a.stats();
+    assert_eq!(after.callbacks, 1, "only the changed object was called back");
+    // One fetch for the changed object; its end (the transaction is known
+    // to the server now) goes one way.
+    assert_eq!(after.round_trips - before.round_trips, 1);
+    assert_eq!(after.one_way - before.one_way, 1);
+    server.stop();
+}
+
+#[test]
+fn a_transaction_reading_under_a_right_makes_another_clients_writer_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let a = object_client(&server);
+    let b = object_client(&server);
+    let oids = seed(&a, 1);
+    let mut t = a.begin().unwrap();
+    t.read(oids[0]).unwrap();
+    t.commit().unwrap();
+    // A reads under its right (no message) and stays open.
+    let mut reader = a.begin().unwrap();
+    let rt = a.stats().round_trips;
+    assert_eq!(reader.read(oids[0]).unwrap(), vec![0u8; 100]);
+    assert_eq!(a.stats().round_trips, rt);
+    // B's writer calls the object back: A answers "in use", the server
+    // grants A's reader S, and B waits for it (here: times out).
+    let mut tb = b.begin().unwrap();
+    match tb.read_for_update(oids[0]) {
+        Err(Error::LockTimeout { .. }) => {}
+        other => panic!("B should wait for A's reader: {other:?}"),
+    }
+    drop(tb);
+    assert_eq!(a.stats().callbacks_in_use, 1);
+    // A's reader still sees what it read; once it ends, B goes on.
+    assert_eq!(reader.read(oids[0]).unwrap(), vec![0u8; 100]);
+    reader.commit().unwrap();
+    let mut tb = b.begin().unwrap();
+    tb.read_for_update(oids[0]).unwrap();
+    tb.update(oids[0], b"b").unwrap();
+    tb.commit().unwrap();
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), b"b");
+    t.commit().unwrap();
+    server.stop();
+}
+
+#[test]
+fn a_transaction_of_the_same_client_waits_for_its_readers_under_a_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let a = object_client(&server);
+    let oids = seed(&a, 1);
+    let mut t = a.begin().unwrap();
+    t.read(oids[0]).unwrap();
+    t.commit().unwrap();
+    let mut reader = a.begin().unwrap();
+    assert_eq!(reader.read(oids[0]).unwrap(), vec![0u8; 100]);
+    // The server does not call a client back for its own writer: the
+    // writer names the client's readers itself, and waits for them.
+    let mut writer = a.begin().unwrap();
+    writer.update(oids[0], b"w").unwrap();
+    match writer.commit() {
+        Err(Error::LockTimeout { .. }) => {}
+        other => panic!("the writer should wait for the reader: {other:?}"),
+    }
+    // Its right went with the write: the reader's next transaction asks.
+    reader.commit().unwrap();
+    assert_eq!(a.cached_objects().0, 0);
+    let mut writer = a.begin().unwrap();
+    writer.update(oids[0], b"w").unwrap();
+    writer.commit().unwrap();
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), b"w");
+    t.commit().unwrap();
+    // Read again under a new right.
+    let rt = a.stats().round_trips;
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), b"w");
+    t.commit().unwrap();
+    assert_eq!(a.stats().round_trips, rt);
+    server.stop();
+}
+
+#[test]
+fn a_page_clients_change_calls_back_the_objects_of_its_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let a = object_client(&server);
+    let oids = seed(&a, 2);
+    let mut t = a.begin().unwrap();
+    t.read_many(&oids).unwrap();
+    t.commit().unwrap();
+    let p = RemoteStore::connect(
+        parse_url(&format!("cairn://{}", server.addr)).unwrap(),
+        b"",
+        256,
+        16 << 20,
+        1024,
+    )
+    .unwrap();
+    let mut tp = p.begin().unwrap();
+    tp.update(oids[1], b"changed by a page client").unwrap();
+    tp.commit().unwrap();
+    // X on the page calls back every object of it this client keeps.
+    wait_for_callbacks(&a, 2);
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), vec![0u8; 100]);
+    assert_eq!(t.read(oids[1]).unwrap(), b"changed by a page client");
+    t.commit().unwrap();
+    server.stop();
+}
+
+#[test]
+fn a_typed_client_looks_up_and_reads_warm_objects_with_no_round_trip_until_they_change() {
+    use cairn::{Arch, Database, Index, Options, Persistent};
+    #[derive(Persistent, Debug, Clone, PartialEq)]
+    struct Item {
+        #[cairn(index)]
+        key: u32,
+        value: i64,
+    }
+    const BY_KEY: Index<u32, Item> = Index::on("key");
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let connect = || {
+        let mut o = Options {
+            arch: Arch::Object,
+            ..Options::default()
+        };
+        o.storage.background = false;
+        Database::connect(&format!("cairn://{}", server.addr), o).unwrap()
+    };
+    let (a, b) = (connect(), connect());
+    let mut tx = a.begin().unwrap();
+    for k in 0..50 {
+        tx.create(Item {
+            key: k,
+            value: i64::from(k),
+        })
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    let lookup_all = |db: &Database| -> i64 {
+        let mut tx = db.begin().unwrap();
+        let mut sum = 0;
+        for k in 0..50u32 {
+            let r = tx.find_one(&BY_KEY, &k).unwrap().unwrap();
+            sum += tx.get(&r).unwrap().value;
+        }
+        tx.commit().unwrap();
+        sum
+    };
+    assert_eq!(lookup_all(&a), (0..50).sum::<i64>());
+    let before = a.remote_stats().unwrap();
+    assert_eq!(lookup_all(&a), (0..50).sum::<i64>());
+    let warm = a.remote_stats().unwrap();
+    assert_eq!(
+        (warm.round_trips - before.round_trips, warm.one_way - before.one_way),
+        (0, 0),
+        "the catalog's epoch, the lookups and the objects are all cached"
+    );
+    assert!(warm.cache_hits - before.cache_hits >= 50);
+    // B changes one value and moves another key: A's copies and its
+    // lookup of the moved key are called back.
+    let mut tx = b.begin().unwrap();
+    let r = tx.find_one(&BY_KEY, &7).unwrap().unwrap();
+    tx.update(&r, |i| i.value = 700).unwrap();
+    let r = tx.find_one(&BY_KEY, &9).unwrap().unwrap();
+    tx.update(&r, |i| i.key = 1009).unwrap();
+    tx.commit().unwrap();
+    let mut tx = a.begin().unwrap();
+    let r = tx.find_one(&BY_KEY, &7).unwrap().unwrap();
+    assert_eq!(tx.get(&r).unwrap().value, 700);
+    assert!(tx.find_one(&BY_KEY, &9).unwrap().is_none(), "key 9 moved to 1009");
+    let r = tx.find_one(&BY_KEY, &1009).unwrap().unwrap();
+    assert_eq!(tx.get(&r).unwrap().value, 9);
+    tx.commit().unwrap();
+    assert!(a.remote_stats().unwrap().callbacks >= 2);
+    drop((a, b));
+    server.stop();
+}
