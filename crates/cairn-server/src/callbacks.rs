@@ -699,4 +699,38 @@ mod tests {
         assert_eq!(cb.rights_held(), 2);
         cb.check_invariants();
     }
+
+    #[test]
+    fn object_rights_are_called_back_by_their_page_writers_but_not_by_intention_locks() {
+        let cb = Callbacks::new(16);
+        let (a, b) = (ClientId(1), ClientId(2));
+        let o = |slot: u16| {
+            Resource::Object(Oid {
+                page: PageId(10),
+                slot: cairn_storage::SlotIdx(slot),
+                uniq: cairn_storage::Uniq(1),
+            })
+        };
+        assert_ne!(cb.register(a, o(1)), 0);
+        assert_ne!(cb.register(a, o(2)), 0);
+        cb.check_invariants();
+        // X or SIX on the page (objects): a's objects must be called back.
+        assert!(cb.try_mark(b, pg(10), true).is_none());
+        // IX on the page (objects false) calls back page rights only.
+        let mark = cb.try_mark(b, pg(10), false).expect("no page right to call back");
+        // While b's writer is marked on the page, no object of it gets a right.
+        assert_eq!(cb.register(a, o(3)), 0);
+        assert_ne!(cb.register(b, o(3)), 0, "the writer's own client may");
+        drop(mark);
+        // X on one object calls back that object alone.
+        assert!(cb.try_mark(b, o(1), false).is_none());
+        drop(cb.try_mark(b, o(4), false).expect("nobody caches object 4"));
+        // Given back, the page has no object rights of a left to call back.
+        cb.give_back(a, &[(o(1), 1), (o(2), 2)]);
+        cb.check_invariants();
+        drop(cb.try_mark(b, pg(10), true).expect("only b's own right is left"));
+        cb.session_closed(b);
+        assert_eq!(cb.rights_held(), 0);
+        cb.check_invariants();
+    }
 }
