@@ -163,8 +163,7 @@ fn write_object_service_seeds() {
             ValuesAndObjects {
                 values: values.clone(),
                 objects: vec![part.clone(), part],
-                leaf: 4,
-                leaf_right: 2,
+                leaves: vec![(4, 2)],
             }
             .encode(),
         ),

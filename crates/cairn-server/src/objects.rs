@@ -15,8 +15,8 @@
 //! **Rights to cache.** An object read under S and sent whole (a small
 //! object, not a large one: a large object's pages change without its home
 //! record) comes with a right to cache it across the client's transactions
-//! ([`crate::callbacks`], keyed by the object); an index lookup whose key
-//! lies inside one leaf comes with a right on the leaf. The write-lock hook calls
+//! ([`crate::callbacks`], keyed by the object); an index lookup comes with
+//! rights on the leaves that enclose its key. The write-lock hook calls
 //! them back before X on the object or X/SIX on its page (the leaf).
 
 use std::sync::Arc;
@@ -24,8 +24,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
-    encode_entries, encode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, NO_OID, OBJ_X,
-    OID_BYTES,
+    encode_entries, encode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, LOOKUP_LEAVES_MAX,
+    NO_OID, OBJ_X, OID_BYTES,
 };
 use cairn_net::page_service::NO_GROUP;
 use cairn_net::rpc::Replier;
@@ -310,16 +310,15 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
                 values.push(v.to_vec());
                 values.len() < limit as usize
             })?;
-            let (leaf, leaf_right) = match values.len() {
-                0 => (0, 0),
-                n => leaf_right(core, state, t, &tree, &key, n)?,
+            let leaves = match values.len() {
+                0 => Vec::new(),
+                n => leaf_rights(core, state, t, &tree, &key, n)?,
             };
             if !objects {
                 return Ok(ValuesAndObjects {
                     values,
                     objects: Vec::new(),
-                    leaf,
-                    leaf_right,
+                    leaves,
                 }
                 .encode());
             }
@@ -336,8 +335,7 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
             Ok(ValuesAndObjects {
                 values,
                 objects: parts,
-                leaf,
-                leaf_right,
+                leaves,
             }
             .encode())
         }
@@ -384,23 +382,38 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
     }
 }
 
-/// A right on the leaf an index lookup of `key` was answered from (its
-/// lock is held now), when the leaf encloses the key
-/// ([`BTree::key_in_leaf`]: any change to its entries takes X on the leaf)
-/// and holds no more of them than were answered; `(0, 0)` otherwise.
-fn leaf_right(
+/// Rights on the leaves that enclose `key` ([`BTree::leaves_enclosing`]:
+/// any change to its entries takes X on one of them; their locks are held
+/// now), when they hold no more entries of it than were answered; none
+/// otherwise, or if any right is refused (those granted go back).
+fn leaf_rights(
     core: &Core,
     state: &SessionState,
     t: &mut Txn,
     tree: &BTree,
     key: &[u8],
     answered: usize,
-) -> Result<(u32, u64), Error> {
-    let leaf = tree.leaf_of(t, key)?;
-    match tree.key_in_leaf(t, leaf, key)? {
-        (n, true) if n == answered => Ok((leaf.0, core.callbacks.register(state.client, Resource::Page(leaf)))),
-        _ => Ok((0, 0)),
+) -> Result<Vec<(u32, u64)>, Error> {
+    let Some((leaves, count)) = tree.leaves_enclosing(t, key, LOOKUP_LEAVES_MAX)? else {
+        return Ok(Vec::new());
+    };
+    if count != answered {
+        return Ok(Vec::new());
     }
+    let rights: Vec<(u32, u64)> = leaves
+        .iter()
+        .map(|l| (l.0, core.callbacks.register(state.client, Resource::Page(*l))))
+        .collect();
+    if rights.iter().any(|(_, e)| *e == 0) {
+        let granted: Vec<(Resource, u64)> = rights
+            .iter()
+            .filter(|(_, e)| *e != 0)
+            .map(|(l, e)| (Resource::Page(PageId(*l)), *e))
+            .collect();
+        core.callbacks.give_back(state.client, &granted);
+        return Ok(Vec::new());
+    }
+    Ok(rights)
 }
 
 /// Applies a client's after-images (or deletions) in order.

@@ -271,3 +271,77 @@ fn a_typed_client_looks_up_and_reads_warm_objects_with_no_round_trip_until_they_
     drop((a, b));
     server.stop();
 }
+
+#[test]
+fn kept_lookups_see_every_entry_another_client_adds_or_removes_even_across_leaves() {
+    use cairn_net::object_service::TreeOp;
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let a = object_client(&server);
+    let b = object_client(&server);
+    let key = |k: u32| format!("key{k:03}").into_bytes();
+    let value = |v: u32| {
+        let mut b = vec![b'v'; 100];
+        b.extend_from_slice(&v.to_be_bytes());
+        b
+    };
+    // 40 keys of 30 values each: about 130 KiB of entries, so runs of one
+    // key cross leaves.
+    let mut t = a.begin().unwrap();
+    let root = t.tree_create(GroupId::DEFAULT, false).unwrap();
+    let ops = (0..40u32)
+        .flat_map(|k| (0..30u32).map(move |v| (k, v)))
+        .map(|(k, v)| TreeOp::Insert {
+            key: key(k),
+            value: value(v * 10),
+        })
+        .collect();
+    t.tree_apply(root, ops).unwrap();
+    t.commit().unwrap();
+    let read_all = |store: &Arc<ObjectStore>| -> Vec<Vec<Vec<u8>>> {
+        let mut t = store.begin().unwrap();
+        let out = (0..40u32).map(|k| t.tree_get(root, &key(k), 1000).unwrap()).collect();
+        t.commit().unwrap();
+        out
+    };
+    let first = read_all(&a);
+    assert!(first.iter().all(|vs| vs.len() == 30));
+    let rt = a.stats().round_trips;
+    assert_eq!(read_all(&a), first);
+    assert_eq!(a.stats().round_trips, rt, "every lookup kept");
+    // B adds a value above the others of every third key, below those of
+    // the next ones, and removes one from the middle of the rest — keys
+    // apart, so that only the leaves a key's lookup is kept under can tell
+    // A of the change.
+    let big = value(1_000_000);
+    let small: Vec<u8> = value(0).iter().take(50).copied().collect();
+    let mut tb = b.begin().unwrap();
+    let ops = (0..40u32)
+        .map(|k| match k % 3 {
+            0 => TreeOp::Insert {
+                key: key(k),
+                value: big.clone(),
+            },
+            1 => TreeOp::Insert {
+                key: key(k),
+                value: small.clone(),
+            },
+            _ => TreeOp::Delete {
+                key: key(k),
+                value: Some(value(150)),
+            },
+        })
+        .collect();
+    tb.tree_apply(root, ops).unwrap();
+    tb.commit().unwrap();
+    let after = read_all(&a);
+    for (k, vs) in after.iter().enumerate() {
+        match k % 3 {
+            0 => assert!(vs.len() == 31 && vs.contains(&big), "key {k}"),
+            1 => assert!(vs.len() == 31 && vs.contains(&small), "key {k}"),
+            _ => assert!(vs.len() == 29 && !vs.contains(&value(150)), "key {k}"),
+        }
+    }
+    assert!(a.stats().callbacks > 0);
+    server.stop();
+}

@@ -20,10 +20,10 @@
 //! | `0x0210` TREE_OPEN | `txn u64, root u32` | `group u32` (the tree is checked) |
 //! | `0x0211` TREE_CREATE | `txn u64, group u32, unique u8` | `root u32` |
 //! | `0x0212` TREE_APPLY | `txn u64, root u32, count u32, ([`TreeOp`]) × count` | empty |
-//! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count`, then `0 u32` (no objects) and `leaf u32, right u64` as TREE_GET_OBJECTS |
+//! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count`, then `0 u32` (no objects) and the leaves' rights as TREE_GET_OBJECTS |
 //! | `0x0214` TREE_RANGE | `txn u64, root u32, limit u32, lo bound, hi bound, after u8 (0 none, 1: value32)` | `count u32, (key16, value32) × count, more u8` |
 //! | `0x0215` TREE_DESTROY | `txn u64, root u32` | empty |
-//! | `0x0216` TREE_GET_OBJECTS | as TREE_GET | TREE_GET's reply, then `count u32, value32 × count`: the object each value names, read under S as OBJ_FETCH reads it (one [`FetchedObject`] each), then `leaf u32, right u64`: the leaf the values were found in and a right to cache them (0: none) — an index lookup and the fetch of what it finds in one round trip |
+//! | `0x0216` TREE_GET_OBJECTS | as TREE_GET | TREE_GET's reply, then `count u32, value32 × count`: the object each value names, read under S as OBJ_FETCH reads it (one [`FetchedObject`] each), then `count u8 (≤ 8), (leaf u32, right u64) × count`: rights on the leaves that enclose the key, to cache the answer (none: not cacheable) — an index lookup and the fetch of what it finds in one round trip |
 //!
 //! (`key16` is `len u16, bytes`; `value32` is `len u32, bytes`; a bound is
 //! `tag u8` — 0 unbounded, 1 included, 2 excluded — then `key16` unless
@@ -778,20 +778,26 @@ pub struct ValuesAndObjects {
     pub values: Vec<Vec<u8>>,
     /// One encoded [`FetchedObject`] per value.
     pub objects: Vec<Vec<u8>>,
-    /// The leaf the values were found in (0 with no right).
-    pub leaf: u32,
-    /// The epoch of a right to cache the lookup's answer until the leaf
-    /// changes (0: none).
-    pub leaf_right: u64,
+    /// Rights (leaf, epoch) to cache the answer until one of the leaves
+    /// that enclose the key changes; at most [`LOOKUP_LEAVES_MAX`] (empty:
+    /// the answer is not to be kept).
+    pub leaves: Vec<(u32, u64)>,
 }
+
+/// Leaves a lookup's rights name at most.
+pub const LOOKUP_LEAVES_MAX: usize = 8;
 
 impl ValuesAndObjects {
     /// Encodes the reply.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = encode_values(&self.values);
         out.extend_from_slice(&encode_values(&self.objects));
-        out.extend_from_slice(&self.leaf.to_le_bytes());
-        out.extend_from_slice(&self.leaf_right.to_le_bytes());
+        let leaves = &self.leaves[..self.leaves.len().min(LOOKUP_LEAVES_MAX)];
+        out.push(leaves.len() as u8);
+        for (leaf, epoch) in leaves {
+            out.extend_from_slice(&leaf.to_le_bytes());
+            out.extend_from_slice(&epoch.to_le_bytes());
+        }
         out
     }
 
@@ -802,8 +808,13 @@ impl ValuesAndObjects {
         let mut r = Reader::new(body, what);
         let values = get_values(&mut r)?;
         let objects = get_values(&mut r)?;
-        let leaf = r.u32()?;
-        let leaf_right = r.u64()?;
+        let n = r.u8()? as usize;
+        if n > LOOKUP_LEAVES_MAX {
+            return Err(malformed(what, "rights on more than 8 leaves"));
+        }
+        let leaves = (0..n)
+            .map(|_| Ok((r.u32()?, r.u64()?)))
+            .collect::<Result<_, MessageError>>()?;
         r.end()?;
         if !objects.is_empty() && objects.len() != values.len() {
             return Err(malformed(
@@ -814,8 +825,7 @@ impl ValuesAndObjects {
         Ok(ValuesAndObjects {
             values,
             objects,
-            leaf,
-            leaf_right,
+            leaves,
         })
     }
 }

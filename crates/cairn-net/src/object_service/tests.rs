@@ -134,8 +134,7 @@ fn tree_replies_round_trip() {
     let reply = ValuesAndObjects {
         values: values.clone(),
         objects: objects.clone(),
-        leaf: 44,
-        leaf_right: 9,
+        leaves: vec![(44, 9), (45, 10)],
     };
     let both = reply.encode();
     assert_eq!(ValuesAndObjects::decode(&both).unwrap(), reply);

@@ -123,6 +123,7 @@ mod check;
 mod cursor;
 mod node;
 
+mod leaves;
 #[cfg(test)]
 mod tests;
 
@@ -372,31 +373,6 @@ impl BTree {
                 f(k, v);
             }
             Ok(())
-        })
-    }
-
-    /// How `key` sits in `leaf` (a leaf of this tree, from
-    /// [`BTree::leaf_of`]): how many entries of `key` it holds, and whether
-    /// the leaf *encloses* the key — an entry with a smaller key before
-    /// them (or no leaf to its left) and one with a greater key after (or
-    /// none to its right) — so that every entry of `key`, now or added
-    /// later, belongs to this leaf: any change to them takes the leaf's
-    /// exclusive lock. A server caches lookups for a client on this.
-    pub fn key_in_leaf<A: PageAccess>(&self, a: &mut A, leaf: PageId, key: &[u8]) -> Result<(usize, bool)> {
-        with_node(a, leaf, |n| {
-            if !n.is_leaf() {
-                return Err(Error::corrupt(leaf, "expected a b-tree leaf, found an inner page"));
-            }
-            let (mut before, mut count, mut after) = (n.prev == PageId(0), 0usize, n.next == PageId(0));
-            for i in 0..n.count {
-                let (k, _) = n.entry(i)?;
-                match k.cmp(key) {
-                    std::cmp::Ordering::Less => before = true,
-                    std::cmp::Ordering::Equal => count += 1,
-                    std::cmp::Ordering::Greater => after = true,
-                }
-            }
-            Ok((count, before && after))
         })
     }
 

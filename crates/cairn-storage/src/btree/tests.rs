@@ -921,3 +921,39 @@ proptest! {
         poke_all(&mut m, &t);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(24)))]
+
+    /// Every entry of a key that could ever be added lands in one of the
+    /// leaves that enclose the key, and those leaves hold all its entries:
+    /// what an object server's cached lookups rely on.
+    #[test]
+    fn a_keys_entries_stay_within_the_leaves_that_enclose_it(
+        entries in proptest::collection::vec((0u32..40, 0u32..1000), 1..400),
+        probes in proptest::collection::vec(0u32..1000, 1..8),
+    ) {
+        let mut m = mem();
+        let t = BTree::create(&mut m, G, false).unwrap();
+        let value = |v: u32| {
+            let mut b = vec![7u8; 150];
+            b.extend_from_slice(&v.to_be_bytes());
+            b
+        };
+        for (k, v) in &entries {
+            t.insert(&mut m, &key(*k, 8), &value(*v)).unwrap();
+        }
+        for k in 0..41u32 {
+            let k = key(k, 8);
+            let Some((enclosing, count)) = t.leaves_enclosing(&mut m, &k, 64).unwrap() else {
+                continue;
+            };
+            prop_assert_eq!(count, t.get_all(&mut m, &k).unwrap().len());
+            for p in &probes {
+                let v = value(*p);
+                let (target, _) = t.find_leaf(&mut m, Target::Pair(&k, &v)).unwrap();
+                prop_assert!(enclosing.contains(&target), "a new entry of {:?} goes to {} outside {:?}", k, target, enclosing);
+            }
+        }
+    }
+}

@@ -377,9 +377,8 @@ impl ObjectTxn {
         if !reply.objects.is_empty() {
             return Err(self.store.conn.protocol("a TREE_GET reply without objects"));
         }
-        if reply.leaf_right != 0 {
-            self.store
-                .take_lookup(root, key, PageId(reply.leaf), reply.leaf_right, reply.values.clone());
+        if !reply.leaves.is_empty() {
+            self.store.take_lookup(root, key, &reply.leaves, reply.values.clone());
         }
         drop(flight);
         Ok(reply.values)
@@ -433,9 +432,8 @@ impl ObjectTxn {
             }
             self.read.insert(oid, read);
         }
-        if reply.leaf_right != 0 {
-            self.store
-                .take_lookup(root, key, PageId(reply.leaf), reply.leaf_right, reply.values.clone());
+        if !reply.leaves.is_empty() {
+            self.store.take_lookup(root, key, &reply.leaves, reply.values.clone());
         }
         drop(flight);
         Ok(reply.values)

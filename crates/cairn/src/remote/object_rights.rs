@@ -53,8 +53,8 @@ struct Leaf {
     keys: Vec<Vec<u8>>,
 }
 
-/// A kept lookup: the leaf it was answered from, and the values.
-type Lookup = (PageId, Vec<Vec<u8>>);
+/// A kept lookup: the leaves that enclose its key, and the values.
+type Lookup = (Vec<PageId>, Vec<Vec<u8>>);
 
 /// What a running transaction reads under rights.
 #[derive(Default)]
@@ -83,7 +83,7 @@ pub(super) struct RightsState {
     /// Bytes of `objects`.
     bytes: usize,
     leaves: FxHashMap<PageId, Leaf>,
-    /// (tree root, key) → (leaf, values).
+    /// (tree root, key) → (leaves, values).
     lookups: FxHashMap<(PageId, Vec<u8>), Lookup>,
     txns: FxHashMap<u64, TxnRights>,
     /// Rights called back before the reply granting them was taken in:
@@ -121,11 +121,16 @@ impl RightsState {
         Some(c.epoch)
     }
 
-    /// Drops the leaf's entry and its lookups.
+    /// Drops the leaf's entry and the lookups kept under it (a lookup
+    /// under other leaves too stays listed there: dropping it again later
+    /// is harmless).
     fn drop_leaf(&mut self, leaf: PageId) -> Option<u64> {
         let l = self.leaves.remove(&leaf)?;
         for k in l.keys {
-            self.lookups.remove(&(l.root, k));
+            let key = (l.root, k);
+            if self.lookups.get(&key).is_some_and(|(ls, _)| ls.contains(&leaf)) {
+                self.lookups.remove(&key);
+            }
         }
         Some(l.epoch)
     }
@@ -219,7 +224,7 @@ impl ObjectStore {
     /// kept under a right on its leaf (read by `txn` under it from now on).
     pub(super) fn use_lookup(&self, txn: u64, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
         let mut st = lock(&self.rights);
-        let (leaf, values) = st.lookups.get(&(root, key.to_vec())).cloned()?;
+        let (leaves, values) = st.lookups.get(&(root, key.to_vec())).cloned()?;
         if st.written(Resource::Page(root), txn) {
             return None;
         }
@@ -227,7 +232,7 @@ impl ObjectStore {
         if v.ending {
             return None;
         }
-        v.reads.insert(Resource::Page(leaf));
+        v.reads.extend(leaves.iter().map(|l| Resource::Page(*l)));
         Some(values)
     }
 
@@ -254,30 +259,73 @@ impl ObjectStore {
         self.release(&evicted);
     }
 
-    /// Keeps an index lookup answered from `leaf` under a right of `epoch`.
-    pub(super) fn take_lookup(&self, root: PageId, key: &[u8], leaf: PageId, epoch: u64, values: Vec<Vec<u8>>) {
+    /// Keeps an index lookup under rights (leaf, epoch) on the leaves that
+    /// enclose its key: all taken in, or the lookup is not kept.
+    pub(super) fn take_lookup(&self, root: PageId, key: &[u8], rights: &[(u32, u64)], values: Vec<Vec<u8>>) {
         let mut st = lock(&self.rights);
-        if !st.take_right(Resource::Page(leaf), epoch, Some(root)) {
+        if !rights
+            .iter()
+            .all(|&(l, e)| st.take_right(Resource::Page(PageId(l)), e, Some(root)))
+        {
             return;
         }
-        match st.leaves.get_mut(&leaf) {
-            Some(l) if l.root == root => {
-                l.epoch = l.epoch.max(epoch);
-                l.keys.push(key.to_vec());
-            }
-            _ => {
-                st.drop_leaf(leaf);
-                st.leaves.insert(
-                    leaf,
-                    Leaf {
-                        epoch,
-                        root,
-                        keys: vec![key.to_vec()],
-                    },
-                );
+        for &(l, epoch) in rights {
+            let leaf = PageId(l);
+            match st.leaves.get_mut(&leaf) {
+                Some(have) if have.root == root => {
+                    have.epoch = have.epoch.max(epoch);
+                    have.keys.push(key.to_vec());
+                }
+                _ => {
+                    st.drop_leaf(leaf);
+                    st.leaves.insert(
+                        leaf,
+                        Leaf {
+                            epoch,
+                            root,
+                            keys: vec![key.to_vec()],
+                        },
+                    );
+                }
             }
         }
-        st.lookups.insert((root, key.to_vec()), (leaf, values));
+        let leaves = rights.iter().map(|(l, _)| PageId(*l)).collect();
+        st.lookups.insert((root, key.to_vec()), (leaves, values));
+        let dropped = self.evict_leaves(&mut st);
+        drop(st);
+        self.release(&dropped);
+    }
+
+    /// Past [`ObjectStore::lookups_max`] kept lookups, drops leaves nobody
+    /// reads under (and their lookups) down to three quarters of it; what
+    /// was dropped, to give back.
+    fn evict_leaves(&self, st: &mut RightsState) -> Vec<(Resource, u64)> {
+        let max = self.lookups_max();
+        if st.lookups.len() <= max {
+            return Vec::new();
+        }
+        let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
+        let victims: Vec<PageId> = st
+            .leaves
+            .keys()
+            .filter(|l| !read.contains(&Resource::Page(**l)))
+            .copied()
+            .collect();
+        let mut out = Vec::new();
+        for l in victims {
+            if st.lookups.len() <= max / 4 * 3 {
+                break;
+            }
+            if let Some(e) = st.drop_leaf(l) {
+                out.push((Resource::Page(l), e));
+            }
+        }
+        out
+    }
+
+    /// Lookups kept at most: one per 256 bytes of the object bound.
+    fn lookups_max(&self) -> usize {
+        (self.rights_bytes_max / 256).max(64)
     }
 
     /// Past the bound on cached bytes, drops objects nobody reads under
@@ -562,11 +610,11 @@ mod tests {
             },
         );
         st.lookups
-            .insert((PageId(3), b"a".to_vec()), (PageId(9), vec![vec![1]]));
+            .insert((PageId(3), b"a".to_vec()), (vec![PageId(9)], vec![vec![1]]));
         st.lookups
-            .insert((PageId(3), b"b".to_vec()), (PageId(9), vec![vec![2]]));
+            .insert((PageId(3), b"b".to_vec()), (vec![PageId(8), PageId(9)], vec![vec![2]]));
         st.lookups
-            .insert((PageId(3), b"c".to_vec()), (PageId(10), vec![vec![3]]));
+            .insert((PageId(3), b"c".to_vec()), (vec![PageId(10)], vec![vec![3]]));
         assert_eq!(st.drop_key(Resource::Page(PageId(9))), Some(4));
         assert_eq!(st.lookups.len(), 1);
         assert_eq!(st.drop_key(Resource::Page(PageId(9))), None);
