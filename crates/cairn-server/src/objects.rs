@@ -27,9 +27,9 @@ use cairn_net::object_service::{
     encode_entries, encode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, LOOKUP_LEAVES_MAX,
     NO_OID, OBJ_X, OID_BYTES,
 };
-use cairn_net::page_service::NO_GROUP;
+use cairn_net::page_service::{encode_pages, NO_GROUP};
 use cairn_net::rpc::Replier;
-use cairn_storage::access::PageAccess;
+use cairn_storage::access::{PageAccess, Recording};
 use cairn_storage::btree::{BTree, Direction};
 use cairn_storage::lock::Resource;
 use cairn_storage::record::object::{small_max, ObjectSpace};
@@ -285,17 +285,28 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
         }
         ObjectRequest::TreeApply { root, ops, .. } => {
             let tree = BTree::open(t, PageId(root))?;
+            // The pages changed are the client's to know: it drops the
+            // lookups it keeps under them (its own changes are not called
+            // back).
+            let mut changed = Vec::new();
+            let mut rec = Recording {
+                inner: t,
+                pages: &mut changed,
+            };
             for op in &ops {
                 match op {
                     TreeOp::Insert { key, value } => {
-                        tree.insert(t, key, value)?;
+                        tree.insert(&mut rec, key, value)?;
                     }
                     TreeOp::Delete { key, value } => {
-                        tree.delete(t, key, value.as_deref())?;
+                        tree.delete(&mut rec, key, value.as_deref())?;
                     }
                 }
             }
-            Ok(Vec::new())
+            let mut pages: Vec<u32> = changed.iter().map(|p| p.0).collect();
+            pages.sort_unstable();
+            pages.dedup();
+            Ok(encode_pages(&pages))
         }
         ObjectRequest::TreeGet {
             root,

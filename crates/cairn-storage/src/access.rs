@@ -72,6 +72,47 @@ pub trait PageAccess {
     }
 }
 
+/// A [`PageAccess`] that notes every page changed, allocated or freed
+/// through it (in order, with repeats): who caches what was read from those
+/// pages learns what to drop (the typed layer's index cache, an object
+/// client's kept lookups).
+pub struct Recording<'a, A: PageAccess> {
+    /// The access the operations go to.
+    pub inner: &'a mut A,
+    /// The pages changed, allocated or freed so far.
+    pub pages: &'a mut Vec<PageId>,
+}
+
+impl<A: PageAccess> PageAccess for Recording<'_, A> {
+    fn page_size(&self) -> usize {
+        self.inner.page_size()
+    }
+
+    fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        self.inner.read(id, f)
+    }
+
+    fn modify<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+        self.pages.push(id);
+        self.inner.modify(id, f)
+    }
+
+    fn allocate(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        let p = self.inner.allocate(group, near, ty)?;
+        self.pages.push(p);
+        Ok(p)
+    }
+
+    fn free(&mut self, id: PageId) -> Result<()> {
+        self.pages.push(id);
+        self.inner.free(id)
+    }
+
+    fn lock_for_update(&mut self, id: PageId) -> Result<()> {
+        self.inner.lock_for_update(id)
+    }
+}
+
 /// A [`PageAccess`] over a plain map of page images, for unit tests of the
 /// record layer. It allocates pages sequentially and keeps freed ones for
 /// reuse; it is a test fixture, not a storage engine.

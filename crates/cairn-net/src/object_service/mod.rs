@@ -19,7 +19,7 @@
 //! | `0x020A` OBJ_RELEASE | rights given back ([`rights`]) | none (sent one way) |
 //! | `0x0210` TREE_OPEN | `txn u64, root u32` | `group u32` (the tree is checked) |
 //! | `0x0211` TREE_CREATE | `txn u64, group u32, unique u8` | `root u32` |
-//! | `0x0212` TREE_APPLY | `txn u64, root u32, count u32, ([`TreeOp`]) × count` | empty |
+//! | `0x0212` TREE_APPLY | `txn u64, root u32, count u32, ([`TreeOp`]) × count` | `count u32, page u32 × count`: the pages it changed, allocated or freed |
 //! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count`, then `0 u32` (no objects) and the leaves' rights as TREE_GET_OBJECTS |
 //! | `0x0214` TREE_RANGE | `txn u64, root u32, limit u32, lo bound, hi bound, after u8 (0 none, 1: value32)` | `count u32, (key16, value32) × count, more u8` |
 //! | `0x0215` TREE_DESTROY | `txn u64, root u32` | empty |

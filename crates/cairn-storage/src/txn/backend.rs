@@ -124,6 +124,12 @@ pub trait Backend: Send + Sync {
         let _ = (owner, pages);
         Ok(false)
     }
+    /// As [`Backend::prefetch`], taking X: the transaction is about to
+    /// change those pages. True if the X locks are held now.
+    fn prefetch_exclusive(&self, owner: LockOwner, pages: &[PageId]) -> Result<bool> {
+        let _ = (owner, pages);
+        Ok(false)
+    }
     /// True if the backend keeps transactions' object-level changes (see
     /// [`Txn::set_object_locking`]): it reserves room with
     /// [`Backend::reserve_room`] and its commit applies them to the newest

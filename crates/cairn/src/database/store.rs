@@ -17,7 +17,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use cairn_net::object_service::TreeOp;
-use cairn_storage::access::PageAccess;
+use cairn_storage::access::Recording;
 use cairn_storage::btree::{BTree, Direction};
 use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{Db, GroupId, Oid, PageId, Txn};
@@ -174,6 +174,19 @@ impl Tx {
         }
     }
 
+    /// Says which objects are about to be changed, so their locks (pages
+    /// or objects, exclusive) are taken together.
+    pub(crate) fn prefetch_for_update(&mut self, oids: &[Oid]) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) if t.object_locking() => Ok(()),
+            Tx::Pages(t) => {
+                let pages: Vec<PageId> = oids.iter().map(|o| o.page).collect();
+                t.prefetch_pages_exclusive(&pages)
+            }
+            Tx::Objects(t) => t.lock_many_for_update(oids),
+        }
+    }
+
     pub(crate) fn create_near(&mut self, near: Oid, bytes: &[u8]) -> StorageResult<Oid> {
         match self {
             Tx::Pages(t) => t.create_near(near, bytes),
@@ -286,7 +299,10 @@ impl Tx {
     ) -> StorageResult<BTree> {
         match self {
             Tx::Pages(t) => {
-                let mut rec = Recording { txn: t, pages: changed };
+                let mut rec = Recording {
+                    inner: t,
+                    pages: changed,
+                };
                 BTree::bulk_load(&mut rec, group, false, pairs)
             }
             Tx::Objects(t) => {
@@ -310,53 +326,14 @@ impl Tx {
     pub(crate) fn tree_destroy(&mut self, tree: BTree, changed: &mut Vec<PageId>) -> StorageResult<()> {
         match self {
             Tx::Pages(t) => {
-                let mut rec = Recording { txn: t, pages: changed };
+                let mut rec = Recording {
+                    inner: t,
+                    pages: changed,
+                };
                 tree.destroy(&mut rec)
             }
             Tx::Objects(t) => t.tree_destroy(tree.root()),
         }
-    }
-}
-
-/// A storage transaction that records the pages a B+-tree operation
-/// changes, allocates or frees (for the index cache's versions).
-struct Recording<'t> {
-    txn: &'t mut Txn,
-    pages: &'t mut Vec<PageId>,
-}
-
-impl PageAccess for Recording<'_> {
-    fn page_size(&self) -> usize {
-        PageAccess::page_size(self.txn)
-    }
-
-    fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R> {
-        PageAccess::read(self.txn, id, f)
-    }
-
-    fn modify<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> StorageResult<R>) -> StorageResult<R> {
-        self.pages.push(id);
-        PageAccess::modify(self.txn, id, f)
-    }
-
-    fn allocate(
-        &mut self,
-        group: GroupId,
-        near: Option<PageId>,
-        ty: cairn_storage::page::PageType,
-    ) -> StorageResult<PageId> {
-        let p = PageAccess::allocate(self.txn, group, near, ty)?;
-        self.pages.push(p);
-        Ok(p)
-    }
-
-    fn free(&mut self, id: PageId) -> StorageResult<()> {
-        self.pages.push(id);
-        PageAccess::free(self.txn, id)
-    }
-
-    fn lock_for_update(&mut self, id: PageId) -> StorageResult<()> {
-        PageAccess::lock_for_update(self.txn, id)
     }
 }
 
@@ -421,7 +398,7 @@ impl StoreOps for Txn {
 
     fn tree_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()> {
         let mut rec = Recording {
-            txn: self,
+            inner: self,
             pages: changed,
         };
         for op in &ops {

@@ -198,6 +198,10 @@ impl Backend for RemoteStore {
         self.fetch_shared(owner.txn, pages, 2)
     }
 
+    fn prefetch_exclusive(&self, owner: LockOwner, pages: &[PageId]) -> Result<bool> {
+        self.fetch_many(owner.txn, pages, FETCH_X, 2)
+    }
+
     fn fill_pages(&self) -> &FillPages {
         &self.fill
     }

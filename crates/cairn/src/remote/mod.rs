@@ -551,9 +551,21 @@ impl RemoteStore {
     /// `txn` holds S on every page of `pages` now (a page not in use is not
     /// locked).
     fn fetch_shared(&self, txn: TxnId, pages: &[PageId], at_least: usize) -> Result<bool> {
+        self.fetch_many(txn, pages, FETCH_S, at_least)
+    }
+
+    /// [`RemoteStore::fetch_shared`] in `mode` (FETCH_S or FETCH_X; for X,
+    /// this client's other transactions reading a page under its right are
+    /// named first, as a single X fetch does).
+    fn fetch_many(&self, txn: TxnId, pages: &[PageId], mode: u8, at_least: usize) -> Result<bool> {
+        let (want, covered) = if mode == FETCH_S {
+            (LockMode::S, true)
+        } else {
+            (LockMode::X, false)
+        };
         let mut todo = Vec::new();
         for &p in pages {
-            if !self.holds(txn, Resource::Page(p), LockMode::S) && !self.use_cover(txn, p) {
+            if !self.holds(txn, Resource::Page(p), want) && !(covered && self.use_cover(txn, p)) {
                 todo.push(p);
             }
         }
@@ -562,6 +574,11 @@ impl RemoteStore {
         }
         if todo.len() < at_least {
             return Ok(false);
+        }
+        if mode != FETCH_S {
+            for &p in &todo {
+                self.name_readers(txn, p)?;
+            }
         }
         self.mark_on_server(txn);
         let _in_flight = FetchInFlight::start(&self.state);
@@ -573,7 +590,7 @@ impl RemoteStore {
             }
             let req = PageRequest::Fetch {
                 txn: txn.0,
-                mode: FETCH_S | self.cache_flag(),
+                mode: mode | self.cache_flag(),
                 group: NO_GROUP,
                 pages: named.clone(),
             };
@@ -592,7 +609,7 @@ impl RemoteStore {
             let parts = call.collect().map_err(|e| self.conn.error_for(e, txn))?;
             let n: usize = parts.iter().map(|p| p.len()).sum();
             self.conn.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
-            let statuses = self.take_parts(txn, FETCH_S, &named, &parts)?;
+            let statuses = self.take_parts(txn, mode, &named, &parts)?;
             all_locked &= statuses.iter().all(|s| s.is_locked());
         }
         Ok(all_locked)

@@ -33,7 +33,7 @@ use cairn_net::object_service::{
     decode_entries, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, FETCH_OBJECTS_MAX,
     NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
-use cairn_net::page_service::{decode_groups, PageRequest, VolumeInfo, NO_GROUP};
+use cairn_net::page_service::{decode_groups, decode_pages, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
 use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
@@ -278,10 +278,33 @@ impl ObjectTxn {
     pub fn lock_for_update(&mut self, oid: Oid) -> Result<()> {
         self.check_active()?;
         if !self.exclusive.contains_key(&oid) && !self.changes.contains_key(&oid) {
-            self.store.before_write(self.id, &[oid], &[])?;
+            self.store.before_write(self.id, &[oid])?;
             self.fetch(&[oid], OBJ_X)?;
         }
         Ok(())
+    }
+
+    /// Locks every object of `oids` X on the server (changes follow) in
+    /// pipelined OBJ_FETCH requests, those not held yet: a transaction that
+    /// knows what it will change takes the locks in one round trip.
+    pub fn lock_many_for_update(&mut self, oids: &[Oid]) -> Result<()> {
+        self.check_active()?;
+        let mut todo: Vec<Oid> = oids
+            .iter()
+            .copied()
+            .filter(|o| !self.exclusive.contains_key(o) && !self.changes.contains_key(o))
+            .collect();
+        todo.sort_unstable();
+        todo.dedup();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        self.store.before_write(self.id, &todo)?;
+        // What was read already is replaced by what the X fetch brings.
+        for o in &todo {
+            self.read.remove(o);
+        }
+        self.fetch(&todo, OBJ_X)
     }
 
     /// True if this transaction read or changed the object already (its
@@ -345,14 +368,17 @@ impl ObjectTxn {
             return Ok(());
         }
         self.check_active()?;
-        self.store.before_write(self.id, &[], &[root])?;
+        self.store.before_tree_write(self.id, root)?;
         self.wrote = true;
-        self.tree_call(&ObjectRequest::TreeApply {
+        let body = self.tree_call(&ObjectRequest::TreeApply {
             txn: self.id,
             root: root.0,
             ops,
-        })
-        .map(|_| ())
+        })?;
+        let pages = decode_pages(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
+        let pages: Vec<PageId> = pages.into_iter().map(PageId).collect();
+        self.store.tree_written(self.id, root, Some(&pages));
+        Ok(())
     }
 
     /// The values of `key` in the tree at `root`, at most `limit` (kept
@@ -485,13 +511,14 @@ impl ObjectTxn {
     /// Frees every page of the tree at `root`.
     pub fn tree_destroy(&mut self, root: PageId) -> Result<()> {
         self.check_active()?;
-        self.store.before_write(self.id, &[], &[root])?;
+        self.store.before_tree_write(self.id, root)?;
         self.wrote = true;
         self.tree_call(&ObjectRequest::TreeDestroy {
             txn: self.id,
             root: root.0,
-        })
-        .map(|_| ())
+        })?;
+        self.store.tree_written(self.id, root, None);
+        Ok(())
     }
 
     fn tree_call(&mut self, req: &ObjectRequest) -> Result<bytes::Bytes> {
@@ -513,7 +540,7 @@ impl ObjectTxn {
             return c.clone().ok_or(Error::NotFound { oid });
         }
         if !self.exclusive.contains_key(&oid) {
-            self.store.before_write(self.id, &[oid], &[])?;
+            self.store.before_write(self.id, &[oid])?;
             self.fetch(&[oid], OBJ_X)?;
         }
         self.whole(oid)?.ok_or(Error::NotFound { oid })
@@ -727,7 +754,7 @@ impl ObjectTxn {
             return Ok(());
         }
         let oids: Vec<Oid> = self.changes.keys().copied().collect();
-        self.store.before_write(self.id, &oids, &[])?;
+        self.store.before_write(self.id, &oids)?;
         self.wrote = true;
         let changes = std::mem::take(&mut self.changes);
         let wire = changes
@@ -785,7 +812,7 @@ impl ObjectTxn {
         self.check_active()?;
         let oids: Vec<Oid> = self.changes.keys().copied().collect();
         if !oids.is_empty() {
-            self.store.before_write(self.id, &oids, &[])?;
+            self.store.before_write(self.id, &oids)?;
         }
         self.ended = true;
         // No answer may name it once its end is on the way; one that did

@@ -61,10 +61,14 @@ type Lookup = (Vec<PageId>, Vec<Vec<u8>>);
 struct TxnRights {
     /// Objects and leaves it read under the client's rights.
     reads: FxHashSet<Resource>,
-    /// Objects, and B+-trees by root, it changes (or is about to): until
-    /// it ends no right to them is taken in or used by the others, since a
+    /// Objects, and B+-tree pages, it changes (or is about to): until it
+    /// ends no right to them is taken in or used by the others, since a
     /// reply granting one may carry the value it is replacing.
     writes: FxHashSet<Resource>,
+    /// B+-trees (by root) with a change of it on the way to the server: no
+    /// lookup of them is taken in or used by the others until the answer
+    /// says which pages changed.
+    trees: FxHashSet<PageId>,
     /// A callback answer (or a writer's naming) named it: the server knows
     /// it, and its end must reach the server.
     named: bool,
@@ -95,19 +99,17 @@ pub(super) struct RightsState {
 
 impl RightsState {
     /// True if a transaction other than `txn` changes `key` (an object, or
-    /// a tree by its root).
-    fn written(&self, key: Resource, txn: u64) -> bool {
-        self.txns.iter().any(|(t, v)| *t != txn && v.writes.contains(&key))
+    /// a B+-tree page), or (`tree`) has a change of that tree on the way.
+    fn written(&self, key: Resource, tree: Option<PageId>, txn: u64) -> bool {
+        self.txns
+            .iter()
+            .any(|(t, v)| *t != txn && (v.writes.contains(&key) || tree.is_some_and(|r| v.trees.contains(&r))))
     }
 
     /// Whether a right of `epoch` to `key`, just taken in, may be used
     /// (`tree`: the root of the leaf's tree).
     fn take_right(&mut self, key: Resource, epoch: u64, tree: Option<PageId>) -> bool {
-        let written = match tree {
-            Some(root) => self.written(Resource::Page(root), 0),
-            None => self.written(key, 0),
-        };
-        if epoch == 0 || written || self.revoked.get(&key).is_some_and(|r| *r >= epoch) {
+        if epoch == 0 || self.written(key, tree, 0) || self.revoked.get(&key).is_some_and(|r| *r >= epoch) {
             return false;
         }
         self.revoked.remove(&key);
@@ -202,7 +204,7 @@ impl ObjectStore {
     pub(super) fn use_object(&self, txn: u64, oid: Oid) -> Option<Arc<[u8]>> {
         let mut st = lock(&self.rights);
         let bytes = st.objects.get(&oid)?.bytes.clone();
-        if st.written(Resource::Object(oid), txn) {
+        if st.written(Resource::Object(oid), None, txn) {
             return None;
         }
         let v = st.txns.entry(txn).or_default();
@@ -225,7 +227,11 @@ impl ObjectStore {
     pub(super) fn use_lookup(&self, txn: u64, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
         let mut st = lock(&self.rights);
         let (leaves, values) = st.lookups.get(&(root, key.to_vec())).cloned()?;
-        if st.written(Resource::Page(root), txn) {
+        if leaves
+            .iter()
+            .enumerate()
+            .any(|(i, l)| st.written(Resource::Page(*l), (i == 0).then_some(root), txn))
+        {
             return None;
         }
         let v = st.txns.entry(txn).or_default();
@@ -380,28 +386,20 @@ impl ObjectStore {
         }
     }
 
-    /// Before `txn` changes the objects `oids` (and, for `trees`, any
-    /// entry of the B+-trees with those roots): drops what this client
+    /// Before `txn` changes the objects `oids`: drops what this client
     /// keeps of them, and names to the server its other transactions
     /// reading under those rights, so that the change's X waits for them
-    /// there. A round trip per key read by another transaction (none in a
-    /// single-threaded program).
-    pub(super) fn before_write(&self, txn: u64, oids: &[Oid], trees: &[PageId]) -> Result<()> {
+    /// there. A round trip per object read by another transaction (none in
+    /// a single-threaded program).
+    pub(super) fn before_write(&self, txn: u64, oids: &[Oid]) -> Result<()> {
         let (named, dropped) = {
             let mut st = lock(&self.rights);
             let v = st.txns.entry(txn).or_default();
             v.writes.extend(oids.iter().map(|o| Resource::Object(*o)));
-            v.writes.extend(trees.iter().map(|r| Resource::Page(*r)));
-            let mut keys: Vec<Resource> = oids.iter().map(|o| Resource::Object(*o)).collect();
-            keys.extend(
-                st.leaves
-                    .iter()
-                    .filter(|(_, l)| trees.contains(&l.root))
-                    .map(|(p, _)| Resource::Page(*p)),
-            );
             let mut named = Vec::new();
             let mut dropped = Vec::new();
-            for k in keys {
+            for o in oids {
+                let k = Resource::Object(*o);
                 let Some(epoch) = st.drop_key(k) else { continue };
                 dropped.push((k, epoch));
                 let readers = st.name_readers(k, txn);
@@ -413,6 +411,72 @@ impl ObjectStore {
         };
         self.lost(&dropped);
         self.release(&dropped);
+        self.name(txn, named)
+    }
+
+    /// Before `txn` changes the B+-tree at `root` (which leaves, only the
+    /// server's answer will tell): no lookup of the tree is used or taken
+    /// in by another transaction until [`ObjectStore::tree_written`], and
+    /// the others reading lookups of it are named to the server.
+    pub(super) fn before_tree_write(&self, txn: u64, root: PageId) -> Result<()> {
+        let named = {
+            let mut st = lock(&self.rights);
+            st.txns.entry(txn).or_default().trees.insert(root);
+            let leaves: Vec<PageId> = st
+                .leaves
+                .iter()
+                .filter(|(_, l)| l.root == root)
+                .map(|(p, _)| *p)
+                .collect();
+            let mut named = Vec::new();
+            for p in leaves {
+                let k = Resource::Page(p);
+                let readers = st.name_readers(k, txn);
+                if !readers.is_empty() {
+                    named.push((k, readers));
+                }
+            }
+            named
+        };
+        self.name(txn, named)
+    }
+
+    /// `txn` changed (or allocated, or freed) `pages` of the tree at
+    /// `root`: the lookups kept under them go, and until it ends no lookup
+    /// under them is used or taken in by the others; the rest of the tree's
+    /// lookups are good again. Without `pages` (a tree destroyed), every
+    /// lookup of the tree goes, and the tree stays written.
+    pub(super) fn tree_written(&self, txn: u64, root: PageId, pages: Option<&[PageId]>) {
+        let dropped = {
+            let mut st = lock(&self.rights);
+            let leaves: Vec<PageId> = match pages {
+                Some(pages) => pages.iter().copied().filter(|p| st.leaves.contains_key(p)).collect(),
+                None => st
+                    .leaves
+                    .iter()
+                    .filter(|(_, l)| l.root == root)
+                    .map(|(p, _)| *p)
+                    .collect(),
+            };
+            let mut dropped = Vec::new();
+            for p in leaves {
+                if let Some(e) = st.drop_leaf(p) {
+                    dropped.push((Resource::Page(p), e));
+                }
+            }
+            let v = st.txns.entry(txn).or_default();
+            if let Some(pages) = pages {
+                v.writes.extend(pages.iter().map(|p| Resource::Page(*p)));
+                v.trees.remove(&root);
+            }
+            dropped
+        };
+        self.release(&dropped);
+    }
+
+    /// Names `named` (key, readers) to the server as `txn`'s readers, one
+    /// OBJ_CALLBACK_REPLY with id 0 each.
+    fn name(&self, txn: u64, named: Vec<(Resource, Vec<u64>)>) -> Result<()> {
         let mut result = Ok(());
         for (key, readers) in named {
             let reply = ObjectCallbackReply {
@@ -577,12 +641,15 @@ mod tests {
         assert!(st.take_right(k, 8, None));
         assert!(st.take_right(k, 7, None), "the newer right replaced what was revoked");
         // While a transaction of this client changes the object (or the
-        // leaf's tree), no right to it is taken in.
+        // leaf, or has a change of its tree on the way), no right to it is
+        // taken in.
         st.txns.entry(5).or_default().writes.insert(k);
         assert!(!st.take_right(k, 9, None));
-        st.txns.entry(5).or_default().writes.insert(Resource::Page(PageId(3)));
+        st.txns.entry(5).or_default().trees.insert(PageId(3));
         assert!(!st.take_right(Resource::Page(PageId(40)), 9, Some(PageId(3))));
         assert!(st.take_right(Resource::Page(PageId(40)), 9, Some(PageId(4))));
+        st.txns.entry(5).or_default().writes.insert(Resource::Page(PageId(41)));
+        assert!(!st.take_right(Resource::Page(PageId(41)), 9, Some(PageId(4))));
     }
 
     /// Readers are named once each, never the writer itself nor an ending

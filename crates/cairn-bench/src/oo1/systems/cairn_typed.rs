@@ -298,6 +298,17 @@ impl<D: Deployment> System for Cairn<D> {
         let db = self.db()?;
         let mut tx = db.begin()?;
         let mut v = Visits::default();
+        // The parts the new ones connect to that exist already are changed
+        // below (their `from` lists): their locks are taken together, one
+        // round trip for all of them on a client of a server.
+        let new_ids: std::collections::HashSet<u32> = parts.iter().map(|p| p.id).collect();
+        let mut targets = Vec::new();
+        for c in parts.iter().flat_map(|p| &p.to) {
+            if !new_ids.contains(&c.to) {
+                targets.push(find(D::NAME, &mut tx, c.to)?);
+            }
+        }
+        tx.prefetch_for_update(&targets)?;
         for p in parts {
             v.visit(p.x, p.y, p.kind_str());
             let mut to = Vec::with_capacity(p.to.len());
