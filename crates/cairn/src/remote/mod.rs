@@ -565,7 +565,8 @@ impl RemoteStore {
         };
         let mut todo = Vec::new();
         for &p in pages {
-            if !self.holds(txn, Resource::Page(p), want) && !(covered && self.use_cover(txn, p)) {
+            let held = self.holds(txn, Resource::Page(p), want) || (covered && self.use_cover(txn, p));
+            if !held {
                 todo.push(p);
             }
         }
