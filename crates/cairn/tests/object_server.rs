@@ -156,7 +156,13 @@ fn locking_object_client_child_process() {
         return;
     };
     let oid = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_OID").unwrap())).unwrap();
+    let cached = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_CACHED_OID").unwrap())).unwrap();
     let store = ObjectStore::connect(parse_url(&url).unwrap(), b"", 1 << 20).unwrap();
+    // A right to cache `cached`, held when the process dies.
+    let mut t = store.begin().unwrap();
+    t.read(cached).unwrap();
+    t.commit().unwrap();
+    assert_eq!(store.cached_objects().0, 1);
     let mut t = store.begin().unwrap();
     t.read_for_update(oid).unwrap();
     t.update(oid, b"never committed").unwrap();
@@ -177,7 +183,7 @@ fn a_killed_object_client_leaves_no_lock_and_a_killed_server_no_lost_commit() {
     let server = ServerChild::start(&path);
     let store = object_client(&server);
     let oids = seed(&store, 2);
-    let oid_hex: String = oids[0].to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let hex_of = |o: Oid| -> String { o.to_bytes().iter().map(|b| format!("{b:02x}")).collect() };
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -186,7 +192,8 @@ fn a_killed_object_client_leaves_no_lock_and_a_killed_server_no_lost_commit() {
             "--test-threads=1",
         ])
         .env("CAIRN_TEST_OBJECT_CLIENT", format!("cairn://{}", server.addr))
-        .env("CAIRN_TEST_OID", oid_hex)
+        .env("CAIRN_TEST_OID", hex_of(oids[0]))
+        .env("CAIRN_TEST_CACHED_OID", hex_of(oids[1]))
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -206,11 +213,15 @@ fn a_killed_object_client_leaves_no_lock_and_a_killed_server_no_lost_commit() {
     t.update(oids[0], b"first").unwrap();
     t.commit().unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
-    // Two commits to objects of one page, then the server is killed.
+    // Two commits to objects of one page, then the server is killed. The
+    // second changes the object the killed client held a right to: its
+    // right went with its connection too (no callback to wait out).
     let other = object_client(&server);
+    let started = Instant::now();
     let mut t = other.begin().unwrap();
     t.update(oids[1], b"second").unwrap();
     t.commit().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
     drop((store, other));
     server.kill();
     let db = Db::open(
