@@ -113,21 +113,16 @@ pub trait Backend: Send + Sync {
     /// The transaction has ended (committed, rolled back): release its
     /// locks and forget it.
     fn end(&self, owner: LockOwner, allocated: &[PageId]);
-    /// Takes S on every page of `pages` for `owner` (none of them held yet)
-    /// and brings them into the backend's cache, as reading each would, but
-    /// all at once: a remote backend sends the fetches together, several
-    /// pages a request, every request in flight before the first reply is
-    /// read. True if the locks are held now; the default takes nothing and
-    /// says false (each page is locked when it is read, as usual: an
-    /// embedded engine has no round trip to save).
-    fn prefetch(&self, owner: LockOwner, pages: &[PageId]) -> Result<bool> {
-        let _ = (owner, pages);
-        Ok(false)
-    }
-    /// As [`Backend::prefetch`], taking X: the transaction is about to
-    /// change those pages. True if the X locks are held now.
-    fn prefetch_exclusive(&self, owner: LockOwner, pages: &[PageId]) -> Result<bool> {
-        let _ = (owner, pages);
+    /// Takes S (X if `exclusive`: the transaction is about to change
+    /// them) on every page of `pages` for `owner` (none of them held so
+    /// yet) and brings them into the backend's cache, as reading each
+    /// would, but all at once: a remote backend sends the fetches together,
+    /// several pages a request, every request in flight before the first
+    /// reply is read. True if the locks are held now; the default takes
+    /// nothing and says false (each page is locked when it is used, as
+    /// usual: an embedded engine has no round trip to save).
+    fn prefetch(&self, owner: LockOwner, pages: &[PageId], exclusive: bool) -> Result<bool> {
+        let _ = (owner, pages, exclusive);
         Ok(false)
     }
     /// True if the backend keeps transactions' object-level changes (see

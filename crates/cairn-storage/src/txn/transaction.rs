@@ -287,52 +287,38 @@ impl Txn {
     /// it follows them. A page it then does not read stays locked, as if
     /// read, until the transaction ends.
     pub fn prefetch_pages(&mut self, pages: &[PageId]) -> Result<()> {
-        self.run(|t| {
-            let mut todo: Vec<PageId> = pages
-                .iter()
-                .copied()
-                .filter(|p| !t.holds(Resource::Page(*p), LockMode::S))
-                .collect();
-            todo.sort_unstable();
-            todo.dedup();
-            if todo.is_empty() {
-                return Ok(());
-            }
-            if t.db.prefetch(t.owner, &todo)? {
-                for p in todo {
-                    let m = t.held.entry(Resource::Page(p)).or_insert(LockMode::S);
-                    *m = m.sup(LockMode::S);
-                }
-            }
-            Ok(())
-        })
+        self.prefetch_in(pages, LockMode::S)
     }
 
-    /// Locks (exclusive) the pages of `pages` this transaction does not
-    /// hold X on yet and fetches them together, where the backend gains by
-    /// it ([`Backend::prefetch_exclusive`]): a transaction that knows which
-    /// objects it will change (an insert's connection targets) takes their
-    /// pages in one round trip instead of one each. Under object-level
-    /// locking nothing is taken (its changes lock objects, not pages).
+    /// As [`Txn::prefetch_pages`], locking exclusive: a transaction that
+    /// knows which objects it will change (an insert's connection targets)
+    /// takes their pages in one round trip instead of one each. Under
+    /// object-level locking nothing is taken (its changes lock objects, not
+    /// pages).
     pub fn prefetch_pages_exclusive(&mut self, pages: &[PageId]) -> Result<()> {
         if self.object_locks {
             return Ok(());
         }
+        self.prefetch_in(pages, LockMode::X)
+    }
+
+    /// [`Backend::prefetch`] of the pages not held in `mode` (S or X) yet.
+    fn prefetch_in(&mut self, pages: &[PageId], mode: LockMode) -> Result<()> {
         self.run(|t| {
             let mut todo: Vec<PageId> = pages
                 .iter()
                 .copied()
-                .filter(|p| !t.holds(Resource::Page(*p), LockMode::X))
+                .filter(|p| !t.holds(Resource::Page(*p), mode))
                 .collect();
             todo.sort_unstable();
             todo.dedup();
             if todo.is_empty() {
                 return Ok(());
             }
-            if t.db.prefetch_exclusive(t.owner, &todo)? {
+            if t.db.prefetch(t.owner, &todo, mode == LockMode::X)? {
                 for p in todo {
-                    let m = t.held.entry(Resource::Page(p)).or_insert(LockMode::X);
-                    *m = m.sup(LockMode::X);
+                    let m = t.held.entry(Resource::Page(p)).or_insert(mode);
+                    *m = m.sup(mode);
                 }
             }
             Ok(())

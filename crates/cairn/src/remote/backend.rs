@@ -192,14 +192,11 @@ impl Backend for RemoteStore {
         Ok(status.is_locked())
     }
 
-    fn prefetch(&self, owner: LockOwner, pages: &[PageId]) -> Result<bool> {
+    fn prefetch(&self, owner: LockOwner, pages: &[PageId], exclusive: bool) -> Result<bool> {
         // A single page to fetch is one round trip either way: it is
-        // fetched when it is read (and only if it is).
-        self.fetch_shared(owner.txn, pages, 2)
-    }
-
-    fn prefetch_exclusive(&self, owner: LockOwner, pages: &[PageId]) -> Result<bool> {
-        self.fetch_many(owner.txn, pages, FETCH_X, 2)
+        // fetched when it is used (and only if it is).
+        let mode = if exclusive { FETCH_X } else { FETCH_S };
+        self.fetch_many(owner.txn, pages, mode, 2)
     }
 
     fn fill_pages(&self) -> &FillPages {

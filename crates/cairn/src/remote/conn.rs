@@ -128,6 +128,21 @@ impl Connection {
         }))
     }
 
+    /// Sends a callback answer (`kind`, `body`) and waits for the server to
+    /// acknowledge it. `counted`: the application's round trip (a writer
+    /// naming its client's readers); the callback thread's answers are not
+    /// counted as round trips.
+    pub(super) fn answer(&self, kind: cairn_net::frame::Kind, body: Vec<u8>, counted: bool) -> Result<()> {
+        if counted {
+            return self.call_kind(kind, body, TxnId(0)).map(|_| ());
+        }
+        self.client
+            .invoke(kind, body)
+            .and_then(|c| c.wait())
+            .map(|_| ())
+            .map_err(|e| self.error(e))
+    }
+
     /// Sends a request of any service (`kind`, `body`) for transaction
     /// `txn` (its errors name it) and collects the reply's parts.
     pub(super) fn call_kind(&self, kind: cairn_net::frame::Kind, body: Vec<u8>, txn: TxnId) -> Result<Vec<Bytes>> {

@@ -257,18 +257,8 @@ impl RemoteStore {
     /// [`RemoteStore::start_ending`]). `counted`: the application's round
     /// trip (a callback thread's answer is not one).
     fn send_answer(&self, reply: CallbackReply, readers: &[TxnId], counted: bool) -> Result<()> {
-        let req = PageRequest::CallbackReply(reply);
-        let sent = if counted {
-            self.conn.call_one(&req).map(|_| ())
-        } else {
-            let (kind, body) = req.encode();
-            self.conn
-                .client
-                .invoke(kind, body)
-                .and_then(|c| c.wait())
-                .map(|_| ())
-                .map_err(|e| self.conn.error(e))
-        };
+        let (kind, body) = PageRequest::CallbackReply(reply).encode();
+        let sent = self.conn.answer(kind, body, counted);
         let mut st = lock(&self.state);
         for t in readers {
             if let Some(v) = st.txns.get_mut(t) {
@@ -350,22 +340,16 @@ impl RemoteStore {
 }
 
 /// The callback daemon (Soprano's): a thread per connection that waits for
-/// the server's callbacks and answers them, reading the connection itself
-/// when no request is waiting for a reply. It ends when the store is gone
-/// or the connection closes.
-pub(super) fn callback_daemon(client: Client, store: Weak<RemoteStore>) {
+/// the server's callbacks and hands each to `answer` with the store,
+/// reading the connection itself when no request is waiting for a reply.
+/// It ends when the store is gone or the connection closes. Page- and
+/// object-server clients both run it.
+pub(super) fn callback_daemon<S>(client: Client, store: Weak<S>, answer: fn(&S, &[u8])) {
     loop {
         match client.next_notice(Duration::from_millis(200)) {
             Ok(Some(body)) => {
                 let Some(store) = store.upgrade() else { return };
-                match Callback::decode(&body) {
-                    Ok(cb) => {
-                        if let Err(e) = store.answer_callback(cb) {
-                            tracing::warn!(error = %e, "answering a callback failed");
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not a callback"),
-                }
+                answer(&store, &body);
             }
             Ok(None) => {
                 if store.strong_count() == 0 {
@@ -374,6 +358,18 @@ pub(super) fn callback_daemon(client: Client, store: Weak<RemoteStore>) {
             }
             Err(_) => return,
         }
+    }
+}
+
+/// A page-server client's answer to a callback notice.
+pub(super) fn answer_page_callback(store: &RemoteStore, body: &[u8]) {
+    match Callback::decode(body) {
+        Ok(cb) => {
+            if let Err(e) = store.answer_callback(cb) {
+                tracing::warn!(error = %e, "answering a callback failed");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not a callback"),
     }
 }
 

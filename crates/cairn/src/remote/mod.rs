@@ -260,7 +260,7 @@ impl RemoteStore {
         let client = store.conn.client.clone();
         std::thread::Builder::new()
             .name("cairn-callbacks".into())
-            .spawn(move || callback_daemon(client, weak))
+            .spawn(move || callback_daemon(client, weak, cover::answer_page_callback))
             .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))?;
         Ok(store)
     }

@@ -38,7 +38,8 @@ use cairn_net::transport::Address;
 use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
 use super::conn::Connection;
-use super::object_rights::{object_callback_daemon, FetchInFlight, RightsState};
+use super::cover::callback_daemon;
+use super::object_rights::{answer_object_callback, FetchInFlight, RightsState};
 use super::RemoteStats;
 
 /// What the typed layer runs when the client loses its right to an object
@@ -91,7 +92,7 @@ impl ObjectStore {
         let client = store.conn.client.clone();
         std::thread::Builder::new()
             .name("cairn-object-callbacks".into())
-            .spawn(move || object_callback_daemon(client, weak))
+            .spawn(move || callback_daemon(client, weak, answer_object_callback))
             .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))?;
         Ok(store)
     }

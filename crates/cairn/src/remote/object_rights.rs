@@ -9,7 +9,7 @@
 //!   leaf: the answer (key → values) is kept until the leaf changes.
 //! - **Callbacks.** Before another client's transaction changes the object
 //!   (or the leaf), the server calls the right back; the callback thread
-//!   ([`object_callback_daemon`]) drops what the right covered and answers
+//!   (`cover::callback_daemon`, [`answer_object_callback`]) drops what the right covered and answers
 //!   "dropped", or names this client's transactions reading under it (the
 //!   server grants them the locks they held in effect, and the writer
 //!   waits for them in its lock table). The typed layer's decoded copies
@@ -27,12 +27,10 @@
 //! lookups of absent keys and of keys at either end of a leaf.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
 use cairn_net::object_service::{ObjectCallback, ObjectCallbackReply, ObjectRequest, RightKey};
 use cairn_net::page_service::RELEASE_RIGHTS_MAX;
-use cairn_net::rpc::Client;
 use cairn_storage::fxhash::{FxHashMap, FxHashSet};
 use cairn_storage::lock::Resource;
 use cairn_storage::{Error, Oid, PageId, Result, TxnId};
@@ -502,16 +500,7 @@ impl ObjectStore {
     /// application's round trip (the callback thread's answer is not one).
     fn send_answer(&self, reply: ObjectCallbackReply, readers: &[u64], counted: bool) -> Result<()> {
         let (kind, body) = ObjectRequest::CallbackReply(reply).encode();
-        let sent = if counted {
-            self.conn.call_kind(kind, body, TxnId(0)).map(|_| ())
-        } else {
-            self.conn
-                .client
-                .invoke(kind, body)
-                .and_then(|c| c.wait())
-                .map(|_| ())
-                .map_err(|e| self.conn.error(e))
-        };
+        let sent = self.conn.answer(kind, body, counted);
         let mut st = lock(&self.rights);
         for t in readers {
             if let Some(v) = st.txns.get_mut(t) {
@@ -544,7 +533,7 @@ impl ObjectStore {
         lock(&self.rights).txns.remove(&txn);
     }
 
-    /// Answers a callback (see [`object_callback_daemon`]).
+    /// Answers a callback (see [`answer_object_callback`]).
     fn answer_callback(&self, cb: ObjectCallback) -> Result<()> {
         self.conn.callbacks.fetch_add(1, Ordering::Relaxed);
         let key = from_wire(cb.key);
@@ -595,30 +584,16 @@ impl ObjectStore {
     }
 }
 
-/// The callback thread of an object-server client: waits for the server's
-/// callbacks and answers them. It ends when the store is gone or the
-/// connection closes.
-pub(super) fn object_callback_daemon(client: Client, store: Weak<ObjectStore>) {
-    loop {
-        match client.next_notice(Duration::from_millis(200)) {
-            Ok(Some(body)) => {
-                let Some(store) = store.upgrade() else { return };
-                match ObjectCallback::decode(&body) {
-                    Ok(cb) => {
-                        if let Err(e) = store.answer_callback(cb) {
-                            tracing::warn!(error = %e, "answering a callback failed");
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not an object callback"),
-                }
+/// An object-server client's answer to a callback notice (its callback
+/// thread is the page client's `cover::callback_daemon`).
+pub(super) fn answer_object_callback(store: &ObjectStore, body: &[u8]) {
+    match ObjectCallback::decode(body) {
+        Ok(cb) => {
+            if let Err(e) = store.answer_callback(cb) {
+                tracing::warn!(error = %e, "answering a callback failed");
             }
-            Ok(None) => {
-                if store.strong_count() == 0 {
-                    return;
-                }
-            }
-            Err(_) => return,
         }
+        Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not an object callback"),
     }
 }
 
