@@ -79,9 +79,8 @@
 //! ```
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::io;
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -93,6 +92,9 @@ use crate::error::{Error, Result};
 use crate::frame::{self, Flags, Frame, FrameDecoder, Kind, RequestId};
 use crate::message::{Architecture, Fault, Hello, Message, Welcome};
 use crate::transport::Address;
+
+mod sock;
+use sock::Sock;
 
 /// How long a write may stall before its caller reads replies instead.
 pub const WRITE_STALL: Duration = Duration::from_millis(1);
@@ -159,93 +161,6 @@ struct Slot {
     events: VecDeque<Event>,
     /// The [`Call`] was dropped: discard what arrives, remove the slot at the final reply.
     abandoned: bool,
-}
-
-/// The socket, either kind. Reads and writes go through `&Sock`, so one thread can read while
-/// another writes.
-#[derive(Debug)]
-enum Sock {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Sock {
-    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => (&*s).read(buf),
-            Sock::Unix(s) => (&*s).read(buf),
-        }
-    }
-
-    fn write(&self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => (&*s).write(buf),
-            Sock::Unix(s) => (&*s).write(buf),
-        }
-    }
-
-    fn fd(&self) -> RawFd {
-        match self {
-            Sock::Tcp(s) => s.as_raw_fd(),
-            Sock::Unix(s) => s.as_raw_fd(),
-        }
-    }
-
-    /// Reads what has arrived without waiting (`MSG_DONTWAIT`; the socket's other readers keep
-    /// their blocking mode and timeout, which a non-blocking flag on the descriptor would change).
-    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: `buf` is writable for `buf.len()` bytes for the whole call, and the descriptor
-        // is open: it belongs to `self`, which outlives the call.
-        let n = unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
-    }
-
-    /// Waits up to `timeout` (rounded up to a whole millisecond) until the socket has something
-    /// to read (data, end of stream or an error), without reading it.
-    fn poll_readable(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `pfd` is one valid, writable pollfd and `nfds` is 1; its descriptor is open (it
-        // belongs to `self`, which outlives the call).
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(n > 0 && pfd.revents != 0)
-    }
-
-    fn set_timeouts(&self, read: Option<Duration>, write: Option<Duration>) -> io::Result<()> {
-        match self {
-            Sock::Tcp(s) => {
-                s.set_read_timeout(read)?;
-                s.set_write_timeout(write)
-            }
-            Sock::Unix(s) => {
-                s.set_read_timeout(read)?;
-                s.set_write_timeout(write)
-            }
-        }
-    }
-
-    fn shutdown(&self) {
-        let _ = match self {
-            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
-            Sock::Unix(s) => s.shutdown(Shutdown::Both),
-        };
-    }
 }
 
 /// The reading side, owned by whichever caller is reading.
