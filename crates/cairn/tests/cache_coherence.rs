@@ -191,8 +191,9 @@ fn prefetched_objects_are_committed_state_only(b: Backend) {
 
     // Two faults on one page in one transaction prefetch nothing; a fault
     // there in a later transaction prefetches the rest of the page (a
-    // page-based client only: an object-server client reads no pages).
-    if !b.reads_page_images() {
+    // client locking whole pages only: an object-server client reads no
+    // pages, and object-level locking decodes no page's other objects).
+    if !b.prefetches_whole_pages() {
         return;
     }
     db.clear_caches().unwrap();
@@ -397,7 +398,7 @@ fn views_in_cached_page_images_never_show_stale_or_uncommitted_state(b: Backend)
     }
     let s = db.cache_stats();
     if !b.reads_page_images() {
-        // Views read copies of objects there: no page image to count.
+        // An object-server client's views read copies: no image to count.
         return;
     }
     assert!(s.image_loads > 0 && s.image_hits > 0, "{s:?}");

@@ -441,8 +441,8 @@ fn views_read_what_get_reads_and_follow_changes(b: Backend) {
     tx.commit().unwrap();
     let s = db.cache_stats();
     if !b.reads_page_images() {
-        // No shared page images (an object-server client has no pages;
-        // object-level locking reads copies): views read copies.
+        // No shared page images (an object-server client has no pages):
+        // views read copies.
         assert_eq!(s.image_hits, 0, "{s:?}");
     } else {
         assert!(s.image_loads > 0 && s.image_hits > 0, "{s:?}");

@@ -354,6 +354,34 @@ impl Txn {
         self.run(|t| object::page_image(t, page))
     }
 
+    /// The LSN of `page`'s committed image now (the last commit installed
+    /// there): an image of the page read earlier with this LSN is current.
+    /// Under object-level locking a reader checks an image it kept against
+    /// it, since other objects of the page change under their own locks.
+    pub fn committed_page_lsn(&mut self, page: PageId) -> Result<crate::ids::Lsn> {
+        let mut lsn = None;
+        self.db
+            .read_committed(page, &mut |b| lsn = Some(crate::page::lsn(b)))
+            .inspect_err(|e| self.doom_if_fatal(e))?;
+        lsn.ok_or_else(|| Error::Internal(format!("the backend did not read page {page}")))
+    }
+
+    /// A copy of `page`'s committed image, read without a page lock, if it
+    /// is an object (slotted) page: under object-level locking a reader
+    /// holding S on one of its objects reads that object in it (the other
+    /// objects may be changing under their own locks; see
+    /// [`Txn::committed_page_lsn`]).
+    pub fn committed_page_image(&mut self, page: PageId) -> Result<Option<std::sync::Arc<[u8]>>> {
+        let mut image = None;
+        self.db
+            .read_committed(page, &mut |b| {
+                image = (crate::page::page_type(b) == Some(crate::page::PageType::Slotted))
+                    .then(|| std::sync::Arc::from(b));
+            })
+            .inspect_err(|e| self.doom_if_fatal(e))?;
+        Ok(image)
+    }
+
     /// True if this transaction holds a private (changed) copy of `page`:
     /// what it reads there is not committed state.
     pub fn has_private_copy(&self, page: PageId) -> bool {

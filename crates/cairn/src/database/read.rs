@@ -162,25 +162,57 @@ impl Transaction<'_> {
         // cost a cache miss per object (`cairn bench refs`, view).
         let me = self.txn.id();
         let inner = self.inner;
-        // Only a transaction that locks whole pages reads objects in their
-        // shared page images (see `Tx::reads_shared_images`).
-        let in_place = self.txn.reads_shared_images();
+        // Only a page-based transaction reads objects in the shared page
+        // images (see `Tx::views_in_place`); under object-level locking,
+        // only in an image checked against the page's committed LSN, and
+        // not in a copy the buffer made (it has no LSN to check).
+        let in_place = self.txn.views_in_place();
+        let check_lsn = self.txn.checks_image_lsns();
         if in_place {
             self.txn.lock_to_read(oid)?;
         }
         if let Some(txn) = self.txn.pages().filter(|t| in_place && !t.has_private_copy(oid.page)) {
             let cache = &inner.cache;
-            let found = match cache.buffered(me, oid)? {
+            // Under object-level locking the page is not locked as a whole:
+            // its committed image is read without a page lock.
+            let image = |txn: &mut Txn| {
+                if check_lsn {
+                    txn.committed_page_image(oid.page)
+                } else {
+                    txn.page_image(oid.page)
+                }
+            };
+            let mut found = match cache.buffered(me, oid)? {
                 crate::dual::Probe::Hit(l) => Some(l),
                 // Not in its page in a form read in place (moved, large):
                 // the owned path below. (The typed layer flushes nothing
                 // into the buffer's transactions, so never its own change.)
                 crate::dual::Probe::Elsewhere => None,
-                crate::dual::Probe::Miss => match txn.page_image(oid.page)? {
+                crate::dual::Probe::Miss => match image(txn)? {
                     Some(image) => cache.fault_in(me, oid, image)?,
                     None => None,
                 },
             };
+            if check_lsn {
+                found = match found {
+                    Some(l) if l.in_page => {
+                        let now = txn.committed_page_lsn(oid.page)?;
+                        if cairn_storage::page::lsn(&l.bytes) == now {
+                            Some(l)
+                        } else {
+                            // A commit changed the page since the image was
+                            // read: read it again (the object is locked S
+                            // now, so the new image holds its current state).
+                            cache.invalidate_image(oid.page);
+                            match image(txn)? {
+                                Some(image) => cache.fault_in(me, oid, image)?.filter(|l| l.in_page),
+                                None => None,
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+            }
             if let Some(l) = found {
                 // Checked once as this class: the buffer remembers it with
                 // the record until the page's image goes.

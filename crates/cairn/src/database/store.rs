@@ -142,14 +142,31 @@ impl Tx {
         }
     }
 
-    /// True if objects may be read in place from shared page images, and a
-    /// page's other objects decoded along with one: the transaction locks
-    /// whole pages. Under object-level locking another transaction may
-    /// commit a change to another object of the page while this one reads
-    /// it, so an image loaded then could outlive that commit in the dual
-    /// buffer; objects are read as copies instead.
+    /// True if a page's other objects may be decoded along with one (the
+    /// whole-page prefetch of `get`), trusting the page's image for all of
+    /// them: the transaction locks whole pages. Under object-level locking
+    /// another transaction may commit a change to another object of the
+    /// page meanwhile, so an image loaded then could outlive that commit;
+    /// views check an image's LSN instead ([`Tx::checks_image_lsns`]).
     pub(crate) fn reads_shared_images(&self) -> bool {
         matches!(self, Tx::Pages(t) if !t.object_locking())
+    }
+
+    /// True if views may read objects in place in the dual buffer's page
+    /// images: a page-based transaction. Under object-level locking only
+    /// an image whose LSN is still the page's committed one
+    /// ([`Tx::checks_image_lsns`]): then no commit changed any object of
+    /// the page since it was read, and the object being viewed, locked S
+    /// now, cannot change while it is read.
+    pub(crate) fn views_in_place(&self) -> bool {
+        matches!(self, Tx::Pages(_))
+    }
+
+    /// True if an image read in place must be checked against the page's
+    /// committed LSN first (object-level locking; see
+    /// [`Tx::views_in_place`]).
+    pub(crate) fn checks_image_lsns(&self) -> bool {
+        matches!(self, Tx::Pages(t) if t.object_locking())
     }
 
     /// Takes what changing `oid` needs (its home page's exclusive lock, or

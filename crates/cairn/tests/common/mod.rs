@@ -46,10 +46,18 @@ pub const BACKENDS: [Backend; 5] = [
 ];
 
 impl Backend {
-    /// True if views read objects in place from shared page images (and a
-    /// refaulted page's objects are decoded together): transactions that
-    /// lock whole pages, here or as page- or file-server clients.
+    /// True if views read objects in place from shared page images:
+    /// every page-based backend (under object-level locking, images
+    /// checked against the page's committed LSN); not an object-server
+    /// client, which has no pages.
     pub fn reads_page_images(self) -> bool {
+        !matches!(self, Backend::Object)
+    }
+
+    /// True if a refaulted page's objects are decoded together (whole-page
+    /// prefetch): transactions that lock whole pages, here or as page- or
+    /// file-server clients.
+    pub fn prefetches_whole_pages(self) -> bool {
         matches!(self, Backend::Embedded | Backend::Page | Backend::File)
     }
 }
