@@ -2,6 +2,7 @@
 //! peers, reports and plots. Today: [`commit`], the group-commit benchmark, and [`refs`], the cost of
 //! following a reference against the in-memory floor.
 
+pub mod acob;
 pub mod commit;
 pub mod oo1;
 pub mod oo7;
