@@ -1,7 +1,8 @@
 //! ACOB, the Altair Complex-Object Benchmark (DeWitt et al. 1990, "A study of
 //! three alternative workstation-server architectures", §4–5), as
 //! `../shared/BENCHMARKS.md` ("ACOB") specifies it. Today: the workload
-//! generator alone, pure data with no database.
+//! generator and a set stored and queried in Cairn; the systems, sweeps and
+//! report of `cairn bench acob` are to come.
 //!
 //! The workload:
 //!
@@ -37,6 +38,7 @@
 //! | file | what it is |
 //! |---|---|
 //! | `generate.rs` | [`AcobConfig`], the [`Set`] (where every record lives, what every leaf references), the plans [`scan_order`], [`random_read`], [`random_update`] as lists of [`Visit`]s |
+//! | `store.rs` | a set stored in Cairn (records of 106 bytes, 35 to a page, in the planned layout, placement checked) and a plan run against any architecture's transaction ([`store::AcobTxn`]), each record checked against the plan |
 //! | `tests.rs` | the generator's unit tests |
 //!
 //! Where the paper had to be interpreted (the clustering region at the ends
@@ -49,6 +51,7 @@
 //! under test does the identical work and a run replays from its seed.
 
 pub mod generate;
+pub mod store;
 
 #[cfg(test)]
 mod tests;
