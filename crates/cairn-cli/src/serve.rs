@@ -71,8 +71,10 @@ impl Default for FileConfig {
 /// a client to answer a callback), `txn_bytes_max` (redo bytes one
 /// transaction may send over its STAGE and COMMIT messages),
 /// `callback_rights_max` (rights to cache pages held at once by all clients;
-/// past it pages are served under their lock alone). An unknown key or a
-/// bad number is an error naming the line.
+/// past it pages are served under their lock alone), `buffer_frames` (pages
+/// the server's buffer pool holds, at least 8: a benchmark sizes the
+/// server's buffer this way). An unknown key or a bad number is an error
+/// naming the line.
 pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut limits = Limits::default();
@@ -106,6 +108,13 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
             "shutdown_grace_ms" => limits.shutdown_grace = std::time::Duration::from_millis(n),
             "lock_timeout_ms" => db.lock_timeout = std::time::Duration::from_millis(n),
             "txn_bytes_max" => txn_bytes_max = n,
+            "buffer_frames" => {
+                if n < 8 {
+                    bail!("{}: buffer_frames = {n}: the buffer pool needs at least 8 pages", at());
+                }
+                db.volume.buffer_frames =
+                    usize::try_from(n).with_context(|| format!("{}: {key} = {n} is too large", at()))?;
+            }
             "callback_rights_max" => {
                 callback_rights_max =
                     usize::try_from(n).with_context(|| format!("{}: {key} = {n} is too large", at()))?
@@ -241,8 +250,11 @@ mod tests {
 
     #[test]
     fn a_config_file_sets_the_server_bounds_and_names_a_bad_line() {
-        let c = config_of("# bounds\ncallback_rights_max = 64\ntxn_bytes_max = 4096 # small\nlock_timeout_ms = 1500\n")
-            .unwrap();
+        let c = config_of(
+            "# bounds\ncallback_rights_max = 64\ntxn_bytes_max = 4096 # small\nlock_timeout_ms = 1500\nbuffer_frames = 50\n",
+        )
+        .unwrap();
+        assert_eq!(c.db.volume.buffer_frames, 50);
         assert_eq!(c.callback_rights_max, 64);
         assert_eq!(c.txn_bytes_max, 4096);
         assert_eq!(c.db.lock_timeout, std::time::Duration::from_millis(1500));
@@ -253,6 +265,8 @@ mod tests {
         );
         let e = config_of("connections_max = 4\ncallback_rights = 1\n").unwrap_err();
         assert!(e.to_string().contains(":2: unknown key"), "{e}");
+        let e = config_of("buffer_frames = 3\n").unwrap_err();
+        assert!(e.to_string().contains("at least 8 pages"), "{e}");
         let e = config_of("callback_rights_max = many\n").unwrap_err();
         assert!(
             e.to_string().contains("callback_rights_max wants a whole number"),
