@@ -7,7 +7,7 @@
 //! `cargo test -p cairn-bench -p cairn-cli`, builds it; `-p cairn-bench`
 //! alone does not, and may leave an old one there).
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use cairn_bench::oo1::concurrency::{self, Op};
 use cairn_bench::oo1::generate::{self, Graph, TRAVERSAL_VISITS};
@@ -15,29 +15,9 @@ use cairn_bench::oo1::rng::ParkMiller;
 use cairn_bench::oo1::system::System;
 use cairn_bench::oo1::systems::{self, cairn_embedded::Embedded, cairn_typed::Cairn};
 use cairn_bench::oo1::{Measure, Oo1Config};
+use common::cairn_exe;
 
 const PARTS: u32 = 500;
-
-/// The `cairn` binary that serves `cairn-page`.
-fn cairn_exe() -> PathBuf {
-    if let Some(p) = std::env::var_os("CAIRN_BIN") {
-        return PathBuf::from(p);
-    }
-    // This test is target/PROFILE/deps/oo1-HASH; the binary is target/PROFILE/cairn.
-    let me = std::env::current_exe().expect("the test's own path");
-    let bin = me
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test runs from target/PROFILE/deps")
-        .join(format!("cairn{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build -p cairn-cli` (or run `cargo test -p cairn-bench -p cairn-cli`), \
-         or name a cairn binary in CAIRN_BIN",
-        bin.display()
-    );
-    bin
-}
 
 fn scratch(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new()

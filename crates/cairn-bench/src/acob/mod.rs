@@ -39,6 +39,7 @@
 //! |---|---|
 //! | `generate.rs` | [`AcobConfig`], the [`Set`] (where every record lives, what every leaf references), the plans [`scan_order`], [`random_read`], [`random_update`] as lists of [`Visit`]s |
 //! | `store.rs` | a set stored in Cairn (records of 106 bytes, 35 to a page, in the planned layout, placement checked) and a plan run against any architecture's transaction ([`store::AcobTxn`]), each record checked against the plan |
+//! | `systems.rs` | the architectures under test over one directory (embedded, and page, object and file clients of a `cairn serve` child), buffers sized in pages, cold caches on demand |
 //! | `tests.rs` | the generator's unit tests |
 //!
 //! Where the paper had to be interpreted (the clustering region at the ends
@@ -52,6 +53,7 @@
 
 pub mod generate;
 pub mod store;
+pub mod systems;
 
 #[cfg(test)]
 mod tests;

@@ -186,7 +186,7 @@ fn no_oid() -> Oid {
 /// Stores `set` (number `set_no`) in `group` (an empty group of its own)
 /// through `txn`, in its physical layout order, and checks the placement;
 /// the caller commits.
-pub fn load<T: AcobTxn>(txn: &mut T, group: GroupId, set: &Set, set_no: u8) -> Result<StoredSet> {
+pub fn load<T: AcobTxn + ?Sized>(txn: &mut T, group: GroupId, set: &Set, set_no: u8) -> Result<StoredSet> {
     let mismatch = |what: String| StoreError::Mismatch { set: set_no, what };
     let layout = set.layout()?;
     let objects = set.object_count() as usize;
@@ -279,7 +279,7 @@ pub struct RunCounts {
 /// below the start is a child of the last one read a level up), that the
 /// reference it was reached by leads to it; rewrites the records the plan
 /// marks (their update counter goes up by one). The caller commits.
-pub fn run<T: AcobTxn>(txn: &mut T, stored: &StoredSet, visits: &[Visit], follows: bool) -> Result<RunCounts> {
+pub fn run<T: AcobTxn + ?Sized>(txn: &mut T, stored: &StoredSet, visits: &[Visit], follows: bool) -> Result<RunCounts> {
     let mismatch = |what: String| StoreError::Mismatch { set: stored.set, what };
     let mut counts = RunCounts::default();
     // The references of the record read last at each depth: the next

@@ -24,9 +24,10 @@
 //!   cache's (`round_trips`, `bytes_shipped` = sent + received,
 //!   `pages_shipped`, `pages_revalidated`).
 //!
-//! Each transaction today revalidates every page it locks with one round
-//! trip (callback locking, which removes that, is not there yet): warm runs
-//! are not free of round trips.
+//! The client keeps what it read across transactions under rights the
+//! server calls back (callback locking): a warm run that reads only pages
+//! (or, for `cairn-object`, objects and lookups) it has seen makes no round
+//! trip.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -168,6 +169,12 @@ impl ServerProcess {
     /// it prints. The server's log goes to this process's stderr, errors only
     /// unless `CAIRN_LOG` says otherwise.
     pub fn start(exe: &Path, dir: &Path) -> Result<ServerProcess> {
+        ServerProcess::start_with(exe, dir, None)
+    }
+
+    /// [`ServerProcess::start`] with `cairn serve --config FILE` (server
+    /// limits and its buffer pool's size: `buffer_frames`).
+    pub fn start_with(exe: &Path, dir: &Path, config: Option<&Path>) -> Result<ServerProcess> {
         let mut cmd = Command::new(exe);
         cmd.arg("serve")
             .arg(dir)
@@ -175,6 +182,9 @@ impl ServerProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
         if std::env::var_os("CAIRN_LOG").is_none() {
             cmd.env("CAIRN_LOG", "error");
         }
