@@ -81,3 +81,40 @@ fn every_architecture_stores_the_sets_and_runs_the_same_plans() {
     assert!(object[0] >= records, "object scan: {object:?}");
     assert!(page[0] * 5 < object[0], "scans: page {page:?}, object {object:?}");
 }
+
+#[test]
+fn a_tiny_run_of_the_benchmark_measures_every_query_on_every_system() {
+    use cairn_bench::acob::run::{self, AcobRun, Point, Query};
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = AcobRun {
+        systems: Arch::ALL.to_vec(),
+        points: vec![Point {
+            sweep: "point",
+            clustering: 50,
+            region: 1,
+            client_buffer_pages: 8,
+            smeared: false,
+        }],
+        objects_per_set: 100,
+        server_buffer_pages: 8,
+        seed: 5,
+        dir: dir.path().to_path_buf(),
+        cairn_exe: common::cairn_exe(),
+    };
+    let rows = run::run(&cfg, |_| {}).unwrap();
+    assert_eq!(rows.len(), Arch::ALL.len() * Query::ALL.len());
+    for q in Query::ALL {
+        let of_q: Vec<_> = rows.iter().filter(|r| r.query == q).collect();
+        let read = of_q[0].counters["records_read"];
+        assert!(read > 0.0);
+        assert!(of_q.iter().all(|r| r.counters["records_read"] == read), "{q:?}");
+        let written = of_q[0].counters["records_written"];
+        assert_eq!(written > 0.0, q == Query::RandomUpdate);
+        assert!(of_q.iter().all(|r| r.counters["records_written"] == written), "{q:?}");
+    }
+    let table = run::table(&rows);
+    assert_eq!(table.lines().count(), rows.len() + 1);
+    let json = run::json(&cfg, &rows);
+    assert_eq!(json["results"].as_array().unwrap().len(), rows.len());
+    assert_eq!(json["benchmark"], "acob");
+}

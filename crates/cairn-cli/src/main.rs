@@ -1,6 +1,6 @@
 //! The `cairn` command-line tool: create, inspect and check databases;
 //! `torture` and `verify` for crash testing; the benchmarks (`bench commit,
-//! refs, rpc, oo1, oo7`).
+//! refs, rpc, oo1, oo7, acob`).
 //!
 //! The binary allocates with mimalloc: the typed layer decodes objects into
 //! ordinary Rust values (a `String` or `Vec` per field), and glibc's malloc
@@ -151,6 +151,10 @@ enum BenchCommand {
     /// OO7 (Carey, DeWitt & Naughton) for dual buffering (Kemper & Kossmann):
     /// T1, T2a, T2b over clusterings, strategies and buffer sizes, cold and warm.
     Oo7(cairn_bench::oo7::Oo7Args),
+    /// ACOB (DeWitt et al.): the embedded engine and the page-, object- and
+    /// file-server clients on complex objects, by clustering factor,
+    /// region and buffer size; scans, random reads and random updates.
+    Acob(cairn_bench::acob::run::AcobArgs),
     /// RPC (PRIMA): empty tasks, 1–200 in flight, 1–8 client processes, Unix and TCP, against
     /// the raw ping-pong floor; and a streamed reply.
     Rpc(cairn_bench::rpc::RpcArgs),
@@ -213,6 +217,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Oo7(args),
         } => cairn_bench::oo7::main(&args).map_err(Into::into),
+        Command::Bench {
+            which: BenchCommand::Acob(args),
+        } => cairn_bench::acob::run::main(&args).map_err(Into::into),
         Command::Bench {
             which: BenchCommand::Rpc(args),
         } => cairn_bench::rpc::cli_main(&args).map_err(Into::into),

@@ -92,6 +92,14 @@ impl From<crate::oo1::system::Error> for SystemError {
 /// The result of running a system.
 pub type Result<T> = std::result::Result<T, SystemError>;
 
+/// The name of set `n`'s group (`acob-A` for set 0).
+pub fn group_name(n: usize) -> String {
+    match SET_NAMES.get(n) {
+        Some(name) => format!("acob-{name}"),
+        None => format!("acob-{n}"),
+    }
+}
+
 /// The connection of a running system.
 enum Conn {
     Embedded(Db),
@@ -210,8 +218,7 @@ impl System {
 
     /// The group of set `n` (A = 0), created if `create`.
     fn group(&self, n: usize, create: bool) -> Result<GroupId> {
-        let name = format!("acob-{}", SET_NAMES.get(n).copied().unwrap_or("extra"));
-        let name = if n < SET_NAMES.len() { name } else { format!("acob-{n}") };
+        let name = group_name(n);
         Ok(match self.conn()? {
             Conn::Embedded(db) => match db.group(&name) {
                 Ok(g) => g,

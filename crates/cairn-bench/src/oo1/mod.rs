@@ -138,7 +138,7 @@ impl Oo1Report {
 }
 
 /// A directory removed when dropped.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(pub(crate) PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -146,12 +146,14 @@ impl Drop for Scratch {
     }
 }
 
-fn scratch(parent: Option<&Path>) -> Result<Scratch> {
+/// A new scratch directory `cairn-bench-NAME-…` under `parent` (default:
+/// the temp directory).
+pub(crate) fn scratch(parent: Option<&Path>, name: &str) -> Result<Scratch> {
     let base = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let dir = base.join(format!("cairn-bench-oo1-{}-{nanos}", std::process::id()));
+    let dir = base.join(format!("cairn-bench-{name}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
     Ok(Scratch(dir))
 }
@@ -177,7 +179,7 @@ pub fn run(cfg: &Oo1Config) -> Result<Oo1Report> {
             "--clients measures cairn-page: include it in --systems".into(),
         ));
     }
-    let dir = scratch(cfg.dir.as_deref())?;
+    let dir = scratch(cfg.dir.as_deref(), "oo1")?;
     let mut systems = cfg
         .systems
         .iter()
