@@ -1,7 +1,7 @@
 //! Deterministic simulation for tests (cargo feature `sim`): a simulated
 //! disk ([`SimDisk`]) that keeps every file in memory, records every write,
 //! fsync and directory change, injects I/O faults, and builds the disk images
-//! a power loss could leave — the tool behind `tests/crash_images.rs`
+//! a power loss could leave — the tool behind `tests/crash_images/`
 //! (TigerBeetle's `src/testing/storage.zig` is the model). Tool interface
 //! (see the crate docs): tests only, never the upper layers.
 //!

@@ -150,7 +150,7 @@
 //!   boundary, in any combination. Unsynced bytes sit only in the last
 //!   segment.
 //! - Every file operation goes through the [`Vfs`] seam, so the simulated
-//!   disk (`crate::sim`, `tests/crash_images.rs`) checks these claims.
+//!   disk (`crate::sim`, `tests/crash_images/`) checks these claims.
 
 pub mod format;
 mod reader;
