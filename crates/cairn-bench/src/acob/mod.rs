@@ -38,6 +38,7 @@
 //! | file | what it is |
 //! |---|---|
 //! | `generate.rs` | [`AcobConfig`], the [`Set`] (where every record lives, what every leaf references), the plans [`scan_order`], [`random_read`], [`random_update`] as lists of [`Visit`]s |
+//! | `findings.rs` | the paper's findings checked on the rows as yes/no lines with their figures (only those the sweeps run can tell) |
 //! | `run.rs` | `cairn bench acob`: the sweeps' points, each built once by the embedded engine and copied for every system, the three steps from cold caches with the seed reset, timed with the client's counters; the table and the JSON |
 //! | `store.rs` | a set stored in Cairn (records of 106 bytes, 35 to a page, in the planned layout, placement checked) and a plan run against any architecture's transaction ([`store::AcobTxn`]), each record checked against the plan |
 //! | `systems.rs` | the architectures under test over one directory (embedded, and page, object and file clients of a `cairn serve` child), buffers sized in pages, cold caches on demand |
@@ -52,6 +53,7 @@
 //! the same seed gives the same sets and the same visits, so every system
 //! under test does the identical work and a run replays from its seed.
 
+pub mod findings;
 pub mod generate;
 pub mod run;
 pub mod store;

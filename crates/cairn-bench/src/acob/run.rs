@@ -331,8 +331,13 @@ pub fn table(rows: &[Row]) -> String {
     o
 }
 
-/// The JSON document (`--json`): config and results as issue 14 names them.
+/// The JSON document (`--json`): config, results and findings as issue 14
+/// names them.
 pub fn json(cfg: &AcobRun, rows: &[Row]) -> serde_json::Value {
+    let findings: Vec<serde_json::Value> = super::findings::check(rows)
+        .into_iter()
+        .map(|f| serde_json::json!({"finding": f.finding, "holds": f.holds, "evidence": f.evidence}))
+        .collect();
     serde_json::json!({
         "benchmark": "acob",
         "machine": {
@@ -358,6 +363,7 @@ pub fn json(cfg: &AcobRun, rows: &[Row]) -> serde_json::Value {
             "ms": r.ms,
             "counters": r.counters,
         })).collect::<Vec<_>>(),
+        "findings": findings,
     })
 }
 
@@ -431,6 +437,7 @@ pub fn main(args: &AcobArgs) -> Result<(), SystemError> {
     };
     let rows = run(&cfg, |what| eprintln!("acob: {what}"))?;
     print!("{}", table(&rows));
+    print!("{}", super::findings::lines(&super::findings::check(&rows)));
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&json(&cfg, &rows))
             .map_err(|e| SystemError::Server(format!("encoding the JSON: {e}")))?;

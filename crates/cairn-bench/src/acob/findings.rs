@@ -1,0 +1,263 @@
+//! The paper's findings (DeWitt et al. §5–6), checked on the measured rows
+//! as yes/no lines with the figures behind them. A finding whose points
+//! were not run (a single point, or another sweep) is left out, not
+//! guessed.
+
+use super::run::{Query, Row};
+use super::systems::Arch;
+
+/// One finding, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    /// What the paper found.
+    pub finding: &'static str,
+    /// Whether Cairn's figures show it.
+    pub holds: bool,
+    /// The figures.
+    pub evidence: String,
+}
+
+/// The step's time of `system` at the point matching `at`.
+fn ms(rows: &[Row], system: Arch, query: Query, at: impl Fn(&Row) -> bool) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.system == system && r.query == query && at(r))
+        .map(|r| r.ms)
+}
+
+/// The times of `system` for `query` along a sweep's points that `on`
+/// keeps, by the x value `x` gives, in x order.
+fn series(
+    rows: &[Row],
+    system: Arch,
+    query: Query,
+    on: impl Fn(&Row) -> bool,
+    x: impl Fn(&Row) -> u32,
+) -> Vec<(u32, f64)> {
+    let mut s: Vec<(u32, f64)> = rows
+        .iter()
+        .filter(|r| r.system == system && r.query == query && on(r))
+        .map(|r| (x(r), r.ms))
+        .collect();
+    s.sort_by_key(|p| p.0);
+    s
+}
+
+fn spread(s: &[(u32, f64)]) -> Option<f64> {
+    let max = s.iter().map(|p| p.1).fold(f64::NAN, f64::max);
+    let min = s.iter().map(|p| p.1).fold(f64::NAN, f64::min);
+    (s.len() >= 2 && min > 0.0).then(|| max / min)
+}
+
+/// The lowest clustering factor at which `a`'s random read is at least as
+/// fast as `b`'s along `s_a`, `s_b` (same x values), if any.
+fn crossover(s_a: &[(u32, f64)], s_b: &[(u32, f64)]) -> Option<u32> {
+    s_a.iter()
+        .zip(s_b)
+        .find(|((xa, ta), (xb, tb))| xa == xb && ta <= tb)
+        .map(|((x, _), _)| *x)
+}
+
+fn fmt(s: &[(u32, f64)]) -> String {
+    s.iter()
+        .map(|(x, t)| format!("{x}: {t:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every finding the rows can tell.
+pub fn check(rows: &[Row]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let clustering = |r: &Row| r.point.sweep == "clustering" && !r.point.smeared;
+    // 1. Scans: the page server far ahead (the paper: about 11×).
+    let ratios: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.system == Arch::Page && r.query == Query::Scan)
+        .filter_map(|p| ms(rows, Arch::Object, Query::Scan, |o| o.point == p.point).map(|o| o / p.ms.max(1e-9)))
+        .collect();
+    if !ratios.is_empty() {
+        let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = ratios.iter().copied().fold(0.0, f64::max);
+        out.push(Finding {
+            finding: "the page server is far ahead of the object server on scans (the paper: about 11x)",
+            holds: min >= 3.0,
+            evidence: format!(
+                "object/page scan time {min:.1}x to {max:.1}x over {} points",
+                ratios.len()
+            ),
+        });
+    }
+    // 2. The object server largely insensitive to clustering.
+    let object = series(rows, Arch::Object, Query::RandomRead, clustering, |r| {
+        r.point.clustering
+    });
+    if let Some(s) = spread(&object) {
+        out.push(Finding {
+            finding: "the object server is largely insensitive to clustering (random read)",
+            holds: s <= 1.5,
+            evidence: format!("object random read ms by f: {} (max/min {s:.2})", fmt(&object)),
+        });
+    }
+    // 3. Page and file server improve with clustering.
+    for arch in [Arch::Page, Arch::File] {
+        let s = series(rows, arch, Query::RandomRead, clustering, |r| r.point.clustering);
+        if let (Some(first), Some(last)) = (s.first(), s.last()) {
+            if s.len() >= 2 {
+                out.push(Finding {
+                    finding: if arch == Arch::Page {
+                        "the page server improves with clustering (random read)"
+                    } else {
+                        "the file server improves with clustering (random read)"
+                    },
+                    holds: last.1 < first.1 * 0.8,
+                    evidence: format!("{} random read ms by f: {}", arch.name(), fmt(&s)),
+                });
+            }
+        }
+    }
+    // 4. The object server ahead on random update at low clustering and a
+    // small buffer.
+    let low = |r: &Row| clustering(r) && r.point.clustering == 10 && r.point.client_buffer_pages <= 50;
+    if let (Some(o), Some(p)) = (
+        ms(rows, Arch::Object, Query::RandomUpdate, low),
+        ms(rows, Arch::Page, Query::RandomUpdate, low),
+    ) {
+        out.push(Finding {
+            finding: "the object server is ahead on random update at low clustering and small buffers",
+            holds: o < p,
+            evidence: format!("f=10, 50-page buffers: object {o:.0} ms, page {p:.0} ms"),
+        });
+    }
+    // 5. File-server writes slow.
+    let updates: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|r| r.system == Arch::File && r.query == Query::RandomUpdate)
+        .filter_map(|f| ms(rows, Arch::Page, Query::RandomUpdate, |p| p.point == f.point).map(|p| (f.ms, p)))
+        .collect();
+    if !updates.is_empty() {
+        let slower = updates.iter().filter(|(f, p)| f > p).count();
+        out.push(Finding {
+            finding: "file-server writes are slow (random update slower than the page server's)",
+            holds: slower * 2 > updates.len(),
+            evidence: format!("file slower than page at {slower} of {} points", updates.len()),
+        });
+    }
+    // 6. The page/object crossover on random read rises with the region.
+    let mut crossings = Vec::new();
+    for region in [1, 5, 9] {
+        let on = |r: &Row| r.point.sweep == "region" && r.point.region == region;
+        let page = series(rows, Arch::Page, Query::RandomRead, on, |r| r.point.clustering);
+        let object = series(rows, Arch::Object, Query::RandomRead, on, |r| r.point.clustering);
+        if page.len() >= 2 && page.len() == object.len() {
+            crossings.push((region, crossover(&page, &object)));
+        }
+    }
+    if crossings.len() == 3 {
+        let xs: Vec<u32> = crossings.iter().map(|(_, c)| c.unwrap_or(100)).collect();
+        out.push(Finding {
+            finding: "the page-vs-object crossover clustering factor on random read rises with the region (paper: ~30%, ~55%, ~65% at 1, 5, 9 pages)",
+            holds: xs.windows(2).all(|w| w[0] <= w[1]) && xs[0] < xs[2],
+            evidence: crossings
+                .iter()
+                .map(|(r, c)| match c {
+                    Some(f) => format!("region {r}: page catches up at f={f}%"),
+                    None => format!("region {r}: no crossover up to 90%"),
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        });
+    }
+    // 7. The object server levels off with buffers past ~150 pages, and
+    // 8. the page server is more sensitive to buffer size than to
+    // clustering.
+    let buffer_at = |f: u32| move |r: &Row| r.point.sweep == "buffer" && r.point.clustering == f;
+    let object_buf = series(rows, Arch::Object, Query::RandomRead, buffer_at(30), |r| {
+        r.point.client_buffer_pages as u32
+    });
+    let past: Vec<(u32, f64)> = object_buf.iter().copied().filter(|(b, _)| *b >= 150).collect();
+    if let Some(s) = spread(&past) {
+        out.push(Finding {
+            finding: "the object server levels off with client buffers past ~150 pages (random read, f=30%)",
+            holds: s <= 1.15,
+            evidence: format!("object random read ms by buffer: {}", fmt(&object_buf)),
+        });
+    }
+    let page_buf = series(rows, Arch::Page, Query::RandomRead, buffer_at(30), |r| {
+        r.point.client_buffer_pages as u32
+    });
+    let page_clu = series(rows, Arch::Page, Query::RandomRead, clustering, |r| r.point.clustering);
+    if let (Some(b), Some(c)) = (spread(&page_buf), spread(&page_clu)) {
+        out.push(Finding {
+            finding: "the page server is more sensitive to buffer size than to clustering (random read)",
+            holds: b > c,
+            evidence: format!("page random read max/min over buffers 50-300: {b:.2}; over f 10-90%: {c:.2}"),
+        });
+    }
+    out
+}
+
+/// The findings as printed lines.
+pub fn lines(findings: &[Finding]) -> String {
+    let mut o = String::from("findings (DeWitt et al. 1990):\n");
+    for f in findings {
+        o.push_str(&format!(
+            "  {} {}: {}\n",
+            if f.holds { "yes" } else { "NO " },
+            f.finding,
+            f.evidence
+        ));
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::acob::run::Point;
+
+    fn row(system: Arch, query: Query, f: u32, ms: f64) -> Row {
+        Row {
+            system,
+            point: Point {
+                sweep: "clustering",
+                clustering: f,
+                region: 5,
+                client_buffer_pages: 50,
+                smeared: false,
+            },
+            query,
+            ms,
+            counters: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn findings_follow_the_figures_and_unmeasured_ones_are_left_out() {
+        let mut rows = Vec::new();
+        for f in [10, 50, 90] {
+            rows.push(row(Arch::Page, Query::Scan, f, 10.0));
+            rows.push(row(Arch::Object, Query::Scan, f, 120.0));
+            rows.push(row(Arch::Page, Query::RandomRead, f, 1000.0 / f as f64));
+            rows.push(row(Arch::Object, Query::RandomRead, f, 30.0));
+            rows.push(row(Arch::Page, Query::RandomUpdate, f, 50.0));
+            rows.push(row(Arch::Object, Query::RandomUpdate, f, 40.0));
+        }
+        let found = check(&rows);
+        let by = |s: &str| found.iter().find(|f| f.finding.contains(s)).cloned();
+        assert!(by("far ahead of the object server on scans").unwrap().holds);
+        assert!(by("object server is largely insensitive").unwrap().holds);
+        assert!(by("page server improves with clustering").unwrap().holds);
+        assert!(by("ahead on random update at low clustering").unwrap().holds);
+        // No file server, region or buffer sweep: those are not told.
+        assert!(by("file server improves").is_none());
+        assert!(by("crossover").is_none());
+        assert!(by("levels off").is_none());
+        // Figures that say otherwise give "no".
+        for r in rows.iter_mut().filter(|r| r.system == Arch::Object && r.query == Query::Scan) {
+            r.ms = 11.0;
+        }
+        assert!(!check(&rows)[0].holds);
+        assert!(lines(&check(&rows)).contains("NO "));
+    }
+}
