@@ -254,7 +254,10 @@ mod tests {
         assert!(by("crossover").is_none());
         assert!(by("levels off").is_none());
         // Figures that say otherwise give "no".
-        for r in rows.iter_mut().filter(|r| r.system == Arch::Object && r.query == Query::Scan) {
+        for r in rows
+            .iter_mut()
+            .filter(|r| r.system == Arch::Object && r.query == Query::Scan)
+        {
             r.ms = 11.0;
         }
         assert!(!check(&rows)[0].holds);
