@@ -9,7 +9,9 @@
 //! `cargo test -p cairn-bench -p cairn-cli`, builds it; `-p cairn-bench`
 //! alone does not, and may leave an old one there).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 
 use cairn::{Database, Ref};
 use cairn_bench::oo1::rng::ParkMiller;
@@ -17,6 +19,7 @@ use cairn_bench::oo1::systems::cairn_page::ServerProcess;
 use cairn_bench::oo7::build::{self, Stored};
 use cairn_bench::oo7::schema::Oo7AtomicPart;
 use cairn_bench::oo7::{self, options_for, traverse, Clustering, Graph, Oo7Config, Params, Phase, Strategy, Traversal};
+use common::cairn_exe;
 
 const SEED: u64 = 1;
 
@@ -298,27 +301,6 @@ fn a_tiny_sweep_writes_json_with_the_schema() {
     assert!(table.contains("RANDOM T1 cold") && table.contains("Table 1") && table.contains("findings"));
     let figures = oo7::plot::draw(&dir.path().join("plots"), &report.rows).unwrap();
     assert_eq!(figures.len(), 2, "one per clustering × traversal");
-}
-
-/// The `cairn` binary that serves the `--connect` sweep.
-fn cairn_exe() -> PathBuf {
-    if let Some(p) = std::env::var_os("CAIRN_BIN") {
-        return PathBuf::from(p);
-    }
-    // This test is target/PROFILE/deps/oo7-HASH; the binary is target/PROFILE/cairn.
-    let me = std::env::current_exe().expect("the test's own path");
-    let bin = me
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test runs from target/PROFILE/deps")
-        .join(format!("cairn{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build -p cairn-cli` (or run `cargo test -p cairn-bench -p cairn-cli`), \
-         or name a cairn binary in CAIRN_BIN",
-        bin.display()
-    );
-    bin
 }
 
 #[test]
