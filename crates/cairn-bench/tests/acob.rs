@@ -88,13 +88,15 @@ fn a_tiny_run_of_the_benchmark_measures_every_query_on_every_system() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = AcobRun {
         systems: Arch::ALL.to_vec(),
-        points: vec![Point {
-            sweep: "point",
-            clustering: 50,
-            region: 1,
-            client_buffer_pages: 8,
-            smeared: false,
-        }],
+        points: [10, 90]
+            .map(|f| Point {
+                sweep: "clustering",
+                clustering: f,
+                region: 1,
+                client_buffer_pages: 8,
+                smeared: false,
+            })
+            .to_vec(),
         objects_per_set: 100,
         server_buffer_pages: 8,
         seed: 5,
@@ -102,9 +104,12 @@ fn a_tiny_run_of_the_benchmark_measures_every_query_on_every_system() {
         cairn_exe: common::cairn_exe(),
     };
     let rows = run::run(&cfg, |_| {}).unwrap();
-    assert_eq!(rows.len(), Arch::ALL.len() * Query::ALL.len());
-    for q in Query::ALL {
-        let of_q: Vec<_> = rows.iter().filter(|r| r.query == q).collect();
+    assert_eq!(rows.len(), 2 * Arch::ALL.len() * Query::ALL.len());
+    for (q, f) in Query::ALL.into_iter().flat_map(|q| [(q, 10), (q, 90)]) {
+        let of_q: Vec<_> = rows
+            .iter()
+            .filter(|r| r.query == q && r.point.clustering == f)
+            .collect();
         let read = of_q[0].counters["records_read"];
         assert!(read > 0.0);
         assert!(of_q.iter().all(|r| r.counters["records_read"] == read), "{q:?}");
@@ -117,4 +122,8 @@ fn a_tiny_run_of_the_benchmark_measures_every_query_on_every_system() {
     let json = run::json(&cfg, &rows);
     assert_eq!(json["results"].as_array().unwrap().len(), rows.len());
     assert_eq!(json["benchmark"], "acob");
+    // One figure per query of the clustering sweep (unsmeared only here).
+    let figures = cairn_bench::acob::plot::draw(&dir.path().join("plots"), &rows).unwrap();
+    assert_eq!(figures.len(), Query::ALL.len());
+    assert!(figures.iter().all(|p| std::fs::metadata(p).unwrap().len() > 1000));
 }

@@ -404,6 +404,9 @@ pub struct AcobArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also draw the figures (PNG) into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }
 
 /// Runs `cairn bench acob`: progress on stderr, the table on stdout, the
@@ -444,6 +447,11 @@ pub fn main(args: &AcobArgs) -> Result<(), SystemError> {
         std::fs::write(path, text + "\n")
             .map_err(|e| SystemError::Server(format!("writing {}: {e}", path.display())))?;
         eprintln!("wrote {}", path.display());
+    }
+    if let Some(dir) = &args.plot {
+        for path in super::plot::draw(dir, &rows)? {
+            eprintln!("wrote {}", path.display());
+        }
     }
     Ok(())
 }
