@@ -345,3 +345,37 @@ fn kept_lookups_see_every_entry_another_client_adds_or_removes_even_across_leave
     assert!(a.stats().callbacks > 0);
     server.stop();
 }
+
+#[test]
+fn a_transaction_keeps_no_more_objects_than_the_client_cache_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    // A cache of 2 KiB: 20 objects of 100 bytes.
+    let small = ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), b"", 2048).unwrap();
+    let oids = seed(&small, 60);
+    let mut t = small.begin().unwrap();
+    let first = t.read_many(&oids).unwrap();
+    // Read again in the same transaction: what was let go is asked for
+    // again, under the S locks the transaction holds (the same values).
+    let before = small.stats().round_trips;
+    for (o, want) in oids.iter().zip(&first) {
+        assert_eq!(Some(t.read(*o).unwrap()), *want);
+    }
+    t.commit().unwrap();
+    assert!(
+        small.stats().round_trips > before,
+        "the reads were bounded by the cache"
+    );
+    assert!(small.cached_objects().1 <= 2048);
+    // A client with room for all of them reads them again for nothing.
+    let big = object_client(&server);
+    let mut t = big.begin().unwrap();
+    t.read_many(&oids).unwrap();
+    let before = big.stats().round_trips;
+    for o in &oids {
+        t.read(*o).unwrap();
+    }
+    t.commit().unwrap();
+    assert_eq!(big.stats().round_trips, before);
+    server.stop();
+}

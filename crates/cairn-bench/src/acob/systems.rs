@@ -5,7 +5,9 @@
 //! the `cairn` binary. The client's and the server's buffers are sized in
 //! pages as in the paper ([`Buffers`]): the server's buffer pool through
 //! `cairn serve --config` (`buffer_frames`), a page or file client's pool
-//! in pages, an object client's cache in as many bytes (4 KiB a page).
+//! in pages (and a transaction's private pages in as many bytes), an object
+//! client's cache in as many bytes (4 KiB a page), which bounds what one of
+//! its transactions keeps too.
 //!
 //! [`System::cold`] makes every cache cold, as the paper does at the start
 //! of each step: the client disconnects, the server stops (it checkpoints),
@@ -166,7 +168,11 @@ impl System {
                     parse_url(&server.url)?,
                     b"",
                     b.client_pages.max(8),
-                    64 << 20,
+                    // A transaction's changed pages count against the
+                    // client's buffer too (past it they spill to a local
+                    // file, not to the server: Cairn's client does not
+                    // steal).
+                    b.client_pages.max(8) * PAGE_BYTES,
                     (4 * b.client_pages).max(16),
                 )?;
                 Conn::Pages(server, store)

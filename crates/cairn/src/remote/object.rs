@@ -135,6 +135,7 @@ impl ObjectStore {
             ended: false,
             doomed: None,
             read: HashMap::new(),
+            read_bytes: 0,
             exclusive: HashMap::new(),
             changes: BTreeMap::new(),
         })
@@ -196,6 +197,10 @@ pub struct ObjectTxn {
     /// Objects read from the server (`None`: no such object; an object too
     /// long to send whole is kept as its length only).
     read: HashMap<Oid, Read>,
+    /// Bytes of the objects in `read`: past the client's cache bound the
+    /// ones not locked X are let go at the next read (see
+    /// [`ObjectTxn::trim`]).
+    read_bytes: usize,
     /// Objects locked X on the server.
     exclusive: HashMap<Oid, ()>,
     /// After-images (`None`: deleted), sent at commit.
@@ -212,6 +217,14 @@ enum Read {
 }
 
 impl Read {
+    /// Bytes it holds.
+    fn bytes(&self) -> usize {
+        match self {
+            Read::Whole(b) => b.len(),
+            _ => 0,
+        }
+    }
+
     /// What a fetched part says of its object.
     fn of(f: &FetchedObject<'_>) -> Read {
         if !f.found {
@@ -246,6 +259,7 @@ impl ObjectTxn {
     /// Calls `f` with the object's bytes (no copy when it came whole).
     pub fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         self.check_active()?;
+        self.trim();
         if let Some(c) = self.changes.get(&oid) {
             return c.as_deref().map(f).ok_or(Error::NotFound { oid });
         }
@@ -262,6 +276,7 @@ impl ObjectTxn {
     /// The object's length in bytes.
     pub fn len(&mut self, oid: Oid) -> Result<u64> {
         self.check_active()?;
+        self.trim();
         if let Some(c) = self.changes.get(&oid) {
             return c.as_ref().map(|b| b.len() as u64).ok_or(Error::NotFound { oid });
         }
@@ -303,7 +318,7 @@ impl ObjectTxn {
         self.store.before_write(self.id, &todo)?;
         // What was read already is replaced by what the X fetch brings.
         for o in &todo {
-            self.read.remove(o);
+            self.forget(*o);
         }
         self.fetch(&todo, OBJ_X)
     }
@@ -321,6 +336,36 @@ impl ObjectTxn {
         !self.ended && self.doomed.is_none() && self.store.holds_object(self.id, oid)
     }
 
+    /// Keeps what the transaction read of `oid`.
+    fn keep(&mut self, oid: Oid, read: Read) {
+        self.read_bytes += read.bytes();
+        if let Some(old) = self.read.insert(oid, read) {
+            self.read_bytes -= old.bytes();
+        }
+    }
+
+    /// Forgets what the transaction read of `oid`.
+    fn forget(&mut self, oid: Oid) {
+        if let Some(old) = self.read.remove(&oid) {
+            self.read_bytes -= old.bytes();
+        }
+    }
+
+    /// Past the client's bound on cached bytes, lets go of the objects this
+    /// transaction read and does not hold X on: a later read asks again
+    /// (from the client's cache, or the server, where the transaction's S
+    /// lock keeps the object as it was). A transaction's reads are so
+    /// bounded like the client's cache, not kept whole for its duration.
+    /// Called before a read, never between a fetch and its use.
+    fn trim(&mut self) {
+        if self.read_bytes <= self.store.rights_bytes_max {
+            return;
+        }
+        let exclusive = &self.exclusive;
+        self.read.retain(|o, _| exclusive.contains_key(o));
+        self.read_bytes = self.read.values().map(Read::bytes).sum();
+    }
+
     /// True if the object is in hand: read by this transaction, or kept by
     /// the client under a right (then read under it from now on).
     fn local(&mut self, oid: Oid) -> bool {
@@ -329,7 +374,7 @@ impl ObjectTxn {
         }
         match self.store.use_object(self.id, oid) {
             Some(bytes) => {
-                self.read.insert(oid, Read::Whole(bytes));
+                self.keep(oid, Read::Whole(bytes));
                 true
             }
             None => false,
@@ -420,6 +465,7 @@ impl ObjectTxn {
     /// under rights: then no round trip at all.
     pub fn tree_get_objects(&mut self, root: PageId, key: &[u8], limit: u32) -> Result<Vec<Vec<u8>>> {
         self.check_active()?;
+        self.trim();
         if let Some(values) = self.store.use_lookup(self.id, root, key) {
             let in_hand = values
                 .iter()
@@ -439,7 +485,7 @@ impl ObjectTxn {
             key: key.to_vec(),
             objects: true,
         })?;
-        let conn = &self.store.conn;
+        let conn = &store.conn;
         let reply = ValuesAndObjects::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
         if reply.objects.len() != reply.values.len() {
             return Err(conn.protocol("one object per value"));
@@ -457,7 +503,7 @@ impl ObjectTxn {
             if self.changes.contains_key(&oid) || self.read.contains_key(&oid) {
                 continue;
             }
-            self.read.insert(oid, read);
+            self.keep(oid, read);
         }
         if !reply.leaves.is_empty() {
             self.store.take_lookup(root, key, &reply.leaves, reply.values.clone());
@@ -552,6 +598,7 @@ impl ObjectTxn {
     /// first reply is read; each reply streams its objects.
     pub fn read_many(&mut self, oids: &[Oid]) -> Result<Vec<Option<Vec<u8>>>> {
         self.check_active()?;
+        self.trim();
         let todo: Vec<Oid> = oids
             .iter()
             .copied()
@@ -638,7 +685,7 @@ impl ObjectTxn {
                 if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
                     store.take_object(oid, r, bytes);
                 }
-                self.read.insert(oid, read);
+                self.keep(oid, read);
             }
             if got != chunk.len() {
                 return Err(conn.protocol("one OBJ_FETCH part per object"));
@@ -700,7 +747,7 @@ impl ObjectTxn {
             self.id,
         )?;
         let oid = Oid::from_exact(&body).ok_or_else(|| self.store.conn.protocol("an OID of 10 bytes"))?;
-        self.read.insert(oid, Read::Whole(Arc::from(bytes)));
+        self.keep(oid, Read::Whole(Arc::from(bytes)));
         self.exclusive.insert(oid, ());
         Ok(oid)
     }
@@ -784,7 +831,7 @@ impl ObjectTxn {
         }
         for (oid, c) in changes {
             self.exclusive.insert(oid, ());
-            self.read.insert(
+            self.keep(
                 oid,
                 match c {
                     Some(bytes) => Read::Whole(Arc::from(bytes)),
