@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use super::run::{Query, Row};
 use super::systems::Arch;
-use crate::oo1::plot::{plot_err, register_font};
+use crate::oo1::plot::{line_panel, plot_err, register_font};
 use crate::oo1::system::{Error, Result};
 
 /// One colour per system, in [`Arch::ALL`] order.
@@ -34,63 +34,26 @@ struct Figure<'a> {
     x: fn(&Row) -> f64,
 }
 
+/// One panel: `value` of each system's rows against the figure's x.
 fn panel(
     area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
     fig: &Figure<'_>,
     title: &str,
     value: impl Fn(&Row) -> f64,
 ) -> Result<()> {
-    let xs: Vec<f64> = fig.rows.iter().map(|r| (fig.x)(r)).collect();
-    let x_lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let x_hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let y_hi = fig.rows.iter().map(|r| value(r)).fold(0.0, f64::max).max(1.0);
-    let pad = ((x_hi - x_lo) * 0.05).max(1.0);
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 20))
-        .margin(14)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x_lo - pad..x_hi + pad, 0.0..y_hi * 1.1)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc(fig.x_desc)
-        .y_desc(title)
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(plot_err)?;
-    for a in Arch::ALL {
-        let mut pts: Vec<(f64, f64)> = fig
-            .rows
-            .iter()
-            .filter(|r| r.system == a)
-            .map(|r| ((fig.x)(r), value(r)))
-            .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        pts.sort_by(|p, q| p.0.total_cmp(&q.0));
-        let c = color(a);
-        chart
-            .draw_series(std::iter::once(PathElement::new(pts.clone(), c.stroke_width(2))))
-            .map_err(plot_err)?
-            .label(a.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
-            .map_err(plot_err)?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(plot_err)?;
-    Ok(())
+    let lines = Arch::ALL
+        .into_iter()
+        .map(|a| {
+            let pts = fig
+                .rows
+                .iter()
+                .filter(|r| r.system == a)
+                .map(|r| ((fig.x)(r), value(r)))
+                .collect();
+            (a.name().to_string(), color(a), pts)
+        })
+        .collect();
+    line_panel(area, title, fig.x_desc, title, lines)
 }
 
 /// The figures the rows make: per query, the clustering sweep smeared and

@@ -32,6 +32,67 @@ pub(crate) fn register_font() -> Result<()> {
     }
 }
 
+/// One line of a [`line_panel`]: its label, colour and points.
+pub(crate) type Line = (String, RGBColor, Vec<(f64, f64)>);
+
+/// A panel of lines (OO7's and ACOB's figures): `title` above, `y_desc`
+/// up the side, `x_desc` along the bottom, one line with dots and a legend
+/// entry per element of `lines` (its points in x order), the axes fitted to
+/// the points.
+pub(crate) fn line_panel(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    lines: Vec<Line>,
+) -> Result<()> {
+    let pts = || lines.iter().flat_map(|l| l.2.iter().copied());
+    let x_lo = pts().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x_hi = pts().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    let (x_lo, x_hi) = if x_lo <= x_hi { (x_lo, x_hi) } else { (0.0, 1.0) };
+    let y_hi = pts().map(|p| p.1).fold(0.0, f64::max).max(1.0);
+    let pad = ((x_hi - x_lo) * 0.05).max(1.0);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
+        .margin(14)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_lo - pad..x_hi + pad, 0.0..y_hi * 1.1)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(plot_err)?;
+    for (label, c, mut points) in lines {
+        if points.is_empty() {
+            continue;
+        }
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(std::iter::once(PathElement::new(points.clone(), c.stroke_width(2))))
+            .map_err(plot_err)?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+            .map_err(plot_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(plot_err)?;
+    Ok(())
+}
+
 /// Draws the figure into `dir` (created if missing); returns its path.
 pub fn draw(dir: &Path, parts: u32, systems: &[&str], rows: &[Row]) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;

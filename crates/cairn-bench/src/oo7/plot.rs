@@ -14,7 +14,7 @@ use super::report::Row;
 use super::run::Phase;
 use super::strategy::Strategy;
 use super::traverse::Traversal;
-use crate::oo1::plot::{plot_err, register_font};
+use crate::oo1::plot::{line_panel, plot_err, register_font};
 use crate::oo1::system::{Error, Result};
 
 /// One colour per strategy, in [`Strategy::ALL`] order.
@@ -40,58 +40,18 @@ fn panel(
     rows: &[&Row],
     value: impl Fn(&Row) -> Option<f64>,
 ) -> Result<()> {
-    let xs: Vec<usize> = rows.iter().map(|r| r.buffer_pages).collect();
-    let (x_lo, x_hi) = (
-        xs.iter().copied().min().unwrap_or(0) as f64,
-        xs.iter().copied().max().unwrap_or(1) as f64,
-    );
-    let y_hi = rows.iter().filter_map(|r| value(r)).fold(0.0, f64::max).max(1.0);
-    let pad = ((x_hi - x_lo) * 0.05).max(1.0);
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 20))
-        .margin(14)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x_lo - pad..x_hi + pad, 0.0..y_hi * 1.1)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("buffer, pages")
-        .y_desc(y_desc)
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(plot_err)?;
-    for s in Strategy::ALL {
-        let mut pts: Vec<(f64, f64)> = rows
-            .iter()
-            .filter(|r| r.strategy == s)
-            .filter_map(|r| value(r).map(|v| (r.buffer_pages as f64, v)))
-            .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let c = color(s);
-        chart
-            .draw_series(std::iter::once(PathElement::new(pts.clone(), c.stroke_width(2))))
-            .map_err(plot_err)?
-            .label(s.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
-            .map_err(plot_err)?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(plot_err)?;
-    Ok(())
+    let lines = Strategy::ALL
+        .into_iter()
+        .map(|s| {
+            let pts = rows
+                .iter()
+                .filter(|r| r.strategy == s)
+                .filter_map(|r| value(r).map(|v| (r.buffer_pages as f64, v)))
+                .collect();
+            (s.name().to_string(), color(s), pts)
+        })
+        .collect();
+    line_panel(area, title, "buffer, pages", y_desc, lines)
 }
 
 /// Draws one figure per clustering × traversal that has cold rows into

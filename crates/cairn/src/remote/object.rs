@@ -436,24 +436,7 @@ impl ObjectTxn {
             values.truncate(limit.max(1) as usize);
             return Ok(values);
         }
-        let store = self.store.clone();
-        let flight = FetchInFlight::start(&store);
-        let body = self.tree_call(&ObjectRequest::TreeGet {
-            txn: self.id,
-            root: root.0,
-            limit: limit.clamp(1, TREE_LIMIT_MAX),
-            key: key.to_vec(),
-            objects: false,
-        })?;
-        let reply = ValuesAndObjects::decode(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
-        if !reply.objects.is_empty() {
-            return Err(self.store.conn.protocol("a TREE_GET reply without objects"));
-        }
-        if !reply.leaves.is_empty() {
-            self.store.take_lookup(root, key, &reply.leaves, reply.values.clone());
-        }
-        drop(flight);
-        Ok(reply.values)
+        self.lookup(root, key, limit, false)
     }
 
     /// The values of `key` in a tree of OIDs (an index), at most `limit`,
@@ -476,19 +459,28 @@ impl ObjectTxn {
                 return Ok(values);
             }
         }
+        self.lookup(root, key, limit, true)
+    }
+
+    /// TREE_GET (with `objects`, TREE_GET_OBJECTS): the values, the objects
+    /// they name kept as this transaction's reads (and across transactions
+    /// if sent with rights), the answer kept under the leaves' rights, all
+    /// taken in while the request counts as a fetch in flight.
+    fn lookup(&mut self, root: PageId, key: &[u8], limit: u32, objects: bool) -> Result<Vec<Vec<u8>>> {
         let store = self.store.clone();
-        let flight = FetchInFlight::start(&store);
+        let conn = &store.conn;
+        let _flight = FetchInFlight::start(&store);
         let body = self.tree_call(&ObjectRequest::TreeGet {
             txn: self.id,
             root: root.0,
             limit: limit.clamp(1, TREE_LIMIT_MAX),
             key: key.to_vec(),
-            objects: true,
+            objects,
         })?;
-        let conn = &store.conn;
         let reply = ValuesAndObjects::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
-        if reply.objects.len() != reply.values.len() {
-            return Err(conn.protocol("one object per value"));
+        let sent = if objects { reply.values.len() } else { 0 };
+        if reply.objects.len() != sent {
+            return Err(conn.protocol("one object per value for TREE_GET_OBJECTS, none for TREE_GET"));
         }
         for (v, part) in reply.values.iter().zip(&reply.objects) {
             let f = FetchedObject::decode(part).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
@@ -498,7 +490,7 @@ impl ObjectTxn {
             let oid = Oid::from_bytes(&f.oid);
             let read = Read::of(&f);
             if let (Read::Whole(bytes), r @ 1..) = (&read, f.right) {
-                self.store.take_object(oid, r, bytes);
+                store.take_object(oid, r, bytes);
             }
             if self.changes.contains_key(&oid) || self.read.contains_key(&oid) {
                 continue;
@@ -506,9 +498,8 @@ impl ObjectTxn {
             self.keep(oid, read);
         }
         if !reply.leaves.is_empty() {
-            self.store.take_lookup(root, key, &reply.leaves, reply.values.clone());
+            store.take_lookup(root, key, &reply.leaves, reply.values.clone());
         }
-        drop(flight);
         Ok(reply.values)
     }
 
