@@ -25,13 +25,13 @@ use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
     encode_entries, encode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, LOOKUP_LEAVES_MAX,
-    NO_OID, OBJ_X, OID_BYTES,
+    NO_OID, OBJ_S_PAGE, OBJ_X, OID_BYTES,
 };
 use cairn_net::page_service::{encode_pages, NO_GROUP};
 use cairn_net::rpc::Replier;
 use cairn_storage::access::{PageAccess, Recording};
 use cairn_storage::btree::{BTree, Direction};
-use cairn_storage::lock::Resource;
+use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::record::object::{small_max, ObjectSpace};
 use cairn_storage::{Error, GroupId, Oid, PageId, Txn};
 
@@ -73,6 +73,7 @@ pub(crate) async fn handle(
 
 /// OBJ_FETCH: locks (S, or X for [`OBJ_X`]) and reads each object in turn,
 /// sending each part as it is read; an error is sent in place of the rest.
+/// In [`OBJ_S_PAGE`] the named objects' pages follow ([`neighbours`]).
 fn fetch(
     core: &Core,
     state: &SessionState,
@@ -103,6 +104,77 @@ fn fetch(
             return;
         }
     }
+    if mode == OBJ_S_PAGE {
+        let named: std::collections::HashSet<Oid> = oids.iter().map(oid_of).collect();
+        let mut pages: Vec<PageId> = named.iter().map(|o| o.page).collect();
+        pages.sort_unstable();
+        pages.dedup();
+        for page in pages {
+            for part in neighbours(core, state, &mut t, page, &named) {
+                let failed = part.is_err();
+                if out.blocking_send(part.map_err(fault)).is_err() || failed {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// [`OBJ_S_PAGE`]: the other small objects of `page` (not in `named`),
+/// each locked S if that needs no wait (one in another transaction's way
+/// is skipped: the client reads it through its own OID when it wants it),
+/// read again under the lock and sent with a right to cache it.
+fn neighbours(
+    core: &Core,
+    state: &SessionState,
+    t: &mut Txn,
+    page: PageId,
+    named: &std::collections::HashSet<Oid>,
+) -> Vec<Result<Vec<u8>, Error>> {
+    // The committed image, read without a lock (a page lock would wait
+    // for the page's object-level writers): it only lists the objects.
+    let mut listed = Vec::new();
+    let image = match t.committed_page_image(page) {
+        Ok(Some(image)) => image,
+        Ok(None) => return Vec::new(),
+        Err(e) => return vec![Err(e)],
+    };
+    if let Err(e) = cairn_storage::record::object::image_objects(page, &image, |oid, _| {
+        if !named.contains(&oid) {
+            listed.push(oid);
+        }
+    }) {
+        return vec![Err(e)];
+    }
+    let mut parts = Vec::new();
+    for oid in listed {
+        match t.try_lock_resource(Resource::Object(oid), LockMode::S) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                parts.push(Err(e));
+                break;
+            }
+        }
+        // Read under the lock: the listing's image may predate a commit.
+        let bytes = match t.read(oid) {
+            Ok(b) => b,
+            // Deleted since it was listed.
+            Err(Error::NotFound { .. }) => continue,
+            Err(e) => {
+                parts.push(Err(e));
+                break;
+            }
+        };
+        if bytes.len() > small_max(t.page_size()) {
+            continue;
+        }
+        let bytes = Some(bytes);
+        let right = grant(core, state, t, oid, &bytes);
+        let len = bytes.as_ref().map_or(0, |b| b.len() as u64);
+        parts.push(Ok(fetched_part(&oid.to_bytes(), len, bytes, right)));
+    }
+    parts
 }
 
 /// One object for a fetch: `(length, bytes)`, the bytes `None` if it is too

@@ -49,6 +49,7 @@ mod v2_indexed {
 fn connect(server: &ServerChild) -> Database {
     let mut o = Options::default();
     o.storage.background = false;
+    o.arch = cairn::Arch::Page;
     Database::connect(&format!("cairn://{}", server.addr), o).expect("connect")
 }
 

@@ -24,6 +24,8 @@ struct Account {
 fn opts() -> Options {
     let mut o = Options::default();
     o.storage.background = false;
+    // These are the page client's tests (the others run the typed suite).
+    o.arch = Arch::Page;
     o
 }
 
@@ -33,6 +35,7 @@ fn child_arch() -> Arch {
     match std::env::var("CAIRN_TEST_ARCH").as_deref() {
         Ok("file") => Arch::File,
         Ok("object") => Arch::Object,
+        Ok("adaptive") => Arch::Adaptive,
         _ => Arch::Page,
     }
 }
@@ -42,6 +45,7 @@ fn arch_name(arch: Arch) -> &'static str {
         Arch::File => "file",
         Arch::Page => "page",
         Arch::Object => "object",
+        Arch::Adaptive => "adaptive",
     }
 }
 

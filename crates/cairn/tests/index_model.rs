@@ -200,6 +200,11 @@ proptest! {
     }
 
     #[test]
+    fn the_index_matches_the_model_through_an_adaptive_client(ops in proptest::collection::vec(op(), 1..80)) {
+        run(ops, Backend::Adaptive);
+    }
+
+    #[test]
     fn the_index_matches_the_model_with_object_locks(ops in proptest::collection::vec(op(), 1..80)) {
         run(ops, Backend::EmbeddedObjectLocks);
     }

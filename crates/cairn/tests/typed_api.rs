@@ -156,7 +156,7 @@ fn create_follow_update_delete_roots_and_reopen(b: Backend) {
     let stats = db.cache_stats();
     // An object-server client trusts no copy across transactions (it has
     // no callbacks yet): every transaction faults what it reads.
-    let hits_across = b != Backend::Object;
+    let hits_across = !b.speaks_objects();
     assert!(
         (stats.hits > 0 || !hits_across) && stats.faults > 0 && stats.swizzles > 0,
         "{stats:?}"

@@ -151,6 +151,8 @@ pub fn options_for(strategy: Strategy, buffer_pages: usize) -> Options {
         },
         client_buffer_pages: BUFFER_PAGES_MIN,
         client_rights_max: 4 * buffer_pages,
+        // OO7's strategies are the page client's dual buffer.
+        arch: cairn::Arch::Page,
         ..Options::default()
     };
     o.storage.volume.buffer_frames = SERVER_BUFFER_PAGES;

@@ -7,7 +7,7 @@
 //!
 //! | kind | request body | final reply body |
 //! |---|---|---|
-//! | `0x0201` OBJ_FETCH | `txn u64, mode u8 (0 S, 1 X), count u16, oid[10] × count` | empty; one part per object ([`FetchedObject`]), streamed as read |
+//! | `0x0201` OBJ_FETCH | `txn u64, mode u8 (0 S, 1 X, 2 S with the page), count u16, oid[10] × count` | empty; one part per object ([`FetchedObject`]), streamed as read; in mode 2 ([`OBJ_S_PAGE`]) then one part per other small object of the named objects' pages the server could lock S without waiting |
 //! | `0x0202` OBJ_CREATE | `txn u64, group u32, near oid[10] (all zero: none), len u32, bytes` | `oid[10]` |
 //! | `0x0203` OBJ_COMMIT | `txn u64, count u32, ([`Change`]) × count` | empty, once durable |
 //! | `0x0204` OBJ_ABORT | `txn u64` | empty |
@@ -77,6 +77,14 @@ pub const NO_OID: [u8; OID_BYTES] = [0; OID_BYTES];
 pub const OBJ_S: u8 = 0;
 /// [`ObjectRequest::Fetch`] mode: exclusive (the client will change it).
 pub const OBJ_X: u8 = 1;
+/// [`ObjectRequest::Fetch`] mode: shared, and the named objects' pages
+/// along (an adaptive client fetching a page's worth of objects in one
+/// round trip): after the named objects, the server sends every other
+/// small object stored whole on their home pages that it can lock S
+/// without waiting (one skipped is read through its own OID later), each
+/// with a right to cache it as OBJ_FETCH grants one. The S locks are held
+/// to the transaction's end, as a page server's page lock is.
+pub const OBJ_S_PAGE: u8 = 2;
 
 impl Kind {
     /// OBJ_FETCH.
@@ -163,7 +171,7 @@ pub enum ObjectRequest {
     Fetch {
         /// The transaction.
         txn: u64,
-        /// [`OBJ_S`] or [`OBJ_X`].
+        /// [`OBJ_S`], [`OBJ_X`] or [`OBJ_S_PAGE`].
         mode: u8,
         /// The objects, at most [`FETCH_OBJECTS_MAX`].
         oids: Vec<[u8; OID_BYTES]>,
@@ -531,8 +539,11 @@ impl ObjectRequest {
             Kind::OBJ_FETCH => {
                 let txn = r.u64()?;
                 let mode = r.u8()?;
-                if mode > OBJ_X {
-                    return Err(malformed(what, "an OBJ_FETCH mode is 0 (S) or 1 (X)"));
+                if mode > OBJ_S_PAGE {
+                    return Err(malformed(
+                        what,
+                        "an OBJ_FETCH mode is 0 (S), 1 (X) or 2 (S with the page)",
+                    ));
                 }
                 let n = r.u16()? as usize;
                 if n == 0 || n > FETCH_OBJECTS_MAX {

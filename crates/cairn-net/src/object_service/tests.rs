@@ -15,6 +15,11 @@ fn every_request() -> Vec<ObjectRequest> {
             mode: OBJ_X,
             oids: vec![o(1), o(2)],
         },
+        ObjectRequest::Fetch {
+            txn: 4,
+            mode: OBJ_S_PAGE,
+            oids: vec![o(5)],
+        },
         ObjectRequest::Create {
             txn: 3,
             group: 7,
@@ -190,8 +195,10 @@ fn limits_and_bad_codes_are_refused() {
         oids: vec![o(1)],
     }
     .encode();
-    body[8] = 2;
-    assert!(ObjectRequest::decode(kind, &body).is_err(), "mode 2");
+    body[8] = OBJ_S_PAGE;
+    assert!(ObjectRequest::decode(kind, &body).is_ok(), "mode 2 (S with the page)");
+    body[8] = 3;
+    assert!(ObjectRequest::decode(kind, &body).is_err(), "mode 3");
     let mut none = 1u64.to_le_bytes().to_vec();
     none.extend_from_slice(&[0, 0, 0]);
     assert!(ObjectRequest::decode(Kind::OBJ_FETCH, &none).is_err(), "no objects");

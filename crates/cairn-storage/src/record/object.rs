@@ -335,29 +335,34 @@ fn locate<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Located> {
 /// memory anyway. Forwarding stubs, moved bodies and large objects are
 /// skipped (each is read through its own OID). A page that is not an object
 /// page in use yields nothing.
-pub fn page_objects<S: ObjectSpace>(s: &mut S, page: PageId, mut f: impl FnMut(Oid, &[u8])) -> Result<()> {
+pub fn page_objects<S: ObjectSpace>(s: &mut S, page: PageId, f: impl FnMut(Oid, &[u8])) -> Result<()> {
     if !s.is_page_in_use(page)? {
         return Ok(());
     }
-    s.read(page, |b| {
-        if page::page_type(b) != Some(PageType::Slotted) {
-            return Ok(());
+    s.read(page, |b| image_objects(page, b, f))?
+}
+
+/// [`page_objects`] over an image of `page` already in hand (a committed
+/// image read without a lock, say: the caller locks each object before it
+/// trusts its bytes). Anything but a slotted page yields nothing.
+pub fn image_objects(page: PageId, b: &[u8], mut f: impl FnMut(Oid, &[u8])) -> Result<()> {
+    if page::page_type(b) != Some(PageType::Slotted) {
+        return Ok(());
+    }
+    for r in slotted::iter(b) {
+        let (slot, rec) = r?;
+        let oid = Oid {
+            page,
+            slot,
+            uniq: rec.uniq,
+        };
+        match rec.kind {
+            KIND_SMALL => f(oid, rec.data),
+            KIND_SMALL_PADDED => f(oid, &decode_padded(rec.data, oid)?),
+            _ => {}
         }
-        for r in slotted::iter(b) {
-            let (slot, rec) = r?;
-            let oid = Oid {
-                page,
-                slot,
-                uniq: rec.uniq,
-            };
-            match rec.kind {
-                KIND_SMALL => f(oid, rec.data),
-                KIND_SMALL_PADDED => f(oid, &decode_padded(rec.data, oid)?),
-                _ => {}
-            }
-        }
-        Ok(())
-    })?
+    }
+    Ok(())
 }
 
 /// A copy of `page` as it reads now, if it is an object (slotted) page in

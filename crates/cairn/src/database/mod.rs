@@ -85,9 +85,12 @@ pub struct Options {
     /// `cairn_storage::record::object::READ_WHOLE_LEN_MAX`, also applies).
     pub object_bytes_max: u64,
     /// [`Database::connect`] only: which workstation–server architecture
-    /// the client uses (DeWitt et al.; DESIGN.md §7). [`Arch::Page`] by
-    /// default.
+    /// the client uses (DeWitt et al.; DESIGN.md §7). [`Arch::Adaptive`]
+    /// by default.
     pub arch: Arch,
+    /// [`Database::connect`] with [`Arch::Adaptive`] only: when it fetches
+    /// pages of objects and when single objects.
+    pub adaptive: crate::remote::AdaptivePolicy,
     /// [`Database::connect`] only: the token the server asks for (empty:
     /// none; a server without tokens listens on loopback only).
     pub token: Vec<u8>,
@@ -113,7 +116,8 @@ impl Default for Options {
             dual_buffer: DualBufferOptions::default(),
             fault_whole_pages: false,
             object_bytes_max: 256 << 20,
-            arch: Arch::Page,
+            arch: Arch::Adaptive,
+            adaptive: crate::remote::AdaptivePolicy::default(),
             token: Vec::new(),
             client_buffer_pages: 4096,
             client_rights_max: 4 * 4096,
@@ -126,10 +130,20 @@ impl Default for Options {
 /// indexes and errors.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Arch {
+    /// The adaptive client (the default): it speaks the object server's
+    /// protocol — object locks, object callbacks, the after-images of the
+    /// objects it changed at commit — and fetches a page's worth of objects
+    /// in one round trip where the application uses much of each page it
+    /// touches, single objects where it does not, deciding per run of
+    /// pages by how much of each visited page was used
+    /// ([`Options::adaptive`]; `cairn::remote::adaptive` documents the
+    /// policy and its hysteresis; `RemoteStats::adaptive` shows the
+    /// decisions).
+    #[default]
+    Adaptive,
     /// Page server (DeWitt et al. §2.3): pages are fetched from the server
     /// and cached across transactions under callback locks; a commit ships
     /// the changed byte runs of each page.
-    #[default]
     Page,
     /// File server (§2.4): the client reads and writes pages in the
     /// server's volume file itself (it must be reachable at the same path);
@@ -140,9 +154,8 @@ pub enum Arch {
     /// reads and changes objects and walks the B+-trees for the client, in
     /// transactions that lock single objects, so clients change different
     /// objects of one page at the same time; the client sends the
-    /// after-images of what it changed at commit. It caches nothing across
-    /// transactions yet (no object callbacks): each transaction reads each
-    /// object it uses from the server once. See
+    /// after-images of what it changed at commit, and keeps objects and
+    /// index lookups across transactions under object callbacks. See
     /// [`crate::remote::ObjectStore`].
     Object,
 }
@@ -206,11 +219,15 @@ impl Database {
         let arch = match opts.arch {
             Arch::Page => cairn_net::message::Architecture::PAGE,
             Arch::File => cairn_net::message::Architecture::FILE,
-            Arch::Object => {
+            Arch::Object | Arch::Adaptive => {
                 // The object cache holds as many bytes as the page buffer
                 // would (4 KiB pages).
                 let bytes = opts.client_buffer_pages.saturating_mul(4096);
-                let store = crate::remote::ObjectStore::connect(address, &opts.token, bytes)?;
+                let store = if opts.arch == Arch::Adaptive {
+                    crate::remote::ObjectStore::connect_adaptive(address, &opts.token, bytes, opts.adaptive)?
+                } else {
+                    crate::remote::ObjectStore::connect(address, &opts.token, bytes)?
+                };
                 let db = Database::on_store(Store::Object(store.clone()), opts)?;
                 // An object whose right the client lost: the copies decoded
                 // from it are stale. (A weak reference, as below.)

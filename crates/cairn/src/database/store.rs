@@ -93,6 +93,7 @@ impl std::fmt::Debug for Store {
         match self {
             Store::Embedded(db) => write!(f, "embedded at {}", db.dir().display()),
             Store::Remote(r) => write!(f, "page server at {}", r.address()),
+            Store::Object(o) if o.is_adaptive() => write!(f, "adaptive client of {}", o.address()),
             Store::Object(o) => write!(f, "object server at {}", o.address()),
         }
     }

@@ -46,6 +46,9 @@ pub struct RemoteStats {
     pub pages_read_direct: u64,
     /// File-server client: pages it wrote into the volume file at commit.
     pub pages_written_direct: u64,
+    /// Adaptive client: its fetch decisions and the measure behind them
+    /// (all zero for the others).
+    pub adaptive: super::adaptive::AdaptiveStats,
 }
 
 /// Where and how to connect: parsed from a `cairn://HOST:PORT` or

@@ -74,12 +74,14 @@
 //! The pool never holds a transaction's uncommitted change (those are the
 //! `Txn`'s private pages), so an evicted page needs no write-back.
 
+mod adaptive;
 mod backend;
 mod conn;
 mod cover;
 mod object;
 mod object_rights;
 
+pub use adaptive::{AdaptivePolicy, AdaptiveStats, FetchMode};
 pub use conn::{parse_url, RemoteDevice, RemoteStats};
 pub use object::{ObjectLostHook, ObjectStore, ObjectTxn, CACHED_OBJECT_BYTES_DEFAULT};
 
@@ -358,6 +360,7 @@ impl RemoteStore {
             rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
             pages_read_direct: c.pages_read_direct.load(Ordering::Relaxed),
             pages_written_direct: c.pages_written_direct.load(Ordering::Relaxed),
+            adaptive: AdaptiveStats::default(),
         }
     }
 

@@ -31,12 +31,14 @@ use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
     decode_entries, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, FETCH_OBJECTS_MAX,
-    NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
+    NO_OID, OBJ_S, OBJ_S_PAGE, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::{decode_groups, decode_pages, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
+use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
+use super::adaptive::{Adaptive, AdaptivePolicy, FetchMode};
 use super::conn::Connection;
 use super::cover::callback_daemon;
 use super::object_rights::{answer_object_callback, FetchInFlight, RightsState};
@@ -62,6 +64,9 @@ pub struct ObjectStore {
     /// Bound on the bytes of objects kept.
     pub(super) rights_bytes_max: usize,
     pub(super) on_lost: OnceLock<ObjectLostHook>,
+    /// An adaptive client's fetch policy (`adaptive.rs`); `None` for an
+    /// object-server client.
+    adaptive: Option<Mutex<Adaptive>>,
 }
 
 impl std::fmt::Debug for ObjectStore {
@@ -76,6 +81,31 @@ impl ObjectStore {
     /// Connects to the server at `address` with `token`; keeps up to
     /// `cached_bytes` of objects across transactions.
     pub fn connect(address: Address, token: &[u8], cached_bytes: usize) -> Result<Arc<ObjectStore>> {
+        ObjectStore::connect_with(address, token, cached_bytes, None)
+    }
+
+    /// [`ObjectStore::connect`] as an *adaptive* client (`adaptive.rs`):
+    /// it fetches a page's worth of objects at once where the application
+    /// uses much of the pages it touches, single objects where it does
+    /// not, as `policy` decides per run of pages.
+    pub fn connect_adaptive(
+        address: Address,
+        token: &[u8],
+        cached_bytes: usize,
+        policy: AdaptivePolicy,
+    ) -> Result<Arc<ObjectStore>> {
+        policy
+            .check()
+            .map_err(|e| Error::InvalidArgument(format!("adaptive policy: {e}")))?;
+        ObjectStore::connect_with(address, token, cached_bytes, Some(policy))
+    }
+
+    fn connect_with(
+        address: Address,
+        token: &[u8],
+        cached_bytes: usize,
+        policy: Option<AdaptivePolicy>,
+    ) -> Result<Arc<ObjectStore>> {
         let conn = Connection::open(address, Architecture::OBJECT, token, "object")?;
         let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
             .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
@@ -87,6 +117,7 @@ impl ObjectStore {
             answered: Condvar::new(),
             rights_bytes_max: cached_bytes,
             on_lost: OnceLock::new(),
+            adaptive: policy.map(|p| Mutex::new(Adaptive::new(p, info.page_size as usize))),
         });
         let weak = Arc::downgrade(&store);
         let client = store.conn.client.clone();
@@ -165,7 +196,28 @@ impl ObjectStore {
             callbacks: c.callbacks.load(Ordering::Relaxed),
             callbacks_in_use: c.callbacks_in_use.load(Ordering::Relaxed),
             rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
+            adaptive: self
+                .adaptive
+                .as_ref()
+                .map(|a| super::lock(a).stats())
+                .unwrap_or_default(),
             ..RemoteStats::default()
+        }
+    }
+
+    /// True for an adaptive client ([`ObjectStore::connect_adaptive`]).
+    pub fn is_adaptive(&self) -> bool {
+        self.adaptive.is_some()
+    }
+
+    /// An adaptive client notes the objects a transaction read (the
+    /// measure of how much of each page is used).
+    fn note_reads(&self, oids: &[Oid]) {
+        if let Some(a) = &self.adaptive {
+            let mut a = super::lock(a);
+            for o in oids {
+                a.note_read(*o);
+            }
         }
     }
 
@@ -266,6 +318,7 @@ impl ObjectTxn {
         if !self.local(oid) {
             self.fetch(&[oid], OBJ_S)?;
         }
+        self.store.note_reads(&[oid]);
         if let Some(Read::Whole(b)) = self.read.get(&oid) {
             return Ok(f(b));
         }
@@ -490,7 +543,7 @@ impl ObjectTxn {
             let oid = Oid::from_bytes(&f.oid);
             let read = Read::of(&f);
             if let (Read::Whole(bytes), r @ 1..) = (&read, f.right) {
-                store.take_object(oid, r, bytes);
+                store.take_object(oid, r, bytes, true);
             }
             if self.changes.contains_key(&oid) || self.read.contains_key(&oid) {
                 continue;
@@ -598,6 +651,7 @@ impl ObjectTxn {
         if !todo.is_empty() {
             self.fetch(&todo, OBJ_S)?;
         }
+        self.store.note_reads(oids);
         oids.iter()
             .map(|o| match self.changes.get(o) {
                 Some(c) => Ok(c.clone()),
@@ -626,14 +680,33 @@ impl ObjectTxn {
     }
 
     /// Fetches `oids` in `mode`, pipelined, and keeps what comes back
-    /// (objects sent with a right, across transactions too).
+    /// (objects sent with a right, across transactions too). An adaptive
+    /// client asks for the objects of runs fetching pages with their pages
+    /// ([`OBJ_S_PAGE`]).
     fn fetch(&mut self, oids: &[Oid], mode: u8) -> Result<()> {
         let store = self.store.clone();
         let conn = &store.conn;
         let _flight = FetchInFlight::start(&store);
         self.on_server = true;
+        let mut requests: Vec<(u8, &[Oid])> = Vec::new();
+        let mut by_page = Vec::new();
+        let mut alone = Vec::new();
+        match (&store.adaptive, mode) {
+            (Some(a), OBJ_S) => {
+                let a = super::lock(a);
+                for o in oids {
+                    match a.mode_for(o.page) {
+                        FetchMode::Pages => by_page.push(*o),
+                        FetchMode::Objects => alone.push(*o),
+                    }
+                }
+            }
+            _ => alone.extend_from_slice(oids),
+        }
+        requests.extend(by_page.chunks(FETCH_OBJECTS_MAX).map(|c| (OBJ_S_PAGE, c)));
+        requests.extend(alone.chunks(FETCH_OBJECTS_MAX).map(|c| (mode, c)));
         let mut calls = Vec::new();
-        for chunk in oids.chunks(FETCH_OBJECTS_MAX) {
+        for (mode, chunk) in requests {
             let req = ObjectRequest::Fetch {
                 txn: self.id,
                 mode,
@@ -642,14 +715,19 @@ impl ObjectTxn {
             let (kind, body) = req.encode();
             conn.round_trips.fetch_add(1, Ordering::Relaxed);
             conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            if let Some(a) = &store.adaptive {
+                super::lock(a).note_fetch(mode == OBJ_S_PAGE);
+            }
             let call = conn
                 .client
                 .invoke(kind, body)
                 .map_err(|e| conn.error_for(e, TxnId(self.id)))?;
-            calls.push((call, chunk));
+            calls.push((call, mode, chunk));
         }
-        for (mut call, chunk) in calls {
+        for (mut call, mode, chunk) in calls {
             let mut got = 0usize;
+            // Objects per page of a page fetch, and those that came along.
+            let mut on_page: FxHashMap<PageId, (usize, usize)> = FxHashMap::default();
             loop {
                 let part = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))?;
                 let Some(part) = part else { break };
@@ -662,27 +740,71 @@ impl ObjectTxn {
                     break;
                 }
                 let f = FetchedObject::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
-                let Some(&oid) = chunk.get(got) else {
-                    return Err(conn.protocol("one OBJ_FETCH part per object"));
-                };
-                if f.oid != oid.to_bytes() {
-                    return Err(conn.protocol("the objects asked for, in order"));
-                }
-                got += 1;
                 let read = Read::of(&f);
-                if mode == OBJ_X && f.found {
-                    self.exclusive.insert(oid, ());
+                if let Some(&oid) = chunk.get(got) {
+                    if f.oid != oid.to_bytes() {
+                        return Err(conn.protocol("the objects asked for, in order"));
+                    }
+                    got += 1;
+                    if mode == OBJ_X && f.found {
+                        self.exclusive.insert(oid, ());
+                    }
+                    if let (Read::Whole(bytes), r @ 1.., OBJ_S | OBJ_S_PAGE) = (&read, f.right, mode) {
+                        store.take_object(oid, r, bytes, true);
+                    }
+                    self.note_fetched(oid, &read, mode, &mut on_page, false);
+                    self.keep(oid, read);
+                    continue;
                 }
-                if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
-                    store.take_object(oid, r, bytes);
+                // Past the objects asked for: one that came along with its
+                // page (a page fetch only, from a page asked for).
+                let oid = Oid::from_bytes(&f.oid);
+                if mode != OBJ_S_PAGE || !chunk.iter().any(|o| o.page == oid.page) || chunk.contains(&oid) {
+                    return Err(
+                        conn.protocol("one OBJ_FETCH part per object asked for, then (mode 2) others of their pages")
+                    );
                 }
-                self.keep(oid, read);
+                self.note_fetched(oid, &read, mode, &mut on_page, true);
+                match (&read, f.right) {
+                    // Kept by the client until a transaction reads it.
+                    (Read::Whole(bytes), r @ 1..) => store.take_object(oid, r, bytes, false),
+                    // No right: the server holds it S for this transaction.
+                    (Read::Whole(_), 0) if !self.read.contains_key(&oid) => self.keep(oid, read),
+                    _ => {}
+                }
             }
             if got != chunk.len() {
                 return Err(conn.protocol("one OBJ_FETCH part per object"));
             }
+            if let Some(a) = &store.adaptive {
+                let mut a = super::lock(a);
+                for (page, (objects, along)) in on_page {
+                    a.note_page(page, objects, along);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// An adaptive client notes what a fetch brought: object sizes, and
+    /// per page of a page fetch its objects and those that came along.
+    fn note_fetched(
+        &self,
+        oid: Oid,
+        read: &Read,
+        mode: u8,
+        on_page: &mut FxHashMap<PageId, (usize, usize)>,
+        along: bool,
+    ) {
+        let Some(a) = &self.store.adaptive else { return };
+        if let Read::Whole(b) = read {
+            super::lock(a).note_object_bytes(b.len());
+        }
+        if mode == OBJ_S_PAGE {
+            let e = on_page.entry(oid.page).or_default();
+            e.0 += 1;
+            e.1 += usize::from(along);
+        }
     }
 
     /// Reads `buf.len()` bytes of the object from `offset` (a large object

@@ -42,6 +42,9 @@ use super::object::ObjectStore;
 struct Cached {
     epoch: u64,
     bytes: Arc<[u8]>,
+    /// A transaction read it since it came (an object an adaptive client
+    /// fetched along with its page and nobody read yet is evicted first).
+    used: bool,
 }
 
 /// A B+-tree leaf whose lookups are kept under a right.
@@ -210,6 +213,9 @@ impl ObjectStore {
             return None;
         }
         v.reads.insert(Resource::Object(oid));
+        if let Some(c) = st.objects.get_mut(&oid) {
+            c.used = true;
+        }
         self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
         Some(bytes)
     }
@@ -241,8 +247,9 @@ impl ObjectStore {
     }
 
     /// Keeps an object fetched with a right of `epoch` (unless called back
-    /// before it arrived).
-    pub(super) fn take_object(&self, oid: Oid, epoch: u64, bytes: &Arc<[u8]>) {
+    /// before it arrived); `used`: a transaction asked for it (not an
+    /// object that came along with its page).
+    pub(super) fn take_object(&self, oid: Oid, epoch: u64, bytes: &Arc<[u8]>, used: bool) {
         let evicted = {
             let mut st = lock(&self.rights);
             if !st.take_right(Resource::Object(oid), epoch, None) {
@@ -255,6 +262,7 @@ impl ObjectStore {
                 Cached {
                     epoch,
                     bytes: bytes.clone(),
+                    used,
                 },
             );
             self.evict(&mut st)
@@ -333,19 +341,23 @@ impl ObjectStore {
     }
 
     /// Past the bound on cached bytes, drops objects nobody reads under
-    /// their right down to three quarters of it; what was dropped (key,
+    /// their right down to three quarters of it, those never read first
+    /// (objects that came along with their page); what was dropped (key,
     /// epoch), to give back.
     fn evict(&self, st: &mut RightsState) -> Vec<(Resource, u64)> {
         if st.bytes <= self.rights_bytes_max {
             return Vec::new();
         }
         let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
-        let victims: Vec<Oid> = st
+        let mut victims: Vec<(bool, Oid)> = st
             .objects
-            .keys()
-            .filter(|o| !read.contains(&Resource::Object(**o)))
-            .copied()
+            .iter()
+            .filter(|(o, _)| !read.contains(&Resource::Object(**o)))
+            .map(|(o, c)| (c.used, *o))
             .collect();
+        // Unused first; among equals the hash order (no age is kept).
+        victims.sort_by_key(|(used, _)| *used);
+        let victims = victims.into_iter().map(|(_, o)| o);
         let keep = self.rights_bytes_max / 4 * 3;
         let mut out = Vec::new();
         for o in victims {

@@ -31,17 +31,21 @@ pub enum Backend {
     /// An object-server client of such a child process: objects and
     /// B+-tree operations run on the server.
     Object,
+    /// The adaptive client (the object protocol, fetching pages of objects
+    /// or single objects as it measures) of such a child process.
+    Adaptive,
     /// In the test process, locking single objects instead of pages
     /// (`DbOptions::object_locking`).
     EmbeddedObjectLocks,
 }
 
 /// Every backend, for tests that loop over them.
-pub const BACKENDS: [Backend; 5] = [
+pub const BACKENDS: [Backend; 6] = [
     Backend::Embedded,
     Backend::Page,
     Backend::File,
     Backend::Object,
+    Backend::Adaptive,
     Backend::EmbeddedObjectLocks,
 ];
 
@@ -51,7 +55,14 @@ impl Backend {
     /// checked against the page's committed LSN); not an object-server
     /// client, which has no pages.
     pub fn reads_page_images(self) -> bool {
-        !matches!(self, Backend::Object)
+        !self.speaks_objects()
+    }
+
+    /// True for the clients of the object protocol (object server and
+    /// adaptive client): no pages, no index cache; the server walks the
+    /// trees.
+    pub fn speaks_objects(self) -> bool {
+        matches!(self, Backend::Object | Backend::Adaptive)
     }
 
     /// True if a refaulted page's objects are decoded together (whole-page
@@ -110,7 +121,7 @@ impl Site {
                 opts.storage.object_locking = true;
                 Database::open_with(&self.path, opts)
             }
-            Backend::Page | Backend::File | Backend::Object => {
+            Backend::Page | Backend::File | Backend::Object | Backend::Adaptive => {
                 if self.server.is_none() {
                     let env: Vec<(&str, &str)> = self.server_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
                     self.server = Some(ServerChild::start_with(&self.path, &env));
@@ -119,6 +130,7 @@ impl Site {
                 let arch = match self.backend {
                     Backend::File => cairn::Arch::File,
                     Backend::Object => cairn::Arch::Object,
+                    Backend::Adaptive => cairn::Arch::Adaptive,
                     _ => cairn::Arch::Page,
                 };
                 Database::connect(&url, Options { arch, ..opts })
@@ -291,7 +303,7 @@ impl Site {
 }
 
 /// Declares `#[test]`s `embedded::NAME`, `page::NAME`, `file::NAME`,
-/// `object::NAME` and `embedded_object_locks::NAME` for each
+/// `object::NAME`, `adaptive::NAME` and `embedded_object_locks::NAME` for each
 /// `fn NAME(Backend)` named.
 #[macro_export]
 macro_rules! on_every_backend {
@@ -325,6 +337,14 @@ macro_rules! on_every_backend {
                 #[test]
                 fn $name() {
                     super::$name(super::common::Backend::Object)
+                }
+            )*
+        }
+        mod adaptive {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::common::Backend::Adaptive)
                 }
             )*
         }

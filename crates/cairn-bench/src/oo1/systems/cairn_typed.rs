@@ -92,6 +92,9 @@ pub fn options() -> Options {
     let mut o = Options {
         cache_bytes: 1 << 30,
         client_buffer_pages: PAGE_FRAMES,
+        // Remote deployments name their architecture (the default, the
+        // adaptive client, is a system of its own).
+        arch: cairn::Arch::Page,
         ..Options::default()
     };
     // Room for the large database's pages (about 40 MB) in the pool.

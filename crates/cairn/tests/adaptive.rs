@@ -1,0 +1,190 @@
+//! The adaptive client (`cairn::remote::adaptive`) against one real server
+//! process: it fetches whole pages of objects while the application uses
+//! much of each page, single objects once it uses one per page, and pages
+//! again when access clusters again — counted in round trips and in its
+//! counters, no timing. And what it keeps of a page stays correct: objects
+//! another transaction is writing are not sent along, and objects that came
+//! along are called back like any other.
+
+mod common;
+
+use std::sync::Arc;
+
+use cairn::remote::{parse_url, AdaptivePolicy, FetchMode, ObjectStore};
+use cairn::storage::{GroupId, Oid};
+use common::ServerChild;
+
+fn url(server: &ServerChild) -> String {
+    format!("cairn://{}", server.addr)
+}
+
+fn adaptive(server: &ServerChild, cache_bytes: usize) -> Arc<ObjectStore> {
+    ObjectStore::connect_adaptive(
+        parse_url(&url(server)).unwrap(),
+        b"",
+        cache_bytes,
+        AdaptivePolicy::default(),
+    )
+    .expect("connect")
+}
+
+/// `n` objects of 100 bytes in creation order (about 35 to a page).
+fn seed(store: &Arc<ObjectStore>, n: usize) -> Vec<Oid> {
+    let mut t = store.begin().unwrap();
+    let oids = (0..n)
+        .map(|i| t.create(GroupId::DEFAULT, None, &[(i % 251) as u8; 100]).unwrap())
+        .collect();
+    t.commit().unwrap();
+    oids
+}
+
+/// Reads `oids` in one transaction, checking each object's bytes.
+fn read_all(store: &Arc<ObjectStore>, oids: &[Oid], all: &[Oid]) {
+    let mut t = store.begin().unwrap();
+    for o in oids {
+        let i = all.iter().position(|x| x == o).unwrap();
+        assert_eq!(t.read(*o).unwrap(), vec![(i % 251) as u8; 100], "object {i}");
+    }
+    t.commit().unwrap();
+}
+
+/// One object of each page, in page order.
+fn one_per_page(oids: &[Oid]) -> Vec<Oid> {
+    let mut out: Vec<Oid> = Vec::new();
+    for o in oids {
+        if out.last().is_none_or(|l| l.page != o.page) {
+            out.push(*o);
+        }
+    }
+    out
+}
+
+#[test]
+fn it_switches_to_objects_on_scattered_access_and_back_to_pages_when_access_clusters() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(dir.path());
+    let oids = seed(&adaptive(&server, 1 << 20), 3500);
+    let pages = one_per_page(&oids);
+    assert!(pages.len() >= 80, "{} pages", pages.len());
+
+    // Clustered: every object of every page, from a fresh client (nothing
+    // cached): pages are fetched whole, about one round trip per page.
+    let a = adaptive(&server, 4 << 20);
+    let before = a.stats();
+    read_all(&a, &oids, &oids);
+    let s = a.stats();
+    let trips = s.round_trips - before.round_trips;
+    assert_eq!(s.adaptive.mode, FetchMode::Pages, "{s:?}");
+    assert_eq!(s.adaptive.to_objects, 0, "{s:?}");
+    assert!(s.adaptive.page_fetches >= pages.len() as u64 - 2, "{s:?}");
+    assert!(
+        trips <= pages.len() as u64 + 10,
+        "{trips} round trips for {} pages",
+        pages.len()
+    );
+    assert!(
+        s.adaptive.objects_with_pages as usize >= oids.len() - 2 * pages.len(),
+        "{s:?}"
+    );
+    assert!(s.adaptive.used_fraction_milli > 800, "{s:?}");
+
+    // Scattered: one object per page, again and again (the runs' means
+    // come down over the passes; a fresh client each time would forget
+    // them, so the same client, its cache emptied by giving rights back).
+    let b = adaptive(&server, 4 << 20);
+    for _ in 0..3 {
+        read_all(&b, &pages, &oids);
+    }
+    let s = b.stats();
+    assert!(s.adaptive.to_objects >= 1, "{s:?}");
+    assert_eq!(s.adaptive.mode, FetchMode::Objects, "{s:?}");
+    // Now single objects: reading other objects of those pages (not
+    // cached: only the first object of each page came by name, and the
+    // pages that came along while the runs fetched pages are cached, so
+    // read objects of the *last* slots, which a fresh client has not).
+    let c = adaptive(&server, 4 << 20);
+    for _ in 0..3 {
+        read_all(&c, &pages, &oids);
+    }
+    let before = c.stats();
+    let second: Vec<Oid> = pages
+        .iter()
+        .filter_map(|p| oids.iter().rev().find(|o| o.page == p.page).copied())
+        .collect();
+    read_all(&c, &second, &oids);
+    let s = c.stats();
+    let fetched = s.adaptive.object_fetches - before.adaptive.object_fetches;
+    let paged = s.adaptive.page_fetches - before.adaptive.page_fetches;
+    assert!(
+        fetched > 0 && fetched as usize + paged as usize <= second.len() && paged * 4 <= fetched,
+        "object fetches {fetched}, page fetches {paged}: {s:?}"
+    );
+    assert!(
+        s.adaptive.objects_with_pages - before.adaptive.objects_with_pages <= paged * 40,
+        "{s:?}"
+    );
+
+    // Clustered again: back to pages.
+    for _ in 0..2 {
+        read_all(&c, &oids, &oids);
+    }
+    let s = c.stats();
+    assert!(s.adaptive.to_pages >= 1, "{s:?}");
+    assert_eq!(s.adaptive.mode, FetchMode::Pages, "{s:?}");
+}
+
+#[test]
+fn objects_of_a_page_are_sent_along_only_when_free_and_are_called_back_like_any() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(dir.path());
+    let writer = ObjectStore::connect(parse_url(&url(&server)).unwrap(), b"", 1 << 20).unwrap();
+    let oids = seed(&writer, 20);
+    assert!(oids.iter().all(|o| o.page == oids[0].page), "one page");
+
+    // Another client's transaction is changing object 2: a page fetch does
+    // not wait for it and does not send it.
+    let mut w = writer.begin().unwrap();
+    w.read_for_update(oids[2]).unwrap();
+    w.update(oids[2], &[7; 100]).unwrap();
+    let a = adaptive(&server, 1 << 20);
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), vec![0; 100]);
+    let s = a.stats();
+    assert_eq!(s.adaptive.page_fetches, 1, "{s:?}");
+    assert_eq!(
+        s.adaptive.objects_with_pages, 18,
+        "all but the one asked for and the one locked: {s:?}"
+    );
+    let trips = s.round_trips;
+    for (i, o) in oids.iter().enumerate().skip(3) {
+        assert_eq!(t.read(*o).unwrap(), vec![i as u8; 100]);
+    }
+    assert_eq!(a.stats().round_trips, trips, "the page's other objects came along");
+    t.commit().unwrap();
+    w.commit().unwrap();
+    // Object 2 is read through its own OID: the committed change.
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[2]).unwrap(), vec![7; 100]);
+    t.commit().unwrap();
+
+    // An object that came along and was never read is kept under a right
+    // across transactions, and called back when the other client changes
+    // it: the next read sees the change.
+    let b = adaptive(&server, 1 << 20);
+    let mut t = b.begin().unwrap();
+    assert_eq!(t.read(oids[5]).unwrap(), vec![5; 100]);
+    t.commit().unwrap();
+    let trips = b.stats().round_trips;
+    let mut t = b.begin().unwrap();
+    assert_eq!(t.read(oids[6]).unwrap(), vec![6; 100]);
+    t.commit().unwrap();
+    assert_eq!(b.stats().round_trips, trips, "object 6 came along with object 5's page");
+    let mut w = writer.begin().unwrap();
+    w.read_for_update(oids[6]).unwrap();
+    w.update(oids[6], &[9; 100]).unwrap();
+    w.commit().unwrap();
+    let mut t = b.begin().unwrap();
+    assert_eq!(t.read(oids[6]).unwrap(), vec![9; 100]);
+    t.commit().unwrap();
+    assert!(b.stats().callbacks >= 1, "{:?}", b.stats());
+}
