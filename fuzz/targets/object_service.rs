@@ -7,7 +7,8 @@
 
 use cairn_net::frame::Kind;
 use cairn_net::object_service::{
-    decode_entries, decode_oids, decode_values, FetchedObject, ObjectCallback, ObjectRequest, ValuesAndObjects,
+    decode_entries, decode_fetched_batch, decode_oids, decode_values, encode_fetched_batch, FetchedObject,
+    ObjectCallback, ObjectRequest, ValuesAndObjects,
 };
 
 /// The request kinds, in selector order.
@@ -39,6 +40,10 @@ pub fn run(data: &[u8]) {
         }
         1 => {
             let _ = decode_oids(body);
+            if let Ok(batch) = decode_fetched_batch(body) {
+                let parts: Vec<Vec<u8>> = batch.iter().map(|f| f.encode()).collect();
+                assert_eq!(encode_fetched_batch(&parts), body, "a batch part encodes back to its bytes");
+            }
         }
         2 => {
             let _ = decode_values(body);

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
-    encode_entries, encode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, LOOKUP_LEAVES_MAX,
-    NO_OID, OBJ_S_PAGE, OBJ_X, OID_BYTES,
+    encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects,
+    BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_X, OID_BYTES,
 };
 use cairn_net::page_service::{encode_pages, NO_GROUP};
 use cairn_net::rpc::Replier;
@@ -55,6 +55,14 @@ pub(crate) async fn handle(
 ) -> Result<Bytes, Fault> {
     let internal = |e: String| Fault::new(ErrorCode::INTERNAL, e);
     if let ObjectRequest::Fetch { txn, mode, oids } = req {
+        if mode == OBJ_S_PAGE {
+            // Not streamed: the objects and their pages in one reply.
+            let (c, s) = (core.clone(), state.clone());
+            return tokio::task::spawn_blocking(move || fetch_pages(&c, &s, txn, &oids))
+                .await
+                .map_err(|e| internal(format!("request task failed: {e}")))?
+                .map(Bytes::from);
+        }
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, Fault>>(64);
         let (c, s) = (core.clone(), state.clone());
         let task = tokio::task::spawn_blocking(move || fetch(&c, &s, txn, mode, &oids, &tx));
@@ -73,7 +81,7 @@ pub(crate) async fn handle(
 
 /// OBJ_FETCH: locks (S, or X for [`OBJ_X`]) and reads each object in turn,
 /// sending each part as it is read; an error is sent in place of the rest.
-/// In [`OBJ_S_PAGE`] the named objects' pages follow ([`neighbours`]).
+/// ([`OBJ_S_PAGE`] is [`fetch_pages`].)
 fn fetch(
     core: &Core,
     state: &SessionState,
@@ -104,77 +112,99 @@ fn fetch(
             return;
         }
     }
-    if mode == OBJ_S_PAGE {
-        let named: std::collections::HashSet<Oid> = oids.iter().map(oid_of).collect();
-        let mut pages: Vec<PageId> = named.iter().map(|o| o.page).collect();
-        pages.sort_unstable();
-        pages.dedup();
-        for page in pages {
-            for part in neighbours(core, state, &mut t, page, &named) {
-                let failed = part.is_err();
-                if out.blocking_send(part.map_err(fault)).is_err() || failed {
-                    return;
-                }
-            }
-        }
+}
+
+/// OBJ_FETCH in [`OBJ_S_PAGE`]: the named objects locked S and read, then
+/// per page named its other objects ([`neighbours`]), all in one reply
+/// body ([`encode_fetched_batch`]): a page of objects costs the client one
+/// message, as a page server's page does.
+fn fetch_pages(core: &Core, state: &SessionState, txn: u64, oids: &[[u8; OID_BYTES]]) -> Result<Vec<u8>, Fault> {
+    let (_, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    let mut t = lock(&t);
+    let mut parts = Vec::with_capacity(oids.len());
+    for o in oids {
+        let (len, bytes) = read_one(&mut t, oid_of(o), false).map_err(fault)?;
+        let right = grant(core, state, &t, oid_of(o), &bytes);
+        parts.push(fetched_part(o, len, bytes, right));
     }
+    let named: std::collections::HashSet<Oid> = oids.iter().map(oid_of).collect();
+    let mut pages: Vec<PageId> = named.iter().map(|o| o.page).collect();
+    pages.sort_unstable();
+    pages.dedup();
+    // The objects that come along are optional: past the reply's bound the
+    // rest stay behind (read through their own OIDs if wanted).
+    for page in pages {
+        let room = BATCH_OBJECTS_MAX.saturating_sub(parts.len());
+        parts.extend(neighbours(core, state, &mut t, page, &named, room).map_err(fault)?);
+    }
+    Ok(encode_fetched_batch(&parts))
 }
 
 /// [`OBJ_S_PAGE`]: the other small objects of `page` (not in `named`),
 /// each locked S if that needs no wait (one in another transaction's way
 /// is skipped: the client reads it through its own OID when it wants it),
-/// read again under the lock and sent with a right to cache it.
+/// at most `room` of them, encoded as OBJ_FETCH parts with a right to
+/// cache each.
 fn neighbours(
     core: &Core,
     state: &SessionState,
     t: &mut Txn,
     page: PageId,
     named: &std::collections::HashSet<Oid>,
-) -> Vec<Result<Vec<u8>, Error>> {
+    room: usize,
+) -> Result<Vec<Vec<u8>>, Error> {
     // The committed image, read without a lock (a page lock would wait
-    // for the page's object-level writers): it only lists the objects.
-    let mut listed = Vec::new();
-    let image = match t.committed_page_image(page) {
-        Ok(Some(image)) => image,
-        Ok(None) => return Vec::new(),
-        Err(e) => return vec![Err(e)],
+    // for the page's object-level writers): it lists the objects, and
+    // gives their bytes once each is locked — unless this transaction
+    // changed the page (its own changes are read through `Txn::read`).
+    let Some(image) = t.committed_page_image(page)? else {
+        return Ok(Vec::new());
     };
-    if let Err(e) = cairn_storage::record::object::image_objects(page, &image, |oid, _| {
-        if !named.contains(&oid) {
+    let mut listed = Vec::new();
+    cairn_storage::record::object::image_objects(page, &image, |oid, _| {
+        if !named.contains(&oid) && listed.len() < room {
             listed.push(oid);
         }
-    }) {
-        return vec![Err(e)];
-    }
-    let mut parts = Vec::new();
+    })?;
+    let mut locked = Vec::with_capacity(listed.len());
     for oid in listed {
-        match t.try_lock_resource(Resource::Object(oid), LockMode::S) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                parts.push(Err(e));
-                break;
+        if t.try_lock_resource(Resource::Object(oid), LockMode::S)? {
+            locked.push(oid);
+        }
+    }
+    // The image again, now that the locks hold the objects still: a
+    // commit between the listing and the locks changed it.
+    locked.sort_unstable();
+    let image = if t.has_private_copy(page) {
+        None
+    } else {
+        t.committed_page_image(page)?
+    };
+    let max = small_max(t.page_size());
+    let mut parts = Vec::with_capacity(locked.len());
+    let mut from_image = Vec::new();
+    if let Some(image) = &image {
+        cairn_storage::record::object::image_objects(page, image, |oid, bytes| {
+            if bytes.len() <= max && locked.binary_search(&oid).is_ok() {
+                from_image.push((oid, bytes.to_vec()));
+            }
+        })?;
+    } else {
+        for &oid in &locked {
+            match t.read(oid) {
+                Ok(b) if b.len() <= max => from_image.push((oid, b)),
+                Ok(_) | Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
             }
         }
-        // Read under the lock: the listing's image may predate a commit.
-        let bytes = match t.read(oid) {
-            Ok(b) => b,
-            // Deleted since it was listed.
-            Err(Error::NotFound { .. }) => continue,
-            Err(e) => {
-                parts.push(Err(e));
-                break;
-            }
-        };
-        if bytes.len() > small_max(t.page_size()) {
-            continue;
-        }
+    }
+    for (oid, bytes) in from_image {
         let bytes = Some(bytes);
         let right = grant(core, state, t, oid, &bytes);
         let len = bytes.as_ref().map_or(0, |b| b.len() as u64);
-        parts.push(Ok(fetched_part(&oid.to_bytes(), len, bytes, right)));
+        parts.push(fetched_part(&oid.to_bytes(), len, bytes, right));
     }
-    parts
+    Ok(parts)
 }
 
 /// One object for a fetch: `(length, bytes)`, the bytes `None` if it is too

@@ -211,6 +211,90 @@ pub fn check(rows: &[Row]) -> Vec<Finding> {
             evidence: format!("page random read max/min over buffers 50-300: {b:.2}; over f 10-90%: {c:.2}"),
         });
     }
+    out.extend(adaptive(rows));
+    out
+}
+
+/// The adaptive client's targets (issue 14): within 10% of the best fixed
+/// client-server architecture at every measured point, and strictly
+/// better than each of them somewhere. Judged twice: against the page and
+/// object servers (the architectures that ship data over the network, as
+/// the adaptive client does), and against all three (the file server here
+/// reads the volume file on the same machine: no network at all).
+fn adaptive(rows: &[Row]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let points: Vec<&Row> = rows.iter().filter(|r| r.system == Arch::Adaptive).collect();
+    if points.is_empty() {
+        return out;
+    }
+    let same = |a: &Row, b: &Row| a.point == b.point && a.query == b.query;
+    for (finding, against) in [
+        (
+            "the adaptive client is within 10% of the best of the page and object servers at every point",
+            &[Arch::Page, Arch::Object][..],
+        ),
+        (
+            "the adaptive client is within 10% of the best fixed client-server architecture (page, object, file) at every point",
+            &[Arch::Page, Arch::Object, Arch::File][..],
+        ),
+    ] {
+        let mut worst: Option<(f64, String)> = None;
+        let mut measured = 0;
+        for a in &points {
+            let best = rows
+                .iter()
+                .filter(|r| against.contains(&r.system) && same(r, a))
+                .min_by(|x, y| x.ms.total_cmp(&y.ms));
+            let Some(best) = best else { continue };
+            measured += 1;
+            let ratio = a.ms / best.ms.max(1e-9);
+            if worst.as_ref().is_none_or(|w| ratio > w.0) {
+                let where_ = format!(
+                    "{} f={} region={} buffer={}{} {}: adaptive {:.0} ms, {} {:.0} ms",
+                    a.point.sweep,
+                    a.point.clustering,
+                    a.point.region,
+                    a.point.client_buffer_pages,
+                    if a.point.smeared { " smeared" } else { "" },
+                    a.query.name(),
+                    a.ms,
+                    best.system.name(),
+                    best.ms
+                );
+                worst = Some((ratio, where_));
+            }
+        }
+        if let Some((ratio, at)) = worst {
+            out.push(Finding {
+                finding,
+                holds: ratio <= 1.10,
+                evidence: format!("worst of {measured} points: {ratio:.2}× the best ({at})"),
+            });
+        }
+    }
+    let mut beats = Vec::new();
+    let mut all = true;
+    for arch in [Arch::Page, Arch::Object, Arch::File] {
+        let wins = points
+            .iter()
+            .filter(|a| rows.iter().any(|r| r.system == arch && same(r, a) && a.ms < r.ms))
+            .count();
+        let compared = points
+            .iter()
+            .filter(|a| rows.iter().any(|r| r.system == arch && same(r, a)))
+            .count();
+        if compared > 0 {
+            all &= wins > 0;
+            beats.push(format!("{}: faster at {wins} of {compared}", arch.name()));
+        }
+    }
+    if !beats.is_empty() {
+        out.push(Finding {
+            finding: "the adaptive client is strictly better than each fixed architecture somewhere",
+            holds: all,
+            evidence: beats.join("; "),
+        });
+    }
     out
 }
 
@@ -281,5 +365,37 @@ mod tests {
         }
         assert!(!check(&rows)[0].holds);
         assert!(lines(&check(&rows)).contains("NO "));
+    }
+
+    #[test]
+    fn the_adaptive_targets_are_judged_point_by_point() {
+        let mut rows = Vec::new();
+        for f in [10, 50, 90] {
+            rows.push(row(Arch::Page, Query::RandomRead, f, 1000.0 / f as f64));
+            rows.push(row(Arch::Object, Query::RandomRead, f, 30.0));
+            // Never worse than 5% over the best, better than the page
+            // server at f = 10% and the object server at f = 90%.
+            rows.push(row(Arch::Adaptive, Query::RandomRead, f, (1000.0 / f as f64).min(30.0) * 1.05));
+        }
+        rows.push(row(Arch::Adaptive, Query::Scan, 10, 10.0));
+        let found = check(&rows);
+        let by = |s: &str| found.iter().find(|f| f.finding.contains(s)).cloned();
+        let within = by("best of the page and object servers").unwrap();
+        assert!(within.holds, "{within:?}");
+        assert!(within.evidence.contains("of 3 points"), "{within:?}");
+        assert!(by("strictly better").unwrap().holds);
+        // 20% over the best at one point: no.
+        rows.iter_mut()
+            .find(|r| r.system == Arch::Adaptive && r.point.clustering == 50 && r.query == Query::RandomRead)
+            .unwrap()
+            .ms = 24.0;
+        let found = check(&rows);
+        let within = found.iter().find(|f| f.finding.contains("best of the page")).unwrap();
+        assert!(!within.holds && within.evidence.contains("1.20×"), "{within:?}");
+        // Never faster than the object server: not strictly better.
+        for r in rows.iter_mut().filter(|r| r.system == Arch::Adaptive) {
+            r.ms = 31.0;
+        }
+        assert!(!check(&rows).iter().find(|f| f.finding.contains("strictly")).unwrap().holds);
     }
 }

@@ -14,11 +14,12 @@ use crate::oo1::plot::{line_panel, plot_err, register_font};
 use crate::oo1::system::{Error, Result};
 
 /// One colour per system, in [`Arch::ALL`] order.
-const COLORS: [RGBColor; 4] = [
+const COLORS: [RGBColor; 5] = [
     RGBColor(0x33, 0x33, 0x33),
     RGBColor(0x4c, 0x72, 0xb0),
     RGBColor(0xc4, 0x4e, 0x52),
     RGBColor(0x55, 0xa8, 0x68),
+    RGBColor(0x81, 0x72, 0xb2),
 ];
 
 fn color(a: Arch) -> RGBColor {

@@ -291,6 +291,39 @@ fn step(
         ("cache_hits", d(after.cache_hits, before.cache_hits)),
         ("callbacks", d(after.callbacks, before.callbacks)),
         ("disk_pages_read", d(sys.pages_read(), disk_before)),
+        // The adaptive client's decisions and the measure behind them.
+        (
+            "adaptive_page_fetches",
+            d(after.adaptive.page_fetches, before.adaptive.page_fetches),
+        ),
+        (
+            "adaptive_object_fetches",
+            d(after.adaptive.object_fetches, before.adaptive.object_fetches),
+        ),
+        (
+            "adaptive_objects_with_pages",
+            d(after.adaptive.objects_with_pages, before.adaptive.objects_with_pages),
+        ),
+        (
+            "adaptive_switches",
+            d(
+                after.adaptive.to_pages + after.adaptive.to_objects,
+                before.adaptive.to_pages + before.adaptive.to_objects,
+            ),
+        ),
+        (
+            "adaptive_used_per_visit",
+            after.adaptive.used_per_visit_milli as f64 / 1000.0,
+        ),
+        (
+            "adaptive_used_fraction",
+            after.adaptive.used_fraction_milli as f64 / 1000.0,
+        ),
+        (
+            "adaptive_runs_fetching_pages",
+            after.adaptive.runs_fetching_pages as f64,
+        ),
+        ("adaptive_runs", after.adaptive.runs as f64),
     ]);
     Ok(Row {
         system: sys.arch(),
@@ -374,8 +407,8 @@ pub struct AcobArgs {
     /// sweep, or all three.
     #[arg(long, value_enum, default_value = "point")]
     pub sweep: Sweep,
-    /// Systems, comma-separated: embedded, page, object, file.
-    #[arg(long, value_delimiter = ',', default_value = "embedded,page,object,file")]
+    /// Systems, comma-separated: embedded, page, object, file, adaptive.
+    #[arg(long, value_delimiter = ',', default_value = "embedded,page,object,file,adaptive")]
     pub systems: Vec<String>,
     /// Clustering factor of `--sweep point`, percent.
     #[arg(long, default_value_t = 30)]

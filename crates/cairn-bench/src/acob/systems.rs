@@ -1,7 +1,9 @@
 //! The systems ACOB compares (DeWitt et al. §3), each over one database
 //! directory: **embedded** (the paper's single-site WiSS: the storage
-//! engine in process), and the **page**, **object** and **file** server
-//! clients, each of a `cairn serve` child process on loopback started from
+//! engine in process), the **page**, **object** and **file** server
+//! clients, and the **adaptive** client (the object protocol, fetching
+//! whole pages of objects or single objects as it measures), each of a
+//! `cairn serve` child process on loopback started from
 //! the `cairn` binary. The client's and the server's buffers are sized in
 //! pages as in the paper ([`Buffers`]): the server's buffer pool through
 //! `cairn serve --config` (`buffer_frames`), a page or file client's pool
@@ -17,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn::remote::{parse_url, ObjectStore, RemoteStats, RemoteStore};
+use cairn::remote::{parse_url, AdaptivePolicy, ObjectStore, RemoteStats, RemoteStore};
 use cairn::storage::{Db, DbOptions, GroupId};
 use cairn_net::message::Architecture;
 
@@ -37,11 +39,18 @@ pub enum Arch {
     Object,
     /// A file-server client.
     File,
+    /// The adaptive client (`cairn::remote::adaptive`): the object
+    /// protocol, fetching whole pages of objects or single objects as it
+    /// measures.
+    Adaptive,
 }
 
 impl Arch {
-    /// Every fixed architecture, in the report's order.
-    pub const ALL: [Arch; 4] = [Arch::Embedded, Arch::Page, Arch::Object, Arch::File];
+    /// Every system, in the report's order.
+    pub const ALL: [Arch; 5] = [Arch::Embedded, Arch::Page, Arch::Object, Arch::File, Arch::Adaptive];
+
+    /// The fixed architectures (the paper's), in the report's order.
+    pub const FIXED: [Arch; 4] = [Arch::Embedded, Arch::Page, Arch::Object, Arch::File];
 
     /// Its name in reports and on the command line.
     pub fn name(self) -> &'static str {
@@ -50,6 +59,7 @@ impl Arch {
             Arch::Page => "page",
             Arch::Object => "object",
             Arch::File => "file",
+            Arch::Adaptive => "adaptive",
         }
     }
 
@@ -177,9 +187,14 @@ impl System {
                 )?;
                 Conn::Pages(server, store)
             }
-            Arch::Object => {
+            Arch::Object | Arch::Adaptive => {
                 let server = ServerProcess::start_with(&self.exe, &self.dir, Some(&self.config))?;
-                let store = ObjectStore::connect(parse_url(&server.url)?, b"", b.client_pages * PAGE_BYTES)?;
+                let (url, bytes) = (parse_url(&server.url)?, b.client_pages * PAGE_BYTES);
+                let store = if self.arch == Arch::Adaptive {
+                    ObjectStore::connect_adaptive(url, b"", bytes, AdaptivePolicy::default())?
+                } else {
+                    ObjectStore::connect(url, b"", bytes)?
+                };
                 Conn::Objects(server, store)
             }
         };

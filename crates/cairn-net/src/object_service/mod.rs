@@ -7,7 +7,7 @@
 //!
 //! | kind | request body | final reply body |
 //! |---|---|---|
-//! | `0x0201` OBJ_FETCH | `txn u64, mode u8 (0 S, 1 X, 2 S with the page), count u16, oid[10] × count` | empty; one part per object ([`FetchedObject`]), streamed as read; in mode 2 ([`OBJ_S_PAGE`]) then one part per other small object of the named objects' pages the server could lock S without waiting |
+//! | `0x0201` OBJ_FETCH | `txn u64, mode u8 (0 S, 1 X, 2 S with the page), count u16, oid[10] × count` | empty; one part per object ([`FetchedObject`]), streamed as read; in mode 2 ([`OBJ_S_PAGE`]) no parts: the final reply holds the objects asked for, in order, then their pages' other small objects the server could lock S without waiting ([`encode_fetched_batch`]) |
 //! | `0x0202` OBJ_CREATE | `txn u64, group u32, near oid[10] (all zero: none), len u32, bytes` | `oid[10]` |
 //! | `0x0203` OBJ_COMMIT | `txn u64, count u32, ([`Change`]) × count` | empty, once durable |
 //! | `0x0204` OBJ_ABORT | `txn u64` | empty |
@@ -82,8 +82,9 @@ pub const OBJ_X: u8 = 1;
 /// round trip): after the named objects, the server sends every other
 /// small object stored whole on their home pages that it can lock S
 /// without waiting (one skipped is read through its own OID later), each
-/// with a right to cache it as OBJ_FETCH grants one. The S locks are held
-/// to the transaction's end, as a page server's page lock is.
+/// with a right to cache it as OBJ_FETCH grants one, all in the final
+/// reply (no parts: one message, as a page server's page). The S locks
+/// are held to the transaction's end, as a page server's page lock is.
 pub const OBJ_S_PAGE: u8 = 2;
 
 impl Kind {
@@ -756,6 +757,41 @@ impl FetchedObject<'_> {
             right,
         })
     }
+}
+
+/// Objects in the reply of an [`OBJ_S_PAGE`] fetch, at most.
+pub const BATCH_OBJECTS_MAX: usize = 1 << 16;
+
+/// Encodes the reply of an [`OBJ_S_PAGE`] fetch (the objects asked for, in
+/// order, then those that come along with their pages): `count u32, (len
+/// u32, FetchedObject) × count`, at most [`BATCH_OBJECTS_MAX`] (the rest
+/// are left out).
+pub fn encode_fetched_batch(objects: &[Vec<u8>]) -> Vec<u8> {
+    let n = objects.len().min(BATCH_OBJECTS_MAX);
+    let mut out = Vec::with_capacity(4 + objects.iter().map(|o| 4 + o.len()).sum::<usize>());
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    for o in &objects[..n] {
+        value32(&mut out, o);
+    }
+    out
+}
+
+/// Decodes the reply of an [`OBJ_S_PAGE`] fetch.
+pub fn decode_fetched_batch(body: &[u8]) -> Result<Vec<FetchedObject<'_>>, MessageError> {
+    let what = "OBJ_FETCH reply of pages";
+    let mut r = Reader::new(body, what);
+    let n = r.u32()? as usize;
+    if n > BATCH_OBJECTS_MAX {
+        return Err(malformed(what, "at most 65,536 objects"));
+    }
+    r.check_count(n, 4 + FETCHED_OBJECT_HEADER)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = r.u32()? as usize;
+        out.push(FetchedObject::decode(r.take(len)?)?);
+    }
+    r.end()?;
+    Ok(out)
 }
 
 /// Encodes TREE_GET's reply: `count u32, value32 × count`.

@@ -303,3 +303,35 @@ fn object_callbacks_round_trip_and_bad_keys_are_refused() {
     none.truncate(2);
     assert!(ObjectRequest::decode(Kind::OBJ_RELEASE, &none).is_err(), "no rights");
 }
+
+#[test]
+fn a_batch_part_round_trips_and_damage_is_refused() {
+    let objects: Vec<Vec<u8>> = (1..4u8)
+        .map(|n| {
+            FetchedObject {
+                oid: o(n),
+                found: true,
+                total_len: u64::from(n),
+                bytes: &[n; 3][..usize::from(n)],
+                right: u64::from(n) * 10,
+            }
+            .encode()
+        })
+        .collect();
+    let body = encode_fetched_batch(&objects);
+    let back = decode_fetched_batch(&body).unwrap();
+    assert_eq!(back.len(), 3);
+    for (b, o) in back.iter().zip(&objects) {
+        assert_eq!(&b.encode(), o);
+    }
+    assert!(decode_fetched_batch(&encode_fetched_batch(&[])).unwrap().is_empty());
+    for cut in 0..body.len() {
+        assert!(decode_fetched_batch(&body[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut longer = body.clone();
+    longer.push(0);
+    assert!(decode_fetched_batch(&longer).is_err(), "a byte past the end");
+    let mut many = body.clone();
+    many[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(decode_fetched_batch(&many).is_err(), "too many");
+}

@@ -15,7 +15,8 @@
 //! - **pages**: OBJ_FETCH in mode [`cairn_net::object_service::OBJ_S_PAGE`]:
 //!   the object and every other small object of its page the server can
 //!   lock without waiting, in one round trip, each kept under a right to
-//!   cache it (those never read are the first evicted);
+//!   cache it (the cache evicts the least recently used first: one never
+//!   read ages from its arrival);
 //! - **objects**: OBJ_FETCH of the object alone (or of the batch the caller
 //!   named together).
 //!

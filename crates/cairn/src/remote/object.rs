@@ -30,7 +30,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
-    decode_entries, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, FETCH_OBJECTS_MAX,
+    decode_entries, decode_fetched_batch, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, FETCH_OBJECTS_MAX,
     NO_OID, OBJ_S, OBJ_S_PAGE, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::{decode_groups, decode_pages, PageRequest, VolumeInfo, NO_GROUP};
@@ -543,7 +543,7 @@ impl ObjectTxn {
             let oid = Oid::from_bytes(&f.oid);
             let read = Read::of(&f);
             if let (Read::Whole(bytes), r @ 1..) = (&read, f.right) {
-                store.take_object(oid, r, bytes, true);
+                store.take_object(oid, r, bytes);
             }
             if self.changes.contains_key(&oid) || self.read.contains_key(&oid) {
                 continue;
@@ -725,9 +725,11 @@ impl ObjectTxn {
             calls.push((call, mode, chunk));
         }
         for (mut call, mode, chunk) in calls {
+            if mode == OBJ_S_PAGE {
+                self.take_pages(&mut call, chunk)?;
+                continue;
+            }
             let mut got = 0usize;
-            // Objects per page of a page fetch, and those that came along.
-            let mut on_page: FxHashMap<PageId, (usize, usize)> = FxHashMap::default();
             loop {
                 let part = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))?;
                 let Some(part) = part else { break };
@@ -740,71 +742,96 @@ impl ObjectTxn {
                     break;
                 }
                 let f = FetchedObject::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+                let Some(&oid) = chunk.get(got) else {
+                    return Err(conn.protocol("one OBJ_FETCH part per object"));
+                };
+                if f.oid != oid.to_bytes() {
+                    return Err(conn.protocol("the objects asked for, in order"));
+                }
+                got += 1;
                 let read = Read::of(&f);
-                if let Some(&oid) = chunk.get(got) {
-                    if f.oid != oid.to_bytes() {
-                        return Err(conn.protocol("the objects asked for, in order"));
-                    }
-                    got += 1;
-                    if mode == OBJ_X && f.found {
-                        self.exclusive.insert(oid, ());
-                    }
-                    if let (Read::Whole(bytes), r @ 1.., OBJ_S | OBJ_S_PAGE) = (&read, f.right, mode) {
-                        store.take_object(oid, r, bytes, true);
-                    }
-                    self.note_fetched(oid, &read, mode, &mut on_page, false);
-                    self.keep(oid, read);
-                    continue;
+                if mode == OBJ_X && f.found {
+                    self.exclusive.insert(oid, ());
                 }
-                // Past the objects asked for: one that came along with its
-                // page (a page fetch only, from a page asked for).
-                let oid = Oid::from_bytes(&f.oid);
-                if mode != OBJ_S_PAGE || !chunk.iter().any(|o| o.page == oid.page) || chunk.contains(&oid) {
-                    return Err(
-                        conn.protocol("one OBJ_FETCH part per object asked for, then (mode 2) others of their pages")
-                    );
+                if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
+                    store.take_object(oid, r, bytes);
                 }
-                self.note_fetched(oid, &read, mode, &mut on_page, true);
-                match (&read, f.right) {
-                    // Kept by the client until a transaction reads it.
-                    (Read::Whole(bytes), r @ 1..) => store.take_object(oid, r, bytes, false),
-                    // No right: the server holds it S for this transaction.
-                    (Read::Whole(_), 0) if !self.read.contains_key(&oid) => self.keep(oid, read),
-                    _ => {}
+                if let (Some(a), Read::Whole(b)) = (&store.adaptive, &read) {
+                    super::lock(a).note_object_bytes(b.len());
                 }
+                self.keep(oid, read);
             }
             if got != chunk.len() {
                 return Err(conn.protocol("one OBJ_FETCH part per object"));
-            }
-            if let Some(a) = &store.adaptive {
-                let mut a = super::lock(a);
-                for (page, (objects, along)) in on_page {
-                    a.note_page(page, objects, along);
-                }
             }
         }
         Ok(())
     }
 
-    /// An adaptive client notes what a fetch brought: object sizes, and
-    /// per page of a page fetch its objects and those that came along.
-    fn note_fetched(
-        &self,
-        oid: Oid,
-        read: &Read,
-        mode: u8,
-        on_page: &mut FxHashMap<PageId, (usize, usize)>,
-        along: bool,
-    ) {
-        let Some(a) = &self.store.adaptive else { return };
-        if let Read::Whole(b) = read {
-            super::lock(a).note_object_bytes(b.len());
+    /// Takes in the reply of an [`OBJ_S_PAGE`] fetch of `chunk`: the
+    /// objects asked for, in order, kept as this transaction's reads (and
+    /// across transactions under their rights), then the other objects of
+    /// their pages, kept under their rights until a transaction reads them
+    /// (one sent without a right is this transaction's: the server holds
+    /// it S for it).
+    fn take_pages(&mut self, call: &mut cairn_net::rpc::Call, chunk: &[Oid]) -> Result<()> {
+        let store = self.store.clone();
+        let conn = &store.conn;
+        let mut body = None;
+        while let Some(part) = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))? {
+            conn.bytes_received.fetch_add(part.body.len() as u64, Ordering::Relaxed);
+            if !part.last || body.is_some() {
+                return Err(conn.protocol("an OBJ_FETCH of pages answered in one reply"));
+            }
+            body = Some(part.body);
         }
-        if mode == OBJ_S_PAGE {
+        let body = body.ok_or_else(|| conn.protocol("an OBJ_FETCH of pages answered in one reply"))?;
+        let objects = decode_fetched_batch(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+        if objects.len() < chunk.len() {
+            return Err(conn.protocol("every object asked for in an OBJ_FETCH of pages"));
+        }
+        // Objects per page, and of those the ones that came along.
+        let mut on_page: FxHashMap<PageId, (usize, usize)> = FxHashMap::default();
+        let mut kept = Vec::with_capacity(objects.len());
+        let mut bytes_seen = Vec::with_capacity(chunk.len());
+        for (i, f) in objects.iter().enumerate() {
+            let oid = Oid::from_bytes(&f.oid);
+            let asked = i < chunk.len();
+            if asked && oid != chunk[i] {
+                return Err(conn.protocol("the objects asked for, in order"));
+            }
+            if !asked && (!chunk.iter().any(|o| o.page == oid.page) || chunk.contains(&oid)) {
+                return Err(conn.protocol("then objects of the pages asked for, not those asked for"));
+            }
             let e = on_page.entry(oid.page).or_default();
             e.0 += 1;
-            e.1 += usize::from(along);
+            e.1 += usize::from(!asked);
+            let read = Read::of(f);
+            if let Read::Whole(b) = &read {
+                if f.right != 0 {
+                    kept.push((oid, f.right, b.clone()));
+                }
+                if asked {
+                    bytes_seen.push(b.len());
+                }
+            }
+            if asked {
+                self.keep(oid, read);
+            } else if f.right == 0 && matches!(read, Read::Whole(_)) && !self.read.contains_key(&oid) {
+                self.keep(oid, read);
+            }
         }
+        store.take_objects(&kept);
+        if let Some(a) = &store.adaptive {
+            let mut a = super::lock(a);
+            for n in bytes_seen {
+                a.note_object_bytes(n);
+            }
+            for (page, (objects, along)) in on_page {
+                a.note_page(page, objects, along);
+            }
+        }
+        Ok(())
     }
 
     /// Reads `buf.len()` bytes of the object from `offset` (a large object

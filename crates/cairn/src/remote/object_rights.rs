@@ -41,10 +41,15 @@ use super::object::ObjectStore;
 /// An object kept under a right.
 struct Cached {
     epoch: u64,
-    bytes: Arc<[u8]>,
-    /// A transaction read it since it came (an object an adaptive client
-    /// fetched along with its page and nobody read yet is evicted first).
-    used: bool,
+    /// `None`: evicted while a running transaction reads under the right —
+    /// the right stays (the server must still call it back, to name that
+    /// reader) until no running transaction reads it, the bytes go.
+    bytes: Option<Arc<[u8]>>,
+    /// When it came or was last read (the client's clock): the least
+    /// recently used go first when the cache is full. An object that came
+    /// along with its page (an adaptive client's) and is never read ages
+    /// out from its arrival.
+    stamp: u64,
 }
 
 /// A B+-tree leaf whose lookups are kept under a right.
@@ -85,6 +90,8 @@ struct TxnRights {
 #[derive(Default)]
 pub(super) struct RightsState {
     objects: FxHashMap<Oid, Cached>,
+    /// Ticks at every object taken in or read (the stamps' clock).
+    clock: u64,
     /// Bytes of `objects`.
     bytes: usize,
     leaves: FxHashMap<PageId, Leaf>,
@@ -120,7 +127,7 @@ impl RightsState {
     /// Drops the object's entry; true if there was one.
     fn drop_object(&mut self, oid: Oid) -> Option<u64> {
         let c = self.objects.remove(&oid)?;
-        self.bytes -= c.bytes.len();
+        self.bytes -= c.bytes.as_ref().map_or(0, |b| b.len());
         Some(c.epoch)
     }
 
@@ -204,7 +211,7 @@ impl ObjectStore {
     /// under it from now on (no server call).
     pub(super) fn use_object(&self, txn: u64, oid: Oid) -> Option<Arc<[u8]>> {
         let mut st = lock(&self.rights);
-        let bytes = st.objects.get(&oid)?.bytes.clone();
+        let bytes = st.objects.get(&oid)?.bytes.clone()?;
         if st.written(Resource::Object(oid), None, txn) {
             return None;
         }
@@ -213,8 +220,10 @@ impl ObjectStore {
             return None;
         }
         v.reads.insert(Resource::Object(oid));
+        st.clock += 1;
+        let now = st.clock;
         if let Some(c) = st.objects.get_mut(&oid) {
-            c.used = true;
+            c.stamp = now;
         }
         self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
         Some(bytes)
@@ -247,24 +256,36 @@ impl ObjectStore {
     }
 
     /// Keeps an object fetched with a right of `epoch` (unless called back
-    /// before it arrived); `used`: a transaction asked for it (not an
-    /// object that came along with its page).
-    pub(super) fn take_object(&self, oid: Oid, epoch: u64, bytes: &Arc<[u8]>, used: bool) {
+    /// before it arrived).
+    pub(super) fn take_object(&self, oid: Oid, epoch: u64, bytes: &Arc<[u8]>) {
+        self.take_objects(&[(oid, epoch, bytes.clone())]);
+    }
+
+    /// [`ObjectStore::take_object`] for each of `objects` (oid, epoch,
+    /// bytes), under one lock.
+    pub(super) fn take_objects(&self, objects: &[(Oid, u64, Arc<[u8]>)]) {
+        if objects.is_empty() {
+            return;
+        }
         let evicted = {
             let mut st = lock(&self.rights);
-            if !st.take_right(Resource::Object(oid), epoch, None) {
-                return;
+            for (oid, epoch, bytes) in objects {
+                if !st.take_right(Resource::Object(*oid), *epoch, None) {
+                    continue;
+                }
+                st.drop_object(*oid);
+                st.bytes += bytes.len();
+                st.clock += 1;
+                let stamp = st.clock;
+                st.objects.insert(
+                    *oid,
+                    Cached {
+                        epoch: *epoch,
+                        bytes: Some(bytes.clone()),
+                        stamp,
+                    },
+                );
             }
-            st.drop_object(oid);
-            st.bytes += bytes.len();
-            st.objects.insert(
-                oid,
-                Cached {
-                    epoch,
-                    bytes: bytes.clone(),
-                    used,
-                },
-            );
             self.evict(&mut st)
         };
         self.lost(&evicted);
@@ -341,30 +362,36 @@ impl ObjectStore {
     }
 
     /// Past the bound on cached bytes, drops objects nobody reads under
-    /// their right down to three quarters of it, those never read first
-    /// (objects that came along with their page); what was dropped (key,
-    /// epoch), to give back.
+    /// their right down to three quarters of it, least recently used
+    /// first; then, if still past it (a long transaction read much under
+    /// rights), the bytes of objects running transactions read, keeping
+    /// their rights until those end ([`ObjectStore::txn_ended`]). What was
+    /// dropped (key, epoch), to give back.
     fn evict(&self, st: &mut RightsState) -> Vec<(Resource, u64)> {
         if st.bytes <= self.rights_bytes_max {
             return Vec::new();
         }
         let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
-        let mut victims: Vec<(bool, Oid)> = st
+        let mut victims: Vec<(bool, u64, Oid)> = st
             .objects
             .iter()
-            .filter(|(o, _)| !read.contains(&Resource::Object(**o)))
-            .map(|(o, c)| (c.used, *o))
+            .filter(|(_, c)| c.bytes.is_some())
+            .map(|(o, c)| (read.contains(&Resource::Object(*o)), c.stamp, *o))
             .collect();
-        // Unused first; among equals the hash order (no age is kept).
-        victims.sort_by_key(|(used, _)| *used);
-        let victims = victims.into_iter().map(|(_, o)| o);
+        // Not read by a running transaction first, each kind oldest first.
+        victims.sort_unstable_by_key(|(pinned, stamp, _)| (*pinned, *stamp));
         let keep = self.rights_bytes_max / 4 * 3;
         let mut out = Vec::new();
-        for o in victims {
+        for (pinned, _, o) in victims {
             if st.bytes <= keep {
                 break;
             }
-            if let Some(e) = st.drop_object(o) {
+            if pinned {
+                if let Some(c) = st.objects.get_mut(&o) {
+                    let n = c.bytes.take().map_or(0, |b| b.len());
+                    st.bytes -= n;
+                }
+            } else if let Some(e) = st.drop_object(o) {
                 out.push((Resource::Object(o), e));
             }
         }
@@ -542,7 +569,25 @@ impl ObjectStore {
 
     /// `txn`'s end was sent (a commit's answered): its bookkeeping goes.
     pub(super) fn txn_ended(&self, txn: u64) {
-        lock(&self.rights).txns.remove(&txn);
+        let dropped = {
+            let mut st = lock(&self.rights);
+            let Some(v) = st.txns.remove(&txn) else { return };
+            // Rights kept without bytes for it alone go now.
+            let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
+            let mut dropped = Vec::new();
+            for k in v.reads {
+                let Resource::Object(o) = k else { continue };
+                if read.contains(&k) || st.objects.get(&o).is_none_or(|c| c.bytes.is_some()) {
+                    continue;
+                }
+                if let Some(e) = st.drop_object(o) {
+                    dropped.push((k, e));
+                }
+            }
+            dropped
+        };
+        self.lost(&dropped);
+        self.release(&dropped);
     }
 
     /// Answers a callback (see [`answer_object_callback`]).
