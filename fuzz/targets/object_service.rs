@@ -42,7 +42,11 @@ pub fn run(data: &[u8]) {
             let _ = decode_oids(body);
             if let Ok(batch) = decode_fetched_batch(body) {
                 let parts: Vec<Vec<u8>> = batch.iter().map(|f| f.encode()).collect();
-                assert_eq!(encode_fetched_batch(&parts), body, "a batch part encodes back to its bytes");
+                assert_eq!(
+                    encode_fetched_batch(&parts),
+                    body,
+                    "a batch part encodes back to its bytes"
+                );
             }
         }
         2 => {

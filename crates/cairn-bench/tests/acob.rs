@@ -82,7 +82,10 @@ fn every_architecture_stores_the_sets_and_runs_the_same_plans() {
     assert!(page[0] * 5 < object[0], "scans: page {page:?}, object {object:?}");
     // The adaptive client scans a page of records per round trip too.
     let adaptive = trips(Arch::Adaptive);
-    assert!(adaptive[0] * 5 < object[0], "scans: adaptive {adaptive:?}, object {object:?}");
+    assert!(
+        adaptive[0] * 5 < object[0],
+        "scans: adaptive {adaptive:?}, object {object:?}"
+    );
 }
 
 #[test]

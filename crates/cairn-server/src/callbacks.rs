@@ -61,7 +61,7 @@
 //! a newer fetch by the same client replaces `held(e)` with `held(e')`, and
 //! an answer for `e` then leaves `held(e')` alone.
 
-use std::collections::{HashMap, HashSet};
+use cairn_storage::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -281,32 +281,51 @@ impl Callbacks {
     /// (or, for an object, its page), or if the table holds its maximum of
     /// rights (a right already held is renewed even then).
     pub fn register(&self, client: ClientId, key: Resource) -> u64 {
+        self.register_many(client, &[key])[0]
+    }
+
+    /// [`Callbacks::register`] for each of `keys` under one lock (the
+    /// objects of a page an adaptive client fetches together): the epochs
+    /// in order.
+    pub fn register_many(&self, client: ClientId, keys: &[Resource]) -> Vec<u64> {
         let mut t = lock(&self.table);
-        if right_key(key).is_none() || t.other_writer(client, key) {
-            return 0;
-        }
-        let renewal = t.entries.get(&key).is_some_and(|r| r.cachers.contains_key(&client));
-        if !renewal && t.rights >= self.rights_max {
-            // The table is full: the page is served under the lock alone
-            // and the client revalidates it by LSN next time (correct, one
-            // round trip more); a right given up makes room again.
-            drop(t);
-            lock(&self.stats).rights_refused_full += 1;
-            return 0;
-        }
-        t.next_epoch += 1;
-        let epoch = t.next_epoch;
-        t.entries.entry(key).or_default().cachers.insert(client, epoch);
-        t.by_client.entry(client).or_default().insert(key);
-        if let Resource::Object(o) = key {
-            t.objects_on.entry(o.page).or_default().insert(o);
-        }
-        if !renewal {
-            t.rights += 1;
-        }
+        let (mut granted, mut refused) = (0, 0);
+        let epochs = keys
+            .iter()
+            .map(|&key| {
+                if right_key(key).is_none() || t.other_writer(client, key) {
+                    return 0;
+                }
+                let renewal = t.entries.get(&key).is_some_and(|r| r.cachers.contains_key(&client));
+                if !renewal && t.rights >= self.rights_max {
+                    // The table is full: the page is served under the lock
+                    // alone and the client revalidates it by LSN next time
+                    // (correct, one round trip more); a right given up
+                    // makes room again.
+                    refused += 1;
+                    return 0;
+                }
+                t.next_epoch += 1;
+                let epoch = t.next_epoch;
+                t.entries.entry(key).or_default().cachers.insert(client, epoch);
+                t.by_client.entry(client).or_default().insert(key);
+                if let Resource::Object(o) = key {
+                    t.objects_on.entry(o.page).or_default().insert(o);
+                }
+                if !renewal {
+                    t.rights += 1;
+                }
+                granted += 1;
+                epoch
+            })
+            .collect();
         drop(t);
-        lock(&self.stats).rights_granted += 1;
-        epoch
+        if granted + refused > 0 {
+            let mut st = lock(&self.stats);
+            st.rights_granted += granted;
+            st.rights_refused_full += refused;
+        }
+        epochs
     }
 
     /// Ends a writer's mark on `key` (see [`WriterMark::keep`]).

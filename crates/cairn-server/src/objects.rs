@@ -56,7 +56,13 @@ pub(crate) async fn handle(
     let internal = |e: String| Fault::new(ErrorCode::INTERNAL, e);
     if let ObjectRequest::Fetch { txn, mode, oids } = req {
         if mode == OBJ_S_PAGE {
-            // Not streamed: the objects and their pages in one reply.
+            // Not streamed: the objects and their pages in one reply —
+            // here on the network thread if nothing needs a wait (as a
+            // page server's FETCH: a blocking thread costs more than the
+            // read), else on a blocking thread.
+            if let Some(answer) = fetch_pages_without_waiting(core, state, txn, &oids) {
+                return answer.map(Bytes::from);
+            }
             let (c, s) = (core.clone(), state.clone());
             return tokio::task::spawn_blocking(move || fetch_pages(&c, &s, txn, &oids))
                 .await
@@ -114,6 +120,74 @@ fn fetch(
     }
 }
 
+/// [`fetch_pages`] if it needs no wait: every page named in the server's
+/// buffer pool and not changed by this transaction, every object named a
+/// small one stored whole there and lockable S at once. `None` otherwise
+/// (the locks taken by then are what [`fetch_pages`] takes first anyway).
+fn fetch_pages_without_waiting(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    oids: &[[u8; OID_BYTES]],
+) -> Option<Result<Vec<u8>, Fault>> {
+    let t = match state.txn_or_begin(&core.db, txn) {
+        Ok((_, t)) => t,
+        Err(e) => return Some(Err(fault(e))),
+    };
+    let mut t = t.try_lock().ok()?;
+    let max = small_max(t.page_size());
+    let named: Vec<Oid> = oids.iter().map(oid_of).collect();
+    let mut pages: Vec<PageId> = named.iter().map(|o| o.page).collect();
+    pages.sort_unstable();
+    pages.dedup();
+    let mut images = std::collections::HashMap::with_capacity(pages.len());
+    for &page in &pages {
+        if t.has_private_copy(page) {
+            return None;
+        }
+        match t.try_committed_page_image(page) {
+            Ok(Some(image)) => images.insert(page, image),
+            Ok(None) => return None,
+            Err(e) => return Some(Err(fault(e))),
+        };
+    }
+    let mut parts = Vec::with_capacity(named.len());
+    for &oid in &named {
+        let locked = t
+            .try_lock_resource(Resource::Page(oid.page), LockMode::IS)
+            .and_then(|ok| Ok(ok && t.try_lock_resource(Resource::Object(oid), LockMode::S)?));
+        match locked {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => return Some(Err(fault(e))),
+        }
+        let mut bytes = None;
+        let listed = cairn_storage::record::object::image_objects(oid.page, &images[&oid.page], |o, b| {
+            if o == oid && b.len() <= max {
+                bytes = Some(b.to_vec());
+            }
+        });
+        if let Err(e) = listed {
+            return Some(Err(fault(e)));
+        }
+        // Moved, large, padded or gone: the slow path says which.
+        let bytes = bytes?;
+        let len = bytes.len() as u64;
+        let bytes = Some(bytes);
+        let right = grant(core, state, &t, oid, &bytes);
+        parts.push(fetched_part(&oid.to_bytes(), len, bytes, right));
+    }
+    let named: std::collections::HashSet<Oid> = named.into_iter().collect();
+    for page in pages {
+        let room = BATCH_OBJECTS_MAX.saturating_sub(parts.len());
+        match neighbours(core, state, &mut t, page, &named, room) {
+            Ok(more) => parts.extend(more),
+            Err(e) => return Some(Err(fault(e))),
+        }
+    }
+    Some(Ok(encode_fetched_batch(&parts)))
+}
+
 /// OBJ_FETCH in [`OBJ_S_PAGE`]: the named objects locked S and read, then
 /// per page named its other objects ([`neighbours`]), all in one reply
 /// body ([`encode_fetched_batch`]): a page of objects costs the client one
@@ -141,8 +215,9 @@ fn fetch_pages(core: &Core, state: &SessionState, txn: u64, oids: &[[u8; OID_BYT
 }
 
 /// [`OBJ_S_PAGE`]: the other small objects of `page` (not in `named`),
-/// each locked S if that needs no wait (one in another transaction's way
-/// is skipped: the client reads it through its own OID when it wants it),
+/// locked S together by the page's S lock if that needs no wait, else each
+/// locked S if that needs no wait (one in another transaction's way is
+/// skipped: the client reads it through its own OID when it wants it),
 /// at most `room` of them, encoded as OBJ_FETCH parts with a right to
 /// cache each.
 fn neighbours(
@@ -166,10 +241,17 @@ fn neighbours(
             listed.push(oid);
         }
     })?;
+    // The page S if no writer is on it (one lock covers its objects, as a
+    // page server's does; hierarchical locking), else each object S that
+    // needs no wait.
     let mut locked = Vec::with_capacity(listed.len());
-    for oid in listed {
-        if t.try_lock_resource(Resource::Object(oid), LockMode::S)? {
-            locked.push(oid);
+    if t.try_lock_resource(Resource::Page(page), LockMode::S)? {
+        locked = listed;
+    } else {
+        for oid in listed {
+            if t.try_lock_resource(Resource::Object(oid), LockMode::S)? {
+                locked.push(oid);
+            }
         }
     }
     // The image again, now that the locks hold the objects still: a
@@ -198,11 +280,12 @@ fn neighbours(
             }
         }
     }
-    for (oid, bytes) in from_image {
-        let bytes = Some(bytes);
-        let right = grant(core, state, t, oid, &bytes);
-        let len = bytes.as_ref().map_or(0, |b| b.len() as u64);
-        parts.push(fetched_part(&oid.to_bytes(), len, bytes, right));
+    // (Every one is small: a right each, registered together.)
+    let keys: Vec<Resource> = from_image.iter().map(|(o, _)| Resource::Object(*o)).collect();
+    let rights = core.callbacks.register_many(state.client, &keys);
+    for ((oid, bytes), right) in from_image.into_iter().zip(rights) {
+        let len = bytes.len() as u64;
+        parts.push(fetched_part(&oid.to_bytes(), len, Some(bytes), right));
     }
     Ok(parts)
 }

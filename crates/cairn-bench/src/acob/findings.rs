@@ -375,7 +375,12 @@ mod tests {
             rows.push(row(Arch::Object, Query::RandomRead, f, 30.0));
             // Never worse than 5% over the best, better than the page
             // server at f = 10% and the object server at f = 90%.
-            rows.push(row(Arch::Adaptive, Query::RandomRead, f, (1000.0 / f as f64).min(30.0) * 1.05));
+            rows.push(row(
+                Arch::Adaptive,
+                Query::RandomRead,
+                f,
+                (1000.0 / f as f64).min(30.0) * 1.05,
+            ));
         }
         rows.push(row(Arch::Adaptive, Query::Scan, 10, 10.0));
         let found = check(&rows);
@@ -396,6 +401,12 @@ mod tests {
         for r in rows.iter_mut().filter(|r| r.system == Arch::Adaptive) {
             r.ms = 31.0;
         }
-        assert!(!check(&rows).iter().find(|f| f.finding.contains("strictly")).unwrap().holds);
+        assert!(
+            !check(&rows)
+                .iter()
+                .find(|f| f.finding.contains("strictly"))
+                .unwrap()
+                .holds
+        );
     }
 }

@@ -81,10 +81,12 @@ pub const OBJ_X: u8 = 1;
 /// along (an adaptive client fetching a page's worth of objects in one
 /// round trip): after the named objects, the server sends every other
 /// small object stored whole on their home pages that it can lock S
-/// without waiting (one skipped is read through its own OID later), each
-/// with a right to cache it as OBJ_FETCH grants one, all in the final
-/// reply (no parts: one message, as a page server's page). The S locks
-/// are held to the transaction's end, as a page server's page lock is.
+/// without waiting — the page's S lock covering them all if no writer is
+/// on the page, else each object's — (one skipped is read through its own
+/// OID later), each with a right to cache it as OBJ_FETCH grants one, all
+/// in the final reply (no parts: one message, as a page server's page).
+/// The S locks are held to the transaction's end, as a page server's page
+/// lock is.
 pub const OBJ_S_PAGE: u8 = 2;
 
 impl Kind {

@@ -64,6 +64,18 @@ impl Txn {
         }
     }
 
+    /// The committed image of `page` if it is in the buffer pool now (no
+    /// read from disk, no lock: the caller locks what it trusts of it);
+    /// `None` if it is not, or is past the end of the volume.
+    pub fn try_committed_page_image(&mut self, page: PageId) -> Result<Option<Vec<u8>>> {
+        if page.0 >= self.page_count() {
+            return Ok(None);
+        }
+        let mut image = Vec::new();
+        let found = self.db.read_committed_cached(page, &mut |b| image = b.to_vec());
+        Ok(found.inspect_err(|e| self.doom_if_fatal(e))?.then_some(image))
+    }
+
     /// Refuses a fetch in a transaction that has ended, or of a page past
     /// the end of the volume (an error naming the page).
     fn check_fetchable(&self, id: PageId) -> Result<()> {

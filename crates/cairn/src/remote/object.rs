@@ -23,15 +23,15 @@
 //!   granularity, `object_rights.rs`): a warm transaction reads them with
 //!   no round trip.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
-    decode_entries, decode_fetched_batch, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, FETCH_OBJECTS_MAX,
-    NO_OID, OBJ_S, OBJ_S_PAGE, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
+    decode_entries, decode_fetched_batch, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects,
+    FETCH_OBJECTS_MAX, NO_OID, OBJ_S, OBJ_S_PAGE, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::{decode_groups, decode_pages, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
@@ -165,9 +165,9 @@ impl ObjectStore {
             wrote: false,
             ended: false,
             doomed: None,
-            read: HashMap::new(),
+            read: FxHashMap::default(),
             read_bytes: 0,
-            exclusive: HashMap::new(),
+            exclusive: FxHashMap::default(),
             changes: BTreeMap::new(),
         })
     }
@@ -248,13 +248,13 @@ pub struct ObjectTxn {
     doomed: Option<String>,
     /// Objects read from the server (`None`: no such object; an object too
     /// long to send whole is kept as its length only).
-    read: HashMap<Oid, Read>,
+    read: FxHashMap<Oid, Read>,
     /// Bytes of the objects in `read`: past the client's cache bound the
     /// ones not locked X are let go at the next read (see
     /// [`ObjectTxn::trim`]).
     read_bytes: usize,
     /// Objects locked X on the server.
-    exclusive: HashMap<Oid, ()>,
+    exclusive: FxHashMap<Oid, ()>,
     /// After-images (`None`: deleted), sent at commit.
     changes: BTreeMap<Oid, Option<Vec<u8>>>,
 }

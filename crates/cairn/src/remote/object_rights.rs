@@ -361,38 +361,41 @@ impl ObjectStore {
         (self.rights_bytes_max / 256).max(64)
     }
 
-    /// Past the bound on cached bytes, drops objects nobody reads under
-    /// their right down to three quarters of it, least recently used
-    /// first; then, if still past it (a long transaction read much under
-    /// rights), the bytes of objects running transactions read, keeping
-    /// their rights until those end ([`ObjectStore::txn_ended`]). What was
-    /// dropped (key, epoch), to give back.
+    /// Past the bound on cached bytes, drops objects down to three
+    /// quarters of it, least recently used first (taken in or read); of an
+    /// object a running transaction read under its right only the bytes
+    /// go, the right stays until that transaction ends
+    /// ([`ObjectStore::txn_ended`]). What was dropped (key, epoch), to give
+    /// back.
     fn evict(&self, st: &mut RightsState) -> Vec<(Resource, u64)> {
         if st.bytes <= self.rights_bytes_max {
             return Vec::new();
         }
-        let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
-        let mut victims: Vec<(bool, u64, Oid)> = st
+        let mut victims: Vec<(u64, Oid)> = st
             .objects
             .iter()
             .filter(|(_, c)| c.bytes.is_some())
-            .map(|(o, c)| (read.contains(&Resource::Object(*o)), c.stamp, *o))
+            .map(|(o, c)| (c.stamp, *o))
             .collect();
-        // Not read by a running transaction first, each kind oldest first.
-        victims.sort_unstable_by_key(|(pinned, stamp, _)| (*pinned, *stamp));
+        // Oldest first: an object that just came along with its page stays
+        // over one a transaction read long ago.
+        victims.sort_unstable_by_key(|(stamp, _)| *stamp);
         let keep = self.rights_bytes_max / 4 * 3;
         let mut out = Vec::new();
-        for (pinned, _, o) in victims {
+        for (_, o) in victims {
             if st.bytes <= keep {
                 break;
             }
-            if pinned {
+            let k = Resource::Object(o);
+            if st.txns.values().any(|v| v.reads.contains(&k)) {
+                // Read under its right by a running transaction: the right
+                // stays until that ends, the bytes go.
                 if let Some(c) = st.objects.get_mut(&o) {
                     let n = c.bytes.take().map_or(0, |b| b.len());
                     st.bytes -= n;
                 }
             } else if let Some(e) = st.drop_object(o) {
-                out.push((Resource::Object(o), e));
+                out.push((k, e));
             }
         }
         out
@@ -573,11 +576,12 @@ impl ObjectStore {
             let mut st = lock(&self.rights);
             let Some(v) = st.txns.remove(&txn) else { return };
             // Rights kept without bytes for it alone go now.
-            let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
             let mut dropped = Vec::new();
             for k in v.reads {
                 let Resource::Object(o) = k else { continue };
-                if read.contains(&k) || st.objects.get(&o).is_none_or(|c| c.bytes.is_some()) {
+                if st.objects.get(&o).is_none_or(|c| c.bytes.is_some())
+                    || st.txns.values().any(|v| v.reads.contains(&k))
+                {
                     continue;
                 }
                 if let Some(e) = st.drop_object(o) {
