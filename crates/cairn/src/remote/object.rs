@@ -815,9 +815,10 @@ impl ObjectTxn {
                     bytes_seen.push(b.len());
                 }
             }
-            if asked {
-                self.keep(oid, read);
-            } else if f.right == 0 && matches!(read, Read::Whole(_)) && !self.read.contains_key(&oid) {
+            // Asked for; or come along without a right (the server holds it
+            // S for this transaction).
+            let along_unkept = f.right == 0 && matches!(read, Read::Whole(_)) && !self.read.contains_key(&oid);
+            if asked || along_unkept {
                 self.keep(oid, read);
             }
         }
