@@ -140,18 +140,11 @@ fn fetch_pages_without_waiting(
     let mut pages: Vec<PageId> = named.iter().map(|o| o.page).collect();
     pages.sort_unstable();
     pages.dedup();
-    let mut images = std::collections::HashMap::with_capacity(pages.len());
     for &page in &pages {
         if t.has_private_copy(page) {
             return None;
         }
-        match t.try_committed_page_image(page) {
-            Ok(Some(image)) => images.insert(page, image),
-            Ok(None) => return None,
-            Err(e) => return Some(Err(fault(e))),
-        };
     }
-    let mut parts = Vec::with_capacity(named.len());
     for &oid in &named {
         let locked = t
             .try_lock_resource(Resource::Page(oid.page), LockMode::IS)
@@ -161,6 +154,19 @@ fn fetch_pages_without_waiting(
             Ok(false) => return None,
             Err(e) => return Some(Err(fault(e))),
         }
+    }
+    // The images once the objects are locked: a commit before the locks
+    // is in them, none can come after.
+    let mut images = std::collections::HashMap::with_capacity(pages.len());
+    for &page in &pages {
+        match t.try_committed_page_image(page) {
+            Ok(Some(image)) => images.insert(page, image),
+            Ok(None) => return None,
+            Err(e) => return Some(Err(fault(e))),
+        };
+    }
+    let mut parts = Vec::with_capacity(named.len());
+    for &oid in &named {
         let mut bytes = None;
         let listed = cairn_storage::record::object::image_objects(oid.page, &images[&oid.page], |o, b| {
             if o == oid && b.len() <= max {
