@@ -123,6 +123,16 @@ fn a_tiny_run_of_the_benchmark_measures_every_query_on_every_system() {
         assert_eq!(written > 0.0, q == Query::RandomUpdate);
         assert!(of_q.iter().all(|r| r.counters["records_written"] == written), "{q:?}");
     }
+    // Every step starts cold: the database's pool (the server's, or the
+    // embedded engine's) reads pages from the volume during it.
+    for r in &rows {
+        assert!(
+            r.counters["server_pages_read"] > 0.0,
+            "{} {:?}",
+            r.system.name(),
+            r.query
+        );
+    }
     let table = run::table(&rows);
     assert_eq!(table.lines().count(), rows.len() + 1);
     let json = run::json(&cfg, &rows);

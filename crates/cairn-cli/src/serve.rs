@@ -7,7 +7,10 @@
 //! non-loopback TCP address without a token is refused at start.
 //!
 //! The first line on stdout is `listening on ADDR` for each listener (the
-//! real port when 0 was asked for), so a parent process can find it.
+//! real port when 0 was asked for), so a parent process can find it. At a
+//! clean stop the last line is `served: pages_read=R pages_written=W`: the
+//! pages its buffer pool read from and wrote to the volume while serving
+//! (the final checkpoint's writes come after), which benchmarks report.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -219,6 +222,9 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(p);
     }
     let db = Arc::try_unwrap(db).map_err(|_| anyhow::anyhow!("the database is still in use after shutdown"))?;
+    let pool = db.stats().buffer;
+    println!("served: pages_read={} pages_written={}", pool.reads, pool.writes);
+    std::io::stdout().flush().ok();
     db.close().context("the final checkpoint")?;
     tracing::info!("closed cleanly");
     Ok(())

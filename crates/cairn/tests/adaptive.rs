@@ -98,11 +98,11 @@ fn it_switches_to_objects_on_scattered_access_and_back_to_pages_when_access_clus
     let s = b.stats();
     assert!(s.adaptive.to_objects >= 1, "{s:?}");
     assert_eq!(s.adaptive.mode, FetchMode::Objects, "{s:?}");
-    // Now single objects: reading other objects of those pages (not
-    // cached: only the first object of each page came by name, and the
-    // pages that came along while the runs fetched pages are cached, so
-    // read objects of the *last* slots, which a fresh client has not).
-    let c = adaptive(&server, 4 << 20);
+    // Now single objects: a client whose cache holds about 17 pages of
+    // objects learns the same, then reads the last object of every page —
+    // not cached any more (its pages came whole while the runs still
+    // fetched pages, and were evicted since): one object per round trip.
+    let c = adaptive(&server, 64 << 10);
     for _ in 0..3 {
         read_all(&c, &pages, &oids);
     }

@@ -263,6 +263,10 @@ fn step(
     }
     let ms = start.elapsed().as_secs_f64() * 1e3;
     let after = sys.remote_stats();
+    let disk_after = sys.pages_read();
+    // The server stops here (the next step starts cold anyway) and says
+    // what its pool read and wrote during the step.
+    let pages = sys.end_step()?.unwrap_or_default();
     let d = |a: u64, b: u64| a.saturating_sub(b) as f64;
     let counters = BTreeMap::from([
         ("records_read", read as f64),
@@ -289,8 +293,12 @@ fn step(
             d(after.pages_written_direct, before.pages_written_direct),
         ),
         ("cache_hits", d(after.cache_hits, before.cache_hits)),
+        ("objects_shipped", d(after.objects_shipped, before.objects_shipped)),
         ("callbacks", d(after.callbacks, before.callbacks)),
-        ("disk_pages_read", d(sys.pages_read(), disk_before)),
+        ("disk_pages_read", d(disk_after, disk_before)),
+        // The database's buffer pool (the server's; embedded, its own).
+        ("server_pages_read", pages.read as f64),
+        ("server_pages_written", pages.written as f64),
         // The adaptive client's decisions and the measure behind them.
         (
             "adaptive_page_fetches",
@@ -334,20 +342,37 @@ fn step(
     })
 }
 
-/// The report: one line per (point, query, system).
+/// The report: one line per (point, query, system), with the counters that
+/// explain it: round trips, bytes shipped, the client's page faults (pages
+/// shipped or read from the volume file; embedded: read from disk) and
+/// object faults (objects shipped), and the pages the server's pool read
+/// from and wrote to the volume during the step.
 pub fn table(rows: &[Row]) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<10} {:>3} {:>3} {:>6} {:>7} {:<13} {:<9} {:>10} {:>8} {:>10} {:>8}",
-        "sweep", "f", "reg", "client", "smeared", "query", "system", "ms", "RTs", "KiB", "pages"
+        "{:<10} {:>3} {:>3} {:>6} {:>7} {:<13} {:<9} {:>10} {:>8} {:>10} {:>7} {:>7} {:>7} {:>7}",
+        "sweep",
+        "f",
+        "reg",
+        "client",
+        "smeared",
+        "query",
+        "system",
+        "ms",
+        "RTs",
+        "KiB",
+        "pages",
+        "objects",
+        "srv rd",
+        "srv wr"
     );
     for r in rows {
         let c = |k: &str| r.counters.get(k).copied().unwrap_or(0.0);
         let _ = writeln!(
             o,
-            "{:<10} {:>3} {:>3} {:>6} {:>7} {:<13} {:<9} {:>10.1} {:>8.0} {:>10.1} {:>8.0}",
+            "{:<10} {:>3} {:>3} {:>6} {:>7} {:<13} {:<9} {:>10.1} {:>8.0} {:>10.1} {:>7.0} {:>7.0} {:>7.0} {:>7.0}",
             r.point.sweep,
             r.point.clustering,
             r.point.region,
@@ -359,6 +384,9 @@ pub fn table(rows: &[Row]) -> String {
             c("round_trips"),
             c("bytes_shipped") / 1024.0,
             c("pages_shipped") + c("pages_read_direct") + c("disk_pages_read"),
+            c("objects_shipped"),
+            c("server_pages_read"),
+            c("server_pages_written"),
         );
     }
     o

@@ -129,6 +129,17 @@ pub struct System {
     conn: Option<Conn>,
 }
 
+/// Pages the database's buffer pool read from and wrote to the volume
+/// during a step: the server's (client-server), or the engine's own
+/// (embedded).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepPages {
+    /// Read from the volume.
+    pub read: u64,
+    /// Written to the volume.
+    pub written: u64,
+}
+
 impl System {
     /// Starts `arch` over a new database in `dir` (created), serving it
     /// with the `cairn` binary `exe` for the client-server architectures.
@@ -202,20 +213,42 @@ impl System {
         Ok(())
     }
 
-    fn disconnect(&mut self) -> Result<()> {
-        match self.conn.take() {
-            Some(Conn::Embedded(db)) => db.close()?,
+    /// Disconnects and stops the server (embedded: closes); what the
+    /// database's pool read and wrote since it started (`None`: nothing
+    /// was running, or the server did not say).
+    fn disconnect(&mut self) -> Result<Option<StepPages>> {
+        let served = |s: Option<crate::oo1::systems::cairn_page::ServedPages>| {
+            s.map(|s| StepPages {
+                read: s.read,
+                written: s.written,
+            })
+        };
+        Ok(match self.conn.take() {
+            Some(Conn::Embedded(db)) => {
+                let b = db.stats().buffer;
+                db.close()?;
+                Some(StepPages {
+                    read: b.reads,
+                    written: b.writes,
+                })
+            }
             Some(Conn::Pages(server, store)) => {
                 drop(store);
-                server.stop()?;
+                served(server.stop_with_stats()?)
             }
             Some(Conn::Objects(server, store)) => {
                 drop(store);
-                server.stop()?;
+                served(server.stop_with_stats()?)
             }
-            None => {}
-        }
-        Ok(())
+            None => None,
+        })
+    }
+
+    /// Ends a step: the client disconnects and the server stops (the next
+    /// [`System::cold`] starts them again); what the database's pool read
+    /// and wrote during the step, since the cold start.
+    pub fn end_step(&mut self) -> Result<Option<StepPages>> {
+        self.disconnect()
     }
 
     /// Makes every cache cold: client, server and the OS's (see the module
@@ -228,7 +261,7 @@ impl System {
 
     /// Stops the system (the server checkpoints; embedded closes).
     pub fn stop(mut self) -> Result<()> {
-        self.disconnect()
+        self.disconnect().map(|_| ())
     }
 
     fn conn(&self) -> Result<&Conn> {

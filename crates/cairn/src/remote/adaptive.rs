@@ -30,16 +30,21 @@
 //! both modes: it counts what the application used, not what was fetched.
 //!
 //! **The decision and its hysteresis.** Each run keeps a moving mean of the
-//! objects used per visit (each sample weighs 1/8; a new run's starts in
-//! the middle of the band below). Fetching a page costs
-//! one round trip and a page of bytes; fetching the objects used costs a
-//! round trip each. So a run fetches pages while visits use at least
-//! [`AdaptivePolicy::to_pages`] objects (default 2), and objects once they
-//! use at most [`AdaptivePolicy::to_objects`] (default 1.25); between the
-//! two it keeps its mode, and it changes mode only after
-//! [`AdaptivePolicy::min_samples`] samples since its last change, so a
-//! workload at the edge does not flap. A run not seen yet starts in the
-//! mode of the latest decision (the start: pages).
+//! objects used per visit (each sample weighs 1/32; a new run's starts in
+//! the middle of the band below). Fetching a page costs one round trip and
+//! a page of bytes; fetching the objects used costs a round trip each. On
+//! today's networks (and on loopback) a round trip costs far more than a
+//! page of bytes, so a page pays as soon as a visit uses more than one
+//! object on average: a run fetches pages while its visits use at least
+//! [`AdaptivePolicy::to_pages`] objects (default 1.5), and single objects
+//! once they use at most [`AdaptivePolicy::to_objects`] (default 1.1) —
+//! then a page would ship a page of bytes, fill the cache with objects
+//! nobody reads and lock the page, for nothing. Between the two a run keeps
+//! its mode, and it changes mode only after [`AdaptivePolicy::min_samples`]
+//! samples since its last change, so a workload at the edge does not flap.
+//! A slower network (bytes dear) would raise both thresholds: they are the
+//! policy's fields. A run not seen yet starts in the mode of the latest
+//! decision (the start: pages).
 //!
 //! The counters ([`AdaptiveStats`], in `RemoteStats::adaptive`) show the
 //! mode, the fetches of each kind, the switches and the measure behind
@@ -83,8 +88,8 @@ impl Default for AdaptivePolicy {
         AdaptivePolicy {
             run_pages: 32,
             window_pages: 64,
-            to_pages: 2.0,
-            to_objects: 1.25,
+            to_pages: 1.5,
+            to_objects: 1.1,
             min_samples: 16,
             start: FetchMode::Pages,
         }
@@ -148,8 +153,10 @@ struct Run {
 /// Objects of a page known to be read in its open visit (slots).
 type Visit = Vec<u16>;
 
-/// Weight of a new sample in a moving mean.
-const WEIGHT: f64 = 1.0 / 8.0;
+/// Weight of a new sample in a moving mean: long, so a burst of visits
+/// that use one object (a scan's excursions to far pages) does not turn a
+/// run that mostly uses whole pages to single objects.
+const WEIGHT: f64 = 1.0 / 32.0;
 /// Pages whose object counts are remembered at most.
 const KNOWN_MAX: usize = 1 << 16;
 
@@ -350,8 +357,9 @@ mod tests {
         assert_eq!(a.mode_for(PageId(3)), FetchMode::Pages, "{:?}", a.stats());
         // One object per page: the run goes to objects once the mean has
         // come down.
-        read_pages(&mut a, 0, 30, 1);
-        read_pages(&mut a, 0, 30, 1);
+        for _ in 0..6 {
+            read_pages(&mut a, 0, 30, 1);
+        }
         let s = a.stats();
         assert_eq!(a.mode_for(PageId(3)), FetchMode::Objects, "{s:?}");
         assert_eq!((s.to_objects, s.to_pages), (1, 0));
@@ -367,9 +375,9 @@ mod tests {
     #[test]
     fn the_band_between_thresholds_keeps_the_mode() {
         let mut a = Adaptive::new(policy(), 4096);
-        // 1.5 objects per visit: inside the band, from either mode.
+        // 1⅓ objects per visit: inside the band, from either mode.
         for round in 0..40u32 {
-            let per = if round % 2 == 0 { 1 } else { 2 };
+            let per = if round % 3 == 2 { 2 } else { 1 };
             read_pages(&mut a, round * 2, 1, per);
         }
         assert_eq!(a.stats().to_objects, 0, "{:?}", a.stats());
@@ -381,7 +389,7 @@ mod tests {
             4096,
         );
         for round in 0..40u32 {
-            let per = if round % 2 == 0 { 1 } else { 2 };
+            let per = if round % 3 == 2 { 2 } else { 1 };
             read_pages(&mut b, round * 2, 1, per);
         }
         assert_eq!(b.stats().to_pages, 0, "{:?}", b.stats());

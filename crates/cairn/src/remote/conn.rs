@@ -46,6 +46,9 @@ pub struct RemoteStats {
     pub pages_read_direct: u64,
     /// File-server client: pages it wrote into the volume file at commit.
     pub pages_written_direct: u64,
+    /// Object-protocol clients: objects the server sent (fetched by name,
+    /// or along with their page): the client's object faults.
+    pub objects_shipped: u64,
     /// Adaptive client: its fetch decisions and the measure behind them
     /// (all zero for the others).
     pub adaptive: super::adaptive::AdaptiveStats,
@@ -86,6 +89,7 @@ pub(crate) struct Connection {
     pub(super) pages_revalidated: AtomicU64,
     pub(super) one_way: AtomicU64,
     pub(super) cache_hits: AtomicU64,
+    pub(super) objects_shipped: AtomicU64,
     pub(super) callbacks: AtomicU64,
     pub(super) callbacks_in_use: AtomicU64,
     pub(super) rights_given_back: AtomicU64,
@@ -123,6 +127,7 @@ impl Connection {
             pages_revalidated: AtomicU64::new(0),
             one_way: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
+            objects_shipped: AtomicU64::new(0),
             callbacks: AtomicU64::new(0),
             callbacks_in_use: AtomicU64::new(0),
             rights_given_back: AtomicU64::new(0),

@@ -360,6 +360,7 @@ impl RemoteStore {
             rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
             pages_read_direct: c.pages_read_direct.load(Ordering::Relaxed),
             pages_written_direct: c.pages_written_direct.load(Ordering::Relaxed),
+            objects_shipped: 0,
             adaptive: AdaptiveStats::default(),
         }
     }

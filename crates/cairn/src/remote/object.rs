@@ -196,6 +196,7 @@ impl ObjectStore {
             callbacks: c.callbacks.load(Ordering::Relaxed),
             callbacks_in_use: c.callbacks_in_use.load(Ordering::Relaxed),
             rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
+            objects_shipped: c.objects_shipped.load(Ordering::Relaxed),
             adaptive: self
                 .adaptive
                 .as_ref()
@@ -742,6 +743,7 @@ impl ObjectTxn {
                     break;
                 }
                 let f = FetchedObject::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+                conn.objects_shipped.fetch_add(1, Ordering::Relaxed);
                 let Some(&oid) = chunk.get(got) else {
                     return Err(conn.protocol("one OBJ_FETCH part per object"));
                 };
@@ -790,6 +792,7 @@ impl ObjectTxn {
         if objects.len() < chunk.len() {
             return Err(conn.protocol("every object asked for in an OBJ_FETCH of pages"));
         }
+        conn.objects_shipped.fetch_add(objects.len() as u64, Ordering::Relaxed);
         // Objects per page, and of those the ones that came along.
         let mut on_page: FxHashMap<PageId, (usize, usize)> = FxHashMap::default();
         let mut kept = Vec::with_capacity(objects.len());

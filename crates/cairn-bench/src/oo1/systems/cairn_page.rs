@@ -29,7 +29,7 @@
 //! (or, for `cairn-object`, objects and lookups) it has seen makes no round
 //! trip.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -160,8 +160,31 @@ pub struct ServerProcess {
     /// `cairn://127.0.0.1:PORT`.
     pub url: String,
     /// The server's stdout, kept open: a server whose stdout was closed
-    /// would fail on its next line.
-    _stdout: BufReader<ChildStdout>,
+    /// would fail on its next line (and its last says what it read and
+    /// wrote: [`ServerProcess::stop_with_stats`]).
+    stdout: BufReader<ChildStdout>,
+}
+
+/// What a stopped server's buffer pool read from and wrote to its volume
+/// while it served (`cairn serve`'s last line).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServedPages {
+    /// Pages read from the volume.
+    pub read: u64,
+    /// Pages written to the volume (evictions and checkpoints while
+    /// serving; the final checkpoint's come after).
+    pub written: u64,
+}
+
+impl ServedPages {
+    /// Parses `served: pages_read=R pages_written=W`.
+    fn parse(line: &str) -> Option<ServedPages> {
+        let rest = line.trim().strip_prefix("served: ")?;
+        let mut it = rest.split_whitespace();
+        let read = it.next()?.strip_prefix("pages_read=")?.parse().ok()?;
+        let written = it.next()?.strip_prefix("pages_written=")?.parse().ok()?;
+        Some(ServedPages { read, written })
+    }
 }
 
 impl ServerProcess {
@@ -210,13 +233,26 @@ impl ServerProcess {
         Ok(ServerProcess {
             child,
             url: format!("cairn://{addr}"),
-            _stdout: stdout,
+            stdout,
         })
     }
 
     /// SIGTERM, then waits for the server to checkpoint and exit; an exit
     /// other than success is an error.
-    pub fn stop(mut self) -> Result<()> {
+    pub fn stop(self) -> Result<()> {
+        self.stop_with_stats().map(|_| ())
+    }
+
+    /// [`ServerProcess::stop`], with what the server read and wrote while
+    /// it served (`None` if it did not say).
+    pub fn stop_with_stats(mut self) -> Result<Option<ServedPages>> {
+        self.stop_child()?;
+        let mut out = String::new();
+        let _ = self.stdout.read_to_string(&mut out);
+        Ok(out.lines().rev().find_map(ServedPages::parse))
+    }
+
+    fn stop_child(&mut self) -> Result<()> {
         let pid = libc::pid_t::try_from(self.child.id())
             .map_err(|_| Error::Server(format!("pid {} does not fit a pid_t", self.child.id())))?;
         // SAFETY: kill(2) reads no memory of ours; `pid` is our child, not
@@ -252,5 +288,21 @@ impl Drop for ServerProcess {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServedPages;
+
+    #[test]
+    fn the_served_line_parses_and_others_do_not() {
+        assert_eq!(
+            ServedPages::parse("served: pages_read=12 pages_written=3\n"),
+            Some(ServedPages { read: 12, written: 3 })
+        );
+        assert_eq!(ServedPages::parse("listening on 127.0.0.1:1"), None);
+        assert_eq!(ServedPages::parse("served: pages_read=x pages_written=3"), None);
+        assert_eq!(ServedPages::parse("served: pages_written=3 pages_read=1"), None);
     }
 }
