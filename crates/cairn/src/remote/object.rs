@@ -30,19 +30,21 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
-    decode_entries, decode_fetched_batch, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects,
-    FETCH_OBJECTS_MAX, NO_OID, OBJ_S, OBJ_S_PAGE, OBJ_X, READ_RANGE_MAX, TREE_LIMIT_MAX,
+    decode_entries, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, NO_OID, OBJ_S, OBJ_X,
+    READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::{decode_groups, decode_pages, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
 use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
-use super::adaptive::{Adaptive, AdaptivePolicy, FetchMode};
+use super::adaptive::{Adaptive, AdaptivePolicy};
 use super::conn::Connection;
 use super::cover::callback_daemon;
 use super::object_rights::{answer_object_callback, FetchInFlight, RightsState};
 use super::RemoteStats;
+
+mod fetch;
 
 /// What the typed layer runs when the client loses its right to an object
 /// (its decoded copies are stale from then on).
@@ -678,164 +680,6 @@ impl ObjectTxn {
             }
             None => Err(Error::Internal(format!("object {oid} was fetched but not kept"))),
         }
-    }
-
-    /// Fetches `oids` in `mode`, pipelined, and keeps what comes back
-    /// (objects sent with a right, across transactions too). An adaptive
-    /// client asks for the objects of runs fetching pages with their pages
-    /// ([`OBJ_S_PAGE`]).
-    fn fetch(&mut self, oids: &[Oid], mode: u8) -> Result<()> {
-        let store = self.store.clone();
-        let conn = &store.conn;
-        let _flight = FetchInFlight::start(&store);
-        self.on_server = true;
-        let mut requests: Vec<(u8, &[Oid])> = Vec::new();
-        let mut by_page = Vec::new();
-        let mut alone = Vec::new();
-        match (&store.adaptive, mode) {
-            (Some(a), OBJ_S) => {
-                let a = super::lock(a);
-                for o in oids {
-                    match a.mode_for(o.page) {
-                        FetchMode::Pages => by_page.push(*o),
-                        FetchMode::Objects => alone.push(*o),
-                    }
-                }
-            }
-            _ => alone.extend_from_slice(oids),
-        }
-        requests.extend(by_page.chunks(FETCH_OBJECTS_MAX).map(|c| (OBJ_S_PAGE, c)));
-        requests.extend(alone.chunks(FETCH_OBJECTS_MAX).map(|c| (mode, c)));
-        let mut calls = Vec::new();
-        for (mode, chunk) in requests {
-            let req = ObjectRequest::Fetch {
-                txn: self.id,
-                mode,
-                oids: chunk.iter().map(|o| o.to_bytes()).collect(),
-            };
-            let (kind, body) = req.encode();
-            conn.round_trips.fetch_add(1, Ordering::Relaxed);
-            conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-            if let Some(a) = &store.adaptive {
-                super::lock(a).note_fetch(mode == OBJ_S_PAGE);
-            }
-            let call = conn
-                .client
-                .invoke(kind, body)
-                .map_err(|e| conn.error_for(e, TxnId(self.id)))?;
-            calls.push((call, mode, chunk));
-        }
-        for (mut call, mode, chunk) in calls {
-            if mode == OBJ_S_PAGE {
-                self.take_pages(&mut call, chunk)?;
-                continue;
-            }
-            let mut got = 0usize;
-            loop {
-                let part = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))?;
-                let Some(part) = part else { break };
-                let body = part.body;
-                conn.bytes_received.fetch_add(body.len() as u64, Ordering::Relaxed);
-                if part.last {
-                    if !body.is_empty() {
-                        return Err(conn.protocol("an empty final OBJ_FETCH reply"));
-                    }
-                    break;
-                }
-                let f = FetchedObject::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
-                conn.objects_shipped.fetch_add(1, Ordering::Relaxed);
-                let Some(&oid) = chunk.get(got) else {
-                    return Err(conn.protocol("one OBJ_FETCH part per object"));
-                };
-                if f.oid != oid.to_bytes() {
-                    return Err(conn.protocol("the objects asked for, in order"));
-                }
-                got += 1;
-                let read = Read::of(&f);
-                if mode == OBJ_X && f.found {
-                    self.exclusive.insert(oid, ());
-                }
-                if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
-                    store.take_object(oid, r, bytes);
-                }
-                if let (Some(a), Read::Whole(b)) = (&store.adaptive, &read) {
-                    super::lock(a).note_object_bytes(b.len());
-                }
-                self.keep(oid, read);
-            }
-            if got != chunk.len() {
-                return Err(conn.protocol("one OBJ_FETCH part per object"));
-            }
-        }
-        Ok(())
-    }
-
-    /// Takes in the reply of an [`OBJ_S_PAGE`] fetch of `chunk`: the
-    /// objects asked for, in order, kept as this transaction's reads (and
-    /// across transactions under their rights), then the other objects of
-    /// their pages, kept under their rights until a transaction reads them
-    /// (one sent without a right is this transaction's: the server holds
-    /// it S for it).
-    fn take_pages(&mut self, call: &mut cairn_net::rpc::Call, chunk: &[Oid]) -> Result<()> {
-        let store = self.store.clone();
-        let conn = &store.conn;
-        let mut body = None;
-        while let Some(part) = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))? {
-            conn.bytes_received.fetch_add(part.body.len() as u64, Ordering::Relaxed);
-            if !part.last || body.is_some() {
-                return Err(conn.protocol("an OBJ_FETCH of pages answered in one reply"));
-            }
-            body = Some(part.body);
-        }
-        let body = body.ok_or_else(|| conn.protocol("an OBJ_FETCH of pages answered in one reply"))?;
-        let objects = decode_fetched_batch(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
-        if objects.len() < chunk.len() {
-            return Err(conn.protocol("every object asked for in an OBJ_FETCH of pages"));
-        }
-        conn.objects_shipped.fetch_add(objects.len() as u64, Ordering::Relaxed);
-        // Objects per page, and of those the ones that came along.
-        let mut on_page: FxHashMap<PageId, (usize, usize)> = FxHashMap::default();
-        let mut kept = Vec::with_capacity(objects.len());
-        let mut bytes_seen = Vec::with_capacity(chunk.len());
-        for (i, f) in objects.iter().enumerate() {
-            let oid = Oid::from_bytes(&f.oid);
-            let asked = i < chunk.len();
-            if asked && oid != chunk[i] {
-                return Err(conn.protocol("the objects asked for, in order"));
-            }
-            if !asked && (!chunk.iter().any(|o| o.page == oid.page) || chunk.contains(&oid)) {
-                return Err(conn.protocol("then objects of the pages asked for, not those asked for"));
-            }
-            let e = on_page.entry(oid.page).or_default();
-            e.0 += 1;
-            e.1 += usize::from(!asked);
-            let read = Read::of(f);
-            if let Read::Whole(b) = &read {
-                if f.right != 0 {
-                    kept.push((oid, f.right, b.clone()));
-                }
-                if asked {
-                    bytes_seen.push(b.len());
-                }
-            }
-            // Asked for; or come along without a right (the server holds it
-            // S for this transaction).
-            let along_unkept = f.right == 0 && matches!(read, Read::Whole(_)) && !self.read.contains_key(&oid);
-            if asked || along_unkept {
-                self.keep(oid, read);
-            }
-        }
-        store.take_objects(&kept);
-        if let Some(a) = &store.adaptive {
-            let mut a = super::lock(a);
-            for n in bytes_seen {
-                a.note_object_bytes(n);
-            }
-            for (page, (objects, along)) in on_page {
-                a.note_page(page, objects, along);
-            }
-        }
-        Ok(())
     }
 
     /// Reads `buf.len()` bytes of the object from `offset` (a large object
