@@ -223,8 +223,10 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     }
     let db = Arc::try_unwrap(db).map_err(|_| anyhow::anyhow!("the database is still in use after shutdown"))?;
     let pool = db.stats().buffer;
-    println!("served: pages_read={} pages_written={}", pool.reads, pool.writes);
-    std::io::stdout().flush().ok();
+    // (A parent that stopped reading our stdout is no reason to fail.)
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "served: pages_read={} pages_written={}", pool.reads, pool.writes);
+    let _ = out.flush();
     db.close().context("the final checkpoint")?;
     tracing::info!("closed cleanly");
     Ok(())

@@ -9,7 +9,7 @@
 //! | `rng.rs` | the Park–Miller generator |
 //! | `generate.rs` | the database (parts, connections, the locality rule), each run's random choices, the [`Check`] |
 //! | `system.rs` | the [`System`] trait, [`Visits`], [`Counters`], the null procedure, OS cache eviction |
-//! | `systems/` | `cairn-embedded`, `cairn-page`, `cairn-file` and `cairn-object` (one typed model and its operations, `cairn_typed.rs`, over four deployments), `in-memory` (the floor), `sqlite`, `lmdb` |
+//! | `systems/` | `cairn-embedded`, `cairn-page`, `cairn-file`, `cairn-object` and `cairn-adaptive` (one typed model and its operations, `cairn_typed.rs`, over five deployments), `in-memory` (the floor), `sqlite`, `lmdb` |
 //! | `workload.rs` | the measures and the run loop (build, check, cold open, runs, cross-system comparison) |
 //! | `report.rs` | the table, the target lines, the JSON |
 //! | `plot.rs` | the PNG figure |
@@ -242,13 +242,13 @@ pub struct Oo1Args {
     pub parts: u32,
     /// Systems to run, comma-separated: cairn-embedded,
     /// cairn-embedded-objlocks (locking objects instead of pages),
-    /// cairn-page, cairn-file and cairn-object (page-, file- and
-    /// object-server clients of `cairn serve` in a separate process),
-    /// in-memory, sqlite, lmdb.
+    /// cairn-page, cairn-file, cairn-object and cairn-adaptive (page-,
+    /// file- and object-server clients and the adaptive client of `cairn
+    /// serve` in a separate process), in-memory, sqlite, lmdb.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "cairn-embedded,cairn-page,cairn-file,cairn-object,in-memory,sqlite,lmdb"
+        default_value = "cairn-embedded,cairn-page,cairn-file,cairn-object,cairn-adaptive,in-memory,sqlite,lmdb"
     )]
     pub systems: Vec<String>,
     /// Runs per measure (run 1 cold, the median of the rest warm).

@@ -248,6 +248,14 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
              and index lookups kept across transactions under rights the server calls back"
         );
     }
+    if results.iter().any(|r| r.system == "cairn-adaptive") {
+        let _ = writeln!(
+            o,
+            "cairn-adaptive: the same code, the adaptive client (Database::connect's default) of the same kind \
+             of server: the object protocol, fetching an object's whole page of objects where visits use more \
+             than one object of a page, single objects where they do not (see its adaptive_* counters)"
+        );
+    }
     if let Some(first) = results.first() {
         let same = results.iter().all(|r| r.check == first.check);
         let _ = writeln!(

@@ -150,6 +150,23 @@ impl ObjectServer {
 
 delegating_deployment!(ObjectServer, PageServer, "cairn-object");
 
+/// `cairn-adaptive`: the same server process, one adaptive client (the
+/// object protocol, fetching pages of objects or single objects as it
+/// measures: `cairn::remote::adaptive`; `Database::connect`'s default).
+pub struct AdaptiveClient(PageServer);
+
+impl AdaptiveClient {
+    /// The database in `dir`, served by the `cairn` binary `exe`.
+    pub fn new(dir: PathBuf, exe: PathBuf) -> AdaptiveClient {
+        AdaptiveClient(PageServer {
+            arch: Arch::Adaptive,
+            ..PageServer::new(dir, exe)
+        })
+    }
+}
+
+delegating_deployment!(AdaptiveClient, PageServer, "cairn-adaptive");
+
 /// How long a server may take to checkpoint and exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);
 

@@ -421,7 +421,14 @@ impl<D: Deployment> System for Cairn<D> {
                     .set("cache_hits", r.cache_hits)
                     .set("callbacks", r.callbacks)
                     .set("pages_read_direct", r.pages_read_direct)
-                    .set("pages_written_direct", r.pages_written_direct);
+                    .set("pages_written_direct", r.pages_written_direct)
+                    .set("objects_shipped", r.objects_shipped);
+                if r.adaptive != cairn::remote::AdaptiveStats::default() {
+                    let a = r.adaptive;
+                    c.set("adaptive_page_fetches", a.page_fetches)
+                        .set("adaptive_object_fetches", a.object_fetches)
+                        .set("adaptive_switches", a.to_pages + a.to_objects);
+                }
             }
         }
         c

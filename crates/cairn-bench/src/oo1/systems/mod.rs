@@ -43,12 +43,13 @@ use std::path::Path;
 use super::system::{Error, Result, System};
 
 /// Every system's name, in report order.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     "cairn-embedded",
     "cairn-embedded-objlocks",
     "cairn-page",
     "cairn-file",
     "cairn-object",
+    "cairn-adaptive",
     "in-memory",
     "sqlite",
     "lmdb",
@@ -61,7 +62,7 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
         "cairn-embedded" => Ok(Box::new(cairn_typed::Cairn::new(cairn_embedded::Embedded::new(
             scratch.join("cairn"),
         )))),
-        "cairn-page" | "cairn-file" | "cairn-object" => {
+        "cairn-page" | "cairn-file" | "cairn-object" | "cairn-adaptive" => {
             let exe = cairn_exe.ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "{name} starts `cairn serve` in a separate process: name the `cairn` binary \
@@ -72,6 +73,7 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
             Ok(match name {
                 "cairn-page" => Box::new(cairn_typed::Cairn::new(cairn_page::PageServer::new(dir, exe))),
                 "cairn-file" => Box::new(cairn_typed::Cairn::new(cairn_page::FileServer::new(dir, exe))),
+                "cairn-adaptive" => Box::new(cairn_typed::Cairn::new(cairn_page::AdaptiveClient::new(dir, exe))),
                 _ => Box::new(cairn_typed::Cairn::new(cairn_page::ObjectServer::new(dir, exe))),
             })
         }
