@@ -142,7 +142,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
         ..Oo1Config::default()
     })
     .unwrap();
-    assert_eq!(report.results.len(), 8);
+    assert_eq!(report.results.len(), systems::ALL.len());
     for r in &report.results {
         assert_eq!(r.check, report.check, "{}", r.system);
         assert_eq!(r.runs.len(), 4);
@@ -153,8 +153,8 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             }
         }
     }
-    // 8 systems × (4 measures × cold and warm + 3 read measures hot).
-    assert_eq!(report.rows.len(), 88);
+    // Every system × (4 measures × cold and warm + 3 read measures hot).
+    assert_eq!(report.rows.len(), systems::ALL.len() * 11);
     for r in &report.results {
         assert_eq!(r.hot.len(), 3, "{}: every read measure has a hot run", r.system);
         assert!(r
@@ -226,6 +226,29 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
             assert!(s.counters.0["round_trips"] > 0, "{}: {:?}", m.name(), s.counters);
         }
     }
+    let adaptive = report.results.iter().find(|r| r.system == "cairn-adaptive").unwrap();
+    for (m, samples) in &adaptive.runs {
+        // The adaptive client ships objects (a page's worth at a time, or
+        // one by one), never pages, and says how it fetched them.
+        for s in samples {
+            assert_eq!(s.counters.0["pages_shipped"], 0, "{}: {:?}", m.name(), s.counters);
+        }
+        let fetches = |k: &str| {
+            samples
+                .iter()
+                .map(|s| s.counters.0.get(k).copied().unwrap_or(0))
+                .sum::<u64>()
+        };
+        // (A lookup fetches what the index finds in the lookup's own round
+        // trip: no OBJ_FETCH.)
+        assert!(
+            !matches!(m, Measure::Traversal | Measure::ReverseTraversal)
+                || fetches("adaptive_page_fetches") + fetches("adaptive_object_fetches") > 0,
+            "{}: {:?}",
+            m.name(),
+            samples
+        );
+    }
     let table = report.table();
     assert!(
         table.contains("round trips"),
@@ -244,7 +267,7 @@ fn a_tiny_run_of_the_whole_benchmark_reports_every_measure() {
     }
     let json = report.json();
     assert_eq!(json["benchmark"], "oo1");
-    assert_eq!(json["results"].as_array().unwrap().len(), 88);
+    assert_eq!(json["results"].as_array().unwrap().len(), report.rows.len());
     assert!(table.contains(" hot "), "hot rows in the table");
     assert_eq!(json["systems"][0]["system"], "cairn-embedded");
     assert!(json.get("concurrency").is_none(), "no --clients, no concurrency key");

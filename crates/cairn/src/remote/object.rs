@@ -540,6 +540,7 @@ impl ObjectTxn {
         }
         for (v, part) in reply.values.iter().zip(&reply.objects) {
             let f = FetchedObject::decode(part).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+            conn.objects_shipped.fetch_add(1, Ordering::Relaxed);
             if f.oid[..] != v[..] {
                 return Err(conn.protocol("the objects the values name, in order"));
             }
