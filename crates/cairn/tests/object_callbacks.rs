@@ -137,6 +137,52 @@ fn a_transaction_reading_under_a_right_makes_another_clients_writer_wait() {
 }
 
 #[test]
+fn a_right_read_under_outlives_the_eviction_of_its_bytes_until_the_reader_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    // A client whose cache holds about 20 objects of 100 bytes.
+    let a = ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), b"", 2048).unwrap();
+    let b = object_client(&server);
+    let oids = seed(&a, 200);
+    let mut t = a.begin().unwrap();
+    t.read(oids[0]).unwrap();
+    t.commit().unwrap();
+    // The reader reads object 0 under the client's right (no server
+    // lock), then enough others to push object 0's bytes out of the cache.
+    let mut reader = a.begin().unwrap();
+    let rt = a.stats().round_trips;
+    assert_eq!(reader.read(oids[0]).unwrap(), vec![0u8; 100]);
+    assert_eq!(a.stats().round_trips, rt, "read under the right");
+    for o in &oids[1..] {
+        reader.read(*o).unwrap();
+    }
+    assert!(
+        a.cached_objects().1 <= 2048,
+        "the cache stays bounded: {:?}",
+        a.cached_objects()
+    );
+    // The right stayed: B's writer is called back, A names its reader, and
+    // B waits for it (here: times out) — the reader's S lock lives on.
+    let mut tb = b.begin().unwrap();
+    match tb.read_for_update(oids[0]) {
+        Err(Error::LockTimeout { .. }) => {}
+        other => panic!("B should wait for A's reader: {other:?}"),
+    }
+    drop(tb);
+    // The reader still sees what it read; once it ends, B goes on.
+    assert_eq!(reader.read(oids[0]).unwrap(), vec![0u8; 100]);
+    reader.commit().unwrap();
+    let mut tb = b.begin().unwrap();
+    tb.read_for_update(oids[0]).unwrap();
+    tb.update(oids[0], b"b").unwrap();
+    tb.commit().unwrap();
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), b"b");
+    t.commit().unwrap();
+    server.stop();
+}
+
+#[test]
 fn a_transaction_of_the_same_client_waits_for_its_readers_under_a_right() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
