@@ -183,13 +183,8 @@ fn fetch_pages_without_waiting(
         let right = grant(core, state, &t, oid, &bytes);
         parts.push(fetched_part(&oid.to_bytes(), len, bytes, right));
     }
-    let named: std::collections::HashSet<Oid> = named.into_iter().collect();
-    for page in pages {
-        let room = BATCH_OBJECTS_MAX.saturating_sub(parts.len());
-        match neighbours(core, state, &mut t, page, &named, room) {
-            Ok(more) => parts.extend(more),
-            Err(e) => return Some(Err(fault(e))),
-        }
+    if let Err(e) = add_neighbours(core, state, &mut t, &named, &mut parts) {
+        return Some(Err(fault(e)));
     }
     Some(Ok(encode_fetched_batch(&parts)))
 }
@@ -207,17 +202,31 @@ fn fetch_pages(core: &Core, state: &SessionState, txn: u64, oids: &[[u8; OID_BYT
         let right = grant(core, state, &t, oid_of(o), &bytes);
         parts.push(fetched_part(o, len, bytes, right));
     }
-    let named: std::collections::HashSet<Oid> = oids.iter().map(oid_of).collect();
+    let named: Vec<Oid> = oids.iter().map(oid_of).collect();
+    add_neighbours(core, state, &mut t, &named, &mut parts).map_err(fault)?;
+    Ok(encode_fetched_batch(&parts))
+}
+
+/// Appends to `parts` (the named objects' parts) the other objects of
+/// every page `named` names, page by page ([`neighbours`]). They are
+/// optional: past the reply's bound the rest stay behind (read through
+/// their own OIDs if wanted).
+fn add_neighbours(
+    core: &Core,
+    state: &SessionState,
+    t: &mut Txn,
+    named: &[Oid],
+    parts: &mut Vec<Vec<u8>>,
+) -> Result<(), Error> {
     let mut pages: Vec<PageId> = named.iter().map(|o| o.page).collect();
     pages.sort_unstable();
     pages.dedup();
-    // The objects that come along are optional: past the reply's bound the
-    // rest stay behind (read through their own OIDs if wanted).
+    let named: std::collections::HashSet<Oid> = named.iter().copied().collect();
     for page in pages {
         let room = BATCH_OBJECTS_MAX.saturating_sub(parts.len());
-        parts.extend(neighbours(core, state, &mut t, page, &named, room).map_err(fault)?);
+        parts.extend(neighbours(core, state, t, page, &named, room)?);
     }
-    Ok(encode_fetched_batch(&parts))
+    Ok(())
 }
 
 /// [`OBJ_S_PAGE`]: the other small objects of `page` (not in `named`),

@@ -116,24 +116,38 @@ fn a_transaction_reading_under_a_right_makes_another_clients_writer_wait() {
     assert_eq!(a.stats().round_trips, rt);
     // B's writer calls the object back: A answers "in use", the server
     // grants A's reader S, and B waits for it (here: times out).
+    writer_waits_for_reader(&a, &b, reader, oids[0], || {
+        assert_eq!(a.stats().callbacks_in_use, 1);
+    });
+    server.stop();
+}
+
+/// B's writer of `oid` waits for A's `reader` (here: times out), then
+/// `between` runs; the reader still sees what it read (100 zero bytes);
+/// once it ends, B changes the object and A reads B's change.
+fn writer_waits_for_reader(
+    a: &Arc<ObjectStore>,
+    b: &Arc<ObjectStore>,
+    mut reader: cairn::remote::ObjectTxn,
+    oid: Oid,
+    between: impl FnOnce(),
+) {
     let mut tb = b.begin().unwrap();
-    match tb.read_for_update(oids[0]) {
+    match tb.read_for_update(oid) {
         Err(Error::LockTimeout { .. }) => {}
         other => panic!("B should wait for A's reader: {other:?}"),
     }
     drop(tb);
-    assert_eq!(a.stats().callbacks_in_use, 1);
-    // A's reader still sees what it read; once it ends, B goes on.
-    assert_eq!(reader.read(oids[0]).unwrap(), vec![0u8; 100]);
+    between();
+    assert_eq!(reader.read(oid).unwrap(), vec![0u8; 100]);
     reader.commit().unwrap();
     let mut tb = b.begin().unwrap();
-    tb.read_for_update(oids[0]).unwrap();
-    tb.update(oids[0], b"b").unwrap();
+    tb.read_for_update(oid).unwrap();
+    tb.update(oid, b"b").unwrap();
     tb.commit().unwrap();
     let mut t = a.begin().unwrap();
-    assert_eq!(t.read(oids[0]).unwrap(), b"b");
+    assert_eq!(t.read(oid).unwrap(), b"b");
     t.commit().unwrap();
-    server.stop();
 }
 
 #[test]
@@ -163,22 +177,7 @@ fn a_right_read_under_outlives_the_eviction_of_its_bytes_until_the_reader_ends()
     );
     // The right stayed: B's writer is called back, A names its reader, and
     // B waits for it (here: times out) — the reader's S lock lives on.
-    let mut tb = b.begin().unwrap();
-    match tb.read_for_update(oids[0]) {
-        Err(Error::LockTimeout { .. }) => {}
-        other => panic!("B should wait for A's reader: {other:?}"),
-    }
-    drop(tb);
-    // The reader still sees what it read; once it ends, B goes on.
-    assert_eq!(reader.read(oids[0]).unwrap(), vec![0u8; 100]);
-    reader.commit().unwrap();
-    let mut tb = b.begin().unwrap();
-    tb.read_for_update(oids[0]).unwrap();
-    tb.update(oids[0], b"b").unwrap();
-    tb.commit().unwrap();
-    let mut t = a.begin().unwrap();
-    assert_eq!(t.read(oids[0]).unwrap(), b"b");
-    t.commit().unwrap();
+    writer_waits_for_reader(&a, &b, reader, oids[0], || {});
     server.stop();
 }
 
