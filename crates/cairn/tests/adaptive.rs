@@ -188,3 +188,42 @@ fn objects_of_a_page_are_sent_along_only_when_free_and_are_called_back_like_any(
     t.commit().unwrap();
     assert!(b.stats().callbacks >= 1, "{:?}", b.stats());
 }
+
+#[test]
+fn objects_of_a_page_a_transaction_changes_stay_cached_past_the_bound_until_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(dir.path());
+    let oids = seed(&adaptive(&server, 1 << 20), 3500);
+    let on_page = |p: usize| -> Vec<Oid> {
+        let page = one_per_page(&oids)[p].page;
+        oids.iter().copied().filter(|o| o.page == page).collect()
+    };
+    let first = on_page(1);
+    let others: Vec<Oid> = (2..42).flat_map(on_page).collect();
+    // The bound holds about four pages of objects; the reads between go
+    // far past it.
+    let a = adaptive(&server, 16 << 10);
+    let mut t = a.begin().unwrap();
+    t.read(first[0]).unwrap();
+    t.update(first[0], &[200; 100]).unwrap();
+    for o in &others {
+        t.read(*o).unwrap();
+    }
+    let trips = a.stats().round_trips;
+    for o in &first[1..] {
+        let i = oids.iter().position(|x| x == o).unwrap();
+        assert_eq!(t.read(*o).unwrap(), vec![(i % 251) as u8; 100]);
+    }
+    assert_eq!(a.stats().round_trips, trips, "the changed page's objects stayed");
+    t.commit().unwrap();
+
+    // Its transaction ended: the page's objects age out like any.
+    let mut t = a.begin().unwrap();
+    for o in &others {
+        t.read(*o).unwrap();
+    }
+    let trips = a.stats().round_trips;
+    assert_eq!(t.read(first[0]).unwrap(), vec![200; 100], "the change committed");
+    assert!(a.stats().round_trips > trips, "evicted once unpinned: {:?}", a.stats());
+    t.commit().unwrap();
+}

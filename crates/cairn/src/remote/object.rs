@@ -35,7 +35,7 @@ use cairn_net::object_service::{
 };
 use cairn_net::page_service::{decode_groups, decode_pages, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
-use cairn_storage::fxhash::FxHashMap;
+use cairn_storage::fxhash::{FxHashMap, FxHashSet};
 use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
 use super::adaptive::{Adaptive, AdaptivePolicy};
@@ -169,8 +169,10 @@ impl ObjectStore {
             doomed: None,
             read: FxHashMap::default(),
             read_bytes: 0,
+            read_kept: 0,
             exclusive: FxHashMap::default(),
             changes: BTreeMap::new(),
+            pinned: FxHashSet::default(),
         })
     }
 
@@ -256,10 +258,17 @@ pub struct ObjectTxn {
     /// ones not locked X are let go at the next read (see
     /// [`ObjectTxn::trim`]).
     read_bytes: usize,
+    /// Bytes [`ObjectTxn::trim`] kept last time (locked X, or on pinned
+    /// pages): they are over the bound, not counted against it.
+    read_kept: usize,
     /// Objects locked X on the server.
     exclusive: FxHashMap<Oid, ()>,
     /// After-images (`None`: deleted), sent at commit.
     changes: BTreeMap<Oid, Option<Vec<u8>>>,
+    /// Pages it changed an object of, an adaptive client's: what it read
+    /// of them, and the client keeps of them, stays until it ends (the
+    /// page client keeps its changed pages whole the same way).
+    pinned: FxHashSet<PageId>,
 }
 
 /// What a transaction read of an object.
@@ -414,12 +423,14 @@ impl ObjectTxn {
     /// bounded like the client's cache, not kept whole for its duration.
     /// Called before a read, never between a fetch and its use.
     fn trim(&mut self) {
-        if self.read_bytes <= self.store.rights_bytes_max {
+        if self.read_bytes <= self.store.rights_bytes_max + self.read_kept {
             return;
         }
-        let exclusive = &self.exclusive;
-        self.read.retain(|o, _| exclusive.contains_key(o));
+        let (exclusive, pinned) = (&self.exclusive, &self.pinned);
+        self.read
+            .retain(|o, _| exclusive.contains_key(o) || pinned.contains(&o.page));
         self.read_bytes = self.read.values().map(Read::bytes).sum();
+        self.read_kept = self.read_bytes;
     }
 
     /// True if the object is in hand: read by this transaction, or kept by
@@ -748,7 +759,16 @@ impl ObjectTxn {
             return Err(Error::NotFound { oid });
         }
         self.changes.insert(oid, Some(bytes.to_vec()));
+        self.pin(oid);
         Ok(())
+    }
+
+    /// An adaptive client keeps the objects of a page its transaction
+    /// changes until the transaction ends (see `pinned`).
+    fn pin(&mut self, oid: Oid) {
+        if self.store.is_adaptive() && self.pinned.insert(oid.page) {
+            self.store.pin_page(self.id, oid.page);
+        }
     }
 
     /// Deletes the object (at commit).
@@ -758,6 +778,7 @@ impl ObjectTxn {
             return Err(Error::NotFound { oid });
         }
         self.changes.insert(oid, None);
+        self.pin(oid);
         Ok(())
     }
 

@@ -84,6 +84,12 @@ struct TxnRights {
     /// Answers naming it that the server has not acknowledged yet: its end
     /// must not overtake them.
     answers_in_flight: u32,
+    /// Pages it changes an object of (an adaptive client's): every object
+    /// of theirs the client keeps stays, bytes and all, until it ends —
+    /// a transaction that changes an object tends to come back to the
+    /// objects clustered with it, and the page client keeps its changed
+    /// pages whole the same way (no steal).
+    pinned: FxHashSet<PageId>,
 }
 
 /// The client's rights and what its transactions read under them.
@@ -94,6 +100,9 @@ pub(super) struct RightsState {
     clock: u64,
     /// Bytes of `objects`.
     bytes: usize,
+    /// Bytes of objects on pages running transactions pin, as the last
+    /// eviction counted them: they are kept over the bound.
+    pinned_bytes: usize,
     leaves: FxHashMap<PageId, Leaf>,
     /// (tree root, key) → (leaves, values).
     lookups: FxHashMap<(PageId, Vec<u8>), Lookup>,
@@ -368,19 +377,25 @@ impl ObjectStore {
     /// ([`ObjectStore::txn_ended`]). What was dropped (key, epoch), to give
     /// back.
     fn evict(&self, st: &mut RightsState) -> Vec<(Resource, u64)> {
-        if st.bytes <= self.rights_bytes_max {
+        if st.bytes <= self.rights_bytes_max + st.pinned_bytes {
             return Vec::new();
         }
-        let mut victims: Vec<(u64, Oid)> = st
-            .objects
-            .iter()
-            .filter(|(_, c)| c.bytes.is_some())
-            .map(|(o, c)| (c.stamp, *o))
-            .collect();
+        let pinned: FxHashSet<PageId> = st.txns.values().flat_map(|v| v.pinned.iter().copied()).collect();
+        let mut pinned_bytes = 0;
+        let mut victims: Vec<(u64, Oid)> = Vec::with_capacity(st.objects.len());
+        for (o, c) in &st.objects {
+            let Some(b) = &c.bytes else { continue };
+            if pinned.contains(&o.page) {
+                pinned_bytes += b.len();
+            } else {
+                victims.push((c.stamp, *o));
+            }
+        }
+        st.pinned_bytes = pinned_bytes;
         // Oldest first: an object that just came along with its page stays
         // over one a transaction read long ago.
         victims.sort_unstable_by_key(|(stamp, _)| *stamp);
-        let keep = self.rights_bytes_max / 4 * 3;
+        let keep = self.rights_bytes_max / 4 * 3 + pinned_bytes;
         let mut out = Vec::new();
         for (_, o) in victims {
             if st.bytes <= keep {
@@ -570,11 +585,21 @@ impl ObjectStore {
         st.txns.get(&txn).is_some_and(|v| v.named)
     }
 
+    /// `txn` (an adaptive client's) changes an object of `page`: the
+    /// page's objects stay cached until it ends (see [`TxnRights::pinned`]).
+    pub(super) fn pin_page(&self, txn: u64, page: PageId) {
+        lock(&self.rights).txns.entry(txn).or_default().pinned.insert(page);
+    }
+
     /// `txn`'s end was sent (a commit's answered): its bookkeeping goes.
     pub(super) fn txn_ended(&self, txn: u64) {
         let dropped = {
             let mut st = lock(&self.rights);
             let Some(v) = st.txns.remove(&txn) else { return };
+            if !v.pinned.is_empty() {
+                // What it pinned counts against the bound again.
+                st.pinned_bytes = 0;
+            }
             // Rights kept without bytes for it alone go now.
             let mut dropped = Vec::new();
             for k in v.reads {
