@@ -41,9 +41,9 @@ pub fn run(data: &[u8]) {
         1 => {
             let _ = decode_oids(body);
             if let Ok(batch) = decode_fetched_batch(body) {
-                let parts: Vec<Vec<u8>> = batch.iter().map(|f| f.encode()).collect();
+                let parts: Vec<Vec<u8>> = batch.objects.iter().map(|f| f.encode()).collect();
                 assert_eq!(
-                    encode_fetched_batch(&parts),
+                    encode_fetched_batch(&parts, &batch.pages),
                     body,
                     "a batch part encodes back to its bytes"
                 );

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
-    encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects,
-    BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_X, OID_BYTES,
+    encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, FetchedPage, ObjectRequest, TreeOp,
+    ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_X, OID_BYTES,
 };
 use cairn_net::page_service::{encode_pages, NO_GROUP};
 use cairn_net::rpc::Replier;
@@ -165,7 +165,7 @@ fn fetch_pages_without_waiting(
             Err(e) => return Some(Err(fault(e))),
         };
     }
-    let mut parts = Vec::with_capacity(named.len());
+    let mut reads = Vec::with_capacity(named.len());
     for &oid in &named {
         let mut bytes = None;
         let listed = cairn_storage::record::object::image_objects(oid.page, &images[&oid.page], |o, b| {
@@ -178,15 +178,9 @@ fn fetch_pages_without_waiting(
         }
         // Moved, large, padded or gone: the slow path says which.
         let bytes = bytes?;
-        let len = bytes.len() as u64;
-        let bytes = Some(bytes);
-        let right = grant(core, state, &t, oid, &bytes);
-        parts.push(fetched_part(&oid.to_bytes(), len, bytes, right));
+        reads.push((oid, bytes.len() as u64, Some(bytes)));
     }
-    if let Err(e) = add_neighbours(core, state, &mut t, &named, &mut parts) {
-        return Some(Err(fault(e)));
-    }
-    Some(Ok(encode_fetched_batch(&parts)))
+    Some(page_batch(core, state, &mut t, reads).map_err(fault))
 }
 
 /// OBJ_FETCH in [`OBJ_S_PAGE`]: the named objects locked S and read, then
@@ -196,45 +190,100 @@ fn fetch_pages_without_waiting(
 fn fetch_pages(core: &Core, state: &SessionState, txn: u64, oids: &[[u8; OID_BYTES]]) -> Result<Vec<u8>, Fault> {
     let (_, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
     let mut t = lock(&t);
-    let mut parts = Vec::with_capacity(oids.len());
+    let mut reads = Vec::with_capacity(oids.len());
     for o in oids {
         let (len, bytes) = read_one(&mut t, oid_of(o), false).map_err(fault)?;
-        let right = grant(core, state, &t, oid_of(o), &bytes);
-        parts.push(fetched_part(o, len, bytes, right));
+        reads.push((oid_of(o), len, bytes));
     }
-    let named: Vec<Oid> = oids.iter().map(oid_of).collect();
-    add_neighbours(core, state, &mut t, &named, &mut parts).map_err(fault)?;
-    Ok(encode_fetched_batch(&parts))
+    page_batch(core, state, &mut t, reads).map_err(fault)
 }
 
-/// Appends to `parts` (the named objects' parts) the other objects of
-/// every page `named` names, page by page ([`neighbours`]). They are
-/// optional: past the reply's bound the rest stay behind (read through
-/// their own OIDs if wanted).
+/// The [`OBJ_S_PAGE`] reply: the objects named, read and locked S by the
+/// caller (`reads`: OID, length, bytes if sent whole), then per page named
+/// its other objects or the page whole ([`add_neighbours`]). A named
+/// object on a page sent whole has no right of its own: the client reads
+/// it from the image across transactions.
+fn page_batch(
+    core: &Core,
+    state: &SessionState,
+    t: &mut Txn,
+    reads: Vec<(Oid, u64, Option<Vec<u8>>)>,
+) -> Result<Vec<u8>, Error> {
+    let named: Vec<Oid> = reads.iter().map(|r| r.0).collect();
+    let (mut more, mut pages) = (Vec::new(), Vec::new());
+    add_neighbours(core, state, t, &named, &mut more, &mut pages)?;
+    let mut parts = Vec::with_capacity(reads.len() + more.len());
+    for (oid, len, bytes) in reads {
+        let right = if pages.iter().any(|(p, _, _)| *p == oid.page) {
+            0
+        } else {
+            grant(core, state, t, oid, &bytes)
+        };
+        parts.push(fetched_part(&oid.to_bytes(), len, bytes, right));
+    }
+    parts.extend(more);
+    Ok(encode_batch(&parts, &pages))
+}
+
+/// A page sent whole in an [`OBJ_S_PAGE`] reply: (page, right, image).
+type WholePage = (PageId, u64, Vec<u8>);
+
+/// The [`OBJ_S_PAGE`] reply: the objects' parts and the pages sent whole.
+fn encode_batch(parts: &[Vec<u8>], pages: &[WholePage]) -> Vec<u8> {
+    let pages: Vec<FetchedPage<'_>> = pages
+        .iter()
+        .map(|(page, right, image)| FetchedPage {
+            page: page.0,
+            right: *right,
+            image,
+        })
+        .collect();
+    encode_fetched_batch(parts, &pages)
+}
+
+/// Appends to `parts` the other objects of every page `named` names (their
+/// parts follow those of the named), page by page ([`neighbours`]), or to
+/// `whole` the page whole. They are optional: past the reply's bound the rest stay
+/// behind (read through their own OIDs if wanted).
 fn add_neighbours(
     core: &Core,
     state: &SessionState,
     t: &mut Txn,
     named: &[Oid],
     parts: &mut Vec<Vec<u8>>,
+    whole: &mut Vec<WholePage>,
 ) -> Result<(), Error> {
     let mut pages: Vec<PageId> = named.iter().map(|o| o.page).collect();
     pages.sort_unstable();
     pages.dedup();
     let named: std::collections::HashSet<Oid> = named.iter().copied().collect();
     for page in pages {
-        let room = BATCH_OBJECTS_MAX.saturating_sub(parts.len());
-        parts.extend(neighbours(core, state, t, page, &named, room)?);
+        let room = BATCH_OBJECTS_MAX.saturating_sub(named.len() + parts.len());
+        match neighbours(core, state, t, page, &named, room)? {
+            Neighbours::Objects(more) => parts.extend(more),
+            Neighbours::Page(right, image) => whole.push((page, right, image)),
+        }
     }
     Ok(())
 }
 
-/// [`OBJ_S_PAGE`]: the other small objects of `page` (not in `named`),
-/// locked S together by the page's S lock if that needs no wait, else each
-/// locked S if that needs no wait (one in another transaction's way is
-/// skipped: the client reads it through its own OID when it wants it),
-/// at most `room` of them, encoded as OBJ_FETCH parts with a right to
-/// cache each.
+/// What [`neighbours`] sends of a page.
+enum Neighbours {
+    /// Its other objects' parts, each with its own right.
+    Objects(Vec<Vec<u8>>),
+    /// The page whole, with a right to cache it (its objects are read in
+    /// place by the client).
+    Page(u64, Vec<u8>),
+}
+
+/// [`OBJ_S_PAGE`]: the other small objects of `page` (not in `named`).
+/// If the page's S lock needs no wait it covers them all (hierarchical
+/// locking, as a page server's lock does) and the page goes whole, under a
+/// right on the page that any writer of another client calls back (its IX
+/// or X on the page); else each object is locked S if that needs no wait
+/// (one in another transaction's way is skipped: the client reads it
+/// through its own OID when it wants it), at most `room` of them, encoded
+/// as OBJ_FETCH parts with a right to cache each.
 fn neighbours(
     core: &Core,
     state: &SessionState,
@@ -242,13 +291,13 @@ fn neighbours(
     page: PageId,
     named: &std::collections::HashSet<Oid>,
     room: usize,
-) -> Result<Vec<Vec<u8>>, Error> {
+) -> Result<Neighbours, Error> {
     // The committed image, read without a lock (a page lock would wait
     // for the page's object-level writers): it lists the objects, and
     // gives their bytes once each is locked — unless this transaction
     // changed the page (its own changes are read through `Txn::read`).
     let Some(image) = t.committed_page_image(page)? else {
-        return Ok(Vec::new());
+        return Ok(Neighbours::Objects(Vec::new()));
     };
     let mut listed = Vec::new();
     cairn_storage::record::object::image_objects(page, &image, |oid, _| {
@@ -261,6 +310,19 @@ fn neighbours(
     // needs no wait.
     let mut locked = Vec::with_capacity(listed.len());
     if t.try_lock_resource(Resource::Page(page), LockMode::S)? {
+        // The image again, now that the lock holds the page still: a
+        // commit between the listing and the lock changed it. Whole, under
+        // a right to the page, unless this transaction changed it (its
+        // own changes are not the committed image) or no right can be
+        // had now (a writer of another client is calling it back).
+        if !t.has_private_copy(page) {
+            if let Some(image) = t.committed_page_image(page)? {
+                let right = core.callbacks.register(state.client, Resource::Page(page));
+                if right != 0 {
+                    return Ok(Neighbours::Page(right, image.to_vec()));
+                }
+            }
+        }
         locked = listed;
     } else {
         for oid in listed {
@@ -302,7 +364,7 @@ fn neighbours(
         let len = bytes.len() as u64;
         parts.push(fetched_part(&oid.to_bytes(), len, Some(bytes), right));
     }
-    Ok(parts)
+    Ok(Neighbours::Objects(parts))
 }
 
 /// One object for a fetch: `(length, bytes)`, the bytes `None` if it is too

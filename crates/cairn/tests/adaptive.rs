@@ -227,3 +227,84 @@ fn objects_of_a_page_a_transaction_changes_stay_cached_past_the_bound_until_it_e
     assert!(a.stats().round_trips > trips, "evicted once unpinned: {:?}", a.stats());
     t.commit().unwrap();
 }
+
+#[test]
+fn a_page_kept_whole_is_read_in_place_and_called_back_and_its_readers_hold_writers_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let writer = ObjectStore::connect(parse_url(&url(&server)).unwrap(), b"", 1 << 20).unwrap();
+    let oids = seed(&writer, 20);
+    assert!(oids.iter().all(|o| o.page == oids[0].page), "one page");
+
+    // Nobody writes the page: it comes whole, under one right.
+    let a = adaptive(&server, 1 << 20);
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), vec![0; 100]);
+    t.commit().unwrap();
+    let s = a.stats();
+    assert_eq!((s.pages_shipped, s.objects_shipped), (1, 1), "{s:?}");
+    assert!(
+        a.cached_objects().1 >= 4096,
+        "the image is kept: {:?}",
+        a.cached_objects()
+    );
+
+    // A later transaction reads its objects in place, no round trip.
+    let mut reader = a.begin().unwrap();
+    assert_eq!(reader.read(oids[3]).unwrap(), vec![3; 100]);
+    assert_eq!(a.stats().round_trips, s.round_trips);
+
+    // Another client's writer of another object of the page calls the
+    // page back; the reader is named and holds the writer off until it
+    // ends (here: the writer times out).
+    let mut w = writer.begin().unwrap();
+    match w.read_for_update(oids[5]) {
+        Err(cairn::storage::Error::LockTimeout { .. }) => {}
+        other => panic!("the writer should wait for the reader under the page's right: {other:?}"),
+    }
+    drop(w);
+    assert_eq!(reader.read(oids[3]).unwrap(), vec![3; 100]);
+    reader.commit().unwrap();
+    let mut w = writer.begin().unwrap();
+    w.read_for_update(oids[5]).unwrap();
+    w.update(oids[5], &[55; 100]).unwrap();
+    w.commit().unwrap();
+
+    // The image went with the callback: the change is read, and the
+    // others are as they were.
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[5]).unwrap(), vec![55; 100]);
+    assert_eq!(t.read(oids[6]).unwrap(), vec![6; 100]);
+    t.commit().unwrap();
+    assert!(a.stats().callbacks >= 1, "{:?}", a.stats());
+    server.stop();
+}
+
+#[test]
+fn a_page_kept_whole_goes_when_its_own_client_changes_an_object_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(dir.path());
+    let a = adaptive(&server, 1 << 20);
+    let oids = seed(&a, 20);
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), vec![0; 100]);
+    t.commit().unwrap();
+    let shipped = a.stats().pages_shipped;
+    assert!(shipped >= 1, "{:?}", a.stats());
+
+    let mut t = a.begin().unwrap();
+    t.update(oids[1], &[11; 100]).unwrap();
+    t.commit().unwrap();
+    // A second client sees the change; so does this one, whose image of
+    // the page (holding the old bytes) went with its commit.
+    let b = adaptive(&server, 1 << 20);
+    let mut t = b.begin().unwrap();
+    assert_eq!(t.read(oids[1]).unwrap(), vec![11; 100]);
+    t.commit().unwrap();
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(oids[1]).unwrap(), vec![11; 100]);
+    assert_eq!(t.read(oids[2]).unwrap(), vec![2; 100]);
+    t.commit().unwrap();
+    assert!(a.stats().pages_shipped > shipped, "fetched again: {:?}", a.stats());
+    server.stop();
+}

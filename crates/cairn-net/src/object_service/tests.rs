@@ -318,20 +318,42 @@ fn a_batch_part_round_trips_and_damage_is_refused() {
             .encode()
         })
         .collect();
-    let body = encode_fetched_batch(&objects);
+    let image = [9u8; 64];
+    let pages = [FetchedPage {
+        page: 12,
+        right: 5,
+        image: &image,
+    }];
+    let body = encode_fetched_batch(&objects, &pages);
     let back = decode_fetched_batch(&body).unwrap();
-    assert_eq!(back.len(), 3);
-    for (b, o) in back.iter().zip(&objects) {
+    assert_eq!(back.objects.len(), 3);
+    for (b, o) in back.objects.iter().zip(&objects) {
         assert_eq!(&b.encode(), o);
     }
-    assert!(decode_fetched_batch(&encode_fetched_batch(&[])).unwrap().is_empty());
+    assert_eq!(back.pages, pages);
+    assert_eq!(
+        decode_fetched_batch(&encode_fetched_batch(&[], &[])).unwrap(),
+        FetchedBatch::default()
+    );
     for cut in 0..body.len() {
         assert!(decode_fetched_batch(&body[..cut]).is_err(), "cut at {cut}");
     }
     let mut longer = body.clone();
     longer.push(0);
     assert!(decode_fetched_batch(&longer).is_err(), "a byte past the end");
+    let no_right = encode_fetched_batch(
+        &[],
+        &[FetchedPage {
+            page: 1,
+            right: 0,
+            image: &image,
+        }],
+    );
+    assert!(decode_fetched_batch(&no_right).is_err(), "an image without a right");
     let mut many = body.clone();
     many[..4].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(decode_fetched_batch(&many).is_err(), "too many");
+    let mut pages_many = encode_fetched_batch(&[], &[]);
+    pages_many[4..].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(decode_fetched_batch(&pages_many).is_err(), "too many pages");
 }

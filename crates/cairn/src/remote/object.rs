@@ -201,6 +201,7 @@ impl ObjectStore {
             callbacks_in_use: c.callbacks_in_use.load(Ordering::Relaxed),
             rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
             objects_shipped: c.objects_shipped.load(Ordering::Relaxed),
+            pages_shipped: c.pages_shipped.load(Ordering::Relaxed),
             adaptive: self
                 .adaptive
                 .as_ref()

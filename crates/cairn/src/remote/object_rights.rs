@@ -38,6 +38,12 @@ use cairn_storage::{Error, Oid, PageId, Result, TxnId};
 use super::lock;
 use super::object::ObjectStore;
 
+/// What an eviction leaves of the bound on cached bytes: close to all of
+/// it, so the cache holds about what the bound says (a page client's
+/// buffer of N pages holds N pages); the slack makes a pass per few
+/// fetches, not per fetch.
+const EVICT_TO: f64 = 0.97;
+
 /// An object kept under a right.
 struct Cached {
     epoch: u64,
@@ -90,12 +96,21 @@ struct TxnRights {
     /// objects clustered with it, and the page client keeps its changed
     /// pages whole the same way (no steal).
     pinned: FxHashSet<PageId>,
+    /// Pages of the objects it changes: until it ends no image of them is
+    /// taken in (a reply may carry the image its change replaces).
+    write_pages: FxHashSet<PageId>,
 }
 
 /// The client's rights and what its transactions read under them.
 #[derive(Default)]
 pub(super) struct RightsState {
     objects: FxHashMap<Oid, Cached>,
+    /// Images of whole pages (an adaptive client's), kept under rights on
+    /// the pages: their small objects are read in place.
+    pages: FxHashMap<PageId, Cached>,
+    /// Objects of page images dropped since the typed layer was last told
+    /// ([`ObjectStore::lost`]).
+    lost_pending: Vec<Oid>,
     /// Ticks at every object taken in or read (the stamps' clock).
     clock: u64,
     /// Bytes of `objects`.
@@ -133,6 +148,41 @@ impl RightsState {
         true
     }
 
+    /// True if a running transaction changes an object of `page`.
+    fn page_written(&self, page: PageId) -> bool {
+        self.txns.values().any(|v| v.write_pages.contains(&page))
+    }
+
+    /// Drops the image of `page`; its epoch if there was one. The typed
+    /// layer is told its objects lost their right.
+    fn drop_image(&mut self, page: PageId) -> Option<u64> {
+        let c = self.pages.remove(&page)?;
+        if let Some(image) = &c.bytes {
+            self.bytes -= image.len();
+            self.lose_objects_of(page, image);
+        }
+        Some(c.epoch)
+    }
+
+    /// Lets the image of `page` go but keeps the right (a running
+    /// transaction reads under it): the typed layer's copies of its
+    /// objects go now, since the image will not be there to list them.
+    fn ghost_image(&mut self, page: PageId) {
+        let Some(image) = self.pages.get_mut(&page).and_then(|c| c.bytes.take()) else {
+            return;
+        };
+        self.bytes -= image.len();
+        self.lose_objects_of(page, &image);
+    }
+
+    /// Notes the objects of `image` for [`ObjectStore::lost`].
+    fn lose_objects_of(&mut self, page: PageId, image: &[u8]) {
+        let pending = &mut self.lost_pending;
+        // A damaged image was never read from either (its objects are
+        // fetched): nothing to tell.
+        let _ = cairn_storage::record::object::image_objects(page, image, |o, _| pending.push(o));
+    }
+
     /// Drops the object's entry; true if there was one.
     fn drop_object(&mut self, oid: Oid) -> Option<u64> {
         let c = self.objects.remove(&oid)?;
@@ -154,11 +204,30 @@ impl RightsState {
         Some(l.epoch)
     }
 
-    /// Drops what `key` covers; its epoch if there was a right.
+    /// Drops what `key` covers (a page: its lookups and its image); its
+    /// epoch if there was a right.
     fn drop_key(&mut self, key: Resource) -> Option<u64> {
         match key {
             Resource::Object(o) => self.drop_object(o),
-            Resource::Page(p) => self.drop_leaf(p),
+            Resource::Page(p) => {
+                let leaf = self.drop_leaf(p);
+                let image = self.drop_image(p);
+                leaf.max(image)
+            }
+            _ => None,
+        }
+    }
+
+    /// The epoch of the right held on `key`, if any (a page's: of its
+    /// lookups or its image, the newer).
+    fn held(&self, key: Resource) -> Option<u64> {
+        match key {
+            Resource::Object(o) => self.objects.get(&o).map(|c| c.epoch),
+            Resource::Page(p) => {
+                let leaf = self.leaves.get(&p).map(|l| l.epoch);
+                let image = self.pages.get(&p).map(|c| c.epoch);
+                leaf.max(image)
+            }
             _ => None,
         }
     }
@@ -220,7 +289,10 @@ impl ObjectStore {
     /// under it from now on (no server call).
     pub(super) fn use_object(&self, txn: u64, oid: Oid) -> Option<Arc<[u8]>> {
         let mut st = lock(&self.rights);
-        let bytes = st.objects.get(&oid)?.bytes.clone()?;
+        let Some(c) = st.objects.get(&oid) else {
+            return self.use_in_image(&mut st, txn, oid);
+        };
+        let bytes = c.bytes.clone()?;
         if st.written(Resource::Object(oid), None, txn) {
             return None;
         }
@@ -236,6 +308,59 @@ impl ObjectStore {
         }
         self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
         Some(bytes)
+    }
+
+    /// The object's bytes read in place from the image of its page kept
+    /// under a right (`txn` reads the page under it from now on), if it is
+    /// a small object stored whole there.
+    fn use_in_image(&self, st: &mut RightsState, txn: u64, oid: Oid) -> Option<Arc<[u8]>> {
+        let image = st.pages.get(&oid.page)?.bytes.as_ref()?;
+        let range = cairn_storage::record::object::home_record(image, oid).ok()??;
+        let bytes: Arc<[u8]> = Arc::from(&image[range]);
+        if st.written(Resource::Object(oid), None, txn) {
+            return None;
+        }
+        let v = st.txns.entry(txn).or_default();
+        if v.ending {
+            return None;
+        }
+        v.reads.insert(Resource::Page(oid.page));
+        st.clock += 1;
+        let now = st.clock;
+        if let Some(c) = st.pages.get_mut(&oid.page) {
+            c.stamp = now;
+        }
+        self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
+        Some(bytes)
+    }
+
+    /// Keeps the image of `page`, fetched whole with a right of `epoch`
+    /// (unless called back before it arrived, or a running transaction
+    /// changes an object of it). False if it was not kept.
+    pub(super) fn take_page(&self, page: PageId, epoch: u64, image: Arc<[u8]>) -> bool {
+        let evicted = {
+            let mut st = lock(&self.rights);
+            if !st.take_right(Resource::Page(page), epoch, None) || st.page_written(page) {
+                return false;
+            }
+            // An older image's right was replaced by this one on the server.
+            st.drop_image(page);
+            st.bytes += image.len();
+            st.clock += 1;
+            let stamp = st.clock;
+            st.pages.insert(
+                page,
+                Cached {
+                    epoch,
+                    bytes: Some(image),
+                    stamp,
+                },
+            );
+            self.evict(&mut st)
+        };
+        self.lost(&evicted);
+        self.release(&evicted);
+        true
     }
 
     /// True if the client holds a right to the object (the typed layer may
@@ -370,11 +495,12 @@ impl ObjectStore {
         (self.rights_bytes_max / 256).max(64)
     }
 
-    /// Past the bound on cached bytes, drops objects down to three
-    /// quarters of it, least recently used first (taken in or read); of an
-    /// object a running transaction read under its right only the bytes
-    /// go, the right stays until that transaction ends
-    /// ([`ObjectStore::txn_ended`]). What was dropped (key, epoch), to give
+    /// Past the bound on cached bytes, drops objects down to
+    /// [`EVICT_TO`] of it, least recently used first (taken in or read);
+    /// of an object a running transaction read under its right only the
+    /// bytes go, the right stays until that transaction ends
+    /// ([`ObjectStore::txn_ended`]). Objects of pages running transactions
+    /// pin stay over the bound. What was dropped (key, epoch), to give
     /// back.
     fn evict(&self, st: &mut RightsState) -> Vec<(Resource, u64)> {
         if st.bytes <= self.rights_bytes_max + st.pinned_bytes {
@@ -382,35 +508,63 @@ impl ObjectStore {
         }
         let pinned: FxHashSet<PageId> = st.txns.values().flat_map(|v| v.pinned.iter().copied()).collect();
         let mut pinned_bytes = 0;
-        let mut victims: Vec<(u64, Oid)> = Vec::with_capacity(st.objects.len());
-        for (o, c) in &st.objects {
+        let mut victims: Vec<(u64, Resource)> = Vec::with_capacity(st.objects.len() + st.pages.len());
+        let objects = st.objects.iter().map(|(o, c)| (Resource::Object(*o), o.page, c));
+        let pages = st.pages.iter().map(|(p, c)| (Resource::Page(*p), *p, c));
+        for (k, page, c) in objects.chain(pages) {
             let Some(b) = &c.bytes else { continue };
-            if pinned.contains(&o.page) {
+            if pinned.contains(&page) {
                 pinned_bytes += b.len();
             } else {
-                victims.push((c.stamp, *o));
+                victims.push((c.stamp, k));
             }
         }
         st.pinned_bytes = pinned_bytes;
+        let keep = (self.rights_bytes_max as f64 * EVICT_TO) as usize + pinned_bytes;
         // Oldest first: an object that just came along with its page stays
-        // over one a transaction read long ago.
-        victims.sort_unstable_by_key(|(stamp, _)| *stamp);
-        let keep = self.rights_bytes_max / 4 * 3 + pinned_bytes;
+        // over one a transaction read long ago. Only the oldest few need
+        // ordering (selected in linear time; the rest sorted only if those
+        // were not enough).
+        let unpinned = st.bytes.saturating_sub(pinned_bytes).max(1);
+        let excess = st.bytes.saturating_sub(keep);
+        let guess = (excess as u128 * victims.len() as u128 / unpinned as u128) as usize + 8;
+        let mut sorted = victims.len();
+        if guess < victims.len() {
+            victims.select_nth_unstable_by_key(guess, |(stamp, _)| *stamp);
+            sorted = guess;
+        }
+        victims[..sorted].sort_unstable_by_key(|(stamp, _)| *stamp);
         let mut out = Vec::new();
-        for (_, o) in victims {
-            if st.bytes <= keep {
-                break;
+        let mut i = 0;
+        while st.bytes > keep && i < victims.len() {
+            if i == sorted {
+                victims[i..].sort_unstable_by_key(|(stamp, _)| *stamp);
+                sorted = victims.len();
             }
-            let k = Resource::Object(o);
+            let k = victims[i].1;
+            i += 1;
             if st.txns.values().any(|v| v.reads.contains(&k)) {
                 // Read under its right by a running transaction: the right
                 // stays until that ends, the bytes go.
-                if let Some(c) = st.objects.get_mut(&o) {
-                    let n = c.bytes.take().map_or(0, |b| b.len());
-                    st.bytes -= n;
+                match k {
+                    Resource::Object(o) => {
+                        if let Some(c) = st.objects.get_mut(&o) {
+                            let n = c.bytes.take().map_or(0, |b| b.len());
+                            st.bytes -= n;
+                        }
+                    }
+                    Resource::Page(p) => st.ghost_image(p),
+                    _ => {}
                 }
-            } else if let Some(e) = st.drop_object(o) {
-                out.push((k, e));
+            } else {
+                let epoch = match k {
+                    Resource::Object(o) => st.drop_object(o),
+                    Resource::Page(p) => st.drop_image(p),
+                    _ => None,
+                };
+                if let Some(e) = epoch {
+                    out.push((k, e));
+                }
             }
         }
         out
@@ -418,7 +572,11 @@ impl ObjectStore {
 
     /// The typed layer's copies of objects whose right went.
     fn lost(&self, keys: &[(Resource, u64)]) {
+        let of_images = std::mem::take(&mut lock(&self.rights).lost_pending);
         if let Some(hook) = self.on_lost.get() {
+            for o in of_images {
+                hook(o);
+            }
             for (k, _) in keys {
                 if let Resource::Object(o) = k {
                     hook(*o);
@@ -451,11 +609,26 @@ impl ObjectStore {
             let mut st = lock(&self.rights);
             let v = st.txns.entry(txn).or_default();
             v.writes.extend(oids.iter().map(|o| Resource::Object(*o)));
+            v.write_pages.extend(oids.iter().map(|o| o.page));
             let mut named = Vec::new();
             let mut dropped = Vec::new();
-            for o in oids {
-                let k = Resource::Object(*o);
-                let Some(epoch) = st.drop_key(k) else { continue };
+            // An image of their pages goes (after the change it is stale),
+            // and the others reading under it are named as readers of the
+            // page.
+            let mut pages: Vec<PageId> = oids.iter().map(|o| o.page).collect();
+            pages.sort_unstable();
+            pages.dedup();
+            let images = pages
+                .into_iter()
+                .filter(|p| st.pages.contains_key(p))
+                .map(Resource::Page);
+            let keys: Vec<Resource> = oids.iter().map(|o| Resource::Object(*o)).chain(images).collect();
+            for k in keys {
+                let epoch = match k {
+                    Resource::Page(p) => st.drop_image(p),
+                    _ => st.drop_key(k),
+                };
+                let Some(epoch) = epoch else { continue };
                 dropped.push((k, epoch));
                 let readers = st.name_readers(k, txn);
                 if !readers.is_empty() {
@@ -603,13 +776,20 @@ impl ObjectStore {
             // Rights kept without bytes for it alone go now.
             let mut dropped = Vec::new();
             for k in v.reads {
-                let Resource::Object(o) = k else { continue };
-                if st.objects.get(&o).is_none_or(|c| c.bytes.is_some())
-                    || st.txns.values().any(|v| v.reads.contains(&k))
-                {
+                let ghost = match k {
+                    Resource::Object(o) => st.objects.get(&o).is_some_and(|c| c.bytes.is_none()),
+                    Resource::Page(p) => st.pages.get(&p).is_some_and(|c| c.bytes.is_none()),
+                    _ => false,
+                };
+                if !ghost || st.txns.values().any(|v| v.reads.contains(&k)) {
                     continue;
                 }
-                if let Some(e) = st.drop_object(o) {
+                let epoch = match k {
+                    Resource::Object(o) => st.drop_object(o),
+                    Resource::Page(p) => st.drop_image(p),
+                    _ => None,
+                };
+                if let Some(e) = epoch {
                     dropped.push((k, e));
                 }
             }
@@ -625,12 +805,7 @@ impl ObjectStore {
         let key = from_wire(cb.key);
         let (users, dropped) = {
             let mut st = lock(&self.rights);
-            let held = match key {
-                Resource::Object(o) => st.objects.get(&o).map(|c| c.epoch),
-                Resource::Page(p) => st.leaves.get(&p).map(|l| l.epoch),
-                _ => None,
-            };
-            match held {
+            match st.held(key) {
                 Some(e) if e <= cb.epoch => {
                     st.drop_key(key);
                     (st.name_readers(key, 0), vec![(key, e)])

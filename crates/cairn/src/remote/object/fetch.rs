@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering;
 use cairn_net::object_service::{
     decode_fetched_batch, FetchedObject, ObjectRequest, FETCH_OBJECTS_MAX, OBJ_S, OBJ_S_PAGE, OBJ_X,
 };
+use std::sync::Arc;
+
 use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::{Oid, PageId, Result, TxnId};
 
@@ -123,7 +125,8 @@ impl ObjectTxn {
             body = Some(part.body);
         }
         let body = body.ok_or_else(|| conn.protocol("an OBJ_FETCH of pages answered in one reply"))?;
-        let objects = decode_fetched_batch(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+        let batch = decode_fetched_batch(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+        let objects = &batch.objects;
         if objects.len() < chunk.len() {
             return Err(conn.protocol("every object asked for in an OBJ_FETCH of pages"));
         }
@@ -161,6 +164,38 @@ impl ObjectTxn {
             }
         }
         store.take_objects(&kept);
+        for p in &batch.pages {
+            let page = PageId(p.page);
+            if !chunk.iter().any(|o| o.page == page) || on_page.get(&page).is_some_and(|n| n.1 > 0) {
+                return Err(conn.protocol("a page asked for, whole or in objects"));
+            }
+            if p.image.len() != store.page_size() {
+                return Err(conn.protocol("a page image of the volume's page size"));
+            }
+            conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
+            let image: Arc<[u8]> = Arc::from(p.image);
+            // Its objects, the asked for ones already counted.
+            let mut small = Vec::new();
+            cairn_storage::record::object::image_objects(page, &image, |o, b| small.push((o, b.len())))
+                .map_err(|_| conn.protocol("a page image that reads as a slotted page"))?;
+            let e = on_page.entry(page).or_default();
+            let asked = e.0;
+            e.0 = small.len().max(asked);
+            e.1 = e.0 - asked;
+            if !store.take_page(page, p.right, image.clone()) {
+                // No right to it now (called back already, or a
+                // transaction of this client is changing an object of it):
+                // the server holds the page S for this transaction, whose
+                // reads its objects are.
+                for (o, _) in small {
+                    if !self.read.contains_key(&o) {
+                        if let Some(r) = cairn_storage::record::object::home_record(&image, o).ok().flatten() {
+                            self.keep(o, Read::Whole(Arc::from(&image[r])));
+                        }
+                    }
+                }
+            }
+        }
         if let Some(a) = &store.adaptive {
             let mut a = super::super::lock(a);
             for n in bytes_seen {
