@@ -16,8 +16,10 @@
 //! object, not a large one: a large object's pages change without its home
 //! record) comes with a right to cache it across the client's transactions
 //! ([`crate::callbacks`], keyed by the object); an index lookup comes with
-//! rights on the leaves that enclose its key. The write-lock hook calls
-//! them back before X on the object or X/SIX on its page (the leaf).
+//! rights on the leaves that enclose its key; a page an adaptive client's
+//! [`OBJ_S_PAGE`] fetch gets whole under the page's S lock, with a right on
+//! the page. The write-lock hook calls them back before X on the object or
+//! X/SIX on its page (the leaf), a page's right before any IX/X/SIX on it.
 
 use std::sync::Arc;
 
@@ -292,6 +294,21 @@ fn neighbours(
     named: &std::collections::HashSet<Oid>,
     room: usize,
 ) -> Result<Neighbours, Error> {
+    // The page S if no writer is on it (one lock covers its objects, as a
+    // page server's does; hierarchical locking), else each object S that
+    // needs no wait.
+    let page_locked = t.try_lock_resource(Resource::Page(page), LockMode::S)?;
+    // Whole, under a right to the page, unless this transaction changed it
+    // (its own changes are not the committed image) or no right can be had
+    // now (a writer of another client is calling it back).
+    if page_locked && !t.has_private_copy(page) {
+        if let Some(image) = t.committed_page_image(page)? {
+            let right = core.callbacks.register(state.client, Resource::Page(page));
+            if right != 0 {
+                return Ok(Neighbours::Page(right, image.to_vec()));
+            }
+        }
+    }
     // The committed image, read without a lock (a page lock would wait
     // for the page's object-level writers): it lists the objects, and
     // gives their bytes once each is locked — unless this transaction
@@ -305,24 +322,8 @@ fn neighbours(
             listed.push(oid);
         }
     })?;
-    // The page S if no writer is on it (one lock covers its objects, as a
-    // page server's does; hierarchical locking), else each object S that
-    // needs no wait.
     let mut locked = Vec::with_capacity(listed.len());
-    if t.try_lock_resource(Resource::Page(page), LockMode::S)? {
-        // The image again, now that the lock holds the page still: a
-        // commit between the listing and the lock changed it. Whole, under
-        // a right to the page, unless this transaction changed it (its
-        // own changes are not the committed image) or no right can be
-        // had now (a writer of another client is calling it back).
-        if !t.has_private_copy(page) {
-            if let Some(image) = t.committed_page_image(page)? {
-                let right = core.callbacks.register(state.client, Resource::Page(page));
-                if right != 0 {
-                    return Ok(Neighbours::Page(right, image.to_vec()));
-                }
-            }
-        }
+    if page_locked {
         locked = listed;
     } else {
         for oid in listed {

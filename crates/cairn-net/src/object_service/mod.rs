@@ -7,7 +7,7 @@
 //!
 //! | kind | request body | final reply body |
 //! |---|---|---|
-//! | `0x0201` OBJ_FETCH | `txn u64, mode u8 (0 S, 1 X, 2 S with the page), count u16, oid[10] × count` | empty; one part per object ([`FetchedObject`]), streamed as read; in mode 2 ([`OBJ_S_PAGE`]) no parts: the final reply holds the objects asked for, in order, then their pages' other small objects the server could lock S without waiting ([`encode_fetched_batch`]) |
+//! | `0x0201` OBJ_FETCH | `txn u64, mode u8 (0 S, 1 X, 2 S with the page), count u16, oid[10] × count` | empty; one part per object ([`FetchedObject`]), streamed as read; in mode 2 ([`OBJ_S_PAGE`]) no parts: the final reply holds the objects asked for, in order, then per page its other small objects the server could lock S without waiting, or the page whole under a right on it ([`encode_fetched_batch`]) |
 //! | `0x0202` OBJ_CREATE | `txn u64, group u32, near oid[10] (all zero: none), len u32, bytes` | `oid[10]` |
 //! | `0x0203` OBJ_COMMIT | `txn u64, count u32, ([`Change`]) × count` | empty, once durable |
 //! | `0x0204` OBJ_ABORT | `txn u64` | empty |
@@ -79,14 +79,14 @@ pub const OBJ_S: u8 = 0;
 pub const OBJ_X: u8 = 1;
 /// [`ObjectRequest::Fetch`] mode: shared, and the named objects' pages
 /// along (an adaptive client fetching a page's worth of objects in one
-/// round trip): after the named objects, the server sends every other
-/// small object stored whole on their home pages that it can lock S
-/// without waiting — the page's S lock covering them all if no writer is
-/// on the page, else each object's — (one skipped is read through its own
-/// OID later), each with a right to cache it as OBJ_FETCH grants one, all
-/// in the final reply (no parts: one message, as a page server's page).
-/// The S locks are held to the transaction's end, as a page server's page
-/// lock is.
+/// round trip): after the named objects, per home page the server sends
+/// the page whole ([`FetchedPage`]: its committed image under a right on
+/// the page) if the page's S lock needs no wait (no writer on it), else
+/// every other small object stored whole on it that it can lock S without
+/// waiting (one skipped is read through its own OID later), each with a
+/// right to cache it as OBJ_FETCH grants one; all in the final reply (no
+/// parts: one message, as a page server's page). The S locks are held to
+/// the transaction's end, as a page server's page lock is.
 pub const OBJ_S_PAGE: u8 = 2;
 
 impl Kind {

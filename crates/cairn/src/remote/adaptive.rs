@@ -13,10 +13,15 @@
 //! fetches an object it does not hold:
 //!
 //! - **pages**: OBJ_FETCH in mode [`cairn_net::object_service::OBJ_S_PAGE`]:
-//!   the object and every other small object of its page the server can
-//!   lock without waiting, in one round trip, each kept under a right to
-//!   cache it (the cache evicts the least recently used first: one never
-//!   read ages from its arrival);
+//!   the object and its page in one round trip — the page whole if no
+//!   writer is on it (its image kept under one right on the page, its
+//!   small objects read in place from it: dual buffering, pages and
+//!   objects in one cache), else every other small object of it the
+//!   server can lock without waiting, each kept under a right of its own
+//!   (the cache evicts the least recently used first: one never read ages
+//!   from its arrival). Objects and images of pages a running transaction
+//!   changes stay cached until it ends, as the page client keeps its
+//!   changed pages (no steal);
 //! - **objects**: OBJ_FETCH of the object alone (or of the batch the caller
 //!   named together).
 //!
@@ -40,8 +45,13 @@
 //! once they use at most [`AdaptivePolicy::to_objects`] (default 1.1) —
 //! then a page would ship a page of bytes, fill the cache with objects
 //! nobody reads and lock the page, for nothing. Between the two a run keeps
-//! its mode, and it changes mode only after [`AdaptivePolicy::min_samples`]
-//! samples since its last change, so a workload at the edge does not flap.
+//! its mode, and it turns to objects only after
+//! [`AdaptivePolicy::min_samples`] samples since its last change, so a
+//! workload at the edge does not flap; it turns back to pages as soon as
+//! its mean says so — a run wrongly fetching pages wastes bytes, one
+//! wrongly fetching objects a round trip per object (a smeared scan's
+//! excursions into a run it has not reached yet turn the run to objects;
+//! when the scan reaches it, its first visit turns it back).
 //! A slower network (bytes dear) would raise both thresholds: they are the
 //! policy's fields. A run not seen yet starts in the mode of the latest
 //! decision (the start: pages).
@@ -77,7 +87,8 @@ pub struct AdaptivePolicy {
     /// Objects used per visit at or below which a run fetches objects
     /// (below `to_pages`: the band between is the hysteresis).
     pub to_objects: f64,
-    /// Samples a run takes after a change before it may change again.
+    /// Samples a run takes after a change before it may turn to objects
+    /// again (it turns back to pages at once).
     pub min_samples: u32,
     /// The mode of a run before any sample.
     pub start: FetchMode,
@@ -281,12 +292,15 @@ impl Adaptive {
         });
         r.used += (u - r.used) * WEIGHT;
         r.samples = r.samples.saturating_add(1);
-        if r.samples >= p.min_samples {
-            let next = match r.mode {
-                FetchMode::Objects if r.used >= p.to_pages => Some(FetchMode::Pages),
-                FetchMode::Pages if r.used <= p.to_objects => Some(FetchMode::Objects),
-                _ => None,
-            };
+        // Back to pages at once; to objects only after `min_samples`: a
+        // run wrongly fetching pages wastes bytes, one wrongly fetching
+        // objects a round trip per object.
+        let next = match r.mode {
+            FetchMode::Objects if r.used >= p.to_pages => Some(FetchMode::Pages),
+            FetchMode::Pages if r.used <= p.to_objects && r.samples >= p.min_samples => Some(FetchMode::Objects),
+            _ => None,
+        };
+        {
             if let Some(m) = next {
                 r.mode = m;
                 r.samples = 0;

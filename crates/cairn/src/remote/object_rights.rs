@@ -1,12 +1,17 @@
 //! Callback locking for the object-server client (DeWitt et al. §2.2;
-//! `cairn_net::object_service::rights`): objects, and the answers of
-//! index lookups, kept across transactions.
+//! `cairn_net::object_service::rights`): objects, whole pages of objects
+//! (the adaptive client's), and the answers of index lookups, kept across
+//! transactions.
 //!
 //! - **Rights.** An object fetched under S may come with a right (an
 //!   epoch): the client keeps its bytes, and a later transaction reads it
 //!   without asking, under an S lock only the client knows of. An index
 //!   lookup whose key lies inside one leaf may come with a right on that
-//!   leaf: the answer (key → values) is kept until the leaf changes.
+//!   leaf: the answer (key → values) is kept until the leaf changes. A
+//!   page an adaptive client fetched whole comes with a right on the page:
+//!   its image is kept and its small objects read in place from it (dual
+//!   buffering: objects and pages in one cache); a transaction so reading
+//!   reads under the page's right.
 //! - **Callbacks.** Before another client's transaction changes the object
 //!   (or the leaf), the server calls the right back; the callback thread
 //!   (`cover::callback_daemon`, [`answer_object_callback`]) drops what the right covered and answers
@@ -19,9 +24,13 @@
 //!   client's other transactions reading under those rights to the server
 //!   (a CALLBACK_REPLY with id 0): its X then waits for them there. Later
 //!   readers go to the server and wait for its locks. Its after-images are
-//!   not kept: the next reader fetches the object again (with a new right).
-//! - **Bounds.** The cached objects' bytes are bounded; past the bound the
-//!   rights nobody reads under are given back (OBJ_RELEASE, one way).
+//!   not kept: the next reader fetches the object again (with a new right);
+//!   an image of the object's page goes too (its readers named as the
+//!   page's), and none is taken in until the writer ends.
+//! - **Bounds.** The cached objects' and images' bytes are bounded; past
+//!   the bound the least recently used that nobody reads under are given
+//!   back (OBJ_RELEASE, one way). What is on pages a running transaction
+//!   of an adaptive client changes stays until it ends (no steal).
 //!
 //! Not cached: objects too long to send whole, objects read under X,
 //! lookups of absent keys and of keys at either end of a leaf.
