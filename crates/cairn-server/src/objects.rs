@@ -26,8 +26,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
-    encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, FetchedPage, ObjectRequest, TreeOp,
-    ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_X, OID_BYTES,
+    encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, FetchedPage, ObjectRequest, RightKey,
+    TreeOp, ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_X, OID_BYTES,
 };
 use cairn_net::page_service::{encode_pages, NO_GROUP};
 use cairn_net::rpc::Replier;
@@ -56,6 +56,12 @@ pub(crate) async fn handle(
     reply: &Replier,
 ) -> Result<Bytes, Fault> {
     let internal = |e: String| Fault::new(ErrorCode::INTERNAL, e);
+    if let ObjectRequest::Release { rights } = req {
+        // In memory only: here on the network thread, as the page
+        // server's RELEASE (a blocking thread would cost more than it).
+        give_back(core, state, rights);
+        return Ok(Bytes::new());
+    }
     if let ObjectRequest::Fetch { txn, mode, oids } = req {
         if mode == OBJ_S_PAGE {
             // Not streamed: the objects and their pages in one reply —
@@ -85,6 +91,12 @@ pub(crate) async fn handle(
         .await
         .map_err(|e| internal(format!("request task failed: {e}")))?
         .map(Bytes::from)
+}
+
+/// OBJ_RELEASE: the client gave these rights up.
+fn give_back(core: &Core, state: &SessionState, rights: Vec<(RightKey, u64)>) {
+    let rights: Vec<_> = rights.into_iter().map(|(k, e)| (key_of(k), e)).collect();
+    core.callbacks.give_back(state.client, &rights);
 }
 
 /// OBJ_FETCH: locks (S, or X for [`OBJ_X`]) and reads each object in turn,
@@ -478,8 +490,7 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
             Ok(Vec::new())
         }
         ObjectRequest::Release { rights } => {
-            let rights: Vec<_> = rights.into_iter().map(|(k, e)| (key_of(k), e)).collect();
-            core.callbacks.give_back(state.client, &rights);
+            give_back(core, state, rights);
             Ok(Vec::new())
         }
         ObjectRequest::Flush { txn, changes } => {
