@@ -168,6 +168,12 @@ type Visit = Vec<u16>;
 /// that use one object (a scan's excursions to far pages) does not turn a
 /// run that mostly uses whole pages to single objects.
 const WEIGHT: f64 = 1.0 / 32.0;
+
+/// Objects an open visit of a page of a run fetching objects reaches when
+/// it is sampled then (and counted afresh from there): one such sample
+/// turns a run at the middle of the band back to pages, a few one that
+/// was long at one object per visit.
+const EARLY_SAMPLE: usize = 8;
 /// Pages whose object counts are remembered at most.
 const KNOWN_MAX: usize = 1 << 16;
 
@@ -217,9 +223,18 @@ impl Adaptive {
 
     /// A transaction read `oid` (from the server or from the client).
     pub(super) fn note_read(&mut self, oid: Oid) {
+        let objects = self.mode_for(oid.page) == FetchMode::Objects;
         if let Some(v) = self.visits.get_mut(&oid.page) {
             if !v.contains(&oid.slot.0) {
                 v.push(oid.slot.0);
+                // A run fetching objects one round trip each hears of a
+                // long visit as it grows, not only when it closes (a
+                // window of pages later).
+                if objects && v.len() >= EARLY_SAMPLE {
+                    let used = v.len();
+                    v.clear();
+                    self.sample(oid.page, used);
+                }
             }
             return;
         }
@@ -384,6 +399,27 @@ mod tests {
         assert_eq!(a.mode_for(PageId(3)), FetchMode::Pages, "{s:?}");
         assert_eq!((s.to_objects, s.to_pages), (1, 1));
         assert!(s.visits > 0 && s.used_fraction_milli > 0);
+    }
+
+    #[test]
+    fn a_long_visit_turns_a_run_fetching_objects_back_to_pages_before_it_closes() {
+        let mut a = Adaptive::new(
+            AdaptivePolicy {
+                start: FetchMode::Objects,
+                ..policy()
+            },
+            4096,
+        );
+        // The run's mean starts mid-band; one page read object by object
+        // (its visit stays open: the window holds 4 pages).
+        for s in 0..EARLY_SAMPLE as u16 - 1 {
+            a.note_read(oid(0, s));
+            assert_eq!(a.mode_for(PageId(0)), FetchMode::Objects, "after {} objects", s + 1);
+        }
+        a.note_read(oid(0, EARLY_SAMPLE as u16));
+        let s = a.stats();
+        assert_eq!(a.mode_for(PageId(0)), FetchMode::Pages, "{s:?}");
+        assert_eq!((s.to_pages, s.visits), (1, 1), "sampled while open");
     }
 
     #[test]
