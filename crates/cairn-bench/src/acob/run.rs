@@ -85,6 +85,9 @@ pub struct AcobRun {
     pub server_buffer_pages: usize,
     /// The Park–Miller seed.
     pub seed: u64,
+    /// Runs of each step (each from cold caches, the seed reset); the run
+    /// of median time is reported (the machine is shared and noisy).
+    pub repeat: usize,
     /// Where the scratch databases go.
     pub dir: PathBuf,
     /// The `cairn` binary serving the client-server systems.
@@ -222,7 +225,7 @@ pub fn run(cfg: &AcobRun, mut progress: impl FnMut(&str)) -> Result<Vec<Row>, Sy
             copy_dir(&built, &here.join("db")).map_err(|e| io(format!("copying {}", built.display()), e))?;
             let mut sys = System::start(arch, &here, &cfg.cairn_exe, buffers)?;
             for query in Query::ALL {
-                rows.push(step(&mut sys, *p, query, &sets, &stored, cfg.seed)?);
+                rows.push(median_step(&mut sys, *p, query, &sets, &stored, cfg)?);
             }
             sys.stop()?;
             std::fs::remove_dir_all(&here).map_err(|e| io(format!("removing {}", here.display()), e))?;
@@ -230,6 +233,24 @@ pub fn run(cfg: &AcobRun, mut progress: impl FnMut(&str)) -> Result<Vec<Row>, Sy
         std::fs::remove_dir_all(&point_dir).map_err(|e| io(format!("removing {}", point_dir.display()), e))?;
     }
     Ok(rows)
+}
+
+/// [`step`] `cfg.repeat` times (at least once): the run of median time,
+/// with its counters.
+fn median_step(
+    sys: &mut System,
+    point: Point,
+    query: Query,
+    sets: &[Set],
+    stored: &[StoredSet],
+    cfg: &AcobRun,
+) -> Result<Row, SystemError> {
+    let mut runs = Vec::with_capacity(cfg.repeat.max(1));
+    for _ in 0..cfg.repeat.max(1) {
+        runs.push(step(sys, point, query, sets, stored, cfg.seed)?);
+    }
+    runs.sort_by(|a, b| a.ms.total_cmp(&b.ms));
+    Ok(runs.swap_remove(runs.len() / 2))
 }
 
 /// One step: cold caches, the seed reset, the query over sets A–E (one
@@ -410,6 +431,7 @@ pub fn json(cfg: &AcobRun, rows: &[Row]) -> serde_json::Value {
             "sets": SET_COUNT,
             "server_buffer_pages": cfg.server_buffer_pages,
             "seed": cfg.seed,
+            "repeat": cfg.repeat.max(1),
             "systems": cfg.systems.iter().map(|a| a.name()).collect::<Vec<_>>(),
             "paper_objects_per_set": OBJECTS_PER_SET,
         },
@@ -459,6 +481,10 @@ pub struct AcobArgs {
     /// The Park–Miller seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Runs of each step, from cold caches each; the median is reported
+    /// (the machines are shared and noisy).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub repeat: u32,
     /// Where to create the scratch databases (default: the temp directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -496,6 +522,7 @@ pub fn main(args: &AcobArgs) -> Result<(), SystemError> {
         objects_per_set: args.objects,
         server_buffer_pages: args.server_buffer,
         seed: args.seed,
+        repeat: args.repeat as usize,
         dir: scratch.0.clone(),
         cairn_exe,
     };
