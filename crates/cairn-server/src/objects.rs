@@ -300,8 +300,8 @@ fn encode_batch(parts: &[Vec<u8>], pages: &[WholePage]) -> Vec<u8> {
 
 /// Appends to `parts` the other objects of every page `named` names (their
 /// parts follow those of the named), page by page ([`neighbours`]), or to
-/// `whole` the page whole. They are optional: past the reply's bound the rest stay
-/// behind (read through their own OIDs if wanted).
+/// `whole` the page whole. They are optional: past the reply's bound the
+/// rest stay behind (read through their own OIDs if wanted).
 fn add_neighbours(
     core: &Core,
     state: &SessionState,

@@ -315,16 +315,14 @@ impl Adaptive {
             FetchMode::Pages if r.used <= p.to_objects && r.samples >= p.min_samples => Some(FetchMode::Objects),
             _ => None,
         };
-        {
-            if let Some(m) = next {
-                r.mode = m;
-                r.samples = 0;
-                match m {
-                    FetchMode::Pages => self.stats.to_pages += 1,
-                    FetchMode::Objects => self.stats.to_objects += 1,
-                }
-                self.stats.mode = m;
+        if let Some(m) = next {
+            r.mode = m;
+            r.samples = 0;
+            match m {
+                FetchMode::Pages => self.stats.to_pages += 1,
+                FetchMode::Objects => self.stats.to_objects += 1,
             }
+            self.stats.mode = m;
         }
         self.stats.visits += 1;
         if self.stats.visits == 1 {

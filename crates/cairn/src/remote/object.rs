@@ -135,6 +135,7 @@ impl ObjectStore {
     #[doc(hidden)]
     pub fn on_object_lost(&self, hook: ObjectLostHook) {
         let _ = self.on_lost.set(hook);
+        super::lock(&self.rights).track_lost = true;
     }
 
     /// The served database's page size.

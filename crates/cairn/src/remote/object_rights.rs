@@ -118,11 +118,15 @@ pub(super) struct RightsState {
     /// the pages: their small objects are read in place.
     pages: FxHashMap<PageId, Cached>,
     /// Objects of page images dropped since the typed layer was last told
-    /// ([`ObjectStore::lost`]).
+    /// ([`ObjectStore::lost`]); noted only once it listens
+    /// (`track_lost`).
     lost_pending: Vec<Oid>,
+    /// The typed layer has a hook for lost objects
+    /// ([`ObjectStore::on_object_lost`]).
+    pub(super) track_lost: bool,
     /// Ticks at every object taken in or read (the stamps' clock).
     clock: u64,
-    /// Bytes of `objects`.
+    /// Bytes of `objects` and `pages`.
     bytes: usize,
     /// Bytes of objects on pages running transactions pin, as the last
     /// eviction counted them: they are kept over the bound.
@@ -157,6 +161,18 @@ impl RightsState {
         true
     }
 
+    /// An entry for `bytes` kept under a right of `epoch`, stamped now and
+    /// counted in `bytes` (the caller inserts it).
+    fn new_entry(&mut self, epoch: u64, bytes: Arc<[u8]>) -> Cached {
+        self.bytes += bytes.len();
+        self.clock += 1;
+        Cached {
+            epoch,
+            bytes: Some(bytes),
+            stamp: self.clock,
+        }
+    }
+
     /// True if a running transaction changes an object of `page`.
     fn page_written(&self, page: PageId) -> bool {
         self.txns.values().any(|v| v.write_pages.contains(&page))
@@ -186,6 +202,9 @@ impl RightsState {
 
     /// Notes the objects of `image` for [`ObjectStore::lost`].
     fn lose_objects_of(&mut self, page: PageId, image: &[u8]) {
+        if !self.track_lost {
+            return;
+        }
         let pending = &mut self.lost_pending;
         // A damaged image was never read from either (its objects are
         // fetched): nothing to tell.
@@ -354,17 +373,8 @@ impl ObjectStore {
             }
             // An older image's right was replaced by this one on the server.
             st.drop_image(page);
-            st.bytes += image.len();
-            st.clock += 1;
-            let stamp = st.clock;
-            st.pages.insert(
-                page,
-                Cached {
-                    epoch,
-                    bytes: Some(image),
-                    stamp,
-                },
-            );
+            let c = st.new_entry(epoch, image);
+            st.pages.insert(page, c);
             self.evict(&mut st)
         };
         self.lost(&evicted);
@@ -417,17 +427,8 @@ impl ObjectStore {
                     continue;
                 }
                 st.drop_object(*oid);
-                st.bytes += bytes.len();
-                st.clock += 1;
-                let stamp = st.clock;
-                st.objects.insert(
-                    *oid,
-                    Cached {
-                        epoch: *epoch,
-                        bytes: Some(bytes.clone()),
-                        stamp,
-                    },
-                );
+                let c = st.new_entry(*epoch, bytes.clone());
+                st.objects.insert(*oid, c);
             }
             self.evict(&mut st)
         };
@@ -581,8 +582,8 @@ impl ObjectStore {
 
     /// The typed layer's copies of objects whose right went.
     fn lost(&self, keys: &[(Resource, u64)]) {
-        let of_images = std::mem::take(&mut lock(&self.rights).lost_pending);
         if let Some(hook) = self.on_lost.get() {
+            let of_images = std::mem::take(&mut lock(&self.rights).lost_pending);
             for o in of_images {
                 hook(o);
             }

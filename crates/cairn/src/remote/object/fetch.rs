@@ -3,12 +3,11 @@
 //! of objects (one reply), and what each brings is kept.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use cairn_net::object_service::{
     decode_fetched_batch, FetchedObject, ObjectRequest, FETCH_OBJECTS_MAX, OBJ_S, OBJ_S_PAGE, OBJ_X,
 };
-use std::sync::Arc;
-
 use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::{Oid, PageId, Result, TxnId};
 
@@ -176,7 +175,7 @@ impl ObjectTxn {
             let image: Arc<[u8]> = Arc::from(p.image);
             // Its objects, the asked for ones already counted.
             let mut small = Vec::new();
-            cairn_storage::record::object::image_objects(page, &image, |o, b| small.push((o, b.len())))
+            cairn_storage::record::object::image_objects(page, &image, |o, _| small.push(o))
                 .map_err(|_| conn.protocol("a page image that reads as a slotted page"))?;
             let e = on_page.entry(page).or_default();
             let asked = e.0;
@@ -187,7 +186,7 @@ impl ObjectTxn {
                 // transaction of this client is changing an object of it):
                 // the server holds the page S for this transaction, whose
                 // reads its objects are.
-                for (o, _) in small {
+                for o in small {
                     if !self.read.contains_key(&o) {
                         if let Some(r) = cairn_storage::record::object::home_record(&image, o).ok().flatten() {
                             self.keep(o, Read::Whole(Arc::from(&image[r])));
