@@ -103,6 +103,7 @@ fn a_tiny_run_of_the_benchmark_measures_every_query_on_every_system() {
                 smeared: false,
             })
             .to_vec(),
+        queries: Query::ALL.to_vec(),
         objects_per_set: 100,
         server_buffer_pages: 8,
         seed: 5,

@@ -27,7 +27,8 @@ use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
     encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, FetchedPage, ObjectRequest, RightKey,
-    TreeOp, ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_X, OID_BYTES,
+    TreeOp, ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_S_PAGE_AHEAD, OBJ_X,
+    OID_BYTES,
 };
 use cairn_net::page_service::{encode_pages, NO_GROUP};
 use cairn_net::rpc::Replier;
@@ -63,6 +64,30 @@ pub(crate) async fn handle(
         return Ok(Bytes::new());
     }
     if let ObjectRequest::Fetch { txn, mode, oids } = req {
+        if mode == OBJ_S_PAGE_AHEAD {
+            // The pages in the pool here, the rest on a blocking thread.
+            let mut pages: Vec<PageId> = oids.iter().map(|o| oid_of(o).page).collect();
+            pages.sort_unstable();
+            pages.dedup();
+            let mut left = Vec::new();
+            let mut whole = match read_ahead(core, state, txn, &pages, ImageFrom::Pool, &mut left) {
+                Some(w) => w?,
+                None => {
+                    left = pages;
+                    Vec::new()
+                }
+            };
+            if !left.is_empty() {
+                let (c, s) = (core.clone(), state.clone());
+                let more = tokio::task::spawn_blocking(move || {
+                    read_ahead(&c, &s, txn, &left, ImageFrom::Disk, &mut Vec::new())
+                })
+                .await
+                .map_err(|e| internal(format!("request task failed: {e}")))?;
+                whole.extend(more.unwrap_or_else(|| Ok(Vec::new()))?);
+            }
+            return Ok(Bytes::from(encode_batch(&[], &whole)));
+        }
         if mode == OBJ_S_PAGE {
             // Not streamed: the objects and their pages in one reply —
             // here on the network thread if nothing needs a wait (as a
@@ -160,7 +185,7 @@ fn fetch_pages_without_waiting(
         }
     }
     if let [page] = pages[..] {
-        if let Some(answer) = one_page_whole(core, state, &mut t, &named, page) {
+        if let Some(answer) = one_page_whole(core, state, &mut t, &named, page, ImageFrom::Pool) {
             return Some(answer);
         }
     }
@@ -202,30 +227,71 @@ fn fetch_pages_without_waiting(
     Some(page_batch(core, state, &mut t, reads).map_err(fault))
 }
 
-/// The common case of [`fetch_pages_without_waiting`]: the objects named
-/// all on `page`, the page lockable S at once and in the pool, each named
-/// object a small one stored whole in its home slot, and a right to the
-/// page to be had — then the page goes whole and the named objects' bytes
-/// come from its image (the page's lock covers them): one lock and one
-/// read, as a page server's FETCH. `None` otherwise (the page lock taken
-/// by then is what the slower paths take anyway).
+/// Where [`one_page_whole`] may read the page's image from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ImageFrom {
+    /// The buffer pool only (the network thread: no disk read).
+    Pool,
+    /// The pool, or the disk into the pool (a blocking-pool thread).
+    Disk,
+}
+
+/// The common case of OBJ_S_PAGE: the objects named all on `page`, not
+/// changed by this transaction, the page lockable S at once (and in the
+/// pool for [`ImageFrom::Pool`]), each named object a small one stored
+/// whole in its home slot, and a right to the page to be had — then the
+/// page goes whole and the named objects' bytes come from its image (the
+/// page's lock covers them): one lock and one read, as a page server's
+/// FETCH. `None` otherwise (the page lock taken by then is what the slower
+/// paths take anyway).
 fn one_page_whole(
     core: &Core,
     state: &SessionState,
     t: &mut Txn,
     named: &[Oid],
     page: PageId,
+    from: ImageFrom,
 ) -> Option<Result<Vec<u8>, Fault>> {
+    Some(match page_whole(core, state, t, named, page, from)? {
+        Ok((parts, whole)) => Ok(encode_batch(&parts, &[whole])),
+        Err(e) => Err(fault(e)),
+    })
+}
+
+/// What [`page_whole`] sends: the named objects' parts and the page.
+type PageWhole = (Vec<Vec<u8>>, WholePage);
+
+/// [`one_page_whole`]'s work: the named objects' parts (no right of their
+/// own) and the page whole under a right, if the page is an object page
+/// that can go whole now.
+fn page_whole(
+    core: &Core,
+    state: &SessionState,
+    t: &mut Txn,
+    named: &[Oid],
+    page: PageId,
+    from: ImageFrom,
+) -> Option<Result<PageWhole, Error>> {
+    if t.has_private_copy(page) {
+        return None;
+    }
     match t.try_lock_resource(Resource::Page(page), LockMode::S) {
         Ok(true) => {}
         Ok(false) => return None,
-        Err(e) => return Some(Err(fault(e))),
+        Err(e) => return Some(Err(e)),
     }
-    let image = match t.try_committed_page_image(page) {
+    let image = match from {
+        ImageFrom::Pool => t.try_committed_page_image(page),
+        ImageFrom::Disk => t.committed_page_image(page).map(|i| i.map(|i| i.to_vec())),
+    };
+    let image = match image {
         Ok(Some(image)) => image,
         Ok(None) => return None,
-        Err(e) => return Some(Err(fault(e))),
+        Err(e) => return Some(Err(e)),
     };
+    if cairn_storage::page::page_type(&image) != Some(cairn_storage::page::PageType::Slotted) {
+        return None;
+    }
     let mut parts = Vec::with_capacity(named.len());
     for &oid in named {
         // Moved, padded, large, gone or damaged: the slower path says which.
@@ -237,7 +303,40 @@ fn one_page_whole(
     if right == 0 {
         return None;
     }
-    Some(Ok(encode_batch(&parts, &[(page, right, image.to_vec())])))
+    Some(Ok((parts, (page, right, image))))
+}
+
+/// OBJ_FETCH in [`OBJ_S_PAGE_AHEAD`]: each page named that can go whole
+/// without a wait ([`page_whole`]), from the pool on the network thread
+/// (`from` [`ImageFrom::Pool`]; `None` if the transaction is busy) or
+/// from the disk too on a blocking thread; with `left`, the pages the pool
+/// did not have. A page that cannot go is left out.
+fn read_ahead(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    pages: &[PageId],
+    from: ImageFrom,
+    left: &mut Vec<PageId>,
+) -> Option<Result<Vec<WholePage>, Fault>> {
+    let t = match state.txn_or_begin(&core.db, txn) {
+        Ok((_, t)) => t,
+        Err(e) => return Some(Err(fault(e))),
+    };
+    let mut t = match from {
+        ImageFrom::Pool => t.try_lock().ok()?,
+        ImageFrom::Disk => lock(&t),
+    };
+    let mut whole = Vec::with_capacity(pages.len());
+    for &page in pages {
+        match page_whole(core, state, &mut t, &[], page, from) {
+            Some(Ok((_, w))) => whole.push(w),
+            Some(Err(e)) => return Some(Err(fault(e))),
+            None if from == ImageFrom::Pool => left.push(page),
+            None => {}
+        }
+    }
+    Some(Ok(whole))
 }
 
 /// OBJ_FETCH in [`OBJ_S_PAGE`]: the named objects locked S and read, then
@@ -247,6 +346,14 @@ fn one_page_whole(
 fn fetch_pages(core: &Core, state: &SessionState, txn: u64, oids: &[[u8; OID_BYTES]]) -> Result<Vec<u8>, Fault> {
     let (_, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
     let mut t = lock(&t);
+    let named: Vec<Oid> = oids.iter().map(oid_of).collect();
+    if let Some(&first) = named.first() {
+        if named.iter().all(|o| o.page == first.page) {
+            if let Some(answer) = one_page_whole(core, state, &mut t, &named, first.page, ImageFrom::Disk) {
+                return answer;
+            }
+        }
+    }
     let mut reads = Vec::with_capacity(oids.len());
     for o in oids {
         let (len, bytes) = read_one(&mut t, oid_of(o), false).map_err(fault)?;

@@ -4,7 +4,8 @@
 //! again when access clusters again — counted in round trips and in its
 //! counters, no timing. And what it keeps of a page stays correct: objects
 //! another transaction is writing are not sent along, and objects that came
-//! along are called back like any other.
+//! along are called back like any other. A transaction reading pages in
+//! sequence has the next ones read ahead, and leaves nothing behind.
 
 mod common;
 
@@ -76,7 +77,11 @@ fn it_switches_to_objects_on_scattered_access_and_back_to_pages_when_access_clus
     let trips = s.round_trips - before.round_trips;
     assert_eq!(s.adaptive.mode, FetchMode::Pages, "{s:?}");
     assert_eq!(s.adaptive.to_objects, 0, "{s:?}");
-    assert!(s.adaptive.page_fetches >= pages.len() as u64 - 2, "{s:?}");
+    // (Pages fetched, or read ahead and then wanted.)
+    assert!(
+        s.adaptive.page_fetches + s.adaptive.read_ahead_used >= pages.len() as u64 - 2,
+        "{s:?}"
+    );
     assert!(
         trips <= pages.len() as u64 + 10,
         "{trips} round trips for {} pages",
@@ -306,5 +311,86 @@ fn a_page_kept_whole_goes_when_its_own_client_changes_an_object_of_it() {
     assert_eq!(t.read(oids[2]).unwrap(), vec![2; 100]);
     t.commit().unwrap();
     assert!(a.stats().pages_shipped > shipped, "fetched again: {:?}", a.stats());
+    server.stop();
+}
+
+/// The objects of `pages` (page numbers in `oids`' order), in order.
+fn objects_of(oids: &[Oid], pages: &[Oid]) -> Vec<Oid> {
+    oids.iter()
+        .filter(|o| pages.iter().any(|p| p.page == o.page))
+        .copied()
+        .collect()
+}
+
+#[test]
+fn a_transaction_reading_pages_in_sequence_reads_ahead_and_leaves_nothing_behind_on_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    // A small server pool: pages read ahead come from the disk, on
+    // blocking threads (a request ending the transaction could overtake
+    // them if the client did not wait for them first).
+    let server = ServerChild::start_with(
+        &dir.path().join("db"),
+        &[
+            ("CAIRN_TEST_LOCK_TIMEOUT_MS", "300"),
+            ("CAIRN_TEST_BUFFER_FRAMES", "16"),
+        ],
+    );
+    let writer = ObjectStore::connect(parse_url(&url(&server)).unwrap(), b"", 1 << 20).unwrap();
+    let oids = seed(&writer, 3500);
+    let pages = one_per_page(&oids);
+    assert!(pages.len() >= 60, "{} pages", pages.len());
+    let ahead = AdaptivePolicy::default().read_ahead_pages as u64;
+
+    // Every object of 20 pages, in order: after the first pages of the
+    // sequence the rest come read ahead (asked for before they are
+    // wanted), and at most the read-ahead window more than the pages read
+    // comes at all.
+    let a = adaptive(&server, 4 << 20);
+    read_all(&a, &objects_of(&oids, &pages[..20]), &oids);
+    let s = a.stats();
+    let policy = AdaptivePolicy::default();
+    assert!(
+        s.adaptive.read_ahead_used >= 20 - u64::from(policy.sequence_pages) - 1,
+        "{s:?}"
+    );
+    assert!(
+        s.adaptive.pages_read_ahead <= s.adaptive.read_ahead_used + ahead,
+        "{s:?}"
+    );
+    assert!(s.adaptive.page_fetches <= u64::from(policy.sequence_pages) + 1, "{s:?}");
+    assert!((20..=20 + ahead).contains(&s.pages_shipped), "{s:?}");
+
+    // The transaction committed with pages asked for beyond those it read:
+    // nothing of it is left on the server (no lock of it holds a writer
+    // off), and the page's image goes with the writer's callback.
+    let beyond = pages[21];
+    let mut w = writer.begin().unwrap();
+    w.read_for_update(beyond).unwrap();
+    w.update(beyond, &[7; 100]).unwrap();
+    w.commit().unwrap();
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read(beyond).unwrap(), vec![7; 100]);
+    t.commit().unwrap();
+
+    // The same for a transaction that is dropped (aborted) mid-sequence.
+    let b = adaptive(&server, 4 << 20);
+    let mut t = b.begin().unwrap();
+    for o in objects_of(&oids, &pages[30..40]) {
+        t.read(o).unwrap();
+    }
+    assert!(b.stats().adaptive.pages_read_ahead > 0, "{:?}", b.stats());
+    drop(t);
+    let mut w = writer.begin().unwrap();
+    w.read_for_update(pages[41]).unwrap();
+    w.update(pages[41], &[9; 100]).unwrap();
+    w.commit().unwrap();
+
+    // Pages come to out of sequence (backwards): nothing is read ahead.
+    let c = adaptive(&server, 4 << 20);
+    let backwards: Vec<Oid> = pages[45..60].iter().rev().copied().collect();
+    read_all(&c, &backwards, &oids);
+    let s = c.stats();
+    assert_eq!(s.adaptive.pages_read_ahead, 0, "{s:?}");
+    assert_eq!(s.pages_shipped, 15, "{s:?}");
     server.stop();
 }

@@ -40,6 +40,11 @@ impl Query {
             Query::RandomUpdate => "random_update",
         }
     }
+
+    /// The query named `name` in reports and JSON.
+    pub fn by_name(name: &str) -> Option<Query> {
+        Query::ALL.into_iter().find(|q| q.name() == name)
+    }
 }
 
 /// One point of a sweep.
@@ -79,6 +84,8 @@ pub struct AcobRun {
     pub systems: Vec<Arch>,
     /// The points.
     pub points: Vec<Point>,
+    /// The steps run at each point, in order (all three: [`Query::ALL`]).
+    pub queries: Vec<Query>,
     /// Objects per set (the paper's 1,500; smaller for tests).
     pub objects_per_set: u32,
     /// The server's buffer pool, pages.
@@ -224,7 +231,7 @@ pub fn run(cfg: &AcobRun, mut progress: impl FnMut(&str)) -> Result<Vec<Row>, Sy
             let here = point_dir.join(arch.name());
             copy_dir(&built, &here.join("db")).map_err(|e| io(format!("copying {}", built.display()), e))?;
             let mut sys = System::start(arch, &here, &cfg.cairn_exe, buffers)?;
-            for query in Query::ALL {
+            for &query in &cfg.queries {
                 rows.push(median_step(&mut sys, *p, query, &sets, &stored, cfg)?);
             }
             sys.stop()?;
@@ -334,6 +341,14 @@ fn step(
             d(after.adaptive.objects_with_pages, before.adaptive.objects_with_pages),
         ),
         (
+            "adaptive_pages_read_ahead",
+            d(after.adaptive.pages_read_ahead, before.adaptive.pages_read_ahead),
+        ),
+        (
+            "adaptive_read_ahead_used",
+            d(after.adaptive.read_ahead_used, before.adaptive.read_ahead_used),
+        ),
+        (
             "adaptive_switches",
             d(
                 after.adaptive.to_pages + after.adaptive.to_objects,
@@ -432,6 +447,7 @@ pub fn json(cfg: &AcobRun, rows: &[Row]) -> serde_json::Value {
             "server_buffer_pages": cfg.server_buffer_pages,
             "seed": cfg.seed,
             "repeat": cfg.repeat.max(1),
+            "queries": cfg.queries.iter().map(|q| q.name()).collect::<Vec<_>>(),
             "systems": cfg.systems.iter().map(|a| a.name()).collect::<Vec<_>>(),
             "paper_objects_per_set": OBJECTS_PER_SET,
         },
@@ -460,6 +476,9 @@ pub struct AcobArgs {
     /// Systems, comma-separated: embedded, page, object, file, adaptive.
     #[arg(long, value_delimiter = ',', default_value = "embedded,page,object,file,adaptive")]
     pub systems: Vec<String>,
+    /// Steps, comma-separated: scan, random_read, random_update.
+    #[arg(long, value_delimiter = ',', default_value = "scan,random_read,random_update")]
+    pub queries: Vec<String>,
     /// Clustering factor of `--sweep point`, percent.
     #[arg(long, default_value_t = 30)]
     pub clustering: u32,
@@ -504,6 +523,11 @@ pub fn main(args: &AcobArgs) -> Result<(), SystemError> {
         .iter()
         .map(|s| Arch::by_name(s).ok_or_else(|| SystemError::Server(format!("unknown system {s:?}"))))
         .collect::<Result<Vec<_>, _>>()?;
+    let queries = args
+        .queries
+        .iter()
+        .map(|s| Query::by_name(s).ok_or_else(|| SystemError::Server(format!("unknown query {s:?}"))))
+        .collect::<Result<Vec<_>, _>>()?;
     let scratch = crate::oo1::scratch(args.dir.as_deref(), "acob")?;
     let cairn_exe =
         std::env::current_exe().map_err(|e| SystemError::Server(format!("finding the cairn binary: {e}")))?;
@@ -519,6 +543,7 @@ pub fn main(args: &AcobArgs) -> Result<(), SystemError> {
                 smeared: args.smeared,
             },
         ),
+        queries,
         objects_per_set: args.objects,
         server_buffer_pages: args.server_buffer,
         seed: args.seed,

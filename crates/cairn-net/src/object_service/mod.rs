@@ -7,7 +7,7 @@
 //!
 //! | kind | request body | final reply body |
 //! |---|---|---|
-//! | `0x0201` OBJ_FETCH | `txn u64, mode u8 (0 S, 1 X, 2 S with the page), count u16, oid[10] × count` | empty; one part per object ([`FetchedObject`]), streamed as read; in mode 2 ([`OBJ_S_PAGE`]) no parts: the final reply holds the objects asked for, in order, then per page its other small objects the server could lock S without waiting, or the page whole under a right on it ([`encode_fetched_batch`]) |
+//! | `0x0201` OBJ_FETCH | `txn u64, mode u8 (0 S, 1 X, 2 S with the page, 3 pages read ahead), count u16, oid[10] × count` | empty; one part per object ([`FetchedObject`]), streamed as read; in mode 2 ([`OBJ_S_PAGE`]) no parts: the final reply holds the objects asked for, in order, then per page its other small objects the server could lock S without waiting, or the page whole under a right on it ([`encode_fetched_batch`]); in mode 3 ([`OBJ_S_PAGE_AHEAD`]) the same with no objects, the pages that can go whole without a wait |
 //! | `0x0202` OBJ_CREATE | `txn u64, group u32, near oid[10] (all zero: none), len u32, bytes` | `oid[10]` |
 //! | `0x0203` OBJ_COMMIT | `txn u64, count u32, ([`Change`]) × count` | empty, once durable |
 //! | `0x0204` OBJ_ABORT | `txn u64` | empty |
@@ -88,6 +88,15 @@ pub const OBJ_X: u8 = 1;
 /// parts: one message, as a page server's page). The S locks are held to
 /// the transaction's end, as a page server's page lock is.
 pub const OBJ_S_PAGE: u8 = 2;
+/// [`ObjectRequest::Fetch`] mode: read-ahead of whole pages (an adaptive
+/// client reading its pages in sequence asks for the next ones before it
+/// needs them). Each OID names its page only (the slot is ignored; a page
+/// named twice counts once). The reply is [`OBJ_S_PAGE`]'s with no
+/// objects: each page named that is an object page, whose S lock needs no
+/// wait and to which a right can be had, whole; any other is left out
+/// (nothing waits: the client fetches it when it needs it). A page's S
+/// lock, once taken, is held to the transaction's end.
+pub const OBJ_S_PAGE_AHEAD: u8 = 3;
 
 impl Kind {
     /// OBJ_FETCH.
@@ -542,10 +551,10 @@ impl ObjectRequest {
             Kind::OBJ_FETCH => {
                 let txn = r.u64()?;
                 let mode = r.u8()?;
-                if mode > OBJ_S_PAGE {
+                if mode > OBJ_S_PAGE_AHEAD {
                     return Err(malformed(
                         what,
-                        "an OBJ_FETCH mode is 0 (S), 1 (X) or 2 (S with the page)",
+                        "an OBJ_FETCH mode is 0 (S), 1 (X), 2 (S with the page) or 3 (pages read ahead)",
                     ));
                 }
                 let n = r.u16()? as usize;
@@ -761,105 +770,6 @@ impl FetchedObject<'_> {
     }
 }
 
-/// Objects in the reply of an [`OBJ_S_PAGE`] fetch, at most.
-pub const BATCH_OBJECTS_MAX: usize = 1 << 16;
-
-/// Page images in the reply of an [`OBJ_S_PAGE`] fetch, at most (one per
-/// page named).
-pub const BATCH_PAGES_MAX: usize = FETCH_OBJECTS_MAX;
-
-/// Bytes of a page image in the reply of an [`OBJ_S_PAGE`] fetch, at most
-/// (the largest page size).
-pub const PAGE_IMAGE_MAX: usize = 65536;
-
-/// A page image in the reply of an [`OBJ_S_PAGE`] fetch: the committed
-/// image of a page named, locked S as a whole for the transaction, sent
-/// with a right to cache it (nonzero) instead of its objects one by one —
-/// the client reads the page's small objects in place from it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FetchedPage<'a> {
-    /// The page.
-    pub page: u32,
-    /// The right to cache the image (an epoch, never 0).
-    pub right: u64,
-    /// The image.
-    pub image: &'a [u8],
-}
-
-/// The reply of an [`OBJ_S_PAGE`] fetch, decoded.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FetchedBatch<'a> {
-    /// The objects asked for, in order, then objects of their pages.
-    pub objects: Vec<FetchedObject<'a>>,
-    /// Whole images of pages named.
-    pub pages: Vec<FetchedPage<'a>>,
-}
-
-/// Encodes the reply of an [`OBJ_S_PAGE`] fetch (the objects asked for, in
-/// order, then those that come along with their pages, then the pages sent
-/// whole): `count u32, (len u32, FetchedObject) × count, pages u32, (page
-/// u32, right u64, len u32, image) × pages`; at most [`BATCH_OBJECTS_MAX`]
-/// objects and [`BATCH_PAGES_MAX`] pages (the rest are left out).
-pub fn encode_fetched_batch(objects: &[Vec<u8>], pages: &[FetchedPage<'_>]) -> Vec<u8> {
-    let n = objects.len().min(BATCH_OBJECTS_MAX);
-    let m = pages.len().min(BATCH_PAGES_MAX);
-    let mut out = Vec::with_capacity(
-        8 + objects.iter().map(|o| 4 + o.len()).sum::<usize>()
-            + pages.iter().map(|p| 16 + p.image.len()).sum::<usize>(),
-    );
-    out.extend_from_slice(&(n as u32).to_le_bytes());
-    for o in &objects[..n] {
-        value32(&mut out, o);
-    }
-    out.extend_from_slice(&(m as u32).to_le_bytes());
-    for p in &pages[..m] {
-        out.extend_from_slice(&p.page.to_le_bytes());
-        out.extend_from_slice(&p.right.to_le_bytes());
-        value32(&mut out, p.image);
-    }
-    out
-}
-
-/// Decodes the reply of an [`OBJ_S_PAGE`] fetch.
-pub fn decode_fetched_batch(body: &[u8]) -> Result<FetchedBatch<'_>, MessageError> {
-    let what = "OBJ_FETCH reply of pages";
-    let mut r = Reader::new(body, what);
-    let n = r.u32()? as usize;
-    if n > BATCH_OBJECTS_MAX {
-        return Err(malformed(what, "at most 65,536 objects"));
-    }
-    r.check_count(n, 4 + FETCHED_OBJECT_HEADER)?;
-    let mut objects = Vec::with_capacity(n);
-    for _ in 0..n {
-        let len = r.u32()? as usize;
-        objects.push(FetchedObject::decode(r.take(len)?)?);
-    }
-    let m = r.u32()? as usize;
-    if m > BATCH_PAGES_MAX {
-        return Err(malformed(what, "at most 1,024 page images"));
-    }
-    r.check_count(m, 16)?;
-    let mut pages = Vec::with_capacity(m);
-    for _ in 0..m {
-        let page = r.u32()?;
-        let right = r.u64()?;
-        let len = r.u32()? as usize;
-        if right == 0 {
-            return Err(malformed(what, "a page image sent without a right to cache it"));
-        }
-        if len > PAGE_IMAGE_MAX {
-            return Err(malformed(what, "a page image of at most 64 KiB"));
-        }
-        pages.push(FetchedPage {
-            page,
-            right,
-            image: r.take(len)?,
-        });
-    }
-    r.end()?;
-    Ok(FetchedBatch { objects, pages })
-}
-
 /// Encodes TREE_GET's reply: `count u32, value32 × count`.
 pub fn encode_values(values: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -995,6 +905,9 @@ pub fn decode_oids(body: &[u8]) -> Result<Vec<[u8; OID_BYTES]>, MessageError> {
     r.end()?;
     Ok(oids)
 }
+
+mod batch;
+pub use batch::*;
 
 #[cfg(test)]
 mod tests;

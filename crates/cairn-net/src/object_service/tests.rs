@@ -197,8 +197,10 @@ fn limits_and_bad_codes_are_refused() {
     .encode();
     body[8] = OBJ_S_PAGE;
     assert!(ObjectRequest::decode(kind, &body).is_ok(), "mode 2 (S with the page)");
-    body[8] = 3;
-    assert!(ObjectRequest::decode(kind, &body).is_err(), "mode 3");
+    body[8] = OBJ_S_PAGE_AHEAD;
+    assert!(ObjectRequest::decode(kind, &body).is_ok(), "mode 3 (pages read ahead)");
+    body[8] = 4;
+    assert!(ObjectRequest::decode(kind, &body).is_err(), "mode 4");
     let mut none = 1u64.to_le_bytes().to_vec();
     none.extend_from_slice(&[0, 0, 0]);
     assert!(ObjectRequest::decode(Kind::OBJ_FETCH, &none).is_err(), "no objects");

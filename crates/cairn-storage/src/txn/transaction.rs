@@ -370,8 +370,12 @@ impl Txn {
     /// is an object (slotted) page: under object-level locking a reader
     /// holding S on one of its objects reads that object in it (the other
     /// objects may be changing under their own locks; see
-    /// [`Txn::committed_page_lsn`]).
+    /// [`Txn::committed_page_lsn`]). `None` also for a page past the end of
+    /// the volume.
     pub fn committed_page_image(&mut self, page: PageId) -> Result<Option<std::sync::Arc<[u8]>>> {
+        if page.0 >= self.db.page_count() {
+            return Ok(None);
+        }
         let mut image = None;
         self.db
             .read_committed(page, &mut |b| {

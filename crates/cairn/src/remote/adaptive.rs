@@ -56,9 +56,20 @@
 //! policy's fields. A run not seen yet starts in the mode of the latest
 //! decision (the start: pages).
 //!
+//! **Read-ahead.** A transaction that comes to pages of a run fetching
+//! pages in sequence ([`AdaptivePolicy::sequence_pages`] consecutive page
+//! numbers, each new to it: a scan in physical order) has the next
+//! [`AdaptivePolicy::read_ahead_pages`] pages asked for before it needs
+//! them (OBJ_FETCH in mode
+//! [`cairn_net::object_service::OBJ_S_PAGE_AHEAD`], pipelined: the server
+//! sends each that can go whole without a wait). Each page it then comes
+//! to moves the window on by one more page; a page the server did not
+//! send ends the sequence. A transaction's requests read ahead are all
+//! answered before it ends.
+//!
 //! The counters ([`AdaptiveStats`], in `RemoteStats::adaptive`) show the
-//! mode, the fetches of each kind, the switches and the measure behind
-//! them.
+//! mode, the fetches of each kind, the switches, the pages read ahead and
+//! the measure behind them.
 
 use std::collections::VecDeque;
 
@@ -92,7 +103,16 @@ pub struct AdaptivePolicy {
     pub min_samples: u32,
     /// The mode of a run before any sample.
     pub start: FetchMode,
+    /// Consecutive pages a transaction comes to, in order, after which it
+    /// reads ahead (at least 2).
+    pub sequence_pages: u32,
+    /// Pages read ahead of a transaction reading in sequence (0: none; at
+    /// most [`READ_AHEAD_MAX`]).
+    pub read_ahead_pages: u32,
 }
+
+/// [`AdaptivePolicy::read_ahead_pages`] at most.
+pub const READ_AHEAD_MAX: u32 = 64;
 
 impl Default for AdaptivePolicy {
     fn default() -> Self {
@@ -103,6 +123,8 @@ impl Default for AdaptivePolicy {
             to_objects: 1.1,
             min_samples: 16,
             start: FetchMode::Pages,
+            sequence_pages: 3,
+            read_ahead_pages: 4,
         }
     }
 }
@@ -119,7 +141,28 @@ impl AdaptivePolicy {
                 self.to_objects, self.to_pages
             ));
         }
+        if self.sequence_pages < 2 || self.read_ahead_pages > READ_AHEAD_MAX {
+            return Err(format!(
+                "sequence_pages ({}) must be at least 2 and read_ahead_pages ({}) at most {READ_AHEAD_MAX}",
+                self.sequence_pages, self.read_ahead_pages
+            ));
+        }
         Ok(())
+    }
+}
+
+/// A transaction's sequence of pages, for read-ahead (see the module
+/// docs): the page it came to last and how many before it in sequence.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Sequence {
+    last: Option<PageId>,
+    length: u32,
+}
+
+impl Sequence {
+    /// The sequence is broken (a page read ahead did not come).
+    pub(super) fn stop(&mut self) {
+        self.length = 0;
     }
 }
 
@@ -146,6 +189,11 @@ pub struct AdaptiveStats {
     pub to_pages: u64,
     /// Runs switched from pages to objects.
     pub to_objects: u64,
+    /// Pages asked for ahead of a transaction reading in sequence.
+    pub pages_read_ahead: u64,
+    /// Of those, the pages a transaction then came to (the rest came too
+    /// late or were not needed).
+    pub read_ahead_used: u64,
     /// Runs with a decision (sampled at least once).
     pub runs: u64,
     /// Of those, the runs fetching pages now.
@@ -255,6 +303,33 @@ impl Adaptive {
         } else {
             self.stats.object_fetches += 1;
         }
+    }
+
+    /// A transaction of `seq` comes to `page` (fetching it, or taking it
+    /// read ahead: `ahead`): the pages to read ahead now (those of runs
+    /// fetching pages; the caller leaves out the ones held or asked for).
+    pub(super) fn came_to(&mut self, seq: &mut Sequence, page: PageId, ahead: bool) -> Vec<PageId> {
+        if ahead {
+            self.stats.read_ahead_used += 1;
+        }
+        if seq.last == Some(page) {
+            return Vec::new();
+        }
+        let next = seq.last.and_then(|l| l.0.checked_add(1)) == Some(page.0);
+        seq.length = if next { seq.length.saturating_add(1) } else { 1 };
+        seq.last = Some(page);
+        if seq.length < self.policy.sequence_pages || self.mode_for(page) != FetchMode::Pages {
+            return Vec::new();
+        }
+        (1..=self.policy.read_ahead_pages)
+            .filter_map(|k| page.0.checked_add(k).map(PageId))
+            .filter(|p| self.mode_for(*p) == FetchMode::Pages)
+            .collect()
+    }
+
+    /// `pages` were asked for ahead.
+    pub(super) fn note_read_ahead(&mut self, pages: usize) {
+        self.stats.pages_read_ahead += pages as u64;
     }
 
     /// A page fetch brought `objects` objects of `page` (those asked for
@@ -418,6 +493,68 @@ mod tests {
         let s = a.stats();
         assert_eq!(a.mode_for(PageId(0)), FetchMode::Pages, "{s:?}");
         assert_eq!((s.to_pages, s.visits), (1, 1), "sampled while open");
+    }
+
+    #[test]
+    fn pages_come_to_in_sequence_are_read_ahead_and_a_break_starts_the_count_again() {
+        let mut a = Adaptive::new(policy(), 4096);
+        let mut seq = Sequence::default();
+        let ahead = |from: u32| (from..from + 4).map(PageId).collect::<Vec<_>>();
+        // Two pages in sequence are not yet one; the third is.
+        assert!(a.came_to(&mut seq, PageId(10), false).is_empty());
+        assert!(a.came_to(&mut seq, PageId(11), false).is_empty());
+        assert_eq!(a.came_to(&mut seq, PageId(12), false), ahead(13));
+        // Coming to the same page again changes nothing.
+        assert!(a.came_to(&mut seq, PageId(12), false).is_empty());
+        // Each next page (read ahead) moves the window on.
+        assert_eq!(a.came_to(&mut seq, PageId(13), true), ahead(14));
+        assert_eq!(a.stats().read_ahead_used, 1);
+        // A jump starts the count again; so does a page read ahead that
+        // did not come.
+        assert!(a.came_to(&mut seq, PageId(40), false).is_empty());
+        assert!(a.came_to(&mut seq, PageId(41), false).is_empty());
+        seq.stop();
+        assert!(a.came_to(&mut seq, PageId(42), false).is_empty());
+        assert!(a.came_to(&mut seq, PageId(43), false).is_empty());
+        assert_eq!(a.came_to(&mut seq, PageId(44), false), ahead(45));
+        // Backwards is no sequence.
+        let mut back = Sequence::default();
+        for p in (50..60).rev() {
+            assert!(a.came_to(&mut back, PageId(p), false).is_empty(), "page {p}");
+        }
+        // A run fetching objects is not read ahead; nor is anything with a
+        // read-ahead of 0 pages.
+        let mut b = Adaptive::new(
+            AdaptivePolicy {
+                start: FetchMode::Objects,
+                ..policy()
+            },
+            4096,
+        );
+        let mut c = Adaptive::new(
+            AdaptivePolicy {
+                read_ahead_pages: 0,
+                ..policy()
+            },
+            4096,
+        );
+        let (mut sb, mut sc) = (Sequence::default(), Sequence::default());
+        for p in 0..10 {
+            assert!(b.came_to(&mut sb, PageId(p), false).is_empty());
+            assert!(c.came_to(&mut sc, PageId(p), false).is_empty());
+        }
+        assert!(AdaptivePolicy {
+            read_ahead_pages: READ_AHEAD_MAX + 1,
+            ..policy()
+        }
+        .check()
+        .is_err());
+        assert!(AdaptivePolicy {
+            sequence_pages: 1,
+            ..policy()
+        }
+        .check()
+        .is_err());
     }
 
     #[test]

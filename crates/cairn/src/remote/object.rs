@@ -38,7 +38,7 @@ use cairn_net::transport::Address;
 use cairn_storage::fxhash::{FxHashMap, FxHashSet};
 use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
-use super::adaptive::{Adaptive, AdaptivePolicy};
+use super::adaptive::{Adaptive, AdaptivePolicy, Sequence};
 use super::conn::Connection;
 use super::cover::callback_daemon;
 use super::object_rights::{answer_object_callback, FetchInFlight, RightsState};
@@ -174,6 +174,8 @@ impl ObjectStore {
             exclusive: FxHashMap::default(),
             changes: BTreeMap::new(),
             pinned: FxHashSet::default(),
+            ahead: std::collections::VecDeque::new(),
+            sequence: Sequence::default(),
         })
     }
 
@@ -271,6 +273,11 @@ pub struct ObjectTxn {
     /// of them, and the client keeps of them, stays until it ends (the
     /// page client keeps its changed pages whole the same way).
     pinned: FxHashSet<PageId>,
+    /// An adaptive client's pages asked for ahead, whose replies are not
+    /// taken in yet (oldest first).
+    ahead: std::collections::VecDeque<fetch::Ahead>,
+    /// The pages it came to, for read-ahead.
+    sequence: Sequence,
 }
 
 /// What a transaction read of an object.
@@ -870,6 +877,7 @@ impl ObjectTxn {
     /// answers once they are durable.
     pub fn commit(mut self) -> Result<()> {
         self.check_active()?;
+        self.settle_ahead();
         let oids: Vec<Oid> = self.changes.keys().copied().collect();
         if !oids.is_empty() {
             self.store.before_write(self.id, &oids)?;
@@ -912,6 +920,7 @@ impl ObjectTxn {
         if self.ended {
             return;
         }
+        self.settle_ahead();
         self.ended = true;
         let named = self.store.txn_ending(self.id);
         let _ended = Ended(&self.store, self.id);

@@ -277,16 +277,16 @@ impl RightsState {
 
 /// Counts a fetch in flight (replies may carry rights) from before it is
 /// sent to after its reply is taken in.
-pub(super) struct FetchInFlight<'a>(&'a ObjectStore);
+pub(super) struct FetchInFlight(Arc<ObjectStore>);
 
-impl<'a> FetchInFlight<'a> {
-    pub(super) fn start(store: &'a ObjectStore) -> FetchInFlight<'a> {
+impl FetchInFlight {
+    pub(super) fn start(store: &Arc<ObjectStore>) -> FetchInFlight {
         lock(&store.rights).fetches_in_flight += 1;
-        FetchInFlight(store)
+        FetchInFlight(store.clone())
     }
 }
 
-impl Drop for FetchInFlight<'_> {
+impl Drop for FetchInFlight {
     fn drop(&mut self) {
         let mut st = lock(&self.0.rights);
         st.fetches_in_flight -= 1;
@@ -380,6 +380,13 @@ impl ObjectStore {
         self.lost(&evicted);
         self.release(&evicted);
         true
+    }
+
+    /// True if a page read ahead would be kept: the client has no image
+    /// of it, and no running transaction of it changes an object of it.
+    pub(super) fn wants_page(&self, page: PageId) -> bool {
+        let st = lock(&self.rights);
+        !st.pages.contains_key(&page) && !st.page_written(page)
     }
 
     /// True if the client holds a right to the object (the typed layer may

@@ -247,6 +247,12 @@ fn serve_child_process() {
     {
         opts.lock_timeout = std::time::Duration::from_millis(ms);
     }
+    if let Some(n) = std::env::var("CAIRN_TEST_BUFFER_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        opts.volume.buffer_frames = n;
+    }
     let db = Arc::new(Db::open_or_create(Path::new(&dir), &opts).expect("open the served database"));
     let mut config = ServerConfig::default();
     if let Some(n) = std::env::var("CAIRN_TEST_TXN_BYTES_MAX")

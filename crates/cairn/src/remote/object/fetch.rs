@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_net::object_service::{
-    decode_fetched_batch, FetchedObject, ObjectRequest, FETCH_OBJECTS_MAX, OBJ_S, OBJ_S_PAGE, OBJ_X,
+    decode_fetched_batch, FetchedObject, ObjectRequest, FETCH_OBJECTS_MAX, OBJ_S, OBJ_S_PAGE, OBJ_S_PAGE_AHEAD, OBJ_X,
 };
 use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::{Oid, PageId, Result, TxnId};
@@ -25,18 +25,55 @@ impl ObjectTxn {
         let conn = &store.conn;
         let _flight = FetchInFlight::start(&store);
         self.on_server = true;
+        // Pages read ahead that are wanted now: their replies first, then
+        // only what they did not bring is fetched.
+        let mut came_to = Vec::new();
+        let rest: Vec<Oid>;
+        let mut oids = oids;
+        if mode == OBJ_S && !self.ahead.is_empty() {
+            let mut wanted: Vec<PageId> = oids
+                .iter()
+                .map(|o| o.page)
+                .filter(|p| self.ahead.iter().any(|a| a.page == *p))
+                .collect();
+            wanted.sort_unstable();
+            wanted.dedup();
+            for &p in &wanted {
+                self.take_ahead_through(p)?;
+                came_to.push((p, true));
+            }
+            if !wanted.is_empty() {
+                rest = oids.iter().copied().filter(|o| !self.local(*o)).collect();
+                oids = &rest;
+            }
+        }
         let mut requests: Vec<(u8, &[Oid])> = Vec::new();
         let mut by_page = Vec::new();
         let mut alone = Vec::new();
+        let mut read_ahead = Vec::new();
         match (&store.adaptive, mode) {
             (Some(a), OBJ_S) => {
-                let a = super::super::lock(a);
+                let mut a = super::super::lock(a);
                 for o in oids {
                     match a.mode_for(o.page) {
                         FetchMode::Pages => by_page.push(*o),
                         FetchMode::Objects => alone.push(*o),
                     }
                 }
+                came_to.extend(by_page.iter().map(|o| (o.page, false)));
+                came_to.sort_unstable();
+                came_to.dedup_by_key(|c| c.0);
+                for &(page, ahead) in &came_to {
+                    read_ahead.extend(a.came_to(&mut self.sequence, page, ahead));
+                }
+                read_ahead.sort_unstable();
+                read_ahead.dedup();
+                read_ahead.retain(|p| {
+                    !by_page.iter().any(|o| o.page == *p)
+                        && !self.ahead.iter().any(|x| x.page == *p)
+                        && store.wants_page(*p)
+                });
+                a.note_read_ahead(read_ahead.len());
             }
             _ => alone.extend_from_slice(oids),
         }
@@ -61,9 +98,13 @@ impl ObjectTxn {
                 .map_err(|e| conn.error_for(e, TxnId(self.id)))?;
             calls.push((call, mode, chunk));
         }
+        // Read ahead once the requests wanted now are on their way.
+        if !read_ahead.is_empty() {
+            self.ask_ahead(read_ahead)?;
+        }
         for (mut call, mode, chunk) in calls {
             if mode == OBJ_S_PAGE {
-                self.take_pages(&mut call, chunk)?;
+                self.take_pages(&mut call, chunk, &[])?;
                 continue;
             }
             let mut got = 0usize;
@@ -112,7 +153,10 @@ impl ObjectTxn {
     /// their pages, kept under their rights until a transaction reads them
     /// (one sent without a right is this transaction's: the server holds
     /// it S for it).
-    fn take_pages(&mut self, call: &mut cairn_net::rpc::Call, chunk: &[Oid]) -> Result<()> {
+    ///
+    /// A reply to pages read ahead (`ahead`: the pages asked for; `chunk`
+    /// empty) holds pages only. Returns the pages that came whole.
+    fn take_pages(&mut self, call: &mut cairn_net::rpc::Call, chunk: &[Oid], ahead: &[PageId]) -> Result<usize> {
         let store = self.store.clone();
         let conn = &store.conn;
         let mut body = None;
@@ -165,7 +209,8 @@ impl ObjectTxn {
         store.take_objects(&kept);
         for p in &batch.pages {
             let page = PageId(p.page);
-            if !chunk.iter().any(|o| o.page == page) || on_page.get(&page).is_some_and(|n| n.1 > 0) {
+            let asked = chunk.iter().any(|o| o.page == page) || ahead.contains(&page);
+            if !asked || on_page.get(&page).is_some_and(|n| n.1 > 0) {
                 return Err(conn.protocol("a page asked for, whole or in objects"));
             }
             if p.image.len() != store.page_size() {
@@ -204,6 +249,77 @@ impl ObjectTxn {
                 a.note_page(page, objects, along);
             }
         }
+        Ok(batch.pages.len())
+    }
+
+    /// Asks for `pages` ahead ([`OBJ_S_PAGE_AHEAD`]), one request each (so
+    /// each is taken in when it is wanted, and the transaction coming to it
+    /// moves the read-ahead on): the reply taken in when its page is wanted
+    /// ([`ObjectTxn::take_ahead_through`]) or before the transaction ends
+    /// ([`ObjectTxn::settle_ahead`]).
+    fn ask_ahead(&mut self, pages: Vec<PageId>) -> Result<()> {
+        let store = self.store.clone();
+        let conn = &store.conn;
+        for page in pages {
+            let flight = FetchInFlight::start(&store);
+            // The page's number is what counts; the slot is ignored.
+            let oid = Oid {
+                page,
+                slot: cairn_storage::SlotIdx(0),
+                uniq: cairn_storage::Uniq(0),
+            };
+            let req = ObjectRequest::Fetch {
+                txn: self.id,
+                mode: OBJ_S_PAGE_AHEAD,
+                oids: vec![oid.to_bytes()],
+            };
+            let (kind, body) = req.encode();
+            conn.round_trips.fetch_add(1, Ordering::Relaxed);
+            conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            let call = conn
+                .client
+                .invoke(kind, body)
+                .map_err(|e| conn.error_for(e, TxnId(self.id)))?;
+            self.ahead.push_back(Ahead {
+                page,
+                call,
+                _flight: flight,
+            });
+        }
         Ok(())
     }
+
+    /// Takes in the replies of pages read ahead, oldest first, through the
+    /// one of `page`. A page that did not come ends the sequence (the pages
+    /// further on are fetched when wanted).
+    fn take_ahead_through(&mut self, page: PageId) -> Result<()> {
+        while let Some(mut a) = self.ahead.pop_front() {
+            if self.take_pages(&mut a.call, &[], &[a.page])? == 0 {
+                self.sequence.stop();
+            }
+            if a.page == page {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes in every reply of pages read ahead still on its way: a
+    /// transaction's requests are all answered before its end is sent
+    /// (the server must not see one after it). What they bring stays
+    /// cached under its rights; an error is the next request's to report.
+    pub(super) fn settle_ahead(&mut self) {
+        while let Some(mut a) = self.ahead.pop_front() {
+            let _ = self.take_pages(&mut a.call, &[], &[a.page]);
+        }
+    }
+}
+
+/// A page asked for ahead, its reply not taken in yet.
+pub(super) struct Ahead {
+    /// The page asked for.
+    page: PageId,
+    call: cairn_net::rpc::Call,
+    /// Counts as a fetch in flight until taken in (rights may come).
+    _flight: FetchInFlight,
 }
