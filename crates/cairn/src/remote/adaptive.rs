@@ -58,7 +58,10 @@
 //!
 //! **Read-ahead.** A transaction that comes to pages of a run fetching
 //! pages in sequence ([`AdaptivePolicy::sequence_pages`] consecutive page
-//! numbers, each new to it: a scan in physical order) has the next
+//! numbers come to one after the other, each new to it: a scan in
+//! physical order; once it runs, up to seven pages elsewhere between two
+//! of its pages, a smeared scan's excursions, do not break it) has the
+//! next
 //! [`AdaptivePolicy::read_ahead_pages`] pages asked for before it needs
 //! them (OBJ_FETCH in mode
 //! [`cairn_net::object_service::OBJ_S_PAGE_AHEAD`], pipelined: the server
@@ -151,18 +154,56 @@ impl AdaptivePolicy {
     }
 }
 
+/// Pages a transaction came to last that a sequence may continue from:
+/// a scan's excursions to pages elsewhere (a smeared set's moved records)
+/// between two pages of its sequence do not end it.
+const SEQUENCE_WINDOW: usize = 8;
+
 /// A transaction's sequence of pages, for read-ahead (see the module
-/// docs): the page it came to last and how many before it in sequence.
-#[derive(Clone, Copy, Debug, Default)]
+/// docs): the pages it came to last, and the head of its sequence.
+#[derive(Clone, Debug, Default)]
 pub(super) struct Sequence {
-    last: Option<PageId>,
-    length: u32,
+    /// The last [`SEQUENCE_WINDOW`] pages come to, oldest first.
+    recent: VecDeque<PageId>,
+    /// The sequence's last page and its length.
+    head: Option<(PageId, u32)>,
 }
 
 impl Sequence {
     /// The sequence is broken (a page read ahead did not come).
     pub(super) fn stop(&mut self) {
-        self.length = 0;
+        self.recent.clear();
+        self.head = None;
+    }
+
+    /// Comes to `page` (not among the recent ones): the length of the
+    /// sequence it ends (1: none).
+    fn step(&mut self, page: PageId) -> u32 {
+        let length = match self.head {
+            // The sequence goes on, whatever pages came between.
+            Some((h, n)) if h.0.checked_add(1) == Some(page.0) && self.recent.contains(&h) => n + 1,
+            // A new one: as long as the pages come to just before it were
+            // the ones before it, in order (pages come to near each other
+            // in any order, as a traversal of clustered objects does, are
+            // no sequence).
+            _ => {
+                1 + self
+                    .recent
+                    .iter()
+                    .rev()
+                    .zip(1u32..)
+                    .take_while(|(p, k)| page.0.checked_sub(*k) == Some(p.0))
+                    .count() as u32
+            }
+        };
+        if length > 1 {
+            self.head = Some((page, length));
+        }
+        if self.recent.len() == SEQUENCE_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(page);
+        length
     }
 }
 
@@ -312,13 +353,10 @@ impl Adaptive {
         if ahead {
             self.stats.read_ahead_used += 1;
         }
-        if seq.last == Some(page) {
+        if seq.recent.contains(&page) {
             return Vec::new();
         }
-        let next = seq.last.and_then(|l| l.0.checked_add(1)) == Some(page.0);
-        seq.length = if next { seq.length.saturating_add(1) } else { 1 };
-        seq.last = Some(page);
-        if seq.length < self.policy.sequence_pages || self.mode_for(page) != FetchMode::Pages {
+        if seq.step(page) < self.policy.sequence_pages || self.mode_for(page) != FetchMode::Pages {
             return Vec::new();
         }
         (1..=self.policy.read_ahead_pages)
@@ -509,6 +547,24 @@ mod tests {
         // Each next page (read ahead) moves the window on.
         assert_eq!(a.came_to(&mut seq, PageId(13), true), ahead(14));
         assert_eq!(a.stats().read_ahead_used, 1);
+        // Excursions elsewhere between two pages of the sequence do not
+        // end it (a smeared scan's moved records) ...
+        for p in [100, 7, 300] {
+            assert!(a.came_to(&mut seq, PageId(p), false).is_empty());
+        }
+        assert_eq!(a.came_to(&mut seq, PageId(14), true), ahead(15));
+        // ... unless they go on past the window: then the count starts
+        // again from the pages come to lately.
+        for p in 200..200 + SEQUENCE_WINDOW as u32 {
+            assert!(a.came_to(&mut seq, PageId(p * 2), false).is_empty());
+        }
+        assert!(a.came_to(&mut seq, PageId(15), false).is_empty());
+        // Pages before it come to in another order (or with others
+        // between) start no sequence.
+        let mut near = Sequence::default();
+        for p in [60, 100, 61, 200, 62, 64, 63, 65] {
+            assert!(a.came_to(&mut near, PageId(p), false).is_empty(), "page {p}");
+        }
         // A jump starts the count again; so does a page read ahead that
         // did not come.
         assert!(a.came_to(&mut seq, PageId(40), false).is_empty());

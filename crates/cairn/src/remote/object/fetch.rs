@@ -1,6 +1,8 @@
 //! An object-protocol transaction's fetches: OBJ_FETCH of objects by
 //! name (streamed, one part each) and, for the adaptive client, of pages
-//! of objects (one reply), and what each brings is kept.
+//! of objects (one reply) and of pages read ahead (one pipelined request
+//! each, the reply taken in when its page is wanted, every one before the
+//! transaction's end is sent), and what each brings is kept.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
