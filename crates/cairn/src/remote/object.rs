@@ -644,6 +644,21 @@ impl ObjectTxn {
 
     /// The object's bytes.
     pub fn read(&mut self, oid: Oid) -> Result<Vec<u8>> {
+        self.check_active()?;
+        if let Some(c) = self.changes.get(&oid) {
+            return c.clone().ok_or(Error::NotFound { oid });
+        }
+        // Held under a right and not read by this transaction yet: copied
+        // once, straight from the client's cache (or the page's image),
+        // and not kept a second time as this transaction's read — the
+        // right stays the transaction's until it ends, so a later read
+        // finds the same bytes, in the cache or on the server.
+        if !self.read.contains_key(&oid) {
+            if let Some(bytes) = self.store.copy_object(self.id, oid) {
+                self.store.note_reads(&[oid]);
+                return Ok(bytes);
+            }
+        }
         self.read_many(&[oid])?.pop().flatten().ok_or(Error::NotFound { oid })
     }
 
@@ -686,10 +701,14 @@ impl ObjectTxn {
 
     /// An object read before: its bytes, reading a long one in ranges.
     fn whole(&mut self, oid: Oid) -> Result<Option<Vec<u8>>> {
-        match self.read.get(&oid).cloned() {
-            Some(Read::Whole(b)) => Ok(Some(b.to_vec())),
-            Some(Read::Missing) => Ok(None),
-            Some(Read::Long(len)) => {
+        let len = match self.read.get(&oid) {
+            Some(Read::Whole(b)) => return Ok(Some(b.to_vec())),
+            Some(Read::Missing) => return Ok(None),
+            Some(Read::Long(len)) => Some(*len),
+            None => None,
+        };
+        match len {
+            Some(len) => {
                 let len = usize::try_from(len).map_err(|_| Error::LimitExceeded {
                     what: "bytes of an object read whole",
                     value: len,

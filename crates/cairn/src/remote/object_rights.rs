@@ -277,6 +277,13 @@ impl RightsState {
 
 /// Counts a fetch in flight (replies may carry rights) from before it is
 /// sent to after its reply is taken in.
+/// An object's bytes as the client keeps them: an object's own, or in
+/// place in its page's image.
+enum Bytes<'a> {
+    Shared(&'a Arc<[u8]>),
+    InImage(&'a [u8]),
+}
+
 pub(super) struct FetchInFlight(Arc<ObjectStore>);
 
 impl FetchInFlight {
@@ -316,35 +323,41 @@ impl ObjectStore {
     /// The object's bytes if the client holds a right to it, read by `txn`
     /// under it from now on (no server call).
     pub(super) fn use_object(&self, txn: u64, oid: Oid) -> Option<Arc<[u8]>> {
-        let mut st = lock(&self.rights);
-        let Some(c) = st.objects.get(&oid) else {
-            return self.use_in_image(&mut st, txn, oid);
-        };
-        let bytes = c.bytes.clone()?;
-        if st.written(Resource::Object(oid), None, txn) {
-            return None;
-        }
-        let v = st.txns.entry(txn).or_default();
-        if v.ending {
-            return None;
-        }
-        v.reads.insert(Resource::Object(oid));
-        st.clock += 1;
-        let now = st.clock;
-        if let Some(c) = st.objects.get_mut(&oid) {
-            c.stamp = now;
-        }
-        self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
-        Some(bytes)
+        self.with_object(txn, oid, |b| match b {
+            Bytes::Shared(a) => a.clone(),
+            Bytes::InImage(b) => Arc::from(b),
+        })
     }
 
-    /// The object's bytes read in place from the image of its page kept
-    /// under a right (`txn` reads the page under it from now on), if it is
-    /// a small object stored whole there.
-    fn use_in_image(&self, st: &mut RightsState, txn: u64, oid: Oid) -> Option<Arc<[u8]>> {
-        let image = st.pages.get(&oid.page)?.bytes.as_ref()?;
-        let range = cairn_storage::record::object::home_record(image, oid).ok()??;
-        let bytes: Arc<[u8]> = Arc::from(&image[range]);
+    /// A copy of the object's bytes if the client holds a right to it
+    /// (the object kept, or read in place from its page's image), read by
+    /// `txn` under it from now on: one copy, no server call.
+    pub(super) fn copy_object(&self, txn: u64, oid: Oid) -> Option<Vec<u8>> {
+        self.with_object(txn, oid, |b| match b {
+            Bytes::Shared(a) => a.to_vec(),
+            Bytes::InImage(b) => b.to_vec(),
+        })
+    }
+
+    /// `f` of the object's bytes, under the rights mutex (`f` must not
+    /// block), if the client holds a right to it: kept as an object, or
+    /// read in place from the image of its page (a small object stored
+    /// whole there). `txn` reads it (or the page) under the right from now
+    /// on.
+    fn with_object<R>(&self, txn: u64, oid: Oid, f: impl FnOnce(Bytes<'_>) -> R) -> Option<R> {
+        let mut guard = lock(&self.rights);
+        let st = &mut *guard;
+        // In an image: the object's place there.
+        let range = match st.objects.get(&oid) {
+            Some(c) => {
+                c.bytes.as_ref()?;
+                None
+            }
+            None => {
+                let image = st.pages.get(&oid.page)?.bytes.as_ref()?;
+                Some(cairn_storage::record::object::home_record(image, oid).ok()??)
+            }
+        };
         if st.written(Resource::Object(oid), None, txn) {
             return None;
         }
@@ -352,14 +365,24 @@ impl ObjectStore {
         if v.ending {
             return None;
         }
-        v.reads.insert(Resource::Page(oid.page));
+        v.reads.insert(match range {
+            Some(_) => Resource::Page(oid.page),
+            None => Resource::Object(oid),
+        });
         st.clock += 1;
         let now = st.clock;
-        if let Some(c) = st.pages.get_mut(&oid.page) {
-            c.stamp = now;
-        }
+        let c = match range {
+            Some(_) => st.pages.get_mut(&oid.page),
+            None => st.objects.get_mut(&oid),
+        }?;
+        c.stamp = now;
+        let bytes = c.bytes.as_ref()?;
+        let out = match range {
+            Some(r) => f(Bytes::InImage(&bytes[r])),
+            None => f(Bytes::Shared(bytes)),
+        };
         self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
-        Some(bytes)
+        Some(out)
     }
 
     /// Keeps the image of `page`, fetched whole with a right of `epoch`
