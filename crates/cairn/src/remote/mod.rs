@@ -81,7 +81,7 @@ mod cover;
 mod object;
 mod object_rights;
 
-pub use adaptive::{AdaptivePolicy, AdaptiveStats, FetchMode};
+pub use adaptive::{AdaptivePolicy, AdaptiveStats, FetchMode, READ_AHEAD_MAX};
 pub use conn::{parse_url, RemoteDevice, RemoteStats};
 pub use object::{ObjectLostHook, ObjectStore, ObjectTxn, CACHED_OBJECT_BYTES_DEFAULT};
 
