@@ -18,8 +18,9 @@
 //! ([`crate::callbacks`], keyed by the object); an index lookup comes with
 //! rights on the leaves that enclose its key; a page an adaptive client's
 //! [`OBJ_S_PAGE`] fetch (or its read-ahead, [`OBJ_S_PAGE_AHEAD`]) gets
-//! whole under the page's S lock, with a right on the page. The write-lock hook calls them back before X on the object or
-//! X/SIX on its page (the leaf), a page's right before any IX/X/SIX on it.
+//! whole under the page's S lock, with a right on the page. The write-lock
+//! hook calls them back before X on the object or X/SIX on its page (the
+//! leaf), a page's right before any IX/X/SIX on it.
 
 use std::sync::Arc;
 

@@ -83,21 +83,10 @@ impl ObjectTxn {
         requests.extend(alone.chunks(FETCH_OBJECTS_MAX).map(|c| (mode, c)));
         let mut calls = Vec::new();
         for (mode, chunk) in requests {
-            let req = ObjectRequest::Fetch {
-                txn: self.id,
-                mode,
-                oids: chunk.iter().map(|o| o.to_bytes()).collect(),
-            };
-            let (kind, body) = req.encode();
-            conn.round_trips.fetch_add(1, Ordering::Relaxed);
-            conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
             if let Some(a) = &store.adaptive {
                 super::super::lock(a).note_fetch(mode == OBJ_S_PAGE);
             }
-            let call = conn
-                .client
-                .invoke(kind, body)
-                .map_err(|e| conn.error_for(e, TxnId(self.id)))?;
+            let call = self.send_fetch(mode, chunk)?;
             calls.push((call, mode, chunk));
         }
         // Read ahead once the requests wanted now are on their way.
@@ -147,6 +136,23 @@ impl ObjectTxn {
             }
         }
         Ok(())
+    }
+
+    /// Sends OBJ_FETCH of `oids` in `mode` (a round trip in the
+    /// counters); the reply is the returned call's.
+    fn send_fetch(&self, mode: u8, oids: &[Oid]) -> Result<cairn_net::rpc::Call> {
+        let conn = &self.store.conn;
+        let req = ObjectRequest::Fetch {
+            txn: self.id,
+            mode,
+            oids: oids.iter().map(|o| o.to_bytes()).collect(),
+        };
+        let (kind, body) = req.encode();
+        conn.round_trips.fetch_add(1, Ordering::Relaxed);
+        conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+        conn.client
+            .invoke(kind, body)
+            .map_err(|e| conn.error_for(e, TxnId(self.id)))
     }
 
     /// Takes in the reply of an [`OBJ_S_PAGE`] fetch of `chunk`: the
@@ -260,28 +266,15 @@ impl ObjectTxn {
     /// ([`ObjectTxn::take_ahead_through`]) or before the transaction ends
     /// ([`ObjectTxn::settle_ahead`]).
     fn ask_ahead(&mut self, pages: Vec<PageId>) -> Result<()> {
-        let store = self.store.clone();
-        let conn = &store.conn;
         for page in pages {
-            let flight = FetchInFlight::start(&store);
+            let flight = FetchInFlight::start(&self.store);
             // The page's number is what counts; the slot is ignored.
             let oid = Oid {
                 page,
                 slot: cairn_storage::SlotIdx(0),
                 uniq: cairn_storage::Uniq(0),
             };
-            let req = ObjectRequest::Fetch {
-                txn: self.id,
-                mode: OBJ_S_PAGE_AHEAD,
-                oids: vec![oid.to_bytes()],
-            };
-            let (kind, body) = req.encode();
-            conn.round_trips.fetch_add(1, Ordering::Relaxed);
-            conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-            let call = conn
-                .client
-                .invoke(kind, body)
-                .map_err(|e| conn.error_for(e, TxnId(self.id)))?;
+            let call = self.send_fetch(OBJ_S_PAGE_AHEAD, &[oid])?;
             self.ahead.push_back(Ahead {
                 page,
                 call,
