@@ -186,8 +186,13 @@ fn fetch_pages_without_waiting(
         }
     }
     if let [page] = pages[..] {
-        if let Some(answer) = one_page_whole(core, state, &mut t, &named, page, ImageFrom::Pool) {
-            return Some(answer);
+        match page_whole(core, state, &mut t, &named, page, ImageFrom::Pool) {
+            Whole::Goes(parts, whole) => return Some(Ok(encode_batch(&parts, &[whole]))),
+            Whole::Failed(e) => return Some(Err(fault(e))),
+            // Read from the disk on a blocking thread, the page whole
+            // still (no object locks taken here first for nothing).
+            Whole::NotInPool => return None,
+            Whole::Cannot => {}
         }
     }
     for &oid in &named {
@@ -253,33 +258,39 @@ fn one_page_whole(
     page: PageId,
     from: ImageFrom,
 ) -> Option<Result<Vec<u8>, Fault>> {
-    Some(match page_whole(core, state, t, named, page, from)? {
-        Ok((parts, whole)) => Ok(encode_batch(&parts, &[whole])),
-        Err(e) => Err(fault(e)),
-    })
+    match page_whole(core, state, t, named, page, from) {
+        Whole::Goes(parts, whole) => Some(Ok(encode_batch(&parts, &[whole]))),
+        Whole::Failed(e) => Some(Err(fault(e))),
+        Whole::NotInPool | Whole::Cannot => None,
+    }
 }
 
-/// What [`page_whole`] sends: the named objects' parts and the page.
-type PageWhole = (Vec<Vec<u8>>, WholePage);
+/// What [`page_whole`] found.
+enum Whole {
+    /// The page goes whole: the named objects' parts (no right of their
+    /// own) and the page under a right.
+    Goes(Vec<Vec<u8>>, WholePage),
+    /// The page could go but is not in the pool ([`ImageFrom::Pool`]): a
+    /// blocking thread may read it from the disk.
+    NotInPool,
+    /// It cannot go whole now (changed by this transaction, not lockable S
+    /// at once, not an object page, a named object not whole in its home
+    /// slot, or no right to be had): the slower path says why.
+    Cannot,
+    /// Reading it failed.
+    Failed(Error),
+}
 
-/// [`one_page_whole`]'s work: the named objects' parts (no right of their
-/// own) and the page whole under a right, if the page is an object page
-/// that can go whole now.
-fn page_whole(
-    core: &Core,
-    state: &SessionState,
-    t: &mut Txn,
-    named: &[Oid],
-    page: PageId,
-    from: ImageFrom,
-) -> Option<Result<PageWhole, Error>> {
+/// [`one_page_whole`]'s work: the named objects' parts and the page whole
+/// under a right, if the page is an object page that can go whole now.
+fn page_whole(core: &Core, state: &SessionState, t: &mut Txn, named: &[Oid], page: PageId, from: ImageFrom) -> Whole {
     if t.has_private_copy(page) {
-        return None;
+        return Whole::Cannot;
     }
     match t.try_lock_resource(Resource::Page(page), LockMode::S) {
         Ok(true) => {}
-        Ok(false) => return None,
-        Err(e) => return Some(Err(e)),
+        Ok(false) => return Whole::Cannot,
+        Err(e) => return Whole::Failed(e),
     }
     let image = match from {
         ImageFrom::Pool => t.try_committed_page_image(page),
@@ -287,24 +298,28 @@ fn page_whole(
     };
     let image = match image {
         Ok(Some(image)) => image,
-        Ok(None) => return None,
-        Err(e) => return Some(Err(e)),
+        // (Past the volume's end answers `None` from the disk too.)
+        Ok(None) if from == ImageFrom::Pool && page.0 < t.page_count() => return Whole::NotInPool,
+        Ok(None) => return Whole::Cannot,
+        Err(e) => return Whole::Failed(e),
     };
     if cairn_storage::page::page_type(&image) != Some(cairn_storage::page::PageType::Slotted) {
-        return None;
+        return Whole::Cannot;
     }
     let mut parts = Vec::with_capacity(named.len());
     for &oid in named {
         // Moved, padded, large, gone or damaged: the slower path says which.
-        let range = cairn_storage::record::object::home_record(&image, oid).ok()??;
+        let Some(range) = cairn_storage::record::object::home_record(&image, oid).ok().flatten() else {
+            return Whole::Cannot;
+        };
         let bytes = image[range].to_vec();
         parts.push(fetched_part(&oid.to_bytes(), bytes.len() as u64, Some(bytes), 0));
     }
     let right = core.callbacks.register(state.client, Resource::Page(page));
     if right == 0 {
-        return None;
+        return Whole::Cannot;
     }
-    Some(Ok((parts, (page, right, image))))
+    Whole::Goes(parts, (page, right, image))
 }
 
 /// OBJ_FETCH in [`OBJ_S_PAGE_AHEAD`]: each page named that can go whole
@@ -331,10 +346,10 @@ fn read_ahead(
     let mut whole = Vec::with_capacity(pages.len());
     for &page in pages {
         match page_whole(core, state, &mut t, &[], page, from) {
-            Some(Ok((_, w))) => whole.push(w),
-            Some(Err(e)) => return Some(Err(fault(e))),
-            None if from == ImageFrom::Pool => left.push(page),
-            None => {}
+            Whole::Goes(_, w) => whole.push(w),
+            Whole::Failed(e) => return Some(Err(fault(e))),
+            Whole::NotInPool => left.push(page),
+            Whole::Cannot => {}
         }
     }
     Some(Ok(whole))
