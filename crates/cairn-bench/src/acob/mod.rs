@@ -40,7 +40,7 @@
 //! | `generate.rs` | [`AcobConfig`], the [`Set`] (where every record lives, what every leaf references), the plans [`scan_order`], [`random_read`], [`random_update`] as lists of [`Visit`]s |
 //! | `findings.rs` | the paper's findings checked on the rows as yes/no lines with their figures (only those the sweeps run can tell) |
 //! | `plot.rs` | `--plot DIR`: the paper's figures as PNGs (time and round trips against the swept value, a line per system) |
-//! | `run.rs` | `cairn bench acob`: the sweeps' points, each built once by the embedded engine and copied for every system, the three steps from cold caches with the seed reset, timed with the client's counters (each `--repeat N` times, the median reported); the table and the JSON |
+//! | `run.rs` | `cairn bench acob`: the sweeps' points, each built once by the embedded engine and copied for every system, the three steps from cold caches with the seed reset, timed with the client's counters (each `--repeat N` times, the systems taking turns repeat by repeat, the median reported); the table and the JSON |
 //! | `store.rs` | a set stored in Cairn (records of 106 bytes, 35 to a page, in the planned layout, placement checked) and a plan run against any architecture's transaction ([`store::AcobTxn`]), each record checked against the plan |
 //! | `systems.rs` | the architectures under test over one directory (embedded, and page, object and file clients of a `cairn serve` child), buffers sized in pages, cold caches on demand |
 //! | `tests.rs` | the generator's unit tests |

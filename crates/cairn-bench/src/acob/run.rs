@@ -218,46 +218,53 @@ pub fn run(cfg: &AcobRun, mut progress: impl FnMut(&str)) -> Result<Vec<Row>, Sy
             client_pages: p.client_buffer_pages,
             server_pages: cfg.server_buffer_pages,
         };
+        // Every system's copy first, then each step run on one system
+        // after the other, repeat by repeat: a drift of the shared
+        // machine's speed falls on all the systems alike, not on the one
+        // whose repeats it happens to overlap.
+        let mut systems = Vec::with_capacity(cfg.systems.len());
         for &arch in &cfg.systems {
-            progress(&format!(
-                "{} f={} region={} client={} smeared={} {}",
-                p.sweep,
-                p.clustering,
-                p.region,
-                p.client_buffer_pages,
-                p.smeared,
-                arch.name()
-            ));
             let here = point_dir.join(arch.name());
             copy_dir(&built, &here.join("db")).map_err(|e| io(format!("copying {}", built.display()), e))?;
             let mut sys = System::start(arch, &here, &cfg.cairn_exe, buffers)?;
-            for &query in &cfg.queries {
-                rows.push(median_step(&mut sys, *p, query, &sets, &stored, cfg)?);
-            }
-            sys.stop()?;
-            std::fs::remove_dir_all(&here).map_err(|e| io(format!("removing {}", here.display()), e))?;
+            sys.end_step()?;
+            systems.push(sys);
         }
+        let mut point_rows: Vec<Vec<Row>> = systems.iter().map(|_| Vec::new()).collect();
+        for &query in &cfg.queries {
+            let mut runs: Vec<Vec<Row>> = systems.iter().map(|_| Vec::new()).collect();
+            for _ in 0..cfg.repeat.max(1) {
+                for (sys, runs) in systems.iter_mut().zip(&mut runs) {
+                    progress(&format!(
+                        "{} f={} region={} client={} smeared={} {} {}",
+                        p.sweep,
+                        p.clustering,
+                        p.region,
+                        p.client_buffer_pages,
+                        p.smeared,
+                        query.name(),
+                        sys.arch().name()
+                    ));
+                    runs.push(step(sys, *p, query, &sets, &stored, cfg.seed)?);
+                }
+            }
+            for (runs, rows) in runs.into_iter().zip(&mut point_rows) {
+                rows.push(median(runs));
+            }
+        }
+        for sys in systems {
+            sys.stop()?;
+        }
+        rows.extend(point_rows.into_iter().flatten());
         std::fs::remove_dir_all(&point_dir).map_err(|e| io(format!("removing {}", point_dir.display()), e))?;
     }
     Ok(rows)
 }
 
-/// [`step`] `cfg.repeat` times (at least once): the run of median time,
-/// with its counters.
-fn median_step(
-    sys: &mut System,
-    point: Point,
-    query: Query,
-    sets: &[Set],
-    stored: &[StoredSet],
-    cfg: &AcobRun,
-) -> Result<Row, SystemError> {
-    let mut runs = Vec::with_capacity(cfg.repeat.max(1));
-    for _ in 0..cfg.repeat.max(1) {
-        runs.push(step(sys, point, query, sets, stored, cfg.seed)?);
-    }
+/// The run of median time of `runs` (at least one), with its counters.
+fn median(mut runs: Vec<Row>) -> Row {
     runs.sort_by(|a, b| a.ms.total_cmp(&b.ms));
-    Ok(runs.swap_remove(runs.len() / 2))
+    runs.swap_remove(runs.len() / 2)
 }
 
 /// One step: cold caches, the seed reset, the query over sets A–E (one
@@ -500,8 +507,9 @@ pub struct AcobArgs {
     /// The Park–Miller seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Runs of each step, from cold caches each; the median is reported
-    /// (the machines are shared and noisy).
+    /// Runs of each step, from cold caches each, the systems taking turns
+    /// run by run; the median is reported (the machines are shared and
+    /// noisy).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub repeat: u32,
     /// Where to create the scratch databases (default: the temp directory).
