@@ -447,3 +447,87 @@ fn a_refused_flush_dooms_the_transaction_and_nothing_of_it_remains() {
     drop(store);
     server.stop();
 }
+
+/// A transaction's changes are bounded in the client: past the bound the
+/// ones kept go to the server ahead of the commit (OBJ_FLUSH) and the
+/// client lets go of them. The transaction still reads its own changes,
+/// commits all of them or, aborted, none; an after-image longer than a
+/// message is refused and the transaction goes on. For the object and the
+/// adaptive client, against a server that takes 64 KiB a message.
+#[test]
+fn a_transaction_larger_than_the_clients_bound_sends_its_changes_ahead_and_commits_or_aborts_whole() {
+    use cairn::remote::AdaptivePolicy;
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_BODY_MAX", "65536")]);
+    let url = parse_url(&format!("cairn://{}", server.addr)).unwrap();
+    let other = object_client(&server);
+    let all = seed(&other, 3000);
+    let clients = [
+        ("object", object_client(&server)),
+        (
+            "adaptive",
+            ObjectStore::connect_adaptive(url, b"", 1 << 20, AdaptivePolicy::default()).unwrap(),
+        ),
+    ];
+    for ((name, store), oids) in clients.iter().zip(all.chunks(1500)) {
+        let value = |i: usize| vec![i as u8 ^ 0x5a; 200];
+        // 1,500 after-images of 200 bytes: over five 64 KiB messages.
+        let before = store.stats().round_trips;
+        let mut t = store.begin().unwrap();
+        for (i, &o) in oids.iter().enumerate() {
+            t.update(o, &value(i)).unwrap();
+        }
+        let sent_ahead = store.stats().round_trips - before;
+        assert!(
+            sent_ahead >= 5,
+            "{name}: changes sent ahead in {sent_ahead} round trips"
+        );
+        t.delete(oids[0]).unwrap();
+        // Its own changes, sent ahead or not, and the object it deleted.
+        for i in [1, 2, 700, 1499] {
+            assert_eq!(t.read(oids[i]).unwrap(), value(i), "{name}: object {i}");
+        }
+        assert_eq!(t.read_for_update(oids[3]).unwrap(), value(3), "{name}");
+        assert!(matches!(t.read(oids[0]), Err(Error::NotFound { .. })), "{name}");
+        // Sent ahead with the next ones: still known as gone.
+        for (i, &o) in oids.iter().enumerate().skip(6) {
+            t.update(o, &value(i)).unwrap();
+        }
+        assert!(matches!(t.update(oids[0], b"x"), Err(Error::NotFound { .. })), "{name}");
+        // An after-image longer than a message: refused, nothing lost.
+        match t.update(oids[5], &vec![1; 70_000]) {
+            Err(Error::LimitExceeded { value, limit, .. }) => assert!(value > limit, "{name}"),
+            r => panic!("{name}: an after-image over the message bound must be refused: {r:?}"),
+        }
+        assert_eq!(t.read(oids[5]).unwrap(), value(5), "{name}");
+        t.commit().unwrap();
+
+        // Another client sees all of it.
+        let mut r = other.begin().unwrap();
+        assert!(r.read_many(&oids[..1]).unwrap()[0].is_none(), "{name}: deleted");
+        let got = r.read_many(&oids[1..]).unwrap();
+        for (i, g) in got.iter().enumerate() {
+            assert_eq!(g.as_deref(), Some(&value(i + 1)[..]), "{name}: object {}", i + 1);
+        }
+        r.commit().unwrap();
+
+        // Aborted after sending changes ahead: none of it stays, and no
+        // lock of it holds a writer off.
+        let mut t = store.begin().unwrap();
+        for &o in &oids[1..] {
+            t.update(o, &[0xee; 200]).unwrap();
+        }
+        t.abort().unwrap();
+        let mut w = other.begin().unwrap();
+        let got = w.read_many(&oids[1..]).unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let i = i + 1;
+            assert_eq!(g.as_deref(), Some(&value(i)[..]), "{name}: object {i} after the abort");
+        }
+        w.update(oids[1], b"written after the abort").unwrap();
+        w.commit().unwrap();
+    }
+    drop(clients);
+    drop(other);
+    server.stop();
+}

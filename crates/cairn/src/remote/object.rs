@@ -44,7 +44,10 @@ use super::cover::callback_daemon;
 use super::object_rights::{answer_object_callback, FetchInFlight, RightsState};
 use super::RemoteStats;
 
+mod changes;
 mod fetch;
+
+pub use changes::CHANGES_KEPT_MIN;
 
 /// What the typed layer runs when the client loses its right to an object
 /// (its decoded copies are stale from then on).
@@ -173,6 +176,7 @@ impl ObjectStore {
             read_kept: 0,
             exclusive: FxHashMap::default(),
             changes: BTreeMap::new(),
+            changes_bytes: 0,
             pinned: FxHashSet::default(),
             ahead: std::collections::VecDeque::new(),
             sequence: Sequence::default(),
@@ -267,8 +271,11 @@ pub struct ObjectTxn {
     read_kept: usize,
     /// Objects locked X on the server.
     exclusive: FxHashMap<Oid, ()>,
-    /// After-images (`None`: deleted), sent at commit.
+    /// After-images (`None`: deleted), sent at commit (or ahead of it
+    /// past a bound, `object/changes.rs`).
     changes: BTreeMap<Oid, Option<Vec<u8>>>,
+    /// Bytes the changes take in a message.
+    changes_bytes: usize,
     /// Pages it changed an object of, an adaptive client's: what it read
     /// of them, and the client keeps of them, stays until it ends (the
     /// page client keeps its changed pages whole the same way).
@@ -672,6 +679,11 @@ impl ObjectTxn {
         if !self.exclusive.contains_key(&oid) {
             self.store.before_write(self.id, &[oid])?;
             self.fetch(&[oid], OBJ_X)?;
+        } else if !self.read.contains_key(&oid) {
+            // Its change went ahead of the commit and was let go of
+            // (`object/changes.rs`): the server has this transaction's
+            // version.
+            self.fetch(&[oid], OBJ_X)?;
         }
         self.whole(oid)?.ok_or(Error::NotFound { oid })
     }
@@ -783,12 +795,10 @@ impl ObjectTxn {
     /// Replaces the object's bytes (sent at commit).
     pub fn update(&mut self, oid: Oid, bytes: &[u8]) -> Result<()> {
         self.check_active()?;
-        if matches!(self.changes.get(&oid), Some(None)) {
+        if self.deleted(oid) {
             return Err(Error::NotFound { oid });
         }
-        self.changes.insert(oid, Some(bytes.to_vec()));
-        self.pin(oid);
-        Ok(())
+        self.change(oid, Some(bytes.to_vec()))
     }
 
     /// An adaptive client keeps the objects of a page its transaction
@@ -802,12 +812,19 @@ impl ObjectTxn {
     /// Deletes the object (at commit).
     pub fn delete(&mut self, oid: Oid) -> Result<()> {
         self.check_active()?;
-        if matches!(self.changes.get(&oid), Some(None)) {
+        if self.deleted(oid) {
             return Err(Error::NotFound { oid });
         }
-        self.changes.insert(oid, None);
-        self.pin(oid);
-        Ok(())
+        self.change(oid, None)
+    }
+
+    /// True if this transaction deleted the object (the delete kept, or
+    /// sent ahead of the commit).
+    fn deleted(&self, oid: Oid) -> bool {
+        match self.changes.get(&oid) {
+            Some(c) => c.is_none(),
+            None => self.exclusive.contains_key(&oid) && matches!(self.read.get(&oid), Some(Read::Missing)),
+        }
     }
 
     /// The OIDs of `group`'s objects (as this transaction sees them on the
@@ -828,56 +845,6 @@ impl ObjectTxn {
             .map(Oid::from_bytes)
             .filter(|o| !matches!(self.changes.get(o), Some(None)))
             .collect())
-    }
-
-    /// Sends the changes kept so far to the server, which applies them in
-    /// this transaction (not committed): a server-side method that follows
-    /// sees them (DeWitt et al. §2.2: the method must see the transaction's
-    /// own changes). They are this transaction's reads from now on.
-    pub fn flush_changes(&mut self) -> Result<()> {
-        self.check_active()?;
-        if self.changes.is_empty() {
-            return Ok(());
-        }
-        let oids: Vec<Oid> = self.changes.keys().copied().collect();
-        self.store.before_write(self.id, &oids)?;
-        self.wrote = true;
-        let changes = std::mem::take(&mut self.changes);
-        let wire = changes
-            .iter()
-            .map(|(oid, c)| match c {
-                Some(bytes) => Change::Update {
-                    oid: oid.to_bytes(),
-                    bytes: bytes.clone(),
-                },
-                None => Change::Delete { oid: oid.to_bytes() },
-            })
-            .collect();
-        self.on_server = true;
-        let sent = self.store.call_one(
-            &ObjectRequest::Flush {
-                txn: self.id,
-                changes: wire,
-            },
-            self.id,
-        );
-        if let Err(e) = sent {
-            // The server may have applied some of them: the transaction
-            // cannot go on knowing what it changed.
-            self.doomed = Some(format!("sending its changes to the server failed: {e}"));
-            return Err(e);
-        }
-        for (oid, c) in changes {
-            self.exclusive.insert(oid, ());
-            self.keep(
-                oid,
-                match c {
-                    Some(bytes) => Read::Whole(Arc::from(bytes)),
-                    None => Read::Missing,
-                },
-            );
-        }
-        Ok(())
     }
 
     /// Runs a server-side method (encoded by [`crate::methods`]) in this

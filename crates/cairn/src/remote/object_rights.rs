@@ -804,6 +804,17 @@ impl ObjectStore {
         lock(&self.rights).txns.entry(txn).or_default().pinned.insert(page);
     }
 
+    /// `txn` (an adaptive client's) sent its changes ahead of its commit
+    /// and let go of them: the pages it pinned count against the bound
+    /// again.
+    pub(super) fn unpin_pages(&self, txn: u64) {
+        let mut st = lock(&self.rights);
+        if let Some(v) = st.txns.get_mut(&txn) {
+            v.pinned.clear();
+            st.pinned_bytes = 0;
+        }
+    }
+
     /// `txn`'s end was sent (a commit's answered): its bookkeeping goes.
     pub(super) fn txn_ended(&self, txn: u64) {
         let dropped = {

@@ -160,7 +160,8 @@ impl ServerChild {
         ServerChild::start_with(path, &[])
     }
 
-    /// Starts one with extra environment variables (`CAIRN_TEST_TXN_BYTES_MAX`).
+    /// Starts one with extra environment variables (`CAIRN_TEST_TXN_BYTES_MAX`,
+    /// `CAIRN_TEST_BODY_MAX`, …).
     pub fn start_with(path: &Path, env: &[(&str, &str)]) -> ServerChild {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut child = Command::new(exe)
@@ -268,6 +269,10 @@ fn serve_child_process() {
         config.callback_rights_max = n;
     }
     let server = Arc::new(PageServer::new(db.clone(), &config));
+    let mut limits = Limits::default();
+    if let Some(n) = std::env::var("CAIRN_TEST_BODY_MAX").ok().and_then(|v| v.parse().ok()) {
+        limits.body_max = n;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -290,7 +295,7 @@ fn serve_child_process() {
                 let _ = rx.await;
             },
             server,
-            Limits::default(),
+            limits,
         )
         .await;
     });

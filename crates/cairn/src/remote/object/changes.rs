@@ -1,0 +1,146 @@
+//! An object-protocol transaction's changes: after-images kept by the
+//! client and sent in the OBJ_COMMIT. They are bounded: past
+//! [`ObjectTxn::changes_kept_max`] bytes the ones kept go to the server
+//! ahead of the commit (OBJ_FLUSH: the server applies them in the
+//! transaction, not committed, its private pages spilling to its own file
+//! past its bound) and the client lets go of them, so a transaction of any
+//! size keeps a bounded part of it in the client's memory and no message
+//! carries more than the server takes in one.
+
+use std::sync::Arc;
+
+use cairn_net::object_service::{Change, ObjectRequest};
+use cairn_storage::{Error, Oid, Result};
+
+use super::{ObjectTxn, Read};
+
+/// The least a transaction keeps of after-images before it sends them
+/// ahead of its commit: 1 MiB (the client's cache bound if that is
+/// larger, at most what one message may carry).
+pub const CHANGES_KEPT_MIN: usize = 1 << 20;
+
+/// Room in a message for all but the changes.
+const BODY_OVERHEAD: usize = 64;
+
+/// Room in a message for a change's OID, kind and length.
+const CHANGE_OVERHEAD: usize = 32;
+
+/// The bytes a change takes in a message, at most.
+fn change_size(after: &Option<Vec<u8>>) -> usize {
+    CHANGE_OVERHEAD + after.as_ref().map_or(0, Vec::len)
+}
+
+impl ObjectTxn {
+    /// Bytes of changes one request may carry (the server's message bound,
+    /// from its welcome).
+    fn changes_per_message(&self) -> usize {
+        (self.store.conn.client.welcome().body_max as usize).saturating_sub(BODY_OVERHEAD)
+    }
+
+    /// Bytes of after-images kept before they are sent ahead of the
+    /// commit: the client's cache bound, at least [`CHANGES_KEPT_MIN`], at
+    /// most what one message carries.
+    pub(super) fn changes_kept_max(&self) -> usize {
+        self.store
+            .rights_bytes_max
+            .max(CHANGES_KEPT_MIN)
+            .min(self.changes_per_message())
+    }
+
+    /// Keeps `after` (`None`: deleted) as the object's change, sending the
+    /// changes kept so far to the server first if it would take them past
+    /// [`ObjectTxn::changes_kept_max`]. An after-image longer than one
+    /// message carries is refused (nothing changes, the transaction goes
+    /// on).
+    pub(super) fn change(&mut self, oid: Oid, after: Option<Vec<u8>>) -> Result<()> {
+        let size = change_size(&after);
+        let per_message = self.changes_per_message();
+        if size > per_message {
+            return Err(Error::LimitExceeded {
+                what: "bytes of an object's after-image (an object-server client sends each in one message)",
+                value: size as u64,
+                limit: per_message as u64,
+            });
+        }
+        let replaced = self.changes.get(&oid).map_or(0, change_size);
+        if self.changes_bytes - replaced + size > self.changes_kept_max() {
+            self.send_changes(false)?;
+        }
+        if let Some(old) = self.changes.insert(oid, after) {
+            self.changes_bytes -= change_size(&old);
+        }
+        self.changes_bytes += size;
+        self.pin(oid);
+        Ok(())
+    }
+
+    /// Sends the changes kept so far to the server, which applies them in
+    /// this transaction (not committed): a server-side method that follows
+    /// sees them (DeWitt et al. §2.2: the method must see the transaction's
+    /// own changes). They are this transaction's reads from now on.
+    pub fn flush_changes(&mut self) -> Result<()> {
+        self.send_changes(true)
+    }
+
+    /// OBJ_FLUSH of the changes kept (in one message: they are bounded by
+    /// [`ObjectTxn::changes_kept_max`]). With `keep` the after-images stay
+    /// as the transaction's reads; without, the client lets go of them (and
+    /// of the pages it pinned): a later read asks the server, which answers
+    /// with this transaction's own version. A deleted object stays known
+    /// as gone either way.
+    fn send_changes(&mut self, keep: bool) -> Result<()> {
+        self.check_active()?;
+        if self.changes.is_empty() {
+            return Ok(());
+        }
+        let oids: Vec<Oid> = self.changes.keys().copied().collect();
+        self.store.before_write(self.id, &oids)?;
+        self.wrote = true;
+        let changes = std::mem::take(&mut self.changes);
+        self.changes_bytes = 0;
+        // What the transaction knows of them once sent.
+        let mut after = Vec::with_capacity(changes.len());
+        let wire = changes
+            .into_iter()
+            .map(|(oid, c)| match c {
+                Some(bytes) => {
+                    after.push((oid, keep.then(|| Read::Whole(Arc::from(&bytes[..])))));
+                    Change::Update {
+                        oid: oid.to_bytes(),
+                        bytes,
+                    }
+                }
+                None => {
+                    after.push((oid, Some(Read::Missing)));
+                    Change::Delete { oid: oid.to_bytes() }
+                }
+            })
+            .collect();
+        self.on_server = true;
+        let sent = self.store.call_one(
+            &ObjectRequest::Flush {
+                txn: self.id,
+                changes: wire,
+            },
+            self.id,
+        );
+        if let Err(e) = sent {
+            // The server may have applied some of them: the transaction
+            // cannot go on knowing what it changed.
+            self.doomed = Some(format!("sending its changes to the server failed: {e}"));
+            return Err(e);
+        }
+        for (oid, read) in after {
+            self.exclusive.insert(oid, ());
+            match read {
+                Some(read) => self.keep(oid, read),
+                None => self.forget(oid),
+            }
+        }
+        if !keep && !self.pinned.is_empty() {
+            self.pinned.clear();
+            self.store.unpin_pages(self.id);
+        }
+        Ok(())
+    }
+}
