@@ -531,3 +531,49 @@ fn a_transaction_larger_than_the_clients_bound_sends_its_changes_ahead_and_commi
     drop(other);
     server.stop();
 }
+
+/// What a transaction creates counts against the client's bound like what
+/// it reads: past it the created objects' bytes are let go of, a later
+/// read brings the transaction's own version from the server (one round
+/// trip), and the client takes no right to it there — aborted, the objects
+/// are gone for every later transaction of the client, not served from its
+/// cache.
+#[test]
+fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right() {
+    use cairn::remote::AdaptivePolicy;
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let url = parse_url(&format!("cairn://{}", server.addr)).unwrap();
+    let clients = [
+        ("object", ObjectStore::connect(url.clone(), b"", 64 << 10).unwrap()),
+        (
+            "adaptive",
+            ObjectStore::connect_adaptive(url, b"", 64 << 10, AdaptivePolicy::default()).unwrap(),
+        ),
+    ];
+    for (name, store) in &clients {
+        // 2,000 objects of 200 bytes: six times the 64 KiB bound.
+        let mut t = store.begin().unwrap();
+        let oids: Vec<Oid> = (0..2000)
+            .map(|i| t.create(GroupId::DEFAULT, None, &[i as u8; 200]).unwrap())
+            .collect();
+        let before = store.stats().round_trips;
+        assert_eq!(t.read(oids[0]).unwrap(), vec![0u8; 200], "{name}");
+        assert!(
+            store.stats().round_trips > before,
+            "{name}: the first object was let go of and read again from the server"
+        );
+        assert_eq!(t.read(oids[1999]).unwrap(), vec![1999u16 as u8; 200], "{name}");
+        t.abort().unwrap();
+        let mut t = store.begin().unwrap();
+        for &o in [oids[0], oids[1], oids[1999]].iter() {
+            assert!(
+                matches!(t.read(o), Err(Error::NotFound { .. })),
+                "{name}: an aborted create must not be read back from the cache"
+            );
+        }
+        t.commit().unwrap();
+    }
+    drop(clients);
+    server.stop();
+}

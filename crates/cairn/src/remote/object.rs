@@ -14,6 +14,10 @@
 //!   changes from itself. An object longer than the server sends whole
 //!   crosses only in the ranges asked for ([`ObjectTxn::read_range`]).
 //! - **Creates** go to the server at once (the OID is the server's to give).
+//! - **Bounded**: what a transaction read or created is let go of past the
+//!   client's cache bound (`ObjectTxn::trim`: read again from the
+//!   server, never under a right while the transaction holds it X), and
+//!   its after-images past theirs (`object/changes.rs`).
 //! - **Updates and deletes** are kept as after-images and travel in the
 //!   OBJ_COMMIT; the server takes the X locks it does not hold yet, applies
 //!   them, logs the changed records and answers once durable.
@@ -259,15 +263,14 @@ pub struct ObjectTxn {
     /// Set when the server may hold part of what the transaction sent (a
     /// flush that failed half-way): only abort is left.
     doomed: Option<String>,
-    /// Objects read from the server (`None`: no such object; an object too
-    /// long to send whole is kept as its length only).
+    /// Objects read from the server or created (`None`: no such object; an
+    /// object too long to send whole is kept as its length only).
     read: FxHashMap<Oid, Read>,
-    /// Bytes of the objects in `read`: past the client's cache bound the
-    /// ones not locked X are let go at the next read (see
-    /// [`ObjectTxn::trim`]).
+    /// Bytes of the objects in `read`: past the client's cache bound they
+    /// are let go at the next read or create (see [`ObjectTxn::trim`]).
     read_bytes: usize,
-    /// Bytes [`ObjectTxn::trim`] kept last time (locked X, or on pinned
-    /// pages): they are over the bound, not counted against it.
+    /// Bytes [`ObjectTxn::trim`] kept last time (on pinned pages): they
+    /// are over the bound, not counted against it.
     read_kept: usize,
     /// Objects locked X on the server.
     exclusive: FxHashMap<Oid, ()>,
@@ -433,10 +436,13 @@ impl ObjectTxn {
     }
 
     /// Past the client's bound on cached bytes, lets go of the objects this
-    /// transaction read and does not hold X on: a later read asks again
-    /// (from the client's cache, or the server, where the transaction's S
-    /// lock keeps the object as it was). A transaction's reads are so
-    /// bounded like the client's cache, not kept whole for its duration.
+    /// transaction read or created: a later read asks again (from the
+    /// client's cache, or the server, where the transaction's lock keeps
+    /// the object as it was, or as this transaction made it — the client
+    /// takes no right to an object the transaction holds X on). A
+    /// transaction's reads are so bounded like the client's cache, not
+    /// kept whole for its duration. Kept: the objects of pages an adaptive
+    /// transaction pinned, and the objects it deleted (as gone; no bytes).
     /// Called before a read, never between a fetch and its use.
     fn trim(&mut self) {
         if self.read_bytes <= self.store.rights_bytes_max + self.read_kept {
@@ -444,7 +450,7 @@ impl ObjectTxn {
         }
         let (exclusive, pinned) = (&self.exclusive, &self.pinned);
         self.read
-            .retain(|o, _| exclusive.contains_key(o) || pinned.contains(&o.page));
+            .retain(|o, r| pinned.contains(&o.page) || (exclusive.contains_key(o) && matches!(r, Read::Missing)));
         self.read_bytes = self.read.values().map(Read::bytes).sum();
         self.read_kept = self.read_bytes;
     }
@@ -574,7 +580,9 @@ impl ObjectTxn {
             let oid = Oid::from_bytes(&f.oid);
             let read = Read::of(&f);
             if let (Read::Whole(bytes), r @ 1..) = (&read, f.right) {
-                store.take_object(oid, r, bytes);
+                if !self.exclusive.contains_key(&oid) {
+                    store.take_object(oid, r, bytes);
+                }
             }
             if self.changes.contains_key(&oid) || self.read.contains_key(&oid) {
                 continue;
@@ -775,6 +783,8 @@ impl ObjectTxn {
     /// its OID.
     pub fn create(&mut self, group: GroupId, near: Option<Oid>, bytes: &[u8]) -> Result<Oid> {
         self.check_active()?;
+        // What it created counts against the bound as what it read.
+        self.trim();
         self.on_server = true;
         self.wrote = true;
         let body = self.store.call_one(

@@ -123,8 +123,13 @@ impl ObjectTxn {
                 if mode == OBJ_X && f.found {
                     self.exclusive.insert(oid, ());
                 }
+                // Never a right to an object this transaction holds X on:
+                // what the server sent may be its own uncommitted version
+                // (an object it created, read again once let go of).
                 if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
-                    store.take_object(oid, r, bytes);
+                    if !self.exclusive.contains_key(&oid) {
+                        store.take_object(oid, r, bytes);
+                    }
                 }
                 if let (Some(a), Read::Whole(b)) = (&store.adaptive, &read) {
                     super::super::lock(a).note_object_bytes(b.len());
@@ -200,7 +205,7 @@ impl ObjectTxn {
             e.1 += usize::from(!asked);
             let read = Read::of(f);
             if let Read::Whole(b) = &read {
-                if f.right != 0 {
+                if f.right != 0 && !self.exclusive.contains_key(&oid) {
                     kept.push((oid, f.right, b.clone()));
                 }
                 if asked {
