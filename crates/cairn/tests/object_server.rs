@@ -564,9 +564,30 @@ fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right()
             "{name}: the first object was let go of and read again from the server"
         );
         assert_eq!(t.read(oids[1999]).unwrap(), vec![1999u16 as u8; 200], "{name}");
+        // An index lookup that finds an object the transaction created
+        // brings it with a right the client must not take either.
+        let root = {
+            let mut r = store.begin().unwrap();
+            let root = r.tree_create(GroupId::DEFAULT, false).unwrap();
+            r.commit().unwrap();
+            root
+        };
+        let found = t.create(GroupId::DEFAULT, None, b"found by its key").unwrap();
+        t.tree_apply(
+            root,
+            vec![cairn_net::object_service::TreeOp::Insert {
+                key: b"key".to_vec(),
+                value: found.to_bytes().to_vec(),
+            }],
+        )
+        .unwrap();
+        assert_eq!(
+            t.tree_get_objects(root, b"key", 1).unwrap(),
+            vec![found.to_bytes().to_vec()]
+        );
         t.abort().unwrap();
         let mut t = store.begin().unwrap();
-        for &o in [oids[0], oids[1], oids[1999]].iter() {
+        for &o in [oids[0], oids[1], oids[1999], found].iter() {
             assert!(
                 matches!(t.read(o), Err(Error::NotFound { .. })),
                 "{name}: an aborted create must not be read back from the cache"
