@@ -415,7 +415,8 @@ impl ObjectStore {
     /// True if the client holds a right to the object (the typed layer may
     /// trust its decoded copy): `txn` reads it under the right from now on.
     pub(super) fn holds_object(&self, txn: u64, oid: Oid) -> bool {
-        self.use_object(txn, oid).is_some()
+        // (Nothing copied: only whether it is there, read under the right.)
+        self.with_object(txn, oid, |_| ()).is_some()
     }
 
     /// The values of `key` in the tree at `root`, if a lookup's answer is
