@@ -231,9 +231,22 @@ impl Transaction<'_> {
                 }
             }
         }
-        // Changed by this transaction, moved, large, older schema, of
-        // another class or missing: the owned path says which, and its
-        // value is viewed through a copy.
+        // Not read in place (an object-server client's transaction, or a
+        // page this one changed): the record copied once, if it is stored
+        // whole at this class's schema version, and checked as the view
+        // is built — not decoded into a value and encoded again.
+        let current = header(c);
+        let copied = self.txn.read_with(oid, |bytes| {
+            (bytes.get(..HEADER_SIZE) == Some(&current[..]))
+                .then(|| (bytes.len(), Arc::<[u8]>::from(&bytes[HEADER_SIZE..])))
+        })?;
+        if let Some((len, fields)) = copied {
+            inner.check_len(oid, len as u64)?;
+            let end = fields.len();
+            return crate::view::Obj::new(fields, 0..end, oid).map_err(|source| Error::Decode { oid, source });
+        }
+        // Moved, large, older schema, of another class or missing: the
+        // owned path says which, and its value is viewed through a copy.
         let (value, _) = self.fetch::<T>(oid)?;
         copy_of(oid, &value)
     }
