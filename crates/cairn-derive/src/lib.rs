@@ -388,6 +388,8 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
             type View<'__cairn_a> = #view_ident<'__cairn_a>;
             const FIXED_SIZE: ::core::option::Option<usize> =
                 ::cairn::view::sum_fixed(&[#(<#tys as ::cairn::codec::Field>::FIXED_SIZE),*]);
+            const MIN_SIZE: usize =
+                ::cairn::view::sum_min(&[#(<#tys as ::cairn::codec::Field>::MIN_SIZE),*]);
 
             fn check(__cairn_r: &mut ::cairn::codec::Reader<'_>) -> ::core::result::Result<(), ::cairn::codec::DecodeError> {
                 #(#checks)*

@@ -260,6 +260,16 @@ pub trait Field: Sized {
     /// The number of bytes every encoding of this type takes, if that is
     /// fixed (numbers, `bool`, `Ref`, structs of those).
     const FIXED_SIZE: Option<usize> = None;
+    /// The fewest bytes any encoding of this type takes:
+    /// [`crate::fields::min_encoded_size`] of its [`Field::type_desc`],
+    /// known without building the descriptor (a sequence's count is
+    /// checked against it at every decode). The fixed size if there is
+    /// one, else a length, count or tag byte; a derived struct sums its
+    /// fields'.
+    const MIN_SIZE: usize = match Self::FIXED_SIZE {
+        Some(n) => n,
+        None => 1,
+    };
     /// The stored type, for the catalog.
     fn type_desc() -> TypeDesc;
     /// Appends the encoding.

@@ -322,7 +322,7 @@ impl<T: Field> Field for Vec<T> {
     }
 
     fn check(r: &mut Reader<'_>) -> Result<(), DecodeError> {
-        crate::view::seq::check::<T>(r, "sequence", min_encoded_size(&T::type_desc()))
+        crate::view::seq::check::<T>(r, "sequence", T::MIN_SIZE)
     }
 
     fn skip(b: &[u8]) -> usize {
@@ -343,7 +343,7 @@ impl<T: Field> Field for Vec<T> {
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         // The count is checked against the bytes left, at the element type's
         // minimum size, before the vector is allocated.
-        let n = r.get_count("sequence", min_encoded_size(&T::type_desc()))?;
+        let n = r.get_count("sequence", T::MIN_SIZE)?;
         let mut v = Vec::with_capacity(n);
         for _ in 0..n {
             v.push(T::decode(r)?);
@@ -694,6 +694,12 @@ mod tests {
     fn round_trip<T: Field + PartialEq + std::fmt::Debug>(x: T) {
         let b = enc(&x);
         assert!(b.len() >= min_encoded_size(&T::type_desc()));
+        assert_eq!(
+            T::MIN_SIZE,
+            min_encoded_size(&T::type_desc()),
+            "{}",
+            std::any::type_name::<T>()
+        );
         assert_eq!(dec::<T>(&b).unwrap(), x);
         let mut r = Reader::new(&b);
         let v = decode_value(&T::type_desc(), &mut r).unwrap();

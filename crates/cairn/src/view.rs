@@ -86,6 +86,18 @@ pub const fn sum_fixed(sizes: &[Option<usize>]) -> Option<usize> {
     Some(total)
 }
 
+/// The least size of a struct whose fields take at least these sizes
+/// (saturating).
+pub const fn sum_min(sizes: &[usize]) -> usize {
+    let mut total: usize = 0;
+    let mut i = 0;
+    while i < sizes.len() {
+        total = total.saturating_add(sizes[i]);
+        i += 1;
+    }
+    total
+}
+
 /// The length of a sequence of `n` encoded `T`s at the start of `b`.
 #[inline]
 fn skip_items<T: Field>(b: &[u8], n: u64) -> usize {

@@ -450,3 +450,33 @@ fn views_read_what_get_reads_and_follow_changes(b: Backend) {
     db.close().unwrap();
     site.check();
 }
+
+/// A derived struct's least encoded size, known as a constant, is the one
+/// its type descriptor gives (sequence counts are checked against it).
+#[test]
+fn a_derived_structs_least_size_is_its_descriptors() {
+    use cairn::fields::min_encoded_size;
+    use cairn::Field;
+    #[derive(Persistent, Debug, Clone, PartialEq)]
+    struct Fixed {
+        a: u64,
+        b: Ref<Part>,
+        c: bool,
+    }
+    #[derive(Persistent, Debug, Clone, PartialEq)]
+    struct Nested {
+        fixed: Fixed,
+        conns: Vec<Connection>,
+        name: String,
+        maybe: Option<u16>,
+    }
+    assert_eq!(Connection::MIN_SIZE, min_encoded_size(&Connection::type_desc()));
+    assert_eq!(
+        <Part as Field>::MIN_SIZE,
+        min_encoded_size(&<Part as Field>::type_desc())
+    );
+    assert_eq!(Fixed::MIN_SIZE, min_encoded_size(&Fixed::type_desc()));
+    assert_eq!(Fixed::MIN_SIZE, 8 + 10 + 1);
+    assert_eq!(Nested::MIN_SIZE, min_encoded_size(&Nested::type_desc()));
+    assert_eq!(Nested::MIN_SIZE, 19 + 1 + 1 + 1);
+}
