@@ -231,11 +231,22 @@ impl Transaction<'_> {
                 }
             }
         }
-        // Not read in place (an object-server client's transaction, or a
-        // page this one changed): the record copied once, if it is stored
-        // whole at this class's schema version, and checked as the view
-        // is built — not decoded into a value and encoded again.
         let current = header(c);
+        // An object-server client's transaction: the record's bytes as the
+        // client holds them (the kept object or its page's image), shared,
+        // if stored whole at this class's schema version, and checked as
+        // the view is built.
+        if let Some(Some((bytes, at))) = self.txn.read_shared(oid)? {
+            if bytes.get(at.start..at.start + HEADER_SIZE) == Some(&current[..]) {
+                inner.check_len(oid, at.len() as u64)?;
+                let range = at.start + HEADER_SIZE..at.end;
+                return crate::view::Obj::new(bytes, range, oid).map_err(|source| Error::Decode { oid, source });
+            }
+        }
+        // Not read in place (a page this transaction changed): the record
+        // copied once, if it is stored whole at this class's schema
+        // version, and checked as the view is built — not decoded into a
+        // value and encoded again.
         let copied = self.txn.read_with(oid, |bytes| {
             (bytes.get(..HEADER_SIZE) == Some(&current[..]))
                 .then(|| (bytes.len(), Arc::<[u8]>::from(&bytes[HEADER_SIZE..])))

@@ -127,6 +127,20 @@ impl Tx {
         }
     }
 
+    /// An object-server transaction's bytes of `oid`, shared, not copied
+    /// (`None`: no such object; see `ObjectTxn::read_shared`). `None` of
+    /// a page-based transaction (its views read in place in the dual
+    /// buffer's images).
+    pub(crate) fn read_shared(
+        &mut self,
+        oid: Oid,
+    ) -> StorageResult<Option<Option<(Arc<[u8]>, std::ops::Range<usize>)>>> {
+        match self {
+            Tx::Pages(_) => Ok(None),
+            Tx::Objects(t) => t.read_shared(oid).map(Some),
+        }
+    }
+
     /// Takes what reading `oid` needs before a copy of it cached by another
     /// transaction may be trusted: the home page's shared lock (a writer
     /// removes the object from the caches under its exclusive lock). False

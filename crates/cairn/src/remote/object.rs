@@ -677,6 +677,39 @@ impl ObjectTxn {
         self.read_many(&[oid])?.pop().flatten().ok_or(Error::NotFound { oid })
     }
 
+    /// The object's bytes shared, not copied (`None`: no such object):
+    /// an `Arc` and the object's range in it — the kept object, the image
+    /// of its page held under a right, or what this transaction read. Its
+    /// own uncommitted change is copied (it may change again).
+    pub fn read_shared(&mut self, oid: Oid) -> Result<Option<(Arc<[u8]>, std::ops::Range<usize>)>> {
+        self.check_active()?;
+        if let Some(c) = self.changes.get(&oid) {
+            return Ok(c.as_deref().map(|b| (Arc::from(b), 0..b.len())));
+        }
+        // Under a right and not read by this transaction yet: shared
+        // straight from the client's cache, not kept again as its read
+        // (as `read`).
+        if !self.read.contains_key(&oid) {
+            if let Some(shared) = self.store.share_object(self.id, oid) {
+                self.store.note_reads(&[oid]);
+                return Ok(Some(shared));
+            }
+        }
+        self.trim();
+        if !self.local(oid) {
+            self.fetch(&[oid], OBJ_S)?;
+        }
+        self.store.note_reads(&[oid]);
+        match self.read.get(&oid) {
+            Some(Read::Whole(b)) => Ok(Some((b.clone(), 0..b.len()))),
+            Some(Read::Missing) => Ok(None),
+            _ => Ok(self.whole(oid)?.map(|b| {
+                let n = b.len();
+                (Arc::from(b), 0..n)
+            })),
+        }
+    }
+
     /// The object's bytes, locked X on the server (the caller is about to
     /// change it: no S→X upgrade later).
     pub fn read_for_update(&mut self, oid: Oid) -> Result<Vec<u8>> {

@@ -281,7 +281,8 @@ impl RightsState {
 /// place in its page's image.
 enum Bytes<'a> {
     Shared(&'a Arc<[u8]>),
-    InImage(&'a [u8]),
+    /// A page's image and the object's range in it.
+    InImage(&'a Arc<[u8]>, std::ops::Range<usize>),
 }
 
 pub(super) struct FetchInFlight(Arc<ObjectStore>);
@@ -325,7 +326,7 @@ impl ObjectStore {
     pub(super) fn use_object(&self, txn: u64, oid: Oid) -> Option<Arc<[u8]>> {
         self.with_object(txn, oid, |b| match b {
             Bytes::Shared(a) => a.clone(),
-            Bytes::InImage(b) => Arc::from(b),
+            Bytes::InImage(image, r) => Arc::from(&image[r]),
         })
     }
 
@@ -335,7 +336,17 @@ impl ObjectStore {
     pub(super) fn copy_object(&self, txn: u64, oid: Oid) -> Option<Vec<u8>> {
         self.with_object(txn, oid, |b| match b {
             Bytes::Shared(a) => a.to_vec(),
-            Bytes::InImage(b) => b.to_vec(),
+            Bytes::InImage(image, r) => image[r].to_vec(),
+        })
+    }
+
+    /// The object's bytes, shared, if the client holds a right to it: the
+    /// kept object whole, or its page's image and the object's range in it
+    /// — nothing copied. `txn` reads it under the right from now on.
+    pub(super) fn share_object(&self, txn: u64, oid: Oid) -> Option<(Arc<[u8]>, std::ops::Range<usize>)> {
+        self.with_object(txn, oid, |b| match b {
+            Bytes::Shared(a) => (a.clone(), 0..a.len()),
+            Bytes::InImage(image, r) => (image.clone(), r),
         })
     }
 
@@ -378,7 +389,7 @@ impl ObjectStore {
         c.stamp = now;
         let bytes = c.bytes.as_ref()?;
         let out = match range {
-            Some(r) => f(Bytes::InImage(&bytes[r])),
+            Some(r) => f(Bytes::InImage(bytes, r)),
             None => f(Bytes::Shared(bytes)),
         };
         self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
