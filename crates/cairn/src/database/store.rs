@@ -131,10 +131,7 @@ impl Tx {
     /// (`None`: no such object; see `ObjectTxn::read_shared`). `None` of
     /// a page-based transaction (its views read in place in the dual
     /// buffer's images).
-    pub(crate) fn read_shared(
-        &mut self,
-        oid: Oid,
-    ) -> StorageResult<Option<Option<(Arc<[u8]>, std::ops::Range<usize>)>>> {
+    pub(crate) fn read_shared(&mut self, oid: Oid) -> StorageResult<Option<Option<crate::remote::SharedBytes>>> {
         match self {
             Tx::Pages(_) => Ok(None),
             Tx::Objects(t) => t.read_shared(oid).map(Some),

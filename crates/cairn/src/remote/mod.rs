@@ -83,7 +83,7 @@ mod object_rights;
 
 pub use adaptive::{AdaptivePolicy, AdaptiveStats, FetchMode, READ_AHEAD_MAX};
 pub use conn::{parse_url, RemoteDevice, RemoteStats};
-pub use object::{ObjectLostHook, ObjectStore, ObjectTxn, CACHED_OBJECT_BYTES_DEFAULT, CHANGES_KEPT_MIN};
+pub use object::{ObjectLostHook, ObjectStore, ObjectTxn, SharedBytes, CACHED_OBJECT_BYTES_DEFAULT, CHANGES_KEPT_MIN};
 
 use conn::VolumeFile;
 

@@ -61,6 +61,10 @@ pub type ObjectLostHook = Arc<dyn Fn(Oid) + Send + Sync>;
 /// across transactions (64 MiB).
 pub const CACHED_OBJECT_BYTES_DEFAULT: usize = 64 << 20;
 
+/// An object's bytes shared, not copied: an `Arc` (the object, or its
+/// page's image) and the object's range in it.
+pub type SharedBytes = (Arc<[u8]>, std::ops::Range<usize>);
+
 /// An object-server client: one connection to `cairn serve`.
 pub struct ObjectStore {
     pub(super) conn: Arc<Connection>,
@@ -681,7 +685,7 @@ impl ObjectTxn {
     /// an `Arc` and the object's range in it — the kept object, the image
     /// of its page held under a right, or what this transaction read. Its
     /// own uncommitted change is copied (it may change again).
-    pub fn read_shared(&mut self, oid: Oid) -> Result<Option<(Arc<[u8]>, std::ops::Range<usize>)>> {
+    pub fn read_shared(&mut self, oid: Oid) -> Result<Option<SharedBytes>> {
         self.check_active()?;
         if let Some(c) = self.changes.get(&oid) {
             return Ok(c.as_deref().map(|b| (Arc::from(b), 0..b.len())));

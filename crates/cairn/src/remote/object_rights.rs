@@ -343,7 +343,7 @@ impl ObjectStore {
     /// The object's bytes, shared, if the client holds a right to it: the
     /// kept object whole, or its page's image and the object's range in it
     /// — nothing copied. `txn` reads it under the right from now on.
-    pub(super) fn share_object(&self, txn: u64, oid: Oid) -> Option<(Arc<[u8]>, std::ops::Range<usize>)> {
+    pub(super) fn share_object(&self, txn: u64, oid: Oid) -> Option<super::object::SharedBytes> {
         self.with_object(txn, oid, |b| match b {
             Bytes::Shared(a) => (a.clone(), 0..a.len()),
             Bytes::InImage(image, r) => (image.clone(), r),
