@@ -598,3 +598,77 @@ fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right()
     drop(clients);
     server.stop();
 }
+
+/// Index changes kept to send later cost no round trip of their own: the
+/// transaction's lookups of a key they change send them first, a commit
+/// sends them in one TREE_APPLY per tree, an abort never sends them, and
+/// one the server refuses fails the request that sends it and dooms the
+/// transaction (nothing of it remains).
+#[test]
+fn index_changes_kept_to_send_later_cost_no_round_trip_and_commit_or_abort_with_the_transaction() {
+    use cairn_net::object_service::TreeOp;
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start(&dir.path().join("db"));
+    let store = object_client(&server);
+    let other = object_client(&server);
+    let root = {
+        let mut t = store.begin().unwrap();
+        let root = t.tree_create(GroupId::DEFAULT, false).unwrap();
+        t.commit().unwrap();
+        root
+    };
+    let insert = |k: u32| TreeOp::Insert {
+        key: k.to_be_bytes().to_vec(),
+        value: vec![k as u8],
+    };
+    let mut t = store.begin().unwrap();
+    let before = store.stats().round_trips;
+    for k in 0..100u32 {
+        t.tree_apply_later(root, vec![insert(k)]).unwrap();
+    }
+    assert_eq!(store.stats().round_trips, before, "kept, not sent");
+    // A lookup of another key goes alone; one of a key kept sends them.
+    assert!(t.tree_get(root, &1000u32.to_be_bytes(), 1).unwrap().is_empty());
+    assert_eq!(store.stats().round_trips, before + 1);
+    assert_eq!(t.tree_get(root, &7u32.to_be_bytes(), 1).unwrap(), vec![vec![7u8]]);
+    assert_eq!(store.stats().round_trips, before + 3, "one TREE_APPLY, then the lookup");
+    for k in 100..200u32 {
+        t.tree_apply_later(root, vec![insert(k)]).unwrap();
+    }
+    let mut n = 0;
+    t.tree_range(root, std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, |_, _| {
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, 200, "a range sends them first");
+    for k in 200..300u32 {
+        t.tree_apply_later(root, vec![insert(k)]).unwrap();
+    }
+    t.commit().unwrap();
+    let mut r = other.begin().unwrap();
+    assert_eq!(
+        r.tree_get(root, &299u32.to_be_bytes(), 1).unwrap(),
+        vec![vec![299u32 as u8]]
+    );
+    r.commit().unwrap();
+
+    // Aborted: never sent, nothing of it.
+    let mut t = store.begin().unwrap();
+    t.tree_apply_later(root, vec![insert(5000)]).unwrap();
+    t.abort().unwrap();
+    // Refused when sent (not a tree): the commit fails, the transaction
+    // is gone, and the change kept with it for the real tree too.
+    let data = seed(&store, 1)[0];
+    let mut t = store.begin().unwrap();
+    t.tree_apply_later(root, vec![insert(6000)]).unwrap();
+    t.tree_apply_later(data.page, vec![insert(1)]).unwrap();
+    assert!(t.commit().is_err(), "a change of something that is no tree is refused");
+    let mut r = other.begin().unwrap();
+    for k in [5000u32, 6000] {
+        assert!(r.tree_get(root, &k.to_be_bytes(), 1).unwrap().is_empty(), "{k}");
+    }
+    r.commit().unwrap();
+    drop((store, other));
+    server.stop();
+}

@@ -677,7 +677,7 @@ impl<'db> Transaction<'db> {
     /// pages may have changed before it.
     fn change_tree(&mut self, tree: &cairn_storage::btree::BTree, ops: Vec<TreeOp>) -> Result<()> {
         let mut pages = Vec::new();
-        let r = self.txn.tree_apply(tree, ops, &mut pages);
+        let r = self.txn.index_apply(tree, ops, &mut pages);
         self.inner.index_cache.tree(tree.root()).changed(&pages);
         Ok(r?)
     }

@@ -138,6 +138,22 @@ impl Tx {
         }
     }
 
+    /// Applies `ops` to an index tree: at once for a page-based transaction
+    /// (`changed` collects the pages), kept to send with the next request
+    /// that needs them for an object-server one
+    /// (`ObjectTxn::tree_apply_later`).
+    pub(crate) fn index_apply(
+        &mut self,
+        tree: &BTree,
+        ops: Vec<TreeOp>,
+        changed: &mut Vec<PageId>,
+    ) -> StorageResult<()> {
+        match self {
+            Tx::Pages(t) => StoreOps::tree_apply(t, tree, ops, changed),
+            Tx::Objects(t) => t.tree_apply_later(tree.root(), ops),
+        }
+    }
+
     /// Takes what reading `oid` needs before a copy of it cached by another
     /// transaction may be trusted: the home page's shared lock (a writer
     /// removes the object from the caches under its exclusive lock). False

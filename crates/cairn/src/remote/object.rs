@@ -37,7 +37,7 @@ use cairn_net::object_service::{
     decode_entries, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, NO_OID, OBJ_S, OBJ_X,
     READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
-use cairn_net::page_service::{decode_groups, decode_pages, PageRequest, VolumeInfo, NO_GROUP};
+use cairn_net::page_service::{decode_groups, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
 use cairn_storage::fxhash::{FxHashMap, FxHashSet};
 use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
@@ -50,6 +50,7 @@ use super::RemoteStats;
 
 mod changes;
 mod fetch;
+mod trees;
 
 pub use changes::CHANGES_KEPT_MIN;
 
@@ -185,6 +186,8 @@ impl ObjectStore {
             exclusive: FxHashMap::default(),
             changes: BTreeMap::new(),
             changes_bytes: 0,
+            tree_later: Vec::new(),
+            tree_later_bytes: 0,
             pinned: FxHashSet::default(),
             ahead: std::collections::VecDeque::new(),
             sequence: Sequence::default(),
@@ -283,6 +286,10 @@ pub struct ObjectTxn {
     changes: BTreeMap<Oid, Option<Vec<u8>>>,
     /// Bytes the changes take in a message.
     changes_bytes: usize,
+    /// Changes of B+-trees kept to send later, per root, in order
+    /// (`object/trees.rs`), and the bytes they take.
+    tree_later: Vec<(PageId, Vec<TreeOp>)>,
+    tree_later_bytes: usize,
     /// Pages it changed an object of, an adaptive client's: what it read
     /// of them, and the client keeps of them, stays until it ends (the
     /// page client keeps its changed pages whole the same way).
@@ -501,30 +508,14 @@ impl ObjectTxn {
         Ok(PageId(u32::from_le_bytes(r)))
     }
 
-    /// Applies `ops` to the tree at `root`, in order, in one request.
-    pub fn tree_apply(&mut self, root: PageId, ops: Vec<TreeOp>) -> Result<()> {
-        if ops.is_empty() {
-            return Ok(());
-        }
-        self.check_active()?;
-        self.store.before_tree_write(self.id, root)?;
-        self.wrote = true;
-        let body = self.tree_call(&ObjectRequest::TreeApply {
-            txn: self.id,
-            root: root.0,
-            ops,
-        })?;
-        let pages = decode_pages(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
-        let pages: Vec<PageId> = pages.into_iter().map(PageId).collect();
-        self.store.tree_written(self.id, root, Some(&pages));
-        Ok(())
-    }
-
     /// The values of `key` in the tree at `root`, at most `limit` (kept
     /// across transactions under a right on the leaf when the server gives
     /// one: then no round trip).
     pub fn tree_get(&mut self, root: PageId, key: &[u8], limit: u32) -> Result<Vec<Vec<u8>>> {
         self.check_active()?;
+        if self.tree_later_touches(root, key) {
+            self.send_tree_later(Some(root))?;
+        }
         if let Some(mut values) = self.store.use_lookup(self.id, root, key) {
             values.truncate(limit.max(1) as usize);
             return Ok(values);
@@ -541,6 +532,9 @@ impl ObjectTxn {
     /// under rights: then no round trip at all.
     pub fn tree_get_objects(&mut self, root: PageId, key: &[u8], limit: u32) -> Result<Vec<Vec<u8>>> {
         self.check_active()?;
+        if self.tree_later_touches(root, key) {
+            self.send_tree_later(Some(root))?;
+        }
         self.trim();
         if let Some(values) = self.store.use_lookup(self.id, root, key) {
             let in_hand = values
@@ -610,6 +604,7 @@ impl ObjectTxn {
     ) -> Result<()> {
         use std::ops::Bound;
         const BATCH: u32 = 4096;
+        self.send_tree_later(Some(root))?;
         let mut lo = lo;
         let mut after = None;
         loop {
@@ -642,20 +637,7 @@ impl ObjectTxn {
         }
     }
 
-    /// Frees every page of the tree at `root`.
-    pub fn tree_destroy(&mut self, root: PageId) -> Result<()> {
-        self.check_active()?;
-        self.store.before_tree_write(self.id, root)?;
-        self.wrote = true;
-        self.tree_call(&ObjectRequest::TreeDestroy {
-            txn: self.id,
-            root: root.0,
-        })?;
-        self.store.tree_written(self.id, root, None);
-        Ok(())
-    }
-
-    fn tree_call(&mut self, req: &ObjectRequest) -> Result<bytes::Bytes> {
+    pub(super) fn tree_call(&mut self, req: &ObjectRequest) -> Result<bytes::Bytes> {
         self.check_active()?;
         self.on_server = true;
         self.store.call_one(req, self.id)
@@ -899,6 +881,7 @@ impl ObjectTxn {
     /// encoded answer.
     pub fn method(&mut self, method: Vec<u8>) -> Result<Vec<u8>> {
         self.flush_changes()?;
+        self.send_tree_later(None)?;
         self.on_server = true;
         let body = self
             .store
@@ -911,6 +894,7 @@ impl ObjectTxn {
     pub fn commit(mut self) -> Result<()> {
         self.check_active()?;
         self.settle_ahead();
+        self.send_tree_later(None)?;
         let oids: Vec<Oid> = self.changes.keys().copied().collect();
         if !oids.is_empty() {
             self.store.before_write(self.id, &oids)?;

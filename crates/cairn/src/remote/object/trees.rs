@@ -1,0 +1,129 @@
+//! An object-protocol transaction's B+-tree changes: applied on the
+//! server at once (TREE_APPLY, TREE_DESTROY), or — the changes the typed
+//! layer makes to its indexes as objects change — kept by the client and
+//! sent together in one TREE_APPLY per tree: before this transaction reads
+//! the tree where they matter (a lookup of a key they change, a range),
+//! before any change applied at once to the tree, before a server-side
+//! method, at commit, and past a bound. An index insert so costs no round
+//! trip of its own (OO1's insert: one per part before).
+
+use cairn_net::object_service::{ObjectRequest, TreeOp};
+use cairn_net::page_service::decode_pages;
+use cairn_storage::{PageId, Result};
+
+use super::ObjectTxn;
+
+/// The bytes a tree change takes in a TREE_APPLY, at most.
+fn op_size(op: &TreeOp) -> usize {
+    16 + match op {
+        TreeOp::Insert { key, value } => key.len() + value.len(),
+        TreeOp::Delete { key, value } => key.len() + value.as_ref().map_or(0, Vec::len),
+    }
+}
+
+/// The key a tree change is about.
+fn op_key(op: &TreeOp) -> &[u8] {
+    match op {
+        TreeOp::Insert { key, .. } | TreeOp::Delete { key, .. } => key,
+    }
+}
+
+impl ObjectTxn {
+    /// Applies `ops` to the tree at `root`, in order, in one request (after
+    /// the changes of that tree kept to send later).
+    pub fn tree_apply(&mut self, root: PageId, ops: Vec<TreeOp>) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.check_active()?;
+        self.send_tree_later(Some(root))?;
+        self.apply_now(root, ops)
+    }
+
+    /// TREE_APPLY of `ops`; the pages it changed drop the lookups the
+    /// client keeps under them.
+    fn apply_now(&mut self, root: PageId, ops: Vec<TreeOp>) -> Result<()> {
+        self.store.before_tree_write(self.id, root)?;
+        self.wrote = true;
+        let body = self.tree_call(&ObjectRequest::TreeApply {
+            txn: self.id,
+            root: root.0,
+            ops,
+        })?;
+        let pages = decode_pages(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
+        let pages: Vec<PageId> = pages.into_iter().map(PageId).collect();
+        self.store.tree_written(self.id, root, Some(&pages));
+        Ok(())
+    }
+
+    /// Keeps `ops` to the tree at `root` to send later (see the module
+    /// docs): this transaction sees them in every read of the tree, the
+    /// server once they are sent; an error in them is reported by the
+    /// request that sends them, and dooms the transaction. From now on no
+    /// other transaction of the client uses a lookup of the tree it keeps.
+    pub fn tree_apply_later(&mut self, root: PageId, ops: Vec<TreeOp>) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.check_active()?;
+        self.store.before_tree_write(self.id, root)?;
+        self.wrote = true;
+        let size: usize = ops.iter().map(op_size).sum();
+        if self.tree_later_bytes + size > self.changes_kept_max() {
+            self.send_tree_later(None)?;
+        }
+        self.tree_later_bytes += size;
+        match self.tree_later.iter_mut().find(|(r, _)| *r == root) {
+            Some((_, kept)) => kept.extend(ops),
+            None => self.tree_later.push((root, ops)),
+        }
+        Ok(())
+    }
+
+    /// True if a change of the tree at `root` kept to send later is about
+    /// `key` (a lookup of it must send them first).
+    pub(super) fn tree_later_touches(&self, root: PageId, key: &[u8]) -> bool {
+        self.tree_later
+            .iter()
+            .any(|(r, ops)| *r == root && ops.iter().any(|op| op_key(op) == key))
+    }
+
+    /// Sends the changes kept of the tree at `root` (of every tree:
+    /// `None`), one TREE_APPLY per tree. A failure dooms the transaction
+    /// (the server may hold part of them).
+    pub(super) fn send_tree_later(&mut self, root: Option<PageId>) -> Result<()> {
+        if self.tree_later.is_empty() {
+            return Ok(());
+        }
+        let (send, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.tree_later)
+            .into_iter()
+            .partition(|(r, _)| root.is_none_or(|x| x == *r));
+        self.tree_later = keep;
+        self.tree_later_bytes = self.tree_later.iter().flat_map(|(_, ops)| ops).map(op_size).sum();
+        for (r, ops) in send {
+            if let Err(e) = self.apply_now(r, ops) {
+                self.doomed = Some(format!("sending its index changes to the server failed: {e}"));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees every page of the tree at `root` (its changes kept to send
+    /// later go with it).
+    pub fn tree_destroy(&mut self, root: PageId) -> Result<()> {
+        self.check_active()?;
+        if let Some(i) = self.tree_later.iter().position(|(r, _)| *r == root) {
+            let (_, ops) = self.tree_later.swap_remove(i);
+            self.tree_later_bytes -= ops.iter().map(op_size).sum::<usize>();
+        }
+        self.store.before_tree_write(self.id, root)?;
+        self.wrote = true;
+        self.tree_call(&ObjectRequest::TreeDestroy {
+            txn: self.id,
+            root: root.0,
+        })?;
+        self.store.tree_written(self.id, root, None);
+        Ok(())
+    }
+}
