@@ -132,6 +132,10 @@ pub struct PageServer {
 struct Core {
     db: Arc<Db>,
     txn_bytes_max: u64,
+    /// Bytes a reply built from many entries (a B+-tree range, a key's
+    /// values and their objects) may take: the message bound, less room
+    /// for its framing.
+    reply_bytes_max: usize,
     callbacks: Callbacks,
     sessions: Mutex<HashMap<ClientId, Arc<SessionState>>>,
 }
@@ -257,6 +261,7 @@ impl PageServer {
         let core = Arc::new(Core {
             db,
             txn_bytes_max: config.txn_bytes_max,
+            reply_bytes_max: (config.limits.body_max as usize).saturating_sub(1024).max(1024),
             callbacks: Callbacks::new(config.callback_rights_max),
             sessions: Mutex::new(HashMap::new()),
         });

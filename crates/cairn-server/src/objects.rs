@@ -757,10 +757,21 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
         } => {
             let tree = BTree::open(t, PageId(root))?;
             let mut values = Vec::new();
+            let mut bytes = 0usize;
             tree.get_each(t, &key, |v| {
+                bytes += v.len() + 8;
                 values.push(v.to_vec());
                 values.len() < limit as usize
             })?;
+            // No "more" in this reply: values past the message bound are
+            // an error, not left out (a range reads any number).
+            if bytes > core.reply_bytes_max {
+                return Err(Error::LimitExceeded {
+                    what: "bytes of one key's values in a TREE_GET reply (ask for fewer, or read them as a range)",
+                    value: bytes as u64,
+                    limit: core.reply_bytes_max as u64,
+                });
+            }
             let leaves = match values.len() {
                 0 => Vec::new(),
                 n => leaf_rights(core, state, t, &tree, &key, n)?,
@@ -779,9 +790,17 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
                     page: PageId(root),
                     reason: format!("a value of {} bytes in a tree of OIDs", v.len()),
                 })?;
-                let (len, bytes) = read_one(t, oid_of(&o), false)?;
-                let right = grant(core, state, t, oid_of(&o), &bytes);
-                parts.push(fetched_part(&o, len, bytes, right));
+                let (len, mut whole) = read_one(t, oid_of(&o), false)?;
+                // Past the message bound the rest go as their lengths
+                // alone (read by range, or fetched, when wanted).
+                let size = whole.as_ref().map_or(0, Vec::len) + 64;
+                if bytes + size > core.reply_bytes_max {
+                    whole = None;
+                } else {
+                    bytes += size;
+                }
+                let right = grant(core, state, t, oid_of(&o), &whole);
+                parts.push(fetched_part(&o, len, whole, right));
             }
             Ok(ValuesAndObjects {
                 values,
@@ -806,6 +825,7 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
                 Direction::Forward,
             )?;
             let mut entries = Vec::new();
+            let mut bytes = 0usize;
             let mut more = false;
             let resume_key = match (&lo, &after) {
                 (std::ops::Bound::Included(k), Some(_)) => Some(k.clone()),
@@ -817,10 +837,14 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
                         continue;
                     }
                 }
-                if entries.len() == limit as usize {
+                // Past the count asked for or the message bound: the
+                // client asks again from the last entry sent.
+                let size = e.0.len() + e.1.len() + 8;
+                if entries.len() == limit as usize || (!entries.is_empty() && bytes + size > core.reply_bytes_max) {
                     more = true;
                     break;
                 }
+                bytes += size;
                 entries.push(e);
             }
             Ok(encode_entries(&entries, more))

@@ -672,3 +672,77 @@ fn index_changes_kept_to_send_later_cost_no_round_trip_and_commit_or_abort_with_
     drop((store, other));
     server.stop();
 }
+
+/// A TREE_APPLY larger than the server's message bound crosses in as many
+/// requests as it needs, in order; a single change longer than a message
+/// is refused before anything is sent (the transaction goes on). A range
+/// reply stops at the bound (the client asks on from there), and a lookup
+/// bringing objects sends those past it as lengths.
+#[test]
+fn b_tree_requests_and_replies_larger_than_a_message_cross_in_several() {
+    use cairn_net::object_service::TreeOp;
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_BODY_MAX", "65536")]);
+    let store = object_client(&server);
+    let mut t = store.begin().unwrap();
+    let root = t.tree_create(GroupId::DEFAULT, false).unwrap();
+    // 1,200 entries of ~120 bytes: about 150 KiB, three messages at least.
+    let ops: Vec<TreeOp> = (0..1200u32)
+        .map(|k| TreeOp::Insert {
+            key: k.to_be_bytes().to_vec(),
+            value: vec![k as u8; 100],
+        })
+        .collect();
+    let before = store.stats().round_trips;
+    t.tree_apply(root, ops).unwrap();
+    assert!(store.stats().round_trips - before >= 3, "split into several requests");
+    let too_long = TreeOp::Insert {
+        key: b"long".to_vec(),
+        value: vec![0; 70_000],
+    };
+    assert!(matches!(
+        t.tree_apply(root, vec![too_long]),
+        Err(Error::LimitExceeded { .. })
+    ));
+    t.commit().unwrap();
+    let mut t = store.begin().unwrap();
+    let mut n = 0u32;
+    t.tree_range(root, std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, |k, v| {
+        assert_eq!(k, n.to_be_bytes(), "in order");
+        assert_eq!(v, vec![n as u8; 100]);
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, 1200);
+    t.commit().unwrap();
+
+    // One key naming 60 objects of 2 KiB (120 KiB): the lookup that
+    // brings the objects sends those past the message bound as lengths,
+    // read when wanted; all values come.
+    let mut t = store.begin().unwrap();
+    let objs: Vec<Oid> = (0..60u8)
+        .map(|i| t.create(GroupId::DEFAULT, None, &[i; 2048]).unwrap())
+        .collect();
+    let ops = objs
+        .iter()
+        .map(|o| TreeOp::Insert {
+            key: b"many".to_vec(),
+            value: o.to_bytes().to_vec(),
+        })
+        .collect();
+    t.tree_apply(root, ops).unwrap();
+    t.commit().unwrap();
+    let reader = object_client(&server);
+    let mut t = reader.begin().unwrap();
+    let values = t.tree_get_objects(root, b"many", 100).unwrap();
+    assert_eq!(values.len(), 60);
+    for (i, v) in values.iter().enumerate() {
+        let o = Oid::from_exact(v).unwrap();
+        let at = objs.iter().position(|x| *x == o).unwrap();
+        assert_eq!(t.read(o).unwrap(), vec![at as u8; 2048], "object {i}");
+    }
+    t.commit().unwrap();
+    drop((store, reader));
+    server.stop();
+}

@@ -236,7 +236,7 @@ impl Connection {
             // Refused before sending: the connection is fine, the request
             // (a COMMIT of a very large transaction) is over the limit.
             cairn_net::Error::TooLarge { len, max } => Error::LimitExceeded {
-                what: "bytes in one page-service request (a COMMIT carries the whole transaction)",
+                what: "bytes in one request to the server (its message bound)",
                 value: len as u64,
                 limit: u64::from(max),
             },

@@ -268,11 +268,12 @@ fn serve_child_process() {
     {
         config.callback_rights_max = n;
     }
-    let server = Arc::new(PageServer::new(db.clone(), &config));
     let mut limits = Limits::default();
     if let Some(n) = std::env::var("CAIRN_TEST_BODY_MAX").ok().and_then(|v| v.parse().ok()) {
         limits.body_max = n;
     }
+    config.limits = limits.clone();
+    let server = Arc::new(PageServer::new(db.clone(), &config));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -33,7 +33,7 @@ fn change_size(after: &Option<Vec<u8>>) -> usize {
 impl ObjectTxn {
     /// Bytes of changes one request may carry (the server's message bound,
     /// from its welcome).
-    fn changes_per_message(&self) -> usize {
+    pub(super) fn changes_per_message(&self) -> usize {
         (self.store.conn.client.welcome().body_max as usize).saturating_sub(BODY_OVERHEAD)
     }
 

@@ -9,7 +9,7 @@
 
 use cairn_net::object_service::{ObjectRequest, TreeOp};
 use cairn_net::page_service::decode_pages;
-use cairn_storage::{PageId, Result};
+use cairn_storage::{Error, PageId, Result};
 
 use super::ObjectTxn;
 
@@ -40,19 +40,52 @@ impl ObjectTxn {
         self.apply_now(root, ops)
     }
 
-    /// TREE_APPLY of `ops`; the pages it changed drop the lookups the
-    /// client keeps under them.
+    /// TREE_APPLY of `ops`, in as many requests as the server's message
+    /// bound asks (in order: the same as one); the pages each changed drop
+    /// the lookups the client keeps under them.
     fn apply_now(&mut self, root: PageId, ops: Vec<TreeOp>) -> Result<()> {
+        let per_message = self.changes_per_message();
+        if let Some(op) = ops.iter().find(|op| op_size(op) > per_message) {
+            return Err(Error::LimitExceeded {
+                what: "bytes of a B+-tree change (each crosses in one message)",
+                value: op_size(op) as u64,
+                limit: per_message as u64,
+            });
+        }
         self.store.before_tree_write(self.id, root)?;
         self.wrote = true;
-        let body = self.tree_call(&ObjectRequest::TreeApply {
-            txn: self.id,
-            root: root.0,
-            ops,
-        })?;
-        let pages = decode_pages(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
-        let pages: Vec<PageId> = pages.into_iter().map(PageId).collect();
-        self.store.tree_written(self.id, root, Some(&pages));
+        let mut sent = false;
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        let mut ops = ops.into_iter().peekable();
+        while let Some(op) = ops.next() {
+            bytes += op_size(&op);
+            batch.push(op);
+            let full = ops.peek().is_some_and(|next| bytes + op_size(next) > per_message);
+            if full || ops.peek().is_none() {
+                bytes = 0;
+                let reply = self.tree_call(&ObjectRequest::TreeApply {
+                    txn: self.id,
+                    root: root.0,
+                    ops: std::mem::take(&mut batch),
+                });
+                let body = match reply {
+                    Ok(body) => body,
+                    Err(e) => {
+                        if sent {
+                            // Part of the changes applied: the transaction
+                            // cannot go on knowing what it changed.
+                            self.doomed = Some(format!("applying its B+-tree changes failed half-way: {e}"));
+                        }
+                        return Err(e);
+                    }
+                };
+                sent = true;
+                let pages = decode_pages(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
+                let pages: Vec<PageId> = pages.into_iter().map(PageId).collect();
+                self.store.tree_written(self.id, root, Some(&pages));
+            }
+        }
         Ok(())
     }
 
