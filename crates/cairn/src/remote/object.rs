@@ -188,6 +188,7 @@ impl ObjectStore {
             changes_bytes: 0,
             tree_later: Vec::new(),
             tree_later_bytes: 0,
+            tree_later_keys: FxHashSet::default(),
             pinned: FxHashSet::default(),
             ahead: std::collections::VecDeque::new(),
             sequence: Sequence::default(),
@@ -290,6 +291,8 @@ pub struct ObjectTxn {
     /// (`object/trees.rs`), and the bytes they take.
     tree_later: Vec<(PageId, Vec<TreeOp>)>,
     tree_later_bytes: usize,
+    /// The (root, key) pairs of `tree_later`: a lookup of one sends them.
+    tree_later_keys: FxHashSet<(PageId, Vec<u8>)>,
     /// Pages it changed an object of, an adaptive client's: what it read
     /// of them, and the client keeps of them, stays until it ends (the
     /// page client keeps its changed pages whole the same way).

@@ -106,6 +106,8 @@ impl ObjectTxn {
             self.send_tree_later(None)?;
         }
         self.tree_later_bytes += size;
+        self.tree_later_keys
+            .extend(ops.iter().map(|op| (root, op_key(op).to_vec())));
         match self.tree_later.iter_mut().find(|(r, _)| *r == root) {
             Some((_, kept)) => kept.extend(ops),
             None => self.tree_later.push((root, ops)),
@@ -116,9 +118,7 @@ impl ObjectTxn {
     /// True if a change of the tree at `root` kept to send later is about
     /// `key` (a lookup of it must send them first).
     pub(super) fn tree_later_touches(&self, root: PageId, key: &[u8]) -> bool {
-        self.tree_later
-            .iter()
-            .any(|(r, ops)| *r == root && ops.iter().any(|op| op_key(op) == key))
+        !self.tree_later_keys.is_empty() && self.tree_later_keys.contains(&(root, key.to_vec()))
     }
 
     /// Sends the changes kept of the tree at `root` (of every tree:
@@ -133,6 +133,7 @@ impl ObjectTxn {
             .partition(|(r, _)| root.is_none_or(|x| x == *r));
         self.tree_later = keep;
         self.tree_later_bytes = self.tree_later.iter().flat_map(|(_, ops)| ops).map(op_size).sum();
+        self.tree_later_keys.retain(|(r, _)| root.is_some_and(|x| x != *r));
         for (r, ops) in send {
             if let Err(e) = self.apply_now(r, ops) {
                 self.doomed = Some(format!("sending its index changes to the server failed: {e}"));
@@ -149,6 +150,7 @@ impl ObjectTxn {
         if let Some(i) = self.tree_later.iter().position(|(r, _)| *r == root) {
             let (_, ops) = self.tree_later.swap_remove(i);
             self.tree_later_bytes -= ops.iter().map(op_size).sum::<usize>();
+            self.tree_later_keys.retain(|(r, _)| *r != root);
         }
         self.store.before_tree_write(self.id, root)?;
         self.wrote = true;
