@@ -403,7 +403,8 @@ fn views_in_cached_page_images_never_show_stale_or_uncommitted_state(b: Backend)
     }
     let s = db.cache_stats();
     if !b.reads_page_images() {
-        // An object-server client's views read copies: no image to count.
+        // An object-server client's views read the client's own cache (its
+        // objects and images under rights): no dual-buffer image to count.
         return;
     }
     assert!(s.image_loads > 0 && s.image_hits > 0, "{s:?}");

@@ -236,11 +236,22 @@ impl Transaction<'_> {
         // client holds them (the kept object or its page's image), shared,
         // if stored whole at this class's schema version, and checked as
         // the view is built.
-        if let Some(Some((bytes, at))) = self.txn.read_shared(oid)? {
-            if bytes.get(at.start..at.start + HEADER_SIZE) == Some(&current[..]) {
-                inner.check_len(oid, at.len() as u64)?;
+        if let Some(Some(shared)) = self.txn.read_shared(oid)? {
+            let at = shared.range.clone();
+            if shared.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&current[..]) {
                 let range = at.start + HEADER_SIZE..at.end;
-                return crate::view::Obj::new(bytes, range, oid).map_err(|source| Error::Decode { oid, source });
+                // Checked once as this class: the client remembers it with
+                // these bytes until they go (as the dual buffer does for a
+                // page's image).
+                let mark = (u64::from(c.id) << 32) | u64::from(c.version);
+                if shared.mark == Some(mark) {
+                    return Ok(crate::view::Obj::checked(shared.bytes, range, oid));
+                }
+                inner.check_len(oid, at.len() as u64)?;
+                let obj = crate::view::Obj::new(Arc::clone(&shared.bytes), range, oid)
+                    .map_err(|source| Error::Decode { oid, source })?;
+                self.txn.mark_shared(oid, &shared, mark);
+                return Ok(obj);
             }
         }
         // Not read in place (a page this transaction changed): the record

@@ -154,6 +154,14 @@ impl Tx {
         }
     }
 
+    /// Marks `shared` (from [`Tx::read_shared`]) as checked for a view
+    /// (`ObjectTxn::mark_shared`).
+    pub(crate) fn mark_shared(&self, oid: Oid, shared: &crate::remote::SharedBytes, mark: u64) {
+        if let Tx::Objects(t) = self {
+            t.mark_shared(oid, shared, mark);
+        }
+    }
+
     /// Takes what reading `oid` needs before a copy of it cached by another
     /// transaction may be trusted: the home page's shared lock (a writer
     /// removes the object from the caches under its exclusive lock). False

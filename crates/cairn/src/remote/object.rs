@@ -62,9 +62,17 @@ pub type ObjectLostHook = Arc<dyn Fn(Oid) + Send + Sync>;
 /// across transactions (64 MiB).
 pub const CACHED_OBJECT_BYTES_DEFAULT: usize = 64 << 20;
 
-/// An object's bytes shared, not copied: an `Arc` (the object, or its
-/// page's image) and the object's range in it.
-pub type SharedBytes = (Arc<[u8]>, std::ops::Range<usize>);
+/// An object's bytes shared, not copied ([`ObjectTxn::read_shared`]).
+#[derive(Clone, Debug)]
+pub struct SharedBytes {
+    /// The object's bytes, or its page's image.
+    pub bytes: Arc<[u8]>,
+    /// The object's range in `bytes`.
+    pub range: std::ops::Range<usize>,
+    /// The mark set on these very bytes ([`ObjectTxn::mark_shared`]), if
+    /// any: the typed layer's "checked as this class and version".
+    pub mark: Option<u64>,
+}
 
 /// An object-server client: one connection to `cairn serve`.
 pub struct ObjectStore {
@@ -672,8 +680,16 @@ impl ObjectTxn {
     /// own uncommitted change is copied (it may change again).
     pub fn read_shared(&mut self, oid: Oid) -> Result<Option<SharedBytes>> {
         self.check_active()?;
+        let unmarked = |bytes: Arc<[u8]>| {
+            let range = 0..bytes.len();
+            SharedBytes {
+                bytes,
+                range,
+                mark: None,
+            }
+        };
         if let Some(c) = self.changes.get(&oid) {
-            return Ok(c.as_deref().map(|b| (Arc::from(b), 0..b.len())));
+            return Ok(c.as_deref().map(|b| unmarked(Arc::from(b))));
         }
         // Under a right and not read by this transaction yet: shared
         // straight from the client's cache, not kept again as its read
@@ -690,13 +706,18 @@ impl ObjectTxn {
         }
         self.store.note_reads(&[oid]);
         match self.read.get(&oid) {
-            Some(Read::Whole(b)) => Ok(Some((b.clone(), 0..b.len()))),
+            Some(Read::Whole(b)) => Ok(Some(unmarked(b.clone()))),
             Some(Read::Missing) => Ok(None),
-            _ => Ok(self.whole(oid)?.map(|b| {
-                let n = b.len();
-                (Arc::from(b), 0..n)
-            })),
+            _ => Ok(self.whole(oid)?.map(|b| unmarked(Arc::from(b)))),
         }
+    }
+
+    /// Sets `mark` on `shared`'s bytes if the client still holds them
+    /// under its right (not on this transaction's own copies): a later
+    /// [`ObjectTxn::read_shared`] of the same bytes, by any transaction,
+    /// gives it back. The mark goes with the bytes.
+    pub fn mark_shared(&self, oid: Oid, shared: &SharedBytes, mark: u64) {
+        self.store.mark_object(oid, &shared.bytes, mark);
     }
 
     /// The object's bytes, locked X on the server (the caller is about to

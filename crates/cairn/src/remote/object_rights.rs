@@ -65,6 +65,9 @@ struct Cached {
     /// along with its page (an adaptive client's) and is never read ages
     /// out from its arrival.
     stamp: u64,
+    /// Marks the client's user set on objects of these bytes (slot, mark:
+    /// the typed layer's "checked as this class"), reset with the bytes.
+    marks: Vec<(u16, u64)>,
 }
 
 /// A B+-tree leaf whose lookups are kept under a right.
@@ -170,6 +173,7 @@ impl RightsState {
             epoch,
             bytes: Some(bytes),
             stamp: self.clock,
+            marks: Vec::new(),
         }
     }
 
@@ -344,10 +348,36 @@ impl ObjectStore {
     /// kept object whole, or its page's image and the object's range in it
     /// — nothing copied. `txn` reads it under the right from now on.
     pub(super) fn share_object(&self, txn: u64, oid: Oid) -> Option<super::object::SharedBytes> {
-        self.with_object(txn, oid, |b| match b {
-            Bytes::Shared(a) => (a.clone(), 0..a.len()),
-            Bytes::InImage(image, r) => (image.clone(), r),
+        self.with_object_marked(txn, oid, |b, mark| {
+            let (bytes, range) = match b {
+                Bytes::Shared(a) => (a.clone(), 0..a.len()),
+                Bytes::InImage(image, r) => (image.clone(), r),
+            };
+            super::object::SharedBytes { bytes, range, mark }
         })
+    }
+
+    /// Sets `mark` on the object, if the client still holds it in `bytes`
+    /// (the kept object, or its page's image): a later
+    /// [`ObjectStore::share_object`] of the same bytes gives it back. Gone
+    /// with the bytes (a callback, an eviction, newer bytes).
+    pub(super) fn mark_object(&self, oid: Oid, bytes: &Arc<[u8]>, mark: u64) {
+        let mut st = lock(&self.rights);
+        let st = &mut *st;
+        let c = match st.objects.get_mut(&oid) {
+            Some(c) => c,
+            None => match st.pages.get_mut(&oid.page) {
+                Some(c) => c,
+                None => return,
+            },
+        };
+        if !c.bytes.as_ref().is_some_and(|b| Arc::ptr_eq(b, bytes)) {
+            return;
+        }
+        match c.marks.iter_mut().find(|(slot, _)| *slot == oid.slot.0) {
+            Some(m) => m.1 = mark,
+            None => c.marks.push((oid.slot.0, mark)),
+        }
     }
 
     /// `f` of the object's bytes, under the rights mutex (`f` must not
@@ -356,6 +386,12 @@ impl ObjectStore {
     /// whole there). `txn` reads it (or the page) under the right from now
     /// on.
     fn with_object<R>(&self, txn: u64, oid: Oid, f: impl FnOnce(Bytes<'_>) -> R) -> Option<R> {
+        self.with_object_marked(txn, oid, |b, _| f(b))
+    }
+
+    /// [`ObjectStore::with_object`], `f` also given the object's mark if
+    /// it has one ([`ObjectStore::mark_object`]).
+    fn with_object_marked<R>(&self, txn: u64, oid: Oid, f: impl FnOnce(Bytes<'_>, Option<u64>) -> R) -> Option<R> {
         let mut guard = lock(&self.rights);
         let st = &mut *guard;
         // In an image: the object's place there.
@@ -387,10 +423,11 @@ impl ObjectStore {
             None => st.objects.get_mut(&oid),
         }?;
         c.stamp = now;
+        let mark = c.marks.iter().find(|(slot, _)| *slot == oid.slot.0).map(|(_, m)| *m);
         let bytes = c.bytes.as_ref()?;
         let out = match range {
-            Some(r) => f(Bytes::InImage(bytes, r)),
-            None => f(Bytes::Shared(bytes)),
+            Some(r) => f(Bytes::InImage(bytes, r), mark),
+            None => f(Bytes::Shared(bytes), mark),
         };
         self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
         Some(out)
