@@ -232,40 +232,45 @@ impl Transaction<'_> {
             }
         }
         let current = header(c);
-        // An object-server client's transaction: the record's bytes as the
-        // client holds them (the kept object or its page's image), shared,
-        // if stored whole at this class's schema version, and checked as
-        // the view is built.
-        if let Some(Some(shared)) = self.txn.read_shared(oid)? {
-            let at = shared.range.clone();
-            if shared.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&current[..]) {
-                let range = at.start + HEADER_SIZE..at.end;
-                // Checked once as this class: the client remembers it with
-                // these bytes until they go (as the dual buffer does for a
-                // page's image).
-                let mark = (u64::from(c.id) << 32) | u64::from(c.version);
-                if shared.mark == Some(mark) {
-                    return Ok(crate::view::Obj::checked(shared.bytes, range, oid));
+        match self.txn.read_shared(oid)? {
+            // An object-server client's transaction: the record's bytes as
+            // the client holds them (the kept object or its page's image),
+            // shared, if stored whole at this class's schema version, and
+            // checked as the view is built.
+            Some(Some(shared)) => {
+                let at = shared.range.clone();
+                if shared.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&current[..]) {
+                    let range = at.start + HEADER_SIZE..at.end;
+                    // Checked once as this class: the client remembers it
+                    // with these bytes until they go (as the dual buffer
+                    // does for a page's image).
+                    let mark = (u64::from(c.id) << 32) | u64::from(c.version);
+                    if shared.mark == Some(mark) {
+                        return Ok(crate::view::Obj::checked(shared.bytes, range, oid));
+                    }
+                    inner.check_len(oid, at.len() as u64)?;
+                    let obj = crate::view::Obj::new(Arc::clone(&shared.bytes), range, oid)
+                        .map_err(|source| Error::Decode { oid, source })?;
+                    self.txn.mark_shared(oid, &shared, mark);
+                    return Ok(obj);
                 }
-                inner.check_len(oid, at.len() as u64)?;
-                let obj = crate::view::Obj::new(Arc::clone(&shared.bytes), range, oid)
-                    .map_err(|source| Error::Decode { oid, source })?;
-                self.txn.mark_shared(oid, &shared, mark);
-                return Ok(obj);
             }
-        }
-        // Not read in place (a page this transaction changed): the record
-        // copied once, if it is stored whole at this class's schema
-        // version, and checked as the view is built — not decoded into a
-        // value and encoded again.
-        let copied = self.txn.read_with(oid, |bytes| {
-            (bytes.get(..HEADER_SIZE) == Some(&current[..]))
-                .then(|| (bytes.len(), Arc::<[u8]>::from(&bytes[HEADER_SIZE..])))
-        })?;
-        if let Some((len, fields)) = copied {
-            inner.check_len(oid, len as u64)?;
-            let end = fields.len();
-            return crate::view::Obj::new(fields, 0..end, oid).map_err(|source| Error::Decode { oid, source });
+            Some(None) => {}
+            // Not read in place (a page this transaction changed): the
+            // record copied once, if it is stored whole at this class's
+            // schema version, and checked as the view is built — not
+            // decoded into a value and encoded again.
+            None => {
+                let copied = self.txn.read_with(oid, |bytes| {
+                    (bytes.get(..HEADER_SIZE) == Some(&current[..]))
+                        .then(|| (bytes.len(), Arc::<[u8]>::from(&bytes[HEADER_SIZE..])))
+                })?;
+                if let Some((len, fields)) = copied {
+                    inner.check_len(oid, len as u64)?;
+                    let end = fields.len();
+                    return crate::view::Obj::new(fields, 0..end, oid).map_err(|source| Error::Decode { oid, source });
+                }
+            }
         }
         // Moved, large, older schema, of another class or missing: the
         // owned path says which, and its value is viewed through a copy.

@@ -34,7 +34,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
-    decode_entries, decode_oids, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, NO_OID, OBJ_S, OBJ_X,
+    decode_entries, decode_oids, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, NO_OID, OBJ_S, OBJ_X,
     READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::{decode_groups, PageRequest, VolumeInfo, NO_GROUP};
@@ -938,13 +938,7 @@ impl ObjectTxn {
         }
         let changes = std::mem::take(&mut self.changes)
             .into_iter()
-            .map(|(oid, c)| match c {
-                Some(bytes) => Change::Update {
-                    oid: oid.to_bytes(),
-                    bytes,
-                },
-                None => Change::Delete { oid: oid.to_bytes() },
-            })
+            .map(|(oid, c)| changes::wire_change(oid, c))
             .collect();
         self.store
             .call_one(&ObjectRequest::Commit { txn: self.id, changes }, self.id)

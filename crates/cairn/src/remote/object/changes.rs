@@ -30,6 +30,17 @@ fn change_size(after: &Option<Vec<u8>>) -> usize {
     CHANGE_OVERHEAD + after.as_ref().map_or(0, Vec::len)
 }
 
+/// A kept change (`None`: deleted) as OBJ_FLUSH and OBJ_COMMIT carry it.
+pub(super) fn wire_change(oid: Oid, after: Option<Vec<u8>>) -> Change {
+    match after {
+        Some(bytes) => Change::Update {
+            oid: oid.to_bytes(),
+            bytes,
+        },
+        None => Change::Delete { oid: oid.to_bytes() },
+    }
+}
+
 impl ObjectTxn {
     /// Bytes of changes one request may carry (the server's message bound,
     /// from its welcome).
@@ -102,18 +113,15 @@ impl ObjectTxn {
         let mut after = Vec::with_capacity(changes.len());
         let wire = changes
             .into_iter()
-            .map(|(oid, c)| match c {
-                Some(bytes) => {
-                    after.push((oid, keep.then(|| Read::Whole(Arc::from(&bytes[..])))));
-                    Change::Update {
-                        oid: oid.to_bytes(),
-                        bytes,
-                    }
-                }
-                None => {
-                    after.push((oid, Some(Read::Missing)));
-                    Change::Delete { oid: oid.to_bytes() }
-                }
+            .map(|(oid, c)| {
+                after.push((
+                    oid,
+                    match &c {
+                        Some(bytes) => keep.then(|| Read::Whole(Arc::from(&bytes[..]))),
+                        None => Some(Read::Missing),
+                    },
+                ));
+                wire_change(oid, c)
             })
             .collect();
         self.on_server = true;

@@ -1,0 +1,64 @@
+//! Unit tests of the rights state (`object_rights.rs`).
+
+use super::*;
+
+fn oid(n: u32) -> Oid {
+    Oid::from_bytes(&[n as u8, 0, 0, 0, 1, 0, 0, 0, 0, 0])
+}
+
+/// A right called back before it arrived is not taken; a newer one is.
+#[test]
+fn revoked_rights_are_refused_and_newer_ones_taken() {
+    let mut st = RightsState::default();
+    let k = Resource::Object(oid(1));
+    st.revoked.insert(k, 7);
+    assert!(!st.take_right(k, 7, None));
+    assert!(!st.take_right(k, 0, None), "0 is no right");
+    assert!(st.take_right(k, 8, None));
+    assert!(st.take_right(k, 7, None), "the newer right replaced what was revoked");
+    // While a transaction of this client changes the object (or the
+    // leaf, or has a change of its tree on the way), no right to it is
+    // taken in.
+    st.txns.entry(5).or_default().writes.insert(k);
+    assert!(!st.take_right(k, 9, None));
+    st.txns.entry(5).or_default().trees.insert(PageId(3));
+    assert!(!st.take_right(Resource::Page(PageId(40)), 9, Some(PageId(3))));
+    assert!(st.take_right(Resource::Page(PageId(40)), 9, Some(PageId(4))));
+    st.txns.entry(5).or_default().writes.insert(Resource::Page(PageId(41)));
+    assert!(!st.take_right(Resource::Page(PageId(41)), 9, Some(PageId(4))));
+}
+
+/// Readers are named once each, never the writer itself nor an ending
+/// transaction; dropping a leaf drops its lookups.
+#[test]
+fn readers_are_named_and_leaves_take_their_lookups_along() {
+    let mut st = RightsState::default();
+    let k = Resource::Object(oid(2));
+    for (t, ending) in [(1u64, false), (2, false), (3, true)] {
+        let v = st.txns.entry(t).or_default();
+        v.reads.insert(k);
+        v.ending = ending;
+    }
+    let mut named = st.name_readers(k, 1);
+    named.sort_unstable();
+    assert_eq!(named, vec![2]);
+    assert!(st.txns[&2].named && st.txns[&2].answers_in_flight == 1);
+    assert!(!st.txns[&1].named);
+    st.leaves.insert(
+        PageId(9),
+        Leaf {
+            epoch: 4,
+            root: PageId(3),
+            keys: vec![b"a".to_vec(), b"b".to_vec()],
+        },
+    );
+    st.lookups
+        .insert((PageId(3), b"a".to_vec()), (vec![PageId(9)], vec![vec![1]]));
+    st.lookups
+        .insert((PageId(3), b"b".to_vec()), (vec![PageId(8), PageId(9)], vec![vec![2]]));
+    st.lookups
+        .insert((PageId(3), b"c".to_vec()), (vec![PageId(10)], vec![vec![3]]));
+    assert_eq!(st.drop_key(Resource::Page(PageId(9))), Some(4));
+    assert_eq!(st.lookups.len(), 1);
+    assert_eq!(st.drop_key(Resource::Page(PageId(9))), None);
+}
