@@ -164,6 +164,11 @@ struct Slot {
     obj: Option<CachedObject>,
     bytes: usize,
     last_txn: u64,
+    /// What the copy was decoded under, for an object-server client: the
+    /// epoch of the right whose bytes it was decoded from (0: none). A
+    /// transaction that did not decode or look it up itself trusts it
+    /// only while the client holds a right of that same epoch.
+    token: u64,
     referenced: bool,
     prev: u32,
     next: u32,
@@ -221,6 +226,8 @@ pub struct Hit {
     pub gen: u32,
     /// The last transaction that locked its home page.
     pub last_txn: u64,
+    /// What it was decoded under (see [`ObjectCache::insert`]).
+    pub token: u64,
 }
 
 impl ObjectCache {
@@ -267,7 +274,7 @@ impl ObjectCache {
             return None;
         }
         let obj = s.obj.clone()?;
-        let last_txn = s.last_txn;
+        let (last_txn, token) = (s.last_txn, s.token);
         self.touch(&mut st, slot);
         self.hits.fetch_add(1, Ordering::Relaxed);
         self.swizzled_hits.fetch_add(1, Ordering::Relaxed);
@@ -276,20 +283,30 @@ impl ObjectCache {
             slot,
             gen,
             last_txn,
+            token,
         })
     }
 
     /// Looks `oid` up by hash, recording `txn` as the last transaction that
-    /// locked it (the caller holds the lock).
-    pub fn lookup(&self, oid: Oid, txn: u64) -> Option<Hit> {
+    /// locked it (the caller holds the lock), if `trusted` accepts the
+    /// copy's token (what it was decoded under, [`ObjectCache::insert`]);
+    /// a copy it refuses is dropped.
+    pub fn lookup(&self, oid: Oid, txn: u64, trusted: impl FnOnce(u64) -> bool) -> Option<Hit> {
         let mut st = self.lock();
         let slot = *st.map.get(&oid)?;
+        let s = &mut st.slots[slot as usize];
+        if s.last_txn != txn && !trusted(s.token) {
+            self.invalidations.fetch_add(1, Ordering::Relaxed);
+            self.drop_slot(&mut st, slot);
+            return None;
+        }
         let s = &mut st.slots[slot as usize];
         let hit = Hit {
             obj: s.obj.clone()?,
             slot,
             gen: s.gen,
             last_txn: s.last_txn,
+            token: s.token,
         };
         s.last_txn = txn;
         self.touch(&mut st, slot);
@@ -319,14 +336,19 @@ impl ObjectCache {
         self.swizzles.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Caches a freshly read object (a fault); returns its slot and generation.
-    pub fn insert(&self, oid: Oid, obj: CachedObject, encoded_bytes: usize, txn: u64) -> (u32, u32) {
+    /// Caches a freshly read object (a fault) decoded under `token` (for
+    /// an object-server client, the epoch of the right whose bytes it was
+    /// decoded from, 0 if none; for a page-based transaction anything: its
+    /// lock decides); returns its slot and generation.
+    pub fn insert(&self, oid: Oid, obj: CachedObject, encoded_bytes: usize, txn: u64, token: u64) -> (u32, u32) {
         self.faults.fetch_add(1, Ordering::Relaxed);
         let mut st = self.lock();
         if let Some(&old) = st.map.get(&oid) {
             self.drop_slot(&mut st, old);
         }
-        self.place(&mut st, oid, obj, encoded_bytes, txn, true)
+        let (slot, gen) = self.place(&mut st, oid, obj, encoded_bytes, txn, true);
+        st.slots[slot as usize].token = token;
+        (slot, gen)
     }
 
     /// Notes a fault on `page` by transaction `txn`; true if an earlier
@@ -388,6 +410,7 @@ impl ObjectCache {
                     obj: None,
                     bytes: 0,
                     last_txn: 0,
+                    token: 0,
                     referenced: false,
                     prev: NIL,
                     next: NIL,
@@ -400,6 +423,7 @@ impl ObjectCache {
         s.obj = Some(obj);
         s.bytes = charge;
         s.last_txn = txn;
+        s.token = 0;
         s.referenced = referenced;
         let gen = s.gen;
         st.bytes += charge;

@@ -93,7 +93,7 @@ impl Transaction<'_> {
             if let Some(hit) = cache.get_slot(slot, gen, oid) {
                 // Lock first, then trust the cache: a writer removes the
                 // object under its exclusive lock.
-                let trusted = hit.last_txn == me || self.txn.lock_to_read(oid)?;
+                let trusted = hit.last_txn == me || self.txn.lock_to_read(oid)?.covers(hit.token);
                 if !trusted {
                     cache.invalidate(oid);
                 }
@@ -105,19 +105,17 @@ impl Transaction<'_> {
             }
             r.unswizzle();
         }
-        if !self.txn.lock_to_read(oid)? {
-            cache.invalidate(oid);
-        }
-        if let Some(hit) = cache.lookup(oid, me) {
+        let trust = self.txn.lock_to_read(oid)?;
+        if let Some(hit) = cache.lookup(oid, me, |token| trust.covers(token)) {
             r.swizzle(hit.slot, hit.gen);
             cache.note_swizzle();
             self.remember(hit.slot, hit.gen, oid, &hit.obj);
             return downcast(oid, hit.obj);
         }
-        let (value, len) = self.fetch::<T>(oid)?;
+        let (value, len, token) = self.fetch::<T>(oid)?;
         let value: Arc<T> = Arc::new(value);
         let obj: CachedObject = value.clone();
-        let (slot, gen) = cache.insert(oid, obj.clone(), len, me);
+        let (slot, gen) = cache.insert(oid, obj.clone(), len, me, token);
         r.swizzle(slot, gen);
         cache.note_swizzle();
         self.remember(slot, gen, oid, &obj);
@@ -274,7 +272,7 @@ impl Transaction<'_> {
         }
         // Moved, large, older schema, of another class or missing: the
         // owned path says which, and its value is viewed through a copy.
-        let (value, _) = self.fetch::<T>(oid)?;
+        let (value, _, _) = self.fetch::<T>(oid)?;
         copy_of(oid, &value)
     }
 
@@ -331,11 +329,14 @@ impl Transaction<'_> {
     /// in place in its page when it is stored there at this schema version
     /// (decoding an older one takes the catalog's mutex, not done under a
     /// page latch), else from a copy.
-    fn fetch<T: Persistent>(&mut self, oid: Oid) -> Result<(T, usize)> {
+    /// The object decoded, its encoded length, and the token its copy is
+    /// cached under ([`Tx::token_of`]: what makes it current for later
+    /// transactions).
+    fn fetch<T: Persistent>(&mut self, oid: Oid) -> Result<(T, usize, u64)> {
         let c = self.class_of::<T>()?;
         let inner = self.inner;
         let current = header(c);
-        let direct = self.txn.read_with(oid, |bytes| {
+        let (direct, token) = self.txn.read_with_token(oid, |bytes| {
             (bytes.get(..HEADER_SIZE) == Some(&current[..])).then(|| {
                 let decoded = inner
                     .check_len(oid, bytes.len() as u64)
@@ -344,13 +345,14 @@ impl Transaction<'_> {
             })
         })?;
         match direct {
-            Some((v, len)) => Ok((v?, len)),
+            Some((v, len)) => Ok((v?, len, token)),
             None => {
                 // A large, moved or older-version record: refuse one too long
                 // to decode before reading (and allocating) it whole.
                 self.inner.check_len(oid, self.txn.len(oid)?)?;
                 let bytes = self.txn.read(oid)?;
-                Ok((self.inner.decode::<T>(c, oid, &bytes)?, bytes.len()))
+                let token = self.txn.token_of(oid, &bytes);
+                Ok((self.inner.decode::<T>(c, oid, &bytes)?, bytes.len(), token))
             }
         }
     }

@@ -99,6 +99,30 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Which copies of an object cached by other transactions a transaction
+/// may use ([`Tx::lock_to_read`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Trust {
+    /// It holds the lock every writer must wait for: any cached copy.
+    Locked,
+    /// It reads under the client's right of this epoch: a copy decoded from
+    /// the bytes kept under that right (token = epoch) and no other.
+    Right(u64),
+    /// Nothing: no copy another transaction cached.
+    Nothing,
+}
+
+impl Trust {
+    /// True if a copy cached under `token` may be used.
+    pub(crate) fn covers(self, token: u64) -> bool {
+        match self {
+            Trust::Locked => true,
+            Trust::Right(epoch) => epoch != 0 && token == epoch,
+            Trust::Nothing => false,
+        }
+    }
+}
+
 /// The storage transaction under a typed transaction (see the module docs).
 /// The page-based variant is the larger and the hot one: boxing it would put
 /// an indirection on every object access.
@@ -163,18 +187,40 @@ impl Tx {
     }
 
     /// Takes what reading `oid` needs before a copy of it cached by another
-    /// transaction may be trusted: the home page's shared lock (a writer
-    /// removes the object from the caches under its exclusive lock). False
-    /// if no copy from another transaction can be trusted: an
-    /// object-server client that holds no right to the object (with one,
-    /// the copy is current: losing the right drops the copies).
-    pub(crate) fn lock_to_read(&mut self, oid: Oid) -> StorageResult<bool> {
+    /// transaction may be trusted, and says which copies that is: with the
+    /// home page's shared lock (the object's, under object-level locking)
+    /// every copy, since a writer removes the object from the caches under
+    /// its exclusive lock; for an object-server client, only a copy decoded
+    /// from the bytes kept under the right it holds now — a copy decoded
+    /// under an earlier right may be older than what a later right brought
+    /// (the callback that dropped the earlier one can overtake the copy's
+    /// insertion), so the right's epoch names the copies it covers.
+    pub(crate) fn lock_to_read(&mut self, oid: Oid) -> StorageResult<Trust> {
         match self {
-            // Under object-level locking the object's own lock (a writer
-            // drops it from the caches under its X on the object).
-            Tx::Pages(t) if t.object_locking() => t.lock_object(oid, false).map(|()| true),
-            Tx::Pages(t) => t.lock_page(oid.page, false).map(|()| true),
-            Tx::Objects(t) => Ok(t.holds_right(oid)),
+            Tx::Pages(t) if t.object_locking() => t.lock_object(oid, false).map(|()| Trust::Locked),
+            Tx::Pages(t) => t.lock_page(oid.page, false).map(|()| Trust::Locked),
+            Tx::Objects(t) => Ok(t.right_epoch(oid).map_or(Trust::Nothing, Trust::Right)),
+        }
+    }
+
+    /// As [`StoreOps::read_with`], with the token a copy decoded from the
+    /// bytes is cached under (see [`Tx::token_of`]).
+    pub(crate) fn read_with_token<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<(R, u64)> {
+        match self {
+            Tx::Pages(t) => StoreOps::read_with(t, oid, f).map(|r| (r, 0)),
+            Tx::Objects(t) => t.read_with_epoch(oid, f).map(|(r, e)| (r, e.unwrap_or(0))),
+        }
+    }
+
+    /// The token a copy decoded from `bytes` (just read by this
+    /// transaction) is cached under: for an object-server client the epoch
+    /// of the right the client keeps exactly these bytes under (0: none,
+    /// the copy is this transaction's alone); 0 for a page-based
+    /// transaction, whose lock decides ([`Trust::Locked`]).
+    pub(crate) fn token_of(&self, oid: Oid, bytes: &[u8]) -> u64 {
+        match self {
+            Tx::Pages(_) => 0,
+            Tx::Objects(t) => t.epoch_of(oid, bytes).unwrap_or(0),
         }
     }
 

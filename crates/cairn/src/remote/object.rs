@@ -363,20 +363,28 @@ impl ObjectTxn {
 
     /// Calls `f` with the object's bytes (no copy when it came whole).
     pub fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        self.read_with_epoch(oid, f).map(|(r, _)| r)
+    }
+
+    /// [`ObjectTxn::read_with`], with the epoch of the right the client
+    /// keeps these very bytes under, if any ([`ObjectTxn::epoch_of`]): a
+    /// copy decoded from them is current while that right is held.
+    pub fn read_with_epoch<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<(R, Option<u64>)> {
         self.check_active()?;
         self.trim();
         if let Some(c) = self.changes.get(&oid) {
-            return c.as_deref().map(f).ok_or(Error::NotFound { oid });
+            return c.as_deref().map(|b| (f(b), None)).ok_or(Error::NotFound { oid });
         }
         if !self.local(oid) {
             self.fetch(&[oid], OBJ_S)?;
         }
         self.store.note_reads(&[oid]);
         if let Some(Read::Whole(b)) = self.read.get(&oid) {
-            return Ok(f(b));
+            let epoch = self.store.epoch_if_bytes(oid, b);
+            return Ok((f(b), epoch));
         }
         let bytes = self.whole(oid)?.ok_or(Error::NotFound { oid })?;
-        Ok(f(&bytes))
+        Ok((f(&bytes), None))
     }
 
     /// The object's length in bytes.
@@ -440,6 +448,30 @@ impl ObjectTxn {
     /// the right from now on. No server call.
     pub fn holds_right(&mut self, oid: Oid) -> bool {
         !self.ended && self.doomed.is_none() && self.store.holds_object(self.id, oid)
+    }
+
+    /// The epoch of the right to the object the client holds, if any (see
+    /// [`ObjectTxn::holds_right`]): a copy decoded in an earlier
+    /// transaction is current only if it was decoded from bytes kept under
+    /// this same epoch ([`ObjectTxn::epoch_of`]). This transaction reads
+    /// it under the right from now on. No server call.
+    pub fn right_epoch(&mut self, oid: Oid) -> Option<u64> {
+        if self.ended || self.doomed.is_some() {
+            return None;
+        }
+        self.store.right_epoch(self.id, oid)
+    }
+
+    /// The epoch of the right under which the client keeps exactly `bytes`
+    /// as the object's (compared whole), if it holds one: a copy decoded
+    /// from `bytes` stays current while that right is held. `None` for
+    /// bytes the client keeps under no right (this transaction's own
+    /// change, or what it read under its lock alone).
+    pub fn epoch_of(&self, oid: Oid, bytes: &[u8]) -> Option<u64> {
+        if self.changes.contains_key(&oid) {
+            return None;
+        }
+        self.store.epoch_if_bytes(oid, bytes)
     }
 
     /// Keeps what the transaction read of `oid`.

@@ -392,6 +392,37 @@ impl ObjectStore {
     /// [`ObjectStore::with_object`], `f` also given the object's mark if
     /// it has one ([`ObjectStore::mark_object`]).
     fn with_object_marked<R>(&self, txn: u64, oid: Oid, f: impl FnOnce(Bytes<'_>, Option<u64>) -> R) -> Option<R> {
+        self.with_object_epoch(txn, oid, |b, mark, _| f(b, mark))
+    }
+
+    /// The epoch of the right `txn` reads `oid` under (the object's, or
+    /// its page image's), if the client holds one: `txn` reads under it
+    /// from now on. A copy of the object decoded from bytes kept under
+    /// the same epoch is current ([`ObjectStore::epoch_if_bytes`]).
+    pub(super) fn right_epoch(&self, txn: u64, oid: Oid) -> Option<u64> {
+        self.with_object_epoch(txn, oid, |_, _, epoch| epoch)
+    }
+
+    /// The epoch of the right the client holds to `oid` if the bytes kept
+    /// under it are `bytes` (compared whole, so no reuse of an allocation
+    /// can fool it): a copy decoded from `bytes` is current for as long as
+    /// that right is held. Registers no reader.
+    pub(super) fn epoch_if_bytes(&self, oid: Oid, bytes: &[u8]) -> Option<u64> {
+        let st = lock(&self.rights);
+        match st.objects.get(&oid) {
+            Some(c) => (c.bytes.as_deref()? == bytes).then_some(c.epoch),
+            None => {
+                let page = st.pages.get(&oid.page)?;
+                let image = page.bytes.as_ref()?;
+                let range = cairn_storage::record::object::home_record(image, oid).ok()??;
+                (image.get(range)? == bytes).then_some(page.epoch)
+            }
+        }
+    }
+
+    /// [`ObjectStore::with_object_marked`], `f` also given the epoch of
+    /// the right read under.
+    fn with_object_epoch<R>(&self, txn: u64, oid: Oid, f: impl FnOnce(Bytes<'_>, Option<u64>, u64) -> R) -> Option<R> {
         let mut guard = lock(&self.rights);
         let st = &mut *guard;
         // In an image: the object's place there.
@@ -426,8 +457,8 @@ impl ObjectStore {
         let mark = c.marks.iter().find(|(slot, _)| *slot == oid.slot.0).map(|(_, m)| *m);
         let bytes = c.bytes.as_ref()?;
         let out = match range {
-            Some(r) => f(Bytes::InImage(bytes, r), mark),
-            None => f(Bytes::Shared(bytes), mark),
+            Some(r) => f(Bytes::InImage(bytes, r), mark, c.epoch),
+            None => f(Bytes::Shared(bytes), mark, c.epoch),
         };
         self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
         Some(out)

@@ -1,0 +1,242 @@
+//! Serializability of every client kind, alone and mixed, checked from the
+//! outside: a list-append workload over the typed API (`workload.rs`)
+//! records a history and an Elle-style checker (`checker.rs`) looks for
+//! G0, G1a, G1b, G1c, G-single, G2-item, real-time violations (stale
+//! reads), lost and partial writes and inconsistent reads inside one
+//! transaction. Each configuration is a test: the embedded engine with
+//! threads (page and object locking), each client kind alone against one
+//! real server child, all kinds mixed on one server, and runs with the
+//! server killed -9 and restarted as they go.
+//!
+//! Quick by default; `CAIRN_ISOLATION_TXNS` sets the transactions per
+//! configuration (default 400), `CAIRN_ISOLATION_CLIENTS` the processes
+//! (default 8) and `CAIRN_ISOLATION_SEED` the seed.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod checker;
+mod workload;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+
+use cairn::{Arch, Database, Options};
+use checker::History;
+use common::ServerChild;
+use workload::{Recorder, Source};
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The size of a run: transactions in all, processes, seed.
+struct Size {
+    txns: usize,
+    clients: usize,
+    seed: u64,
+}
+
+fn size() -> Size {
+    Size {
+        txns: env_or("CAIRN_ISOLATION_TXNS", 400) as usize,
+        clients: env_or("CAIRN_ISOLATION_CLIENTS", 8) as usize,
+        seed: env_or("CAIRN_ISOLATION_SEED", 0x15_0a71),
+    }
+}
+
+/// Runs the processes, each with its own source, to `size.txns` in all.
+fn run_processes(sources: &[Source], rec: &Recorder, size: &Size) {
+    let per = size.txns.div_ceil(sources.len()).max(1);
+    std::thread::scope(|s| {
+        for (process, source) in sources.iter().enumerate() {
+            s.spawn(move || workload::run_process(source, rec, process, size.seed, per));
+        }
+    });
+}
+
+/// Checks the history and fails the test with the checker's summary on any
+/// anomaly or on any error that was neither a conflict nor a lost
+/// connection.
+fn judge(what: &str, rec: &Recorder, final_state: std::collections::BTreeMap<u32, Vec<u64>>) {
+    let history = History {
+        txns: rec.txns(),
+        final_state,
+    };
+    let report = checker::check(&history);
+    let failures = rec.failures();
+    eprintln!(
+        "{what}: {} committed, {} aborted, {} unknown; {} anomalies, {} failures",
+        report.committed,
+        report.aborted,
+        report.unknown,
+        report.anomalies.len(),
+        failures.len()
+    );
+    assert!(report.committed > 0, "{what}: nothing committed");
+    assert!(
+        failures.is_empty(),
+        "{what}: {} transactions failed with errors that are neither conflicts nor lost connections, first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert!(report.is_clean(), "{what}:\n{}", report.summary(&history, 3));
+}
+
+fn embedded(object_locking: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = Options::default();
+    opts.storage.background = false;
+    opts.storage.object_locking = object_locking;
+    opts.storage.lock_timeout = std::time::Duration::from_millis(2_000);
+    let db = Arc::new(Database::open_with(dir.path(), opts).unwrap());
+    workload::load(&db);
+    let size = size();
+    let rec = Recorder::default();
+    let sources: Vec<Source> = (0..size.clients).map(|_| Source::Shared(db.clone())).collect();
+    run_processes(&sources, &rec, &size);
+    let what = if object_locking {
+        "embedded, object locks"
+    } else {
+        "embedded, page locks"
+    };
+    judge(what, &rec, workload::final_state(&db));
+}
+
+#[test]
+fn embedded_threads_with_page_locks_are_serializable() {
+    embedded(false)
+}
+
+#[test]
+fn embedded_threads_with_object_locks_are_serializable() {
+    embedded(true)
+}
+
+/// A served database and what kills and restarts its server.
+struct Served {
+    path: std::path::PathBuf,
+    server: Mutex<Option<ServerChild>>,
+    addr: Arc<RwLock<String>>,
+}
+
+const SERVER_ENV: [(&str, &str); 1] = [("CAIRN_TEST_LOCK_TIMEOUT_MS", "2000")];
+
+impl Served {
+    fn start(path: &Path) -> Served {
+        let server = ServerChild::start_with(path, &SERVER_ENV);
+        let addr = Arc::new(RwLock::new(server.addr.clone()));
+        Served {
+            path: path.to_path_buf(),
+            server: Mutex::new(Some(server)),
+            addr,
+        }
+    }
+
+    /// Kills the server -9 and starts it again (recovery runs at its open).
+    fn kill_and_restart(&self) {
+        let mut server = self.server.lock().unwrap();
+        if let Some(s) = server.take() {
+            s.kill();
+        }
+        let s = ServerChild::start_with(&self.path, &SERVER_ENV);
+        *self.addr.write().unwrap() = s.addr.clone();
+        *server = Some(s);
+    }
+
+    /// Stops the server cleanly and reads the final state embedded (an
+    /// independent reader: no client of the run), then checks the volume.
+    fn final_state(&self) -> std::collections::BTreeMap<u32, Vec<u64>> {
+        if let Some(s) = self.server.lock().unwrap().take() {
+            s.stop();
+        }
+        let mut opts = Options::default();
+        opts.storage.background = false;
+        let db = Database::open_with(&self.path, opts).unwrap();
+        let state = workload::final_state(&db);
+        db.close().unwrap();
+        let report =
+            cairn::storage::check::check_database(&self.path, &cairn::storage::volume::VolumeOptions::default());
+        assert!(report.is_ok(), "the volume checks: {:?}", report.problems);
+        state
+    }
+
+    fn source(&self, arch: Arch) -> Source {
+        Source::Server {
+            addr: self.addr.clone(),
+            arch,
+        }
+    }
+}
+
+/// `archs[i % archs.len()]` for each process, against one server; with
+/// `kills`, the server is killed -9 and restarted that many times, evenly
+/// spread over the run's commits.
+fn served(what: &str, archs: &[Arch], kills: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(&dir.path().join("db"));
+    let loader = served.source(Arch::Page).open().unwrap();
+    workload::load(&loader);
+    drop(loader);
+    let size = size();
+    let rec = Recorder::default();
+    let sources: Vec<Source> = (0..size.clients)
+        .map(|i| served.source(archs[i % archs.len()]))
+        .collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        if kills > 0 {
+            // The killer strikes after every `every` commits (counts, not
+            // the wall clock), and stops when the processes are done.
+            let every = (size.txns / 2 / (kills + 1)).max(1);
+            let (rec, served, done) = (&rec, &served, &done);
+            s.spawn(move || {
+                for k in 1..=kills {
+                    while rec.committed.load(Ordering::SeqCst) < k * every {
+                        if done.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        std::thread::yield_now();
+                    }
+                    served.kill_and_restart();
+                }
+            });
+        }
+        run_processes(&sources, &rec, &size);
+        done.store(true, Ordering::SeqCst);
+    });
+    judge(what, &rec, served.final_state());
+}
+
+#[test]
+fn page_clients_are_serializable() {
+    served("page clients", &[Arch::Page], 0)
+}
+
+#[test]
+fn file_clients_are_serializable() {
+    served("file clients", &[Arch::File], 0)
+}
+
+#[test]
+fn object_clients_are_serializable() {
+    served("object clients", &[Arch::Object], 0)
+}
+
+#[test]
+fn adaptive_clients_are_serializable() {
+    served("adaptive clients", &[Arch::Adaptive], 0)
+}
+
+const MIXED: [Arch; 4] = [Arch::Page, Arch::Object, Arch::Adaptive, Arch::File];
+
+#[test]
+fn every_client_kind_mixed_on_one_server_is_serializable() {
+    served("mixed clients", &MIXED, 0)
+}
+
+#[test]
+fn mixed_clients_stay_serializable_and_lose_nothing_with_the_server_killed() {
+    served("mixed clients, server killed -9", &MIXED, 3)
+}
