@@ -208,6 +208,9 @@ pub struct CallbackStats {
     pub callbacks_sent: u64,
     /// Callbacks answered "in use".
     pub answered_in_use: u64,
+    /// Readers named in an answer that could not be granted their lock
+    /// (another holder conflicts): the writer failed instead of going on.
+    pub readers_not_granted: u64,
     /// Rights not granted because the table held its maximum.
     pub rights_refused_full: u64,
     /// Rights a client gave back unasked (RELEASE).
@@ -521,12 +524,21 @@ impl Callbacks {
                 });
                 match granted {
                     Ok(true) => {}
-                    Ok(false) => tracing::warn!(
-                        client = session.client.0,
-                        txn = u,
-                        resource = %res,
-                        "a transaction reading under a callback could not be granted its lock"
-                    ),
+                    // Fail closed: the reader read under the right, so the
+                    // writer may not go on past it; it fails (retryable)
+                    // and the right stays registered, so the next writer
+                    // calls it back again until the reader is gone.
+                    Ok(false) => {
+                        lock(&self.stats).readers_not_granted += 1;
+                        outcome = Err(Error::Deadlock {
+                            txn: writer.map_or(TxnId(u), |w| w.txn),
+                            cycle: format!(
+                                "transaction {u} of client {} reads {res} under a callback right and cannot be granted {mode:?} on it now",
+                                session.client.0
+                            ),
+                        });
+                        break 'txns;
+                    }
                     Err(e) => {
                         outcome = Err(e);
                         break 'txns;
@@ -541,7 +553,9 @@ impl Callbacks {
             lock(&self.stats).answered_in_use += 1;
         }
         let mut t = lock(&self.table);
-        t.unregister(session.client, key, Some(epoch));
+        if outcome.is_ok() {
+            t.unregister(session.client, key, Some(epoch));
+        }
         if let Some(o) = t.outstanding.get_mut(&id) {
             if o.client == session.client && o.key == key && o.outcome.is_none() {
                 o.outcome = Some(outcome);

@@ -227,9 +227,12 @@ impl LockManager {
     /// new: the transaction has been reading under it), so it is granted if
     /// it is compatible with the *granted* group, whoever waits.
     ///
-    /// `Ok(true)`: held now (or already covered). `Ok(false)`, nothing
-    /// changed: the owner holds a weaker mode or waits for `res`, or an
-    /// incompatible lock is granted. The new grant adds waits-for edges into
+    /// `Ok(true)`: held now (or already covered; a weaker mode held is
+    /// raised to the supremum of both). If the owner itself waits for a
+    /// stronger lock on `res` (it read under the right, then asked to
+    /// change what it read), the lock is granted and its request becomes
+    /// a conversion. `Ok(false)`, nothing changed: another owner holds an
+    /// incompatible lock — the caller must not let the writer go on. The new grant adds waits-for edges into
     /// `owner` from requests already waiting for `res`; if one closes a
     /// cycle the grant is withdrawn and the answer is [`Error::Deadlock`]
     /// (the caller, the writer whose callback this answers, is the victim).
@@ -251,30 +254,42 @@ impl LockManager {
     ) -> Result<bool> {
         let mut t = self.lock_table();
         t.stats.requests += 1;
-        if let Some(held) = t.queues.get(&res).and_then(|q| q.granted_mode(owner)) {
-            return Ok(held.covers(mode));
-        }
-        if t.owners.get(&owner).and_then(|s| s.wait).is_some_and(|(r, _)| r == res) {
-            return Ok(false);
+        if let Some((_, ticket)) = t.owners.get(&owner).and_then(|s| s.wait).filter(|(r, _)| *r == res) {
+            return t.grant_to_waiter(owner, res, mode, ticket);
         }
         let t = &mut *t;
         let q = t.queues.entry(res).or_insert_with(|| t.spare.pop().unwrap_or_default());
-        if q.granted.iter().any(|g| g.owner != owner && !g.mode.compatible(mode)) {
+        let prior = q.granted_mode(owner);
+        if prior.is_some_and(|h| h.covers(mode)) {
+            return Ok(true);
+        }
+        // A weaker mode held (IS on a page it reads an object of under a
+        // lock, S on it in effect under a right) is raised to both.
+        let target = prior.map_or(mode, |h| h.sup(mode));
+        if q.granted.iter().any(|g| g.owner != owner && !g.mode.compatible(target)) {
+            if q.is_empty() {
+                t.drop_queue(res);
+            }
             return Ok(false);
         }
-        q.grant(owner, mode);
+        q.grant(owner, target);
         t.owners.entry(owner).or_insert_with(OwnerState::new).held.insert(res);
         if let Some(cycle) = find_cycle(owner, |o| t.waits_for(o)) {
             let cycle = t.describe_cycle(&cycle);
             let q = t.queues.get_mut(&res).expect("just granted");
-            q.granted.retain(|g| g.owner != owner);
-            let state = t.owners.get_mut(&owner).expect("just granted");
-            state.held.remove(&res);
-            if state.held.is_empty() && state.wait.is_none() {
-                t.owners.remove(&owner);
-            }
-            if t.queues.get(&res).is_some_and(|q| q.is_empty()) {
-                t.drop_queue(res);
+            match prior {
+                Some(h) => q.grant(owner, h),
+                None => {
+                    q.granted.retain(|g| g.owner != owner);
+                    let state = t.owners.get_mut(&owner).expect("just granted");
+                    state.held.remove(&res);
+                    if state.held.is_empty() && state.wait.is_none() {
+                        t.owners.remove(&owner);
+                    }
+                    if t.queues.get(&res).is_some_and(|q| q.is_empty()) {
+                        t.drop_queue(res);
+                    }
+                }
             }
             t.stats.deadlocks += 1;
             return Err(Error::Deadlock { txn: owner.txn, cycle });
@@ -458,6 +473,55 @@ impl Table {
             .held
             .insert(res);
         true
+    }
+
+    /// [`LockManager::lock_ahead`] for an owner that is itself waiting on
+    /// `res` (it read under a callback right and then asked for a stronger
+    /// lock on the same resource): the lock it held in effect is granted
+    /// now if no other holder conflicts, and its waiting request becomes a
+    /// conversion to the supremum of both (ahead of new requests, as any
+    /// conversion) — or is granted outright if the grant covers it. False,
+    /// with nothing changed, if another holder conflicts; the caller must
+    /// then not let the writer go on (fail closed). A cycle the grant
+    /// closes makes the waiting owner the victim.
+    fn grant_to_waiter(&mut self, owner: LockOwner, res: Resource, mode: LockMode, ticket: Ticket) -> Result<bool> {
+        let q = self.queues.get_mut(&res).expect("a waiter's queue exists");
+        if q.granted.iter().any(|g| g.owner != owner && !g.mode.compatible(mode)) {
+            return Ok(false);
+        }
+        let held = q.granted_mode(owner).map_or(mode, |h| h.sup(mode));
+        let mut request = q.remove_waiting(ticket).expect("a waiter is in its queue");
+        q.grant(owner, held);
+        request.mode = request.mode.sup(held);
+        let state = self.owners.get_mut(&owner).expect("a waiter is an owner");
+        state.held.insert(res);
+        if held.covers(request.mode) {
+            state.wait = None;
+            state.wakeup.notify_all();
+            self.outcomes.insert(ticket, Outcome::Granted);
+        } else {
+            request.converting = true;
+            self.queues.get_mut(&res).expect("still there").enqueue(request);
+        }
+        self.settle(res);
+        if self
+            .owners
+            .get(&owner)
+            .and_then(|s| s.wait)
+            .is_some_and(|(_, t)| t == ticket)
+            && find_cycle(owner, |o| self.waits_for(o)).is_some()
+        {
+            // Its S stays until it aborts; its wait ends as a victim.
+            let q = self.queues.get_mut(&res).expect("a waiter's queue exists");
+            q.remove_waiting(ticket).expect("a waiter is in its queue");
+            let state = self.owners.get_mut(&owner).expect("a waiter is an owner");
+            state.wait = None;
+            state.wakeup.notify_all();
+            self.outcomes.insert(ticket, Outcome::Victim);
+            self.stats.deadlocks += 1;
+            self.settle(res);
+        }
+        Ok(true)
     }
 
     /// Puts a request that must wait into its queue and returns its ticket.

@@ -874,3 +874,75 @@ fn lock_ahead_for_a_writer_makes_the_waiting_reader_the_victim() {
     assert_eq!(m.held_mode(o(3), &page(3)), Some(S));
     m.check_invariants();
 }
+
+/// A transaction read a page under its client's right and then asked for X
+/// on it, which waits (another holds S). A writer's callback names it as a
+/// reader: the S it held in effect is granted and its X becomes a
+/// conversion, so the read stays covered — before, the grant was refused
+/// and the server let the writer go on past an unprotected read.
+#[test]
+fn lock_ahead_for_an_owner_waiting_on_the_same_resource_turns_its_request_into_a_conversion() {
+    let m = manager();
+    m.lock(o(1), page(1), S).unwrap();
+    let rx2 = lock_in_thread(&m, o(2), page(1), X);
+    wait_until_queued(&m, o(2), page(1));
+    assert!(m.lock_ahead(o(2), page(1), S, Some(o(3))).unwrap());
+    assert_eq!(m.held_mode(o(2), &page(1)), Some(S), "its read is covered now");
+    m.check_invariants();
+    // A new X request (the writer 3) queues behind the conversion and
+    // waits for 2's S as well as 1's.
+    let rx3 = lock_in_thread(&m, o(3), page(1), X);
+    wait_until_queued(&m, o(3), page(1));
+    m.release_all(o(1));
+    rx2.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    assert_eq!(m.held_mode(o(2), &page(1)), Some(X));
+    assert_still_waiting(&m, &rx3, o(3), page(1), X);
+    m.release_all(o(2));
+    rx3.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    m.release_all(o(3));
+    m.check_invariants();
+}
+
+/// The waiting request is already covered by what the callback grants (it
+/// waited for S itself, behind a waiting X): it is granted outright. And an
+/// owner waiting behind a conflicting *holder* is refused, nothing changed:
+/// the writer must not go on.
+#[test]
+fn lock_ahead_that_covers_the_owners_waiting_request_grants_it_and_a_conflicting_holder_refuses() {
+    let m = manager();
+    m.lock(o(1), page(1), S).unwrap();
+    let rx2 = lock_in_thread(&m, o(2), page(1), X);
+    wait_until_queued(&m, o(2), page(1));
+    let rx4 = lock_in_thread(&m, o(4), page(1), S);
+    wait_until_queued(&m, o(4), page(1));
+    assert!(m.lock_ahead(o(4), page(1), S, None).unwrap());
+    rx4.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    assert_eq!(m.held_mode(o(4), &page(1)), Some(S));
+    m.check_invariants();
+    m.release_all(o(1));
+    m.release_all(o(4));
+    rx2.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    // 2 holds X; 5 waits for S; a callback naming 5 is refused.
+    let rx5 = lock_in_thread(&m, o(5), page(1), S);
+    wait_until_queued(&m, o(5), page(1));
+    assert!(!m.lock_ahead(o(5), page(1), S, None).unwrap());
+    assert_eq!(m.held_mode(o(5), &page(1)), None);
+    m.check_invariants();
+    m.release_all(o(2));
+    rx5.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    m.release_all(o(5));
+    m.check_invariants();
+}
+
+/// A weaker mode held (IS, from reading one object of the page under a
+/// lock) is raised to S when a callback names the transaction as a reader
+/// of the whole page; before, the grant was refused.
+#[test]
+fn lock_ahead_raises_a_weaker_mode_held() {
+    let m = manager();
+    m.lock(o(2), page(1), LockMode::IS).unwrap();
+    assert!(m.lock_ahead(o(2), page(1), S, Some(o(3))).unwrap());
+    assert_eq!(m.held_mode(o(2), &page(1)), Some(S));
+    m.check_invariants();
+    m.release_all(o(2));
+}

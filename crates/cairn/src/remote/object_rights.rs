@@ -750,7 +750,12 @@ impl ObjectStore {
                 };
                 let Some(epoch) = epoch else { continue };
                 dropped.push((k, epoch));
-                let readers = st.name_readers(k, txn);
+                // The writer too, if it read under the right: its read
+                // must stay covered by a lock of its own once the right is
+                // given back (its X is then a conversion of that S, and a
+                // writer of another client that came first waits for it
+                // or makes one of them a deadlock victim).
+                let readers = st.name_readers(k, 0);
                 if !readers.is_empty() {
                     named.push((k, readers));
                 }
@@ -758,8 +763,11 @@ impl ObjectStore {
             (named, dropped)
         };
         self.lost(&dropped);
+        // Named before the rights go back: until the server has granted
+        // the readers their locks, the rights are what holds writers off.
+        let named = self.name(txn, named);
         self.release(&dropped);
-        self.name(txn, named)
+        named
     }
 
     /// Before `txn` changes the B+-tree at `root` (which leaves, only the
@@ -945,13 +953,16 @@ impl ObjectStore {
                 // done): nobody reads under the old one.
                 Some(_) => (Vec::new(), Vec::new()),
                 // Not taken in yet (or given up): a reply in flight must
-                // not install it.
+                // not install it. Transactions that still read under it
+                // (given up by a writer of this client, or dropped with
+                // their reads kept) are named: the server may still count
+                // the right, and their reads need their locks (fail closed).
                 None => {
                     if st.fetches_in_flight > 0 {
                         let r = st.revoked.entry(key).or_insert(0);
                         *r = (*r).max(cb.epoch);
                     }
-                    (Vec::new(), Vec::new())
+                    (st.name_readers(key, 0), Vec::new())
                 }
             }
         };
