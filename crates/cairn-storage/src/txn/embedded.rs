@@ -114,7 +114,11 @@ impl Backend for Shared {
             lock(&self.pending_alloc).insert(p, owner.txn);
             p
         };
-        if let Err(e) = self.locks.lock(owner, Resource::Page(p), LockMode::X) {
+        // Through the write-lock hook like any X: a client may still hold
+        // a right to cache the page from before it was freed (a copy of
+        // its old contents), which must be called back before the page is
+        // formatted and used again.
+        if let Err(e) = Backend::lock(self, owner, Resource::Page(p), LockMode::X) {
             // Not the transaction's yet (it records the page only on
             // success): give it back now, or nobody would.
             let mut vol = lock(&self.vol);
