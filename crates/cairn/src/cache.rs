@@ -766,9 +766,9 @@ mod tests {
             slot: SlotIdx(slot),
             uniq: Uniq(1),
         };
-        let a = c.insert(on(5, 0), Arc::new(1u32), 10, 0);
-        c.insert(on(5, 1), Arc::new(2u32), 10, 0);
-        let b = c.insert(on(6, 0), Arc::new(3u32), 10, 0);
+        let a = c.insert(on(5, 0), Arc::new(1u32), 10, 0, 0);
+        c.insert(on(5, 1), Arc::new(2u32), 10, 0, 0);
+        let b = c.insert(on(6, 0), Arc::new(3u32), 10, 0, 0);
         c.invalidate(on(5, 1));
         c.check_invariants();
         c.invalidate_page(PageId(5));

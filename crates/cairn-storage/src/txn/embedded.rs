@@ -86,7 +86,12 @@ impl Backend for Shared {
         if !self.is_page_in_use(owner.txn, page)? || self.space.group_of_page(page) != Some(group) {
             return Ok(false);
         }
-        if !self.locks.try_lock(owner, Resource::Page(page), LockMode::X)? {
+        // Through the write-lock hook, which refuses (nothing waits here)
+        // while a client caches the page under a right: placing a record
+        // changes the page, and a copy cached elsewhere would go stale
+        // without a callback (a page client then followed a forwarding
+        // stub into its old copy of the page).
+        if !Backend::try_lock(self, owner, Resource::Page(page), LockMode::X)? {
             return Ok(false);
         }
         let vol = lock(&self.vol);

@@ -66,13 +66,17 @@ fn judge(what: &str, rec: &Recorder, final_state: std::collections::BTreeMap<u32
     };
     let report = checker::check(&history);
     let failures = rec.failures();
+    let at = |i: usize| rec.conflicts_at[i].load(Ordering::Relaxed);
     eprintln!(
-        "{what}: {} committed, {} aborted, {} unknown; {} anomalies, {} failures",
+        "{what}: {} committed, {} aborted, {} unknown; {} anomalies, {} failures; conflicts at read/append/commit {}/{}/{}",
         report.committed,
         report.aborted,
         report.unknown,
         report.anomalies.len(),
-        failures.len()
+        failures.len(),
+        at(0),
+        at(1),
+        at(2)
     );
     assert!(report.committed > 0, "{what}: nothing committed");
     assert!(

@@ -76,6 +76,9 @@ pub struct Recorder {
     next_id: AtomicUsize,
     /// Transactions committed so far (what a killer counts to choose when to strike).
     pub committed: AtomicUsize,
+    /// Conflicts (deadlock victims, lock timeouts) by where they struck:
+    /// at a read, at an append, at the commit.
+    pub conflicts_at: [AtomicUsize; 3],
     txns: Mutex<Vec<Txn>>,
     failures: Mutex<Vec<String>>,
 }
@@ -185,8 +188,9 @@ pub fn final_state(db: &Database) -> BTreeMap<u32, Vec<u64>> {
 
 /// How an attempt ended when it did not commit.
 enum Stop {
-    /// A conflict (deadlock victim, lock timeout): aborted, try another.
-    Conflict,
+    /// A conflict (deadlock victim, lock timeout) at a read (0), an
+    /// append (1) or the commit (2): aborted, try another.
+    Conflict(usize),
     /// The connection is gone; `during_commit` if the commit was in flight.
     Lost { during_commit: bool },
     /// Anything else: a defect, recorded as a failure.
@@ -194,8 +198,12 @@ enum Stop {
 }
 
 fn classify(e: &Error, during_commit: bool) -> Stop {
+    classify_at(e, during_commit, if during_commit { 2 } else { 0 })
+}
+
+fn classify_at(e: &Error, during_commit: bool, at: usize) -> Stop {
     match e {
-        Error::Deadlock { .. } | Error::LockTimeout { .. } => Stop::Conflict,
+        Error::Deadlock { .. } | Error::LockTimeout { .. } => Stop::Conflict(at),
         Error::Net { .. } => Stop::Lost { during_commit },
         other => Stop::Other(other.to_string()),
     }
@@ -218,7 +226,10 @@ pub fn run_process(source: &Source, rec: &Recorder, process: usize, seed: u64, t
         let end = rec.tick();
         let outcome = match result {
             Ok(()) => Outcome::Committed,
-            Err(Stop::Conflict) => Outcome::Aborted,
+            Err(Stop::Conflict(at)) => {
+                rec.conflicts_at[at].fetch_add(1, Ordering::Relaxed);
+                Outcome::Aborted
+            }
             Err(Stop::Lost { during_commit }) => {
                 match source.open() {
                     Ok(again) => db = again,
