@@ -296,6 +296,47 @@ fn a_system_that_is_not_known_is_refused() {
     assert!(err.to_string().contains("unknown system"));
 }
 
+/// A run that fails once databases exist keeps them and says where (a
+/// failure worth a look with `cairn check`); a refusal before anything was
+/// made leaves nothing behind.
+#[test]
+fn a_failed_run_keeps_its_databases_and_names_where() {
+    let dir = scratch("kept");
+    let err = cairn_bench::oo1::run(&Oo1Config {
+        parts: PARTS,
+        runs: 2,
+        systems: vec!["cairn-embedded".into(), "cairn-page".into()],
+        dir: Some(dir.path().to_path_buf()),
+        // Not a cairn binary: the page server never starts.
+        cairn_exe: Some(std::path::PathBuf::from("/bin/false")),
+        ..Oo1Config::default()
+    })
+    .unwrap_err();
+    let msg = err.to_string();
+    let kept = msg
+        .split("kept in ")
+        .nth(1)
+        .map(|rest| std::path::PathBuf::from(rest.trim_end_matches(')')));
+    let kept = kept.unwrap_or_else(|| panic!("the error names the kept directory: {msg}"));
+    assert!(kept.starts_with(dir.path()), "{msg}");
+    assert!(
+        std::fs::read_dir(&kept).unwrap().next().is_some(),
+        "it holds the databases"
+    );
+    // Refused before any database: nothing kept.
+    let empty = scratch("refused");
+    let err = cairn_bench::oo1::run(&Oo1Config {
+        parts: PARTS,
+        runs: 2,
+        systems: vec!["oracle".into()],
+        dir: Some(empty.path().to_path_buf()),
+        ..Oo1Config::default()
+    })
+    .unwrap_err();
+    assert!(!err.to_string().contains("kept"), "{err}");
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
+}
+
 #[test]
 fn concurrent_page_clients_see_what_one_client_sees() {
     let dir = scratch("clients");

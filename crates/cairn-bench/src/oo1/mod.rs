@@ -142,7 +142,17 @@ pub(crate) struct Scratch(pub(crate) PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.0.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Scratch {
+    /// Keeps the directory (a failed run's databases, for a look with
+    /// `cairn check` and `cairn inspect`) and returns its path.
+    pub(crate) fn keep(mut self) -> PathBuf {
+        std::mem::take(&mut self.0)
     }
 }
 
@@ -180,6 +190,26 @@ pub fn run(cfg: &Oo1Config) -> Result<Oo1Report> {
         ));
     }
     let dir = scratch(cfg.dir.as_deref(), "oo1")?;
+    match run_in(cfg, &dir) {
+        Ok(report) => Ok(report),
+        // The databases of a failed run stay, so that what went wrong can
+        // be looked at (`cairn check DIR/cairn-page`).
+        Err(e) if is_empty_dir(&dir.0) => Err(e),
+        Err(e) => Err(Error::Kept {
+            source: Box::new(e),
+            dir: dir.keep(),
+        }),
+    }
+}
+
+/// True if `dir` holds nothing (a run refused before any database was
+/// made has nothing worth keeping).
+fn is_empty_dir(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none())
+}
+
+/// [`run`] with its scratch directory made.
+fn run_in(cfg: &Oo1Config, dir: &Scratch) -> Result<Oo1Report> {
     let mut systems = cfg
         .systems
         .iter()

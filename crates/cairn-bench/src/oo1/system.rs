@@ -57,6 +57,14 @@ pub enum Error {
     /// Drawing the plot failed.
     #[error("plot: {0}")]
     Plot(String),
+    /// A run failed; its databases were kept for a look.
+    #[error("{source} (the failed run's databases are kept in {})", dir.display())]
+    Kept {
+        /// What failed.
+        source: Box<Error>,
+        /// Where the databases are.
+        dir: std::path::PathBuf,
+    },
 }
 
 /// The harness's result.
