@@ -787,7 +787,7 @@ mod tests {
             let c = ObjectCache::new(10 * (100 + ENTRY_OVERHEAD_BYTES), policy, dual());
             let mut slots = Vec::new();
             for i in 0..30u32 {
-                slots.push(c.insert(oid(i), Arc::new(i), 100, 0));
+                slots.push(c.insert(oid(i), Arc::new(i), 100, 0, 0));
                 c.check_invariants();
             }
             let st = c.stats();
@@ -801,21 +801,38 @@ mod tests {
             assert_eq!(*hit.obj.downcast::<u32>().unwrap(), 29);
             c.invalidate(oid(29));
             assert!(c.get_slot(s29, g29, oid(29)).is_none());
-            assert!(c.lookup(oid(29), 0).is_none());
+            assert!(c.lookup(oid(29), 0, |_| true).is_none());
             c.check_invariants();
         }
+    }
+
+    /// An object-server client's copy is trusted by another transaction
+    /// only under the right (token) it was decoded under; refused, it is
+    /// dropped, so no later transaction finds it either.
+    #[test]
+    fn a_copy_refused_for_its_token_is_dropped() {
+        let c = ObjectCache::new(1 << 20, CachePolicy::Lru, dual());
+        c.insert(oid(1), Arc::new(1u8), 10, 7, 42);
+        assert!(c.lookup(oid(1), 7, |_| false).is_some(), "its own transaction's copy");
+        assert!(c.lookup(oid(1), 8, |t| t == 42).is_some(), "under the same right");
+        assert!(
+            c.lookup(oid(1), 9, |t| t == 43).is_none(),
+            "under another right: refused"
+        );
+        assert!(c.lookup(oid(1), 8, |_| true).is_none(), "and gone");
+        c.check_invariants();
     }
 
     #[test]
     fn lru_keeps_what_is_used() {
         let c = ObjectCache::new(3 * (10 + ENTRY_OVERHEAD_BYTES), CachePolicy::Lru, dual());
-        c.insert(oid(1), Arc::new(1u8), 10, 0);
-        c.insert(oid(2), Arc::new(2u8), 10, 0);
-        c.insert(oid(3), Arc::new(3u8), 10, 0);
-        assert!(c.lookup(oid(1), 0).is_some());
-        c.insert(oid(4), Arc::new(4u8), 10, 0);
-        assert!(c.lookup(oid(1), 0).is_some(), "recently used stays");
-        assert!(c.lookup(oid(2), 0).is_none(), "least recently used goes");
+        c.insert(oid(1), Arc::new(1u8), 10, 0, 0);
+        c.insert(oid(2), Arc::new(2u8), 10, 0, 0);
+        c.insert(oid(3), Arc::new(3u8), 10, 0, 0);
+        assert!(c.lookup(oid(1), 0, |_| true).is_some());
+        c.insert(oid(4), Arc::new(4u8), 10, 0, 0);
+        assert!(c.lookup(oid(1), 0, |_| true).is_some(), "recently used stays");
+        assert!(c.lookup(oid(2), 0, |_| true).is_none(), "least recently used goes");
         c.check_invariants();
     }
 }

@@ -134,8 +134,9 @@ pub trait Backend: Send + Sync {
     }
     /// Reserves `bytes` of room on `page` for `owner`'s object-level changes
     /// there (replacing what it reserved before), if the page's room covers
-    /// it besides every other transaction's reservation; false if not (the
-    /// transaction then changes the page at page level). Reservations end
+    /// it besides every other transaction's reservation; false if not (a
+    /// growing record then does not fit there and its body moves to a page
+    /// with room). Reservations end
     /// with the transaction ([`Backend::end`]). The default grants none.
     fn reserve_room(&self, owner: LockOwner, page: PageId, bytes: usize) -> Result<bool> {
         let _ = (owner, page, bytes);
@@ -147,6 +148,9 @@ pub trait Backend: Send + Sync {
     fn note_spilled(&self, pages: u64) {
         let _ = pages;
     }
+    /// Counts an object-level change that escalated to its page's X lock
+    /// (no room could be reserved on the page for its growth).
+    fn note_escalated(&self) {}
 }
 
 /// Per group, the page the next insert tries first: a hint shared by a

@@ -79,6 +79,11 @@ pub struct DbStats {
     pub checkpoints: u64,
     /// Private pages spilled to temporary files.
     pub pages_spilled: u64,
+    /// Object-level changes that escalated to an X lock on their page (no
+    /// room could be reserved there for their growth): a page-level lock
+    /// taken late, often at an object-server client's commit, where it
+    /// waits for every reader of the page.
+    pub escalations: u64,
     /// Pages of file-server commits whose client died before writing them,
     /// repaired by the server (`txn/unwritten.rs`).
     pub pages_repaired: u64,
@@ -97,6 +102,7 @@ pub(super) struct Counters {
     pub(super) aborts: AtomicU64,
     pub(super) checkpoints: AtomicU64,
     pub(super) pages_spilled: AtomicU64,
+    pub(super) escalations: AtomicU64,
     pub(super) repaired: AtomicU64,
 }
 
@@ -484,6 +490,7 @@ impl Db {
             aborts: c.aborts.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             pages_spilled: c.pages_spilled.load(Ordering::Relaxed),
+            escalations: c.escalations.load(Ordering::Relaxed),
             pages_repaired: c.repaired.load(Ordering::Relaxed),
             wal: self.shared.wal.stats(),
             buffer: self.shared.pool.stats(),

@@ -168,6 +168,12 @@ impl Backend for Shared {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    fn note_escalated(&self) {
+        self.counters
+            .escalations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn note_spilled(&self, pages: u64) {
         self.counters
             .pages_spilled

@@ -26,10 +26,12 @@
 //! transaction whose changes on a page grow it by `n` bytes in total holds
 //! a reservation of `n` bytes there ([`Backend::reserve_room`]); a backend
 //! grants it only while the page's room (its free gap and garbage) covers
-//! every transaction's reservation. When it cannot (or the backend keeps no
-//! reservations), the change *escalates*: the transaction takes X on the
-//! page and goes on at page level there (forwarding the record if it still
-//! does not fit). Applying a page's changes shrinking ones first
+//! every transaction's reservation. When it cannot, the record does not fit
+//! there: its body moves to a page with room (placing a record takes X on
+//! that page, never waiting) and its slot keeps a forwarding stub, a change
+//! that shrinks it. Only past the transaction's budget of record bytes (or
+//! for a backend that keeps no reservations) does a change *escalate*: the
+//! transaction takes X on the page and goes on at page level there. Applying a page's changes shrinking ones first
 //! ([`apply`]) then never runs out of room.
 //!
 //! **Commit** applies each page's changes to the newest image of the page —
@@ -292,7 +294,18 @@ impl Txn {
         let over_budget = self.objects.bytes + new_len > self.object_bytes_max;
         if need > reserved || over_budget {
             let granted = !over_budget && self.db.reserve_room(self.owner(), at.page, need)?;
+            if !granted && !over_budget && after.is_some() {
+                // No room for the growth here: the record "does not fit"
+                // (nothing changed), and the caller moves its body to a
+                // page with room, leaving a stub in its slot — a change
+                // that shrinks the record, so it needs no room. No X on
+                // the page: escalating took one that waited for every
+                // reader of the page, often at an object-server client's
+                // commit, where it made most of that client's deadlocks.
+                return Ok(Some(false));
+            }
             if !granted {
+                self.db.note_escalated();
                 self.fold(at.page)?;
                 return Ok(None);
             }

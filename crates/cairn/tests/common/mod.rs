@@ -301,6 +301,13 @@ fn serve_child_process() {
         .await;
     });
     db.checkpoint().expect("checkpoint at shutdown");
+    // What the run cost the server, for a test that reports it (the
+    // isolation suite's conflicts); nobody asserts on it.
+    let st = db.stats();
+    eprintln!(
+        "CAIRN-TEST-SERVER-STATS commits {} aborts {} deadlocks {} lock timeouts {} waits {} escalations {}",
+        st.commits, st.aborts, st.locks.deadlocks, st.locks.timeouts, st.locks.waits, st.escalations
+    );
 }
 
 impl Site {
