@@ -408,7 +408,8 @@ impl ObjectTxn {
     pub fn lock_for_update(&mut self, oid: Oid) -> Result<()> {
         self.check_active()?;
         if !self.exclusive.contains_key(&oid) && !self.changes.contains_key(&oid) {
-            self.store.before_write(self.id, &[oid])?;
+            let store = self.store.clone();
+            let _release = store.before_write(self.id, &[oid])?;
             self.fetch(&[oid], OBJ_X)?;
         }
         Ok(())
@@ -429,7 +430,8 @@ impl ObjectTxn {
         if todo.is_empty() {
             return Ok(());
         }
-        self.store.before_write(self.id, &todo)?;
+        let store = self.store.clone();
+        let _release = store.before_write(self.id, &todo)?;
         // What was read already is replaced by what the X fetch brings.
         for o in &todo {
             self.forget(*o);
@@ -760,7 +762,8 @@ impl ObjectTxn {
             return c.clone().ok_or(Error::NotFound { oid });
         }
         if !self.exclusive.contains_key(&oid) {
-            self.store.before_write(self.id, &[oid])?;
+            let store = self.store.clone();
+            let _release = store.before_write(self.id, &[oid])?;
             self.fetch(&[oid], OBJ_X)?;
         } else if !self.read.contains_key(&oid) {
             // Its change went ahead of the commit and was let go of
@@ -952,9 +955,11 @@ impl ObjectTxn {
         self.settle_ahead();
         self.send_tree_later(None)?;
         let oids: Vec<Oid> = self.changes.keys().copied().collect();
-        if !oids.is_empty() {
-            self.store.before_write(self.id, &oids)?;
-        }
+        let store = self.store.clone();
+        let _release = match oids.is_empty() {
+            true => None,
+            false => Some(store.before_write(self.id, &oids)?),
+        };
         self.ended = true;
         // No answer may name it once its end is on the way; one that did
         // made the server begin it (it must end there too).

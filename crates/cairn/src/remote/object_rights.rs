@@ -281,6 +281,20 @@ impl RightsState {
 
 /// Counts a fetch in flight (replies may carry rights) from before it is
 /// sent to after its reply is taken in.
+/// Rights a writer dropped, given back to the server when dropped (see
+/// [`ObjectStore::before_write`]): after the write request they guard has
+/// been answered.
+pub(super) struct ReleaseAfter<'a> {
+    store: &'a ObjectStore,
+    dropped: Vec<(Resource, u64)>,
+}
+
+impl Drop for ReleaseAfter<'_> {
+    fn drop(&mut self) {
+        self.store.release(&self.dropped);
+    }
+}
+
 /// An object's bytes as the client keeps them: an object's own, or in
 /// place in its page's image.
 enum Bytes<'a> {
@@ -724,7 +738,17 @@ impl ObjectStore {
     /// reading under those rights, so that the change's X waits for them
     /// there. A round trip per object read by another transaction (none in
     /// a single-threaded program).
-    pub(super) fn before_write(&self, txn: u64, oids: &[Oid]) -> Result<()> {
+    ///
+    /// The rights go back to the server only when the returned guard is
+    /// dropped, which the caller does once its write request (the X fetch,
+    /// the flush, the commit) has been answered: until the server has
+    /// granted `txn` what it asked, the right is what keeps another
+    /// client's writer from changing what `txn` itself read under it — a
+    /// callback for it still reaches this client, which names `txn` as a
+    /// reader (its S granted, its X a conversion). Given back first, a
+    /// writer could commit in between and `txn` would have read a value
+    /// already replaced (G-single).
+    pub(super) fn before_write(&self, txn: u64, oids: &[Oid]) -> Result<ReleaseAfter<'_>> {
         let (named, dropped) = {
             let mut st = lock(&self.rights);
             let v = st.txns.entry(txn).or_default();
@@ -750,12 +774,7 @@ impl ObjectStore {
                 };
                 let Some(epoch) = epoch else { continue };
                 dropped.push((k, epoch));
-                // The writer too, if it read under the right: its read
-                // must stay covered by a lock of its own once the right is
-                // given back (its X is then a conversion of that S, and a
-                // writer of another client that came first waits for it
-                // or makes one of them a deadlock victim).
-                let readers = st.name_readers(k, 0);
+                let readers = st.name_readers(k, txn);
                 if !readers.is_empty() {
                     named.push((k, readers));
                 }
@@ -763,11 +782,9 @@ impl ObjectStore {
             (named, dropped)
         };
         self.lost(&dropped);
-        // Named before the rights go back: until the server has granted
-        // the readers their locks, the rights are what holds writers off.
-        let named = self.name(txn, named);
-        self.release(&dropped);
-        named
+        let guard = ReleaseAfter { store: self, dropped };
+        self.name(txn, named)?;
+        Ok(guard)
     }
 
     /// Before `txn` changes the B+-tree at `root` (which leaves, only the

@@ -105,7 +105,8 @@ impl ObjectTxn {
             return Ok(());
         }
         let oids: Vec<Oid> = self.changes.keys().copied().collect();
-        self.store.before_write(self.id, &oids)?;
+        let store = self.store.clone();
+        let _release = store.before_write(self.id, &oids)?;
         self.wrote = true;
         let changes = std::mem::take(&mut self.changes);
         self.changes_bytes = 0;
