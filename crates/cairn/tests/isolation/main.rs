@@ -9,7 +9,7 @@
 //! server killed -9 and restarted as they go.
 //!
 //! Quick by default; `CAIRN_ISOLATION_TXNS` sets the transactions per
-//! configuration (default 400), `CAIRN_ISOLATION_CLIENTS` the processes
+//! configuration (default 1000), `CAIRN_ISOLATION_CLIENTS` the processes
 //! (default 8) and `CAIRN_ISOLATION_SEED` the seed.
 
 #[path = "../common/mod.rs"]
@@ -40,7 +40,7 @@ struct Size {
 
 fn size() -> Size {
     Size {
-        txns: env_or("CAIRN_ISOLATION_TXNS", 400) as usize,
+        txns: env_or("CAIRN_ISOLATION_TXNS", 1000) as usize,
         clients: env_or("CAIRN_ISOLATION_CLIENTS", 8) as usize,
         seed: env_or("CAIRN_ISOLATION_SEED", 0x15_0a71),
     }
