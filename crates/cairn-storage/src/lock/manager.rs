@@ -298,14 +298,7 @@ impl LockManager {
             let waiting = t.owners.get(&owner).and_then(|s| s.wait);
             if let Some((on, ticket)) = waiting {
                 if t.reaches(owner, w) {
-                    let q = t.queues.get_mut(&on).expect("a waiter's queue exists");
-                    q.remove_waiting(ticket).expect("a waiter is in its queue");
-                    let state = t.owners.get_mut(&owner).expect("a waiter is an owner");
-                    state.wait = None;
-                    state.wakeup.notify_all();
-                    t.outcomes.insert(ticket, Outcome::Victim);
-                    t.stats.deadlocks += 1;
-                    t.settle(on);
+                    t.make_victim(owner, on, ticket);
                 }
             }
         }
@@ -512,16 +505,24 @@ impl Table {
             && find_cycle(owner, |o| self.waits_for(o)).is_some()
         {
             // Its S stays until it aborts; its wait ends as a victim.
-            let q = self.queues.get_mut(&res).expect("a waiter's queue exists");
-            q.remove_waiting(ticket).expect("a waiter is in its queue");
-            let state = self.owners.get_mut(&owner).expect("a waiter is an owner");
-            state.wait = None;
-            state.wakeup.notify_all();
-            self.outcomes.insert(ticket, Outcome::Victim);
-            self.stats.deadlocks += 1;
-            self.settle(res);
+            self.make_victim(owner, res, ticket);
         }
         Ok(true)
+    }
+
+    /// Ends `owner`'s wait for `res` (request `ticket`) as a deadlock
+    /// victim: the request leaves the queue, its thread wakes to
+    /// [`Error::Deadlock`], what it held stays until it aborts, and the
+    /// requests behind it are granted if it was all that blocked them.
+    fn make_victim(&mut self, owner: LockOwner, res: Resource, ticket: Ticket) {
+        let q = self.queues.get_mut(&res).expect("a waiter's queue exists");
+        q.remove_waiting(ticket).expect("a waiter is in its queue");
+        let state = self.owners.get_mut(&owner).expect("a waiter is an owner");
+        state.wait = None;
+        state.wakeup.notify_all();
+        self.outcomes.insert(ticket, Outcome::Victim);
+        self.stats.deadlocks += 1;
+        self.settle(res);
     }
 
     /// Puts a request that must wait into its queue and returns its ticket.
