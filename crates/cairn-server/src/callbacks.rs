@@ -659,6 +659,73 @@ impl Callbacks {
 mod tests {
     use super::*;
 
+    fn session(client: ClientId) -> SessionState {
+        SessionState {
+            client,
+            peer: "test".into(),
+            txns: Mutex::default(),
+            notifier: std::sync::OnceLock::new(),
+            file: false,
+            object: false,
+            unwritten: Mutex::default(),
+        }
+    }
+
+    /// A reader named in an answer that cannot be granted its lock
+    /// (another transaction holds X) fails the writer — a retryable
+    /// deadlock — and the right stays, so the next writer calls it back
+    /// again. It used to log a warning, drop the right and let the writer
+    /// go on past a read no lock covered.
+    #[test]
+    fn an_answer_whose_reader_cannot_be_granted_fails_the_writer_and_keeps_the_right() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = cairn_storage::DbOptions {
+            background: false,
+            ..cairn_storage::DbOptions::default()
+        };
+        let db = Db::create(dir.path(), &opts).unwrap();
+        let cb = Callbacks::new(16);
+        let (reader_client, writer_client, holder_client) = (ClientId(1), ClientId(2), ClientId(3));
+        let reading = session(reader_client);
+        let epoch = cb.register(reader_client, pg(10));
+        let mut holder = db.begin_for(holder_client).unwrap();
+        holder.lock_resource(pg(10), LockMode::X).unwrap();
+        let writer = LockOwner::new(writer_client, TxnId(99));
+        lock(&cb.table).outstanding.insert(
+            7,
+            Outstanding {
+                client: reader_client,
+                key: pg(10),
+                writer,
+                outcome: None,
+            },
+        );
+        cb.answer(&db, &reading, 7, pg(10), epoch, 0, &[5]).unwrap();
+        let outcome = lock(&cb.table).outstanding.remove(&7).and_then(|o| o.outcome);
+        assert!(matches!(outcome, Some(Err(Error::Deadlock { .. }))), "{outcome:?}");
+        assert_eq!(cb.rights_held(), 1, "the right stays registered");
+        assert_eq!(cb.stats().readers_not_granted, 1);
+        // The client's own writer naming a reader: refused the same way.
+        let own = cb.answer(&db, &reading, 0, pg(10), 0, 6, &[5]);
+        assert!(matches!(own, Err(Error::Deadlock { .. })), "{own:?}");
+        holder.abort().unwrap();
+        // Once nothing conflicts, the reader is granted and the right goes.
+        lock(&cb.table).outstanding.insert(
+            8,
+            Outstanding {
+                client: reader_client,
+                key: pg(10),
+                writer,
+                outcome: None,
+            },
+        );
+        cb.answer(&db, &reading, 8, pg(10), epoch, 0, &[5]).unwrap();
+        let outcome = lock(&cb.table).outstanding.remove(&8).and_then(|o| o.outcome);
+        assert!(matches!(outcome, Some(Ok(()))), "{outcome:?}");
+        assert_eq!(cb.rights_held(), 0);
+        cb.check_invariants();
+    }
+
     fn pg(n: u32) -> Resource {
         Resource::Page(PageId(n))
     }
