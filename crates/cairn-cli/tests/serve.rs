@@ -73,6 +73,57 @@ fn a_committed_page_change_is_seen_by_the_next_client_and_survives_shutdown() {
     assert_eq!(t.read(oid).unwrap(), vec![9u8; 100]);
 }
 
+/// A client's FREE of one of the volume's own pages (the header, the
+/// space map, an extent list) is refused as INVALID before anything is
+/// logged: it used to be logged, fail at commit and poison the server —
+/// and a FREE of the extent-list page made every later open fail in
+/// recovery. The server goes on serving and the database reopens.
+#[test]
+fn a_free_of_a_system_page_is_refused_and_the_database_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let server = Server::start(&path, &[]);
+    let c = server.client(b"").unwrap();
+    for page in 0..oid.page.0 {
+        let txn = begin(&c);
+        let freed = call(&c, &PageRequest::Free { txn, page });
+        if let Err(e) = freed {
+            assert_eq!(remote_code(e), ErrorCode::INVALID, "page {page}");
+        }
+        // Its commit then logs nothing the volume cannot apply (a refused
+        // FREE doomed the transaction; the first pages are all system ones).
+        let _ = call(
+            &c,
+            &PageRequest::Commit {
+                txn,
+                records: Vec::new(),
+            },
+        );
+    }
+    // The server still serves a change.
+    let txn = begin(&c);
+    let base = fetch(&c, txn, oid.page, true).unwrap();
+    let rec = redo::page_record(TxnId(txn), oid.page, Some(&base), &change(&base, 7, 9));
+    call(
+        &c,
+        &PageRequest::Commit {
+            txn,
+            records: vec![rec],
+        },
+    )
+    .expect("the server is not poisoned");
+    drop(c);
+    assert!(server.stop().success());
+    let db = Db::open(&path, &DbOptions::default()).expect("the database opens");
+    db.close().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["check", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
 #[test]
 fn a_bad_record_is_refused_and_a_vanished_client_leaves_no_locks() {
     let dir = tempfile::tempdir().unwrap();

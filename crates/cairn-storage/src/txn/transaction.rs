@@ -546,7 +546,29 @@ impl PageAccess for Txn {
 
     fn free(&mut self, id: PageId) -> Result<()> {
         self.refuse_if_doomed()?;
+        // Only a page in use, of a kind transactions hold (object,
+        // large-object and B+-tree pages): the volume's own pages (header,
+        // space map, group directory, extent lists) are changed by system
+        // actions alone. A FREE of one used to be logged and then fail at
+        // commit, poisoning the database — or, for an extent-list page,
+        // failing every later open in recovery. Checked before anything is
+        // logged; refused, the transaction is doomed, nothing else changes.
+        if self.to_free.contains(&id) || !self.db.is_page_in_use(self.id, id)? {
+            let e = Error::InvalidArgument(format!("{} frees page {id}, which is not in use", self.id));
+            self.doom(&e);
+            return Err(e);
+        }
         self.lock(Resource::Page(id), LockMode::X)?;
+        let kind = PageAccess::read(self, id, crate::page::page_type)?;
+        if !kind.is_some_and(PageType::is_client_kind) {
+            let e = Error::InvalidArgument(format!(
+                "{} frees page {id}, a {} page: a transaction frees only object, large-object and B+-tree pages",
+                self.id,
+                kind.map_or_else(|| "unknown".to_string(), |k| format!("{k:?}"))
+            ));
+            self.doom(&e);
+            return Err(e);
+        }
         if let Err(e) = self.db.free(self.owner, id) {
             self.doom(&e);
             return Err(e);
