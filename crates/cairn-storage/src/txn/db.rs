@@ -236,7 +236,15 @@ impl Shared {
                 pending,
                 pending_frees,
             };
-            let lsn = self.wal.append(&[&rec.encode()])?[0];
+            // The CHECKPOINT proves the log before it durable
+            // (`Redo::is_checkpoint`, the open rule), so everything before
+            // it is made durable first, with no append in between: every
+            // append (commits, system actions) holds the gate's read side.
+            let lsn = {
+                let _gate = self.sink.gate.write().unwrap_or_else(|e| e.into_inner());
+                self.wal.flush(self.wal.end_lsn())?;
+                self.wal.append(&[&rec.encode()])?[0]
+            };
             self.wal.flush(lsn)?;
             self.wal.remove_before(redo_lsn)?;
             Ok(lsn)

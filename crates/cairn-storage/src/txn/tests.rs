@@ -105,3 +105,57 @@ fn a_clean_close_leaves_one_short_log_segment() {
     t.commit().unwrap();
     db.close().unwrap();
 }
+
+/// A CHECKPOINT record proves the whole log before it durable
+/// (`Redo::is_checkpoint`, the open rule): a damaged record before it is
+/// damage, not a torn tail. So it must be appended only once everything
+/// before it is durable, with no other append in between. Commits running
+/// beside the checkpoint used to append between its flush and its record,
+/// leaving unsynced bytes before it: a disk that wrote the checkpoint and
+/// lost them made the next open refuse the log as corrupt. Every
+/// checkpoint's `durable` field must be its own start.
+#[test]
+fn a_checkpoint_is_appended_only_after_the_log_before_it_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Db::create(&path, &opts()).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (mut checked, mut short) = (0, Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut t = db.begin().unwrap();
+                    t.create(GroupId::DEFAULT, &[7u8; 200]).unwrap();
+                    t.commit().unwrap();
+                }
+            });
+        }
+        let mut seen = crate::ids::Lsn(0);
+        for _ in 0..200 {
+            db.checkpoint().unwrap();
+            let wal = &db.shared.wal;
+            let mut reader = wal.read_from(seen.max(wal.first_lsn())).unwrap();
+            while let Some(r) = reader.next_with_durable() {
+                let (lsn, durable, payload) = r.unwrap();
+                seen = lsn;
+                if crate::wal::redo::Redo::is_checkpoint(&payload) {
+                    let start = lsn.0 - (crate::wal::format::RECORD_HEADER_SIZE + payload.len()) as u64;
+                    checked += 1;
+                    if durable.0 != start {
+                        short.push((start, start - durable.0));
+                    }
+                }
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert!(checked >= 200, "{checked} checkpoints read");
+    assert!(
+        short.is_empty(),
+        "{} of {checked} checkpoints with unsynced bytes before them, first (start, bytes): {:?}",
+        short.len(),
+        &short[..short.len().min(5)]
+    );
+    db.close().unwrap();
+}

@@ -71,8 +71,16 @@ impl WalReader {
         }
     }
 
-    /// The next record, `Ok(None)` at the end.
-    fn advance(&mut self) -> Result<Option<(Lsn, Vec<u8>)>> {
+    /// The next record with its header's `durable` field (how far the log
+    /// was durable when it was appended): what a test of the log's promises
+    /// reads. `None` at the end.
+    #[cfg(test)]
+    pub(crate) fn next_with_durable(&mut self) -> Option<Result<(Lsn, Lsn, Vec<u8>)>> {
+        self.advance().transpose()
+    }
+
+    /// The next record and its `durable` field, `Ok(None)` at the end.
+    fn advance(&mut self) -> Result<Option<(Lsn, Lsn, Vec<u8>)>> {
         loop {
             let cursor = match &mut self.cursor {
                 Some(c) => c,
@@ -107,10 +115,11 @@ impl WalReader {
             match step {
                 Step::Record {
                     lsn,
+                    durable,
                     payload: Some(payload),
                 } => {
                     debug_assert!(lsn > self.from);
-                    return Ok(Some((lsn, payload)));
+                    return Ok(Some((lsn, durable, payload)));
                 }
                 Step::Record { payload: None, .. } => {}
                 Step::End => self.cursor = None,
@@ -128,7 +137,7 @@ impl Iterator for WalReader {
             return None;
         }
         match self.advance() {
-            Ok(Some(record)) => Some(Ok(record)),
+            Ok(Some((lsn, _, payload))) => Some(Ok((lsn, payload))),
             Ok(None) => {
                 self.done = true;
                 None

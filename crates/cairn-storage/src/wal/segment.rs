@@ -146,6 +146,9 @@ pub enum Step {
     Record {
         /// The record's LSN (its end).
         lsn: Lsn,
+        /// How far the log was durable when it was appended (its header's
+        /// `durable` field).
+        durable: Lsn,
         /// Its payload, checked against its checksum.
         payload: Option<Vec<u8>>,
     },
@@ -302,6 +305,7 @@ impl Cursor {
             self.pos = end;
             return Ok(Step::Record {
                 lsn: end,
+                durable: header.durable,
                 payload: None,
             });
         }
@@ -321,6 +325,7 @@ impl Cursor {
         self.pos = end;
         Ok(Step::Record {
             lsn: end,
+            durable: header.durable,
             payload: Some(payload),
         })
     }
