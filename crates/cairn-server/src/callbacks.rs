@@ -1,4 +1,5 @@
-//! Callback locking on the server (DESIGN.md §7; Franklin & Carey's
+//! Callback locking on the server (ARCHITECTURE.md, "Cache coherence, per
+//! client kind"; Franklin & Carey's
 //! callback locking, Soprano's callback daemon): which client caches which
 //! page or object, and calling it back before a writer may lock it.
 //!
@@ -407,7 +408,19 @@ impl Callbacks {
         }
         drop(t);
         lock(&self.stats).callbacks_sent += ids.len() as u64;
-        for &(id, k, client, epoch) in &ids {
+        self.send_notices(sessions, &ids);
+        self.wait_for_answers(&ids, txn, key, timeout)?;
+        Ok(mark)
+    }
+
+    /// Sends each callback of `ids` (id, key, client, epoch) to its client;
+    /// one whose client is gone is answered at once (its right went with it).
+    fn send_notices(
+        &self,
+        sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>,
+        ids: &[(u64, Resource, ClientId, u64)],
+    ) {
+        for &(id, k, client, epoch) in ids {
             let sent = sessions(client).is_some_and(|s| {
                 let notice = match (s.object, k, right_key(k)) {
                     (true, _, Some(key)) => ObjectCallback { id, key, epoch }.encode(),
@@ -418,7 +431,6 @@ impl Callbacks {
                 s.notifier.get().is_some_and(|n| n.notice(notice).is_ok())
             });
             if !sent {
-                // The client is gone: its right went with it.
                 let mut t = lock(&self.table);
                 t.unregister(client, k, Some(epoch));
                 if let Some(o) = t.outstanding.get_mut(&id) {
@@ -426,6 +438,19 @@ impl Callbacks {
                 }
             }
         }
+    }
+
+    /// Waits (up to `timeout`) until every callback of `ids` is answered
+    /// and collects them: the first answer that failed (granting a reader
+    /// closed a cycle, or could not be granted) is the writer `txn`'s
+    /// error; no answer in time is [`Error::LockTimeout`] on `key`.
+    fn wait_for_answers(
+        &self,
+        ids: &[(u64, Resource, ClientId, u64)],
+        txn: TxnId,
+        key: Resource,
+        timeout: Duration,
+    ) -> Result<(), Error> {
         let start = Instant::now();
         let deadline = start + timeout;
         let mut t = lock(&self.table);
@@ -448,7 +473,7 @@ impl Callbacks {
                             .map(|o| format!("client {} for {}", o.client.0, o.key))
                     })
                     .collect();
-                for (id, ..) in &ids {
+                for (id, ..) in ids {
                     t.outstanding.remove(id);
                 }
                 return Err(Error::LockTimeout {
@@ -464,8 +489,8 @@ impl Callbacks {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        let mut result = Ok(mark);
-        for (id, ..) in &ids {
+        let mut result = Ok(());
+        for (id, ..) in ids {
             if let Some(Outstanding {
                 outcome: Some(Err(e)), ..
             }) = t.outstanding.remove(id)
@@ -671,6 +696,20 @@ mod tests {
         }
     }
 
+    /// A callback `id` for page 10 sent to `client` on behalf of `writer`,
+    /// not answered yet (as `call_back` leaves it).
+    fn outstanding(cb: &Callbacks, id: u64, client: ClientId, writer: LockOwner) {
+        lock(&cb.table).outstanding.insert(
+            id,
+            Outstanding {
+                client,
+                key: pg(10),
+                writer,
+                outcome: None,
+            },
+        );
+    }
+
     /// A reader named in an answer that cannot be granted its lock
     /// (another transaction holds X) fails the writer — a retryable
     /// deadlock — and the right stays, so the next writer calls it back
@@ -691,15 +730,7 @@ mod tests {
         let mut holder = db.begin_for(holder_client).unwrap();
         holder.lock_resource(pg(10), LockMode::X).unwrap();
         let writer = LockOwner::new(writer_client, TxnId(99));
-        lock(&cb.table).outstanding.insert(
-            7,
-            Outstanding {
-                client: reader_client,
-                key: pg(10),
-                writer,
-                outcome: None,
-            },
-        );
+        outstanding(&cb, 7, reader_client, writer);
         cb.answer(&db, &reading, 7, pg(10), epoch, 0, &[5]).unwrap();
         let outcome = lock(&cb.table).outstanding.remove(&7).and_then(|o| o.outcome);
         assert!(matches!(outcome, Some(Err(Error::Deadlock { .. }))), "{outcome:?}");
@@ -710,15 +741,7 @@ mod tests {
         assert!(matches!(own, Err(Error::Deadlock { .. })), "{own:?}");
         holder.abort().unwrap();
         // Once nothing conflicts, the reader is granted and the right goes.
-        lock(&cb.table).outstanding.insert(
-            8,
-            Outstanding {
-                client: reader_client,
-                key: pg(10),
-                writer,
-                outcome: None,
-            },
-        );
+        outstanding(&cb, 8, reader_client, writer);
         cb.answer(&db, &reading, 8, pg(10), epoch, 0, &[5]).unwrap();
         let outcome = lock(&cb.table).outstanding.remove(&8).and_then(|o| o.outcome);
         assert!(matches!(outcome, Some(Ok(()))), "{outcome:?}");

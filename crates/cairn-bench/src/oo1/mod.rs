@@ -1,5 +1,6 @@
-//! `cairn bench oo1`: the OO1 benchmark (Cattell & Skeen 1992) as
-//! `../shared/BENCHMARKS.md` specifies it, on a harness where each system
+//! `cairn bench oo1`: the OO1 benchmark (Cattell & Skeen 1992; the
+//! workload and its targets are written down in `docs/benchmarks.md`), on a
+//! harness where each system
 //! under test is one [`System`] implementation.
 //!
 //! Code map:

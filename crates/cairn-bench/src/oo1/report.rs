@@ -311,7 +311,7 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
     let targets = targets(rows);
     if !targets.is_empty() {
         let _ = writeln!(o);
-        let _ = writeln!(o, "targets (BENCHMARKS.md):");
+        let _ = writeln!(o, "targets (docs/benchmarks.md, Targets):");
         for t in targets {
             let _ = writeln!(o, "  {:<4} {}", if t.met { "met" } else { "MISS" }, t.text);
         }
@@ -398,7 +398,7 @@ fn embedded_targets(rows: &[Row]) -> Vec<Target> {
             }
         }
     }
-    // BENCHMARKS.md: "OO1 vs LMDB, embedded: no slower on any measure, cold
+    // The target (docs/benchmarks.md, Targets): "OO1 vs LMDB, embedded: no slower on any measure, cold
     // and warm" (a tie meets it).
     for m in Measure::ALL {
         for p in [Phase::Cold, Phase::Warm] {
@@ -429,7 +429,7 @@ fn embedded_targets(rows: &[Row]) -> Vec<Target> {
     out
 }
 
-/// BENCHMARKS.md's page-server targets: warm within 1.2× embedded with no
+/// The page-server targets (docs/benchmarks.md, Targets): warm within 1.2× embedded with no
 /// round trip for a cached page (a revalidation is one), and a cold
 /// traversal costing no more round trips than the distinct pages it touches
 /// (each page's first lock in the transaction, shipped or revalidated) plus

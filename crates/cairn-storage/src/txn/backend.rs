@@ -1,4 +1,4 @@
-//! The backend seam (DESIGN.md §10): what a [`Txn`] needs from whatever
+//! The backend seam: what a [`Txn`] needs from whatever
 //! keeps the database — the embedded engine in this process, or a server
 //! reached over the network.
 //!

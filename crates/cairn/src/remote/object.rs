@@ -1,5 +1,5 @@
-//! The object-server client at the storage level (DeWitt et al. §2.2;
-//! DESIGN.md §7): the unit of transfer is an object. The server runs the
+//! The object-server client at the storage level (DeWitt et al. 1990,
+//! §2.2): the unit of transfer is an object. The server runs the
 //! object operations in a transaction of its own per client transaction,
 //! locking single objects, so clients change different objects of one page
 //! at the same time; the client keeps the objects it read and the
@@ -445,15 +445,8 @@ impl ObjectTxn {
         self.read.contains_key(&oid) || self.changes.contains_key(&oid)
     }
 
-    /// True if the client holds a right to the object (a copy decoded in an
-    /// earlier transaction is current): this transaction reads it under
-    /// the right from now on. No server call.
-    pub fn holds_right(&mut self, oid: Oid) -> bool {
-        !self.ended && self.doomed.is_none() && self.store.holds_object(self.id, oid)
-    }
-
-    /// The epoch of the right to the object the client holds, if any (see
-    /// [`ObjectTxn::holds_right`]): a copy decoded in an earlier
+    /// The epoch of the right to the object the client holds, if any: a
+    /// copy decoded in an earlier
     /// transaction is current only if it was decoded from bytes kept under
     /// this same epoch ([`ObjectTxn::epoch_of`]). This transaction reads
     /// it under the right from now on. No server call.

@@ -505,13 +505,6 @@ impl ObjectStore {
         !st.pages.contains_key(&page) && !st.page_written(page)
     }
 
-    /// True if the client holds a right to the object (the typed layer may
-    /// trust its decoded copy): `txn` reads it under the right from now on.
-    pub(super) fn holds_object(&self, txn: u64, oid: Oid) -> bool {
-        // (Nothing copied: only whether it is there, read under the right.)
-        self.with_object(txn, oid, |_| ()).is_some()
-    }
-
     /// The values of `key` in the tree at `root`, if a lookup's answer is
     /// kept under a right on its leaf (read by `txn` under it from now on).
     pub(super) fn use_lookup(&self, txn: u64, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
