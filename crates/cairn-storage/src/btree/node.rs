@@ -556,6 +556,49 @@ pub fn check_page(buf: &[u8]) -> Result<()> {
     check_node(buf, id)
 }
 
+/// What a b-tree page says about its place in a tree: the fields a server
+/// checks a client's image of the page against the pages around it
+/// (`txn/client_check.rs`). Only for a page [`check_page`] accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageLinks {
+    /// 0 for a leaf.
+    pub level: u8,
+    /// The page is a tree's root.
+    pub root: bool,
+    /// The root of a unique tree.
+    pub unique: bool,
+    /// The tree's group (root only; else 0).
+    pub group: GroupId,
+    /// Left sibling (leaves; 0 for none).
+    pub prev: PageId,
+    /// Right sibling (leaves; 0 for none).
+    pub next: PageId,
+    /// The children of an inner node, in order (empty for a leaf).
+    pub children: Vec<PageId>,
+}
+
+/// The links of b-tree page image `buf` (see [`PageLinks`]); an error for a
+/// page that is not a well-formed b-tree node.
+pub fn page_links(buf: &[u8]) -> Result<PageLinks> {
+    check_page(buf)?;
+    let id = page::page_id(buf);
+    let n = Node::parse(buf, id)?;
+    let children = if n.is_leaf() {
+        Vec::new()
+    } else {
+        (0..=n.count).map(|i| n.child(i)).collect::<Result<Vec<_>>>()?
+    };
+    Ok(PageLinks {
+        level: n.level,
+        root: n.is_root(),
+        unique: n.is_unique(),
+        group: n.group,
+        prev: n.prev,
+        next: n.next,
+        children,
+    })
+}
+
 /// [`check_page`] for a page read as page `id`.
 pub(super) fn check_node(buf: &[u8], id: PageId) -> Result<()> {
     let n = Node::parse(buf, id)?;

@@ -41,6 +41,9 @@ impl Txn {
     /// its cached copies.
     pub fn commit_with_lsns(mut self) -> Result<Vec<(PageId, Lsn)>> {
         self.check_active()?;
+        // A client's pages are checked as a whole before anything is
+        // logged; a refusal drops (rolls back) the transaction.
+        self.check_client_links()?;
         let db = self.db.clone();
         if self.pages.is_empty() && self.objects.is_empty() && self.to_free.is_empty() && self.allocated.is_empty() {
             self.finish();

@@ -54,6 +54,7 @@
 //! from the last checkpoint's redo LSN.
 
 mod backend;
+mod client_check;
 mod commit;
 mod db;
 mod embedded;

@@ -16,18 +16,20 @@
 //! commit may carry a last change, as in the embedded commit), its
 //! runs stay inside the page, the page is a kind a client may change
 //! (slotted, large-object and B+-tree pages; never the header, space map,
-//! group directory, extent lists or a free page) and stays one (a B+-tree
-//! root that splits turns from a leaf into an inner node in place), and a
-//! slotted page is well formed after the change.
+//! group directory, extent lists or a free page) and stays the same kind (a
+//! B+-tree root that splits turns from a leaf into an inner node in place),
+//! and the page is well formed for its kind after the change; before the
+//! commit is logged, the links between the changed pages are checked as a
+//! whole (`client_check.rs` has every rule).
 
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, PageId, TxnId};
 use crate::lock::{LockMode, Resource};
 use crate::page::{self, PageType};
 use crate::record::object::ObjectSpace;
-use crate::record::slotted;
 use crate::wal::redo::{self, Redo};
 
+use super::client_check::check_client_image;
 use super::Txn;
 
 impl Txn {
@@ -112,6 +114,7 @@ impl Txn {
     pub(super) fn stage_pages(&mut self, staged: Vec<(PageId, Vec<u8>)>) -> Result<()> {
         for (id, after) in staged {
             self.changes += 1;
+            self.client_pages.insert(id);
             match self.pages.get_mut(id)? {
                 Some(p) => p.copy_from_slice(&after),
                 None => {
@@ -146,7 +149,7 @@ impl Txn {
         }
         let mut after = base.clone();
         redo::apply(&mut after, id, full, &runs, page::lsn(&base))?;
-        check_client_after(index, id, &after)?;
+        self.check_client_after(index, id, &after)?;
         Ok((id, after))
     }
 
@@ -194,21 +197,14 @@ pub(super) fn refuse(index: usize, page: PageId, why: String) -> Error {
     Error::InvalidArgument(format!("redo record {index} (page {page}): {why}"))
 }
 
-/// Checks a page as a client's record `index` leaves it: of a kind a
-/// client may make, and (a slotted page) well formed.
-pub(super) fn check_client_after(index: usize, id: PageId, after: &[u8]) -> Result<()> {
-    let after_type = page::page_type(after);
-    if !after_type.is_some_and(PageType::is_client_kind) {
-        return Err(refuse(
-            index,
-            id,
-            format!("the change makes it a page of kind {after_type:?}, which a client may not make"),
-        ));
+impl Txn {
+    /// Checks a page as a client's record `index` leaves it, on its own and
+    /// against its committed image (`client_check.rs`).
+    pub(super) fn check_client_after(&mut self, index: usize, id: PageId, after: &[u8]) -> Result<()> {
+        let before = self.committed_image(id)?;
+        let allocated = self.allocated.contains(&id);
+        check_client_image(index, id, &before, after, allocated, self.page_count())
     }
-    if after_type == Some(PageType::Slotted) {
-        slotted::check(after).map_err(|e| refuse(index, id, format!("the changed page is malformed: {e}")))?;
-    }
-    Ok(())
 }
 
 /// Adds `after` as page `id`'s image to a batch being verified, replacing

@@ -52,6 +52,9 @@ pub struct Txn {
     /// Log every page as a full image without reading its committed image
     /// (a file-server commit, `unwritten.rs`).
     pub(super) full_images: bool,
+    /// Pages client records changed (`remote.rs`, `unwritten.rs`), whose
+    /// links are checked before the commit is logged (`client_check.rs`).
+    pub(super) client_pages: BTreeSet<PageId>,
 }
 
 impl std::fmt::Debug for Txn {
@@ -87,6 +90,7 @@ impl Txn {
             object_bytes_max,
             rebased: Vec::new(),
             full_images: false,
+            client_pages: BTreeSet::new(),
         }
     }
 

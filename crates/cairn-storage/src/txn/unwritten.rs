@@ -50,7 +50,7 @@ use crate::page;
 use crate::wal::redo;
 
 use super::db::{lock, Shared};
-use super::remote::{check_client_after, refuse, ClientRecord};
+use super::remote::{refuse, ClientRecord};
 use super::{Db, Txn};
 
 /// A file-server commit that is logged and durable but whose pages the
@@ -97,6 +97,7 @@ impl Db {
         }
         // A refused batch rolls `t` back as it drops.
         t.stage_full_images(records, named)?;
+        t.check_client_links()?;
         let mut done = Unwritten {
             shared: s.clone(),
             txn: None,
@@ -276,7 +277,7 @@ impl Txn {
             }
             let mut after = vec![0u8; self.db.page_size()];
             redo::apply(&mut after, id, true, &runs, Lsn(0))?;
-            check_client_after(i, id, &after)?;
+            self.check_client_after(i, id, &after)?;
             super::remote::stage_one(&mut staged, id, after);
         }
         self.stage_pages(staged)

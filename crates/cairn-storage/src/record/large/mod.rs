@@ -180,6 +180,81 @@ pub fn index_fanout(page_size: usize) -> usize {
     page_size.saturating_sub(OFF_BODY) / CHILD_SIZE
 }
 
+/// What a large-object page says about its place in an object's tree: the
+/// fields a server checks a client's image of the page against the pages
+/// around it (`txn/client_check.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LargePageLinks {
+    /// The owner tag of the object the page belongs to.
+    pub owner: u64,
+    /// 0 for a data page, 1.. for an index page.
+    pub level: u8,
+    /// The number of the first data page under this page.
+    pub first: u32,
+    /// An index page's children, in order (empty for a data page).
+    pub children: Vec<PageId>,
+}
+
+/// Checks large-object page image `p` on its own (the header, and an index
+/// page's used child slots inside a volume of `volume_pages` pages and its
+/// unused ones zero) and returns its links. A bad page is
+/// [`Error::Corrupt`] naming it.
+pub fn page_links(p: &[u8], volume_pages: u32) -> Result<LargePageLinks> {
+    crate::page::validate_page_size(p.len())?;
+    let id = crate::page::page_id(p);
+    let bad = |reason: String| Error::corrupt(id, format!("large-object page: {reason}"));
+    let index = match crate::page::page_type(p) {
+        Some(PageType::LargeData) => false,
+        Some(PageType::LargeIndex) => true,
+        other => return Err(bad(format!("page type {other:?} is not a large-object kind"))),
+    };
+    let owner = get_u64(p, OFF_OWNER);
+    let level = p[OFF_LEVEL];
+    let count = usize::from(crate::bytes::get_u16(p, OFF_COUNT));
+    if owner == 0 {
+        return Err(bad("no owner tag".into()));
+    }
+    if p[OFF_RESERVED] != 0 {
+        return Err(bad(format!("reserved header byte is {}", p[OFF_RESERVED])));
+    }
+    if !index {
+        if level != 0 || count != 0 {
+            return Err(bad(format!("a data page at level {level} with {count} children")));
+        }
+        return Ok(LargePageLinks {
+            owner,
+            level,
+            first: get_u32(p, OFF_FIRST),
+            children: Vec::new(),
+        });
+    }
+    let fanout = index_fanout(p.len());
+    if level == 0 || level > LARGE_DEPTH_MAX || count == 0 || count > fanout {
+        return Err(bad(format!(
+            "an index page at level {level} with {count} children (at most {fanout})"
+        )));
+    }
+    let mut children = Vec::with_capacity(count);
+    for slot in 0..fanout {
+        let child = get_u32(p, OFF_BODY + CHILD_SIZE * slot);
+        if slot >= count {
+            if child != 0 {
+                return Err(bad(format!("unused child slot {slot} holds page {child}")));
+            }
+        } else if child == 0 || child >= volume_pages || child == id.0 {
+            return Err(bad(format!("child slot {slot} names page {child}")));
+        } else {
+            children.push(PageId(child));
+        }
+    }
+    Ok(LargePageLinks {
+        owner,
+        level,
+        first: get_u32(p, OFF_FIRST),
+        children,
+    })
+}
+
 /// What an object's home slot stores: enough to find and size its page tree.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct LargeDescriptor {

@@ -1,0 +1,318 @@
+//! The server checks the structure of every page image a page-server client
+//! commits, not only slotted pages: B+-tree nodes and large-object pages on
+//! their own, and the links between pages (issue 34). A "client" here runs
+//! the real B+-tree and large-object code over pages it fetched from the
+//! server's transaction, as the page client does, and ships PAGE records;
+//! honest changes commit, and each hostile edit is refused with nothing
+//! logged (the database checks clean and the trees still verify).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cairn_storage::access::PageAccess;
+use cairn_storage::btree::BTree;
+use cairn_storage::io::OsVfs;
+use cairn_storage::page::PageType;
+use cairn_storage::record::large::{self, LargeDescriptor};
+use cairn_storage::record::object::KIND_LARGE;
+use cairn_storage::record::slotted;
+use cairn_storage::volume::VolumeOptions;
+use cairn_storage::wal::redo;
+use cairn_storage::{Db, DbOptions, Error, GroupId, PageId, Result, SlotIdx, Txn};
+
+fn opts() -> DbOptions {
+    DbOptions {
+        volume: VolumeOptions {
+            vfs: Arc::new(OsVfs),
+            ..VolumeOptions::default()
+        },
+        background: false,
+        ..DbOptions::default()
+    }
+}
+
+/// A page-server client's view of one transaction: the pages it fetched
+/// (their fetched image and its own changed copy), changed by the storage
+/// code running on its side.
+struct Client {
+    t: Txn,
+    pages: BTreeMap<PageId, (Vec<u8>, Vec<u8>)>,
+}
+
+impl Client {
+    fn begin(db: &Db) -> Client {
+        Client {
+            t: db.begin().unwrap(),
+            pages: BTreeMap::new(),
+        }
+    }
+
+    /// The client's copy of `id`, fetched (X) if it has none.
+    fn page(&mut self, id: PageId) -> Result<&mut Vec<u8>> {
+        if !self.pages.contains_key(&id) {
+            let image = self.t.fetch_page(id, true)?;
+            self.pages.insert(id, (image.clone(), image));
+        }
+        Ok(&mut self.pages.get_mut(&id).expect("just fetched").1)
+    }
+
+    /// Ships every changed page as a PAGE record and commits.
+    fn commit(mut self) -> Result<()> {
+        let id = self.t.id();
+        let records: Vec<Vec<u8>> = self
+            .pages
+            .iter()
+            .filter(|(_, (base, now))| base != now)
+            .map(|(&p, (base, now))| redo::page_record(id, p, Some(base), now))
+            .collect();
+        let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+        self.t.stage_redo(&refs, id)?;
+        self.t.commit()
+    }
+}
+
+impl PageAccess for Client {
+    fn page_size(&self) -> usize {
+        PageAccess::page_size(&self.t)
+    }
+
+    fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        Ok(f(self.page(id)?))
+    }
+
+    fn modify<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+        f(self.page(id)?)
+    }
+
+    fn allocate(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        let p = PageAccess::allocate(&mut self.t, group, near, ty)?;
+        let image = self.t.fetch_page(p, true)?;
+        self.pages.insert(p, (image.clone(), image));
+        Ok(p)
+    }
+
+    fn free(&mut self, id: PageId) -> Result<()> {
+        PageAccess::free(&mut self.t, id)
+    }
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key-{i:08}-padding-padding").into_bytes()
+}
+
+/// What the setup built: two trees (the first with an inner root), a
+/// slotted page holding two large objects' descriptors.
+struct World {
+    _dir: tempfile::TempDir,
+    db: Db,
+    tree: BTree,
+    other: BTree,
+    home: PageId,
+    big: (SlotIdx, LargeDescriptor),
+    small: (SlotIdx, LargeDescriptor),
+}
+
+fn descriptor_slot(c: &mut Client, home: PageId, d: &LargeDescriptor) -> SlotIdx {
+    slotted::insert(c.page(home).unwrap(), KIND_LARGE, &d.encode())
+        .unwrap()
+        .unwrap()
+        .0
+}
+
+fn setup() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::create(&dir.path().join("db"), &opts()).unwrap();
+    let mut c = Client::begin(&db);
+    let tree = BTree::create(&mut c, GroupId::DEFAULT, false).unwrap();
+    for i in 0..600 {
+        tree.insert(&mut c, &key(i), b"v").unwrap();
+    }
+    let other = BTree::create(&mut c, GroupId::DEFAULT, false).unwrap();
+    other.insert(&mut c, b"x", b"y").unwrap();
+    let home = c.allocate(GroupId::DEFAULT, None, PageType::Slotted).unwrap();
+    slotted::init(c.page(home).unwrap());
+    let big_d = large::create(&mut c, GroupId::DEFAULT, None, &vec![5u8; 20_000]).unwrap();
+    let small_d = large::create(&mut c, GroupId::DEFAULT, None, &[6u8; 100]).unwrap();
+    let big = (descriptor_slot(&mut c, home, &big_d), big_d);
+    let small = (descriptor_slot(&mut c, home, &small_d), small_d);
+    c.commit().expect("an honest client's trees and large objects commit");
+    World {
+        _dir: dir,
+        db,
+        tree,
+        other,
+        home,
+        big,
+        small,
+    }
+}
+
+/// The database is as the setup left it: both trees verify and hold their
+/// entries, the objects read back, and a whole check is clean.
+fn unchanged(w: World) {
+    let mut t = w.db.begin().unwrap();
+    w.tree.check(&mut t).unwrap();
+    w.other.check(&mut t).unwrap();
+    assert_eq!(w.tree.len(&mut t).unwrap(), 600);
+    let mut buf = vec![0u8; 20_000];
+    large::read(&mut t, &w.big.1, 0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 5));
+    t.abort().unwrap();
+    let dir = w._dir.path().join("db");
+    w.db.close().unwrap();
+    let report = cairn_storage::check::check_database(&dir, &opts().volume);
+    assert!(report.is_ok(), "{:?}", report.problems);
+}
+
+fn refused(r: Result<()>, what: &str) {
+    match r {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(what), "expected {what:?} in: {m}"),
+        other => panic!("expected a refusal naming {what:?}, got {other:?}"),
+    }
+}
+
+fn root_links(w: &World) -> Vec<PageId> {
+    let mut t = w.db.begin().unwrap();
+    let img = t.fetch_page(w.tree.root(), false).unwrap();
+    cairn_storage::btree::page_links(&img).unwrap().children
+}
+
+#[test]
+fn an_honest_client_splits_merges_grows_and_shrinks_and_every_commit_is_accepted() {
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    for i in 600..2_000 {
+        w.tree.insert(&mut c, &key(i), b"value").unwrap();
+    }
+    let (slot, mut d) = w.big;
+    large::append(&mut c, &mut d, GroupId::DEFAULT, &vec![5u8; 5_000_000]).unwrap();
+    slotted::update(c.page(w.home).unwrap(), slot, KIND_LARGE, &d.encode()).unwrap();
+    c.commit().expect("growth commits");
+    let mut c = Client::begin(&w.db);
+    for i in 0..1_990 {
+        w.tree.delete(&mut c, &key(i), None).unwrap();
+    }
+    large::truncate(&mut c, &mut d, 10).unwrap();
+    slotted::update(c.page(w.home).unwrap(), slot, KIND_LARGE, &d.encode()).unwrap();
+    let (small_slot, small_d) = w.small;
+    large::destroy(&mut c, small_d).unwrap();
+    slotted::delete(c.page(w.home).unwrap(), small_slot).unwrap();
+    w.other.destroy(&mut c).unwrap();
+    c.commit().expect("merges, collapse, truncation and destruction commit");
+    let mut t = w.db.begin().unwrap();
+    w.tree.check(&mut t).unwrap();
+    assert_eq!(w.tree.len(&mut t).unwrap(), 10);
+    t.abort().unwrap();
+    let dir = w._dir.path().join("db");
+    w.db.close().unwrap();
+    let report = cairn_storage::check::check_database(&dir, &opts().volume);
+    assert!(report.is_ok(), "{:?}", report.problems);
+}
+
+#[test]
+fn retyping_a_page_is_refused() {
+    let w = setup();
+    // A slotted page made into a well-formed empty b-tree leaf.
+    let mut c = Client::begin(&w.db);
+    let leaf = {
+        let mut t = w.db.begin().unwrap();
+        let mut img = t.fetch_page(w.other.root(), false).unwrap();
+        img[4..8].copy_from_slice(&w.home.0.to_le_bytes());
+        img
+    };
+    c.page(w.home).unwrap().copy_from_slice(&leaf);
+    refused(c.commit(), "changes only through ALLOCATE and FREE");
+    // A large-object data page made into a large-object index page.
+    let mut c = Client::begin(&w.db);
+    let data = w.small.1.root;
+    let img = c.page(data).unwrap();
+    img[16] = PageType::LargeIndex as u8;
+    refused(c.commit(), "changes only through ALLOCATE and FREE");
+    unchanged(w);
+}
+
+#[test]
+fn a_malformed_tree_node_is_refused() {
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    let leaf = root_links(&w)[1];
+    // The reserved header bytes of a node (offset 52..56) must stay zero.
+    c.page(leaf).unwrap()[53] = 1;
+    refused(c.commit(), "malformed");
+    unchanged(w);
+}
+
+#[test]
+fn a_node_that_gains_or_loses_its_root_flag_is_refused() {
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    let leaf = root_links(&w)[1];
+    // The flags byte (offset 25): ROOT.
+    c.page(leaf).unwrap()[25] = 1;
+    refused(c.commit(), "another place");
+    unchanged(w);
+}
+
+#[test]
+fn a_child_link_into_another_tree_is_refused() {
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    let other_leaf = {
+        // A second tree big enough to have non-root leaves.
+        let mut c2 = Client::begin(&w.db);
+        let t2 = BTree::create(&mut c2, GroupId::DEFAULT, false).unwrap();
+        for i in 0..600 {
+            t2.insert(&mut c2, &key(i), b"v").unwrap();
+        }
+        c2.commit().unwrap();
+        let mut t = w.db.begin().unwrap();
+        let img = t.fetch_page(t2.root(), false).unwrap();
+        cairn_storage::btree::page_links(&img).unwrap().children[0]
+    };
+    // The root's first child (offset 44) now names the other tree's leaf.
+    c.page(w.tree.root()).unwrap()[44..48].copy_from_slice(&other_leaf.0.to_le_bytes());
+    refused(c.commit(), "neither allocated nor took");
+    unchanged(w);
+}
+
+#[test]
+fn a_leaf_whose_sibling_does_not_link_back_is_refused() {
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    let leaves = root_links(&w);
+    // The first leaf's right sibling (offset 40) skips the second leaf.
+    c.page(leaves[0]).unwrap()[40..44].copy_from_slice(&leaves[2].0.to_le_bytes());
+    refused(c.commit(), "not a leaf linking back");
+    unchanged(w);
+}
+
+#[test]
+fn a_descriptor_naming_another_objects_pages_is_refused() {
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    let (slot, mut d) = w.small;
+    d.root = w.big.1.root;
+    slotted::update(c.page(w.home).unwrap(), slot, KIND_LARGE, &d.encode()).unwrap();
+    refused(c.commit(), "links to too");
+    unchanged(w);
+}
+
+#[test]
+fn a_descriptor_dropped_without_freeing_its_pages_is_refused() {
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    slotted::delete(c.page(w.home).unwrap(), w.small.0).unwrap();
+    refused(c.commit(), "would lose it");
+    unchanged(w);
+}
+
+#[test]
+fn a_large_object_page_given_another_owner_is_refused() {
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    let root = w.big.1.root;
+    let img = c.page(root).unwrap();
+    img[24] ^= 1;
+    refused(c.commit(), "moves the large-object page");
+    unchanged(w);
+}
