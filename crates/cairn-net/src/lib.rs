@@ -8,6 +8,9 @@
 //!   stream; a synchronous `call`; [`rpc::Client::next_notice`] for the server's notices) and
 //!   the server ([`rpc::run`] with a [`rpc::Handler`], which sends notices through an
 //!   [`rpc::Notifier`]).
+//! - [`scram`]: SCRAM-SHA-256 authentication (RFC 5802/7677, no channel binding) as pure state
+//!   machines over byte strings: the client's and server's steps and the stored
+//!   [`scram::Verifier`].
 //!
 //! Architecture invariant: this crate does no disk I/O and knows nothing of the database; the
 //! server crate gives meaning to service kinds (`0x0100` and up). `docs/protocol.md` has the byte
@@ -19,6 +22,7 @@ pub mod message;
 pub mod object_service;
 pub mod page_service;
 pub mod rpc;
+pub mod scram;
 pub mod transport;
 
 pub use error::{Error, Result};
