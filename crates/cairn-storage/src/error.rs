@@ -106,6 +106,11 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// The transaction may not make this change: a server session whose
+    /// role does not allow it ([`crate::txn::Restriction`]).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+
     /// The operation needs a small object but the OID names a large one, or the
     /// other way round.
     #[error("object {oid} is {actual}, the operation needs a {expected} object")]

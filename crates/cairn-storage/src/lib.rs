@@ -75,5 +75,5 @@ pub mod wal;
 
 pub use error::{Error, Result};
 pub use ids::{ClientId, GroupId, Lsn, Oid, PageId, SlotIdx, TxnId, Uniq};
-pub use txn::{Db, DbOptions, Txn, Unwritten};
+pub use txn::{Db, DbOptions, Restriction, Txn, Unwritten};
 pub use volume::VolumeOptions;

@@ -68,5 +68,5 @@ mod unwritten;
 
 pub use backend::{Backend, FillPages};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, WriteLockHook};
-pub use transaction::Txn;
+pub use transaction::{ProtectedPages, Restriction, Txn};
 pub use unwritten::Unwritten;

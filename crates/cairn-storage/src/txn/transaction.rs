@@ -55,6 +55,35 @@ pub struct Txn {
     /// Pages client records changed (`remote.rs`, `unwritten.rs`), whose
     /// links are checked before the commit is logged (`client_check.rs`).
     pub(super) client_pages: BTreeSet<PageId>,
+    /// What the transaction may change ([`Txn::restrict`]).
+    restriction: Restriction,
+}
+
+/// Which pages a [`Restriction`] protects: `Some(why)` for a page the
+/// transaction may not change.
+pub type ProtectedPages = Arc<dyn Fn(PageId) -> Option<String> + Send + Sync>;
+
+/// What a transaction may change: how a server enforces a session's role.
+/// Checked where every lock that allows a change is taken (X, IX and SIX
+/// on any resource, allocation, free, prefetch for update), so no path
+/// can change what the restriction forbids: a refused lock is
+/// [`Error::PermissionDenied`] and dooms the transaction.
+#[derive(Clone, Default)]
+pub struct Restriction {
+    /// No change at all (a read-only role).
+    pub read_only: bool,
+    /// Pages the transaction may not lock X, nor lock an object on X (the
+    /// catalog, for a role that may change objects but not classes).
+    pub protected: Option<ProtectedPages>,
+}
+
+impl std::fmt::Debug for Restriction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Restriction")
+            .field("read_only", &self.read_only)
+            .field("protected", &self.protected.is_some())
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Txn {
@@ -91,6 +120,7 @@ impl Txn {
             rebased: Vec::new(),
             full_images: false,
             client_pages: BTreeSet::new(),
+            restriction: Restriction::default(),
         }
     }
 
@@ -192,6 +222,7 @@ impl Txn {
             if t.holds(res, mode) {
                 return Ok(true);
             }
+            t.check_allowed(res, mode)?;
             if t.db.try_lock(t.owner, res, mode)? {
                 let m = t.held.entry(res).or_insert(mode);
                 *m = m.sup(mode);
@@ -201,10 +232,40 @@ impl Txn {
         })
     }
 
+    /// Limits what this transaction may change (a server session's role):
+    /// from now on every lock that would allow a change the restriction
+    /// forbids is refused with [`Error::PermissionDenied`].
+    pub fn restrict(&mut self, restriction: Restriction) {
+        self.restriction = restriction;
+    }
+
+    /// Refuses (and dooms the transaction for) a lock the restriction
+    /// forbids.
+    fn check_allowed(&mut self, res: Resource, mode: LockMode) -> Result<()> {
+        let writes = !matches!(mode, LockMode::S | LockMode::IS);
+        if !writes {
+            return Ok(());
+        }
+        let why = if self.restriction.read_only {
+            Some("the session may only read".to_string())
+        } else {
+            match (res, &self.restriction.protected) {
+                (Resource::Page(p), Some(f)) if mode != LockMode::IX => f(p),
+                (Resource::Object(oid), Some(f)) => f(oid.page),
+                _ => None,
+            }
+        };
+        let Some(why) = why else { return Ok(()) };
+        let e = Error::PermissionDenied(format!("{} may not lock {res} {mode:?}: {why}", self.id));
+        self.doom(&e);
+        Err(e)
+    }
+
     pub(super) fn lock(&mut self, res: Resource, mode: LockMode) -> Result<()> {
         if self.held.get(&res).is_some_and(|m| m.covers(mode)) {
             return Ok(());
         }
+        self.check_allowed(res, mode)?;
         if let Err(e) = self.db.lock(self.owner, res, mode) {
             // A deadlock victim or a timed-out waiter must give its locks
             // up; whatever it was in the middle of stays half-done.
@@ -318,6 +379,9 @@ impl Txn {
             todo.dedup();
             if todo.is_empty() {
                 return Ok(());
+            }
+            for &p in &todo {
+                t.check_allowed(Resource::Page(p), mode)?;
             }
             if t.db.prefetch(t.owner, &todo, mode == LockMode::X)? {
                 for p in todo {
@@ -616,6 +680,7 @@ impl Txn {
     }
 
     fn allocate_page(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        self.check_allowed(Resource::Group(group), LockMode::IX)?;
         let p = self.db.allocate(self.owner, group, near, ty)?;
         self.allocated.push(p);
         self.changes += 1;
