@@ -134,10 +134,39 @@ fn a_record_past_the_end_of_the_volume_or_garbage_is_refused() {
     let id = t.id();
     assert!(t.fetch_page(PageId(1 << 30), false).is_err());
     let far = redo::page_record(id, PageId(1 << 30), None, &vec![1u8; 4096]);
-    assert!(t.stage_redo(&[&far], t.id()).is_err());
-    assert!(t.stage_redo(&[b"\x01garbage"], t.id()).is_err());
+    let invalid = |r: cairn_storage::Result<()>| match r {
+        Err(cairn_storage::Error::InvalidArgument(m)) => m,
+        other => panic!("expected InvalidArgument (the client's fault, never damage), got {other:?}"),
+    };
+    invalid(t.stage_redo(&[&far], t.id()));
+    let m = invalid(t.stage_redo(&[b"\x01garbage"], t.id()));
+    assert!(m.contains("does not decode"), "{m}");
     let commit = redo::Redo::Commit { txn: id, frees: vec![] }.encode();
-    assert!(t.stage_redo(&[&commit], t.id()).is_err());
+    invalid(t.stage_redo(&[&commit], t.id()));
+}
+
+#[test]
+fn a_record_whose_changes_run_past_its_page_is_invalid_not_corrupt() {
+    let (_dir, db, oid) = setup();
+    let mut t = db.begin().unwrap();
+    let base = t.fetch_page(oid.page, true).unwrap();
+    // A hand-made PAGE record with one run at offset 4090 of 100 bytes.
+    let mut rec = redo::page_record(t.id(), oid.page, Some(&base), &client_change(&base, 7, 9));
+    let good = redo::Redo::decode(&rec, cairn_storage::Lsn(0)).unwrap();
+    let redo::Redo::Page { txn, page, .. } = good else {
+        panic!("a PAGE record")
+    };
+    rec = redo::Redo::Page {
+        txn,
+        page,
+        full: false,
+        runs: vec![(4090, vec![1u8; 100])],
+    }
+    .encode();
+    match t.stage_redo(&[&rec], t.id()) {
+        Err(cairn_storage::Error::InvalidArgument(m)) => assert!(m.contains("do not apply"), "{m}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
 }
 
 #[test]

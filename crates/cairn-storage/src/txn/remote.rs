@@ -148,7 +148,7 @@ impl Txn {
             ));
         }
         let mut after = base.clone();
-        redo::apply(&mut after, id, full, &runs, page::lsn(&base))?;
+        redo::apply(&mut after, id, full, &runs, page::lsn(&base)).map_err(|e| malformed(index, id, &e))?;
         self.check_client_after(index, id, &after)?;
         Ok((id, after))
     }
@@ -162,7 +162,11 @@ impl Txn {
             page: id,
             full,
             runs,
-        } = Redo::decode(bytes, Lsn(0))?
+        } = Redo::decode(bytes, Lsn(0)).map_err(|e| {
+            // A client's bytes that do not decode are the client's fault,
+            // not damage to the log: INVALID, never CORRUPT.
+            Error::InvalidArgument(format!("redo record {index} does not decode: {}", reason_of(&e)))
+        })?
         else {
             return Err(Error::InvalidArgument(format!(
                 "redo record {index} is not a PAGE record"
@@ -190,6 +194,24 @@ pub(super) struct ClientRecord {
     pub(super) id: PageId,
     pub(super) full: bool,
     pub(super) runs: Vec<(u32, Vec<u8>)>,
+}
+
+/// The error refusing a client's record `index` of page `page` whose runs do
+/// not apply to the page.
+pub(super) fn malformed(index: usize, page: PageId, e: &Error) -> Error {
+    refuse(
+        index,
+        page,
+        format!("its changes do not apply to the page: {}", reason_of(e)),
+    )
+}
+
+/// What an error says, without the place a storage error prefixes.
+fn reason_of(e: &Error) -> String {
+    match e {
+        Error::Corrupt { reason, .. } | Error::CorruptLog { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// The error refusing a client's record `index` of page `page`.

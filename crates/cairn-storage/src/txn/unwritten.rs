@@ -276,7 +276,7 @@ impl Txn {
                 return Err(refuse(i, id, "the page is not in use".into()));
             }
             let mut after = vec![0u8; self.db.page_size()];
-            redo::apply(&mut after, id, true, &runs, Lsn(0))?;
+            redo::apply(&mut after, id, true, &runs, Lsn(0)).map_err(|e| super::remote::malformed(i, id, &e))?;
             self.check_client_after(i, id, &after)?;
             super::remote::stage_one(&mut staged, id, after);
         }
