@@ -191,7 +191,7 @@ struct BenchHandler;
 impl Handler for BenchHandler {
     type Session = ();
 
-    fn open(&self, _hello: &Hello, _peer: &str) -> Result<(), Fault> {
+    fn open(&self, _hello: &Hello, _peer: &str, _user: Option<&str>) -> Result<(), Fault> {
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! The `cairn` command-line tool: create, inspect and check databases;
-//! `torture` and `verify` for crash testing; the benchmarks (`bench commit,
-//! refs, rpc, oo1, oo7, acob`).
+//! `torture` and `verify` for crash testing; `user` for the users who may
+//! log in (`users.rs`); the benchmarks (`bench commit, refs, rpc, oo1, oo7,
+//! acob`).
 //!
 //! The binary allocates with mimalloc: the typed layer decodes objects into
 //! ordinary Rust values (a `String` or `Vec` per field), and glibc's malloc
@@ -22,6 +23,8 @@ use cairn_cli::{torture, verify};
 use cairn_storage::check::check_database;
 use cairn_storage::{Db, DbOptions, VolumeOptions};
 use clap::{Parser, Subcommand};
+
+mod users;
 
 /// Cairn, an object database.
 #[derive(Parser, Debug)]
@@ -96,8 +99,9 @@ enum Command {
         log: PathBuf,
     },
     /// Serve a database to page-, file- and object-server clients until SIGINT/SIGTERM, then
-    /// checkpoint and close it. Without --token-file it listens on loopback
-    /// only.
+    /// checkpoint and close it. Once the database has users (`cairn user add`) every
+    /// connection logs in; without users it trusts local connections only and refuses
+    /// a non-loopback address.
     Serve {
         /// The database directory (created if missing).
         dir: PathBuf,
@@ -108,12 +112,20 @@ enum Command {
         /// Unix socket path to listen on.
         #[arg(long)]
         unix: Option<PathBuf>,
-        /// File holding the token clients must present.
-        #[arg(long)]
+        /// Removed: shared tokens were replaced by users (`cairn user add`); giving it
+        /// is an error that says so.
+        #[arg(long, hide = true)]
         token_file: Option<PathBuf>,
         /// File of `key = value` server limits.
         #[arg(long)]
         config: Option<PathBuf>,
+    },
+    /// Manage the users who may log in (SCRAM-SHA-256) and their roles:
+    /// add, passwd, role, remove, list. A running server picks changes up
+    /// at the next login.
+    User {
+        #[command(subcommand)]
+        which: users::UserCommand,
     },
     /// Benchmarks.
     Bench {
@@ -205,6 +217,7 @@ fn main() -> ExitCode {
             file,
         } => run_torture(dir, seconds, threads, seed, connect, file),
         Command::Verify { dir, log } => return run_verify(&dir, &log),
+        Command::User { which } => users::run(which),
         Command::Bench {
             which: BenchCommand::Commit { seconds, dir, json },
         } => bench_commit(seconds, dir, json.as_deref()),

@@ -2,9 +2,13 @@
 //! clients over TCP and/or a Unix socket until SIGINT or SIGTERM, then
 //! checkpoints and closes it.
 //!
-//! **Secure by default:** without a token file the server accepts anyone
-//! who can reach it, so it listens on loopback only (and says so); a
-//! non-loopback TCP address without a token is refused at start.
+//! **Secure by default:** clients log in as users of the database (`cairn
+//! user add`, SCRAM-SHA-256; the users file is re-read when it changes).
+//! While the database has no users, connections without a login are trusted
+//! as `admin` — only when every listener is on loopback or a Unix socket,
+//! and the server says so in its log; a non-loopback TCP address is refused
+//! at start unless the database has users (and then every connection must
+//! log in, whatever its address).
 //!
 //! The first line on stdout is `listening on ADDR` for each listener (the
 //! real port when 0 was asked for), so a parent process can find it. At a
@@ -19,6 +23,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use cairn_net::rpc::Limits;
 use cairn_net::transport::{Address, Listener};
+use cairn_server::users::UsersFile;
 use cairn_server::{PageServer, ServerConfig};
 use cairn_storage::{Db, DbOptions};
 
@@ -32,7 +37,8 @@ pub struct ServeArgs {
     pub listen: Option<String>,
     /// Unix socket path.
     pub unix: Option<PathBuf>,
-    /// File holding the one token clients must present (trimmed).
+    /// Gone (shared tokens were replaced by users): giving it is an error
+    /// that says what to do instead.
     pub token_file: Option<PathBuf>,
     /// File of `key = value` limits (see [`read_config`]).
     pub config: Option<PathBuf>,
@@ -76,7 +82,9 @@ impl Default for FileConfig {
 /// `callback_rights_max` (rights to cache pages held at once by all clients;
 /// past it pages are served under their lock alone), `buffer_frames` (pages
 /// the server's buffer pool holds, at least 8: a benchmark sizes the
-/// server's buffer this way). An unknown key or a bad number is an error
+/// server's buffer this way), `login_failures_burst` and
+/// `login_failure_refill_ms` (failed logins one address may have at once,
+/// and the time after which it may fail one more). An unknown key or a bad number is an error
 /// naming the line.
 pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -109,6 +117,8 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
             "handshake_timeout_ms" => limits.handshake_timeout = std::time::Duration::from_millis(n),
             "frame_timeout_ms" => limits.frame_timeout = std::time::Duration::from_millis(n),
             "shutdown_grace_ms" => limits.shutdown_grace = std::time::Duration::from_millis(n),
+            "login_failures_burst" => limits.login_failures_burst = small(n)?,
+            "login_failure_refill_ms" => limits.login_failure_refill = std::time::Duration::from_millis(n),
             "lock_timeout_ms" => db.lock_timeout = std::time::Duration::from_millis(n),
             "txn_bytes_max" => txn_bytes_max = n,
             "buffer_frames" => {
@@ -135,30 +145,19 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
 
 /// Runs the server; returns when it has shut down cleanly.
 pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
-    let tokens = match &args.token_file {
-        Some(f) => {
-            let t = std::fs::read_to_string(f).with_context(|| format!("reading the token file {}", f.display()))?;
-            let t = t.trim();
-            if t.is_empty() {
-                bail!("the token file {} is empty", f.display());
-            }
-            vec![t.as_bytes().to_vec()]
-        }
-        None => Vec::new(),
-    };
+    if let Some(f) = &args.token_file {
+        bail!(
+            "--token-file {} is no longer supported: shared tokens were replaced by users with passwords; \
+             add one with `cairn user add {} NAME --role admin` and connect as cairn://NAME:PASSWORD@HOST:PORT",
+            f.display(),
+            args.dir.display()
+        );
+    }
     let tcp: Option<Address> = match (&args.listen, &args.unix) {
         (Some(l), _) => Some(l.parse().map_err(|e: String| anyhow::anyhow!(e))?),
         (None, None) => Some(DEFAULT_LISTEN.parse().expect("a valid address")),
         (None, Some(_)) => None,
     };
-    if let Some(Address::Tcp(a)) = &tcp {
-        if tokens.is_empty() && !a.ip().is_loopback() {
-            bail!("refusing to listen on {a} without a token: anyone who can reach it could use the database; give --token-file, or listen on loopback");
-        }
-    }
-    if tokens.is_empty() {
-        tracing::warn!("no token: any local user can connect; listening on loopback and Unix sockets only");
-    }
     let FileConfig {
         limits,
         db: db_options,
@@ -172,13 +171,34 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         Db::open_or_create(&args.dir, &db_options).with_context(|| format!("opening {}", args.dir.display()))?,
     );
     tracing::info!(dir = %args.dir.display(), recovered = ?db.recovery().committed, "database open");
+    let users = UsersFile::open(&args.dir).with_context(|| format!("reading the users of {}", args.dir.display()))?;
+    let has_users = !users.current().context("reading the users file")?.is_empty();
+    let local_only = match &tcp {
+        Some(Address::Tcp(a)) => a.ip().is_loopback(),
+        _ => true,
+    };
+    if let (false, false, Some(a)) = (local_only, has_users, &tcp) {
+        bail!(
+            "refusing to listen on {a}: the database has no users, so anyone who can reach it could use it; \
+             add one with `cairn user add {} NAME --role admin`, or listen on loopback",
+            args.dir.display()
+        );
+    }
+    if has_users {
+        tracing::info!("every connection must log in (SCRAM-SHA-256)");
+    } else {
+        tracing::warn!(
+            "no users: connections without a login are trusted as admin (loopback and Unix sockets only); \
+             `cairn user add` turns logins on"
+        );
+    }
     let config = ServerConfig {
-        tokens,
+        trust_without_login: local_only,
         limits: limits.clone(),
         txn_bytes_max,
         callback_rights_max,
     };
-    let server = Arc::new(PageServer::new(db.clone(), &config));
+    let server = Arc::new(PageServer::new(db.clone(), &config).with_users(users));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

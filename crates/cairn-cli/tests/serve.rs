@@ -2,8 +2,10 @@
 //! over loopback TCP: a page fetched under X, changed by the client and
 //! committed as redo records is what the next client reads and what the
 //! database holds after a clean shutdown; a client's bad record is refused;
-//! a vanished client leaves no locks behind; a wrong architecture, a wrong
-//! token and a non-loopback address without a token are refused.
+//! a vanished client leaves no locks behind; once users exist every
+//! connection logs in and its role bounds what it may lock; a wrong
+//! architecture, a wrong password and a non-loopback address without users
+//! are refused.
 
 mod common;
 
@@ -18,6 +20,7 @@ use cairn_net::Error as NetError;
 use cairn_storage::wal::redo;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, TxnId};
 
+use cairn_server::users::{self, Role};
 use common::{begin, call, fetch, remote_code, Server};
 
 /// A database with one object of 100 bytes of 7s.
@@ -43,7 +46,7 @@ fn a_committed_page_change_is_seen_by_the_next_client_and_survives_shutdown() {
     let path = dir.path().join("db");
     let oid = setup(&path);
     let server = Server::start(&path, &[]);
-    let writer = server.client(b"").unwrap();
+    let writer = server.client().unwrap();
     let txn = begin(&writer);
     let base = fetch(&writer, txn, oid.page, true).unwrap();
     let after = change(&base, 7, 9);
@@ -57,7 +60,7 @@ fn a_committed_page_change_is_seen_by_the_next_client_and_survives_shutdown() {
     )
     .unwrap();
 
-    let reader = server.client(b"").unwrap();
+    let reader = server.client().unwrap();
     let t2 = begin(&reader);
     let seen = fetch(&reader, t2, oid.page, false).unwrap();
     assert!(
@@ -84,7 +87,7 @@ fn a_free_of_a_system_page_is_refused_and_the_database_still_opens() {
     let path = dir.path().join("db");
     let oid = setup(&path);
     let server = Server::start(&path, &[]);
-    let c = server.client(b"").unwrap();
+    let c = server.client().unwrap();
     for page in 0..oid.page.0 {
         let txn = begin(&c);
         let freed = call(&c, &PageRequest::Free { txn, page });
@@ -130,7 +133,7 @@ fn a_bad_record_is_refused_and_a_vanished_client_leaves_no_locks() {
     let path = dir.path().join("db");
     let oid = setup(&path);
     let server = Server::start(&path, &[]);
-    let c = server.client(b"").unwrap();
+    let c = server.client().unwrap();
     let txn = begin(&c);
     // Changing a page it only holds S on.
     let base = fetch(&c, txn, oid.page, false).unwrap();
@@ -151,7 +154,7 @@ fn a_bad_record_is_refused_and_a_vanished_client_leaves_no_locks() {
     call(&c, &PageRequest::Abort { txn: other }).unwrap();
 
     // A client takes X and disappears without a word.
-    let gone = server.client(b"").unwrap();
+    let gone = server.client().unwrap();
     let t = begin(&gone);
     fetch(&gone, t, oid.page, true).unwrap();
     drop(gone);
@@ -168,40 +171,105 @@ fn a_bad_record_is_refused_and_a_vanished_client_leaves_no_locks() {
     assert!(server.stop().success());
 }
 
+/// The schema's group with one object in it, as a typed client's catalog
+/// would be; returns the object.
+fn schema_object(dir: &Path) -> Oid {
+    let db = Db::open(dir, &DbOptions::default()).unwrap();
+    let g = db.create_group("cairn.system").unwrap();
+    let mut t = db.begin().unwrap();
+    let oid = t.create(g, b"the catalog").unwrap();
+    t.commit().unwrap();
+    db.close().unwrap();
+    oid
+}
+
 #[test]
-fn wrong_architecture_wrong_token_and_open_addresses_without_a_token_are_refused() {
+fn logins_are_required_once_users_exist_and_each_role_changes_only_what_it_may() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    setup(&path);
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "s3cret\n").unwrap();
-    let server = Server::start(&path, &["--token-file", token_file.to_str().unwrap()]);
-    assert!(matches!(server.client(b"wrong"), Err(NetError::Refused(f)) if f.code == ErrorCode::UNKNOWN_TOKEN));
+    let data = setup(&path);
+    let schema = schema_object(&path);
+    for (name, role) in [("ada", Role::Admin), ("wes", Role::Write), ("rita", Role::Read)] {
+        users::add(&path, name, role, &format!("{name}-pw")).unwrap();
+    }
+    let server = Server::start(&path, &[]);
+    let refused = |r: Result<Client, NetError>| match r {
+        Err(NetError::Refused(f)) => f,
+        Ok(_) => panic!("expected a refusal"),
+        Err(e) => panic!("expected a refusal, got {e}"),
+    };
+    let f = refused(server.client());
+    assert_eq!(f.code, ErrorCode::AUTH_FAILED);
+    assert!(f.message.contains("requires a login"), "{f}");
+    assert_eq!(
+        refused(server.client_as(Some(("ada", "wrong")))).code,
+        ErrorCode::AUTH_FAILED
+    );
+    assert_eq!(
+        refused(server.client_as(Some(("nobody", "x")))).code,
+        ErrorCode::AUTH_FAILED
+    );
     let rpc_only = Client::connect(
         &server.addr,
         &ClientOptions {
             architecture: Architecture::RPC,
-            token: bytes::Bytes::from_static(b"s3cret"),
+            login: Some(cairn_net::rpc::Login {
+                user: "ada".into(),
+                password: "ada-pw".into(),
+            }),
             ..ClientOptions::default()
         },
     );
-    assert!(matches!(rpc_only, Err(NetError::Refused(f)) if f.code == ErrorCode::UNSUPPORTED_ARCHITECTURE));
-    let ok = server.client(b"s3cret").unwrap();
-    let volume = call(&ok, &PageRequest::Volume).unwrap().pop().unwrap();
-    let info = cairn_net::page_service::VolumeInfo::decode(&volume).unwrap();
-    assert_eq!(info.page_size, 4096);
-    drop(ok);
+    assert_eq!(refused(rpc_only).code, ErrorCode::UNSUPPORTED_ARCHITECTURE);
+    // Each role: may it lock the data page X, and the schema's page?
+    for (user, data_ok, schema_ok) in [("ada", true, true), ("wes", true, false), ("rita", false, false)] {
+        let c = server.client_as(Some((user, &format!("{user}-pw")))).unwrap();
+        let t = begin(&c);
+        assert!(fetch(&c, t, data.page, false).is_ok(), "{user} reads");
+        call(&c, &PageRequest::Abort { txn: t }).unwrap();
+        for (page, ok) in [(data.page, data_ok), (schema.page, schema_ok)] {
+            let t = begin(&c);
+            match fetch(&c, t, page, true) {
+                Ok(_) => assert!(ok, "{user} may not lock page {page} X"),
+                Err(e) => {
+                    assert!(!ok, "{user} may lock page {page} X: {e}");
+                    assert_eq!(remote_code(e), ErrorCode::DENIED);
+                }
+            }
+            call(&c, &PageRequest::Abort { txn: t }).unwrap();
+        }
+    }
     assert!(server.stop().success());
+}
 
-    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .arg("serve")
-        .arg(&path)
-        .args(["--listen", "0.0.0.0:0"])
-        .output()
-        .unwrap();
+#[test]
+fn an_open_address_needs_users_and_the_token_file_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    setup(&path);
+    let serve = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .arg("serve")
+            .arg(&path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = serve(&["--listen", "0.0.0.0:0"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("without a token"), "{err}");
+    assert!(err.contains("has no users"), "{err}");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let out = serve(&["--token-file", token.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cairn user add"));
+    // With a user, an open address is served (and every connection logs in).
+    users::add(&path, "ada", Role::Admin, "ada-pw").unwrap();
+    let server = Server::start_at(&path, "0.0.0.0:0", &[]);
+    assert!(matches!(server.client(), Err(NetError::Refused(f)) if f.code == ErrorCode::AUTH_FAILED));
+    server.client_as(Some(("ada", "ada-pw"))).unwrap();
+    assert!(server.stop().success());
 }
 
 /// A client that asks for the right to cache a page (FETCH_CACHE) must
@@ -220,7 +288,7 @@ fn a_client_that_never_answers_a_callback_times_the_writer_out_and_loses_its_rig
 
     // The silent client reads the page, asks for the right to cache it and
     // ends its transaction; it has no callback thread.
-    let silent = server.client(b"").unwrap();
+    let silent = server.client().unwrap();
     let t = begin(&silent);
     let parts = call(
         &silent,
@@ -238,7 +306,7 @@ fn a_client_that_never_answers_a_callback_times_the_writer_out_and_loses_its_rig
     call(&silent, &PageRequest::Abort { txn: t }).unwrap();
 
     // A writer is held up by the unanswered callback, then told why.
-    let writer = server.client(b"").unwrap();
+    let writer = server.client().unwrap();
     let w = begin(&writer);
     let started = std::time::Instant::now();
     let err = call(
@@ -281,5 +349,33 @@ fn a_client_that_never_answers_a_callback_times_the_writer_out_and_loses_its_rig
     assert!(granted, "X after the silent client left");
     call(&writer, &PageRequest::Abort { txn: w }).unwrap();
     drop(writer);
+    assert!(server.stop().success());
+}
+
+/// READ (the page client's refill of its pool) is served only for a page
+/// the session holds a lock on, or a right to cache: it used to return any
+/// page to anyone, under no lock.
+#[test]
+fn a_read_is_served_only_under_a_lock_or_a_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let server = Server::start(&path, &[]);
+    let c = server.client().unwrap();
+    let read = |c: &Client| call(c, &PageRequest::Read { page: oid.page.0 });
+    let e = read(&c).expect_err("no lock, no right");
+    assert_eq!(remote_code(e), ErrorCode::INVALID);
+    let t = begin(&c);
+    fetch(&c, t, oid.page, false).unwrap();
+    let image = read(&c).expect("under the transaction's S lock").pop().unwrap();
+    assert_eq!(image.len(), 4096);
+    call(&c, &PageRequest::Abort { txn: t }).unwrap();
+    let e = read(&c).expect_err("the lock went with the transaction");
+    assert_eq!(remote_code(e), ErrorCode::INVALID);
+    // Another session's lock is not this one's.
+    let other = server.client().unwrap();
+    let t = begin(&other);
+    fetch(&other, t, oid.page, false).unwrap();
+    assert_eq!(remote_code(read(&c).unwrap_err()), ErrorCode::INVALID);
     assert!(server.stop().success());
 }

@@ -32,7 +32,7 @@ fn hello_bytes() -> Vec<u8> {
     let mut out = Vec::new();
     Message::Hello(Hello {
         architecture: Architecture::PAGE,
-        token: bytes::Bytes::new(),
+        auth: bytes::Bytes::new(),
         client_name: "hostile".into(),
     })
     .encode(&mut out);
@@ -88,7 +88,7 @@ fn each_offender_is_refused_or_cut_off_and_others_are_served() {
     )
     .unwrap();
     let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
-    let good = server.client(b"").unwrap();
+    let good = server.client().unwrap();
     served(&good);
 
     // No HELLO at all: refused when the handshake time is up.
@@ -165,7 +165,7 @@ fn each_offender_is_refused_or_cut_off_and_others_are_served() {
         "at most 8 connections (one is the good client): {refused} refused"
     );
     served(&good);
-    let fresh = server.client(b"").unwrap();
+    let fresh = server.client().unwrap();
     served(&fresh);
     drop((good, fresh));
     assert!(server.stop().success());

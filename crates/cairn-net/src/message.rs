@@ -4,13 +4,15 @@
 //!
 //! | kind | message | direction | id |
 //! |---|---|---|---|
-//! | `0x0001` HELLO | [`Hello`]: architecture, auth token, client name | client → server, first frame | 0 |
+//! | `0x0001` HELLO | [`Hello`]: architecture, SCRAM client-first message (or none), client name | client → server, first frame | 0 |
 //! | `0x0002` WELCOME | [`Welcome`]: version, capabilities, limits, session id | server → client | 0 |
 //! | `0x0003` REFUSAL | [`Fault`]: why the handshake failed; the server closes | server → client | 0 |
 //! | `0x0004` GOODBYE | [`Fault`]: why the server is closing the connection | server → client | 0 or the offending request |
 //! | `0x0005` PING | empty request answered by the RPC layer itself | client → server | request |
 //! | `0x0006` NOTICE | opaque body (the handler's): a message the server sends unasked, at any time | server → client | 0 |
-//! | `0x0007..=0x00FF` | reserved for the envelope; a peer sending one gets UNKNOWN_KIND and is closed | | |
+//! | `0x0007` CHALLENGE | the SCRAM server-first message (`crate::scram`) | server → client, after a HELLO with a client-first message | 0 |
+//! | `0x0008` AUTH | the SCRAM client-final message | client → server, answering CHALLENGE | 0 |
+//! | `0x0009..=0x00FF` | reserved for the envelope; a peer sending one gets UNKNOWN_KIND and is closed | | |
 //! | `0x0100..=0xFFFF` | service requests, handed to the server's [`crate::rpc::Handler`] | client → server | request |
 //!
 //! A reply carries its request's kind and id with the REPLY flag: a part has MORE, the final
@@ -45,6 +47,10 @@ impl Kind {
     pub const PING: Kind = Kind(0x0005);
     /// A message the server sends unasked (server → client only, no flags, id 0, opaque body).
     pub const NOTICE: Kind = Kind(0x0006);
+    /// The server's SCRAM server-first message, answering a HELLO that asked to log in.
+    pub const CHALLENGE: Kind = Kind(0x0007);
+    /// The client's SCRAM client-final message, answering a CHALLENGE.
+    pub const AUTH: Kind = Kind(0x0008);
     /// The first kind the server hands to its handler.
     pub const SERVICE_MIN: Kind = Kind(0x0100);
 
@@ -90,8 +96,9 @@ impl ErrorCode {
     pub const PROTOCOL: ErrorCode = ErrorCode(6);
     /// A protocol version the server does not speak.
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(7);
-    /// The auth token is not one the server knows.
-    pub const UNKNOWN_TOKEN: ErrorCode = ErrorCode(8);
+    /// The login failed: an unknown user or a wrong password (never said which), a server that
+    /// wants a user and got none, or a server that could not prove it knows the password.
+    pub const AUTH_FAILED: ErrorCode = ErrorCode(8);
     /// The architecture asked for is not served.
     pub const UNSUPPORTED_ARCHITECTURE: ErrorCode = ErrorCode(9);
     /// The server is at its connection limit.
@@ -102,6 +109,9 @@ impl ErrorCode {
     pub const SHUTTING_DOWN: ErrorCode = ErrorCode(12);
     /// The handler failed without answering (it panicked or was cancelled).
     pub const INTERNAL: ErrorCode = ErrorCode(13);
+    /// Too many failed logins from this address lately: refused without checking the password;
+    /// retry later.
+    pub const TOO_MANY_FAILED_LOGINS: ErrorCode = ErrorCode(14);
     /// The first code the server's handler may use for its own errors.
     pub const APPLICATION_MIN: ErrorCode = ErrorCode(0x1000);
 }
@@ -172,23 +182,25 @@ impl std::fmt::Display for Fault {
 /// The client's first frame.
 ///
 /// ```text
-/// architecture u16 | token_len u16 | token | name_len u16 | client name (UTF-8)
+/// architecture u16 | auth_len u16 | auth | name_len u16 | client name (UTF-8)
 /// ```
+/// `auth` is the SCRAM client-first message (`n,,n=USER,r=NONCE`, see [`crate::scram`]), or
+/// empty for a client that does not log in (a server with users refuses it).
 /// The magic and protocol version are the frame header's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// The architecture asked for.
     pub architecture: Architecture,
-    /// The auth token (opaque to this layer; the handler checks it).
-    pub token: Bytes,
+    /// The SCRAM client-first message, or empty.
+    pub auth: Bytes,
     /// The client's name, for logs.
     pub client_name: String,
 }
 
 impl Hello {
-    /// Encodes the body. Token and name are cut to 65,535 bytes.
+    /// Encodes the body. Auth and name are cut to 65,535 bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let token = &self.token[..self.token.len().min(u16::MAX as usize)];
+        let token = &self.auth[..self.auth.len().min(u16::MAX as usize)];
         let name = truncate_str(&self.client_name, u16::MAX as usize);
         let mut out = Vec::with_capacity(6 + token.len() + name.len());
         out.extend_from_slice(&self.architecture.0.to_le_bytes());
@@ -203,13 +215,13 @@ impl Hello {
     pub fn decode(body: &[u8]) -> Result<Hello, MessageError> {
         let mut r = Reader::new(body, "hello");
         let architecture = Architecture(r.u16()?);
-        let token_len = r.u16()? as usize;
-        let token = Bytes::copy_from_slice(r.take(token_len)?);
+        let auth_len = r.u16()? as usize;
+        let auth = Bytes::copy_from_slice(r.take(auth_len)?);
         let client_name = r.string16()?;
         r.end()?;
         Ok(Hello {
             architecture,
-            token,
+            auth,
             client_name,
         })
     }
@@ -233,7 +245,9 @@ impl Capabilities {
 ///
 /// ```text
 /// version u16 | capabilities u64 | body_max u32 | in_flight_max u32 | session u64 | name_len u16 | server name
+/// | auth_len u16 | auth
 /// ```
+/// `auth` is the SCRAM server-final message (`v=SIGNATURE`) after a login, else empty.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Welcome {
     /// The protocol version the server speaks on this connection.
@@ -248,6 +262,8 @@ pub struct Welcome {
     pub session: u64,
     /// The server's name and version, for logs.
     pub server_name: String,
+    /// The SCRAM server-final message, or empty.
+    pub auth: Bytes,
 }
 
 impl Welcome {
@@ -262,6 +278,9 @@ impl Welcome {
         out.extend_from_slice(&self.session.to_le_bytes());
         out.extend_from_slice(&(name.len() as u16).to_le_bytes());
         out.extend_from_slice(name.as_bytes());
+        let auth = &self.auth[..self.auth.len().min(u16::MAX as usize)];
+        out.extend_from_slice(&(auth.len() as u16).to_le_bytes());
+        out.extend_from_slice(auth);
         out
     }
 
@@ -275,6 +294,10 @@ impl Welcome {
             in_flight_max: r.u32()?,
             session: r.u64()?,
             server_name: r.string16()?,
+            auth: {
+                let len = r.u16()? as usize;
+                Bytes::copy_from_slice(r.take(len)?)
+            },
         };
         r.end()?;
         Ok(w)
@@ -338,6 +361,10 @@ pub enum Message {
         /// Opaque to this layer (the handler's).
         body: Bytes,
     },
+    /// CHALLENGE: the SCRAM server-first message.
+    Challenge(Bytes),
+    /// AUTH: the SCRAM client-final message.
+    Auth(Bytes),
 }
 
 /// Why a well-framed message was rejected.
@@ -380,6 +407,8 @@ impl Message {
                 (*kind, Flags::REPLY.with(Flags::ERROR), *id, fault.encode().into())
             }
             Message::Notice { body } => (Kind::NOTICE, Flags::NONE, conn, body.clone()),
+            Message::Challenge(body) => (Kind::CHALLENGE, Flags::NONE, conn, body.clone()),
+            Message::Auth(body) => (Kind::AUTH, Flags::NONE, conn, body.clone()),
         }
     }
 
@@ -445,6 +474,8 @@ impl Message {
                 fault: Fault::decode(&body)?,
             }),
             Kind::NOTICE if connection_level => Ok(Message::Notice { body }),
+            Kind::CHALLENGE if connection_level => Ok(Message::Challenge(body)),
+            Kind::AUTH if connection_level => Ok(Message::Auth(body)),
             _ => Err(unknown),
         }
     }
@@ -548,7 +579,7 @@ mod tests {
         vec![
             Message::Hello(Hello {
                 architecture: Architecture::OBJECT,
-                token: Bytes::from_static(b"secret"),
+                auth: Bytes::from_static(b"n,,n=user,r=abc"),
                 client_name: "test client".into(),
             }),
             Message::Welcome(Welcome {
@@ -558,8 +589,11 @@ mod tests {
                 in_flight_max: 256,
                 session: 99,
                 server_name: "cairn".into(),
+                auth: Bytes::from_static(b"v=sig"),
             }),
-            Message::Refusal(Fault::new(ErrorCode::UNKNOWN_TOKEN, "unknown token")),
+            Message::Refusal(Fault::new(ErrorCode::AUTH_FAILED, "authentication failed")),
+            Message::Challenge(Bytes::from_static(b"r=abcdef,s=c2FsdA==,i=4096")),
+            Message::Auth(Bytes::from_static(b"c=biws,r=abcdef,p=cHJvb2Y=")),
             Message::Goodbye {
                 request_id: RequestId(5),
                 fault: fault.clone(),
@@ -716,11 +750,18 @@ mod tests {
     }
 
     #[test]
-    fn kind_7_is_still_reserved() {
+    fn kind_9_is_still_reserved() {
         assert!(matches!(
-            Message::from_frame(frame_of(Kind(0x0007), Flags::NONE, 0, b"")),
+            Message::from_frame(frame_of(Kind(0x0009), Flags::NONE, 0, b"")),
             Err(MessageError::UnknownKind { .. })
         ));
+        assert!(
+            matches!(
+                Message::from_frame(frame_of(Kind::CHALLENGE, Flags::NONE, 3, b"")),
+                Err(MessageError::UnknownKind { .. })
+            ),
+            "a CHALLENGE belongs to the connection, not a request"
+        );
         assert!(!Kind::NOTICE.is_service());
     }
 }

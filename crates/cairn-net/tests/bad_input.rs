@@ -265,3 +265,44 @@ fn a_flood_of_idle_connections() {
     assert!(served);
     assert_eq!(good.call(ECHO, &b"after"[..]).unwrap(), &b"after"[..]);
 }
+
+/// The frame timeout runs from a frame's first byte, not from the last read:
+/// a client that sends one byte well within the timeout each time is still
+/// cut off once the whole frame has taken longer than the timeout (it used
+/// to hold its connection, and the budget its header announced, forever).
+#[test]
+fn a_trickled_frame_is_cut_off_at_the_timeout_from_its_first_byte() {
+    let limits = Limits {
+        frame_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = Server::start(Transport::Tcp, limits);
+    let good = server.connect();
+    let mut raw = Raw::connect(&server.addr);
+    raw.handshake();
+    let f = common::request_frame(ECHO, 5, &[9u8; 200]);
+    let mut sent = 0;
+    for byte in &f {
+        // Each gap is a third of the timeout; the whole frame would take 20×
+        // the timeout. A failed write means the server has closed.
+        if std::io::Write::write_all(&mut raw, std::slice::from_ref(byte)).is_err() {
+            break;
+        }
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(100));
+        if raw.peer_closed() {
+            break;
+        }
+    }
+    assert!(
+        sent < f.len(),
+        "the server waited for the whole trickled frame ({sent} bytes)"
+    );
+    let got = raw.messages_until_closed();
+    assert!(
+        got.iter()
+            .any(|m| matches!(m, Message::Goodbye { fault, .. } if fault.code == ErrorCode::TRUNCATED)),
+        "{got:?}"
+    );
+    assert_eq!(good.call(ECHO, &b"still here"[..]).unwrap(), &b"still here"[..]);
+}

@@ -36,9 +36,9 @@ fn message() -> impl Strategy<Value = Message> {
             proptest::collection::vec(any::<u8>(), 0..40),
             "[a-z]{0,20}"
         )
-            .prop_map(|(a, token, client_name)| Message::Hello(Hello {
+            .prop_map(|(a, auth, client_name)| Message::Hello(Hello {
                 architecture: Architecture(a),
-                token: token.into(),
+                auth: auth.into(),
                 client_name
             })),
     ]

@@ -1,12 +1,14 @@
-//! The handshake: WELCOME with version, capabilities and limits; clear refusals for an unknown
-//! token, an unserved architecture, an unsupported version and a first message that is not HELLO.
+//! The handshake: WELCOME with version, capabilities and limits; SCRAM logins, refused alike for
+//! a wrong password and an unknown user and throttled per address; clear refusals for an
+//! unserved architecture, an unsupported version and a first message that is not HELLO.
 
 mod common;
 
 use bytes::Bytes;
 use cairn_net::frame::{self, PROTOCOL_VERSION};
 use cairn_net::message::{Architecture, Capabilities, ErrorCode, Message};
-use cairn_net::rpc::{Client, Limits};
+use cairn_net::rpc::{Client, Limits, Login};
+use cairn_net::scram::ClientFirst;
 use cairn_net::{Error, Kind, RequestId};
 use common::{both, options, Raw, Server, ECHO};
 
@@ -34,15 +36,77 @@ fn welcome_states_version_capabilities_and_limits() {
 }
 
 #[test]
-fn unknown_token_is_refused() {
+fn a_wrong_password_and_an_unknown_user_are_refused_alike() {
     let server = Server::start(common::Transport::Tcp, Limits::default());
-    let mut opts = options();
-    opts.token = Bytes::from_static(b"wrong");
-    match Client::connect(&server.addr, &opts) {
-        Err(Error::Refused(f)) => assert_eq!(f.code, ErrorCode::UNKNOWN_TOKEN),
-        other => panic!("expected a refusal, got {other:?}"),
+    for (user, password) in [(common::USER, "wrong"), ("nobody", common::PASSWORD)] {
+        let mut opts = options();
+        opts.login = Some(Login {
+            user: user.into(),
+            password: password.into(),
+        });
+        match Client::connect(&server.addr, &opts) {
+            Err(Error::Refused(f)) => {
+                assert_eq!(f.code, ErrorCode::AUTH_FAILED);
+                assert_eq!(f.message, "authentication failed", "it does not say which was wrong");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
     }
     common::well_behaved(&server);
+}
+
+#[test]
+fn a_login_proves_both_sides_and_the_password_never_crosses_the_wire() {
+    let server = Server::start(common::Transport::Tcp, Limits::default());
+    let mut raw = Raw::connect(&server.addr);
+    let first = ClientFirst::with_nonce(common::USER, "fixedclientnonce").unwrap();
+    let mut hello = common::hello();
+    hello.auth = Bytes::copy_from_slice(first.message());
+    raw.send_message(&Message::Hello(hello));
+    let Some(Message::Challenge(server_first)) = raw.next_message() else {
+        panic!("a login is answered with CHALLENGE")
+    };
+    let last = first.receive_server_first(&server_first, common::PASSWORD).unwrap();
+    assert!(!last.message().windows(6).any(|w| w == common::PASSWORD.as_bytes()));
+    raw.send_message(&Message::Auth(Bytes::copy_from_slice(last.message())));
+    let Some(Message::Welcome(w)) = raw.next_message() else {
+        panic!("a good proof is answered with WELCOME")
+    };
+    last.verify_server_final(&w.auth)
+        .expect("the WELCOME carries the server's proof");
+}
+
+#[test]
+fn failed_logins_from_one_address_are_throttled_even_with_the_right_password_next() {
+    let limits = Limits {
+        login_failures_burst: 3,
+        login_failure_refill: std::time::Duration::from_secs(3600),
+        ..Limits::default()
+    };
+    let server = Server::start(common::Transport::Tcp, limits);
+    let mut wrong = options();
+    wrong.login = Some(Login {
+        user: common::USER.into(),
+        password: "guess".into(),
+    });
+    let codes: Vec<ErrorCode> = (0..6)
+        .map(|_| match Client::connect(&server.addr, &wrong) {
+            Err(Error::Refused(f)) => f.code,
+            other => panic!("expected a refusal, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [[ErrorCode::AUTH_FAILED; 3], [ErrorCode::TOO_MANY_FAILED_LOGINS; 3]].concat(),
+        "three guesses are checked, then the address must wait"
+    );
+    match Client::connect(&server.addr, &options()) {
+        Err(Error::Refused(f)) => assert_eq!(f.code, ErrorCode::TOO_MANY_FAILED_LOGINS),
+        other => panic!("the right password waits too, got {other:?}"),
+    }
+    // A connection without a login is not a guess: it is still served.
+    let mut raw = Raw::connect(&server.addr);
+    raw.handshake();
 }
 
 #[test]
@@ -92,13 +156,13 @@ fn a_request_before_hello_is_refused() {
 #[test]
 fn hello_over_the_handshake_limit_is_refused() {
     let limits = Limits {
-        handshake_body_max: 64,
+        handshake_body_max: 256,
         ..Limits::default()
     };
     let server = Server::start(common::Transport::Tcp, limits);
     let mut raw = Raw::connect(&server.addr);
     let mut hello = common::hello();
-    hello.client_name = "x".repeat(100);
+    hello.client_name = "x".repeat(300);
     raw.send_message(&Message::Hello(hello));
     let got = raw.messages_until_closed();
     assert!(

@@ -379,6 +379,7 @@ fn fake_server(after: Vec<u8>) -> (Address, std::thread::JoinHandle<()>) {
             in_flight_max: 16,
             session: 1,
             server_name: "fake".into(),
+            auth: Bytes::new(),
         })
         .encode(&mut out);
         out.extend_from_slice(&after);
@@ -416,7 +417,7 @@ fn a_notice_kind_with_an_id_or_flags_is_not_a_notice() {
         .encode(&mut after);
         frame::encode_frame(Kind::NOTICE, flags, RequestId(id), b"bad", &mut after);
         let (addr, fake) = fake_server(after);
-        let c = Client::connect(&addr, &common::options()).unwrap();
+        let c = Client::connect(&addr, &without_login()).unwrap();
         assert_eq!(c.next_notice(PATIENCE).unwrap(), Some(Bytes::from_static(b"good")));
         let err = c.next_notice(PATIENCE).unwrap_err();
         assert!(expected(&err), "{flags:?} id {id}: {err:?}");
@@ -431,7 +432,7 @@ fn a_protocol_error_closes_the_socket_while_the_client_is_still_held() {
     let mut after = Vec::new();
     frame::encode_frame(Kind::NOTICE, Flags::REPLY, RequestId(9), b"bad", &mut after);
     let (addr, fake) = fake_server(after);
-    let c = Client::connect(&addr, &common::options()).unwrap();
+    let c = Client::connect(&addr, &without_login()).unwrap();
     let err = c.next_notice(PATIENCE).unwrap_err();
     assert!(matches!(err, Error::Protocol(_)), "{err:?}");
     // The fake server returns when it reads the end of the stream: the
@@ -477,5 +478,13 @@ fn calls_cost_the_same_with_a_thread_in_next_notice() {
             t
         });
         println!("{transport:?}: µs per call alone {alone:.1?}, with a thread in next_notice {parked:.1?}");
+    }
+}
+
+/// The options of a client that does not log in (the fake servers here do not run SCRAM).
+fn without_login() -> cairn_net::rpc::ClientOptions {
+    cairn_net::rpc::ClientOptions {
+        login: None,
+        ..common::options()
     }
 }

@@ -48,3 +48,52 @@ fn request_bytes_of_all_connections_together_stay_within_the_server_budget() {
         "the waiting two were served after"
     );
 }
+
+/// The server-wide budget is charged as a frame's bytes arrive, not when its
+/// header announces its length: clients that announce large frames and send
+/// nothing more hold none of it, and an honest large request is served while
+/// they are connected (it used to wait until they were cut off).
+#[test]
+fn announced_but_unsent_bytes_hold_no_budget() {
+    let limits = Limits {
+        body_max: 1 << 20,
+        request_bytes_max: 1 << 20,
+        server_request_bytes_max: 1 << 20,
+        frame_timeout: Duration::from_secs(600),
+        ..Limits::default()
+    };
+    let server = Server::start(Transport::Tcp, limits);
+    // Eight connections each announce a body of almost 1 MiB and send 1 byte of it.
+    let mut stalled = Vec::new();
+    for id in 0..8 {
+        let mut raw = common::Raw::connect(&server.addr);
+        raw.handshake();
+        let f = common::request_frame(common::ECHO, id + 1, &vec![1u8; (1 << 20) - 64]);
+        raw.send(&f[..cairn_net::frame::HEADER_SIZE + 1]);
+        stalled.push(raw);
+    }
+    let honest = server.connect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let body = vec![3u8; 200 << 10];
+        for _ in 0..5 {
+            let echoed = honest.call(common::ECHO, body.clone()).map(|b| b.len());
+            let _ = tx.send(echoed);
+        }
+    });
+    for i in 0..5 {
+        // A guard against hanging, not a measure: the old accounting never served it.
+        let echoed = rx.recv_timeout(Duration::from_secs(60));
+        assert_eq!(
+            echoed.ok().and_then(|r| r.ok()),
+            Some(200 << 10),
+            "honest request {i} was not served"
+        );
+    }
+    for raw in &mut stalled {
+        assert!(
+            !raw.peer_closed(),
+            "the stalled connections are still open: the budget was not freed by cutting them off"
+        );
+    }
+}

@@ -279,6 +279,14 @@ impl Callbacks {
         }
     }
 
+    /// Whether `client` holds a right to cache `key` now.
+    pub fn has_right(&self, client: ClientId, key: Resource) -> bool {
+        lock(&self.table)
+            .by_client
+            .get(&client)
+            .is_some_and(|keys| keys.contains(&key))
+    }
+
     /// Gives `client` the right to cache `key` (a page or an object; its
     /// transaction holds a lock on it now) and returns the right's epoch,
     /// or 0 if a writer of another client is calling it back or locking it
@@ -692,6 +700,7 @@ mod tests {
             notifier: std::sync::OnceLock::new(),
             file: false,
             object: false,
+            restriction: cairn_storage::Restriction::default(),
             unwritten: Mutex::default(),
         }
     }

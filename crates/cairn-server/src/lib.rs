@@ -7,8 +7,11 @@
 //!
 //! # A session
 //!
-//! A connection's HELLO must ask for the page-server architecture and, if
-//! the server has tokens, carry one of them. Each session is a storage
+//! A connection's HELLO must ask for a served architecture and log in as a
+//! user (SCRAM-SHA-256, run by the RPC layer), unless the database has no
+//! users and the server trusts connections without a login (loopback only);
+//! the user's role restricts every transaction of the session (`access.rs`).
+//! Each session is a storage
 //! client ([`ClientId`]): its transactions are storage [`Txn`]s whose lock
 //! owner is `(client, txn)`, so lock waits, deadlock detection and timeouts
 //! work between clients exactly as between threads. Requests run on tokio's
@@ -59,8 +62,10 @@
 //!
 //! Not yet here: allocation of groups by clients.
 
+pub mod access;
 pub mod callbacks;
 mod objects;
+pub mod users;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -76,12 +81,16 @@ use cairn_net::page_service::{
     NO_PAGE, RESOURCE_PAGE,
 };
 use cairn_net::rpc::{Handler, Limits, Notifier, Replier, Request};
+use cairn_net::scram::{Decoy, Verifier};
 use cairn_net::transport::Listener;
 use cairn_storage::access::PageAccess;
 use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::page::{self, PageType};
 use cairn_storage::record::object::ObjectSpace;
-use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn, TxnId, Unwritten};
+use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Restriction, Txn, TxnId, Unwritten};
+
+use access::Access;
+use users::UsersFile;
 
 use callbacks::Callbacks;
 
@@ -91,9 +100,11 @@ pub const TXNS_PER_SESSION_MAX: usize = 4096;
 /// What a server admits and how it bounds its sessions.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Tokens a client may present; empty means no authentication (the
-    /// caller must then listen on loopback only).
-    pub tokens: Vec<Vec<u8>>,
+    /// Admit connections without a login while the database has no users
+    /// (as `admin`): only for a server whose every listener is on loopback
+    /// or a Unix socket. The caller decides; `cairn serve` refuses to start
+    /// otherwise.
+    pub trust_without_login: bool,
     /// The RPC layer's bounds (connections, requests in flight, bytes).
     pub limits: Limits,
     /// Bytes of redo records one transaction may send (over STAGE and
@@ -113,7 +124,7 @@ pub const TXN_BYTES_MAX_DEFAULT: u64 = 1 << 30;
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
-            tokens: Vec::new(),
+            trust_without_login: true,
             limits: Limits::default(),
             txn_bytes_max: TXN_BYTES_MAX_DEFAULT,
             callback_rights_max: callbacks::RIGHTS_MAX_DEFAULT,
@@ -124,7 +135,7 @@ impl Default for ServerConfig {
 /// The page server: the database and who is connected.
 pub struct PageServer {
     core: Arc<Core>,
-    tokens: Vec<Vec<u8>>,
+    access: Access,
     next_client: AtomicU32,
 }
 
@@ -213,6 +224,8 @@ pub struct SessionState {
     /// An object-server session: its transactions lock single objects and
     /// it asks for objects, not pages.
     object: bool,
+    /// What the session's role lets its transactions change.
+    restriction: Restriction,
     /// File-server commits whose pages the client has not reported written,
     /// by the client's transaction id (they hold their locks).
     unwritten: Mutex<HashMap<u64, Unwritten>>,
@@ -236,6 +249,7 @@ impl SessionState {
             });
         }
         let mut t = db.begin_for(self.client)?;
+        t.restrict(self.restriction.clone());
         if self.object {
             t.set_object_locking(true)?;
         }
@@ -292,12 +306,21 @@ impl PageServer {
         // A second server over one database (tests) keeps the first hook,
         // which calls back through the first server's table.
         let _ = core.db.set_write_lock_hook(Box::new(hook));
+        let access = Access::new(core.db.clone(), None, config.trust_without_login);
         PageServer {
             core,
-            tokens: config.tokens.clone(),
+            access,
             // Client 0 is the embedded engine's own.
             next_client: AtomicU32::new(1),
         }
+    }
+
+    /// The server with the users of `users` (`cairn serve` reads the
+    /// database directory's users file): once one exists, every connection
+    /// must log in, and its role restricts what it may change.
+    pub fn with_users(mut self, users: UsersFile) -> PageServer {
+        self.access.set_users(users);
+        self
     }
 
     /// The database served.
@@ -311,6 +334,20 @@ impl PageServer {
     }
 }
 
+/// Whether a READ of `page` is the session's to make (see the READ arm).
+fn may_read(core: &Core, state: &SessionState, page: PageId) -> bool {
+    if core.callbacks.has_right(state.client, Resource::Page(page)) {
+        return true;
+    }
+    let group = core.db.group_of_page(page);
+    let txns: Vec<Arc<Mutex<Txn>>> = lock(&state.txns).values().map(|e| e.txn.clone()).collect();
+    txns.iter().any(|t| {
+        let t = lock(t);
+        t.holds_lock(Resource::Page(page), LockMode::S)
+            || group.is_some_and(|g| t.holds_lock(Resource::Group(g), LockMode::S))
+    })
+}
+
 /// Serves `listener` with `server` until `shutdown` completes; then stops
 /// accepting, lets requests in flight finish (within the limits' grace) and
 /// returns. Open transactions of closed sessions are aborted.
@@ -321,7 +358,21 @@ pub async fn run(listener: Listener, shutdown: impl Future<Output = ()>, server:
 impl Handler for PageServer {
     type Session = Session;
 
-    fn open(&self, hello: &Hello, peer: &str) -> Result<Session, Fault> {
+    fn credentials(&self, user: &str) -> Option<(Option<Verifier>, Decoy)> {
+        self.access.credentials(user)
+    }
+
+    fn login_failed(&self, peer: &str, user: &str, failures: u64, error: &str) {
+        tracing::warn!(
+            peer,
+            user,
+            failures,
+            error,
+            "login failed (logged at the 1st, 2nd, 4th, ... failure of an address)"
+        );
+    }
+
+    fn open(&self, hello: &Hello, peer: &str, user: Option<&str>) -> Result<Session, Fault> {
         if ![Architecture::PAGE, Architecture::FILE, Architecture::OBJECT].contains(&hello.architecture) {
             return Err(Fault::new(
                 ErrorCode::UNSUPPORTED_ARCHITECTURE,
@@ -335,12 +386,9 @@ impl Handler for PageServer {
                 ),
             ));
         }
-        if !self.tokens.is_empty() && !self.tokens.iter().any(|t| t[..] == hello.token[..]) {
-            tracing::warn!(peer, "refused: unknown token");
-            return Err(Fault::new(ErrorCode::UNKNOWN_TOKEN, "unknown token"));
-        }
+        let role = self.access.admit(peer, user)?;
         let client = ClientId(self.next_client.fetch_add(1, Ordering::Relaxed));
-        tracing::info!(peer, client = client.0, name = %hello.client_name, "session opened");
+        tracing::info!(peer, client = client.0, name = %hello.client_name, user = user.unwrap_or("(trusted, no login)"), role = role.name(), "session opened");
         let state = Arc::new(SessionState {
             client,
             peer: peer.to_string(),
@@ -348,6 +396,7 @@ impl Handler for PageServer {
             notifier: OnceLock::new(),
             file: hello.architecture == Architecture::FILE,
             object: hello.architecture == Architecture::OBJECT,
+            restriction: self.access.restriction(role),
             unwritten: Mutex::new(HashMap::new()),
         });
         lock(&self.core.sessions).insert(client, state.clone());
@@ -691,6 +740,15 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             Ok(Answer::Body(g.0.to_le_bytes().to_vec()))
         }
         PageRequest::Read { page: p } => {
+            // Only a page the session may see now: one a transaction of it
+            // holds a lock on (the page's, or its group's), or one it holds
+            // a right to cache (an evicted page it refills).
+            if !may_read(core, state, PageId(p)) {
+                return Err(Fault::new(
+                    ErrorCode::INVALID,
+                    format!("READ of page {p}: the session holds no lock on it and no right to cache it"),
+                ));
+            }
             let mut image = db.read_committed(PageId(p)).map_err(fault)?;
             page::seal(&mut image);
             Ok(Answer::Body(image))
@@ -893,6 +951,7 @@ pub fn fault(e: Error) -> Fault {
         Error::LimitExceeded { .. } | Error::VolumeFull(_) => ErrorCode::LIMIT,
         Error::Io { .. } => ErrorCode::IO,
         Error::Internal(_) => ErrorCode::INTERNAL,
+        Error::PermissionDenied(_) => ErrorCode::DENIED,
         _ => ErrorCode::INVALID,
     };
     // The fields a client rebuilds the same error from.

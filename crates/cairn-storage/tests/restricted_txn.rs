@@ -43,7 +43,8 @@ fn a_read_only_transaction_reads_and_every_change_is_refused() {
     let mut t = read_only(&db);
     assert_eq!(t.read(a).unwrap(), b"alpha");
     t.commit().expect("a read-only transaction that read commits");
-    let attempts: Vec<Box<dyn Fn(&mut Txn) -> Result<(), Error>>> = vec![
+    type Attempt = Box<dyn Fn(&mut Txn) -> Result<(), Error>>;
+    let attempts: Vec<Attempt> = vec![
         Box::new(move |t| t.update(a, b"changed")),
         Box::new(|t| t.create(GroupId::DEFAULT, b"new").map(|_| ())),
         Box::new(move |t| t.delete(a)),
@@ -69,7 +70,9 @@ fn protected_pages_refuse_changes_under_page_and_object_locks_and_others_do_not(
     let restrict = |t: &mut Txn| {
         t.restrict(Restriction {
             read_only: false,
-            protected: Some(Arc::new(move |p| (p == protected).then(|| "it holds the catalog".to_string()))),
+            protected: Some(Arc::new(move |p| {
+                (p == protected).then(|| "it holds the catalog".to_string())
+            })),
         })
     };
     for object_locks in [false, true] {

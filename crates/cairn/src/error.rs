@@ -149,6 +149,11 @@ pub enum Error {
     /// The caller asked for something that makes no sense.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The session's role does not allow the change (a `read` user writing,
+    /// a `write` user changing classes or indexes); the transaction is
+    /// doomed.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// Any other storage error (I/O, limits, a poisoned database, …).
     #[error(transparent)]
     Storage(cairn_storage::Error),
@@ -179,6 +184,7 @@ impl From<cairn_storage::Error> for Error {
             S::Internal(why) => Error::Internal(why),
             S::Corrupt { page, reason } => Error::Corrupt { page, reason },
             S::ObjectTooLarge { oid, len, limit } => Error::ObjectTooLarge { oid, len, limit },
+            S::PermissionDenied(why) => Error::PermissionDenied(why),
             other => Error::Storage(other),
         }
     }
@@ -219,6 +225,7 @@ impl Error {
             Error::Internal(why) => S::Internal(why),
             Error::Corrupt { page, reason } => S::Corrupt { page, reason },
             Error::ObjectTooLarge { oid, len, limit } => S::ObjectTooLarge { oid, len, limit },
+            Error::PermissionDenied(why) => S::PermissionDenied(why),
             Error::Storage(e) => e,
             other => S::InvalidArgument(other.to_string()),
         }

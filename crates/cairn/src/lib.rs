@@ -38,6 +38,8 @@ pub mod view;
 
 pub use cache::{CachePolicy, CacheStats};
 pub use cairn_derive::Persistent;
+/// A user name and password to log in to `cairn serve` with ([`Options::login`]).
+pub use cairn_net::rpc::Login;
 pub use cairn_storage as storage;
 pub use codec::{DecodeError, Field, FieldDesc, Persistent, Reader, TypeDesc, Value, Writer};
 pub use collections::{List, Map, Set};

@@ -24,10 +24,15 @@ pub struct Server {
 
 impl Server {
     pub fn start(dir: &Path, extra: &[&str]) -> Server {
+        Server::start_at(dir, "127.0.0.1:0", extra)
+    }
+
+    /// A server listening on `listen` (HOST:PORT).
+    pub fn start_at(dir: &Path, listen: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .arg("serve")
             .arg(dir)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(extra)
             .env("CAIRN_LOG", "warn")
             .stdout(Stdio::piped())
@@ -47,12 +52,21 @@ impl Server {
         Server { child, addr }
     }
 
-    pub fn client(&self, token: &[u8]) -> Result<Client, NetError> {
+    /// A page client without a login (a server without users trusts it).
+    pub fn client(&self) -> Result<Client, NetError> {
+        self.client_as(None)
+    }
+
+    /// A page client logging in as `login`.
+    pub fn client_as(&self, login: Option<(&str, &str)>) -> Result<Client, NetError> {
         Client::connect(
             &self.addr,
             &ClientOptions {
                 architecture: Architecture::PAGE,
-                token: bytes::Bytes::copy_from_slice(token),
+                login: login.map(|(user, password)| cairn_net::rpc::Login {
+                    user: user.into(),
+                    password: password.into(),
+                }),
                 ..ClientOptions::default()
             },
         )

@@ -172,6 +172,9 @@ impl ErrorCode {
     pub const LIMIT: ErrorCode = ErrorCode(0x1008);
     /// An I/O error on the server.
     pub const IO: ErrorCode = ErrorCode(0x1009);
+    /// The session's role does not allow the request (a `read` user changing something, a
+    /// `write` user changing the catalog).
+    pub const DENIED: ErrorCode = ErrorCode(0x100A);
 }
 
 /// A page-service request.

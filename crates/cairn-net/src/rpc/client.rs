@@ -90,7 +90,8 @@ use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::frame::{self, Flags, Frame, FrameDecoder, Kind, RequestId};
-use crate::message::{Architecture, Fault, Hello, Message, Welcome};
+use crate::message::{Architecture, ErrorCode, Fault, Hello, Message, Welcome};
+use crate::scram::ClientFirst;
 use crate::transport::Address;
 
 mod sock;
@@ -117,8 +118,9 @@ pub const NOTICE_BYTES_MAX: usize = 64 << 20;
 pub struct ClientOptions {
     /// The architecture asked for in HELLO.
     pub architecture: Architecture,
-    /// The auth token.
-    pub token: Bytes,
+    /// The user to log in as (SCRAM-SHA-256), or `None` for a server that trusts this
+    /// connection (a server without users, on loopback).
+    pub login: Option<Login>,
     /// A name for the server's logs.
     pub client_name: String,
     /// Largest reply body accepted.
@@ -127,11 +129,30 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
 }
 
+/// A user name and password to log in with. The password never crosses the wire (SCRAM), and
+/// `Debug` does not print it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Login {
+    /// The user.
+    pub user: String,
+    /// The user's password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Login")
+            .field("user", &self.user)
+            .field("password", &"…")
+            .finish()
+    }
+}
+
 impl Default for ClientOptions {
     fn default() -> ClientOptions {
         ClientOptions {
             architecture: Architecture::RPC,
-            token: Bytes::new(),
+            login: None,
             client_name: format!("cairn-net client (pid {})", std::process::id()),
             body_max: frame::BODY_MAX_DEFAULT,
             connect_timeout: Duration::from_secs(10),
@@ -878,49 +899,102 @@ impl Drop for Call {
     }
 }
 
-/// Says HELLO and reads up to WELCOME; returns the decoder (it may already hold frames that
-/// followed the WELCOME) and the WELCOME.
+/// Says HELLO (and, to log in, answers the server's CHALLENGE with AUTH) and reads up to
+/// WELCOME; returns the decoder (it may already hold frames that followed the WELCOME) and the
+/// WELCOME. After a login the WELCOME must carry the server's proof that it knows the password.
 fn handshake(sock: &Sock, opts: &ClientOptions, deadline: Instant) -> Result<(FrameDecoder, Welcome)> {
-    let left = || {
-        deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1))
+    let first = match &opts.login {
+        Some(login) => Some(
+            ClientFirst::new(&login.user)
+                .map_err(|e| Error::Protocol(format!("cannot log in as {:?}: {e}", login.user)))?,
+        ),
+        None => None,
     };
-    sock.set_timeouts(Some(left()), Some(left()))
-        .map_err(|e| Error::io("configuring the socket", e))?;
-    let mut hello = Vec::new();
-    Message::Hello(Hello {
-        architecture: opts.architecture,
-        token: opts.token.clone(),
-        client_name: opts.client_name.clone(),
-    })
-    .encode(&mut hello);
+    send_message(
+        sock,
+        &Message::Hello(Hello {
+            architecture: opts.architecture,
+            auth: first
+                .as_ref()
+                .map_or_else(Bytes::new, |f| Bytes::copy_from_slice(f.message())),
+            client_name: opts.client_name.clone(),
+        }),
+        deadline,
+        "sending HELLO",
+    )?;
+    let mut dec = FrameDecoder::new(opts.body_max);
+    let mut pending = first;
+    let mut proving = None;
+    loop {
+        match read_message(sock, &mut dec, deadline, "waiting for WELCOME")? {
+            Message::Challenge(server_first) => {
+                let (Some(first), Some(login)) = (pending.take(), &opts.login) else {
+                    return Err(Error::Protocol(
+                        "the server sent a CHALLENGE that nothing asked for".into(),
+                    ));
+                };
+                let last = first
+                    .receive_server_first(&server_first, &login.password)
+                    .map_err(|e| Error::Protocol(format!("the server's login challenge: {e}")))?;
+                let auth = Message::Auth(Bytes::copy_from_slice(last.message()));
+                send_message(sock, &auth, deadline, "sending AUTH")?;
+                proving = Some(last);
+            }
+            Message::Welcome(welcome) => {
+                if pending.is_some() {
+                    return Err(Error::Refused(Fault::new(
+                        ErrorCode::AUTH_FAILED,
+                        "the server accepted the connection without checking the password",
+                    )));
+                }
+                if let Some(last) = proving {
+                    last.verify_server_final(&welcome.auth).map_err(|e| {
+                        Error::Refused(Fault::new(
+                            ErrorCode::AUTH_FAILED,
+                            format!("the server did not prove it knows the password: {e}"),
+                        ))
+                    })?;
+                }
+                return Ok((dec, welcome));
+            }
+            Message::Refusal(fault) => return Err(Error::Refused(fault)),
+            Message::Goodbye { fault, .. } => return Err(Error::Closed(fault)),
+            other => return Err(Error::Protocol(format!("expected WELCOME, got {other:?}"))),
+        }
+    }
+}
+
+/// Writes one handshake message whole by `deadline`.
+fn send_message(sock: &Sock, m: &Message, deadline: Instant, what: &'static str) -> Result<()> {
+    let mut bytes = Vec::new();
+    m.encode(&mut bytes);
     let mut off = 0;
-    while off < hello.len() {
-        match sock.write(&hello[off..]) {
+    while off < bytes.len() {
+        sock.set_timeouts(Some(time_left(deadline)), Some(time_left(deadline)))
+            .map_err(|e| Error::io("configuring the socket", e))?;
+        match sock.write(&bytes[off..]) {
             Ok(n) => off += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                return Err(Error::Timeout("sending HELLO"))
+                return Err(Error::Timeout(what))
             }
-            Err(e) => return Err(Error::io("sending HELLO", e)),
+            Err(e) => return Err(Error::io(what, e)),
         }
     }
-    let mut dec = FrameDecoder::new(opts.body_max);
+    Ok(())
+}
+
+/// Reads the next handshake message by `deadline`.
+fn read_message(sock: &Sock, dec: &mut FrameDecoder, deadline: Instant, what: &'static str) -> Result<Message> {
     let mut buf = vec![0u8; 4096];
     loop {
         if let Some(frame) = dec.decode()? {
-            return match Message::from_frame(frame)? {
-                Message::Welcome(welcome) => Ok((dec, welcome)),
-                Message::Refusal(fault) => Err(Error::Refused(fault)),
-                Message::Goodbye { fault, .. } => Err(Error::Closed(fault)),
-                other => Err(Error::Protocol(format!("expected WELCOME, got {other:?}"))),
-            };
+            return Ok(Message::from_frame(frame)?);
         }
         if Instant::now() >= deadline {
-            return Err(Error::Timeout("waiting for WELCOME"));
+            return Err(Error::Timeout(what));
         }
-        sock.set_timeouts(Some(left()), Some(left()))
+        sock.set_timeouts(Some(time_left(deadline)), Some(time_left(deadline)))
             .map_err(|e| Error::io("configuring the socket", e))?;
         match sock.read(&mut buf) {
             Ok(0) => {
@@ -930,9 +1004,16 @@ fn handshake(sock: &Sock, opts: &ClientOptions, deadline: Instant) -> Result<(Fr
             Ok(n) => dec.push(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                return Err(Error::Timeout("waiting for WELCOME"))
+                return Err(Error::Timeout(what))
             }
-            Err(e) => return Err(Error::io("reading WELCOME", e)),
+            Err(e) => return Err(Error::io(what, e)),
         }
     }
+}
+
+/// The time left until `deadline` (at least a millisecond: a zero timeout means none).
+fn time_left(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
 }

@@ -4,8 +4,10 @@
 
 pub mod client;
 #[cfg(feature = "server")]
+mod login;
+#[cfg(feature = "server")]
 pub mod server;
 
-pub use client::{Call, Client, ClientOptions, Part};
+pub use client::{Call, Client, ClientOptions, Login, Part};
 #[cfg(feature = "server")]
 pub use server::{run, Handler, Limits, Notifier, Replier, Request};

@@ -80,6 +80,9 @@ use tokio::task::JoinSet;
 use crate::error::Error;
 use crate::frame::{self, Flags, Frame, FrameDecoder, FrameError, Kind, RequestId, HEADER_SIZE};
 use crate::message::{Capabilities, ErrorCode, Fault, Hello, Message, MessageError, Welcome};
+use crate::scram::{Decoy, ServerStart, Verifier};
+
+use super::login::{self, Throttle};
 use crate::transport::{Listener, ReadHalf, Stream, WriteHalf};
 
 /// The server's bounds. [`Limits::default`] suits a database server; tests shrink them.
@@ -112,6 +115,10 @@ pub struct Limits {
     /// On shutdown, how long in-flight requests get to finish before their connection is closed
     /// under them.
     pub shutdown_grace: Duration,
+    /// Failed logins one address may have at once before it must wait (`login.rs`).
+    pub login_failures_burst: u32,
+    /// Time after which an address may fail one more login.
+    pub login_failure_refill: Duration,
 }
 
 impl Default for Limits {
@@ -128,6 +135,8 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(10),
             frame_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
+            login_failures_burst: 5,
+            login_failure_refill: Duration::from_secs(6),
         }
     }
 }
@@ -168,9 +177,25 @@ pub trait Handler: Send + Sync + 'static {
     /// Per-connection state (the session: its transactions, locks, cache callbacks).
     type Session: Send + Sync + 'static;
 
-    /// Decides on a HELLO: a session, or a refusal (e.g. [`ErrorCode::UNKNOWN_TOKEN`],
-    /// [`ErrorCode::UNSUPPORTED_ARCHITECTURE`]) that is sent before the connection closes.
-    fn open(&self, hello: &Hello, peer: &str) -> Result<Self::Session, Fault>;
+    /// Decides on a HELLO: a session, or a refusal (e.g. [`ErrorCode::AUTH_FAILED`] for a
+    /// server that wants a user, [`ErrorCode::UNSUPPORTED_ARCHITECTURE`]) that is sent before the
+    /// connection closes. `user` is the user the client proved it is (a SCRAM login the RPC
+    /// layer ran with [`Handler::credentials`]), or `None` for a HELLO without a login.
+    fn open(&self, hello: &Hello, peer: &str, user: Option<&str>) -> Result<Self::Session, Fault>;
+
+    /// What a login as `user` is checked against: the user's SCRAM verifier (`None` for a user
+    /// the handler does not know) and the decoy that makes an unknown user look like a known one.
+    /// `None` (the default): this handler has no users, and a HELLO asking to log in is refused.
+    fn credentials(&self, user: &str) -> Option<(Option<Verifier>, Decoy)> {
+        let _ = user;
+        None
+    }
+
+    /// Called for a failed login from `peer` as `user`, the address's `failures`th, when it is
+    /// to be logged (the 1st, 2nd, 4th, 8th, …: see `login.rs`). Default: does nothing.
+    fn login_failed(&self, peer: &str, user: &str, failures: u64, error: &str) {
+        let _ = (peer, user, failures, error);
+    }
 
     /// Capability bits (above the low 16) to announce in the WELCOME.
     fn capabilities(&self) -> Capabilities {
@@ -355,6 +380,14 @@ struct Permit {
     _server: OwnedSemaphorePermit,
 }
 
+impl Permit {
+    /// Adds `other`'s bytes to this permit (both from the same budget).
+    fn merge(&mut self, other: Permit) {
+        self._connection.merge(other._connection);
+        self._server.merge(other._server);
+    }
+}
+
 impl Budget {
     /// Takes `bytes` (nothing for a small frame), the connection's share first and then the
     /// server's, always in that order; `None` if a budget was closed.
@@ -362,6 +395,11 @@ impl Budget {
         if bytes <= SMALL_FRAME {
             return None;
         }
+        self.acquire_exact(bytes).await
+    }
+
+    /// Takes exactly `bytes` (at least one), as [`Budget::acquire`] does.
+    async fn acquire_exact(&self, bytes: usize) -> Option<Permit> {
         let n = u32::try_from(bytes).unwrap_or(u32::MAX);
         let connection = self.connection.clone().acquire_many_owned(n).await.ok()?;
         let server = self.server.clone().acquire_many_owned(n).await.ok()?;
@@ -449,6 +487,8 @@ struct Shared<H> {
     /// The server-wide request and reply byte budgets, shared by every connection.
     request_bytes: Arc<Semaphore>,
     reply_bytes: Arc<Semaphore>,
+    /// Failed logins per address.
+    throttle: Throttle,
 }
 
 /// Serves `listener` with `handler` until `shutdown` completes, then stops accepting, lets each
@@ -461,6 +501,7 @@ pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = 
         handler,
         request_bytes: byte_semaphore(limits.server_request_bytes_max),
         reply_bytes: byte_semaphore(limits.server_reply_bytes_max),
+        throttle: Throttle::new(limits.login_failures_burst, limits.login_failure_refill),
         limits,
         sessions: AtomicU64::new(1),
     });
@@ -564,6 +605,8 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
             server: shared.request_bytes.clone(),
         },
         pending: None,
+        charged: 0,
+        started: None,
     };
     let mut linger_after = false;
     if let Some(session) = handshake(&mut r, &mut conn, &tx, &shared, &peer, &mut stop, &mut linger_after).await {
@@ -620,7 +663,9 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
     }
 }
 
-/// Reads HELLO and answers WELCOME or REFUSAL. `None`: the connection is over.
+/// Reads HELLO (and, for a login, answers CHALLENGE and reads AUTH), then answers WELCOME or
+/// REFUSAL. `None`: the connection is over. The whole exchange must end within
+/// [`Limits::handshake_timeout`].
 async fn handshake<H: Handler>(
     r: &mut ReadHalf,
     conn: &mut Reader,
@@ -631,45 +676,38 @@ async fn handshake<H: Handler>(
     linger_after: &mut bool,
 ) -> Option<H::Session> {
     let limits = &shared.limits;
+    let deadline = tokio::time::Instant::now() + limits.handshake_timeout;
     let refuse = |fault: Fault| {
         let _ = tx.send(Outgoing::message(&Message::Refusal(fault)));
     };
-    let first = tokio::select! {
-        biased;
-        _ = stop.wait_for(|s| *s) => {
-            refuse(Fault::new(ErrorCode::SHUTTING_DOWN, "the server is shutting down"));
-            return None;
-        }
-        first = tokio::time::timeout(limits.handshake_timeout, conn.read_frame(r, false)) => first,
-    };
-    let frame = match first {
-        Err(_elapsed) => {
-            refuse(Fault::new(ErrorCode::HANDSHAKE_TIMEOUT, "no HELLO in time"));
-            *linger_after = true;
-            return None;
-        }
-        Ok(Ok(Some((frame, _)))) => frame,
-        Ok(Ok(None)) => return None,
-        Ok(Err(e)) => {
-            refuse(frame_fault(&e));
-            *linger_after = true;
-            return None;
-        }
-    };
-    let hello = match Message::from_frame(frame) {
+    let hello = match handshake_message(r, conn, stop, deadline, "HELLO").await {
         Ok(Message::Hello(hello)) => hello,
         Ok(_) => {
             refuse(Fault::new(ErrorCode::PROTOCOL, "the first message must be HELLO"));
             *linger_after = true;
             return None;
         }
-        Err(e) => {
-            refuse(message_fault(&e));
-            *linger_after = true;
+        Err(None) => return None,
+        Err(Some(fault)) => {
+            *linger_after = fault.code != ErrorCode::SHUTTING_DOWN;
+            refuse(fault);
             return None;
         }
     };
-    match shared.handler.open(&hello, peer) {
+    let (user, server_final) = if hello.auth.is_empty() {
+        (None, Bytes::new())
+    } else {
+        match log_in(r, conn, tx, shared, peer, &hello, stop, deadline).await {
+            Ok((user, server_final)) => (Some(user), server_final),
+            Err(None) => return None,
+            Err(Some(fault)) => {
+                refuse(fault);
+                *linger_after = true;
+                return None;
+            }
+        }
+    };
+    match shared.handler.open(&hello, peer, user.as_deref()) {
         Ok(session) => {
             let welcome = Welcome {
                 version: frame::PROTOCOL_VERSION as u16,
@@ -678,6 +716,7 @@ async fn handshake<H: Handler>(
                 in_flight_max: limits.in_flight_max,
                 session: shared.sessions.fetch_add(1, Ordering::Relaxed),
                 server_name: concat!("cairn ", env!("CARGO_PKG_VERSION")).to_string(),
+                auth: server_final,
             };
             let _ = tx.send(Outgoing::message(&Message::Welcome(welcome)));
             conn.dec.set_body_max(limits.body_max);
@@ -686,6 +725,95 @@ async fn handshake<H: Handler>(
         Err(fault) => {
             refuse(fault);
             None
+        }
+    }
+}
+
+/// One message of the handshake, read by `deadline`. `Err(None)`: the peer left (nothing to
+/// say); `Err(Some(fault))`: the refusal to send.
+async fn handshake_message(
+    r: &mut ReadHalf,
+    conn: &mut Reader,
+    stop: &mut watch::Receiver<bool>,
+    deadline: tokio::time::Instant,
+    what: &str,
+) -> Result<Message, Option<Fault>> {
+    let read = tokio::select! {
+        biased;
+        _ = stop.wait_for(|s| *s) => {
+            return Err(Some(Fault::new(ErrorCode::SHUTTING_DOWN, "the server is shutting down")));
+        }
+        read = tokio::time::timeout_at(deadline, conn.read_frame(r, false)) => read,
+    };
+    let frame = match read {
+        Err(_elapsed) => {
+            return Err(Some(Fault::new(
+                ErrorCode::HANDSHAKE_TIMEOUT,
+                format!("no {what} in time"),
+            )))
+        }
+        Ok(Ok(Some((frame, _)))) => frame,
+        Ok(Ok(None)) => return Err(None),
+        Ok(Err(e)) => return Err(Some(frame_fault(&e))),
+    };
+    Message::from_frame(frame).map_err(|e| Some(message_fault(&e)))
+}
+
+/// The SCRAM exchange of a HELLO that asks to log in (see `login.rs`): the user proved, and
+/// the server-final message for the WELCOME.
+#[expect(clippy::too_many_arguments, reason = "one call site; the connection's parts")]
+async fn log_in<H: Handler>(
+    r: &mut ReadHalf,
+    conn: &mut Reader,
+    tx: &mpsc::UnboundedSender<Outgoing>,
+    shared: &Shared<H>,
+    peer: &str,
+    hello: &Hello,
+    stop: &mut watch::Receiver<bool>,
+    deadline: tokio::time::Instant,
+) -> Result<(String, Bytes), Option<Fault>> {
+    let address = login::address_of(peer);
+    let failed = || Fault::new(ErrorCode::AUTH_FAILED, "authentication failed");
+    if !shared.throttle.allows(address, std::time::Instant::now()) {
+        return Err(Some(Fault::new(
+            ErrorCode::TOO_MANY_FAILED_LOGINS,
+            "too many failed logins from this address; try again later",
+        )));
+    }
+    let start = ServerStart::parse(&hello.auth).map_err(|e| {
+        Some(Fault::new(
+            ErrorCode::AUTH_FAILED,
+            format!("the login message is malformed: {e}"),
+        ))
+    })?;
+    let user = start.user().to_string();
+    let Some((verifier, decoy)) = shared.handler.credentials(&user) else {
+        return Err(Some(Fault::new(
+            ErrorCode::AUTH_FAILED,
+            "this server has no users to log in as",
+        )));
+    };
+    let first = start.respond(verifier, &decoy).map_err(|e| {
+        Some(Fault::new(
+            ErrorCode::INTERNAL,
+            format!("starting the login failed: {e}"),
+        ))
+    })?;
+    let _ = tx.send(Outgoing::message(&Message::Challenge(Bytes::copy_from_slice(
+        first.message(),
+    ))));
+    let answer = match handshake_message(r, conn, stop, deadline, "AUTH").await? {
+        Message::Auth(answer) => answer,
+        _ => return Err(Some(Fault::new(ErrorCode::PROTOCOL, "a CHALLENGE is answered by AUTH"))),
+    };
+    match first.verify_client_final(&answer) {
+        Ok(done) => Ok((user, Bytes::copy_from_slice(done.message()))),
+        Err(e) => {
+            let n = shared.throttle.failed(address, std::time::Instant::now());
+            if login::logs_failure(n) {
+                shared.handler.login_failed(peer, &user, n, &e.to_string());
+            }
+            Err(Some(failed()))
         }
     }
 }
@@ -852,20 +980,56 @@ struct Reader {
     dec: FrameDecoder,
     frame_timeout: Duration,
     request_bytes: Budget,
-    /// Budget taken for the frame whose header has been decoded and whose body is arriving.
+    /// Budget taken for the bytes of the frame now arriving: charged as they arrive (not when
+    /// its header announces its length), so a client that announces a large frame and trickles
+    /// it holds only what it sent.
     pending: Option<Permit>,
+    /// Bytes of the arriving frame that `pending` covers.
+    charged: usize,
+    /// When the first byte of the arriving frame came: the whole frame must arrive within
+    /// `frame_timeout` of it (plus any time the server itself made it wait for budget), however
+    /// the client spaces its bytes.
+    started: Option<tokio::time::Instant>,
 }
 
 impl Reader {
     /// Pairs a whole frame with its share of the request budget (taken while its body arrived,
     /// or now).
     async fn with_budget(&mut self, frame: Frame, budget: bool) -> (Frame, Option<Permit>) {
-        let permit = match self.pending.take() {
-            Some(p) => Some(p),
-            None if budget => self.request_bytes.acquire(HEADER_SIZE + frame.body.len()).await,
-            None => None,
-        };
+        let size = HEADER_SIZE + frame.body.len();
+        let charged = std::mem::take(&mut self.charged);
+        let mut permit = self.pending.take();
+        if budget && size > SMALL_FRAME && size > charged {
+            match (permit.as_mut(), self.request_bytes.acquire_exact(size - charged).await) {
+                (Some(p), Some(more)) => p.merge(more),
+                (None, more) => permit = more,
+                (Some(_), None) => {}
+            }
+        }
         (frame, permit)
+    }
+
+    /// Charges the budget for the bytes of the arriving frame that came since the last charge
+    /// (frames up to [`SMALL_FRAME`] are not charged). A wait for budget is the server's doing,
+    /// so it moves the frame's deadline back by as long.
+    async fn charge_arrived(&mut self) {
+        let Some(h) = self.dec.current() else { return };
+        let size = HEADER_SIZE + h.body_len as usize;
+        let arrived = self.dec.buffered().min(size);
+        if size <= SMALL_FRAME || arrived <= self.charged {
+            return;
+        }
+        let before = tokio::time::Instant::now();
+        let more = self.request_bytes.acquire_exact(arrived - self.charged).await;
+        if let Some(s) = self.started.as_mut() {
+            *s += before.elapsed();
+        }
+        self.charged = arrived;
+        match (self.pending.as_mut(), more) {
+            (Some(p), Some(more)) => p.merge(more),
+            (None, more) => self.pending = more,
+            (Some(_), None) => {}
+        }
     }
 
     /// The next whole frame (with its budget when `budget`), `None` at a clean end of stream.
@@ -877,19 +1041,22 @@ impl Reader {
     ) -> Result<Option<(Frame, Option<Permit>)>, FrameError> {
         loop {
             if let Some(frame) = self.dec.decode()? {
-                return Ok(Some(self.with_budget(frame, budget).await));
+                let out = self.with_budget(frame, budget).await;
+                // Bytes of the next frame may be here already: its clock runs from now.
+                self.started = (self.dec.buffered() > 0).then(tokio::time::Instant::now);
+                return Ok(Some(out));
             }
-            if budget && self.pending.is_none() {
-                if let Some(h) = self.dec.current() {
-                    let size = HEADER_SIZE + h.body_len as usize;
-                    self.pending = self.request_bytes.acquire(size).await;
-                }
+            if budget {
+                self.charge_arrived().await;
             }
             self.dec.read_hint();
             let read = if self.dec.buffered() == 0 {
-                r.read_buf(self.dec.buffer_mut()).await
+                let read = r.read_buf(self.dec.buffer_mut()).await;
+                self.started = Some(tokio::time::Instant::now());
+                read
             } else {
-                match tokio::time::timeout(self.frame_timeout, r.read_buf(self.dec.buffer_mut())).await {
+                let deadline = *self.started.get_or_insert_with(tokio::time::Instant::now) + self.frame_timeout;
+                match tokio::time::timeout_at(deadline, r.read_buf(self.dec.buffer_mut())).await {
                     Ok(read) => read,
                     Err(_stalled) => {
                         return Err(FrameError::Truncated {

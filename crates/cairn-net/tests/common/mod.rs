@@ -35,7 +35,17 @@ pub const NOTIFY: Kind = Kind(0x0106);
 /// WELCOME.
 pub const GREET_NAME: &str = "greet me";
 
-pub const TOKEN: &[u8] = b"secret";
+/// The one user the test handler knows, and its password.
+pub const USER: &str = "tester";
+/// The test user's password.
+pub const PASSWORD: &str = "secret";
+
+/// The test user's verifier (the fewest iterations SCRAM allows: tests log in often).
+fn test_verifier() -> cairn_net::scram::Verifier {
+    static V: std::sync::OnceLock<cairn_net::scram::Verifier> = std::sync::OnceLock::new();
+    V.get_or_init(|| cairn_net::scram::Verifier::new(PASSWORD, b"test salt", 4096).unwrap())
+        .clone()
+}
 
 /// The test handler; counts what it sees.
 #[derive(Default)]
@@ -115,10 +125,14 @@ impl TestHandler {
 impl Handler for TestHandler {
     type Session = TestSession;
 
-    fn open(&self, hello: &Hello, _peer: &str) -> Result<TestSession, Fault> {
-        if hello.token != TOKEN {
-            return Err(Fault::new(ErrorCode::UNKNOWN_TOKEN, "unknown token"));
-        }
+    fn credentials(&self, user: &str) -> Option<(Option<cairn_net::scram::Verifier>, cairn_net::scram::Decoy)> {
+        let decoy = cairn_net::scram::Decoy::new([7; 32], 4096).unwrap();
+        Some(((user == USER).then(test_verifier), decoy))
+    }
+
+    fn open(&self, hello: &Hello, _peer: &str, user: Option<&str>) -> Result<TestSession, Fault> {
+        // Raw clients say HELLO without logging in; the RPC layer let only a proven user through.
+        assert!(user.is_none_or(|u| u == USER), "a login as {user:?} reached open");
         if hello.architecture != Architecture::RPC && hello.architecture != Architecture::PAGE {
             return Err(Fault::new(
                 ErrorCode::UNSUPPORTED_ARCHITECTURE,
@@ -288,7 +302,10 @@ impl Drop for Server {
 
 pub fn options() -> ClientOptions {
     ClientOptions {
-        token: Bytes::from_static(TOKEN),
+        login: Some(rpc::Login {
+            user: USER.into(),
+            password: PASSWORD.into(),
+        }),
         client_name: "test".into(),
         ..ClientOptions::default()
     }
@@ -354,6 +371,20 @@ impl Raw {
         }
     }
 
+    /// Whether the server has said something or closed (a look without
+    /// waiting and without taking what is there).
+    pub fn peer_closed(&mut self) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Raw::Tcp(s) => s.as_raw_fd(),
+            Raw::Unix(s) => s.as_raw_fd(),
+        };
+        let mut b = [0u8; 1];
+        // SAFETY: `fd` is this stream's open descriptor and `b` a valid one-byte buffer.
+        let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock
+    }
+
     /// Closes the writing side.
     pub fn shutdown_write(&self) {
         match self {
@@ -373,7 +404,7 @@ impl Raw {
         self.send(&b);
     }
 
-    /// HELLO with the right token; returns the WELCOME.
+    /// HELLO (without a login); returns the WELCOME.
     pub fn handshake(&mut self) -> cairn_net::message::Welcome {
         self.send_message(&cairn_net::message::Message::Hello(hello()));
         match self.next_message() {
@@ -412,7 +443,7 @@ impl Raw {
 pub fn hello() -> Hello {
     Hello {
         architecture: Architecture::RPC,
-        token: Bytes::from_static(TOKEN),
+        auth: Bytes::new(),
         client_name: "raw".into(),
     }
 }

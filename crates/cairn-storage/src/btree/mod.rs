@@ -828,6 +828,13 @@ impl BTree {
         bulk::load(a, group, unique, sorted)
     }
 
+    /// Every page of the tree, children before parents, the root last
+    /// (levels checked and no page reached twice, so a damaged tree is an
+    /// error, never a loop).
+    pub fn pages<A: PageAccess>(&self, a: &mut A) -> Result<Vec<PageId>> {
+        check::pages(self, a)
+    }
+
     /// Frees every page of the tree, the root included.
     pub fn destroy<A: PageAccess>(self, a: &mut A) -> Result<()> {
         let pages = check::pages(&self, a)?;

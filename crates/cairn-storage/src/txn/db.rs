@@ -463,6 +463,12 @@ impl Db {
             .ok_or_else(|| Error::GroupNotFound(name.to_string()))
     }
 
+    /// The group page `id` belongs to (`None`: not in any group's
+    /// extents), read without the volume's mutex.
+    pub fn group_of_page(&self, id: PageId) -> Option<GroupId> {
+        self.shared.space.group_of_page(id)
+    }
+
     /// Every group with its space.
     pub fn groups(&self) -> Vec<GroupInfo> {
         lock(&self.shared.vol).groups()

@@ -302,6 +302,13 @@ impl Txn {
     }
 
     /// True if this transaction holds `res` in `mode` or a stronger one.
+    /// Whether the transaction holds a lock on `res` at least as strong as
+    /// `mode` (what a server checks before it answers a request that names
+    /// no transaction).
+    pub fn holds_lock(&self, res: Resource, mode: LockMode) -> bool {
+        self.holds(res, mode)
+    }
+
     pub(super) fn holds(&self, res: Resource, mode: LockMode) -> bool {
         self.held.get(&res).is_some_and(|m| m.covers(mode))
     }

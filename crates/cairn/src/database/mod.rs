@@ -91,9 +91,11 @@ pub struct Options {
     /// [`Database::connect`] with [`Arch::Adaptive`] only: when it fetches
     /// pages of objects and when single objects.
     pub adaptive: crate::remote::AdaptivePolicy,
-    /// [`Database::connect`] only: the token the server asks for (empty:
-    /// none; a server without tokens listens on loopback only).
-    pub token: Vec<u8>,
+    /// [`Database::connect`] only: the user to log in as (SCRAM-SHA-256;
+    /// the password never crosses the wire). `None`: the URL's user, if
+    /// it names one, else no login (a server without users, which trusts
+    /// loopback connections only).
+    pub login: Option<crate::Login>,
     /// [`Database::connect`] only: pages the client's page buffer holds
     /// (an object-server client keeps as many bytes, 4 KiB a page, of
     /// objects across transactions).
@@ -118,7 +120,7 @@ impl Default for Options {
             object_bytes_max: 256 << 20,
             arch: Arch::Adaptive,
             adaptive: crate::remote::AdaptivePolicy::default(),
-            token: Vec::new(),
+            login: None,
             client_buffer_pages: 4096,
             client_rights_max: 4 * 4096,
         }
@@ -212,10 +214,13 @@ impl Database {
     /// `cairn://HOST:PORT` or `cairn+unix:///PATH`. The database behaves as
     /// an embedded one does — the same transactions, objects, indexes and
     /// errors — with its pages fetched from (and its commits sent to) the
-    /// server ([`crate::remote`]). `opts.token` is presented to the server;
-    /// `opts.client_buffer_pages` sizes the client's page cache.
+    /// server ([`crate::remote`]). The client logs in as `opts.login`, or
+    /// as the user the URL names (`cairn://USER:PASSWORD@HOST:PORT`, see
+    /// [`crate::remote::parse_url_login`]); `opts.client_buffer_pages`
+    /// sizes the client's page cache.
     pub fn connect(url: &str, opts: Options) -> Result<Database> {
-        let address = crate::remote::parse_url(url)?;
+        let (address, url_login) = crate::remote::parse_url_login(url)?;
+        let login = opts.login.clone().or(url_login);
         let arch = match opts.arch {
             Arch::Page => cairn_net::message::Architecture::PAGE,
             Arch::File => cairn_net::message::Architecture::FILE,
@@ -224,9 +229,9 @@ impl Database {
                 // would (4 KiB pages).
                 let bytes = opts.client_buffer_pages.saturating_mul(4096);
                 let store = if opts.arch == Arch::Adaptive {
-                    crate::remote::ObjectStore::connect_adaptive(address, &opts.token, bytes, opts.adaptive)?
+                    crate::remote::ObjectStore::connect_adaptive(address, login.as_ref(), bytes, opts.adaptive)?
                 } else {
-                    crate::remote::ObjectStore::connect(address, &opts.token, bytes)?
+                    crate::remote::ObjectStore::connect(address, login.as_ref(), bytes)?
                 };
                 let db = Database::on_store(Store::Object(store.clone()), opts)?;
                 // An object whose right the client lost: the copies decoded
@@ -243,7 +248,7 @@ impl Database {
         let store = RemoteStore::connect_as(
             arch,
             address,
-            &opts.token,
+            login.as_ref(),
             opts.client_buffer_pages,
             opts.storage.txn_memory_bytes,
             opts.client_rights_max,

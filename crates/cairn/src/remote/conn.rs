@@ -8,6 +8,7 @@ use bytes::Bytes;
 use cairn_net::message::ErrorCode;
 use cairn_net::page_service::{FaultDetail, PageRequest};
 use cairn_net::rpc::Client;
+use cairn_net::rpc::Login;
 use cairn_net::transport::Address;
 use cairn_storage::access::PageDevice;
 use cairn_storage::page;
@@ -57,6 +58,74 @@ pub struct RemoteStats {
 /// Where and how to connect: parsed from a `cairn://HOST:PORT` or
 /// `cairn+unix:///PATH` URL.
 pub fn parse_url(url: &str) -> Result<Address> {
+    parse_url_login(url).map(|(address, _)| address)
+}
+
+/// Parses a server URL that may name a user: `cairn://USER:PASSWORD@HOST:PORT`,
+/// `cairn://USER@HOST:PORT` (the password then comes from the `CAIRN_PASSWORD` environment
+/// variable), `cairn+unix://USER:PASSWORD@/PATH`; `%XX` escapes in the user and password are
+/// decoded. Returns the address and the login, if the URL names a user.
+pub fn parse_url_login(url: &str) -> Result<(Address, Option<Login>)> {
+    let bad = |why: &str| Error::InvalidArgument(format!("bad server URL: {why}"));
+    let (scheme, rest) = if let Some(r) = url.strip_prefix("cairn+unix://") {
+        ("cairn+unix://", r)
+    } else if let Some(r) = url.strip_prefix("cairn://") {
+        ("cairn://", r)
+    } else {
+        return Err(bad("it must start with cairn:// or cairn+unix://"));
+    };
+    let (userinfo, place) = match (scheme, rest.find('@'), rest.find('/')) {
+        ("cairn+unix://", Some(at), Some(slash)) if at < slash => (Some(&rest[..at]), &rest[at + 1..]),
+        ("cairn://", Some(at), _) => (Some(&rest[..at]), &rest[at + 1..]),
+        _ => (None, rest),
+    };
+    let login = match userinfo {
+        None => None,
+        Some(info) => {
+            let (user, password) = match info.split_once(':') {
+                Some((u, p)) => (
+                    percent_decode(u).map_err(|w| bad(&w))?,
+                    Some(percent_decode(p).map_err(|w| bad(&w))?),
+                ),
+                None => (percent_decode(info).map_err(|w| bad(&w))?, None),
+            };
+            let password = match password {
+                Some(p) => p,
+                None => std::env::var("CAIRN_PASSWORD").map_err(|_| {
+                    bad(&format!(
+                        "no password for user {user:?}: give it in the URL (USER:PASSWORD@) or in CAIRN_PASSWORD"
+                    ))
+                })?,
+            };
+            if user.is_empty() {
+                return Err(bad("an empty user name"));
+            }
+            Some(Login { user, password })
+        }
+    };
+    Ok((parse_address(&format!("{scheme}{place}"))?, login))
+}
+
+/// `%XX` escapes decoded; the result must be UTF-8.
+fn percent_decode(s: &str) -> std::result::Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3).ok_or("a % escape is cut short")?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("%{hex} is not an escape"))?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "an escape that is not UTF-8".to_string())
+}
+
+/// The address of a URL without a user.
+fn parse_address(url: &str) -> Result<Address> {
     let bad = |why: &str| Error::InvalidArgument(format!("bad server URL {url:?}: {why}"));
     if let Some(path) = url.strip_prefix("cairn+unix://") {
         if !path.starts_with('/') {
@@ -98,18 +167,18 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects to `address` as a client of `architecture` presenting
-    /// `token`; `kind` names the client to the server ("page", "file",
-    /// "object").
+    /// Connects to `address` as a client of `architecture`, logging in
+    /// as `login` (none: a server that trusts the connection); `kind`
+    /// names the client to the server ("page", "file", "object").
     pub(super) fn open(
         address: Address,
         architecture: cairn_net::message::Architecture,
-        token: &[u8],
+        login: Option<&Login>,
         kind: &str,
     ) -> Result<Arc<Connection>> {
         let opts = cairn_net::rpc::ClientOptions {
             architecture,
-            token: Bytes::copy_from_slice(token),
+            login: login.cloned(),
             client_name: format!("cairn {kind} client (pid {})", std::process::id()),
             ..cairn_net::rpc::ClientOptions::default()
         };
@@ -271,6 +340,7 @@ impl Connection {
                 reason: format!("on the server: {m}"),
             },
             ErrorCode::INTERNAL => Error::Internal(format!("on the server: {m}")),
+            ErrorCode::DENIED => Error::PermissionDenied(format!("on the server: {m}")),
             ErrorCode::NOT_FOUND => Error::InvalidArgument(format!("the server found no such thing: {m}")),
             _ => Error::InvalidArgument(format!("the server refused: {m} (code {:#06x})", code.0)),
         }

@@ -273,7 +273,9 @@ fn serve_child_process() {
         limits.body_max = n;
     }
     config.limits = limits.clone();
-    let server = Arc::new(PageServer::new(db.clone(), &config));
+    // The database directory's users (none: connections without a login are trusted).
+    let users = cairn_server::users::UsersFile::open(Path::new(&dir)).expect("the users file");
+    let server = Arc::new(PageServer::new(db.clone(), &config).with_users(users));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
