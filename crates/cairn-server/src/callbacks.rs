@@ -48,7 +48,8 @@
 //!                 notice sent                      CALLBACK_REPLY (dropped / in use: S granted)
 //!  writer ─────▶ Outstanding ───────────────────────────────────────────────▶ Answered ──▶ removed by the writer
 //!   arrives        │  client gone (send fails or session closes) ──────────▶ Answered (dropped)
-//!                  └─ no answer within the lock timeout ─▶ removed by the writer: LockTimeout
+//!                  └─ no answer within the lock timeout ─▶ the silent session is ended
+//!                     (GOODBYE SESSION_ENDED, its rights dropped): removed, the writer goes on
 //! ```
 //!
 //! | transition | made by | effect on the right |
@@ -56,7 +57,7 @@
 //! | (none) → Outstanding | [`Callbacks::call_back`] | still held until answered |
 //! | Outstanding → Answered | [`Callbacks::answer`] | removed if its epoch is still the client's |
 //! | Outstanding → Answered | [`Callbacks::session_closed`] | every right of the session removed |
-//! | Outstanding → removed | [`Callbacks::call_back`] at the timeout | kept (the client may answer later; a late answer is ignored) |
+//! | Outstanding → removed | [`Callbacks::call_back`] at the timeout (`end_silent`) | every right of the silent session removed, and the session ended: a client that may be reading under the right must never commit what it read, so the right cannot just be taken from a session that lives on |
 //!
 //! A right's states: `none ─register→ held(e) ─answer(e) / session closed→ none`;
 //! a newer fetch by the same client replaces `held(e)` with `held(e')`, and
@@ -66,6 +67,7 @@ use cairn_storage::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{ObjectCallback, RightKey};
 use cairn_net::page_service::Callback;
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
@@ -216,6 +218,9 @@ pub struct CallbackStats {
     pub rights_refused_full: u64,
     /// Rights a client gave back unasked (RELEASE).
     pub rights_given_back: u64,
+    /// Sessions ended because they did not answer a callback within the
+    /// lock timeout (their rights dropped, so the writer went on).
+    pub sessions_ended_silent: u64,
 }
 
 /// Default [`Callbacks::new`] bound: rights held at once by all clients
@@ -417,7 +422,10 @@ impl Callbacks {
         drop(t);
         lock(&self.stats).callbacks_sent += ids.len() as u64;
         self.send_notices(sessions, &ids);
-        self.wait_for_answers(&ids, txn, key, timeout)?;
+        let silent = self.wait_for_answers(&ids, timeout)?;
+        if !silent.is_empty() {
+            self.end_silent(sessions, &silent, key);
+        }
         Ok(mark)
     }
 
@@ -448,17 +456,37 @@ impl Callbacks {
         }
     }
 
+    /// Ends the sessions of `silent` clients, which did not answer a
+    /// callback for `key` within the lock timeout: each gets a GOODBYE and
+    /// its connection closes (its transactions abort when it has), and its
+    /// rights are dropped now, so the writer goes on. Ending the session,
+    /// not just taking the right, is what keeps this safe: the client may
+    /// be reading under the right, and a session that is gone can commit
+    /// nothing it read.
+    fn end_silent(&self, sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>, silent: &[ClientId], key: Resource) {
+        for &client in silent {
+            tracing::warn!(client = client.0, %key, "ending a session that did not answer a callback in time");
+            if let Some(n) = sessions(client).and_then(|s| s.notifier.get().cloned()) {
+                n.close(Fault::new(
+                    ErrorCode::SESSION_ENDED,
+                    format!("the session did not answer a callback for {key} within the lock timeout"),
+                ));
+            }
+            self.session_closed(client);
+            lock(&self.stats).sessions_ended_silent += 1;
+        }
+    }
+
     /// Waits (up to `timeout`) until every callback of `ids` is answered
     /// and collects them: the first answer that failed (granting a reader
-    /// closed a cycle, or could not be granted) is the writer `txn`'s
-    /// error; no answer in time is [`Error::LockTimeout`] on `key`.
+    /// closed a cycle, or could not be granted) is the writer's error. The
+    /// clients that did not answer in time are returned (their callbacks
+    /// are forgotten): [`Callbacks::end_silent`] ends them.
     fn wait_for_answers(
         &self,
         ids: &[(u64, Resource, ClientId, u64)],
-        txn: TxnId,
-        key: Resource,
         timeout: Duration,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<ClientId>, Error> {
         let start = Instant::now();
         let deadline = start + timeout;
         let mut t = lock(&self.table);
@@ -473,23 +501,24 @@ impl Callbacks {
             }
             let now = Instant::now();
             if now >= deadline {
-                let who: Vec<String> = pending
+                let mut silent: Vec<ClientId> = pending
                     .iter()
-                    .filter_map(|id| {
-                        t.outstanding
-                            .get(id)
-                            .map(|o| format!("client {} for {}", o.client.0, o.key))
-                    })
+                    .filter_map(|id| t.outstanding.get(id).map(|o| o.client))
                     .collect();
+                silent.sort_unstable_by_key(|c| c.0);
+                silent.dedup();
+                let mut result = Ok(silent);
                 for (id, ..) in ids {
-                    t.outstanding.remove(id);
+                    if let Some(Outstanding {
+                        outcome: Some(Err(e)), ..
+                    }) = t.outstanding.remove(id)
+                    {
+                        if result.is_ok() {
+                            result = Err(e);
+                        }
+                    }
                 }
-                return Err(Error::LockTimeout {
-                    txn,
-                    resource: format!("{key} ({} did not answer its callback)", who.join(", ")),
-                    mode: "X".into(),
-                    waited_ms: u64::try_from(now.duration_since(start).as_millis()).unwrap_or(u64::MAX),
-                });
+                return result;
             }
             t = self
                 .answered
@@ -497,7 +526,7 @@ impl Callbacks {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        let mut result = Ok(());
+        let mut result = Ok(Vec::new());
         for (id, ..) in ids {
             if let Some(Outstanding {
                 outcome: Some(Err(e)), ..

@@ -175,6 +175,9 @@ impl ErrorCode {
     /// The session's role does not allow the request (a `read` user changing something, a
     /// `write` user changing the catalog).
     pub const DENIED: ErrorCode = ErrorCode(0x100A);
+    /// The server ended the session (in a GOODBYE): it did not answer a callback within the
+    /// lock timeout, so its rights were taken and its transactions aborted.
+    pub const SESSION_ENDED: ErrorCode = ErrorCode(0x100B);
 }
 
 /// A page-service request.

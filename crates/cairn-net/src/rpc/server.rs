@@ -237,6 +237,22 @@ pub struct Notifier {
     /// Cleared when the connection stops serving (see the module docs' state diagram).
     serving: Arc<AtomicBool>,
     body_max: u32,
+    /// Ends the connection at the handler's word ([`Notifier::close`]).
+    closer: Arc<Closer>,
+}
+
+/// The handler's request to end a connection: the reason, and a wake-up for its reader.
+#[derive(Debug, Default)]
+struct Closer {
+    reason: std::sync::Mutex<Option<Fault>>,
+    wake: Notify,
+}
+
+impl Closer {
+    /// The reason, once the handler has asked to close.
+    fn reason(&self) -> Option<Fault> {
+        self.reason.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl std::fmt::Debug for Notifier {
@@ -267,6 +283,18 @@ impl Notifier {
         let tx = self.tx.upgrade().ok_or(Error::Disconnected)?;
         let out = Outgoing::new(Kind::NOTICE, Flags::NONE, RequestId::CONNECTION, body, None);
         tx.send(out).map_err(|_| Error::Disconnected)
+    }
+
+    /// Ends the connection from the server's side: no request of it is read any more, the
+    /// client gets a GOODBYE with `fault`, its requests in flight finish, and the handler's
+    /// [`Handler::closed`] runs as for any end (a server ends a client that does not answer
+    /// its callbacks this way). Does nothing once the connection has ended.
+    pub fn close(&self, fault: Fault) {
+        let mut reason = self.closer.reason.lock().unwrap_or_else(|e| e.into_inner());
+        if reason.is_none() {
+            *reason = Some(fault);
+            self.closer.wake.notify_one();
+        }
     }
 
     /// Whether the connection has ended (a notice would not arrive): it stopped serving, or its
@@ -612,12 +640,14 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
     if let Some(session) = handshake(&mut r, &mut conn, &tx, &shared, &peer, &mut stop, &mut linger_after).await {
         let session = Arc::new(session);
         let serving = Arc::new(AtomicBool::new(true));
+        let closer = Arc::new(Closer::default());
         shared.handler.attach(
             &session,
             Notifier {
                 tx: tx.downgrade(),
                 serving: serving.clone(),
                 body_max: limits.body_max,
+                closer: closer.clone(),
             },
         );
         let in_flight = Arc::new(InFlight::new(limits.in_flight_max));
@@ -634,6 +664,7 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
             &in_flight,
             &reply_bytes,
             &mut stop,
+            &closer,
         )
         .await;
         // The client can no longer answer a notice: its requests are not read any more.
@@ -830,12 +861,16 @@ async fn serve<H: Handler>(
     in_flight: &Arc<InFlight>,
     reply_bytes: &Budget,
     stop: &mut watch::Receiver<bool>,
+    closer: &Closer,
 ) -> End {
     let goodbye = |request_id: RequestId, fault: Fault| {
         let _ = tx.send(Outgoing::message(&Message::Goodbye { request_id, fault }));
         End::Server { linger: true }
     };
     loop {
+        if let Some(fault) = closer.reason() {
+            return goodbye(RequestId::CONNECTION, fault);
+        }
         // A frame already buffered is taken without arming the shutdown watch (the common case
         // when requests come in batches); the check happens whenever the reader must wait.
         let read = match conn.dec.decode() {
@@ -843,6 +878,7 @@ async fn serve<H: Handler>(
             Ok(None) => tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => return End::Server { linger: false },
+                _ = closer.wake.notified() => continue,
                 read = conn.read_frame(r, true) => read,
             },
             Err(e) => Err(e),
