@@ -59,6 +59,12 @@ pub struct FileConfig {
     pub txn_bytes_max: u64,
     /// Rights to cache pages held at once by all clients.
     pub callback_rights_max: usize,
+    /// Transactions open at once on the server.
+    pub txns_max: usize,
+    /// Requests that may wait running at once on the server, and per session.
+    pub waiting_max: usize,
+    /// The same, for one session.
+    pub waiting_per_session_max: usize,
 }
 
 impl Default for FileConfig {
@@ -68,6 +74,9 @@ impl Default for FileConfig {
             db: DbOptions::default(),
             txn_bytes_max: cairn_server::TXN_BYTES_MAX_DEFAULT,
             callback_rights_max: cairn_server::callbacks::RIGHTS_MAX_DEFAULT,
+            txns_max: cairn_server::TXNS_MAX_DEFAULT,
+            waiting_max: cairn_server::WAITING_MAX_DEFAULT,
+            waiting_per_session_max: cairn_server::WAITING_PER_SESSION_MAX_DEFAULT,
         }
     }
 }
@@ -84,7 +93,10 @@ impl Default for FileConfig {
 /// the server's buffer pool holds, at least 8: a benchmark sizes the
 /// server's buffer this way), `login_failures_burst` and
 /// `login_failure_refill_ms` (failed logins one address may have at once,
-/// and the time after which it may fail one more). An unknown key or a bad number is an error
+/// and the time after which it may fail one more), `txns_max` (transactions
+/// open at once on the server), `waiting_max` and `waiting_per_session_max`
+/// (requests that may wait running at once, on the server and per session;
+/// past either a request is refused with LIMIT). An unknown key or a bad number is an error
 /// naming the line.
 pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -92,6 +104,9 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
     let mut db = DbOptions::default();
     let mut txn_bytes_max = cairn_server::TXN_BYTES_MAX_DEFAULT;
     let mut callback_rights_max = cairn_server::callbacks::RIGHTS_MAX_DEFAULT;
+    let mut txns_max = cairn_server::TXNS_MAX_DEFAULT;
+    let mut waiting_max = cairn_server::WAITING_MAX_DEFAULT;
+    let mut waiting_per_session_max = cairn_server::WAITING_PER_SESSION_MAX_DEFAULT;
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -121,6 +136,9 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
             "login_failure_refill_ms" => limits.login_failure_refill = std::time::Duration::from_millis(n),
             "lock_timeout_ms" => db.lock_timeout = std::time::Duration::from_millis(n),
             "txn_bytes_max" => txn_bytes_max = n,
+            "txns_max" => txns_max = small(n)? as usize,
+            "waiting_max" => waiting_max = small(n)? as usize,
+            "waiting_per_session_max" => waiting_per_session_max = small(n)? as usize,
             "buffer_frames" => {
                 if n < 8 {
                     bail!("{}: buffer_frames = {n}: the buffer pool needs at least 8 pages", at());
@@ -140,6 +158,9 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
         db,
         txn_bytes_max,
         callback_rights_max,
+        txns_max,
+        waiting_max,
+        waiting_per_session_max,
     })
 }
 
@@ -163,6 +184,9 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         db: db_options,
         txn_bytes_max,
         callback_rights_max,
+        txns_max,
+        waiting_max,
+        waiting_per_session_max,
     } = match &args.config {
         Some(c) => read_config(c)?,
         None => FileConfig::default(),
@@ -197,6 +221,9 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         limits: limits.clone(),
         txn_bytes_max,
         callback_rights_max,
+        txns_max,
+        waiting_max,
+        waiting_per_session_max,
     };
     let server = Arc::new(PageServer::new(db.clone(), &config).with_users(users));
     let rt = tokio::runtime::Builder::new_multi_thread()

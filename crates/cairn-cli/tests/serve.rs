@@ -355,3 +355,113 @@ fn a_read_is_served_only_under_a_lock_or_a_right() {
     assert_eq!(remote_code(read(&c).unwrap_err()), ErrorCode::INVALID);
     assert!(server.stop().success());
 }
+
+/// One session's requests that wait (here: lock waits) are bounded, so it
+/// cannot take every blocking thread of the server: past
+/// `waiting_per_session_max` its requests are refused with LIMIT at once,
+/// and another client's commit goes through while its waits stand. (Every
+/// lock wait used to hold a thread: 768 waits from one client grew the
+/// server to 516 threads and slowed a bystander's commit to seconds.)
+#[test]
+fn one_sessions_waiting_requests_are_bounded_and_a_bystander_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let other = {
+        let db = Db::open(&path, &DbOptions::default()).unwrap();
+        let g = db.create_group("elsewhere").unwrap();
+        let mut t = db.begin().unwrap();
+        let o = t.create(g, &[5u8; 100]).unwrap();
+        t.commit().unwrap();
+        db.close().unwrap();
+        o
+    };
+    assert_ne!(other.page, oid.page);
+    let config = dir.path().join("serve.conf");
+    std::fs::write(&config, "lock_timeout_ms = 60000\nwaiting_per_session_max = 4\n").unwrap();
+    let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
+    let holder = server.client().unwrap();
+    let h = begin(&holder);
+    fetch(&holder, h, oid.page, true).unwrap();
+
+    // Ten lock waits from one session, pipelined.
+    let attacker = server.client().unwrap();
+    let calls: Vec<_> = (0..10)
+        .map(|_| {
+            let (kind, body) = PageRequest::Fetch {
+                txn: begin(&attacker),
+                mode: cairn_net::page_service::FETCH_S,
+                group: cairn_net::page_service::NO_GROUP,
+                pages: vec![(oid.page.0, 0)],
+            }
+            .encode();
+            attacker.invoke(kind, body).unwrap()
+        })
+        .collect();
+    let outcomes = std::thread::spawn(move || {
+        let codes: Vec<Option<ErrorCode>> = calls
+            .into_iter()
+            .map(|c| match c.collect() {
+                Ok(_) => None,
+                Err(NetError::Remote(f)) => Some(f.code),
+                Err(e) => panic!("{e}"),
+            })
+            .collect();
+        (attacker, codes)
+    });
+
+    // A bystander changes another page and commits while the waits stand.
+    let bystander = server.client().unwrap();
+    let b = begin(&bystander);
+    let image = fetch(&bystander, b, other.page, true).unwrap();
+    let after = change(&image, 5, 6);
+    let rec = redo::page_record(TxnId(b), other.page, Some(&image), &after);
+    call(
+        &bystander,
+        &PageRequest::Commit {
+            txn: b,
+            records: vec![rec],
+        },
+    )
+    .expect("the bystander commits");
+
+    // The holder lets go; the four that waited get their locks.
+    call(&holder, &PageRequest::Abort { txn: h }).unwrap();
+    let (_attacker, codes) = outcomes.join().unwrap();
+    let granted = codes.iter().filter(|c| c.is_none()).count();
+    let limited = codes.iter().filter(|c| **c == Some(ErrorCode::LIMIT)).count();
+    assert_eq!((granted, limited), (4, 6), "{codes:?}");
+    assert!(server.stop().success());
+}
+
+/// Transactions open at once on the server are bounded (`txns_max`): one
+/// more is refused with LIMIT naming the bound, and a transaction that ends
+/// gives its place back.
+#[test]
+fn open_transactions_are_bounded_server_wide() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let config = dir.path().join("serve.conf");
+    std::fs::write(&config, "txns_max = 5\n").unwrap();
+    let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
+    let (a, b) = (server.client().unwrap(), server.client().unwrap());
+    let mut open = Vec::new();
+    for i in 0..5 {
+        let c = if i % 2 == 0 { &a } else { &b };
+        let t = begin(c);
+        fetch(c, t, oid.page, false).unwrap();
+        open.push((c, t));
+    }
+    let t = begin(&b);
+    let e = fetch(&b, t, oid.page, false).unwrap_err();
+    let NetError::Remote(f) = e else {
+        panic!("expected an error reply, got {e}")
+    };
+    assert_eq!(f.code, ErrorCode::LIMIT);
+    assert!(f.message.contains("txns_max"), "{f}");
+    let (c, t0) = open.pop().unwrap();
+    call(c, &PageRequest::Abort { txn: t0 }).unwrap();
+    fetch(&b, t, oid.page, false).expect("a place was given back");
+    assert!(server.stop().success());
+}

@@ -63,6 +63,7 @@
 //! Not yet here: allocation of groups by clients.
 
 pub mod access;
+mod bounds;
 pub mod callbacks;
 mod objects;
 pub mod users;
@@ -90,6 +91,7 @@ use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Restriction, Txn, TxnId, Unwritten};
 
 use access::Access;
+use bounds::{Bound, Slot};
 use users::UsersFile;
 
 use callbacks::Callbacks;
@@ -116,7 +118,23 @@ pub struct ServerConfig {
     /// clients together; past it pages are served under their lock alone
     /// and revalidated by LSN. Bounds the callback table's memory.
     pub callback_rights_max: usize,
+    /// Transactions open at once on the whole server (`bounds.rs`); one
+    /// more is refused with LIMIT.
+    pub txns_max: usize,
+    /// Requests that may wait (a lock, a callback, I/O, a commit), each on a
+    /// blocking thread, running at once on the whole server; one more is
+    /// refused with LIMIT. Keep it below the runtime's blocking threads.
+    pub waiting_max: usize,
+    /// The same bound for one session, so one client cannot take them all.
+    pub waiting_per_session_max: usize,
 }
+
+/// Default [`ServerConfig::txns_max`].
+pub const TXNS_MAX_DEFAULT: usize = 65_536;
+/// Default [`ServerConfig::waiting_max`] (tokio's blocking pool has 512 threads).
+pub const WAITING_MAX_DEFAULT: usize = 448;
+/// Default [`ServerConfig::waiting_per_session_max`].
+pub const WAITING_PER_SESSION_MAX_DEFAULT: usize = 128;
 
 /// Default [`ServerConfig::txn_bytes_max`]: 1 GiB.
 pub const TXN_BYTES_MAX_DEFAULT: u64 = 1 << 30;
@@ -128,6 +146,9 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             txn_bytes_max: TXN_BYTES_MAX_DEFAULT,
             callback_rights_max: callbacks::RIGHTS_MAX_DEFAULT,
+            txns_max: TXNS_MAX_DEFAULT,
+            waiting_max: WAITING_MAX_DEFAULT,
+            waiting_per_session_max: WAITING_PER_SESSION_MAX_DEFAULT,
         }
     }
 }
@@ -149,6 +170,11 @@ struct Core {
     reply_bytes_max: usize,
     callbacks: Callbacks,
     sessions: Mutex<HashMap<ClientId, Arc<SessionState>>>,
+    /// Open transactions of all sessions (`bounds.rs`).
+    txns: Arc<Bound>,
+    /// Requests running on blocking threads, of all sessions.
+    waiting: Arc<Bound>,
+    waiting_per_session_max: usize,
 }
 
 impl Core {
@@ -209,6 +235,9 @@ struct TxnEntry {
     txn: Arc<Mutex<Txn>>,
     /// Bytes of redo records it sent (STAGE and COMMIT).
     sent: Arc<std::sync::atomic::AtomicU64>,
+    /// Its unit of the server's open-transaction bound, given back when the
+    /// last clone of the entry goes.
+    _slot: Arc<Slot>,
 }
 
 /// A session's state, shared by its requests.
@@ -226,6 +255,10 @@ pub struct SessionState {
     object: bool,
     /// What the session's role lets its transactions change.
     restriction: Restriction,
+    /// The server's open-transaction bound.
+    txns_bound: Arc<Bound>,
+    /// This session's requests running on blocking threads.
+    waiting: Arc<Bound>,
     /// File-server commits whose pages the client has not reported written,
     /// by the client's transaction id (they hold their locks).
     unwritten: Mutex<HashMap<u64, Unwritten>>,
@@ -248,6 +281,7 @@ impl SessionState {
                 limit: TXNS_PER_SESSION_MAX as u64,
             });
         }
+        let slot = Arc::new(self.txns_bound.take()?);
         let mut t = db.begin_for(self.client)?;
         t.restrict(self.restriction.clone());
         if self.object {
@@ -257,6 +291,7 @@ impl SessionState {
             id: t.id(),
             txn: Arc::new(Mutex::new(t)),
             sent: Arc::default(),
+            _slot: slot,
         };
         txns.insert(id, entry.clone());
         Ok((entry.id, entry.txn))
@@ -278,6 +313,9 @@ impl PageServer {
             reply_bytes_max: (config.limits.body_max as usize).saturating_sub(1024).max(1024),
             callbacks: Callbacks::new(config.callback_rights_max),
             sessions: Mutex::new(HashMap::new()),
+            txns: Bound::new("open transactions on the server (txns_max)", config.txns_max),
+            waiting: Bound::new("requests waiting on the server (waiting_max)", config.waiting_max),
+            waiting_per_session_max: config.waiting_per_session_max,
         });
         let weak = Arc::downgrade(&core);
         let hook = move |owner: cairn_storage::lock::LockOwner,
@@ -332,6 +370,27 @@ impl PageServer {
     pub fn callbacks(&self) -> &Callbacks {
         &self.core.callbacks
     }
+}
+
+/// Runs `f`, a request that may wait, on a blocking thread, under the
+/// server's and the session's bounds of waiting requests (`bounds.rs`):
+/// LIMIT at once when either is full.
+async fn run_blocking<T: Send + 'static>(
+    core: &Core,
+    state: &SessionState,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Fault> {
+    let slots = (
+        core.waiting.take().map_err(fault)?,
+        state.waiting.take().map_err(fault)?,
+    );
+    tokio::task::spawn_blocking(move || {
+        let r = f();
+        drop(slots);
+        r
+    })
+    .await
+    .map_err(|e| Fault::new(ErrorCode::INTERNAL, format!("request task failed: {e}")))
 }
 
 /// Whether a READ of `page` is the session's to make (see the READ arm).
@@ -397,6 +456,11 @@ impl Handler for PageServer {
             file: hello.architecture == Architecture::FILE,
             object: hello.architecture == Architecture::OBJECT,
             restriction: self.access.restriction(role),
+            txns_bound: self.core.txns.clone(),
+            waiting: Bound::new(
+                "requests of one session waiting on the server (waiting_per_session_max)",
+                self.core.waiting_per_session_max,
+            ),
             unwritten: Mutex::new(HashMap::new()),
         });
         lock(&self.core.sessions).insert(client, state.clone());
@@ -443,9 +507,7 @@ impl Handler for PageServer {
             None => {
                 let core = self.core.clone();
                 let state = session.state.clone();
-                tokio::task::spawn_blocking(move || serve(&core, &state, req))
-                    .await
-                    .map_err(|e| Fault::new(ErrorCode::INTERNAL, format!("request task failed: {e}")))?
+                run_blocking(&self.core, &session.state, move || serve(&core, &state, req)).await?
             }
         };
         match outcome? {

@@ -80,11 +80,10 @@ pub(crate) async fn handle(
             };
             if !left.is_empty() {
                 let (c, s) = (core.clone(), state.clone());
-                let more = tokio::task::spawn_blocking(move || {
+                let more = crate::run_blocking(core, state, move || {
                     read_ahead(&c, &s, txn, &left, ImageFrom::Disk, &mut Vec::new())
                 })
-                .await
-                .map_err(|e| internal(format!("request task failed: {e}")))?;
+                .await?;
                 whole.extend(more.unwrap_or_else(|| Ok(Vec::new()))?);
             }
             return Ok(Bytes::from(encode_batch(&[], &whole)));
@@ -98,14 +97,20 @@ pub(crate) async fn handle(
                 return answer.map(Bytes::from);
             }
             let (c, s) = (core.clone(), state.clone());
-            return tokio::task::spawn_blocking(move || fetch_pages(&c, &s, txn, &oids))
-                .await
-                .map_err(|e| internal(format!("request task failed: {e}")))?
+            return crate::run_blocking(core, state, move || fetch_pages(&c, &s, txn, &oids))
+                .await?
                 .map(Bytes::from);
         }
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, Fault>>(64);
         let (c, s) = (core.clone(), state.clone());
-        let task = tokio::task::spawn_blocking(move || fetch(&c, &s, txn, mode, &oids, &tx));
+        let slots = (
+            core.waiting.take().map_err(crate::fault)?,
+            state.waiting.take().map_err(crate::fault)?,
+        );
+        let task = tokio::task::spawn_blocking(move || {
+            fetch(&c, &s, txn, mode, &oids, &tx);
+            drop(slots);
+        });
         while let Some(part) = rx.recv().await {
             reply.part(part?).await.map_err(|e| internal(e.to_string()))?;
         }
@@ -113,9 +118,8 @@ pub(crate) async fn handle(
         return Ok(Bytes::new());
     }
     let (c, s) = (core.clone(), state.clone());
-    tokio::task::spawn_blocking(move || serve(&c, &s, req))
-        .await
-        .map_err(|e| internal(format!("request task failed: {e}")))?
+    crate::run_blocking(core, state, move || serve(&c, &s, req))
+        .await?
         .map(Bytes::from)
 }
 
