@@ -65,6 +65,17 @@ enum Command {
         #[arg(long)]
         no_recover: bool,
     },
+    /// Open a database whose recovery stops at a log record it cannot apply:
+    /// without --stop-at, recover and report (the error names the record's
+    /// LSN); with it, copy the log from that LSN on to DIR/lost+found, list
+    /// the transactions left out, and open the database as of just before it.
+    Recover {
+        /// The database directory.
+        dir: PathBuf,
+        /// The LSN the recovery error named: the log is taken to end there.
+        #[arg(long)]
+        stop_at: Option<u64>,
+    },
     /// Run random transactions for a while, printing `committed <txid>
     /// <digest>` on stdout after each acknowledged commit (kill it at will).
     Torture {
@@ -208,6 +219,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Check { dir, no_recover } => return check(&dir, !no_recover),
+        Command::Recover { dir, stop_at } => recover(&dir, stop_at),
         Command::Torture {
             dir,
             seconds,
@@ -323,6 +335,50 @@ fn inspect(dir: &Path, json: bool) -> anyhow::Result<()> {
 /// verifies every page. A database that crashed holds committed work only in
 /// its log until it is opened; checking its volume as it is would report
 /// pages that recovery is about to rewrite.
+/// `cairn recover`: see the command's help and `Db::recover_stopping_at`.
+fn recover(dir: &Path, stop_at: Option<u64>) -> anyhow::Result<()> {
+    let opts = DbOptions {
+        background: false,
+        ..DbOptions::default()
+    };
+    let Some(stop) = stop_at else {
+        let db = Db::open(dir, &opts).with_context(|| format!("recovering {}", dir.display()))?;
+        let r = db.recovery().clone();
+        db.close()?;
+        println!(
+            "recovered: {} committed transactions replayed ({} page records applied); the database opens normally",
+            r.committed, r.applied
+        );
+        return Ok(());
+    };
+    let (db, s) = Db::recover_stopping_at(dir, &opts, cairn_storage::Lsn(stop))
+        .with_context(|| format!("recovering {} up to LSN {stop}", dir.display()))?;
+    db.close()?;
+    println!("the log was taken to end at LSN {} (it ended at {})", s.stop.0, s.end.0);
+    println!(
+        "left out: {} log records, {} committed transactions{}",
+        s.records,
+        s.commits.len(),
+        if s.commits.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({})",
+                s.commits
+                    .iter()
+                    .map(|(t, l)| format!("txn {} committed at LSN {}", t.0, l.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    if let Some(k) = &s.kept_in {
+        println!("kept in {} (the log segments and dropped.txt)", k.display());
+    }
+    println!("the database opens normally now; run `cairn check {}`", dir.display());
+    Ok(())
+}
+
 fn check(dir: &Path, recover: bool) -> ExitCode {
     let mut problems = Vec::new();
     if recover && dir.join(cairn_storage::volume::manifest::MANIFEST_FILE).exists() {

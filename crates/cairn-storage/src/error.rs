@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::ids::{GroupId, Oid, PageId, TxnId};
+use crate::ids::{GroupId, Lsn, Oid, PageId, TxnId};
 
 /// Result alias for the storage layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -105,6 +105,28 @@ pub enum Error {
     /// past the end of an object, …).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// Recovery met a log record it cannot apply (it does not decode, its
+    /// change does not fit its page, its COMMIT frees a page no transaction
+    /// may free). Nothing was written; the database stays as it was.
+    /// `cairn recover DIR --stop-at LSN` opens it as of just before the
+    /// record, keeping the log from there (`Db::recover_stopping_at`).
+    #[error(
+        "recovery cannot apply the log record at LSN {}{}: {reason}; nothing was changed. \
+         `cairn recover <dir> --stop-at {}` opens the database as of just before it and keeps \
+         the log from there in the database's lost+found directory",
+        lsn.0,
+        txn.map_or(String::new(), |t| format!(" (transaction {})", t.0)),
+        lsn.0
+    )]
+    Unrecoverable {
+        /// Where the record starts.
+        lsn: Lsn,
+        /// The transaction it belongs to, when known.
+        txn: Option<TxnId>,
+        /// What is wrong.
+        reason: String,
+    },
 
     /// The transaction may not make this change: a server session whose
     /// role does not allow it ([`crate::txn::Restriction`]).

@@ -75,7 +75,7 @@ pub mod wal;
 
 pub use error::{Error, Result};
 pub use ids::{ClientId, GroupId, Lsn, Oid, PageId, SlotIdx, TxnId, Uniq};
-pub use txn::{Db, DbOptions, Restriction, Txn, Unwritten};
+pub use txn::{Db, DbOptions, Restriction, Salvaged, Txn, Unwritten};
 /// The file whose presence makes a directory a Cairn database (the server keeps its users
 /// beside it).
 pub use volume::manifest::MANIFEST_FILE;

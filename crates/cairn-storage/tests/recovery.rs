@@ -119,7 +119,7 @@ fn recovery_interrupted_and_run_again_gives_the_same_database() {
         ..Default::default()
     };
     let (wal, _) = cairn_storage::wal::Wal::open(&path, wal_opts).unwrap();
-    let first = cairn_storage::recovery::run(&path, &VolumeOptions::default(), &Arc::new(wal)).unwrap();
+    let first = cairn_storage::recovery::run(&path, &VolumeOptions::default(), &Arc::new(wal), None).unwrap();
     assert!(first.applied > 0);
     assert!(
         !first.to_free.is_empty(),

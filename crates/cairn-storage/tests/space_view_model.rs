@@ -111,7 +111,7 @@ fn open_logged(db: &Path, opts: &VolumeOptions) -> Logged {
     )
     .unwrap();
     let wal = Arc::new(wal);
-    let recovered = cairn_storage::recovery::run(db, opts, &wal).unwrap();
+    let recovered = cairn_storage::recovery::run(db, opts, &wal, None).unwrap();
     let mut vol = Volume::open(db, opts).unwrap();
     assert_view_matches(&vol, "right after open");
     let next_id = Arc::new(AtomicU64::new(recovered.next_txn.max(1)));

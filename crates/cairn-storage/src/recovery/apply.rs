@@ -27,15 +27,28 @@ use super::Recovered;
 /// after the redo LSN, so this rewrites every such page. A diff record is
 /// applied only to a page whose LSN is below it (the page already has it
 /// otherwise), which keeps replaying twice harmless.
-pub(super) fn apply(wal: &Wal, pool: &BufferPool, a: &Analysis, out: &mut Recovered) -> Result<()> {
+///
+/// A record that cannot be applied — it does not decode, its changes do not
+/// fit its page, or its COMMIT frees a page no transaction may free — stops
+/// recovery with [`Error::Unrecoverable`] naming the record's LSN (where it
+/// starts) and why; nothing is written. With `stop` the log is taken to end
+/// there (`cairn recover --stop-at`).
+pub(super) fn apply(wal: &Wal, pool: &BufferPool, a: &Analysis, out: &mut Recovered, stop: Option<Lsn>) -> Result<()> {
     // Allocations still pending at the checkpoint, whose ALLOC markers may be
     // gone with older segments; later markers override them.
     let mut alloc_owner: HashMap<PageId, TxnId> = a.pending_allocs.iter().map(|&(t, p)| (p, t)).collect();
     let mut pending_frees: BTreeSet<PageId> = a.pending_frees.iter().map(|&(_, p)| p).collect();
     let mut unrecoverable: HashMap<PageId, String> = HashMap::new();
+    let mut start = a.redo_lsn;
     for item in wal.read_from(a.redo_lsn)? {
         let (lsn, payload) = item?;
-        match Redo::decode(&payload, lsn)? {
+        let record_start = std::mem::replace(&mut start, lsn);
+        if stop.is_some_and(|s| record_start >= s) {
+            break;
+        }
+        let redo = Redo::decode(&payload, lsn)
+            .map_err(|e| super::unrecoverable(record_start, None, "the record does not decode", &e))?;
+        match redo {
             Redo::Page {
                 txn,
                 page: id,
@@ -46,10 +59,27 @@ pub(super) fn apply(wal: &Wal, pool: &BufferPool, a: &Analysis, out: &mut Recove
                     out.uncommitted += 1;
                     continue;
                 }
-                apply_page(pool, id, full, &runs, lsn, out, &mut unrecoverable)?;
+                apply_page(pool, id, full, &runs, lsn, out, &mut unrecoverable).map_err(|e| {
+                    super::unrecoverable(
+                        record_start,
+                        Some(txn),
+                        &format!("its change of page {id} does not apply"),
+                        &e,
+                    )
+                })?;
             }
             Redo::Commit { txn, frees } => {
                 out.committed += u64::from(a.committed.contains(&txn));
+                for &p in &frees {
+                    check_freeable(pool, p).map_err(|why| {
+                        super::unrecoverable(
+                            record_start,
+                            Some(txn),
+                            &format!("it frees page {p}, {why}"),
+                            &Error::InvalidArgument(why.clone()),
+                        )
+                    })?;
+                }
                 pending_frees.extend(frees);
             }
             Redo::Alloc { action, txn, page } => {
@@ -81,6 +111,22 @@ pub(super) fn apply(wal: &Wal, pool: &BufferPool, a: &Analysis, out: &mut Recove
     );
     out.to_free = to_free.into_iter().collect();
     Ok(())
+}
+
+/// Whether page `p` (as replayed so far) is one a transaction may free: in
+/// the volume and of a kind transactions hold (the volume's own pages are
+/// freed by system actions alone). `Err(why)` otherwise.
+fn check_freeable(pool: &BufferPool, p: PageId) -> std::result::Result<(), String> {
+    match pool.read(p) {
+        Ok(g) => match page::page_type(&g) {
+            Some(k) if k.is_client_kind() => Ok(()),
+            k => Err(format!(
+                "a {} page, which no transaction may free",
+                k.map_or("page of unknown kind", |k| k.name())
+            )),
+        },
+        Err(e) => Err(format!("which cannot be read ({e})")),
+    }
 }
 
 /// Applies one committed PAGE record (see [`apply`] for when).

@@ -33,6 +33,21 @@
 mod analyse;
 mod apply;
 
+/// The error that stops recovery at the record starting at `lsn`.
+pub(crate) fn unrecoverable(lsn: Lsn, txn: Option<crate::ids::TxnId>, what: &str, e: &Error) -> Error {
+    let cause = match e {
+        Error::Corrupt { reason, .. } | Error::CorruptLog { reason, .. } => reason.clone(),
+        Error::InvalidArgument(why) => why.clone(),
+        other => other.to_string(),
+    };
+    let reason = if cause.is_empty() || what.contains(&cause) {
+        what.to_string()
+    } else {
+        format!("{what}: {cause}")
+    };
+    Error::Unrecoverable { lsn, txn, reason }
+}
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -71,8 +86,13 @@ pub struct Recovered {
 
 /// Analyses the log and redoes it onto the volume in `dir`; every page it
 /// changed is written and the volume fsynced before this returns.
-pub fn run(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovered> {
-    let analysis = analyse::analyse(wal)?;
+///
+/// `stop`: treat the log as ending at that LSN, a record boundary (the
+/// start of a record [`Error::Unrecoverable`] named); what follows is
+/// neither counted nor applied. `cairn recover --stop-at` uses it
+/// ([`crate::Db::recover_stopping_at`]); `None` for every ordinary open.
+pub fn run(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>, stop: Option<Lsn>) -> Result<Recovered> {
+    let analysis = analyse::analyse(wal, stop)?;
     let mut out = Recovered {
         redo_lsn: analysis.redo_lsn,
         next_txn: analysis.next_txn,
@@ -93,7 +113,7 @@ pub fn run(dir: &Path, opts: &VolumeOptions, wal: &Arc<Wal>) -> Result<Recovered
         opts.buffer_frames.clamp(64, 4096),
         opts.policy,
     );
-    apply::apply(wal, &pool, &analysis, &mut out)?;
+    apply::apply(wal, &pool, &analysis, &mut out, stop)?;
     pool.flush_all()?;
     out.rebuilt.sort();
     out.rebuilt.dedup();

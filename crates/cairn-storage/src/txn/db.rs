@@ -205,6 +205,13 @@ impl Shared {
     /// pool, and recovery leaves every page it rebuilt dirty (never trusting
     /// a cached copy that merely looks current, see [`crate::recovery`]).
     pub(super) fn checkpoint(&self) -> Result<()> {
+        self.checkpoint_rolling(ROLL_AT_CHECKPOINT_BYTES)
+    }
+
+    /// [`Shared::checkpoint`], starting a new segment for the CHECKPOINT
+    /// when nothing was logged since the redo LSN and the current segment
+    /// holds at least `roll_bytes`.
+    pub(super) fn checkpoint_rolling(&self, roll_bytes: u64) -> Result<()> {
         self.check_poisoned()?;
         let mut last = lock(&self.ckpt);
         // Under the Volume mutex no allocation or deferred free is half-way
@@ -229,7 +236,7 @@ impl Shared {
             self.pool.flush_all()?;
             // Nothing logged since the redo LSN (a quiet database, a close):
             // the CHECKPOINT starts a new segment and every older one goes.
-            self.wal.roll_at(redo_lsn, ROLL_AT_CHECKPOINT_BYTES)?;
+            self.wal.roll_at(redo_lsn, roll_bytes)?;
             let rec = Redo::Checkpoint {
                 redo_lsn,
                 next_txn: self.next_txn.load(Ordering::SeqCst),
@@ -294,7 +301,7 @@ impl Db {
             return Err(Error::AlreadyExists { path: wal_dir });
         }
         Volume::create(dir, &opts.volume)?.close()?;
-        Db::open_locked(dir, opts, dir_lock)
+        Db::open_locked(dir, opts, dir_lock, None)
     }
 
     /// Opens the database in `dir`, creating it if there is none.
@@ -320,10 +327,17 @@ impl Db {
         // so, not grow a log or a lock file.
         crate::volume::manifest::Manifest::read(opts.volume.vfs.as_ref(), dir)?;
         let dir_lock = crate::volume::lock_dir(opts.volume.vfs.as_ref(), dir)?;
-        Db::open_locked(dir, opts, dir_lock)
+        Db::open_locked(dir, opts, dir_lock, None)
     }
 
-    fn open_locked(dir: &Path, opts: &DbOptions, dir_lock: Box<dyn FileLock>) -> Result<Db> {
+    /// Opens the locked database in `dir`; `stop`: recover as if the log
+    /// ended there (`salvage.rs`), and make that permanent.
+    pub(super) fn open_locked(
+        dir: &Path,
+        opts: &DbOptions,
+        dir_lock: Box<dyn FileLock>,
+        stop: Option<Lsn>,
+    ) -> Result<Db> {
         Volume::finish_create(opts.volume.vfs.as_ref(), dir)?;
         let manifest = crate::volume::manifest::Manifest::read(opts.volume.vfs.as_ref(), dir)?;
         let wal_opts = WalOptions {
@@ -334,7 +348,7 @@ impl Db {
         };
         let (wal, _report) = Wal::open(dir, wal_opts)?;
         let wal = Arc::new(wal);
-        let recovered = crate::recovery::run(dir, &opts.volume, &wal)?;
+        let recovered = crate::recovery::run(dir, &opts.volume, &wal, stop)?;
         let mut vol = Volume::open(dir, &opts.volume)?;
         let next_txn = Arc::new(AtomicU64::new(recovered.next_txn.max(1)));
         let sink = LogSink {
@@ -351,7 +365,9 @@ impl Db {
         // ones freed without a FREE record.
         for p in &recovered.to_free {
             if vol.is_page_in_use(*p) {
-                vol.free_logged(*p)?;
+                vol.free_logged(*p).map_err(|e| {
+                    Error::InvalidArgument(format!("giving back page {p} after recovery failed ({e}); the log's frees were checked as they were replayed, so this is a defect"))
+                })?;
             }
         }
         let page_size = vol.page_size();
@@ -390,7 +406,9 @@ impl Db {
         spill::remove_leftovers(&shared.vfs, dir);
         // A checkpoint now makes the frees above and everything recovery
         // rebuilt durable, makes the next recovery short and trims the log.
-        shared.checkpoint()?;
+        // After a stop, it starts a new segment so every older one — the
+        // records past the stop among them — goes (`salvage.rs`).
+        shared.checkpoint_rolling(if stop.is_some() { 0 } else { ROLL_AT_CHECKPOINT_BYTES })?;
         let background = opts.background.then(|| {
             let s = shared.clone();
             std::thread::Builder::new()

@@ -60,6 +60,7 @@ mod db;
 mod embedded;
 mod objects;
 mod remote;
+mod salvage;
 mod spill;
 #[cfg(test)]
 mod tests;
@@ -68,5 +69,6 @@ mod unwritten;
 
 pub use backend::{Backend, FillPages};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, WriteLockHook};
+pub use salvage::Salvaged;
 pub use transaction::{ProtectedPages, Restriction, Txn};
 pub use unwritten::Unwritten;

@@ -155,7 +155,7 @@
 pub mod format;
 mod reader;
 pub mod redo;
-mod segment;
+pub(crate) mod segment;
 mod sink;
 #[cfg(test)]
 mod tests;
