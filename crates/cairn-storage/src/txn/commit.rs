@@ -61,9 +61,15 @@ impl Shared {
     /// The embedded commit of `t` (see the module docs).
     pub(super) fn commit_txn(&self, t: &mut Txn) -> Result<()> {
         let decided = {
-            let _gate = self.sink.gate.read().unwrap_or_else(|e| e.into_inner());
+            let gate = self.sink.gate.read().unwrap_or_else(|e| e.into_inner());
             match self.append_records(t) {
                 Err(e) => {
+                    // The gate goes first: giving pages back takes the
+                    // Volume mutex, and the lock order is Volume → gate (a
+                    // checkpoint holds Volume and waits for the gate's write
+                    // side; holding the read side here hung both forever
+                    // when an append failed beside a checkpoint).
+                    drop(gate);
                     t.pages.clear();
                     self.give_back(t);
                     return Err(e);

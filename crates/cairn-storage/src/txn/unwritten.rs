@@ -112,12 +112,14 @@ impl Db {
         let freed: Vec<PageId> = t.to_free.iter().copied().collect();
         t.full_images = true;
         let decided = {
-            let _gate = s.sink.gate.read().unwrap_or_else(|e| e.into_inner());
+            let gate = s.sink.gate.read().unwrap_or_else(|e| e.into_inner());
             // At or before the start of this commit's first record (the
             // LSNs `append_records` returns are where records end).
             let start = s.wal.end_lsn();
             match s.append_records(&mut t) {
                 Err(e) => {
+                    // Lock order Volume → gate: see `commit_txn`.
+                    drop(gate);
                     t.pages.clear();
                     s.give_back(&t);
                     t.finish();

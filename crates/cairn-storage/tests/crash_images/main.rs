@@ -36,6 +36,7 @@
 //! `creating`.
 
 mod bit_flips;
+mod checkpoint_beside_commits;
 mod crash_points;
 mod creating;
 mod harness;
