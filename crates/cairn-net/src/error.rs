@@ -53,6 +53,11 @@ pub enum Error {
     /// A request kind the caller may not send (an envelope kind other than PING).
     #[error("kind {0:#06x} is not a request kind")]
     NotARequest(u16),
+    /// TLS failed: the client's TLS settings could not be used (a CA file that is missing or
+    /// holds no certificate, say), the TLS handshake failed (the server's certificate did not
+    /// verify, or the server does not speak TLS), or the TLS session broke. The text says why.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 impl Error {

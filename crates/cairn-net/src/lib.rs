@@ -3,7 +3,10 @@
 //! - [`frame`]: the 32-byte frame header, checksums, and the incremental [`frame::FrameDecoder`].
 //! - [`message`]: the envelope's message kinds (handshake, requests, reply parts, final and error
 //!   replies, GOODBYE, PING, and the server-initiated NOTICE) and their bodies.
-//! - [`transport`]: TCP and Unix domain sockets behind one [`transport::Address`].
+//! - [`transport`]: TCP and Unix domain sockets behind one [`transport::Address`], and TLS over
+//!   TCP ([`transport::tls`], rustls with the `ring` provider): the server's
+//!   `transport::ServerTls` on a `transport::Listener`, the client's [`transport::ClientTls`] in
+//!   [`rpc::ClientOptions::tls`].
 //! - [`rpc`]: the client ([`rpc::Client`]: invoke now, collect later; partial replies as a
 //!   stream; a synchronous `call`; [`rpc::Client::next_notice`] for the server's notices) and
 //!   the server ([`rpc::run`] with a [`rpc::Handler`], which sends notices through an
@@ -12,9 +15,10 @@
 //!   machines over byte strings: the client's and server's steps and the stored
 //!   [`scram::Verifier`].
 //!
-//! Architecture invariant: this crate does no disk I/O and knows nothing of the database; the
-//! server crate gives meaning to service kinds (`0x0100` and up). `docs/protocol.md` has the byte
-//! layouts.
+//! Architecture invariant: this crate does no disk I/O (beyond reading the TLS certificate, key
+//! and CA files it is pointed at, once, when TLS is set up) and knows nothing of the database;
+//! the server crate gives meaning to service kinds (`0x0100` and up). `docs/protocol.md` has the
+//! byte layouts.
 
 pub mod error;
 pub mod frame;

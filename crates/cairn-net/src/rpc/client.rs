@@ -59,6 +59,15 @@
 //! server then ends the session (aborting its transactions, releasing its locks) without
 //! waiting for the application to drop the client.
 //!
+//! # TLS
+//!
+//! With [`ClientOptions::tls`] the socket is a TLS session (`client/tls.rs`) and all of the above
+//! holds unchanged: readers still take turns, writes still stall after [`WRITE_STALL`], and
+//! [`Client::next_notice`] still only polls. The one TLS state machine sits behind a lock that
+//! nobody holds while blocked in the socket (waits are poll(2) calls outside it), and plaintext
+//! already decrypted inside it counts as readable for `next_notice`. Without TLS nothing of it is
+//! on the path: no lock, no copy.
+//!
 //! # A call's states
 //!
 //! ```text
@@ -92,9 +101,10 @@ use crate::error::{Error, Result};
 use crate::frame::{self, Flags, Frame, FrameDecoder, Kind, RequestId};
 use crate::message::{Architecture, ErrorCode, Fault, Hello, Message, Welcome};
 use crate::scram::ClientFirst;
-use crate::transport::Address;
+use crate::transport::{Address, ClientTls};
 
 mod sock;
+mod tls;
 use sock::Sock;
 
 /// How long a write may stall before its caller reads replies instead.
@@ -125,8 +135,13 @@ pub struct ClientOptions {
     pub client_name: String,
     /// Largest reply body accepted.
     pub body_max: u32,
-    /// Time allowed for connecting and the handshake.
+    /// Time allowed for connecting and the handshake (the TLS handshake included).
     pub connect_timeout: Duration,
+    /// TLS for a TCP connection (`None`: none). The server's certificate must verify against
+    /// [`ClientTls::roots`] for [`ClientTls::server_name`], which defaults to the IP address
+    /// connected to: a caller that resolved a DNS name must pass that name. A Unix socket with
+    /// TLS is refused ([`Error::Tls`]).
+    pub tls: Option<ClientTls>,
 }
 
 /// A user name and password to log in with. The password never crosses the wire (SCRAM), and
@@ -156,6 +171,7 @@ impl Default for ClientOptions {
             client_name: format!("cairn-net client (pid {})", std::process::id()),
             body_max: frame::BODY_MAX_DEFAULT,
             connect_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -512,11 +528,20 @@ impl Inner {
         }
     }
 
-    /// Writes all of `buf`; a stalled write reads replies before trying again.
+    /// Writes all of `buf` (over TLS: and sends its last records, which a write may leave queued
+    /// in the TLS session); a stalled write reads replies before trying again.
     fn write_all(&self, buf: &[u8]) -> Result<()> {
         let mut off = 0;
-        while off < buf.len() {
-            match self.sock.write(&buf[off..]) {
+        loop {
+            let written = if off < buf.len() {
+                self.sock.write(&buf[off..])
+            } else {
+                match self.sock.flush() {
+                    Ok(()) => return Ok(()),
+                    Err(e) => Err(e),
+                }
+            };
+            match written {
                 Ok(0) => return Err(Error::io("sending a request", io::ErrorKind::WriteZero.into())),
                 Ok(n) => off += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -535,7 +560,6 @@ impl Inner {
                 Err(e) => return Err(Error::io("sending a request", e)),
             }
         }
-        Ok(())
     }
 }
 
@@ -605,16 +629,33 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects, says HELLO and waits for WELCOME. A REFUSAL is [`Error::Refused`].
+    /// Connects (with TLS when [`ClientOptions::tls`] asks for it), says HELLO and waits for
+    /// WELCOME, all within [`ClientOptions::connect_timeout`]. A REFUSAL is [`Error::Refused`]; a
+    /// TLS failure (a certificate that does not verify, a server without TLS, a CA file that
+    /// cannot be used) is [`Error::Tls`], saying why.
     pub fn connect(addr: &Address, opts: &ClientOptions) -> Result<Client> {
         let deadline = Instant::now() + opts.connect_timeout;
-        let sock = match addr {
-            Address::Tcp(a) => {
+        let sock = match (addr, &opts.tls) {
+            (Address::Tcp(a), settings) => {
+                // The TLS settings first: a CA file that cannot be used fails before connecting.
+                let tls_config = match settings {
+                    Some(settings) => Some(settings.config(a.ip()).map_err(|e| Error::Tls(e.to_string()))?),
+                    None => None,
+                };
                 let s = TcpStream::connect_timeout(a, opts.connect_timeout).map_err(|e| Error::io("connecting", e))?;
                 s.set_nodelay(true).map_err(|e| Error::io("connecting", e))?;
-                Sock::Tcp(s)
+                match tls_config {
+                    Some((config, name)) => Sock::Tls(Box::new(tls::TlsSock::connect(s, config, name, deadline)?)),
+                    None => Sock::Tcp(s),
+                }
             }
-            Address::Unix(p) => Sock::Unix(UnixStream::connect(p).map_err(|e| Error::io("connecting", e))?),
+            (Address::Unix(p), Some(_)) => {
+                return Err(Error::Tls(format!(
+                    "TLS is for TCP connections; {} is a Unix socket",
+                    p.display()
+                )))
+            }
+            (Address::Unix(p), None) => Sock::Unix(UnixStream::connect(p).map_err(|e| Error::io("connecting", e))?),
         };
         let (mut dec, welcome) = handshake(&sock, opts, deadline)?;
         sock.set_timeouts(Some(READ_POLL), Some(WRITE_STALL))
@@ -969,10 +1010,17 @@ fn send_message(sock: &Sock, m: &Message, deadline: Instant, what: &'static str)
     let mut bytes = Vec::new();
     m.encode(&mut bytes);
     let mut off = 0;
-    while off < bytes.len() {
+    loop {
         sock.set_timeouts(Some(time_left(deadline)), Some(time_left(deadline)))
             .map_err(|e| Error::io("configuring the socket", e))?;
-        match sock.write(&bytes[off..]) {
+        // Over TLS the last records may stay queued after the writes: the flush sends them.
+        let written = if off < bytes.len() {
+            sock.write(&bytes[off..])
+        } else {
+            sock.flush().map(|()| 0)
+        };
+        match written {
+            Ok(0) if off >= bytes.len() => return Ok(()),
             Ok(n) => off += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
@@ -981,7 +1029,6 @@ fn send_message(sock: &Sock, m: &Message, deadline: Instant, what: &'static str)
             Err(e) => return Err(Error::io(what, e)),
         }
     }
-    Ok(())
 }
 
 /// Reads the next handshake message by `deadline`.

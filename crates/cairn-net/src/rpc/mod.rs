@@ -8,6 +8,7 @@ mod login;
 #[cfg(feature = "server")]
 pub mod server;
 
+pub use crate::transport::{ClientTls, TlsRoots};
 pub use client::{Call, Client, ClientOptions, Login, Part};
 #[cfg(feature = "server")]
 pub use server::{run, Handler, Limits, Notifier, Replier, Request};

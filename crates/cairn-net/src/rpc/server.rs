@@ -26,9 +26,17 @@
 //!                     REFUSAL ──► Closed
 //! ```
 //!
+//! On a TLS listener ([`Listener::with_tls`]) Handshaking begins with the TLS handshake, in the
+//! connection's own task and within the same [`Limits::handshake_timeout`] as the HELLO; a TLS
+//! handshake that fails or times out closes that connection without a word (there is no channel
+//! to say it on), except that a client sending frames without TLS gets a plain REFUSAL saying TLS
+//! is required. A REFUSAL at the connection limit follows a TLS handshake too (bounded by a
+//! second). Past the TLS handshake everything below is the same with and without TLS.
+//!
 //! | transition | made by |
 //! |---|---|
 //! | accept, or refuse at the connection limit | [`run`] |
+//! | the TLS handshake, on a TLS listener | `secure` (by the handshake deadline) |
 //! | Handshaking → Serving / Closed | `handshake` (timeout [`Limits::handshake_timeout`]); on Serving, `connection` hands [`Handler::attach`] its [`Notifier`] before the first request is read |
 //! | Serving → Draining | `serve` returns (EOF, client GOODBYE, shutdown signal, bad input); `connection` marks the [`Notifier`]s closed |
 //! | Draining → Closed | `connection`: waits for in-flight (≤ [`Limits::shutdown_grace`]), then the writer flushes and shuts the socket |
@@ -83,7 +91,7 @@ use crate::message::{Capabilities, ErrorCode, Fault, Hello, Message, MessageErro
 use crate::scram::{Decoy, ServerStart, Verifier};
 
 use super::login::{self, Throttle};
-use crate::transport::{Listener, ReadHalf, Stream, WriteHalf};
+use crate::transport::{Incoming, Listener, ReadHalf, Stream, WriteHalf};
 
 /// The server's bounds. [`Limits::default`] suits a database server; tests shrink them.
 #[derive(Clone, Debug)]
@@ -107,7 +115,8 @@ pub struct Limits {
     pub server_request_bytes_max: u64,
     /// Bytes of reply frames queued by all connections together. At least `body_max` + 32.
     pub server_reply_bytes_max: u64,
-    /// Time a new connection has to complete its HELLO.
+    /// Time a new connection has, from its accept, to complete its TLS handshake (on a TLS
+    /// listener) and its HELLO (with the login, if any), together.
     pub handshake_timeout: Duration,
     /// Time the rest of a frame may take once its first byte has arrived (a stalled frame is
     /// treated as truncated).
@@ -522,7 +531,8 @@ struct Shared<H> {
 /// Serves `listener` with `handler` until `shutdown` completes, then stops accepting, lets each
 /// connection finish its in-flight requests (within [`Limits::shutdown_grace`]), says GOODBYE,
 /// and returns when every connection has closed. Must run inside a tokio runtime (multi-threaded
-/// for requests to run in parallel).
+/// for requests to run in parallel). A listener with TLS ([`Listener::with_tls`]) is served the
+/// same way, each connection's TLS handshake running in its own task first.
 pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = ()>, handler: Arc<H>, limits: Limits) {
     let limits = limits.validated();
     let shared = Arc::new(Shared {
@@ -546,19 +556,20 @@ pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = 
             () = &mut shutdown => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => match connections.clone().try_acquire_owned() {
+                Ok(incoming) => match connections.clone().try_acquire_owned() {
                     Ok(permit) => {
                         let shared = shared.clone();
                         let stop = stop_rx.clone();
                         tasks.spawn(async move {
-                            connection(stream, peer, shared, stop).await;
+                            connection(incoming, shared, stop).await;
                             drop(permit);
                         });
                     }
                     Err(_) => {
                         if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                            let within = shared.limits.handshake_timeout.min(REFUSAL_TIME);
                             tasks.spawn(async move {
-                                refuse_busy(stream).await;
+                                refuse_busy(incoming, within).await;
                                 drop(permit);
                             });
                         }
@@ -574,21 +585,66 @@ pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = 
     while tasks.join_next().await.is_some() {}
 }
 
-/// Answers a connection over the limit with a REFUSAL and closes it.
-async fn refuse_busy(stream: Stream) {
+/// The most time spent on refusing one connection: its TLS handshake (if any), and then
+/// writing the REFUSAL.
+const REFUSAL_TIME: Duration = Duration::from_secs(1);
+
+/// Answers a connection over the limit with a REFUSAL and closes it (after its TLS handshake,
+/// which must end `within`, on a TLS listener: the client reads the refusal through TLS).
+async fn refuse_busy(incoming: Incoming, within: Duration) {
+    let Some(stream) = secure(incoming, tokio::time::Instant::now() + within).await else {
+        return;
+    };
+    refuse(
+        stream,
+        Fault::new(ErrorCode::TOO_MANY_CONNECTIONS, "the server is at its connection limit"),
+    )
+    .await;
+}
+
+/// Sends a REFUSAL on a connection nothing else has been sent on, and closes it.
+async fn refuse(stream: Stream, fault: Fault) {
     let (mut r, mut w) = stream.into_split();
     let mut bytes = Vec::new();
-    Message::Refusal(Fault::new(
-        ErrorCode::TOO_MANY_CONNECTIONS,
-        "the server is at its connection limit",
-    ))
-    .encode(&mut bytes);
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+    Message::Refusal(fault).encode(&mut bytes);
+    let _ = tokio::time::timeout(REFUSAL_TIME, async {
         w.write_all(&bytes).await?;
         w.shutdown().await
     })
     .await;
     linger(&mut r).await;
+}
+
+/// The connection's stream ready for frames: on a TLS listener, after its TLS handshake, which
+/// must end by `deadline`. `None`: the connection is over (the handshake failed or timed out; the
+/// failure is this connection's alone). A client that speaks the protocol without TLS to a TLS
+/// listener (its first byte is the frame magic's, which no TLS record starts with) is told so in
+/// a plain REFUSAL rather than left with a TLS alert it cannot read.
+async fn secure(incoming: Incoming, deadline: tokio::time::Instant) -> Option<Stream> {
+    if !incoming.is_tls() {
+        return Some(incoming.stream);
+    }
+    if let Stream::Tcp(tcp) = &incoming.stream {
+        let mut first = [0u8; 1];
+        match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
+            Ok(Ok(1)) if first[0] == frame::MAGIC.to_le_bytes()[0] => {
+                refuse(
+                    incoming.stream,
+                    Fault::new(
+                        ErrorCode::PROTOCOL,
+                        "this server accepts only TLS connections on this address; connect with TLS",
+                    ),
+                )
+                .await;
+                return None;
+            }
+            Ok(Ok(1..)) => {}
+            // The peer left, failed, or sent nothing in time.
+            Ok(Ok(0) | Err(_)) | Err(_) => return None,
+        }
+    }
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    incoming.establish(left).await.ok()
 }
 
 /// Reads and discards what the peer still sends, for a little while, after we closed our side:
@@ -620,8 +676,19 @@ enum End {
 }
 
 /// One connection, from accept to close.
-async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared<H>>, mut stop: watch::Receiver<bool>) {
+async fn connection<H: Handler>(incoming: Incoming, shared: Arc<Shared<H>>, mut stop: watch::Receiver<bool>) {
     let limits = &shared.limits;
+    // One deadline for the TLS handshake (if any) and the HELLO together.
+    let deadline = tokio::time::Instant::now() + limits.handshake_timeout;
+    let peer = incoming.peer().to_string();
+    let stream = tokio::select! {
+        biased;
+        _ = stop.wait_for(|s| *s) => return,
+        stream = secure(incoming, deadline) => match stream {
+            Some(stream) => stream,
+            None => return,
+        },
+    };
     let (mut r, w) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_loop(w, rx));
@@ -637,7 +704,18 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
         started: None,
     };
     let mut linger_after = false;
-    if let Some(session) = handshake(&mut r, &mut conn, &tx, &shared, &peer, &mut stop, &mut linger_after).await {
+    if let Some(session) = handshake(
+        &mut r,
+        &mut conn,
+        &tx,
+        &shared,
+        &peer,
+        &mut stop,
+        deadline,
+        &mut linger_after,
+    )
+    .await
+    {
         let session = Arc::new(session);
         let serving = Arc::new(AtomicBool::new(true));
         let closer = Arc::new(Closer::default());
@@ -695,8 +773,9 @@ async fn connection<H: Handler>(stream: Stream, peer: String, shared: Arc<Shared
 }
 
 /// Reads HELLO (and, for a login, answers CHALLENGE and reads AUTH), then answers WELCOME or
-/// REFUSAL. `None`: the connection is over. The whole exchange must end within
-/// [`Limits::handshake_timeout`].
+/// REFUSAL. `None`: the connection is over. The whole exchange must end by `deadline`
+/// ([`Limits::handshake_timeout`] after the accept, the TLS handshake included).
+#[expect(clippy::too_many_arguments, reason = "one call site; the connection's parts")]
 async fn handshake<H: Handler>(
     r: &mut ReadHalf,
     conn: &mut Reader,
@@ -704,10 +783,10 @@ async fn handshake<H: Handler>(
     shared: &Shared<H>,
     peer: &str,
     stop: &mut watch::Receiver<bool>,
+    deadline: tokio::time::Instant,
     linger_after: &mut bool,
 ) -> Option<H::Session> {
     let limits = &shared.limits;
-    let deadline = tokio::time::Instant::now() + limits.handshake_timeout;
     let refuse = |fault: Fault| {
         let _ = tx.send(Outgoing::message(&Message::Refusal(fault)));
     };
@@ -1135,7 +1214,10 @@ async fn write_loop(mut w: WriteHalf, mut rx: mpsc::UnboundedReceiver<Outgoing>)
                 None
             };
         }
-        if w.write_all(&buf).await.is_err() {
+        // The flush matters over TLS only (the last records of a batch may still sit inside the
+        // TLS session, and nothing else would send them before the next batch); on a plain
+        // socket it returns at once.
+        if w.write_all(&buf).await.is_err() || w.flush().await.is_err() {
             // The client is gone: dropping the receiver makes further sends fail, which tells
             // streaming handlers to stop.
             return;

@@ -1,13 +1,13 @@
 //! Transports: TCP and Unix domain sockets behind one address, listener and stream type, so
-//! that everything above carries the same frames over either.
+//! that everything above carries the same frames over either; and TLS over TCP ([`tls`]), which
+//! wraps the byte stream and leaves the frames as they are.
 //!
 //! TCP connections have `TCP_NODELAY` set on both sides: every frame is a message someone waits
 //! for, and the RPC layer batches writes itself.
-
 //!
-//! [`Address`] is always here; the tokio listener and stream types (the
-//! server's half) only with the `server` feature, so the blocking client
-//! and embedded users do not link tokio.
+//! [`Address`] and the client's TLS settings ([`ClientTls`], [`TlsRoots`]) are always here; the
+//! tokio listener and stream types and [`ServerTls`] (the server's half) only with the `server`
+//! feature, so the blocking client and embedded users do not link tokio.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -16,8 +16,12 @@ use std::str::FromStr;
 
 #[cfg(feature = "server")]
 mod sockets;
+pub mod tls;
 #[cfg(feature = "server")]
-pub use sockets::{Listener, ReadHalf, Stream, WriteHalf};
+pub use sockets::{Incoming, Listener, ReadHalf, Stream, TlsStream, WriteHalf};
+#[cfg(feature = "server")]
+pub use tls::ServerTls;
+pub use tls::{ClientTls, TlsError, TlsRoots};
 
 /// Where a server listens or a client connects: `host:port` for TCP, `unix:PATH` for a Unix socket.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -3,6 +3,7 @@
 #![allow(dead_code, reason = "each test file uses part of the harness")]
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -10,7 +11,7 @@ use std::thread::JoinHandle;
 use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
 use cairn_net::rpc::{self, Client, ClientOptions, Handler, Limits, Notifier, Replier, Request};
-use cairn_net::transport::{Address, Listener};
+use cairn_net::transport::{Address, ClientTls, Listener, ServerTls, TlsRoots};
 use cairn_net::Kind;
 use tokio::sync::{oneshot, Notify};
 
@@ -217,12 +218,73 @@ impl Handler for TestHandler {
 pub enum Transport {
     Tcp,
     Unix,
+    /// TCP with TLS, with a certificate from a fresh test CA ([`Pki`]).
+    Tls,
+}
+
+/// A throwaway CA and a server certificate it signed (for `localhost` and `127.0.0.1`), as PEM
+/// files in a temporary directory.
+pub struct Pki {
+    /// The CA's certificate: what a client trusts.
+    pub ca: PathBuf,
+    /// The server's certificate chain (its own certificate, then the CA's).
+    pub cert: PathBuf,
+    /// The server's private key (PKCS#8).
+    pub key: PathBuf,
+    /// The directory holding them (for more files).
+    pub dir: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Pki {
+    /// A new CA named `name` and a server certificate signed by it.
+    pub fn new(name: &str) -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(DnType::CommonName, name);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "localhost");
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let pki = Pki {
+            ca: dir.path().join("ca.pem"),
+            cert: dir.path().join("server.pem"),
+            key: dir.path().join("server.key"),
+            dir: dir.path().to_path_buf(),
+            _dir: dir,
+        };
+        std::fs::write(&pki.ca, ca_cert.pem()).unwrap();
+        std::fs::write(&pki.cert, format!("{}{}", cert.pem(), ca_cert.pem())).unwrap();
+        std::fs::write(&pki.key, key.serialize_pem()).unwrap();
+        pki
+    }
+
+    /// The server's TLS settings from these files.
+    pub fn server_tls(&self) -> ServerTls {
+        ServerTls::from_pem_files(&self.cert, &self.key).unwrap()
+    }
+
+    /// A client's TLS settings trusting this CA (the server name: the address connected to).
+    pub fn client_tls(&self) -> ClientTls {
+        ClientTls {
+            roots: TlsRoots::CaFile(self.ca.clone()),
+            server_name: None,
+        }
+    }
 }
 
 /// A running server; shuts down (gracefully) when dropped.
 pub struct Server {
     pub addr: Address,
     pub handler: Arc<TestHandler>,
+    /// The certificates of a TLS server.
+    pub pki: Option<Pki>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     _dir: Option<tempfile::TempDir>,
@@ -231,8 +293,10 @@ pub struct Server {
 impl Server {
     pub fn start(transport: Transport, limits: Limits) -> Server {
         let handler = Arc::new(TestHandler::default());
+        let pki = matches!(transport, Transport::Tls).then(|| Pki::new("cairn test CA"));
+        let tls = pki.as_ref().map(Pki::server_tls);
         let (dir, addr) = match transport {
-            Transport::Tcp => (None, Address::Tcp("127.0.0.1:0".parse::<SocketAddr>().unwrap())),
+            Transport::Tcp | Transport::Tls => (None, Address::Tcp("127.0.0.1:0".parse::<SocketAddr>().unwrap())),
             Transport::Unix => {
                 let dir = tempfile::tempdir().unwrap();
                 let path = dir.path().join("cairn.sock");
@@ -249,7 +313,10 @@ impl Server {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let listener = Listener::bind(&addr).await.unwrap();
+                let mut listener = Listener::bind(&addr).await.unwrap();
+                if let Some(tls) = tls {
+                    listener = listener.with_tls(tls).unwrap();
+                }
                 addr_tx.send(listener.local_addr().unwrap()).unwrap();
                 rpc::run(
                     listener,
@@ -266,6 +333,7 @@ impl Server {
         Server {
             addr,
             handler,
+            pki,
             stop: Some(stop_tx),
             thread: Some(thread),
             _dir: dir,
@@ -273,7 +341,15 @@ impl Server {
     }
 
     pub fn connect(&self) -> Client {
-        Client::connect(&self.addr, &options()).unwrap()
+        Client::connect(&self.addr, &self.options()).unwrap()
+    }
+
+    /// [`options`], with TLS trusting the server's CA when the server has TLS.
+    pub fn options(&self) -> ClientOptions {
+        ClientOptions {
+            tls: self.pki.as_ref().map(Pki::client_tls),
+            ..options()
+        }
     }
 
     /// Asks the server to shut down and waits until `run` has returned.

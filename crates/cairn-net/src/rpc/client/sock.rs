@@ -1,5 +1,6 @@
-//! The client's socket, TCP or Unix, with the non-blocking read and poll
-//! its reader needs.
+//! The client's socket, TCP, Unix or TLS over TCP, with the non-blocking read and poll its
+//! reader needs. The TLS socket (`tls.rs`) keeps its own lock and timeouts; the plain ones are
+//! the std sockets as they are.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -7,12 +8,15 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-/// The socket, either kind. Reads and writes go through `&Sock`, so one thread can read while
+use super::tls::TlsSock;
+
+/// The socket, any kind. Reads and writes go through `&Sock`, so one thread can read while
 /// another writes.
 #[derive(Debug)]
 pub(super) enum Sock {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<TlsSock>),
 }
 
 impl Sock {
@@ -20,13 +24,26 @@ impl Sock {
         match self {
             Sock::Tcp(s) => (&*s).read(buf),
             Sock::Unix(s) => (&*s).read(buf),
+            Sock::Tls(s) => s.read(buf),
         }
     }
 
+    /// Writes some of `buf`. Over TLS the encrypted records may stay queued: [`Sock::flush`]
+    /// after the last write of a batch.
     pub(super) fn write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Sock::Tcp(s) => (&*s).write(buf),
             Sock::Unix(s) => (&*s).write(buf),
+            Sock::Tls(s) => s.write(buf),
+        }
+    }
+
+    /// Sends what earlier writes left queued (only TLS queues anything; a plain socket returns
+    /// at once). Times out like a write.
+    pub(super) fn flush(&self) -> io::Result<()> {
+        match self {
+            Sock::Tls(s) => s.flush(),
+            Sock::Tcp(_) | Sock::Unix(_) => Ok(()),
         }
     }
 
@@ -34,12 +51,18 @@ impl Sock {
         match self {
             Sock::Tcp(s) => s.as_raw_fd(),
             Sock::Unix(s) => s.as_raw_fd(),
+            Sock::Tls(s) => s.raw_fd(),
         }
     }
 
     /// Reads what has arrived without waiting (`MSG_DONTWAIT`; the socket's other readers keep
     /// their blocking mode and timeout, which a non-blocking flag on the descriptor would change).
+    /// Over TLS: the plaintext there is now (that socket is non-blocking, and only its reader
+    /// reads it).
     pub(super) fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Sock::Tls(s) = self {
+            return s.read_now(buf);
+        }
         // SAFETY: `buf` is writable for `buf.len()` bytes for the whole call, and the descriptor
         // is open: it belongs to `self`, which outlives the call.
         let n = unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
@@ -51,30 +74,23 @@ impl Sock {
     }
 
     /// Waits up to `timeout` (rounded up to a whole millisecond) until the socket has something
-    /// to read (data, end of stream or an error), without reading it.
+    /// to read (data, end of stream or an error), without reading it. Over TLS, plaintext the
+    /// TLS session holds already counts (the socket itself may have nothing more).
     pub(super) fn poll_readable(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `pfd` is one valid, writable pollfd and `nfds` is 1; its descriptor is open (it
-        // belongs to `self`, which outlives the call).
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
+        if let Sock::Tls(s) = self {
+            if s.buffered() {
+                return Ok(true);
+            }
         }
-        Ok(n > 0 && pfd.revents != 0)
+        poll_fd(self.fd(), libc::POLLIN, Some(timeout))
     }
 
     pub(super) fn set_timeouts(&self, read: Option<Duration>, write: Option<Duration>) -> io::Result<()> {
         match self {
+            Sock::Tls(s) => {
+                s.set_timeouts(read, write);
+                Ok(())
+            }
             Sock::Tcp(s) => {
                 s.set_read_timeout(read)?;
                 s.set_write_timeout(write)
@@ -90,6 +106,32 @@ impl Sock {
         let _ = match self {
             Sock::Tcp(s) => s.shutdown(Shutdown::Both),
             Sock::Unix(s) => s.shutdown(Shutdown::Both),
+            Sock::Tls(s) => {
+                s.shutdown();
+                Ok(())
+            }
         };
     }
+}
+
+/// Waits up to `timeout` (rounded up to a whole millisecond; `None`: no limit) until `fd` is
+/// ready for `events` (`POLLIN`, `POLLOUT`; an error or hang-up counts as ready), without reading
+/// or writing. `Ok(false)`: the time ran out (or a signal came).
+pub(super) fn poll_fd(fd: RawFd, events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
+    let mut pfd = libc::pollfd { fd, events, revents: 0 };
+    let ms = timeout.map_or(-1, |t| {
+        libc::c_int::try_from(t.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX)
+    });
+    // SAFETY: `pfd` is one valid, writable pollfd and `nfds` is 1; the caller's descriptor is
+    // open for the call (it belongs to a socket the caller borrows).
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(n > 0 && pfd.revents != 0)
 }
