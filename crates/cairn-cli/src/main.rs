@@ -127,6 +127,17 @@ enum Command {
         /// is an error that says so.
         #[arg(long, hide = true)]
         token_file: Option<PathBuf>,
+        /// TLS certificate chain (PEM) for the TCP listener; clients connect
+        /// to cairns://HOST:PORT. Needs --tls-key.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// TLS private key (PEM) matching --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Serve a non-loopback address without TLS (behind a tunnel or on a
+        /// private network only): logins stay safe, the data does not.
+        #[arg(long)]
+        no_tls: bool,
         /// File of `key = value` server limits.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -201,6 +212,9 @@ fn main() -> ExitCode {
             unix,
             token_file,
             config,
+            tls_cert,
+            tls_key,
+            no_tls,
         } => {
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
@@ -216,6 +230,8 @@ fn main() -> ExitCode {
                 unix,
                 token_file,
                 config,
+                tls: tls_cert.zip(tls_key),
+                no_tls,
             })
         }
         Command::Check { dir, no_recover } => return check(&dir, !no_recover),

@@ -42,6 +42,13 @@ pub struct ServeArgs {
     pub token_file: Option<PathBuf>,
     /// File of `key = value` limits (see [`read_config`]).
     pub config: Option<PathBuf>,
+    /// TLS for the TCP listener: the certificate chain and the private key
+    /// (PEM files). Both or neither.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Serve an open (non-loopback) address without TLS: only behind a
+    /// tunnel or on a private network. Logins stay safe (SCRAM); the data
+    /// does not.
+    pub no_tls: bool,
 }
 
 /// The default TCP address.
@@ -208,6 +215,27 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             args.dir.display()
         );
     }
+    let tls = match &args.tls {
+        Some((cert, key)) => Some(
+            cairn_net::transport::ServerTls::from_pem_files(cert, key).with_context(|| {
+                format!(
+                    "loading the TLS certificate {} and key {}",
+                    cert.display(),
+                    key.display()
+                )
+            })?,
+        ),
+        None => None,
+    };
+    if let (false, None, Some(a)) = (local_only, &tls, &tcp) {
+        if !args.no_tls {
+            bail!(
+                "refusing to listen on {a} without TLS: the session's data would cross the network in the clear; \
+                 give --tls-cert and --tls-key (clients then connect to cairns://), or --no-tls behind a tunnel"
+            );
+        }
+        tracing::warn!(%a, "serving an open address without TLS (--no-tls): logins are safe, the data is not");
+    }
     if has_users {
         tracing::info!("every connection must log in (SCRAM-SHA-256)");
     } else {
@@ -233,7 +261,12 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     rt.block_on(async {
         let mut listeners = Vec::new();
         if let Some(a) = &tcp {
-            listeners.push(Listener::bind(a).await.with_context(|| format!("binding {a}"))?);
+            let l = Listener::bind(a).await.with_context(|| format!("binding {a}"))?;
+            let l = match &tls {
+                Some(t) => l.with_tls(t.clone()).context("setting up TLS on the TCP listener")?,
+                None => l,
+            };
+            listeners.push(l);
         }
         if let Some(p) = &args.unix {
             let a = Address::Unix(p.clone());

@@ -709,7 +709,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
             Db::open_or_create(&opts.dir, &db_options()).with_context(|| format!("opening {}", opts.dir.display()))?,
         ),
         Some(url) => {
-            let (address, login) = cairn::remote::parse_url_login(url)?;
+            let (address, connect) = cairn::remote::parse_url_login(url, None)?;
             let o = db_options();
             let arch = if opts.file {
                 cairn_net::message::Architecture::FILE
@@ -717,7 +717,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
                 cairn_net::message::Architecture::PAGE
             };
             Target::Remote(
-                RemoteStore::connect_as(arch, address, login.as_ref(), 1024, o.txn_memory_bytes, 4096)
+                RemoteStore::connect_as(arch, address, &connect, 1024, o.txn_memory_bytes, 4096)
                     .with_context(|| format!("connecting to {url}"))?,
             )
         }

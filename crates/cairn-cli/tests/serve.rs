@@ -242,8 +242,29 @@ fn logins_are_required_once_users_exist_and_each_role_changes_only_what_it_may()
     assert!(server.stop().success());
 }
 
+/// A CA and a server certificate for 127.0.0.1 and localhost, written to
+/// `dir`: (ca, cert chain, key).
+fn test_pki(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "cairn test CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let (ca, chain, k) = (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server.key"));
+    std::fs::write(&ca, ca_cert.pem()).unwrap();
+    std::fs::write(&chain, format!("{}{}", cert.pem(), ca_cert.pem())).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (ca, chain, k)
+}
+
 #[test]
-fn an_open_address_needs_users_and_the_token_file_is_gone() {
+fn an_open_address_needs_users_and_tls_and_the_token_file_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     setup(&path);
@@ -264,11 +285,41 @@ fn an_open_address_needs_users_and_the_token_file_is_gone() {
     let out = serve(&["--token-file", token.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cairn user add"));
-    // With a user, an open address is served (and every connection logs in).
     users::add(&path, "ada", Role::Admin, "ada-pw").unwrap();
-    let server = Server::start_at(&path, "0.0.0.0:0", &[]);
+    // Users but no TLS: refused, unless asked for explicitly.
+    let out = serve(&["--listen", "0.0.0.0:0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without TLS") && err.contains("--tls-cert"), "{err}");
+    let server = Server::start_at(&path, "0.0.0.0:0", &["--no-tls"]);
     assert!(matches!(server.client(), Err(NetError::Refused(f)) if f.code == ErrorCode::AUTH_FAILED));
     server.client_as(Some(("ada", "ada-pw"))).unwrap();
+    assert!(server.stop().success());
+    // With TLS: a typed client over cairns:// trusting the CA, logged in.
+    let (ca, cert, key) = test_pki(dir.path());
+    let server = Server::start_at(
+        &path,
+        "0.0.0.0:0",
+        &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()],
+    );
+    let cairn_net::transport::Address::Tcp(sock) = &server.addr else {
+        panic!("a TCP listener")
+    };
+    let url = format!("cairns://ada:ada-pw@127.0.0.1:{}", sock.port());
+    let mut o = cairn::Options::default();
+    o.storage.background = false;
+    o.arch = cairn::Arch::Page;
+    o.tls_ca = Some(ca.clone());
+    let db = cairn::Database::connect(&url, o.clone()).expect("a TLS client with the CA connects");
+    drop(db);
+    // A plain client at the TLS listener is told, and one trusting no such CA is refused.
+    assert!(cairn::Database::connect(&url.replace("cairns://", "cairn://"), o.clone()).is_err());
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let (other_ca, _, _) = test_pki(&other);
+    o.tls_ca = Some(other_ca);
+    let Err(e) = cairn::Database::connect(&url, o) else { panic!("another CA is refused") };
+    assert!(e.to_string().contains("certificate"), "{e}");
     assert!(server.stop().success());
 }
 

@@ -730,6 +730,8 @@ mod tests {
             file: false,
             object: false,
             restriction: cairn_storage::Restriction::default(),
+            txns_bound: crate::bounds::Bound::new("test transactions", 64),
+            waiting: crate::bounds::Bound::new("test waiting requests", 64),
             unwritten: Mutex::default(),
         }
     }

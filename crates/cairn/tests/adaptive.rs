@@ -22,7 +22,7 @@ fn url(server: &ServerChild) -> String {
 fn adaptive(server: &ServerChild, cache_bytes: usize) -> Arc<ObjectStore> {
     ObjectStore::connect_adaptive(
         parse_url(&url(server)).unwrap(),
-        None,
+        &cairn::remote::Connect::default(),
         cache_bytes,
         AdaptivePolicy::default(),
     )
@@ -142,7 +142,12 @@ fn it_switches_to_objects_on_scattered_access_and_back_to_pages_when_access_clus
 fn objects_of_a_page_are_sent_along_only_when_free_and_are_called_back_like_any() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerChild::start(dir.path());
-    let writer = ObjectStore::connect(parse_url(&url(&server)).unwrap(), None, 1 << 20).unwrap();
+    let writer = ObjectStore::connect(
+        parse_url(&url(&server)).unwrap(),
+        &cairn::remote::Connect::default(),
+        1 << 20,
+    )
+    .unwrap();
     let oids = seed(&writer, 20);
     assert!(oids.iter().all(|o| o.page == oids[0].page), "one page");
 
@@ -237,7 +242,12 @@ fn objects_of_a_page_a_transaction_changes_stay_cached_past_the_bound_until_it_e
 fn a_page_kept_whole_is_read_in_place_and_called_back_and_its_readers_hold_writers_off() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
-    let writer = ObjectStore::connect(parse_url(&url(&server)).unwrap(), None, 1 << 20).unwrap();
+    let writer = ObjectStore::connect(
+        parse_url(&url(&server)).unwrap(),
+        &cairn::remote::Connect::default(),
+        1 << 20,
+    )
+    .unwrap();
     let oids = seed(&writer, 20);
     assert!(oids.iter().all(|o| o.page == oids[0].page), "one page");
 
@@ -335,7 +345,12 @@ fn a_transaction_reading_pages_in_sequence_reads_ahead_and_leaves_nothing_behind
             ("CAIRN_TEST_BUFFER_FRAMES", "16"),
         ],
     );
-    let writer = ObjectStore::connect(parse_url(&url(&server)).unwrap(), None, 1 << 20).unwrap();
+    let writer = ObjectStore::connect(
+        parse_url(&url(&server)).unwrap(),
+        &cairn::remote::Connect::default(),
+        1 << 20,
+    )
+    .unwrap();
     let oids = seed(&writer, 3500);
     let pages = one_per_page(&oids);
     assert!(pages.len() >= 60, "{} pages", pages.len());

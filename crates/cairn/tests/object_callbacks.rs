@@ -14,7 +14,12 @@ use cairn::storage::{Error, GroupId, Oid};
 use common::ServerChild;
 
 fn object_client(server: &ServerChild) -> Arc<ObjectStore> {
-    ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), None, 1 << 20).expect("connect")
+    ObjectStore::connect(
+        parse_url(&format!("cairn://{}", server.addr)).unwrap(),
+        &cairn::remote::Connect::default(),
+        1 << 20,
+    )
+    .expect("connect")
 }
 
 /// `n` objects of 100 bytes, on one or two pages.
@@ -155,7 +160,12 @@ fn a_right_read_under_outlives_the_eviction_of_its_bytes_until_the_reader_ends()
     let dir = tempfile::tempdir().unwrap();
     let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
     // A client whose cache holds about 20 objects of 100 bytes.
-    let a = ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), None, 2048).unwrap();
+    let a = ObjectStore::connect(
+        parse_url(&format!("cairn://{}", server.addr)).unwrap(),
+        &cairn::remote::Connect::default(),
+        2048,
+    )
+    .unwrap();
     let b = object_client(&server);
     let oids = seed(&a, 200);
     let mut t = a.begin().unwrap();
@@ -229,7 +239,7 @@ fn a_page_clients_change_calls_back_the_objects_of_its_page() {
     t.commit().unwrap();
     let p = RemoteStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
-        None,
+        &cairn::remote::Connect::default(),
         256,
         16 << 20,
         1024,
@@ -396,7 +406,12 @@ fn a_transaction_keeps_no_more_objects_than_the_client_cache_holds() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerChild::start(&dir.path().join("db"));
     // A cache of 2 KiB: 20 objects of 100 bytes.
-    let small = ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), None, 2048).unwrap();
+    let small = ObjectStore::connect(
+        parse_url(&format!("cairn://{}", server.addr)).unwrap(),
+        &cairn::remote::Connect::default(),
+        2048,
+    )
+    .unwrap();
     let oids = seed(&small, 60);
     let mut t = small.begin().unwrap();
     let first = t.read_many(&oids).unwrap();

@@ -17,13 +17,18 @@ use cairn::storage::{Db, DbOptions, Error, GroupId, Oid};
 use common::ServerChild;
 
 fn object_client(server: &ServerChild) -> Arc<ObjectStore> {
-    ObjectStore::connect(parse_url(&format!("cairn://{}", server.addr)).unwrap(), None, 1 << 20).expect("connect")
+    ObjectStore::connect(
+        parse_url(&format!("cairn://{}", server.addr)).unwrap(),
+        &cairn::remote::Connect::default(),
+        1 << 20,
+    )
+    .expect("connect")
 }
 
 fn page_client(server: &ServerChild) -> Arc<RemoteStore> {
     RemoteStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
-        None,
+        &cairn::remote::Connect::default(),
         256,
         16 << 20,
         1024,
@@ -157,7 +162,7 @@ fn locking_object_client_child_process() {
     };
     let oid = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_OID").unwrap())).unwrap();
     let cached = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_CACHED_OID").unwrap())).unwrap();
-    let store = ObjectStore::connect(parse_url(&url).unwrap(), None, 1 << 20).unwrap();
+    let store = ObjectStore::connect(parse_url(&url).unwrap(), &cairn::remote::Connect::default(), 1 << 20).unwrap();
     // A right to cache `cached`, held when the process dies.
     let mut t = store.begin().unwrap();
     t.read(cached).unwrap();
@@ -466,7 +471,13 @@ fn a_transaction_larger_than_the_clients_bound_sends_its_changes_ahead_and_commi
         ("object", object_client(&server)),
         (
             "adaptive",
-            ObjectStore::connect_adaptive(url, None, 1 << 20, AdaptivePolicy::default()).unwrap(),
+            ObjectStore::connect_adaptive(
+                url,
+                &cairn::remote::Connect::default(),
+                1 << 20,
+                AdaptivePolicy::default(),
+            )
+            .unwrap(),
         ),
     ];
     for ((name, store), oids) in clients.iter().zip(all.chunks(1500)) {
@@ -545,10 +556,19 @@ fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right()
     let server = ServerChild::start(&dir.path().join("db"));
     let url = parse_url(&format!("cairn://{}", server.addr)).unwrap();
     let clients = [
-        ("object", ObjectStore::connect(url.clone(), None, 64 << 10).unwrap()),
+        (
+            "object",
+            ObjectStore::connect(url.clone(), &cairn::remote::Connect::default(), 64 << 10).unwrap(),
+        ),
         (
             "adaptive",
-            ObjectStore::connect_adaptive(url, None, 64 << 10, AdaptivePolicy::default()).unwrap(),
+            ObjectStore::connect_adaptive(
+                url,
+                &cairn::remote::Connect::default(),
+                64 << 10,
+                AdaptivePolicy::default(),
+            )
+            .unwrap(),
         ),
     ];
     for (name, store) in &clients {

@@ -187,7 +187,7 @@ impl System {
                 let store = RemoteStore::connect_as(
                     kind,
                     parse_url(&server.url)?,
-                    None,
+                    &cairn::remote::Connect::default(),
                     b.client_pages.max(8),
                     // A transaction's changed pages count against the
                     // client's buffer too (past it they spill to a local
@@ -202,9 +202,14 @@ impl System {
                 let server = ServerProcess::start_with(&self.exe, &self.dir, Some(&self.config))?;
                 let (url, bytes) = (parse_url(&server.url)?, b.client_pages * PAGE_BYTES);
                 let store = if self.arch == Arch::Adaptive {
-                    ObjectStore::connect_adaptive(url, None, bytes, AdaptivePolicy::default())?
+                    ObjectStore::connect_adaptive(
+                        url,
+                        &cairn::remote::Connect::default(),
+                        bytes,
+                        AdaptivePolicy::default(),
+                    )?
                 } else {
-                    ObjectStore::connect(url, None, bytes)?
+                    ObjectStore::connect(url, &cairn::remote::Connect::default(), bytes)?
                 };
                 Conn::Objects(server, store)
             }

@@ -96,6 +96,10 @@ pub struct Options {
     /// it names one, else no login (a server without users, which trusts
     /// loopback connections only).
     pub login: Option<crate::Login>,
+    /// [`Database::connect`] to a `cairns://` URL only: the CA file the
+    /// server's certificate must be signed by (else `CAIRN_TLS_CA`, else
+    /// the system's roots).
+    pub tls_ca: Option<std::path::PathBuf>,
     /// [`Database::connect`] only: pages the client's page buffer holds
     /// (an object-server client keeps as many bytes, 4 KiB a page, of
     /// objects across transactions).
@@ -121,6 +125,7 @@ impl Default for Options {
             arch: Arch::Adaptive,
             adaptive: crate::remote::AdaptivePolicy::default(),
             login: None,
+            tls_ca: None,
             client_buffer_pages: 4096,
             client_rights_max: 4 * 4096,
         }
@@ -219,8 +224,10 @@ impl Database {
     /// [`crate::remote::parse_url_login`]); `opts.client_buffer_pages`
     /// sizes the client's page cache.
     pub fn connect(url: &str, opts: Options) -> Result<Database> {
-        let (address, url_login) = crate::remote::parse_url_login(url)?;
-        let login = opts.login.clone().or(url_login);
+        let (address, mut connect) = crate::remote::parse_url_login(url, opts.tls_ca.as_deref())?;
+        if opts.login.is_some() {
+            connect.login = opts.login.clone();
+        }
         let arch = match opts.arch {
             Arch::Page => cairn_net::message::Architecture::PAGE,
             Arch::File => cairn_net::message::Architecture::FILE,
@@ -229,9 +236,9 @@ impl Database {
                 // would (4 KiB pages).
                 let bytes = opts.client_buffer_pages.saturating_mul(4096);
                 let store = if opts.arch == Arch::Adaptive {
-                    crate::remote::ObjectStore::connect_adaptive(address, login.as_ref(), bytes, opts.adaptive)?
+                    crate::remote::ObjectStore::connect_adaptive(address, &connect, bytes, opts.adaptive)?
                 } else {
-                    crate::remote::ObjectStore::connect(address, login.as_ref(), bytes)?
+                    crate::remote::ObjectStore::connect(address, &connect, bytes)?
                 };
                 let db = Database::on_store(Store::Object(store.clone()), opts)?;
                 // An object whose right the client lost: the copies decoded
@@ -248,7 +255,7 @@ impl Database {
         let store = RemoteStore::connect_as(
             arch,
             address,
-            login.as_ref(),
+            &connect,
             opts.client_buffer_pages,
             opts.storage.txn_memory_bytes,
             opts.client_rights_max,

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use cairn_net::message::ErrorCode;
 use cairn_net::page_service::{FaultDetail, PageRequest};
 use cairn_net::rpc::Client;
-use cairn_net::rpc::Login;
+use cairn_net::rpc::{ClientTls, Login, TlsRoots};
 use cairn_net::transport::Address;
 use cairn_storage::access::PageDevice;
 use cairn_storage::page;
@@ -58,27 +58,59 @@ pub struct RemoteStats {
 /// Where and how to connect: parsed from a `cairn://HOST:PORT` or
 /// `cairn+unix:///PATH` URL.
 pub fn parse_url(url: &str) -> Result<Address> {
-    parse_url_login(url).map(|(address, _)| address)
+    parse_url_login(url, None).map(|(address, _)| address)
 }
 
-/// Parses a server URL that may name a user: `cairn://USER:PASSWORD@HOST:PORT`,
-/// `cairn://USER@HOST:PORT` (the password then comes from the `CAIRN_PASSWORD` environment
-/// variable), `cairn+unix://USER:PASSWORD@/PATH`; `%XX` escapes in the user and password are
-/// decoded. Returns the address and the login, if the URL names a user.
-pub fn parse_url_login(url: &str) -> Result<(Address, Option<Login>)> {
+/// How a client proves itself to the server and protects the connection:
+/// the login (SCRAM-SHA-256) and TLS.
+#[derive(Clone, Debug, Default)]
+pub struct Connect {
+    /// The user to log in as; `None`: no login (a server without users
+    /// trusts local connections only).
+    pub login: Option<Login>,
+    /// TLS, for a `cairns://` server.
+    pub tls: Option<ClientTls>,
+}
+
+/// Parses a server URL: `cairn://HOST:PORT`, `cairns://HOST:PORT` (TLS: the
+/// server's certificate is checked against `tls_ca`, else the
+/// `CAIRN_TLS_CA` file, else the system's roots, for the name HOST), or
+/// `cairn+unix:///PATH`, each with an optional user: `USER:PASSWORD@` or
+/// `USER@` (the password then comes from the `CAIRN_PASSWORD` environment
+/// variable; `%XX` escapes in both are decoded). Returns the address and how
+/// to connect.
+pub fn parse_url_login(url: &str, tls_ca: Option<&std::path::Path>) -> Result<(Address, Connect)> {
     let bad = |why: &str| Error::InvalidArgument(format!("bad server URL: {why}"));
     let (scheme, rest) = if let Some(r) = url.strip_prefix("cairn+unix://") {
         ("cairn+unix://", r)
+    } else if let Some(r) = url.strip_prefix("cairns://") {
+        ("cairns://", r)
     } else if let Some(r) = url.strip_prefix("cairn://") {
         ("cairn://", r)
     } else {
-        return Err(bad("it must start with cairn:// or cairn+unix://"));
+        return Err(bad("it must start with cairn://, cairns:// or cairn+unix://"));
     };
-    let (userinfo, place) = match (scheme, rest.find('@'), rest.find('/')) {
+    let (userinfo, place) = match (scheme, rest.rfind('@'), rest.find('/')) {
         ("cairn+unix://", Some(at), Some(slash)) if at < slash => (Some(&rest[..at]), &rest[at + 1..]),
-        ("cairn://", Some(at), _) => (Some(&rest[..at]), &rest[at + 1..]),
+        ("cairn://" | "cairns://", Some(at), _) => (Some(&rest[..at]), &rest[at + 1..]),
         _ => (None, rest),
     };
+    let tls = (scheme == "cairns://").then(|| {
+        let host = place.trim_end_matches('/');
+        let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let roots = match tls_ca
+            .map(std::path::Path::to_path_buf)
+            .or_else(|| std::env::var_os("CAIRN_TLS_CA").map(PathBuf::from))
+        {
+            Some(ca) => TlsRoots::CaFile(ca),
+            None => TlsRoots::System,
+        };
+        ClientTls {
+            roots,
+            server_name: Some(host.to_string()),
+        }
+    });
     let login = match userinfo {
         None => None,
         Some(info) => {
@@ -103,7 +135,8 @@ pub fn parse_url_login(url: &str) -> Result<(Address, Option<Login>)> {
             Some(Login { user, password })
         }
     };
-    Ok((parse_address(&format!("{scheme}{place}"))?, login))
+    let plain = if scheme == "cairns://" { "cairn://" } else { scheme };
+    Ok((parse_address(&format!("{plain}{place}"))?, Connect { login, tls }))
 }
 
 /// `%XX` escapes decoded; the result must be UTF-8.
@@ -167,18 +200,19 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects to `address` as a client of `architecture`, logging in
-    /// as `login` (none: a server that trusts the connection); `kind`
-    /// names the client to the server ("page", "file", "object").
+    /// Connects to `address` as a client of `architecture`, as `connect`
+    /// says (login, TLS); `kind` names the client to the server ("page",
+    /// "file", "object").
     pub(super) fn open(
         address: Address,
         architecture: cairn_net::message::Architecture,
-        login: Option<&Login>,
+        connect: &Connect,
         kind: &str,
     ) -> Result<Arc<Connection>> {
         let opts = cairn_net::rpc::ClientOptions {
             architecture,
-            login: login.cloned(),
+            login: connect.login.clone(),
+            tls: connect.tls.clone(),
             client_name: format!("cairn {kind} client (pid {})", std::process::id()),
             ..cairn_net::rpc::ClientOptions::default()
         };

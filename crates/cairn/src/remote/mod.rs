@@ -82,7 +82,7 @@ mod object;
 mod object_rights;
 
 pub use adaptive::{AdaptivePolicy, AdaptiveStats, FetchMode, READ_AHEAD_MAX};
-pub use conn::{parse_url, parse_url_login, RemoteDevice, RemoteStats};
+pub use conn::{parse_url, parse_url_login, Connect, RemoteDevice, RemoteStats};
 pub use object::{ObjectLostHook, ObjectStore, ObjectTxn, SharedBytes, CACHED_OBJECT_BYTES_DEFAULT, CHANGES_KEPT_MIN};
 
 use conn::VolumeFile;
@@ -97,7 +97,6 @@ use cairn_net::page_service::{
     decode_groups, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_S,
     FETCH_TRY_INSERT, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP,
 };
-use cairn_net::rpc::Login;
 use cairn_net::transport::Address;
 use cairn_storage::buffer::{BufferPool, Policy};
 use cairn_storage::io::{OsVfs, Vfs};
@@ -163,14 +162,14 @@ fn wire_mode(m: LockMode) -> u8 {
 }
 
 impl RemoteStore {
-    /// Connects to the server at `address`, logging in as `login`, and sizes the
+    /// Connects to the server at `address`, as `connect` says (login, TLS), and sizes the
     /// client buffer pool to `buffer_pages` pages; a transaction keeps
     /// `txn_memory_bytes` of private pages in memory, then spills them to a
     /// temporary directory. The client holds at most `rights_max` rights to
     /// cache pages (at least 16): past that it gives the oldest back.
     pub fn connect(
         address: Address,
-        login: Option<&Login>,
+        connect: &Connect,
         buffer_pages: usize,
         txn_memory_bytes: usize,
         rights_max: usize,
@@ -178,7 +177,7 @@ impl RemoteStore {
         RemoteStore::connect_as(
             Architecture::PAGE,
             address,
-            login,
+            connect,
             buffer_pages,
             txn_memory_bytes,
             rights_max,
@@ -201,7 +200,7 @@ impl RemoteStore {
     pub fn connect_as(
         architecture: Architecture,
         address: Address,
-        login: Option<&Login>,
+        connect: &Connect,
         buffer_pages: usize,
         txn_memory_bytes: usize,
         rights_max: usize,
@@ -217,7 +216,7 @@ impl RemoteStore {
         } else {
             "page"
         };
-        let conn = Connection::open(address, architecture, login, kind)?;
+        let conn = Connection::open(address, architecture, connect, kind)?;
         let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
             .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
         let page_size = info.page_size as usize;

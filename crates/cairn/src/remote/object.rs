@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
+use super::conn::Connect;
 use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
@@ -38,7 +39,6 @@ use cairn_net::object_service::{
     READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::{decode_groups, PageRequest, VolumeInfo, NO_GROUP};
-use cairn_net::rpc::Login;
 use cairn_net::transport::Address;
 use cairn_storage::fxhash::{FxHashMap, FxHashSet};
 use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
@@ -101,10 +101,10 @@ impl std::fmt::Debug for ObjectStore {
 }
 
 impl ObjectStore {
-    /// Connects to the server at `address`, logging in as `login`; keeps
+    /// Connects to the server at `address`, as `connect` says (login, TLS); keeps
     /// up to `cached_bytes` of objects across transactions.
-    pub fn connect(address: Address, login: Option<&Login>, cached_bytes: usize) -> Result<Arc<ObjectStore>> {
-        ObjectStore::connect_with(address, login, cached_bytes, None)
+    pub fn connect(address: Address, connect: &Connect, cached_bytes: usize) -> Result<Arc<ObjectStore>> {
+        ObjectStore::connect_with(address, connect, cached_bytes, None)
     }
 
     /// [`ObjectStore::connect`] as an *adaptive* client (`adaptive.rs`):
@@ -113,23 +113,23 @@ impl ObjectStore {
     /// not, as `policy` decides per run of pages.
     pub fn connect_adaptive(
         address: Address,
-        login: Option<&Login>,
+        connect: &Connect,
         cached_bytes: usize,
         policy: AdaptivePolicy,
     ) -> Result<Arc<ObjectStore>> {
         policy
             .check()
             .map_err(|e| Error::InvalidArgument(format!("adaptive policy: {e}")))?;
-        ObjectStore::connect_with(address, login, cached_bytes, Some(policy))
+        ObjectStore::connect_with(address, connect, cached_bytes, Some(policy))
     }
 
     fn connect_with(
         address: Address,
-        login: Option<&Login>,
+        connect: &Connect,
         cached_bytes: usize,
         policy: Option<AdaptivePolicy>,
     ) -> Result<Arc<ObjectStore>> {
-        let conn = Connection::open(address, Architecture::OBJECT, login, "object")?;
+        let conn = Connection::open(address, Architecture::OBJECT, connect, "object")?;
         let info = VolumeInfo::decode(&conn.call_one(&PageRequest::Volume)?)
             .map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
         let store = Arc::new(ObjectStore {
