@@ -100,7 +100,8 @@ impl Default for FileConfig {
 /// the server's buffer pool holds, at least 8: a benchmark sizes the
 /// server's buffer this way), `login_failures_burst` and
 /// `login_failure_refill_ms` (failed logins one address may have at once,
-/// and the time after which it may fail one more), `txns_max` (transactions
+/// and the time after which it may fail one more), `handshakes_per_address_max`
+/// (connections of one address in their handshake at once), `txns_max` (transactions
 /// open at once on the server), `waiting_max` and `waiting_per_session_max`
 /// (requests that may wait running at once, on the server and per session;
 /// past either a request is refused with LIMIT). An unknown key or a bad number is an error
@@ -140,6 +141,7 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
             "frame_timeout_ms" => limits.frame_timeout = std::time::Duration::from_millis(n),
             "shutdown_grace_ms" => limits.shutdown_grace = std::time::Duration::from_millis(n),
             "login_failures_burst" => limits.login_failures_burst = small(n)?,
+            "handshakes_per_address_max" => limits.handshakes_per_address_max = small(n)? as usize,
             "login_failure_refill_ms" => limits.login_failure_refill = std::time::Duration::from_millis(n),
             "lock_timeout_ms" => db.lock_timeout = std::time::Duration::from_millis(n),
             "txn_bytes_max" => txn_bytes_max = n,

@@ -306,3 +306,65 @@ fn a_trickled_frame_is_cut_off_at_the_timeout_from_its_first_byte() {
     );
     assert_eq!(good.call(ECHO, &b"still here"[..]).unwrap(), &b"still here"[..]);
 }
+
+/// A TCP connection to `to` from the local address 127.0.0.2 (all of
+/// 127/8 is loopback on Linux): a client at another address.
+fn connect_from_127_0_0_2(to: &cairn_net::transport::Address) -> Raw {
+    use std::os::fd::FromRawFd;
+    let cairn_net::transport::Address::Tcp(to) = to else { panic!("a TCP address") };
+    let std::net::SocketAddr::V4(to) = to else { panic!("an IPv4 address") };
+    // SAFETY: plain socket calls on a descriptor this function owns until
+    // it is handed to the TcpStream; the sockaddr structs live on the stack
+    // for the duration of each call.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let mut from: libc::sockaddr_in = std::mem::zeroed();
+        from.sin_family = libc::AF_INET as libc::sa_family_t;
+        from.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::new(127, 0, 0, 2)).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(libc::bind(fd, (&from as *const libc::sockaddr_in).cast(), len), 0);
+        let mut dest: libc::sockaddr_in = std::mem::zeroed();
+        dest.sin_family = libc::AF_INET as libc::sa_family_t;
+        dest.sin_port = to.port().to_be();
+        dest.sin_addr.s_addr = u32::from(*to.ip()).to_be();
+        assert_eq!(libc::connect(fd, (&dest as *const libc::sockaddr_in).cast(), len), 0);
+        let s = std::net::TcpStream::from_raw_fd(fd);
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Raw::Tcp(s)
+    }
+}
+
+/// Connections still in their handshake are bounded per address
+/// (`handshakes_per_address_max`): one address's idle connections cannot
+/// take every slot (1,100 of them used to lock everyone out), a client at
+/// another address is served meanwhile, and a slot comes back as soon as
+/// one of them completes its handshake.
+#[test]
+fn idle_handshakes_are_bounded_per_address_and_another_address_is_served() {
+    let limits = Limits {
+        handshakes_per_address_max: 4,
+        handshake_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let server = Server::start(Transport::Tcp, limits);
+    let mut idle: Vec<Raw> = (0..4).map(|_| Raw::connect(&server.addr)).collect();
+    // Wait until the server has taken all four in (each is answered when it says HELLO).
+    for raw in &mut idle {
+        assert!(!raw.peer_closed());
+    }
+    let mut fifth = Raw::connect(&server.addr);
+    match &fifth.messages_until_closed()[..] {
+        [Message::Refusal(f)] => {
+            assert_eq!(f.code, ErrorCode::TOO_MANY_CONNECTIONS);
+            assert!(f.message.contains("this address"), "{f}");
+        }
+        other => panic!("expected one REFUSAL, got {other:?}"),
+    }
+    let mut other = connect_from_127_0_0_2(&server.addr);
+    other.handshake();
+    // One idle connection finishes its handshake: its address has a slot again.
+    idle[0].handshake();
+    let mut again = Raw::connect(&server.addr);
+    again.handshake();
+}

@@ -73,6 +73,7 @@
 //! error the server reads and discards what the client still sends for a short while (a
 //! "lingering close") so that the client's kernel does not discard our GOODBYE on a reset.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -126,6 +127,10 @@ pub struct Limits {
     pub shutdown_grace: Duration,
     /// Failed logins one address may have at once before it must wait (`login.rs`).
     pub login_failures_burst: u32,
+    /// Connections from one address that may be in their handshake (not yet welcomed) at
+    /// once; one more is refused with TOO_MANY_CONNECTIONS, so idle connections from one
+    /// address cannot take every slot of [`Limits::connections_max`].
+    pub handshakes_per_address_max: usize,
     /// Time after which an address may fail one more login.
     pub login_failure_refill: Duration,
 }
@@ -145,6 +150,7 @@ impl Default for Limits {
             frame_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             login_failures_burst: 5,
+            handshakes_per_address_max: 32,
             login_failure_refill: Duration::from_secs(6),
         }
     }
@@ -526,6 +532,42 @@ struct Shared<H> {
     reply_bytes: Arc<Semaphore>,
     /// Failed logins per address.
     throttle: Throttle,
+    /// Connections in their handshake, per address.
+    handshaking: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+}
+
+/// A connection's place among its address's handshakes, given back when dropped.
+struct HandshakeSlot {
+    table: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    address: String,
+}
+
+impl HandshakeSlot {
+    /// A place for `address`, if it has fewer than `max` handshakes running.
+    fn take(table: &Arc<std::sync::Mutex<HashMap<String, usize>>>, address: &str, max: usize) -> Option<HandshakeSlot> {
+        let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+        let n = t.entry(address.to_string()).or_insert(0);
+        if *n >= max.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(HandshakeSlot {
+            table: table.clone(),
+            address: address.to_string(),
+        })
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = t.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                t.remove(&self.address);
+            }
+        }
+    }
 }
 
 /// Serves `listener` with `handler` until `shutdown` completes, then stops accepting, lets each
@@ -540,6 +582,7 @@ pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = 
         request_bytes: byte_semaphore(limits.server_request_bytes_max),
         reply_bytes: byte_semaphore(limits.server_reply_bytes_max),
         throttle: Throttle::new(limits.login_failures_burst, limits.login_failure_refill),
+        handshaking: Arc::default(),
         limits,
         sessions: AtomicU64::new(1),
     });
@@ -556,25 +599,37 @@ pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = 
             () = &mut shutdown => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok(incoming) => match connections.clone().try_acquire_owned() {
-                    Ok(permit) => {
-                        let shared = shared.clone();
-                        let stop = stop_rx.clone();
-                        tasks.spawn(async move {
-                            connection(incoming, shared, stop).await;
-                            drop(permit);
-                        });
-                    }
-                    Err(_) => {
-                        if let Ok(permit) = refusals.clone().try_acquire_owned() {
-                            let within = shared.limits.handshake_timeout.min(REFUSAL_TIME);
+                Ok(incoming) => {
+                    let address = login::address_of(incoming.peer()).to_string();
+                    let slot = HandshakeSlot::take(&shared.handshaking, &address, shared.limits.handshakes_per_address_max);
+                    match (slot, connections.clone().try_acquire_owned()) {
+                        (Some(slot), Ok(permit)) => {
+                            let shared = shared.clone();
+                            let stop = stop_rx.clone();
                             tasks.spawn(async move {
-                                refuse_busy(incoming, within).await;
+                                connection(incoming, shared, stop, slot).await;
                                 drop(permit);
                             });
                         }
+                        (slot, _) => {
+                            let fault = if slot.is_none() {
+                                Fault::new(
+                                    ErrorCode::TOO_MANY_CONNECTIONS,
+                                    "too many connections from this address are in their handshake",
+                                )
+                            } else {
+                                Fault::new(ErrorCode::TOO_MANY_CONNECTIONS, "the server is at its connection limit")
+                            };
+                            if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                                let within = shared.limits.handshake_timeout.min(REFUSAL_TIME);
+                                tasks.spawn(async move {
+                                    refuse_busy(incoming, within, fault).await;
+                                    drop(permit);
+                                });
+                            }
+                        }
                     }
-                },
+                }
                 // Out of file descriptors and the like: pause rather than spin.
                 Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
             },
@@ -591,15 +646,11 @@ const REFUSAL_TIME: Duration = Duration::from_secs(1);
 
 /// Answers a connection over the limit with a REFUSAL and closes it (after its TLS handshake,
 /// which must end `within`, on a TLS listener: the client reads the refusal through TLS).
-async fn refuse_busy(incoming: Incoming, within: Duration) {
+async fn refuse_busy(incoming: Incoming, within: Duration, fault: Fault) {
     let Some(stream) = secure(incoming, tokio::time::Instant::now() + within).await else {
         return;
     };
-    refuse(
-        stream,
-        Fault::new(ErrorCode::TOO_MANY_CONNECTIONS, "the server is at its connection limit"),
-    )
-    .await;
+    refuse(stream, fault).await;
 }
 
 /// Sends a REFUSAL on a connection nothing else has been sent on, and closes it.
@@ -676,7 +727,12 @@ enum End {
 }
 
 /// One connection, from accept to close.
-async fn connection<H: Handler>(incoming: Incoming, shared: Arc<Shared<H>>, mut stop: watch::Receiver<bool>) {
+async fn connection<H: Handler>(
+    incoming: Incoming,
+    shared: Arc<Shared<H>>,
+    mut stop: watch::Receiver<bool>,
+    slot: HandshakeSlot,
+) {
     let limits = &shared.limits;
     // One deadline for the TLS handshake (if any) and the HELLO together.
     let deadline = tokio::time::Instant::now() + limits.handshake_timeout;
@@ -704,7 +760,7 @@ async fn connection<H: Handler>(incoming: Incoming, shared: Arc<Shared<H>>, mut 
         started: None,
     };
     let mut linger_after = false;
-    if let Some(session) = handshake(
+    let session = handshake(
         &mut r,
         &mut conn,
         &tx,
@@ -713,9 +769,10 @@ async fn connection<H: Handler>(incoming: Incoming, shared: Arc<Shared<H>>, mut 
         &mut stop,
         deadline,
         &mut linger_after,
+        slot,
     )
-    .await
-    {
+    .await;
+    if let Some(session) = session {
         let session = Arc::new(session);
         let serving = Arc::new(AtomicBool::new(true));
         let closer = Arc::new(Closer::default());
@@ -785,8 +842,12 @@ async fn handshake<H: Handler>(
     stop: &mut watch::Receiver<bool>,
     deadline: tokio::time::Instant,
     linger_after: &mut bool,
+    slot: HandshakeSlot,
 ) -> Option<H::Session> {
     let limits = &shared.limits;
+    // Given back before the WELCOME is queued, so a client that has read its
+    // WELCOME finds its address's place free.
+    let mut slot = Some(slot);
     let refuse = |fault: Fault| {
         let _ = tx.send(Outgoing::message(&Message::Refusal(fault)));
     };
@@ -828,6 +889,7 @@ async fn handshake<H: Handler>(
                 server_name: concat!("cairn ", env!("CARGO_PKG_VERSION")).to_string(),
                 auth: server_final,
             };
+            drop(slot.take());
             let _ = tx.send(Outgoing::message(&Message::Welcome(welcome)));
             conn.dec.set_body_max(limits.body_max);
             Some(session)
