@@ -318,7 +318,9 @@ fn an_open_address_needs_users_and_tls_and_the_token_file_is_gone() {
     std::fs::create_dir_all(&other).unwrap();
     let (other_ca, _, _) = test_pki(&other);
     o.tls_ca = Some(other_ca);
-    let Err(e) = cairn::Database::connect(&url, o) else { panic!("another CA is refused") };
+    let Err(e) = cairn::Database::connect(&url, o) else {
+        panic!("another CA is refused")
+    };
     assert!(e.to_string().contains("certificate"), "{e}");
     assert!(server.stop().success());
 }

@@ -284,6 +284,11 @@ impl SessionState {
         let slot = Arc::new(self.txns_bound.take()?);
         let mut t = db.begin_for(self.client)?;
         t.restrict(self.restriction.clone());
+        if !self.object {
+            // A page or file client runs the record and tree code itself:
+            // what it commits and frees is checked as a whole at commit.
+            t.set_client_checked();
+        }
         if self.object {
             t.set_object_locking(true)?;
         }

@@ -719,7 +719,7 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
     let t = &mut *t;
     match req {
         ObjectRequest::TreeOpen { root, .. } => {
-            BTree::open(t, PageId(root))?;
+            open_client_tree(t, root)?;
             let group = t.group_of_page(PageId(root))?.map_or(NO_GROUP, |g| g.0);
             Ok(group.to_le_bytes().to_vec())
         }
@@ -728,7 +728,7 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
             Ok(tree.root().0.to_le_bytes().to_vec())
         }
         ObjectRequest::TreeApply { root, ops, .. } => {
-            let tree = BTree::open(t, PageId(root))?;
+            let tree = open_client_tree(t, root)?;
             // The pages changed are the client's to know: it drops the
             // lookups it keeps under them (its own changes are not called
             // back).
@@ -759,7 +759,7 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
             objects,
             ..
         } => {
-            let tree = BTree::open(t, PageId(root))?;
+            let tree = open_client_tree(t, root)?;
             let mut values = Vec::new();
             let mut bytes = 0usize;
             tree.get_each(t, &key, |v| {
@@ -821,7 +821,7 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
             after,
             ..
         } => {
-            let tree = BTree::open(t, PageId(root))?;
+            let tree = open_client_tree(t, root)?;
             let mut cur = tree.range(
                 t,
                 lo.as_ref().map(|k| &k[..]),
@@ -854,7 +854,7 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
             Ok(encode_entries(&entries, more))
         }
         ObjectRequest::TreeDestroy { root, .. } => {
-            BTree::open(t, PageId(root))?.destroy(t)?;
+            open_client_tree(t, root)?.destroy(t)?;
             Ok(Vec::new())
         }
         _ => Err(Error::Internal("not a tree request".into())),
@@ -904,4 +904,25 @@ fn apply(t: &mut Txn, changes: &[Change]) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Opens the B+-tree a client names by its root page. A page that is not a
+/// tree's root — past the volume, of another kind, a node below a root — is
+/// the client's mistake (INVALID), never reported as damage: only a page
+/// that is a root and then fails to read is [`Error::Corrupt`].
+fn open_client_tree(t: &mut Txn, root: u32) -> Result<BTree, Error> {
+    use cairn_storage::access::PageAccess;
+    let id = PageId(root);
+    if root == 0 || root >= cairn_storage::record::object::ObjectSpace::page_count(t) {
+        return Err(Error::InvalidArgument(format!(
+            "page {id} names no B+-tree root: it is outside the volume"
+        )));
+    }
+    let is_root = PageAccess::read(t, id, |b| cairn_storage::btree::page_links(b).is_ok_and(|l| l.root))?;
+    if !is_root {
+        return Err(Error::InvalidArgument(format!(
+            "page {id} is not the root of a B+-tree"
+        )));
+    }
+    BTree::open(t, id)
 }

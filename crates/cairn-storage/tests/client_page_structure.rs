@@ -316,3 +316,45 @@ fn a_large_object_page_given_another_owner_is_refused() {
     refused(c.commit(), "moves the large-object page");
     unchanged(w);
 }
+
+fn set_checked(c: &mut Client) {
+    c.t.set_client_checked();
+}
+
+#[test]
+fn a_free_of_a_page_still_in_use_is_refused() {
+    let w = setup();
+    // The slotted page still holds both descriptors.
+    let mut c = Client::begin(&w.db);
+    set_checked(&mut c);
+    c.page(w.home).unwrap();
+    c.free(w.home).unwrap();
+    refused(c.commit(), "still holds 2 objects");
+    // A leaf whose parent still links to it.
+    let mut c = Client::begin(&w.db);
+    set_checked(&mut c);
+    let leaf = root_links(&w)[1];
+    c.free(leaf).unwrap();
+    refused(c.commit(), "its parent still does");
+    // A large-object data page under its unchanged index page.
+    let mut c = Client::begin(&w.db);
+    set_checked(&mut c);
+    let root = w.big.1.root;
+    let data = {
+        let mut t = w.db.begin().unwrap();
+        let img = t.fetch_page(root, false).unwrap();
+        large::page_links(&img, 1 << 20).unwrap().children[0]
+    };
+    c.free(data).unwrap();
+    refused(c.commit(), "its parent still does");
+    // A B+-tree root, by a transaction that may not change the schema.
+    let mut c = Client::begin(&w.db);
+    set_checked(&mut c);
+    c.t.restrict(cairn_storage::Restriction {
+        read_only: false,
+        protected: Some(std::sync::Arc::new(|_| None)),
+    });
+    c.free(w.other.root()).unwrap();
+    refused(c.commit(), "B+-tree root");
+    unchanged(w);
+}

@@ -70,15 +70,12 @@ pub(super) fn apply(wal: &Wal, pool: &BufferPool, a: &Analysis, out: &mut Recove
             }
             Redo::Commit { txn, frees } => {
                 out.committed += u64::from(a.committed.contains(&txn));
+                // Where each free comes from, so a free the volume refuses
+                // once recovery is done can name its COMMIT (the page's kind
+                // cannot be judged here: a fuzzy checkpoint may have written
+                // the page as it is later in the log).
                 for &p in &frees {
-                    check_freeable(pool, p).map_err(|why| {
-                        super::unrecoverable(
-                            record_start,
-                            Some(txn),
-                            &format!("it frees page {p}, {why}"),
-                            &Error::InvalidArgument(why.clone()),
-                        )
-                    })?;
+                    out.free_origins.insert(p, (record_start, txn));
                 }
                 pending_frees.extend(frees);
             }
@@ -111,22 +108,6 @@ pub(super) fn apply(wal: &Wal, pool: &BufferPool, a: &Analysis, out: &mut Recove
     );
     out.to_free = to_free.into_iter().collect();
     Ok(())
-}
-
-/// Whether page `p` (as replayed so far) is one a transaction may free: in
-/// the volume and of a kind transactions hold (the volume's own pages are
-/// freed by system actions alone). `Err(why)` otherwise.
-fn check_freeable(pool: &BufferPool, p: PageId) -> std::result::Result<(), String> {
-    match pool.read(p) {
-        Ok(g) => match page::page_type(&g) {
-            Some(k) if k.is_client_kind() => Ok(()),
-            k => Err(format!(
-                "a {} page, which no transaction may free",
-                k.map_or("page of unknown kind", |k| k.name())
-            )),
-        },
-        Err(e) => Err(format!("which cannot be read ({e})")),
-    }
 }
 
 /// Applies one committed PAGE record (see [`apply`] for when).

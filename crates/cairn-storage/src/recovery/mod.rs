@@ -82,6 +82,9 @@ pub struct Recovered {
     pub rebuilt: Vec<PageId>,
     /// Committed transactions seen after the redo LSN.
     pub committed: u64,
+    /// For each page a replayed COMMIT frees: where that COMMIT starts, and
+    /// its transaction (what an unrecoverable free names).
+    pub free_origins: std::collections::HashMap<PageId, (Lsn, crate::ids::TxnId)>,
 }
 
 /// Analyses the log and redoes it onto the volume in `dir`; every page it

@@ -297,8 +297,13 @@ fn check_place(img: &[u8], place: Place, page_count: u32) -> std::result::Result
 impl Txn {
     /// Checks the links between the pages client records changed (see the
     /// module docs), before the commit is logged. Nothing to do for a
-    /// transaction no client staged pages for.
+    /// transaction that is not a client's ([`Txn::set_client_checked`]),
+    /// or that changed and freed nothing.
     pub(super) fn check_client_links(&mut self) -> Result<()> {
+        if !self.client_checked || (self.client_pages.is_empty() && self.to_free.is_empty()) {
+            return Ok(());
+        }
+        self.check_frees_let_go()?;
         if self.client_pages.is_empty() {
             return Ok(());
         }
@@ -349,6 +354,61 @@ impl Txn {
                 return Err(link_refusal(
                     p,
                     format!("page {c} was linked from it and is now linked from no page nor freed: the commit would lose it"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every page the transaction frees is let go of: a slotted page holds
+    /// no object any more; a B+-tree page below a root, or a large-object
+    /// page, was linked from a page this transaction changed or freed (its
+    /// parent — whose new image must no longer link to it, see
+    /// [`Txn::check_client_links`]); a B+-tree root only by a transaction
+    /// allowed to change the schema (dropping an index). A FREE of a page
+    /// still in use — another client's objects, a leaf under an unchanged
+    /// parent — would lose data or leave a dangling link.
+    fn check_frees_let_go(&mut self) -> Result<()> {
+        let page_count = self.page_count();
+        let freed: Vec<PageId> = self.to_free.iter().copied().collect();
+        let mut parents: HashSet<PageId> = HashSet::new();
+        let sources: Vec<PageId> = self.client_pages.iter().chain(self.to_free.iter()).copied().collect();
+        for p in sources {
+            if self.allocated.contains(&p) {
+                continue;
+            }
+            let img = self.committed_image(p)?;
+            if let Ok(links) = child_links(&img, p, page_count) {
+                parents.extend(links.into_iter().map(|(c, _)| c));
+            }
+        }
+        let may_drop_roots = self.may_change_schema();
+        for p in freed {
+            if self.allocated.contains(&p) {
+                continue;
+            }
+            let img = self.current_image(p)?;
+            let refuse =
+                |why: String| Error::InvalidArgument(format!("the client's FREE of page {p} is refused: {why}"));
+            let kind = page::page_type(&img);
+            let tree_or_large = matches!(
+                kind,
+                Some(PageType::BTreeLeaf | PageType::BTreeInner | PageType::LargeIndex | PageType::LargeData)
+            );
+            let root = matches!(kind, Some(PageType::BTreeLeaf | PageType::BTreeInner))
+                && btree::page_links(&img).is_ok_and(|l| l.root);
+            if kind == Some(PageType::Slotted) {
+                let live = slotted::live_count(&img).unwrap_or(usize::MAX);
+                if live > 0 {
+                    return Err(refuse(format!("it still holds {live} objects")));
+                }
+            } else if root && !may_drop_roots {
+                return Err(refuse(
+                    "it is a B+-tree root; only a session that may change the schema drops an index".into(),
+                ));
+            } else if tree_or_large && !root && !parents.contains(&p) {
+                return Err(refuse(
+                    "nothing the transaction changed or freed linked to it: its parent still does".into(),
                 ));
             }
         }

@@ -363,11 +363,34 @@ impl Db {
         pool.set_before_write(Box::new(move |_id, lsn| hook_wal.flush(lsn)));
         // Give back what uncommitted transactions allocated and what committed
         // ones freed without a FREE record.
+        // A COMMIT may only free pages transactions hold; a free of any
+        // other page stops recovery at that COMMIT (`cairn recover
+        // --stop-at`), never a failed open for good. All are checked before
+        // any is carried out, so a refused open logs nothing.
+        for p in &recovered.to_free {
+            // A page already given back (a Free page, or one in no group's
+            // use) needs nothing; any other kind must be a transaction's.
+            if p.0 < vol.page_count() {
+                let kind = crate::access::PageAccess::read(&mut vol, *p, crate::page::page_type)?;
+                let fine = kind.is_some_and(|k| k.is_client_kind() || k == crate::page::PageType::Free)
+                    || (kind.is_none() && !vol.is_page_in_use(*p));
+                if !fine {
+                    let origin = recovered.free_origins.get(p).copied();
+                    let (lsn, txn) = origin.map_or((Lsn(0), None), |(l, t)| (l, Some(t)));
+                    return Err(Error::Unrecoverable {
+                        lsn,
+                        txn,
+                        reason: format!(
+                            "it frees page {p}, a {} page, which no transaction may free",
+                            kind.map_or("page of unknown kind", |k| k.name())
+                        ),
+                    });
+                }
+            }
+        }
         for p in &recovered.to_free {
             if vol.is_page_in_use(*p) {
-                vol.free_logged(*p).map_err(|e| {
-                    Error::InvalidArgument(format!("giving back page {p} after recovery failed ({e}); the log's frees were checked as they were replayed, so this is a defect"))
-                })?;
+                vol.free_logged(*p)?;
             }
         }
         let page_size = vol.page_size();

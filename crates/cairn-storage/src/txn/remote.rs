@@ -115,6 +115,7 @@ impl Txn {
         for (id, after) in staged {
             self.changes += 1;
             self.client_pages.insert(id);
+            self.client_checked = true;
             match self.pages.get_mut(id)? {
                 Some(p) => p.copy_from_slice(&after),
                 None => {

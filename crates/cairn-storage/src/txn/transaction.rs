@@ -57,6 +57,9 @@ pub struct Txn {
     pub(super) client_pages: BTreeSet<PageId>,
     /// What the transaction may change ([`Txn::restrict`]).
     restriction: Restriction,
+    /// A client's transaction: its pages and frees are checked before the
+    /// commit is logged ([`Txn::set_client_checked`], `client_check.rs`).
+    pub(super) client_checked: bool,
 }
 
 /// Which pages a [`Restriction`] protects: `Some(why)` for a page the
@@ -121,6 +124,7 @@ impl Txn {
             full_images: false,
             client_pages: BTreeSet::new(),
             restriction: Restriction::default(),
+            client_checked: false,
         }
     }
 
@@ -237,6 +241,20 @@ impl Txn {
     /// forbids is refused with [`Error::PermissionDenied`].
     pub fn restrict(&mut self, restriction: Restriction) {
         self.restriction = restriction;
+    }
+
+    /// Marks the transaction as a page or file client's (a server does):
+    /// before its commit is logged, the pages it changed and the pages it
+    /// frees are checked as a whole (`client_check.rs`), not only each
+    /// record as it is staged.
+    pub fn set_client_checked(&mut self) {
+        self.client_checked = true;
+    }
+
+    /// Whether the restriction lets the transaction change the schema
+    /// (none at all, or no protected pages).
+    pub(super) fn may_change_schema(&self) -> bool {
+        !self.restriction.read_only && self.restriction.protected.is_none()
     }
 
     /// Refuses (and dooms the transaction for) a lock the restriction

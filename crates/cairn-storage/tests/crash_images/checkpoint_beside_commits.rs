@@ -28,7 +28,9 @@ use crate::workload::fresh_disk;
 /// committers are done or the disk has crashed; returns the operation count
 /// once the database was created.
 fn run(disk: &SimDisk) -> u64 {
-    let Ok(db) = Db::create(&db_path(), &opts(disk)) else { return u64::MAX };
+    let Ok(db) = Db::create(&db_path(), &opts(disk)) else {
+        return u64::MAX;
+    };
     let created = disk.trace().len() as u64;
     let db = Arc::new(db);
     let done = Arc::new(AtomicUsize::new(0));
@@ -73,7 +75,8 @@ fn a_checkpoint_beside_commits_leaves_no_image_that_fails_to_open() {
     // little between runs, so these are aims, not exact points).
     let syncs: Vec<u64> = (created.max(1)..trace.len())
         .filter(|&i| {
-            matches!(trace[i], cairn_storage::sim::OpKind::SyncData) && matches!(trace[i - 1], cairn_storage::sim::OpKind::Write)
+            matches!(trace[i], cairn_storage::sim::OpKind::SyncData)
+                && matches!(trace[i - 1], cairn_storage::sim::OpKind::Write)
         })
         .map(|i| i as u64)
         .collect();
@@ -90,10 +93,16 @@ fn a_checkpoint_beside_commits_leaves_no_image_that_fails_to_open() {
             let seed = rng.next_u64();
             let image = disk.image(kind, seed);
             if let Err(e) = Db::open(&db_path(), &opts(&image)) {
-                failures.push(format!("trial {trial}: crash at op {at} of ~{ops}, image {kind} (seed {seed:#x}): {e}"));
+                failures.push(format!(
+                    "trial {trial}: crash at op {at} of ~{ops}, image {kind} (seed {seed:#x}): {e}"
+                ));
             }
         }
     }
-    assert!(failures.is_empty(), "{} images failed to open:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} images failed to open:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
-
