@@ -4,6 +4,7 @@
 
 pub mod acob;
 pub mod commit;
+pub mod connect;
 pub mod oo1;
 pub mod oo7;
 pub mod refs;

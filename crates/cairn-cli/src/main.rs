@@ -192,6 +192,9 @@ enum BenchCommand {
     /// RPC (PRIMA): empty tasks, 1–200 in flight, 1–8 client processes, Unix and TCP, against
     /// the raw ping-pong floor; and a streamed reply.
     Rpc(cairn_bench::rpc::RpcArgs),
+    /// Opening a session: plain, with a SCRAM-SHA-256 login, and with the
+    /// login inside TLS, as µs per connection and ratios to plain.
+    Connect(cairn_bench::connect::ConnectArgs),
     /// A client process of `bench rpc` (started by it; commands on stdin).
     #[command(hide = true)]
     RpcClient(cairn_bench::rpc::ClientArgs),
@@ -264,6 +267,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Rpc(args),
         } => cairn_bench::rpc::cli_main(&args).map_err(Into::into),
+        Command::Bench {
+            which: BenchCommand::Connect(args),
+        } => cairn_bench::connect::cli_main(&args).map_err(Into::into),
         Command::Bench {
             which: BenchCommand::RpcClient(args),
         } => cairn_bench::rpc::client_main(&args).map_err(Into::into),
