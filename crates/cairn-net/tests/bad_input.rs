@@ -311,8 +311,12 @@ fn a_trickled_frame_is_cut_off_at_the_timeout_from_its_first_byte() {
 /// 127/8 is loopback on Linux): a client at another address.
 fn connect_from_127_0_0_2(to: &cairn_net::transport::Address) -> Raw {
     use std::os::fd::FromRawFd;
-    let cairn_net::transport::Address::Tcp(to) = to else { panic!("a TCP address") };
-    let std::net::SocketAddr::V4(to) = to else { panic!("an IPv4 address") };
+    let cairn_net::transport::Address::Tcp(to) = to else {
+        panic!("a TCP address")
+    };
+    let std::net::SocketAddr::V4(to) = to else {
+        panic!("an IPv4 address")
+    };
     // SAFETY: plain socket calls on a descriptor this function owns until
     // it is handed to the TcpStream; the sockaddr structs live on the stack
     // for the duration of each call.
