@@ -358,3 +358,20 @@ fn a_free_of_a_page_still_in_use_is_refused() {
     refused(c.commit(), "B+-tree root");
     unchanged(w);
 }
+
+/// A page allocated and linked from nowhere would leak: refused (found by
+/// the hostile-client suite at ten times its cases: `cairn check` reported
+/// a large-object page no object reaches).
+#[test]
+fn an_allocated_page_linked_from_nowhere_is_refused() {
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    set_checked(&mut c);
+    c.allocate(GroupId::DEFAULT, None, PageType::LargeData).unwrap();
+    refused(c.commit(), "it would leak");
+    let mut c = Client::begin(&w.db);
+    set_checked(&mut c);
+    c.allocate(GroupId::DEFAULT, None, PageType::BTreeLeaf).unwrap();
+    refused(c.commit(), "it would leak");
+    unchanged(w);
+}

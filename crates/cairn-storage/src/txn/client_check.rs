@@ -300,13 +300,12 @@ impl Txn {
     /// transaction that is not a client's ([`Txn::set_client_checked`]),
     /// or that changed and freed nothing.
     pub(super) fn check_client_links(&mut self) -> Result<()> {
-        if !self.client_checked || (self.client_pages.is_empty() && self.to_free.is_empty()) {
+        if !self.client_checked
+            || (self.client_pages.is_empty() && self.to_free.is_empty() && self.allocated.is_empty())
+        {
             return Ok(());
         }
         self.check_frees_let_go()?;
-        if self.client_pages.is_empty() {
-            return Ok(());
-        }
         let page_count = self.page_count();
         let allocated: HashSet<PageId> = self.allocated.iter().copied().collect();
         let changed: Vec<PageId> = self.client_pages.iter().copied().collect();
@@ -347,6 +346,32 @@ impl Txn {
             }
             if page::page_type(&img) == Some(PageType::BTreeLeaf) {
                 self.check_siblings(p, &img)?;
+            }
+        }
+        // A page the transaction allocated and keeps must be linked from
+        // somewhere, or it leaks: a large-object page or a B+-tree node
+        // below a root from a page it changed (a slotted page, a B+-tree
+        // root, hold objects or are named by the catalog).
+        let kept: Vec<PageId> = allocated
+            .iter()
+            .copied()
+            .filter(|p| !self.to_free.contains(p))
+            .collect();
+        for p in kept {
+            if parent_after.contains_key(&p) {
+                continue;
+            }
+            let img = self.current_image(p)?;
+            let dangling = match page::page_type(&img) {
+                Some(PageType::LargeIndex | PageType::LargeData) => true,
+                Some(PageType::BTreeLeaf | PageType::BTreeInner) => !btree::page_links(&img).is_ok_and(|l| l.root),
+                _ => false,
+            };
+            if dangling {
+                return Err(link_refusal(
+                    p,
+                    "the transaction allocated it and no page links to it: it would leak".into(),
+                ));
             }
         }
         for (c, p) in before_links {
