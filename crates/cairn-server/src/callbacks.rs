@@ -507,18 +507,7 @@ impl Callbacks {
                     .collect();
                 silent.sort_unstable_by_key(|c| c.0);
                 silent.dedup();
-                let mut result = Ok(silent);
-                for (id, ..) in ids {
-                    if let Some(Outstanding {
-                        outcome: Some(Err(e)), ..
-                    }) = t.outstanding.remove(id)
-                    {
-                        if result.is_ok() {
-                            result = Err(e);
-                        }
-                    }
-                }
-                return result;
+                return take_outcomes(&mut t, ids).map(|()| silent);
             }
             t = self
                 .answered
@@ -526,18 +515,7 @@ impl Callbacks {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        let mut result = Ok(Vec::new());
-        for (id, ..) in ids {
-            if let Some(Outstanding {
-                outcome: Some(Err(e)), ..
-            }) = t.outstanding.remove(id)
-            {
-                if result.is_ok() {
-                    result = Err(e);
-                }
-            }
-        }
-        result
+        take_outcomes(&mut t, ids).map(|()| Vec::new())
     }
 
     /// A client's answer to callback `id` for `key` and `epoch`: grants
@@ -715,6 +693,23 @@ impl Callbacks {
             }
         }
     }
+}
+
+/// Removes the callbacks of `ids` from the table; the first answer that
+/// failed is the writer's error.
+fn take_outcomes(t: &mut MutexGuard<'_, Table>, ids: &[(u64, Resource, ClientId, u64)]) -> Result<(), Error> {
+    let mut result = Ok(());
+    for (id, ..) in ids {
+        if let Some(Outstanding {
+            outcome: Some(Err(e)), ..
+        }) = t.outstanding.remove(id)
+        {
+            if result.is_ok() {
+                result = Err(e);
+            }
+        }
+    }
+    result
 }
 
 #[cfg(test)]

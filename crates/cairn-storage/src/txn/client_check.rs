@@ -305,7 +305,6 @@ impl Txn {
         {
             return Ok(());
         }
-        self.check_frees_let_go()?;
         let page_count = self.page_count();
         let allocated: HashSet<PageId> = self.allocated.iter().copied().collect();
         let changed: Vec<PageId> = self.client_pages.iter().copied().collect();
@@ -324,6 +323,7 @@ impl Txn {
             }
             own_before.insert(p, links.into_iter().collect());
         }
+        self.check_frees_let_go(&before_links)?;
         let mut parent_after: HashMap<PageId, PageId> = HashMap::new();
         for &p in &changed {
             if self.to_free.contains(&p) {
@@ -393,20 +393,10 @@ impl Txn {
     /// allowed to change the schema (dropping an index). A FREE of a page
     /// still in use — another client's objects, a leaf under an unchanged
     /// parent — would lose data or leave a dangling link.
-    fn check_frees_let_go(&mut self) -> Result<()> {
-        let page_count = self.page_count();
+    /// `before_links`: every page a changed or freed page linked to before,
+    /// with that parent ([`Txn::check_client_links`] reads them once).
+    fn check_frees_let_go(&mut self, before_links: &HashMap<PageId, PageId>) -> Result<()> {
         let freed: Vec<PageId> = self.to_free.iter().copied().collect();
-        let mut parents: HashSet<PageId> = HashSet::new();
-        let sources: Vec<PageId> = self.client_pages.iter().chain(self.to_free.iter()).copied().collect();
-        for p in sources {
-            if self.allocated.contains(&p) {
-                continue;
-            }
-            let img = self.committed_image(p)?;
-            if let Ok(links) = child_links(&img, p, page_count) {
-                parents.extend(links.into_iter().map(|(c, _)| c));
-            }
-        }
         let may_drop_roots = self.may_change_schema();
         for p in freed {
             if self.allocated.contains(&p) {
@@ -431,7 +421,7 @@ impl Txn {
                 return Err(refuse(
                     "it is a B+-tree root; only a session that may change the schema drops an index".into(),
                 ));
-            } else if tree_or_large && !root && !parents.contains(&p) {
+            } else if tree_or_large && !root && !before_links.contains_key(&p) {
                 return Err(refuse(
                     "nothing the transaction changed or freed linked to it: its parent still does".into(),
                 ));
