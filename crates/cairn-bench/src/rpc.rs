@@ -1,4 +1,4 @@
-//! `cairn bench rpc`: PRIMA's Remote Cooperation System measurement (BENCHMARKS.md, "RPC").
+//! `cairn bench rpc`: PRIMA's Remote Cooperation System measurement (`docs/benchmarks.md`, "RPC").
 //!
 //! N empty tasks from client processes to a server that replies at once, keeping K tasks in
 //! flight per client (PRIMA's Figure 4.1 loop: invoke K, then one new invocation per result),
@@ -59,7 +59,7 @@ pub struct RpcOptions {
 }
 
 impl RpcOptions {
-    /// The full run of BENCHMARKS.md.
+    /// The full run (`docs/benchmarks.md`).
     pub fn full(exe: PathBuf) -> RpcOptions {
         RpcOptions {
             exe,
@@ -74,7 +74,7 @@ impl RpcOptions {
     }
 }
 
-/// `cairn bench rpc`'s arguments; the defaults are the full run of BENCHMARKS.md.
+/// `cairn bench rpc`'s arguments; the defaults are the full run of `docs/benchmarks.md`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct RpcArgs {
     /// Tasks per measurement (over all client processes).

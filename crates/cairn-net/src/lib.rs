@@ -1,4 +1,4 @@
-//! Cairn's wire protocol and RPC layer (DESIGN.md §6, PRIMA's Remote Cooperation System).
+//! Cairn's wire protocol and RPC layer (`docs/protocol.md`; PRIMA's Remote Cooperation System).
 //!
 //! - [`frame`]: the 32-byte frame header, checksums, and the incremental [`frame::FrameDecoder`].
 //! - [`message`]: the envelope's message kinds (handshake, requests, reply parts, final and error

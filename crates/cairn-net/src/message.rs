@@ -60,7 +60,7 @@ impl Kind {
     }
 }
 
-/// The client architecture a connection asks for (DESIGN.md §7). The RPC layer only carries it;
+/// The client architecture a connection asks for (ARCHITECTURE.md, the four client kinds). The RPC layer only carries it;
 /// the server's handler decides whether it serves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Architecture(pub u16);

@@ -1,5 +1,5 @@
 //! The Cairn server: sessions over `cairn-net`, serving the storage engine
-//! (`cairn-storage`) to page-server clients (DESIGN.md §7, §10).
+//! (`cairn-storage`) to page-server clients (ARCHITECTURE.md).
 //!
 //! [`run`] serves one listener until a shutdown future completes; `cairn
 //! serve` binds TCP and/or Unix listeners, runs one `run` per listener over

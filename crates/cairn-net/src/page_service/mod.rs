@@ -1,5 +1,5 @@
 //! The page service: what a page-server client asks of `cairn serve`
-//! (DESIGN.md §7, §10; `docs/protocol.md` has the byte diagrams).
+//! (`docs/protocol.md` has the byte diagrams).
 //!
 //! | kind | request body | final reply body |
 //! |---|---|---|

@@ -1,5 +1,5 @@
-//! The server's side of a remote transaction (a page-server client, DESIGN
-//! §10): the client runs the record, large-object and B+-tree code over
+//! The server's side of a remote transaction (a page-server client,
+//! ARCHITECTURE.md): the client runs the record, large-object and B+-tree code over
 //! pages it fetched, and at commit ships the PAGE redo records the embedded
 //! commit would have built. The server keeps one [`Txn`] per client
 //! transaction for its locks and allocations, and:

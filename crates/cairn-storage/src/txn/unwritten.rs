@@ -1,5 +1,5 @@
-//! The server's side of a file-server commit (DeWitt et al. §2.4; DESIGN.md
-//! §7): the client writes the pages, the server takes the log.
+//! The server's side of a file-server commit (DeWitt et al. §2.4;
+//! ARCHITECTURE.md): the client writes the pages, the server takes the log.
 //!
 //! A file-server client reads and writes volume pages itself, in the shared
 //! volume file; the server grants its locks, allocates its pages and logs

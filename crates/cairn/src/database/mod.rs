@@ -85,7 +85,7 @@ pub struct Options {
     /// `cairn_storage::record::object::READ_WHOLE_LEN_MAX`, also applies).
     pub object_bytes_max: u64,
     /// [`Database::connect`] only: which workstation–server architecture
-    /// the client uses (DeWitt et al.; DESIGN.md §7). [`Arch::Adaptive`]
+    /// the client uses (DeWitt et al.; ARCHITECTURE.md). [`Arch::Adaptive`]
     /// by default.
     pub arch: Arch,
     /// [`Database::connect`] with [`Arch::Adaptive`] only: when it fetches

@@ -1,4 +1,4 @@
-//! The page-server client (DeWitt et al. §2.3; DESIGN.md §7, §10): a
+//! The page-server client (DeWitt et al. §2.3; ARCHITECTURE.md): a
 //! [`Backend`] over a `cairn serve` connection.
 //!
 //! Objects, large objects and B+-trees run here, in the client, over pages
