@@ -3,6 +3,7 @@
 //! following a reference against the in-memory floor.
 
 pub mod acob;
+pub mod attack;
 pub mod commit;
 pub mod connect;
 pub mod oo1;

@@ -195,6 +195,10 @@ enum BenchCommand {
     /// Opening a session: plain, with a SCRAM-SHA-256 login, and with the
     /// login inside TLS, as µs per connection and ratios to plain.
     Connect(cairn_bench::connect::ConnectArgs),
+    /// An honest client's commit rate while another attacks the server
+    /// within the rules (trickled frames, idle connections, lock waits,
+    /// open transactions, silent callbacks), as ratios to no attack.
+    Attack(cairn_bench::attack::AttackArgs),
     /// A client process of `bench rpc` (started by it; commands on stdin).
     #[command(hide = true)]
     RpcClient(cairn_bench::rpc::ClientArgs),
@@ -267,6 +271,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Rpc(args),
         } => cairn_bench::rpc::cli_main(&args).map_err(Into::into),
+        Command::Bench {
+            which: BenchCommand::Attack(args),
+        } => cairn_bench::attack::cli_main(&args).map_err(Into::into),
         Command::Bench {
             which: BenchCommand::Connect(args),
         } => cairn_bench::connect::cli_main(&args).map_err(Into::into),

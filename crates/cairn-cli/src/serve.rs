@@ -68,7 +68,7 @@ pub struct FileConfig {
     pub callback_rights_max: usize,
     /// Transactions open at once on the server.
     pub txns_max: usize,
-    /// Requests that may wait running at once on the server, and per session.
+    /// Requests that may block a thread (not lock waits) running at once on the server.
     pub waiting_max: usize,
     /// The same, for one session.
     pub waiting_per_session_max: usize,
@@ -103,7 +103,8 @@ impl Default for FileConfig {
 /// and the time after which it may fail one more), `handshakes_per_address_max`
 /// (connections of one address in their handshake at once), `txns_max` (transactions
 /// open at once on the server), `waiting_max` and `waiting_per_session_max`
-/// (requests that may wait running at once, on the server and per session;
+/// (requests that may block a thread — a callback, I/O, a commit; not a lock
+/// wait, which is parked — running at once, on the server and per session;
 /// past either a request is refused with LIMIT). An unknown key or a bad number is an error
 /// naming the line.
 pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {

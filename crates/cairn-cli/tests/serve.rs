@@ -377,6 +377,29 @@ fn a_client_that_never_answers_a_callback_is_ended_and_the_writer_goes_on() {
         fetch(&writer, w, oid.page, true).unwrap();
         call(&writer, &PageRequest::Abort { txn: w }).unwrap();
     }
+    // The silent client's address is barred from rights for a while: it
+    // reconnects and reads the page again, but gets no right to cache it,
+    // so it cannot hold up the next writer as well.
+    let again = server.client().unwrap();
+    let t = begin(&again);
+    let parts = call(
+        &again,
+        &PageRequest::Fetch {
+            txn: t,
+            mode: FETCH_S | FETCH_CACHE,
+            group: NO_GROUP,
+            pages: vec![(oid.page.0, 0)],
+        },
+    )
+    .unwrap();
+    let part = Fetched::decode(&parts[0]).unwrap();
+    assert_eq!(part.status, FetchStatus::Image);
+    assert_eq!(part.cover, 0, "no right for a barred address");
+    call(&again, &PageRequest::Abort { txn: t }).unwrap();
+    let w = begin(&writer);
+    fetch(&writer, w, oid.page, true).expect("nobody to call back");
+    call(&writer, &PageRequest::Abort { txn: w }).unwrap();
+    call(&again, &PageRequest::Volume).expect("the barred session was not called back, so not ended");
     drop(writer);
     assert!(server.stop().success());
 }
@@ -409,14 +432,22 @@ fn a_read_is_served_only_under_a_lock_or_a_right() {
     assert!(server.stop().success());
 }
 
-/// One session's requests that wait (here: lock waits) are bounded, so it
-/// cannot take every blocking thread of the server: past
-/// `waiting_per_session_max` its requests are refused with LIMIT at once,
-/// and another client's commit goes through while its waits stand. (Every
-/// lock wait used to hold a thread: 768 waits from one client grew the
-/// server to 516 threads and slowed a bystander's commit to seconds.)
+/// The threads of process `pid` now.
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// Lock waits park in the lock manager's queue and hold no thread: 600
+/// FETCH waits pipelined by one session, far past the bound on a session's
+/// requests running on threads (`waiting_per_session_max`, 4 here), all
+/// wait, none is refused; the server gains no thread while they stand; a
+/// bystander commits meanwhile; and each is granted once the holder lets
+/// go. (Every lock wait used to hold a thread: 768 waits from one client
+/// grew the server to 516 threads and 754 MB; then the bound refused all
+/// but a session's first 128.)
 #[test]
-fn one_sessions_waiting_requests_are_bounded_and_a_bystander_commits() {
+fn lock_waits_park_without_threads_and_a_bystander_commits() {
+    const WAITS: usize = 600;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let oid = setup(&path);
@@ -431,15 +462,34 @@ fn one_sessions_waiting_requests_are_bounded_and_a_bystander_commits() {
     };
     assert_ne!(other.page, oid.page);
     let config = dir.path().join("serve.conf");
-    std::fs::write(&config, "lock_timeout_ms = 60000\nwaiting_per_session_max = 4\n").unwrap();
+    std::fs::write(&config, "lock_timeout_ms = 600000\nwaiting_per_session_max = 4\n").unwrap();
     let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
+    let pid = server.child.id();
     let holder = server.client().unwrap();
     let h = begin(&holder);
     fetch(&holder, h, oid.page, true).unwrap();
+    // The bystander's page is read once, so its commit below needs no read.
+    let bystander = server.client().unwrap();
+    let b = begin(&bystander);
+    let image = fetch(&bystander, b, other.page, true).unwrap();
+    let idle = threads_of(pid);
+    assert!(idle > 0, "the server's threads are readable");
 
-    // Ten lock waits from one session, pipelined.
+    // The threads the server has at most while the waits stand.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                most = most.max(threads_of(pid));
+                std::thread::yield_now();
+            }
+            most.max(threads_of(pid))
+        })
+    };
     let attacker = server.client().unwrap();
-    let calls: Vec<_> = (0..10)
+    let calls: Vec<_> = (0..WAITS)
         .map(|_| {
             let (kind, body) = PageRequest::Fetch {
                 txn: begin(&attacker),
@@ -463,10 +513,8 @@ fn one_sessions_waiting_requests_are_bounded_and_a_bystander_commits() {
         (attacker, codes)
     });
 
-    // A bystander changes another page and commits while the waits stand.
-    let bystander = server.client().unwrap();
-    let b = begin(&bystander);
-    let image = fetch(&bystander, b, other.page, true).unwrap();
+    // The bystander changes its page and commits while the waits stand
+    // (none can be granted before the holder lets go).
     let after = change(&image, 5, 6);
     let rec = redo::page_record(TxnId(b), other.page, Some(&image), &after);
     call(
@@ -478,12 +526,71 @@ fn one_sessions_waiting_requests_are_bounded_and_a_bystander_commits() {
     )
     .expect("the bystander commits");
 
-    // The holder lets go; the four that waited get their locks.
+    // The holder lets go; every wait gets its lock.
     call(&holder, &PageRequest::Abort { txn: h }).unwrap();
     let (_attacker, codes) = outcomes.join().unwrap();
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let most = sampler.join().unwrap();
     let granted = codes.iter().filter(|c| c.is_none()).count();
-    let limited = codes.iter().filter(|c| **c == Some(ErrorCode::LIMIT)).count();
-    assert_eq!((granted, limited), (4, 6), "{codes:?}");
+    assert_eq!(granted, WAITS, "{:?}", codes.iter().flatten().collect::<Vec<_>>());
+    // A blocking thread lingers seconds after its last task, so one a wait
+    // took would still be counted at the end. The commit may take one or
+    // two; a thread per wait would be hundreds.
+    assert!(
+        most <= idle + 8,
+        "{most} threads at most, {idle} idle, for {WAITS} waits"
+    );
+    assert!(server.stop().success());
+}
+
+/// A request that holds a thread while it waits (here a FETCH X waiting
+/// for a client that does not answer its callback) counts against the
+/// session's bound (`waiting_per_session_max`): past it, the next such
+/// request is refused with LIMIT at once instead of taking a thread.
+#[test]
+fn requests_waiting_on_threads_are_bounded_per_session() {
+    use cairn_net::page_service::{FETCH_CACHE, FETCH_S, FETCH_X, NO_GROUP};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let config = dir.path().join("serve.conf");
+    std::fs::write(&config, "lock_timeout_ms = 3000\nwaiting_per_session_max = 1\n").unwrap();
+    let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
+    // A client caches the page and will never answer a callback.
+    let silent = server.client().unwrap();
+    let t = begin(&silent);
+    let fetched = PageRequest::Fetch {
+        txn: t,
+        mode: FETCH_S | FETCH_CACHE,
+        group: NO_GROUP,
+        pages: vec![(oid.page.0, 0)],
+    };
+    call(&silent, &fetched).unwrap();
+    call(&silent, &PageRequest::Abort { txn: t }).unwrap();
+    // Two writers' FETCH X from one session, pipelined: each must call the
+    // page back, which holds a thread; the bound lets one.
+    let writer = server.client().unwrap();
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let (kind, body) = PageRequest::Fetch {
+                txn: begin(&writer),
+                mode: FETCH_X,
+                group: NO_GROUP,
+                pages: vec![(oid.page.0, 0)],
+            }
+            .encode();
+            writer.invoke(kind, body).unwrap()
+        })
+        .collect();
+    let codes: Vec<Option<ErrorCode>> = calls
+        .into_iter()
+        .map(|c| match c.collect() {
+            Ok(_) => None,
+            Err(NetError::Remote(f)) => Some(f.code),
+            Err(e) => panic!("{e}"),
+        })
+        .collect();
+    assert!(codes.contains(&Some(ErrorCode::LIMIT)), "{codes:?}");
     assert!(server.stop().success());
 }
 

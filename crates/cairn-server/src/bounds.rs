@@ -5,16 +5,19 @@
 //!   entries, private pages' index, the session's entry) until it ends; a
 //!   session may have [`crate::TXNS_PER_SESSION_MAX`] open, and the server
 //!   [`ServerConfig::txns_max`] in all. One more is refused with LIMIT.
-//! - **requests that may wait** (a lock wait, a callback, volume I/O, a
-//!   commit): each runs on a thread of tokio's blocking pool for as long as
-//!   it waits. The server runs at most [`ServerConfig::waiting_max`] of them
-//!   at once and one session at most [`ServerConfig::waiting_per_session_max`];
-//!   past either the request is refused with LIMIT at once (a retryable
-//!   condition for the client), so one client's thousand lock waits cannot
-//!   take every thread, and a bystander's request always finds one.
+//! - **requests that may block** (a callback, volume I/O, a commit, a
+//!   B+-tree operation): each runs on a thread of tokio's blocking pool for
+//!   as long as it waits. The server runs at most
+//!   [`ServerConfig::waiting_max`] of them at once and one session at most
+//!   [`ServerConfig::waiting_per_session_max`]; past either the request is
+//!   refused with LIMIT at once (a retryable condition for the client), so
+//!   one client cannot take every thread, and a bystander's request always
+//!   finds one.
 //!
-//! Requests answered without waiting (a warm FETCH on the network thread)
-//! take no slot.
+//! Requests answered without blocking (a warm FETCH on the network thread)
+//! take no slot, and neither does a lock wait: it is parked in the lock
+//! manager's queue with no thread (`run_parking`), its request's slot given
+//! back until the lock is granted.
 //!
 //! [`ServerConfig::txns_max`]: crate::ServerConfig::txns_max
 //! [`ServerConfig::waiting_max`]: crate::ServerConfig::waiting_max

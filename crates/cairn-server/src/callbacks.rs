@@ -108,7 +108,28 @@ struct Table {
     next_epoch: u64,
     /// Rights held now, all clients (the entries of `by_client`'s sets).
     rights: usize,
+    /// Sessions opened from an address barred from rights ([`Bars`]): they
+    /// are served under locks alone.
+    no_rights: HashSet<ClientId>,
+    /// Addresses whose sessions were ended for not answering a callback.
+    bars: HashMap<String, Bar>,
 }
+
+/// An address barred from rights to cache: a session of it did not answer
+/// a callback in time. Its sessions opened before `until` get no right, so
+/// no writer waits on them; each new offence doubles the bar
+/// ([`SILENT_BAR_FIRST`], at most [`SILENT_BAR_MAX`]).
+#[derive(Debug, Clone, Copy)]
+struct Bar {
+    until: Instant,
+    strikes: u32,
+}
+
+/// How long an address goes without rights to cache after its first
+/// session ended for silence; each further one doubles it.
+pub const SILENT_BAR_FIRST: Duration = Duration::from_secs(60);
+/// The longest bar.
+pub const SILENT_BAR_MAX: Duration = Duration::from_secs(3600);
 
 impl Table {
     fn unregister(&mut self, client: ClientId, key: Resource, epoch: Option<u64>) {
@@ -221,6 +242,9 @@ pub struct CallbackStats {
     /// Sessions ended because they did not answer a callback within the
     /// lock timeout (their rights dropped, so the writer went on).
     pub sessions_ended_silent: u64,
+    /// Sessions opened from an address barred for such silence, served
+    /// without rights to cache.
+    pub sessions_without_rights: u64,
 }
 
 /// Default [`Callbacks::new`] bound: rights held at once by all clients
@@ -311,6 +335,9 @@ impl Callbacks {
             .iter()
             .map(|&key| {
                 if right_key(key).is_none() || t.other_writer(client, key) {
+                    return 0;
+                }
+                if !t.no_rights.is_empty() && t.no_rights.contains(&client) {
                     return 0;
                 }
                 let renewal = t.entries.get(&key).is_some_and(|r| r.cachers.contains_key(&client));
@@ -463,10 +490,17 @@ impl Callbacks {
     /// not just taking the right, is what keeps this safe: the client may
     /// be reading under the right, and a session that is gone can commit
     /// nothing it read.
+    ///
+    /// Its address is barred from rights for a while ([`Bar`]): a client
+    /// that reconnects at once to cache the page again cannot make the next
+    /// writer wait a lock timeout too.
     fn end_silent(&self, sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>, silent: &[ClientId], key: Resource) {
         for &client in silent {
-            tracing::warn!(client = client.0, %key, "ending a session that did not answer a callback in time");
-            if let Some(n) = sessions(client).and_then(|s| s.notifier.get().cloned()) {
+            let state = sessions(client);
+            let peer = state.as_ref().map_or("", |s| s.peer.as_str());
+            let bar = self.bar(peer);
+            tracing::warn!(client = client.0, %key, peer, bar_s = bar.as_secs(), "ending a session that did not answer a callback in time; its address gets no rights to cache for a while");
+            if let Some(n) = state.and_then(|s| s.notifier.get().cloned()) {
                 n.close(Fault::new(
                     ErrorCode::SESSION_ENDED,
                     format!("the session did not answer a callback for {key} within the lock timeout"),
@@ -620,10 +654,50 @@ impl Callbacks {
         lock(&self.stats).rights_given_back += n;
     }
 
+    /// Bars the address of `peer` from rights (another strike), and
+    /// returns for how long.
+    fn bar(&self, peer: &str) -> Duration {
+        let mut t = lock(&self.table);
+        let now = Instant::now();
+        let host = cairn_net::rpc::address_of(peer).to_string();
+        let strikes = t.bars.get(&host).map_or(0, |b| b.strikes) + 1;
+        let bar = SILENT_BAR_FIRST
+            .saturating_mul(1u32 << (strikes - 1).min(16))
+            .min(SILENT_BAR_MAX);
+        t.bars.insert(
+            host,
+            Bar {
+                until: now + bar,
+                strikes,
+            },
+        );
+        // Bars that ended long ago are forgotten (they bound the table).
+        t.bars.retain(|_, b| b.until + SILENT_BAR_MAX > now);
+        bar
+    }
+
+    /// A session `client` opened from `peer`: false (and the session gets
+    /// no rights to cache; it is served under locks alone) if the address
+    /// is barred now.
+    pub fn session_opened(&self, client: ClientId, peer: &str) -> bool {
+        let mut t = lock(&self.table);
+        let barred = t
+            .bars
+            .get(cairn_net::rpc::address_of(peer))
+            .is_some_and(|b| b.until > Instant::now());
+        if barred {
+            t.no_rights.insert(client);
+            drop(t);
+            lock(&self.stats).sessions_without_rights += 1;
+        }
+        !barred
+    }
+
     /// A session ended: its rights go, and callbacks waiting for it are
     /// answered (its transactions were aborted, their locks released).
     pub fn session_closed(&self, client: ClientId) {
         let mut t = lock(&self.table);
+        t.no_rights.remove(&client);
         let keys = t.by_client.remove(&client).unwrap_or_default();
         for k in keys {
             t.unregister(client, k, None);
@@ -728,6 +802,7 @@ mod tests {
             txns_bound: crate::bounds::Bound::new("test transactions", 64),
             waiting: crate::bounds::Bound::new("test waiting requests", 64),
             unwritten: Mutex::default(),
+            turns: Mutex::default(),
         }
     }
 

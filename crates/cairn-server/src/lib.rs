@@ -121,9 +121,10 @@ pub struct ServerConfig {
     /// Transactions open at once on the whole server (`bounds.rs`); one
     /// more is refused with LIMIT.
     pub txns_max: usize,
-    /// Requests that may wait (a lock, a callback, I/O, a commit), each on a
-    /// blocking thread, running at once on the whole server; one more is
-    /// refused with LIMIT. Keep it below the runtime's blocking threads.
+    /// Requests that may block (a callback, I/O, a commit; not a lock wait,
+    /// which is parked without a thread), each on a blocking thread, running
+    /// at once on the whole server; one more is refused with LIMIT. Keep it
+    /// below the runtime's blocking threads.
     pub waiting_max: usize,
     /// The same bound for one session, so one client cannot take them all.
     pub waiting_per_session_max: usize,
@@ -262,9 +263,53 @@ pub struct SessionState {
     /// File-server commits whose pages the client has not reported written,
     /// by the client's transaction id (they hold their locks).
     unwritten: Mutex<HashMap<u64, Unwritten>>,
+    /// Per transaction with a request in flight, the gate its requests pass
+    /// one at a time ([`SessionState::turn`]).
+    turns: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A request's turn in its transaction ([`SessionState::turn`]); the next
+/// request of the transaction goes on when it drops.
+struct Turn<'a> {
+    state: &'a SessionState,
+    txn: u64,
+    gate: Arc<tokio::sync::Mutex<()>>,
+    _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut turns = lock(&self.state.turns);
+        // The map's, this turn's and its guard's: nobody else waits.
+        if Arc::strong_count(&self.gate) <= 3 {
+            turns.remove(&self.txn);
+        }
+    }
 }
 
 impl SessionState {
+    /// Waits, without a thread, until no other request of the client's
+    /// transaction `txn` is in flight, and returns this request's turn:
+    /// a transaction's requests run one at a time, in arrival order (the
+    /// gate is FIFO), as a transaction makes one lock request at a time. A
+    /// request whose lock wait is parked ([`run_parking`]) keeps its turn
+    /// while it waits.
+    pub(crate) async fn turn(&self, txn: u64) -> Turn<'_> {
+        let gate = lock(&self.turns).entry(txn).or_default().clone();
+        let held = gate.clone().lock_owned().await;
+        Turn {
+            state: self,
+            txn,
+            gate,
+            _held: held,
+        }
+    }
+
+    /// The transaction the client calls `id`, if it is open.
+    fn txn(&self, id: u64) -> Option<Arc<Mutex<Txn>>> {
+        lock(&self.txns).get(&id).map(|e| e.txn.clone())
+    }
+
     /// The transaction the client calls `id`, begun now if it is new.
     fn txn_or_begin(&self, db: &Db, id: u64) -> Result<(TxnId, Arc<Mutex<Txn>>), Error> {
         if id == 0 {
@@ -398,6 +443,65 @@ async fn run_blocking<T: Send + 'static>(
     .map_err(|e| Fault::new(ErrorCode::INTERNAL, format!("request task failed: {e}")))
 }
 
+/// Runs `f`, a request whose lock requests come before its changes, as
+/// [`run_blocking`] does, with its transaction's lock waits parked: when a
+/// lock must wait, `f` returns (giving its thread and its waiting slot
+/// back) and the request waits here, as a future in the lock manager's
+/// queue, up to the lock timeout; then `f` runs again and finds the lock
+/// held. A thousand waiting requests so hold a thousand queue entries, not
+/// a thousand threads. No reference to the transaction is kept while it
+/// waits, so an ABORT or a closed session ends it, and the wait with it.
+pub(crate) async fn run_parking<T: Send + 'static>(
+    core: &Arc<Core>,
+    state: &Arc<SessionState>,
+    txn: u64,
+    f: impl Fn(&Core, &SessionState) -> Result<T, Fault> + Send + Sync + Clone + 'static,
+) -> Result<T, Fault> {
+    loop {
+        let (c, s, g) = (core.clone(), state.clone(), f.clone());
+        let refused = match run_blocking(core, state, move || g(&c, &s)).await? {
+            Ok(answer) => return Ok(answer),
+            Err(refused) => refused,
+        };
+        if !await_parked(core, state, txn).await? {
+            return Err(refused);
+        }
+    }
+}
+
+/// Awaits the lock request the client's transaction `txn` parked, if it
+/// parked one ([`Txn::take_parked`]): `Ok(false)` if it did not (the
+/// request failed for another reason), `Ok(true)` once the lock is held,
+/// or the error that ended the wait (a deadlock victim, a timeout, the
+/// transaction ended).
+pub(crate) async fn await_parked(core: &Core, state: &SessionState, txn: u64) -> Result<bool, Fault> {
+    let Some(t) = state.txn(txn) else {
+        return Ok(false);
+    };
+    let parked = lock(&t).take_parked();
+    drop(t);
+    let Some(mut parked) = parked else {
+        return Ok(false);
+    };
+    let request = parked.request();
+    let outcome = match tokio::time::timeout(core.db.lock_timeout(), parked.wait()).await {
+        Ok(outcome) => outcome,
+        Err(_) => parked.time_out(),
+    };
+    let t = state.txn(txn).ok_or_else(|| fault(Error::TxnNotActive(TxnId(txn))))?;
+    let r = lock(&t).finish_parked(request, outcome);
+    r.map_err(fault)?;
+    Ok(true)
+}
+
+/// Runs `f` on `t` with its lock waits parked ([`Txn::set_parking`]).
+pub(crate) fn parking<R>(t: &mut Txn, f: impl FnOnce(&mut Txn) -> R) -> R {
+    t.set_parking(true);
+    let r = f(t);
+    t.set_parking(false);
+    r
+}
+
 /// Whether a READ of `page` is the session's to make (see the READ arm).
 fn may_read(core: &Core, state: &SessionState, page: PageId) -> bool {
     if core.callbacks.has_right(state.client, Resource::Page(page)) {
@@ -467,7 +571,11 @@ impl Handler for PageServer {
                 self.core.waiting_per_session_max,
             ),
             unwritten: Mutex::new(HashMap::new()),
+            turns: Mutex::new(HashMap::new()),
         });
+        if !self.core.callbacks.session_opened(client, peer) {
+            tracing::warn!(peer, client = client.0, "session from an address barred from rights to cache (a session of it did not answer a callback): served under locks alone");
+        }
         lock(&self.core.sessions).insert(client, state.clone());
         Ok(Session { state })
     }
@@ -504,16 +612,31 @@ impl Handler for PageServer {
                  service)",
             ));
         }
+        // One request of a transaction at a time (an ABORT goes past: it
+        // ends a parked wait of the transaction instead of queueing
+        // behind it).
+        let _turn = match req.txn() {
+            Some(txn) if !matches!(req, PageRequest::Abort { .. }) => Some(session.state.turn(txn).await),
+            _ => None,
+        };
         // A read that needs no wait is answered here, on the network
         // thread: handing it to a blocking thread and back cost about
         // 90 µs of the ~150 µs a cold page fetch took (docs/benchmarks.md).
-        let outcome = match serve_without_waiting(&self.core, &session.state, &req) {
+        let outcome = match self.without_waiting(&session.state, &req).await? {
             Some(answer) => answer,
-            None => {
-                let core = self.core.clone();
-                let state = session.state.clone();
-                run_blocking(&self.core, &session.state, move || serve(&core, &state, req)).await?
-            }
+            None => match req {
+                // Their lock waits are parked, holding no thread.
+                PageRequest::Fetch { txn, .. }
+                | PageRequest::Free { txn, .. }
+                | PageRequest::Lock {
+                    txn, try_only: false, ..
+                } => Ok(run_parking(&self.core, &session.state, txn, move |c, s| serve(c, s, req.clone())).await?),
+                req => {
+                    let core = self.core.clone();
+                    let state = session.state.clone();
+                    run_blocking(&self.core, &session.state, move || serve(&core, &state, req)).await?
+                }
+            },
         };
         match outcome? {
             Answer::Body(body) => Ok(Bytes::from(body)),
@@ -561,17 +684,51 @@ enum Answer {
     Parts(Vec<Vec<u8>>),
 }
 
+impl PageServer {
+    /// [`serve_without_waiting`], with its lock waits parked: when a lock of
+    /// the request must wait it is queued, the wait awaited here (no thread
+    /// held), and the request tried again.
+    async fn without_waiting(
+        &self,
+        state: &SessionState,
+        req: &PageRequest,
+    ) -> Result<Option<Result<Answer, Fault>>, Fault> {
+        loop {
+            match serve_without_waiting(&self.core, state, req) {
+                Some(Err(refused)) => match req.txn() {
+                    Some(txn) if await_parked(&self.core, state, txn).await? => continue,
+                    _ => return Ok(Some(Err(refused))),
+                },
+                answer => return Ok(answer),
+            }
+        }
+    }
+}
+
 /// Answers `req` if it can be done without waiting for anything but a
-/// short in-memory critical section: a FETCH (to read, or to write a page no
-/// other client caches, so nobody is called back) whose every page is
-/// lockable at once and in the server's buffer pool. `None` otherwise, and
-/// the request goes to [`serve`] on a thread that may block; what was done
+/// short in-memory critical section or a lock: a FETCH (to read, or to
+/// write a page no other client caches, so nobody is called back) whose
+/// every page is in the server's buffer pool, or a LOCK that calls nobody
+/// back. A lock that must wait is parked: the answer is then
+/// [`Error::LockParked`], and the parked request is the transaction's to
+/// await ([`PageServer::without_waiting`]). `None` otherwise, and the
+/// request goes to [`serve`] on a thread that may block; what was done
 /// here by then (a transaction begun, locks taken, rights granted) is what
 /// [`serve`] would do first anyway, so it is not done twice.
 fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -> Option<Result<Answer, Fault>> {
     if let PageRequest::Release { rights } = req {
         give_back(core, state, rights);
         return Some(Ok(Answer::Body(Vec::new())));
+    }
+    if let PageRequest::Lock {
+        txn,
+        resource,
+        id,
+        mode,
+        try_only,
+    } = *req
+    {
+        return lock_without_waiting(core, state, txn, lock_request(resource, id, mode), try_only);
     }
     let PageRequest::Fetch {
         txn,
@@ -615,6 +772,59 @@ fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -
     Some(Ok(Answer::Parts(parts)))
 }
 
+/// The resource and mode a LOCK request names.
+fn lock_request(resource: u8, id: u32, mode: u8) -> (Resource, LockMode) {
+    let res = if resource == RESOURCE_PAGE {
+        Resource::Page(PageId(id))
+    } else {
+        Resource::Group(GroupId(id))
+    };
+    let mode = match mode {
+        LOCK_MODE_IS => LockMode::IS,
+        LOCK_MODE_IX => LockMode::IX,
+        LOCK_MODE_S => LockMode::S,
+        LOCK_MODE_SIX => LockMode::SIX,
+        _ => LockMode::X,
+    };
+    (res, mode)
+}
+
+/// A LOCK answered on the network thread (see [`serve_without_waiting`]):
+/// if no other client caches the page it would let this one change, and
+/// (for the file server) the page needs no write-back. A wait parks.
+fn lock_without_waiting(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    (res, mode): (Resource, LockMode),
+    try_only: bool,
+) -> Option<Result<Answer, Fault>> {
+    let (_, t) = match state.txn_or_begin(&core.db, txn) {
+        Ok(x) => x,
+        Err(e) => return Some(Err(fault(e))),
+    };
+    let mut t = t.try_lock().ok()?;
+    let _mark = match res {
+        Resource::Page(_) if !LockMode::S.covers(mode) => Some(core.callbacks.try_mark(state.client, res, true)?),
+        _ => None,
+    };
+    let granted = if try_only {
+        t.try_lock_resource(res, mode)
+    } else {
+        t.lock_or_park(res, mode)
+    };
+    match granted {
+        // Refused for now (try) or needing a callback (not parked): the
+        // slow path does what is left.
+        Ok(false) if !try_only => None,
+        Ok(granted) => match res {
+            Resource::Page(p) if granted && state.file && core.db.needs_write_back(p) => None,
+            _ => Some(Ok(Answer::Body(vec![u8::from(granted)]))),
+        },
+        Err(e) => Some(Err(fault(e))),
+    }
+}
+
 /// Runs one request on a blocking thread.
 fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, Fault> {
     let db = &*core.db;
@@ -631,7 +841,9 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             let mut parts = Vec::with_capacity(pages.len());
             for (p, lsn) in pages {
                 let page = PageId(p);
-                let part = fetch_one(core, state, server_id, &mut t, page, mode, GroupId(group), lsn, true);
+                let part = parking(&mut t, |t| {
+                    fetch_one(core, state, server_id, t, page, mode, GroupId(group), lsn, true)
+                });
                 match part.map_err(fault)? {
                     Some(part) => parts.push(part),
                     None => {
@@ -675,7 +887,7 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             let (server_id, t) = txn_of(txn)?;
             let mut t = lock(&t);
             let _mark = core.call_back(state.client, server_id, PageId(page)).map_err(fault)?;
-            t.free(PageId(page)).map_err(fault)?;
+            parking(&mut t, |t| t.free(PageId(page))).map_err(fault)?;
             Ok(Answer::Body(Vec::new()))
         }
         PageRequest::Stage { txn, records } => {
@@ -751,18 +963,7 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             mode,
             try_only,
         } => {
-            let res = if resource == RESOURCE_PAGE {
-                Resource::Page(PageId(id))
-            } else {
-                Resource::Group(GroupId(id))
-            };
-            let mode = match mode {
-                LOCK_MODE_IS => LockMode::IS,
-                LOCK_MODE_IX => LockMode::IX,
-                LOCK_MODE_S => LockMode::S,
-                LOCK_MODE_SIX => LockMode::SIX,
-                _ => LockMode::X,
-            };
+            let (res, mode) = lock_request(resource, id, mode);
             let (server_id, t) = txn_of(txn)?;
             let mut t = lock(&t);
             let _mark = match res {
@@ -774,7 +975,7 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             let granted = if try_only {
                 t.try_lock_resource(res, mode).map_err(fault)?
             } else {
-                t.lock_resource(res, mode).map_err(fault)?;
+                parking(&mut t, |t| t.lock_resource(res, mode)).map_err(fault)?;
                 true
             };
             if let (true, true, Resource::Page(p)) = (state.file, granted, res) {
@@ -937,9 +1138,13 @@ fn fetch_one(
             },
             _ => return Ok(None),
         };
+        // A lock wait parks here (`Error::LockParked`), with no thread.
+        let m = if mode == FETCH_X { LockMode::X } else { LockMode::S };
+        if !t.lock_or_park(Resource::Page(id), m)? {
+            return Ok(None);
+        }
         if state.file {
-            let m = if mode == FETCH_X { LockMode::X } else { LockMode::S };
-            if !t.try_lock_resource(Resource::Page(id), m)? || core.db.needs_write_back(id) {
+            if core.db.needs_write_back(id) {
                 return Ok(None);
             }
             part.status = FetchStatus::Locked;

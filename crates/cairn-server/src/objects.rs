@@ -57,13 +57,18 @@ pub(crate) async fn handle(
     req: ObjectRequest,
     reply: &Replier,
 ) -> Result<Bytes, Fault> {
-    let internal = |e: String| Fault::new(ErrorCode::INTERNAL, e);
     if let ObjectRequest::Release { rights } = req {
         // In memory only: here on the network thread, as the page
         // server's RELEASE (a blocking thread would cost more than it).
         give_back(core, state, rights);
         return Ok(Bytes::new());
     }
+    // One request of a transaction at a time (an ABORT goes past: it ends
+    // a parked wait of the transaction instead of queueing behind it).
+    let _turn = match req.txn() {
+        Some(txn) if !matches!(req, ObjectRequest::Abort { .. }) => Some(state.turn(txn).await),
+        _ => None,
+    };
     if let ObjectRequest::Fetch { txn, mode, oids } = req {
         if mode == OBJ_S_PAGE_AHEAD {
             // The pages in the pool here, the rest on a blocking thread.
@@ -96,31 +101,59 @@ pub(crate) async fn handle(
             if let Some(answer) = fetch_pages_without_waiting(core, state, txn, &oids) {
                 return answer.map(Bytes::from);
             }
-            let (c, s) = (core.clone(), state.clone());
-            return crate::run_blocking(core, state, move || fetch_pages(&c, &s, txn, &oids))
-                .await?
-                .map(Bytes::from);
+            let oids = Arc::new(oids);
+            let fetch = move |c: &Core, s: &SessionState| fetch_pages(c, s, txn, &oids);
+            return crate::run_parking(core, state, txn, fetch).await.map(Bytes::from);
         }
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, Fault>>(64);
-        let (c, s) = (core.clone(), state.clone());
-        let slots = (
-            core.waiting.take().map_err(crate::fault)?,
-            state.waiting.take().map_err(crate::fault)?,
-        );
-        let task = tokio::task::spawn_blocking(move || {
-            fetch(&c, &s, txn, mode, &oids, &tx);
-            drop(slots);
-        });
-        while let Some(part) = rx.recv().await {
-            reply.part(part?).await.map_err(|e| internal(e.to_string()))?;
-        }
-        task.await.map_err(|e| internal(format!("request task failed: {e}")))?;
-        return Ok(Bytes::new());
+        return fetch_streamed(core, state, txn, mode, oids, reply).await;
     }
     let (c, s) = (core.clone(), state.clone());
     crate::run_blocking(core, state, move || serve(&c, &s, req))
         .await?
         .map(Bytes::from)
+}
+
+/// OBJ_FETCH (S or X, one part per object) on a blocking thread, each part
+/// sent as it is read. An object lock that must wait parks: the thread
+/// returns, the wait is awaited here without one, and the fetch goes on
+/// from that object.
+async fn fetch_streamed(
+    core: &Arc<Core>,
+    state: &Arc<SessionState>,
+    txn: u64,
+    mode: u8,
+    oids: Vec<[u8; OID_BYTES]>,
+    reply: &Replier,
+) -> Result<Bytes, Fault> {
+    let internal = |e: String| Fault::new(ErrorCode::INTERNAL, e);
+    let oids = Arc::new(oids);
+    let mut from = 0;
+    loop {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, Fault>>(64);
+        let (c, s, o) = (core.clone(), state.clone(), oids.clone());
+        let slots = (
+            core.waiting.take().map_err(crate::fault)?,
+            state.waiting.take().map_err(crate::fault)?,
+        );
+        let task = tokio::task::spawn_blocking(move || {
+            let parked_at = fetch(&c, &s, txn, mode, &o[from..], &tx).map(|i| from + i);
+            drop(slots);
+            parked_at
+        });
+        while let Some(part) = rx.recv().await {
+            reply.part(part?).await.map_err(|e| internal(e.to_string()))?;
+        }
+        let parked_at = task.await.map_err(|e| internal(format!("request task failed: {e}")))?;
+        match parked_at {
+            None => return Ok(Bytes::new()),
+            Some(at) => {
+                if !crate::await_parked(core, state, txn).await? {
+                    return Err(internal(format!("the fetch of object {at} parked no lock request")));
+                }
+                from = at;
+            }
+        }
+    }
 }
 
 /// OBJ_RELEASE: the client gave these rights up.
@@ -131,7 +164,9 @@ fn give_back(core: &Core, state: &SessionState, rights: Vec<(RightKey, u64)>) {
 
 /// OBJ_FETCH: locks (S, or X for [`OBJ_X`]) and reads each object in turn,
 /// sending each part as it is read; an error is sent in place of the rest.
-/// ([`OBJ_S_PAGE`] is [`fetch_pages`].)
+/// A lock that must wait is parked: the index of that object is returned,
+/// nothing sent for it ([`fetch_streamed`] goes on from there). ([`OBJ_S_PAGE`]
+/// is [`fetch_pages`].)
 fn fetch(
     core: &Core,
     state: &SessionState,
@@ -139,17 +174,21 @@ fn fetch(
     mode: u8,
     oids: &[[u8; OID_BYTES]],
     out: &tokio::sync::mpsc::Sender<Result<Vec<u8>, Fault>>,
-) {
+) -> Option<usize> {
     let t = match state.txn_or_begin(&core.db, txn) {
         Ok((_, t)) => t,
         Err(e) => {
             let _ = out.blocking_send(Err(fault(e)));
-            return;
+            return None;
         }
     };
     let mut t = lock(&t);
-    for o in oids {
-        let part = read_one(&mut t, oid_of(o), mode == OBJ_X).map(|(len, bytes)| {
+    for (i, o) in oids.iter().enumerate() {
+        let read = crate::parking(&mut t, |t| read_one(t, oid_of(o), mode == OBJ_X));
+        if matches!(read, Err(Error::LockParked { .. })) {
+            return Some(i);
+        }
+        let part = read.map(|(len, bytes)| {
             let right = if mode == OBJ_X {
                 0
             } else {
@@ -159,9 +198,10 @@ fn fetch(
         });
         let failed = part.is_err();
         if out.blocking_send(part.map_err(fault)).is_err() || failed {
-            return;
+            return None;
         }
     }
+    None
 }
 
 /// [`fetch_pages`] if it needs no wait: every page named in the server's
@@ -376,7 +416,8 @@ fn fetch_pages(core: &Core, state: &SessionState, txn: u64, oids: &[[u8; OID_BYT
     }
     let mut reads = Vec::with_capacity(oids.len());
     for o in oids {
-        let (len, bytes) = read_one(&mut t, oid_of(o), false).map_err(fault)?;
+        // A lock wait parks (`run_parking` runs this again then).
+        let (len, bytes) = crate::parking(&mut t, |t| read_one(t, oid_of(o), false)).map_err(fault)?;
         reads.push((oid_of(o), len, bytes));
     }
     page_batch(core, state, &mut t, reads).map_err(fault)

@@ -128,6 +128,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// A lock request of a transaction set to park its waits
+    /// ([`crate::Txn::set_parking`]) was parked in the lock manager's queue
+    /// instead of waiting: the caller (a server) takes it with
+    /// [`crate::Txn::take_parked`], awaits it without a thread, and runs the
+    /// request again. Never sent to a client as such.
+    #[error("{txn}'s request for {mode} on {resource} waits in the lock queue")]
+    LockParked {
+        /// The waiting transaction.
+        txn: TxnId,
+        /// The resource asked for.
+        resource: String,
+        /// The mode asked for.
+        mode: String,
+    },
+
     /// The transaction may not make this change: a server session whose
     /// role does not allow it ([`crate::txn::Restriction`]).
     #[error("permission denied: {0}")]

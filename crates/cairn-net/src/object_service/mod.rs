@@ -381,6 +381,27 @@ fn oid(r: &mut Reader<'_>) -> Result<[u8; OID_BYTES], MessageError> {
 }
 
 impl ObjectRequest {
+    /// The client transaction the request runs in, if it names one.
+    pub fn txn(&self) -> Option<u64> {
+        match self {
+            ObjectRequest::Fetch { txn, .. }
+            | ObjectRequest::Create { txn, .. }
+            | ObjectRequest::Commit { txn, .. }
+            | ObjectRequest::Flush { txn, .. }
+            | ObjectRequest::Method { txn, .. }
+            | ObjectRequest::Abort { txn }
+            | ObjectRequest::Scan { txn, .. }
+            | ObjectRequest::TreeOpen { txn, .. }
+            | ObjectRequest::TreeCreate { txn, .. }
+            | ObjectRequest::TreeApply { txn, .. }
+            | ObjectRequest::TreeGet { txn, .. }
+            | ObjectRequest::TreeRange { txn, .. }
+            | ObjectRequest::TreeDestroy { txn, .. }
+            | ObjectRequest::ReadRange { txn, .. } => Some(*txn),
+            ObjectRequest::CallbackReply(_) | ObjectRequest::Release { .. } => None,
+        }
+    }
+
     /// The request's kind and body.
     pub fn encode(&self) -> (Kind, Vec<u8>) {
         let mut out = Vec::new();

@@ -345,6 +345,28 @@ pub struct CallbackReply {
 }
 
 impl PageRequest {
+    /// The client transaction the request runs in, if it names one.
+    pub fn txn(&self) -> Option<u64> {
+        match self {
+            PageRequest::Fetch { txn, .. }
+            | PageRequest::Allocate { txn, .. }
+            | PageRequest::Free { txn, .. }
+            | PageRequest::Commit { txn, .. }
+            | PageRequest::Stage { txn, .. }
+            | PageRequest::Abort { txn }
+            | PageRequest::Lock { txn, .. }
+            | PageRequest::GroupPages { txn, .. }
+            | PageRequest::Written { txn, .. } => Some(*txn),
+            PageRequest::Volume
+            | PageRequest::Groups
+            | PageRequest::Group { .. }
+            | PageRequest::Read { .. }
+            | PageRequest::CallbackReply(_)
+            | PageRequest::Release { .. }
+            | PageRequest::VolumeFile => None,
+        }
+    }
+
     /// The request's kind and body.
     pub fn encode(&self) -> (Kind, Vec<u8>) {
         let mut out = Vec::new();

@@ -90,7 +90,7 @@ impl Throttle {
 
 /// The address a peer's failures are counted under: a TCP peer's IP without its port (a new
 /// connection gets a new port); anything else (a Unix socket) as it is.
-pub(crate) fn address_of(peer: &str) -> &str {
+pub fn address_of(peer: &str) -> &str {
     match peer.rsplit_once(':') {
         Some((ip, port)) if !port.is_empty() && port.bytes().all(|c| c.is_ascii_digit()) => ip,
         _ => peer,

@@ -11,4 +11,5 @@ pub mod server;
 pub use crate::transport::{ClientTls, TlsRoots};
 pub use client::{Call, Client, ClientOptions, Login, Part};
 #[cfg(feature = "server")]
+pub use login::address_of;
 pub use server::{run, Handler, Limits, Notifier, Replier, Request};

@@ -3,7 +3,10 @@
 //! described in the [module docs](super).
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use super::graph::find_cycle;
@@ -55,6 +58,23 @@ enum Outcome {
     Victim,
 }
 
+impl Outcome {
+    /// What the waiter of `res` gets for this decision.
+    fn result(self, owner: LockOwner, res: Resource) -> Result<()> {
+        match self {
+            Outcome::Granted => Ok(()),
+            Outcome::Cancelled => Err(Error::TxnNotActive(owner.txn)),
+            Outcome::Victim => Err(Error::Deadlock {
+                txn: owner.txn,
+                cycle: format!(
+                    "{owner} waited (for {res}) on a writer that waits for a page {owner} \
+                     read under its client's callback right"
+                ),
+            }),
+        }
+    }
+}
+
 /// An owner that holds or waits for something.
 #[derive(Debug)]
 struct OwnerState {
@@ -64,6 +84,8 @@ struct OwnerState {
     wait: Option<(Resource, Ticket)>,
     /// Where its waiting thread sleeps; only that thread waits on it.
     wakeup: Arc<Condvar>,
+    /// The task to wake instead, when its wait is parked ([`LockWait`]).
+    waker: Option<Waker>,
 }
 
 impl OwnerState {
@@ -72,6 +94,16 @@ impl OwnerState {
             held: Default::default(),
             wait: None,
             wakeup: Arc::new(Condvar::new()),
+            waker: None,
+        }
+    }
+
+    /// Wakes whoever waits for this owner's request to be decided: its
+    /// sleeping thread, or the task polling its parked [`LockWait`].
+    fn wake(&mut self) {
+        self.wakeup.notify_all();
+        if let Some(w) = self.waker.take() {
+            w.wake();
         }
     }
 }
@@ -171,19 +203,8 @@ impl LockManager {
         let deadline = start.checked_add(timeout);
         loop {
             // A decision taken while we slept wins over the timeout.
-            match t.outcomes.remove(&ticket) {
-                Some(Outcome::Granted) => return Ok(()),
-                Some(Outcome::Cancelled) => return Err(Error::TxnNotActive(owner.txn)),
-                Some(Outcome::Victim) => {
-                    return Err(Error::Deadlock {
-                        txn: owner.txn,
-                        cycle: format!(
-                            "{owner} waited (for {res}) on a writer that waits for a page {owner} \
-                             read under its client's callback right"
-                        ),
-                    })
-                }
-                None => {}
+            if let Some(outcome) = t.outcomes.remove(&ticket) {
+                return outcome.result(owner, res);
             }
             // No outcome: the request is still in its queue.
             let now = Instant::now();
@@ -204,6 +225,44 @@ impl LockManager {
             };
             t = wakeup.wait_timeout(t, left).unwrap_or_else(PoisonError::into_inner).0;
         }
+    }
+
+    /// Locks `res` in `mode` for `owner` with no thread waiting for it:
+    /// `Ok(None)` if granted now (or already covered); otherwise the request
+    /// is queued exactly as [`LockManager::lock_timeout`] queues it (FIFO,
+    /// conversions ahead, a deadlock search through it, the requester the
+    /// victim) and `Ok(Some(wait))`: a [`LockWait`] future that resolves
+    /// when the request is decided. A server parks its clients' lock waits
+    /// this way, so a thousand waits hold a thousand small table entries,
+    /// not a thousand threads.
+    ///
+    /// Errors: as [`LockManager::lock_timeout`], at once ([`Error::Deadlock`],
+    /// [`Error::InvalidArgument`]); the timeout is the caller's
+    /// ([`LockWait::time_out`]).
+    pub fn park(self: &Arc<Self>, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<LockWait>> {
+        let mut t = self.lock_table();
+        let Some(target) = t.begin_request(owner, res, mode)? else {
+            return Ok(None);
+        };
+        if t.grant_now(owner, res, target) {
+            return Ok(None);
+        }
+        let ticket = t.enqueue(owner, res, target);
+        if let Some(cycle) = find_cycle(owner, |o| t.waits_for(o)) {
+            let cycle = t.describe_cycle(&cycle);
+            t.cancel(res, ticket);
+            t.stats.deadlocks += 1;
+            return Err(Error::Deadlock { txn: owner.txn, cycle });
+        }
+        Ok(Some(LockWait {
+            manager: Arc::clone(self),
+            owner,
+            res,
+            mode: target,
+            ticket,
+            start: Instant::now(),
+            done: false,
+        }))
     }
 
     /// Locks `res` in `mode` for `owner` only if that can be done now:
@@ -313,7 +372,7 @@ impl LockManager {
     pub fn release_all(&self, owner: LockOwner) {
         let mut t = self.lock_table();
         t.external.remove(&owner);
-        let Some(state) = t.owners.remove(&owner) else {
+        let Some(mut state) = t.owners.remove(&owner) else {
             return;
         };
         let mut touched: Vec<Resource> = Vec::with_capacity(state.held.len() + 1);
@@ -321,7 +380,7 @@ impl LockManager {
             let q = t.queues.get_mut(&res).expect("a waiter's queue exists");
             q.remove_waiting(ticket).expect("a waiter is in its queue");
             t.outcomes.insert(ticket, Outcome::Cancelled);
-            state.wakeup.notify_all();
+            state.wake();
             touched.push(res);
         }
         for res in state.held {
@@ -413,6 +472,97 @@ impl LockManager {
     }
 }
 
+/// A lock request parked in its queue by [`LockManager::park`], with no
+/// thread waiting for it. Polled as a future, it resolves when the request
+/// is decided: `Ok(())` granted; [`Error::Deadlock`] if the owner was made
+/// a victim while it waited; [`Error::TxnNotActive`] if
+/// [`LockManager::release_all`] ended the owner. Whoever decides it (a
+/// release, a cancel) wakes the polling task.
+///
+/// The wait has no deadline of its own: its holder calls
+/// [`LockWait::time_out`] when its timeout passes. Dropped undecided, the
+/// request is withdrawn from its queue (as a timeout, uncounted); dropped
+/// after it was granted, the lock stays held until the owner's
+/// `release_all`, as every lock.
+#[derive(Debug)]
+pub struct LockWait {
+    manager: Arc<LockManager>,
+    owner: LockOwner,
+    res: Resource,
+    mode: LockMode,
+    ticket: Ticket,
+    start: Instant,
+    done: bool,
+}
+
+impl LockWait {
+    /// The resource waited for.
+    pub fn resource(&self) -> Resource {
+        self.res
+    }
+
+    /// The mode the owner will hold once granted.
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// Gives up the wait at its timeout: the request leaves its queue (and
+    /// the requests it alone blocked are granted) and the answer is
+    /// [`Error::LockTimeout`] — unless it was decided first, and then that
+    /// decision is the answer.
+    pub fn time_out(mut self) -> Result<()> {
+        self.done = true;
+        let mut t = self.manager.lock_table();
+        if let Some(outcome) = t.outcomes.remove(&self.ticket) {
+            return outcome.result(self.owner, self.res);
+        }
+        t.cancel(self.res, self.ticket);
+        t.stats.timeouts += 1;
+        Err(Error::LockTimeout {
+            txn: self.owner.txn,
+            resource: self.res.to_string(),
+            mode: self.mode.to_string(),
+            waited_ms: u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+}
+
+impl Future for LockWait {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(Err(Error::InvalidArgument(format!(
+                "the wait of {} for {} was polled after it ended",
+                this.owner, this.res
+            ))));
+        }
+        let mut t = this.manager.lock_table();
+        if let Some(outcome) = t.outcomes.remove(&this.ticket) {
+            this.done = true;
+            return Poll::Ready(outcome.result(this.owner, this.res));
+        }
+        // Undecided, so still queued: its owner is in the table.
+        if let Some(state) = t.owners.get_mut(&this.owner) {
+            state.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for LockWait {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut t = self.manager.lock_table();
+        if t.outcomes.remove(&self.ticket).is_none() {
+            t.cancel(self.res, self.ticket);
+        }
+    }
+}
+
 impl Table {
     /// Counts a request and works out what it asks for: `Ok(None)` if the
     /// owner already holds a mode covering `mode`, else the mode it will hold
@@ -490,7 +640,7 @@ impl Table {
         state.held.insert(res);
         if held.covers(request.mode) {
             state.wait = None;
-            state.wakeup.notify_all();
+            state.wake();
             self.outcomes.insert(ticket, Outcome::Granted);
         } else {
             request.converting = true;
@@ -519,7 +669,7 @@ impl Table {
         q.remove_waiting(ticket).expect("a waiter is in its queue");
         let state = self.owners.get_mut(&owner).expect("a waiter is an owner");
         state.wait = None;
-        state.wakeup.notify_all();
+        state.wake();
         self.outcomes.insert(ticket, Outcome::Victim);
         self.stats.deadlocks += 1;
         self.settle(res);
@@ -552,6 +702,7 @@ impl Table {
         let r = q.remove_waiting(ticket).expect("a waiter is in its queue");
         let state = self.owners.get_mut(&r.owner).expect("a waiter is an owner");
         state.wait = None;
+        state.waker = None;
         if state.held.is_empty() {
             self.owners.remove(&r.owner);
         }
@@ -573,7 +724,7 @@ impl Table {
             state.wait = None;
             state.held.insert(res);
             self.outcomes.insert(r.ticket, Outcome::Granted);
-            state.wakeup.notify_all();
+            state.wake();
         }
     }
 

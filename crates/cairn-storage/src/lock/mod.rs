@@ -149,6 +149,6 @@ mod resource;
 #[cfg(test)]
 mod tests;
 
-pub use manager::{LockManager, LockOptions, LockStats};
+pub use manager::{LockManager, LockOptions, LockStats, LockWait};
 pub use mode::LockMode;
 pub use resource::{LockOwner, Resource};

@@ -946,3 +946,123 @@ fn lock_ahead_raises_a_weaker_mode_held() {
     m.check_invariants();
     m.release_all(o(2));
 }
+
+// ---- parked waits (no thread per wait) -------------------------------------
+
+/// A waker that counts its wakes, so a test can poll a [`LockWait`] by
+/// hand and see exactly when it was woken.
+#[derive(Default)]
+struct CountingWaker(AtomicU64);
+
+impl std::task::Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn poll_wait(w: &mut LockWait, waker: &Arc<CountingWaker>) -> std::task::Poll<crate::Result<()>> {
+    let waker = std::task::Waker::from(waker.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    std::future::Future::poll(std::pin::Pin::new(w), &mut cx)
+}
+
+#[test]
+fn a_parked_wait_is_queued_woken_once_by_the_release_and_then_granted() {
+    let m = manager();
+    assert!(m.park(o(1), page(1), X).unwrap().is_none(), "granted at once");
+    let mut w = m.park(o(2), page(1), S).unwrap().expect("it must wait");
+    assert_eq!((w.resource(), w.mode()), (page(1), S));
+    let wakes = Arc::new(CountingWaker::default());
+    assert!(poll_wait(&mut w, &wakes).is_pending());
+    assert_eq!(m.waiters(&page(1)), vec![(o(2), S)]);
+    m.check_invariants();
+    m.release_all(o(1));
+    assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "the release woke it");
+    match poll_wait(&mut w, &wakes) {
+        std::task::Poll::Ready(r) => r.unwrap(),
+        std::task::Poll::Pending => panic!("granted, yet pending"),
+    }
+    assert_eq!(m.held_mode(o(2), &page(1)), Some(S));
+    assert_eq!(m.stats().waits, 1);
+    drop(w);
+    assert_eq!(m.held_mode(o(2), &page(1)), Some(S), "a granted lock outlives its wait");
+    m.check_invariants();
+}
+
+#[test]
+fn a_parked_wait_that_closes_a_cycle_is_refused_at_once() {
+    let m = manager();
+    m.lock(o(1), page(1), X).unwrap();
+    m.lock(o(2), page(2), X).unwrap();
+    let _w1 = m.park(o(1), page(2), X).unwrap().expect("1 waits for 2");
+    let err = m.park(o(2), page(1), X).unwrap_err();
+    assert!(matches!(err, Error::Deadlock { .. }), "{err}");
+    assert_eq!(m.stats().deadlocks, 1);
+    // One request at a time: 1 waits already.
+    assert!(matches!(m.park(o(1), page(3), S), Err(Error::InvalidArgument(_))));
+    m.check_invariants();
+}
+
+#[test]
+fn a_timed_out_or_dropped_parked_wait_leaves_its_queue_and_lets_those_behind_it_go() {
+    let m = manager();
+    m.lock(o(1), page(1), S).unwrap();
+    let w2 = m.park(o(2), page(1), X).unwrap().expect("X waits for S");
+    // 3's S queues behind the waiting X (FIFO).
+    let mut w3 = m.park(o(3), page(1), S).unwrap().expect("S queues behind X");
+    let wakes = Arc::new(CountingWaker::default());
+    assert!(poll_wait(&mut w3, &wakes).is_pending());
+    let err = w2.time_out().unwrap_err();
+    assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
+    assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "3 was granted when 2 left");
+    assert!(matches!(poll_wait(&mut w3, &wakes), std::task::Poll::Ready(Ok(()))));
+    assert_eq!(m.stats().timeouts, 1);
+    // A wait dropped undecided withdraws its request, uncounted.
+    let w4 = m.park(o(4), page(1), X).unwrap().expect("X waits for two S");
+    drop(w4);
+    assert_eq!(m.waiters(&page(1)), vec![]);
+    assert_eq!(m.stats().timeouts, 1);
+    m.check_invariants();
+}
+
+#[test]
+fn a_parked_wait_decided_before_its_timeout_keeps_that_decision() {
+    let m = manager();
+    m.lock(o(1), page(1), X).unwrap();
+    let w = m.park(o(2), page(1), S).unwrap().expect("waits");
+    m.release_all(o(1));
+    w.time_out().expect("granted before the timeout was taken");
+    assert_eq!(m.held_mode(o(2), &page(1)), Some(S));
+    // Its owner ended while it waited: TxnNotActive.
+    let mut w = m.park(o(3), page(1), X).unwrap().expect("waits for 2");
+    let wakes = Arc::new(CountingWaker::default());
+    assert!(poll_wait(&mut w, &wakes).is_pending());
+    m.release_all(o(3));
+    assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+    assert!(matches!(
+        poll_wait(&mut w, &wakes),
+        std::task::Poll::Ready(Err(Error::TxnNotActive(_)))
+    ));
+    m.check_invariants();
+}
+
+#[test]
+fn a_thousand_parked_waits_need_no_thread_and_are_granted_in_queue_order() {
+    let m = manager();
+    m.lock(o(0), page(1), X).unwrap();
+    let wakes = Arc::new(CountingWaker::default());
+    let mut waits: Vec<LockWait> = (1..=1000)
+        .map(|i| m.park(o(i), page(1), S).unwrap().expect("waits for the X"))
+        .collect();
+    for w in &mut waits {
+        assert!(poll_wait(w, &wakes).is_pending());
+    }
+    assert_eq!(m.waiters(&page(1)).len(), 1000);
+    m.release_all(o(0));
+    assert_eq!(wakes.0.load(Ordering::SeqCst), 1000, "each woken once");
+    for w in &mut waits {
+        assert!(matches!(poll_wait(w, &wakes), std::task::Poll::Ready(Ok(()))));
+    }
+    assert_eq!(m.holders(&page(1)).len(), 1000);
+    m.check_invariants();
+}

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 
 use crate::error::Result;
 use crate::ids::{GroupId, PageId, TxnId};
-use crate::lock::{LockMode, LockOwner, Resource};
+use crate::lock::{LockMode, LockOwner, LockWait, Resource};
 use crate::page::PageType;
 
 use super::Txn;
@@ -52,6 +52,16 @@ pub trait Backend: Send + Sync {
     /// Takes `res` in `mode` if no other owner is in the way; false if one
     /// is (nothing waits).
     fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool>;
+    /// Takes `res` in `mode` without a thread waiting for it, where the
+    /// backend can (a server's clients' transactions, [`Txn::set_parking`]):
+    /// granted now, parked in the lock manager's queue, or
+    /// [`Parking::MustBlock`] when the request cannot be parked (it would
+    /// first have to wait for callbacks); the caller then takes it with
+    /// [`Backend::lock`]. The default can never park.
+    fn park_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Parking> {
+        let _ = (owner, res, mode);
+        Ok(Parking::MustBlock)
+    }
 
     /// Calls `f` with the committed image of page `id` (never a
     /// transaction's private copy). The caller holds a lock on the page.
@@ -151,6 +161,70 @@ pub trait Backend: Send + Sync {
     /// Counts an object-level change that escalated to its page's X lock
     /// (no room could be reserved on the page for its growth).
     fn note_escalated(&self) {}
+}
+
+/// What [`Backend::park_lock`] did.
+#[derive(Debug)]
+pub enum Parking {
+    /// The lock is held now.
+    Granted,
+    /// The request waits in its queue; nothing holds a thread for it.
+    Parked(ParkedLock),
+    /// It cannot be parked; take it with [`Backend::lock`].
+    MustBlock,
+}
+
+/// A lock request of a transaction parked by [`Backend::park_lock`]: the
+/// queued request ([`LockWait`]) and what must be held until the request is
+/// over (the write-lock hook's guard, which keeps other clients from taking
+/// a right to cache the resource meanwhile). Its holder awaits
+/// [`ParkedLock::wait`], or calls [`ParkedLock::time_out`] when its timeout
+/// passes, and hands the outcome to [`Txn::finish_parked`].
+#[derive(Debug)]
+pub struct ParkedLock {
+    wait: LockWait,
+    guard: GuardBox,
+}
+
+/// The hook's guard, opaque.
+struct GuardBox(crate::txn::HookGuard);
+
+impl std::fmt::Debug for GuardBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "GuardBox(held)"
+        } else {
+            "GuardBox(none)"
+        })
+    }
+}
+
+impl ParkedLock {
+    /// A parked request, with the guard to hold until it is over.
+    pub fn new(wait: LockWait, guard: crate::txn::HookGuard) -> ParkedLock {
+        ParkedLock {
+            wait,
+            guard: GuardBox(guard),
+        }
+    }
+
+    /// The resource waited for and the mode asked.
+    pub fn request(&self) -> (Resource, LockMode) {
+        (self.wait.resource(), self.wait.mode())
+    }
+
+    /// The wait, to await (see [`LockWait`]).
+    pub fn wait(&mut self) -> &mut LockWait {
+        &mut self.wait
+    }
+
+    /// Gives up at the timeout ([`LockWait::time_out`]).
+    pub fn time_out(self) -> Result<()> {
+        let ParkedLock { wait, guard } = self;
+        let r = wait.time_out();
+        drop(guard);
+        r
+    }
 }
 
 /// Per group, the page the next insert tries first: a hint shared by a

@@ -131,7 +131,7 @@ pub(crate) struct Shared {
     pub(super) pool: Arc<BufferPool>,
     pub(super) wal: Arc<Wal>,
     pub(super) sink: LogSink,
-    pub(super) locks: LockManager,
+    pub(super) locks: Arc<LockManager>,
     pub(super) next_txn: Arc<AtomicU64>,
     pub(super) fill: super::backend::FillPages,
     /// Pages allocated by transactions still running: others must not put
@@ -405,9 +405,9 @@ impl Db {
             pool,
             wal,
             sink,
-            locks: LockManager::new(LockOptions {
+            locks: Arc::new(LockManager::new(LockOptions {
                 timeout: opts.lock_timeout,
-            }),
+            })),
             next_txn,
             fill: super::backend::FillPages::default(),
             pending_alloc: Mutex::new(HashMap::new()),

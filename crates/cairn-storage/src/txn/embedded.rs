@@ -36,6 +36,16 @@ impl Backend for Shared {
         self.locks.try_lock(owner, res, mode)
     }
 
+    fn park_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<super::Parking> {
+        let Some(guard) = self.before_page_write_lock(owner, res, mode, false)? else {
+            return Ok(super::Parking::MustBlock);
+        };
+        Ok(match self.locks.park(owner, res, mode)? {
+            None => super::Parking::Granted,
+            Some(wait) => super::Parking::Parked(super::ParkedLock::new(wait, guard)),
+        })
+    }
+
     fn read_committed(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()> {
         let g = self.pool.read(id)?;
         f(&g);

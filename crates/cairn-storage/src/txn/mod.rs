@@ -67,7 +67,7 @@ mod tests;
 mod transaction;
 mod unwritten;
 
-pub use backend::{Backend, FillPages};
+pub use backend::{Backend, FillPages, ParkedLock, Parking};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, WriteLockHook};
 pub use salvage::Salvaged;
 pub use transaction::{ProtectedPages, Restriction, Txn};

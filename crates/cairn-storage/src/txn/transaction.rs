@@ -60,6 +60,10 @@ pub struct Txn {
     /// A client's transaction: its pages and frees are checked before the
     /// commit is logged ([`Txn::set_client_checked`], `client_check.rs`).
     pub(super) client_checked: bool,
+    /// Lock waits are parked, not waited for ([`Txn::set_parking`]).
+    parking: bool,
+    /// The lock request parked by the last [`Error::LockParked`].
+    parked: Option<super::ParkedLock>,
 }
 
 /// Which pages a [`Restriction`] protects: `Some(why)` for a page the
@@ -125,6 +129,8 @@ impl Txn {
             client_pages: BTreeSet::new(),
             restriction: Restriction::default(),
             client_checked: false,
+            parking: false,
+            parked: None,
         }
     }
 
@@ -284,15 +290,100 @@ impl Txn {
             return Ok(());
         }
         self.check_allowed(res, mode)?;
+        if self.parking && self.park(res, mode)? {
+            return Ok(());
+        }
         if let Err(e) = self.db.lock(self.owner, res, mode) {
             // A deadlock victim or a timed-out waiter must give its locks
             // up; whatever it was in the middle of stays half-done.
             self.doom_if_fatal(&e);
             return Err(e);
         }
+        self.note_held(res, mode);
+        Ok(())
+    }
+
+    /// Takes `res` in `mode` now, or parks the request: `Ok(true)` held,
+    /// [`Error::LockParked`] parked (see [`Txn::set_parking`]), `Ok(false)`
+    /// if it can be neither (it must first wait for callbacks: the caller
+    /// takes it where it may block). The caller checked the restriction.
+    fn park(&mut self, res: Resource, mode: LockMode) -> Result<bool> {
+        match self.db.park_lock(self.owner, res, mode) {
+            Ok(super::Parking::Granted) => {
+                self.note_held(res, mode);
+                Ok(true)
+            }
+            Ok(super::Parking::Parked(p)) => {
+                self.parked = Some(p);
+                Err(Error::LockParked {
+                    txn: self.id,
+                    resource: res.to_string(),
+                    mode: mode.to_string(),
+                })
+            }
+            Ok(super::Parking::MustBlock) => Ok(false),
+            Err(e) => {
+                self.doom_if_fatal(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes a lock now, or parks the request without waiting
+    /// ([`Error::LockParked`]; see [`Txn::set_parking`]), but never blocks:
+    /// `Ok(false)` (nothing held, nothing queued) when it could only be
+    /// taken by a request that may block (it must first wait for
+    /// callbacks). A server answers requests on its network threads with
+    /// it.
+    pub fn lock_or_park(&mut self, res: Resource, mode: LockMode) -> Result<bool> {
+        self.run(|t| {
+            if t.holds(res, mode) {
+                return Ok(true);
+            }
+            t.check_allowed(res, mode)?;
+            t.park(res, mode)
+        })
+    }
+
+    fn note_held(&mut self, res: Resource, mode: LockMode) {
         let m = self.held.entry(res).or_insert(mode);
         *m = m.sup(mode);
-        Ok(())
+    }
+
+    /// Parks lock waits instead of waiting for them (a server's client
+    /// transactions, so that a wait holds no thread): while on, a lock
+    /// request that must wait is queued in the lock manager and the
+    /// operation fails with [`Error::LockParked`], having changed nothing
+    /// (the lock is each such operation's first step). The caller takes the
+    /// request with [`Txn::take_parked`], awaits it, reports the outcome to
+    /// [`Txn::finish_parked`] and runs the operation again; it then finds
+    /// the lock held. Only operations that take their locks before they
+    /// change anything may run with parking on (a server's fetch and lock
+    /// requests): one that parked after a change would be doomed, as any
+    /// operation failing half-way.
+    pub fn set_parking(&mut self, on: bool) {
+        self.parking = on;
+    }
+
+    /// The request parked by the last [`Error::LockParked`], once.
+    pub fn take_parked(&mut self) -> Option<super::ParkedLock> {
+        self.parked.take()
+    }
+
+    /// Ends a parked request with its outcome: `Ok` records the lock held;
+    /// an error (a deadlock victim, a timeout, the owner ended) is returned,
+    /// and dooms the transaction as a lost wait always does.
+    pub fn finish_parked(&mut self, request: (Resource, LockMode), outcome: Result<()>) -> Result<()> {
+        match outcome {
+            Ok(()) => {
+                self.note_held(request.0, request.1);
+                Ok(())
+            }
+            Err(e) => {
+                self.doom_if_fatal(&e);
+                Err(e)
+            }
+        }
     }
 
     /// Dooms the transaction for an error that may have left it half-way
