@@ -45,7 +45,7 @@ use cairn_net::{Address, RequestId};
 #[derive(clap::Args, Debug, Clone)]
 pub struct AttackArgs {
     /// Commits the honest client makes per measurement.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 1000)]
     pub commits: usize,
     /// The server's lock timeout, which is also how long it waits for a
     /// client to answer a callback (ms).

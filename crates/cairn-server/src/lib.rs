@@ -294,15 +294,27 @@ impl SessionState {
     /// gate is FIFO), as a transaction makes one lock request at a time. A
     /// request whose lock wait is parked ([`run_parking`]) keeps its turn
     /// while it waits.
-    pub(crate) async fn turn(&self, txn: u64) -> Turn<'_> {
+    ///
+    /// A request that waited for a transaction that ended meanwhile (an
+    /// ABORT, which goes past the gate, or a failed COMMIT) is refused
+    /// with NOT_FOUND: it must not begin a new transaction under the old
+    /// name, which nobody would end.
+    pub(crate) async fn turn(&self, txn: u64) -> Result<Turn<'_>, Fault> {
+        let known = lock(&self.txns).get(&txn).map(|e| e.id);
         let gate = lock(&self.turns).entry(txn).or_default().clone();
         let held = gate.clone().lock_owned().await;
-        Turn {
+        let turn = Turn {
             state: self,
             txn,
             gate,
             _held: held,
+        };
+        if let Some(id) = known {
+            if lock(&self.txns).get(&txn).map(|e| e.id) != Some(id) {
+                return Err(fault(Error::TxnNotActive(id)));
+            }
         }
+        Ok(turn)
     }
 
     /// The transaction the client calls `id`, if it is open.
@@ -616,7 +628,7 @@ impl Handler for PageServer {
         // ends a parked wait of the transaction instead of queueing
         // behind it).
         let _turn = match req.txn() {
-            Some(txn) if !matches!(req, PageRequest::Abort { .. }) => Some(session.state.turn(txn).await),
+            Some(txn) if !matches!(req, PageRequest::Abort { .. }) => Some(session.state.turn(txn).await?),
             _ => None,
         };
         // A read that needs no wait is answered here, on the network

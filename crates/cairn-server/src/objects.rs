@@ -66,7 +66,7 @@ pub(crate) async fn handle(
     // One request of a transaction at a time (an ABORT goes past: it ends
     // a parked wait of the transaction instead of queueing behind it).
     let _turn = match req.txn() {
-        Some(txn) if !matches!(req, ObjectRequest::Abort { .. }) => Some(state.turn(txn).await),
+        Some(txn) if !matches!(req, ObjectRequest::Abort { .. }) => Some(state.turn(txn).await?),
         _ => None,
     };
     if let ObjectRequest::Fetch { txn, mode, oids } = req {

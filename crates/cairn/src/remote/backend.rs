@@ -107,11 +107,7 @@ impl Backend for RemoteStore {
                 if others {
                     return Ok(false);
                 }
-                if let Some(c) = st.covers.get_mut(&p) {
-                    if !c.writers.contains(&owner.txn) {
-                        c.writers.push(owner.txn);
-                    }
-                }
+                st.add_writer(p, owner.txn);
             }
         }
         self.mark_on_server(owner.txn);
@@ -361,9 +357,7 @@ impl Backend for RemoteStore {
         self.start_ending(owner.txn);
         let view = {
             let mut st = lock(&self.state);
-            for c in st.covers.values_mut() {
-                c.writers.retain(|w| *w != owner.txn);
-            }
+            st.writer_ended(owner.txn);
             st.txns.remove(&owner.txn)
         };
         if view.is_some_and(|v| v.on_server && !v.ended_on_server) {

@@ -59,10 +59,6 @@ pub(super) struct Cover {
     /// What the FETCH that granted it said of the page; stable while the
     /// right lasts (a free or an allocation takes X, which calls it back).
     pub(super) facts: Facts,
-    /// Transactions of this client that asked for X on the page: until
-    /// they end the others go to the server (and wait there) instead of
-    /// reading under the right.
-    pub(super) writers: Vec<TxnId>,
 }
 
 /// What the transactions of a client and its callbacks share.
@@ -81,9 +77,40 @@ pub(super) struct ClientState {
     revoked: FxHashMap<PageId, u64>,
     /// FETCH requests (or prefetch batches) sent and not yet taken in.
     fetches_in_flight: usize,
+    /// Per page, the transactions of this client that asked for X on it
+    /// (from just before the request is sent until they end): the others
+    /// go to the server (and wait there) instead of reading the page under
+    /// a right, or they would read around that X and see its commit only
+    /// on the pages they read later. Kept apart from the rights: a right
+    /// taken in while the X is asked (a reader's FETCH crossing the
+    /// writer's) is covered too; a right kept only in the cover it came
+    /// with was not, and a reader read around the writer's X.
+    pub(super) writers: FxHashMap<PageId, Vec<TxnId>>,
 }
 
 impl ClientState {
+    /// Notes that `txn` asks for X on `id` (see [`ClientState::writers`]).
+    pub(super) fn add_writer(&mut self, id: PageId, txn: TxnId) {
+        let ws = self.writers.entry(id).or_default();
+        if !ws.contains(&txn) {
+            ws.push(txn);
+        }
+    }
+
+    /// Whether a transaction of this client other than `txn` asked for X
+    /// on `id` and has not ended.
+    pub(super) fn other_writer(&self, id: PageId, txn: TxnId) -> bool {
+        self.writers.get(&id).is_some_and(|ws| ws.iter().any(|w| *w != txn))
+    }
+
+    /// `txn` ended: it writes no page any more.
+    pub(super) fn writer_ended(&mut self, txn: TxnId) {
+        self.writers.retain(|_, ws| {
+            ws.retain(|w| *w != txn);
+            !ws.is_empty()
+        });
+    }
+
     /// A FETCH is about to be sent.
     fn fetch_started(&mut self) {
         self.fetches_in_flight += 1;
@@ -162,7 +189,7 @@ impl RemoteStore {
                 .collect();
             st.covers
                 .iter()
-                .filter(|(p, c)| c.writers.is_empty() && !read.contains(p))
+                .filter(|(p, _)| !st.writers.contains_key(p) && !read.contains(p))
                 .map(|(p, c)| (*p, c.epoch))
                 .collect()
         };
@@ -182,10 +209,8 @@ impl RemoteStore {
                     break;
                 }
                 // Unchanged since it was ranked, and still unread.
-                let unchanged = st
-                    .covers
-                    .get(&page)
-                    .is_some_and(|c| c.epoch == epoch && c.writers.is_empty());
+                let unchanged =
+                    st.covers.get(&page).is_some_and(|c| c.epoch == epoch) && !st.writers.contains_key(&page);
                 let read = st.txns.values().any(|v| v.locks.contains_key(&Resource::Page(page)));
                 if unchanged && !read {
                     st.covers.remove(&page);
@@ -221,11 +246,9 @@ impl RemoteStore {
         let readers: Vec<TxnId> = {
             let mut st = lock(&self.state);
             let st = &mut *st;
-            let Some(c) = st.covers.get_mut(&id) else {
+            st.add_writer(id, txn);
+            if !st.covers.contains_key(&id) {
                 return Ok(());
-            };
-            if !c.writers.contains(&txn) {
-                c.writers.push(txn);
             }
             let mut readers = Vec::new();
             for (t, v) in st.txns.iter_mut() {
@@ -279,7 +302,7 @@ impl RemoteStore {
         let Some(c) = st.covers.get(&id) else {
             return false;
         };
-        if c.writers.iter().any(|w| *w != txn) {
+        if st.other_writer(id, txn) {
             return false;
         }
         let facts = c.facts;
@@ -302,7 +325,7 @@ impl RemoteStore {
             let st = &mut *st;
             match st.covers.get(&id) {
                 Some(c) if c.epoch <= cb.epoch => {
-                    let writers = c.writers.clone();
+                    let writers = st.writers.get(&id).cloned().unwrap_or_default();
                     st.covers.remove(&id);
                     let mut users: Vec<TxnId> = Vec::new();
                     for (t, v) in st.txns.iter_mut() {
@@ -406,5 +429,33 @@ mod tests {
         let st = lock(&state);
         assert!(st.revoked.is_empty());
         assert_eq!(st.fetches_in_flight, 0);
+    }
+
+    /// A writer asks for X on a page this client holds no right to; a
+    /// reader's FETCH crossing it brings a right. The others must still not
+    /// read under that right until the writer ends: they read around its X
+    /// otherwise (the writer was kept in the cover it found, so a right
+    /// taken in after it asked did not know it, and a reader summed one
+    /// side of a transfer: `cache_coherence page_views_…`).
+    #[test]
+    fn a_writer_asked_before_the_right_arrived_still_keeps_readers_off_it() {
+        let mut st = ClientState::default();
+        let (page, writer, reader) = (PageId(7), TxnId(1), TxnId(2));
+        st.add_writer(page, writer);
+        st.covers.insert(
+            page,
+            Cover {
+                epoch: 3,
+                facts: Facts {
+                    in_use: true,
+                    group: None,
+                },
+            },
+        );
+        assert!(st.other_writer(page, reader), "the reader must go to the server");
+        assert!(!st.other_writer(page, writer), "the writer reads its own page");
+        st.writer_ended(writer);
+        assert!(!st.other_writer(page, reader));
+        assert!(st.writers.is_empty(), "nothing kept for a writer that ended");
     }
 }

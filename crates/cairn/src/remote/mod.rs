@@ -695,15 +695,7 @@ impl RemoteStore {
                 *held = held.sup(m);
             }
             if st.take_right(id, f.cover) {
-                let writers = st.covers.get(&id).map(|c| c.writers.clone()).unwrap_or_default();
-                st.covers.insert(
-                    id,
-                    Cover {
-                        epoch: f.cover,
-                        facts,
-                        writers,
-                    },
-                );
+                st.covers.insert(id, Cover { epoch: f.cover, facts });
             }
             // A page locked X comes with the right to cache it too (the
             // server calls back only other clients): until this writer
@@ -711,11 +703,7 @@ impl RemoteStore {
             // committed image under that right, or they would read around
             // its X and see its commit only on the pages they read later.
             if in_use && mode != FETCH_S {
-                if let Some(c) = st.covers.get_mut(&id) {
-                    if !c.writers.contains(&txn) {
-                        c.writers.push(txn);
-                    }
-                }
+                st.add_writer(id, txn);
             }
         }
         self.give_back_rights();
