@@ -432,6 +432,35 @@ fn a_read_is_served_only_under_a_lock_or_a_right() {
     assert!(server.stop().success());
 }
 
+/// `n` FETCHes of `page` in `mode`, each in a transaction of its own, all
+/// sent before any reply is read.
+fn pipelined_fetches(c: &Client, n: usize, page: cairn_storage::PageId, mode: u8) -> Vec<cairn_net::rpc::Call> {
+    (0..n)
+        .map(|_| {
+            let (kind, body) = PageRequest::Fetch {
+                txn: begin(c),
+                mode,
+                group: cairn_net::page_service::NO_GROUP,
+                pages: vec![(page.0, 0)],
+            }
+            .encode();
+            c.invoke(kind, body).unwrap()
+        })
+        .collect()
+}
+
+/// Each call's error code, `None` for a call answered without one.
+fn error_codes(calls: Vec<cairn_net::rpc::Call>) -> Vec<Option<ErrorCode>> {
+    calls
+        .into_iter()
+        .map(|c| match c.collect() {
+            Ok(_) => None,
+            Err(NetError::Remote(f)) => Some(f.code),
+            Err(e) => panic!("{e}"),
+        })
+        .collect()
+}
+
 /// The threads of process `pid` now.
 fn threads_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
@@ -489,27 +518,9 @@ fn lock_waits_park_without_threads_and_a_bystander_commits() {
         })
     };
     let attacker = server.client().unwrap();
-    let calls: Vec<_> = (0..WAITS)
-        .map(|_| {
-            let (kind, body) = PageRequest::Fetch {
-                txn: begin(&attacker),
-                mode: cairn_net::page_service::FETCH_S,
-                group: cairn_net::page_service::NO_GROUP,
-                pages: vec![(oid.page.0, 0)],
-            }
-            .encode();
-            attacker.invoke(kind, body).unwrap()
-        })
-        .collect();
+    let calls = pipelined_fetches(&attacker, WAITS, oid.page, cairn_net::page_service::FETCH_S);
     let outcomes = std::thread::spawn(move || {
-        let codes: Vec<Option<ErrorCode>> = calls
-            .into_iter()
-            .map(|c| match c.collect() {
-                Ok(_) => None,
-                Err(NetError::Remote(f)) => Some(f.code),
-                Err(e) => panic!("{e}"),
-            })
-            .collect();
+        let codes = error_codes(calls);
         (attacker, codes)
     });
 
@@ -570,26 +581,7 @@ fn requests_waiting_on_threads_are_bounded_per_session() {
     // Two writers' FETCH X from one session, pipelined: each must call the
     // page back, which holds a thread; the bound lets one.
     let writer = server.client().unwrap();
-    let calls: Vec<_> = (0..2)
-        .map(|_| {
-            let (kind, body) = PageRequest::Fetch {
-                txn: begin(&writer),
-                mode: FETCH_X,
-                group: NO_GROUP,
-                pages: vec![(oid.page.0, 0)],
-            }
-            .encode();
-            writer.invoke(kind, body).unwrap()
-        })
-        .collect();
-    let codes: Vec<Option<ErrorCode>> = calls
-        .into_iter()
-        .map(|c| match c.collect() {
-            Ok(_) => None,
-            Err(NetError::Remote(f)) => Some(f.code),
-            Err(e) => panic!("{e}"),
-        })
-        .collect();
+    let codes = error_codes(pipelined_fetches(&writer, 2, oid.page, FETCH_X));
     assert!(codes.contains(&Some(ErrorCode::LIMIT)), "{codes:?}");
     assert!(server.stop().success());
 }

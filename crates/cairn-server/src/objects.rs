@@ -746,14 +746,8 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
 /// The B+-tree requests: the tree is opened (and so checked) from its root
 /// for each, in the client's transaction.
 fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>, Error> {
-    let txn = match &req {
-        ObjectRequest::TreeOpen { txn, .. }
-        | ObjectRequest::TreeCreate { txn, .. }
-        | ObjectRequest::TreeApply { txn, .. }
-        | ObjectRequest::TreeGet { txn, .. }
-        | ObjectRequest::TreeRange { txn, .. }
-        | ObjectRequest::TreeDestroy { txn, .. } => *txn,
-        _ => return Err(Error::Internal("not a tree request".into())),
+    let Some(txn) = req.txn() else {
+        return Err(Error::Internal("not a tree request".into()));
     };
     let (_, t) = state.txn_or_begin(&core.db, txn)?;
     let mut t = lock(&t);

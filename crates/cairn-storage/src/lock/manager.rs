@@ -182,23 +182,11 @@ impl LockManager {
     ///   or a callback): an owner makes one request at a time.
     pub fn lock_timeout(&self, owner: LockOwner, res: Resource, mode: LockMode, timeout: Duration) -> Result<()> {
         let mut t = self.lock_table();
-        let Some(target) = t.begin_request(owner, res, mode)? else {
+        let Some((ticket, target)) = t.request(owner, res, mode)? else {
             return Ok(());
         };
-        if t.grant_now(owner, res, target) {
-            return Ok(());
-        }
         // The clock is read only by requests that wait.
         let start = Instant::now();
-
-        // Must wait: enqueue, then look for a cycle through the new edges.
-        let ticket = t.enqueue(owner, res, target);
-        if let Some(cycle) = find_cycle(owner, |o| t.waits_for(o)) {
-            let cycle = t.describe_cycle(&cycle);
-            t.cancel(res, ticket);
-            t.stats.deadlocks += 1;
-            return Err(Error::Deadlock { txn: owner.txn, cycle });
-        }
         let wakeup = Arc::clone(&t.owners[&owner].wakeup);
         let deadline = start.checked_add(timeout);
         loop {
@@ -240,20 +228,9 @@ impl LockManager {
     /// [`Error::InvalidArgument`]); the timeout is the caller's
     /// ([`LockWait::time_out`]).
     pub fn park(self: &Arc<Self>, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<LockWait>> {
-        let mut t = self.lock_table();
-        let Some(target) = t.begin_request(owner, res, mode)? else {
+        let Some((ticket, target)) = self.lock_table().request(owner, res, mode)? else {
             return Ok(None);
         };
-        if t.grant_now(owner, res, target) {
-            return Ok(None);
-        }
-        let ticket = t.enqueue(owner, res, target);
-        if let Some(cycle) = find_cycle(owner, |o| t.waits_for(o)) {
-            let cycle = t.describe_cycle(&cycle);
-            t.cancel(res, ticket);
-            t.stats.deadlocks += 1;
-            return Err(Error::Deadlock { txn: owner.txn, cycle });
-        }
         Ok(Some(LockWait {
             manager: Arc::clone(self),
             owner,
@@ -564,6 +541,28 @@ impl Drop for LockWait {
 }
 
 impl Table {
+    /// A lock request up to its wait: `Ok(None)` if granted now (or
+    /// already covered); else it is queued and a cycle is searched through
+    /// the new edges — closing one, it is withdrawn and the requester is
+    /// the victim ([`Error::Deadlock`]) — and its ticket and target mode are
+    /// returned.
+    fn request(&mut self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<(Ticket, LockMode)>> {
+        let Some(target) = self.begin_request(owner, res, mode)? else {
+            return Ok(None);
+        };
+        if self.grant_now(owner, res, target) {
+            return Ok(None);
+        }
+        let ticket = self.enqueue(owner, res, target);
+        if let Some(cycle) = find_cycle(owner, |o| self.waits_for(o)) {
+            let cycle = self.describe_cycle(&cycle);
+            self.cancel(res, ticket);
+            self.stats.deadlocks += 1;
+            return Err(Error::Deadlock { txn: owner.txn, cycle });
+        }
+        Ok(Some((ticket, target)))
+    }
+
     /// Counts a request and works out what it asks for: `Ok(None)` if the
     /// owner already holds a mode covering `mode`, else the mode it will hold
     /// once granted. Refuses an owner that already waits.
