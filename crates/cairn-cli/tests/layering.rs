@@ -1,4 +1,4 @@
-//! The crate graph is the architecture (ARCHITECTURE.md, DESIGN.md §1): this
+//! The crate graph is the architecture (ARCHITECTURE.md, "Bird's-eye view"): this
 //! test reads the workspace's `cargo metadata` and fails when a crate depends
 //! on a layer it may not use, or declares a Cairn dependency its code never
 //! names; and it reads the other crates' sources and fails when one names a

@@ -1,6 +1,6 @@
 //! The ACOB sets and query plans as plain data, generated deterministically
 //! from one Park–Miller stream before anything is stored (DeWitt et al. 1990,
-//! §4.2–4.3; `../shared/BENCHMARKS.md`, "ACOB").
+//! §4.2–4.3).
 //!
 //! **Physical layout.** Object `o` (0-based; the paper's key is `o + 1`) is
 //! created on page `o / 5` of its set; its record `r` (0 the root, 1–2 the

@@ -1,6 +1,6 @@
 //! ACOB, the Altair Complex-Object Benchmark (DeWitt et al. 1990, "A study of
-//! three alternative workstation-server architectures", §4–5), as
-//! `../shared/BENCHMARKS.md` ("ACOB") specifies it. Today: the workload
+//! three alternative workstation-server architectures", §4–5), with the
+//! targets in `docs/benchmarks.md` ("Targets"). Today: the workload
 //! generator and a set stored and queried in Cairn; the systems, sweeps and
 //! report of `cairn bench acob` are to come.
 //!

@@ -62,7 +62,7 @@ pub struct Point {
     pub smeared: bool,
 }
 
-/// The sweeps of BENCHMARKS.md.
+/// The sweeps: the paper's (§5) and ours (`docs/benchmarks.md`, "ACOB").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Sweep {
     /// One point (`--clustering`, `--region`, `--client-buffer`, `--smeared`).

@@ -1,5 +1,5 @@
 //! The OO1 database and the random choices of each run, generated exactly as
-//! the paper's section 3 and BENCHMARKS.md say.
+//! the paper's section 3 says.
 //!
 //! From one Park–Miller stream (seed 1 by default):
 //!

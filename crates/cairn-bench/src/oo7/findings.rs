@@ -11,7 +11,7 @@
 //!    least 30% above its faults on the largest buffer (the compulsory
 //!    ones), i.e. where a 30% cut is possible at all.
 //! 4. LOC/ERL is never more than 5% behind NOC, at any point
-//!    (BENCHMARKS.md's target; §7: "significant performance drawbacks as
+//!    (our target, `docs/benchmarks.md` "Targets"; §7: "significant performance drawbacks as
 //!    compared to pure page-based buffering were never experienced").
 //! 5. On T2a/T2b (§6.2, table 3): LOC−/ERL's minimum space-time product on
 //!    cold T2b TB is best or near-best, and LOC+/ERL's is not the best on

@@ -1,7 +1,7 @@
 //! `cairn bench oo7`: the OO7 small database (Carey, DeWitt & Naughton
 //! 1993) and its traversals T1, T2a and T2b, swept over clusterings,
-//! dual-buffer strategies and buffer sizes as Kemper & Kossmann (1994) did,
-//! per `../shared/BENCHMARKS.md` ("OO7").
+//! dual-buffer strategies and buffer sizes as Kemper & Kossmann (1994) did
+//! (targets: `docs/benchmarks.md`, "Targets").
 //!
 //! Code map:
 //!

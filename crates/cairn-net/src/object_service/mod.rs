@@ -1,5 +1,5 @@
 //! The object service: what an object-server client asks of `cairn serve`
-//! (DeWitt et al. §2.2; DESIGN.md §7). The unit of transfer is an object;
+//! (DeWitt et al. §2.2; the wire format is in `docs/protocol.md`). The unit of transfer is an object;
 //! the server runs the storage engine's object operations for the client,
 //! in a transaction of its own per client transaction that locks single
 //! objects (S/X on the object, IS/IX on its page), so clients change

@@ -114,7 +114,7 @@
 //!
 //! Clients keep pages cached after their transactions commit, so before the
 //! server grants an `X` lock on a page it calls back the other clients that
-//! cache it (DESIGN.md §3). A client whose running transaction uses the page
+//! cache it (ARCHITECTURE.md, "Cache coherence, per client kind"). A client whose running transaction uses the page
 //! answers "in use", and the requester then waits *for that transaction*,
 //! outside the lock table. The server tells the lock manager with
 //! [`LockManager::add_external_wait`]`(requester, user)` — one edge per

@@ -1,4 +1,4 @@
-//! The dual buffer (Kemper & Kossmann 1994, §2–§4; DESIGN.md §5): one
+//! The dual buffer (Kemper & Kossmann 1994, §2–§4; ARCHITECTURE.md, "Cache coherence, per client kind"): one
 //! memory budget holding whole page images *and* objects copied out of
 //! them, split into a page segment, an object segment and a free segment.
 //!

@@ -1,4 +1,4 @@
-//! The adaptive client's fetch policy (issue 14; DESIGN.md §10): an
+//! The adaptive client's fetch policy (issue 14; ARCHITECTURE.md): an
 //! object-server client ([`super::ObjectStore`]) that fetches a whole
 //! page's worth of objects where the application uses much of each page it
 //! touches, and single objects where it does not.
