@@ -135,7 +135,7 @@ use crate::ids::{GroupId, PageId};
 use crate::page::PageType;
 
 pub use self::cursor::{Cursor, Direction};
-pub use self::node::{check_page, key_value_max, page_links, PageLinks, LEVEL_MAX, NODE_HEADER_SIZE};
+pub use self::node::{check_page, is_root_page, key_value_max, page_links, PageLinks, LEVEL_MAX, NODE_HEADER_SIZE};
 
 use self::node::{Header, Node, Target, FLAG_ROOT, FLAG_UNIQUE, SLOT_SIZE};
 

@@ -556,6 +556,15 @@ pub fn check_page(buf: &[u8]) -> Result<()> {
     check_node(buf, id)
 }
 
+/// Whether `buf` is a b-tree page whose header says it is a tree's root.
+/// Its type and header only, in constant time — what a server checks
+/// before it runs a client's tree request from a page the client named;
+/// the operation itself checks every node it reads, and the committed
+/// pages were checked whole when they were committed.
+pub fn is_root_page(buf: &[u8]) -> bool {
+    buf.len() >= page::HEADER_SIZE && Node::parse(buf, page::page_id(buf)).is_ok_and(|n| n.is_root())
+}
+
 /// What a b-tree page says about its place in a tree: the fields a server
 /// checks a client's image of the page against the pages around it
 /// (`txn/client_check.rs`). Only for a page [`check_page`] accepted.

@@ -126,6 +126,12 @@ fn open_refuses_a_page_that_is_not_a_root() {
     assert_eq!(assert_corrupt(BTree::open(&mut m, leaf)), leaf);
     let other = m.allocate(G, None, PageType::Slotted).unwrap();
     assert_eq!(assert_corrupt(BTree::open(&mut m, other)), other);
+    // The header check a server makes before a client's tree request.
+    let root_page = |m: &mut MemPages, p: PageId| m.read(p, super::is_root_page).unwrap();
+    assert!(root_page(&mut m, t.root()));
+    assert!(!root_page(&mut m, leaf));
+    assert!(!root_page(&mut m, other));
+    assert!(!super::is_root_page(&[0u8; 10]), "too short to be a page");
 }
 
 #[test]
