@@ -100,7 +100,8 @@ impl ClientState {
     /// Whether a transaction of this client other than `txn` asked for X
     /// on `id` and has not ended.
     pub(super) fn other_writer(&self, id: PageId, txn: TxnId) -> bool {
-        self.writers.get(&id).is_some_and(|ws| ws.iter().any(|w| *w != txn))
+        // Usually no transaction writes at all: no hashing then.
+        !self.writers.is_empty() && self.writers.get(&id).is_some_and(|ws| ws.iter().any(|w| *w != txn))
     }
 
     /// `txn` ended: it writes no page any more.
