@@ -742,7 +742,7 @@ mod tempfile_dir {
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use cairn_storage::{Error, Result};
+    use cairn_storage::Result;
 
     static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -750,16 +750,15 @@ mod tempfile_dir {
     pub struct TempDir(PathBuf);
 
     impl TempDir {
-        /// Creates a fresh one.
+        /// A fresh name for one. Nothing is created until a transaction
+        /// spills (the spill code creates what it writes in), so a client
+        /// that never spills leaves nothing behind, even if it is never
+        /// dropped (a process that exits with its store still shared).
         pub fn new() -> Result<TempDir> {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!("cairn-client-{}-{n}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
-                op: "create the client's spill directory",
-                path: dir.clone(),
-                source,
-            })?;
-            Ok(TempDir(dir))
+            Ok(TempDir(
+                std::env::temp_dir().join(format!("cairn-client-{}-{n}", std::process::id())),
+            ))
         }
 
         /// Its path.
