@@ -14,7 +14,8 @@
 //!
 //! - [`Database`] / [`Transaction`]: serializable transactions
 //!   (`database/`), embedded ([`Database::open`]) or against `cairn serve`
-//!   ([`Database::connect`], the page-server client in [`remote`]).
+//!   ([`Database::connect`]: the adaptive client by default, or the page-,
+//!   file- or object-server client, [`Options::arch`]; all in [`remote`]).
 //! - [`Ref<T>`]: typed references, swizzled to object-cache slots (`reference.rs`).
 //! - [`cache::ObjectCache`]: decoded objects bounded in bytes, LRU or CLOCK.
 //! - [`List`], [`Set`], [`Map`] fields and [`Index`] (a B+-tree on a field).

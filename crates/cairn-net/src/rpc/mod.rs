@@ -12,4 +12,5 @@ pub use crate::transport::{ClientTls, TlsRoots};
 pub use client::{Call, Client, ClientOptions, Login, Part};
 #[cfg(feature = "server")]
 pub use login::address_of;
+#[cfg(feature = "server")]
 pub use server::{run, Handler, Limits, Notifier, Replier, Request};
