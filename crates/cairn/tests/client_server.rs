@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -626,26 +625,13 @@ fn a_killed_client_of(arch: Arch) {
     let server = ServerChild::start(&dir.path().join("db"));
     let db = connect(&server);
     let a = accounts(&db, 1, 100).remove(0);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "locking_client_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("CAIRN_TEST_LOCKING_CLIENT", format!("cairn://{}", server.addr))
-        .env("CAIRN_TEST_ARCH", arch_name(arch))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("CAIRN-TEST-LOCKED") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the client child ended early");
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    common::kill_child_once_locked(
+        "locking_client_child_process",
+        &[
+            ("CAIRN_TEST_LOCKING_CLIENT", format!("cairn://{}", server.addr)),
+            ("CAIRN_TEST_ARCH", arch_name(arch).to_string()),
+        ],
+    );
     // Its X lock is gone with its connection: this update does not wait out
     // the lock timeout, and the killed client's change is nowhere.
     let started = Instant::now();

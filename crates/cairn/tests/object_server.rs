@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -189,27 +187,14 @@ fn a_killed_object_client_leaves_no_lock_and_a_killed_server_no_lost_commit() {
     let store = object_client(&server);
     let oids = seed(&store, 2);
     let hex_of = |o: Oid| -> String { o.to_bytes().iter().map(|b| format!("{b:02x}")).collect() };
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "locking_object_client_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("CAIRN_TEST_OBJECT_CLIENT", format!("cairn://{}", server.addr))
-        .env("CAIRN_TEST_OID", hex_of(oids[0]))
-        .env("CAIRN_TEST_CACHED_OID", hex_of(oids[1]))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("CAIRN-TEST-LOCKED") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the client child ended early");
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    common::kill_child_once_locked(
+        "locking_object_client_child_process",
+        &[
+            ("CAIRN_TEST_OBJECT_CLIENT", format!("cairn://{}", server.addr)),
+            ("CAIRN_TEST_OID", hex_of(oids[0])),
+            ("CAIRN_TEST_CACHED_OID", hex_of(oids[1])),
+        ],
+    );
     // Its X lock went with its connection: this commit does not wait out
     // the lock timeout, and nothing of the killed client is there.
     let started = Instant::now();

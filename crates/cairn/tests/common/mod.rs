@@ -147,6 +147,29 @@ impl Site {
     }
 }
 
+/// Runs the test `test` of this test binary in a child process with `env`
+/// (a child entry point: a `#[test]` that returns at once unless its
+/// variable is set), waits until it prints `CAIRN-TEST-LOCKED` (it holds
+/// what the caller wants held), then kills it: a client that dies holding
+/// locks, rights and uncommitted changes.
+#[allow(dead_code)]
+pub fn kill_child_once_locked(test: &str, env: &[(&str, String)]) {
+    let mut child = Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the client child");
+    let mut out = BufReader::new(child.stdout.take().expect("its stdout"));
+    let mut line = String::new();
+    while !line.contains("CAIRN-TEST-LOCKED") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the client child ended early");
+    }
+    child.kill().expect("kill the client child");
+    child.wait().expect("reap the client child");
+}
+
 /// A server child process.
 pub struct ServerChild {
     child: Child,
