@@ -299,7 +299,7 @@ impl SessionState {
     /// ABORT, which goes past the gate, or a failed COMMIT) is refused
     /// with NOT_FOUND: it must not begin a new transaction under the old
     /// name, which nobody would end.
-    pub(crate) async fn turn(&self, txn: u64) -> Result<Turn<'_>, Fault> {
+    async fn turn(&self, txn: u64) -> Result<Turn<'_>, Fault> {
         let known = lock(&self.txns).get(&txn).map(|e| e.id);
         let gate = lock(&self.turns).entry(txn).or_default().clone();
         let held = gate.clone().lock_owned().await;
@@ -315,6 +315,17 @@ impl SessionState {
             }
         }
         Ok(turn)
+    }
+
+    /// [`SessionState::turn`] for a request naming `txn`; no turn for one
+    /// naming no transaction, nor for an ABORT (`abort`), which goes past
+    /// the gate: it ends a parked wait of its transaction instead of
+    /// queueing behind it.
+    pub(crate) async fn turn_of(&self, txn: Option<u64>, abort: bool) -> Result<Option<Turn<'_>>, Fault> {
+        match txn {
+            Some(txn) if !abort => Ok(Some(self.turn(txn).await?)),
+            _ => Ok(None),
+        }
     }
 
     /// The transaction the client calls `id`, if it is open.
@@ -624,13 +635,9 @@ impl Handler for PageServer {
                  service)",
             ));
         }
-        // One request of a transaction at a time (an ABORT goes past: it
-        // ends a parked wait of the transaction instead of queueing
-        // behind it).
-        let _turn = match req.txn() {
-            Some(txn) if !matches!(req, PageRequest::Abort { .. }) => Some(session.state.turn(txn).await?),
-            _ => None,
-        };
+        // One request of a transaction at a time.
+        let abort = matches!(req, PageRequest::Abort { .. });
+        let _turn = session.state.turn_of(req.txn(), abort).await?;
         // A read that needs no wait is answered here, on the network
         // thread: handing it to a blocking thread and back cost about
         // 90 µs of the ~150 µs a cold page fetch took (docs/benchmarks.md).

@@ -63,12 +63,10 @@ pub(crate) async fn handle(
         give_back(core, state, rights);
         return Ok(Bytes::new());
     }
-    // One request of a transaction at a time (an ABORT goes past: it ends
-    // a parked wait of the transaction instead of queueing behind it).
-    let _turn = match req.txn() {
-        Some(txn) if !matches!(req, ObjectRequest::Abort { .. }) => Some(state.turn(txn).await?),
-        _ => None,
-    };
+    // One request of a transaction at a time.
+    let _turn = state
+        .turn_of(req.txn(), matches!(req, ObjectRequest::Abort { .. }))
+        .await?;
     if let ObjectRequest::Fetch { txn, mode, oids } = req {
         if mode == OBJ_S_PAGE_AHEAD {
             // The pages in the pool here, the rest on a blocking thread.
