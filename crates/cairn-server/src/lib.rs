@@ -85,7 +85,7 @@ use cairn_net::rpc::{Handler, Limits, Notifier, Replier, Request};
 use cairn_net::scram::{Decoy, Verifier};
 use cairn_net::transport::Listener;
 use cairn_storage::access::PageAccess;
-use cairn_storage::lock::{LockMode, Resource};
+use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::page::{self, PageType};
 use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Restriction, Txn, TxnId, Unwritten};
@@ -531,11 +531,14 @@ fn may_read(core: &Core, state: &SessionState, page: PageId) -> bool {
         return true;
     }
     let group = core.db.group_of_page(page);
-    let txns: Vec<Arc<Mutex<Txn>>> = lock(&state.txns).values().map(|e| e.txn.clone()).collect();
-    txns.iter().any(|t| {
-        let t = lock(t);
-        t.holds_lock(Resource::Page(page), LockMode::S)
-            || group.is_some_and(|g| t.holds_lock(Resource::Group(g), LockMode::S))
+    // Asked of the lock manager by transaction id: a clone of a `Txn`
+    // held here would make a COMMIT of it, on another thread, find "a
+    // request still running", and locking one would wait for its request.
+    let ids: Vec<TxnId> = lock(&state.txns).values().map(|e| e.id).collect();
+    ids.into_iter().any(|id| {
+        let owner = LockOwner::new(state.client, id);
+        core.db.holds_lock(owner, &Resource::Page(page), LockMode::S)
+            || group.is_some_and(|g| core.db.holds_lock(owner, &Resource::Group(g), LockMode::S))
     })
 }
 

@@ -471,6 +471,13 @@ impl Db {
         self.shared.locks.lock_ahead(owner, res, mode, writer)
     }
 
+    /// Whether `owner` holds a lock on `res` that covers `mode`, asked of
+    /// the lock manager: a server checks its session's transactions this
+    /// way without taking (or keeping alive) their [`Txn`]s.
+    pub fn holds_lock(&self, owner: LockOwner, res: &Resource, mode: LockMode) -> bool {
+        self.shared.locks.held_mode(owner, res).is_some_and(|m| m.covers(mode))
+    }
+
     /// The lock manager's timeout: how long a request waits for a lock (a
     /// server waits as long for a client to answer a callback).
     pub fn lock_timeout(&self) -> std::time::Duration {
