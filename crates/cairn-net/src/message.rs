@@ -163,12 +163,11 @@ impl Fault {
 
     /// Decodes a body.
     pub fn decode(body: &[u8]) -> Result<Fault, MessageError> {
-        let mut r = Reader::new(body, "fault");
-        let code = ErrorCode(r.u16()?);
-        let message = r.string16()?;
-        let detail_len = r.u32()? as usize;
-        let detail = Bytes::copy_from_slice(r.take(detail_len)?);
-        r.end()?;
+        let mut r = Reader::within("fault", body);
+        let code = ErrorCode(r.u16("code")?);
+        let message = r.str16("message").map(str::to_owned)?;
+        let detail = Bytes::copy_from_slice(r.bytes32("detail")?);
+        r.finish("the body")?;
         Ok(Fault { code, message, detail })
     }
 }
@@ -213,12 +212,11 @@ impl Hello {
 
     /// Decodes a body.
     pub fn decode(body: &[u8]) -> Result<Hello, MessageError> {
-        let mut r = Reader::new(body, "hello");
-        let architecture = Architecture(r.u16()?);
-        let auth_len = r.u16()? as usize;
-        let auth = Bytes::copy_from_slice(r.take(auth_len)?);
-        let client_name = r.string16()?;
-        r.end()?;
+        let mut r = Reader::within("hello", body);
+        let architecture = Architecture(r.u16("architecture")?);
+        let auth = Bytes::copy_from_slice(r.bytes16("auth")?);
+        let client_name = r.str16("client name").map(str::to_owned)?;
+        r.finish("the body")?;
         Ok(Hello {
             architecture,
             auth,
@@ -286,20 +284,17 @@ impl Welcome {
 
     /// Decodes a body.
     pub fn decode(body: &[u8]) -> Result<Welcome, MessageError> {
-        let mut r = Reader::new(body, "welcome");
+        let mut r = Reader::within("welcome", body);
         let w = Welcome {
-            version: r.u16()?,
-            capabilities: Capabilities(r.u64()?),
-            body_max: r.u32()?,
-            in_flight_max: r.u32()?,
-            session: r.u64()?,
-            server_name: r.string16()?,
-            auth: {
-                let len = r.u16()? as usize;
-                Bytes::copy_from_slice(r.take(len)?)
-            },
+            version: r.u16("version")?,
+            capabilities: Capabilities(r.u64("capabilities")?),
+            body_max: r.u32("body max")?,
+            in_flight_max: r.u32("in flight max")?,
+            session: r.u64("session")?,
+            server_name: r.str16("server name").map(str::to_owned)?,
+            auth: Bytes::copy_from_slice(r.bytes16("auth")?),
         };
-        r.end()?;
+        r.finish("the body")?;
         Ok(w)
     }
 }
@@ -389,6 +384,10 @@ pub enum MessageError {
         /// What is wrong.
         problem: &'static str,
     },
+    /// A body whose bytes do not decode: a field cut short, a count that
+    /// cannot fit, text that is not UTF-8, bytes after the end.
+    #[error("malformed body: {0}")]
+    Body(#[from] cairn_codec::DecodeError),
 }
 
 impl Message {
@@ -492,78 +491,8 @@ pub(crate) fn truncate_str(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// A bounds-checked little-endian cursor over a body.
-pub(crate) struct Reader<'a> {
-    bytes: &'a [u8],
-    what: &'static str,
-}
-
-impl<'a> Reader<'a> {
-    pub(crate) fn new(bytes: &'a [u8], what: &'static str) -> Reader<'a> {
-        Reader { bytes, what }
-    }
-
-    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], MessageError> {
-        if self.bytes.len() < n {
-            return Err(MessageError::Malformed {
-                what: self.what,
-                problem: "body too short",
-            });
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    pub(crate) fn u16(&mut self) -> Result<u16, MessageError> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
-    }
-
-    pub(crate) fn u32(&mut self) -> Result<u32, MessageError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-
-    pub(crate) fn u64(&mut self) -> Result<u64, MessageError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-
-    pub(crate) fn string16(&mut self) -> Result<String, MessageError> {
-        let len = self.u16()? as usize;
-        let what = self.what;
-        let raw = self.take(len)?;
-        String::from_utf8(raw.to_vec()).map_err(|_| MessageError::Malformed {
-            what,
-            problem: "text is not UTF-8",
-        })
-    }
-
-    pub(crate) fn u8(&mut self) -> Result<u8, MessageError> {
-        Ok(self.take(1)?[0])
-    }
-
-    /// Checks that `count` elements of at least `element_bytes` each can be
-    /// in the bytes left, before anything is allocated for them.
-    pub(crate) fn check_count(&self, count: usize, element_bytes: usize) -> Result<(), MessageError> {
-        if count.saturating_mul(element_bytes) > self.bytes.len() {
-            return Err(MessageError::Malformed {
-                what: self.what,
-                problem: "a count claims more elements than the body holds",
-            });
-        }
-        Ok(())
-    }
-
-    pub(crate) fn end(&self) -> Result<(), MessageError> {
-        if self.bytes.is_empty() {
-            Ok(())
-        } else {
-            Err(MessageError::Malformed {
-                what: self.what,
-                problem: "trailing bytes",
-            })
-        }
-    }
-}
+/// The one byte reader, which every decoder of the protocol uses.
+pub(crate) use cairn_codec::Reader;
 
 #[cfg(test)]
 mod tests {
@@ -668,11 +597,11 @@ mod tests {
         body.push(0);
         assert!(matches!(
             Message::from_frame(frame(4, Flags::NONE, 0, &body)),
-            Err(MessageError::Malformed { .. })
+            Err(MessageError::Body(e)) if e.reason == "1 trailing bytes"
         ));
         assert!(matches!(
             Message::from_frame(frame(1, Flags::NONE, 0, &[1])),
-            Err(MessageError::Malformed { .. })
+            Err(MessageError::Body(e)) if e.reason.starts_with("needs")
         ));
     }
 

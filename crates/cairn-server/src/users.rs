@@ -89,6 +89,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
+use cairn_codec::{DecodeError, Reader};
 use cairn_net::scram::{Decoy, ScramError, Verifier, KEY_LEN, MAX_SALT_LEN};
 use cairn_storage::MANIFEST_FILE;
 
@@ -278,117 +279,98 @@ impl Users {
     /// Reads the file's bytes, checking every invariant of the module doc;
     /// `path` names the file in errors.
     fn decode(path: &Path, bytes: &[u8]) -> Result<Users, UsersError> {
-        let mut c = Cursor { path, bytes, pos: 0 };
-        let magic = c.take(MAGIC.len(), "the magic number")?;
+        let damaged = |offset: usize, what: String| UsersError::Damaged {
+            path: path.to_owned(),
+            offset: offset as u64,
+            what,
+        };
+        // A field the file is too short for: it was cut off.
+        let short = |e: DecodeError| damaged(e.offset, format!("{}: {}: it is truncated", e.what, e.reason));
+        let mut c = Reader::new(bytes);
+        let magic = c.take(MAGIC.len(), "the magic number").map_err(short)?;
         if magic != MAGIC {
-            return Err(c.damaged(
+            return Err(damaged(
                 0,
                 format!("not a Cairn users file: it starts with {magic:02x?}, not \"CAIRNUSR\""),
             ));
         }
-        let version = u16::from_le_bytes(c.array("the format version")?);
+        let version = c.u16("the format version").map_err(short)?;
         if version != FORMAT_VERSION {
-            return Err(c.damaged(
+            return Err(damaged(
                 8,
                 format!("format version {version}; this build reads version {FORMAT_VERSION}"),
             ));
         }
-        let secret = c.array::<KEY_LEN>("the decoy secret")?;
-        let at = c.pos;
-        let iterations = u32::from_le_bytes(c.array("the decoy iteration count")?);
-        let decoy = Decoy::new(secret, iterations).map_err(|e| c.damaged(at, format!("the decoy: {e}")))?;
-        let at = c.pos;
-        let count = u32::from_le_bytes(c.array("the user count")?);
+        let secret = c.take_array::<KEY_LEN>("the decoy secret").map_err(short)?;
+        let at = c.offset();
+        let iterations = c.u32("the decoy iteration count").map_err(short)?;
+        let decoy = Decoy::new(secret, iterations).map_err(|e| damaged(at, format!("the decoy: {e}")))?;
+        let at = c.offset();
+        let count = c.u32("the user count").map_err(short)?;
         if count as usize > USERS_MAX {
-            return Err(c.damaged(at, format!("{count} users, more than the limit of {USERS_MAX}")));
+            return Err(damaged(
+                at,
+                format!("{count} users, more than the limit of {USERS_MAX}"),
+            ));
         }
         let mut users = BTreeMap::new();
         let mut previous: Option<String> = None;
         for i in 0..count {
-            let at = c.pos;
-            let [len] = c.array::<1>(&format!("the name length of user {i}"))?;
-            let name = c.take(usize::from(len), &format!("the name of user {i}"))?;
+            let at = c.offset();
+            let len = c.u8(&format!("the name length of user {i}")).map_err(short)?;
+            let name = c
+                .take(usize::from(len), &format!("the name of user {i}"))
+                .map_err(short)?;
             let name = std::str::from_utf8(name)
-                .map_err(|_| c.damaged(at + 1, format!("the name of user {i} is not UTF-8")))
+                .map_err(|_| damaged(at + 1, format!("the name of user {i} is not UTF-8")))
                 .and_then(|name| {
-                    check_name(name).map_err(|why| c.damaged(at + 1, format!("the name {name:?}: {why}")))?;
+                    check_name(name).map_err(|why| damaged(at + 1, format!("the name {name:?}: {why}")))?;
                     Ok(name.to_owned())
                 })?;
             if let Some(previous) = &previous {
                 if name == *previous {
-                    return Err(c.damaged(at, format!("the user {name:?} appears twice")));
+                    return Err(damaged(at, format!("the user {name:?} appears twice")));
                 }
                 if name < *previous {
-                    return Err(c.damaged(at, format!("the user {name:?} comes after {previous:?}: not in order")));
+                    return Err(damaged(
+                        at,
+                        format!("the user {name:?} comes after {previous:?}: not in order"),
+                    ));
                 }
             }
-            let at = c.pos;
-            let [code] = c.array::<1>(&format!("the role of {name:?}"))?;
+            let at = c.offset();
+            let code = c.u8(&format!("the role of {name:?}")).map_err(short)?;
             let role =
-                Role::from_code(code).ok_or_else(|| c.damaged(at, format!("{name:?} has an unknown role {code}")))?;
-            let len = u16::from_le_bytes(c.array(&format!("the verifier length of {name:?}"))?);
-            let at = c.pos;
-            let verifier = c.take(usize::from(len), &format!("the verifier of {name:?}"))?;
+                Role::from_code(code).ok_or_else(|| damaged(at, format!("{name:?} has an unknown role {code}")))?;
+            let len = c.u16(&format!("the verifier length of {name:?}")).map_err(short)?;
+            let at = c.offset();
+            let verifier = c
+                .take(usize::from(len), &format!("the verifier of {name:?}"))
+                .map_err(short)?;
             let verifier =
-                Verifier::decode(verifier).map_err(|e| c.damaged(at, format!("the verifier of {name:?}: {e}")))?;
+                Verifier::decode(verifier).map_err(|e| damaged(at, format!("the verifier of {name:?}: {e}")))?;
             previous = Some(name.clone());
             users.insert(name.clone(), User { name, role, verifier });
         }
-        let end = c.pos;
-        let stored = u32::from_le_bytes(c.array("the checksum")?);
-        if c.pos != bytes.len() {
-            let n = bytes.len() - c.pos;
+        let end = c.offset();
+        let stored = c.u32("the checksum").map_err(short)?;
+        if c.offset() != bytes.len() {
+            let n = bytes.len() - c.offset();
             let what = if n == 1 {
                 "1 byte follows".to_owned()
             } else {
                 format!("{n} bytes follow")
             };
-            return Err(c.damaged(c.pos, format!("{what} the checksum")));
+            return Err(damaged(c.offset(), format!("{what} the checksum")));
         }
         let computed = crc32c::crc32c(&bytes[..end]);
         if stored != computed {
-            return Err(c.damaged(
+            return Err(damaged(
                 end,
                 format!("checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"),
             ));
         }
         Ok(Users { decoy, users })
-    }
-}
-
-/// A bounds-checked reader of the file's bytes.
-struct Cursor<'a> {
-    path: &'a Path,
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn damaged(&self, offset: usize, what: String) -> UsersError {
-        UsersError::Damaged {
-            path: self.path.to_owned(),
-            offset: offset as u64,
-            what,
-        }
-    }
-
-    fn take(&mut self, n: usize, field: &str) -> Result<&'a [u8], UsersError> {
-        let left = self.bytes.len() - self.pos;
-        if left < n {
-            return Err(self.damaged(
-                self.pos,
-                format!("{field} needs {n} bytes but the file ends after {left}: it is truncated"),
-            ));
-        }
-        let taken = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(taken)
-    }
-
-    fn array<const N: usize>(&mut self, field: &str) -> Result<[u8; N], UsersError> {
-        let mut out = [0; N];
-        out.copy_from_slice(self.take(N, field)?);
-        Ok(out)
     }
 }
 

@@ -44,8 +44,8 @@
 //!   own paths rather than behind a `tools` module, so that an item has one
 //!   name and a tool names the path the code's docs use; the layering test,
 //!   not the compiler, keeps `cairn` and `cairn-server` off them.
-//! - **Private** (so the compiler enforces it): `bytes` (the shared
-//!   decoding cursor), `error` and `ids` (`pub(crate)`; their items are
+//! - **Private** (so the compiler enforces it): `bytes` (the workspace's
+//!   byte codec, the `cairn-codec` crate, under its old name here), `error` and `ids` (`pub(crate)`; their items are
 //!   re-exported at the root), and inside public modules `volume::view` and
 //!   `sim::disk` (private `mod`s; their items are re-exported by their
 //!   parents).
@@ -57,7 +57,8 @@
 pub mod access;
 pub mod btree;
 pub mod buffer;
-pub(crate) mod bytes;
+/// The byte codec, under the name the storage code has always used.
+pub(crate) use cairn_codec as bytes;
 pub mod check;
 pub(crate) mod error;
 pub mod fxhash;

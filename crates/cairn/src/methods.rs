@@ -27,7 +27,7 @@ use std::ops::Bound;
 use cairn_storage::{GroupId, Oid};
 
 use crate::catalog::{self, Catalog, Meta};
-use crate::codec::{decode_value, FieldDesc, Reader, TypeDesc, Value};
+use crate::codec::{decode_value, DecodeError, FieldDesc, Reader, TypeDesc, Value};
 use crate::database::StoreOps;
 use crate::error::{Error, Result};
 
@@ -501,81 +501,45 @@ fn compare(v: &Value, lit: &Literal) -> Option<Ordering> {
     }
 }
 
-/// A cursor over a method's bytes: every read checked, every count bounded.
-struct Cursor<'a> {
-    b: &'a [u8],
+/// A method's bytes that do not decode: the error names what is wrong.
+fn malformed(e: DecodeError) -> Error {
+    Error::InvalidArgument(format!("malformed method: {e}"))
 }
 
-fn malformed(what: &str) -> Error {
-    Error::InvalidArgument(format!("malformed method: {what}"))
+/// A `u16` length, then at most [`TEXT_MAX`] bytes.
+fn bytes16(r: &mut Reader<'_>, what: &str) -> std::result::Result<Vec<u8>, DecodeError> {
+    let b = r.bytes16(what)?;
+    if b.len() > TEXT_MAX {
+        return Err(r.error(what, format!("is longer than {TEXT_MAX} bytes")));
+    }
+    Ok(b.to_vec())
 }
 
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
-        if self.b.len() < n {
-            return Err(malformed(&format!("{what} is cut short")));
-        }
-        let (head, tail) = self.b.split_at(n);
-        self.b = tail;
-        Ok(head)
-    }
+/// [`bytes16`] as UTF-8 text.
+fn text(r: &mut Reader<'_>, what: &str) -> std::result::Result<String, DecodeError> {
+    String::from_utf8(bytes16(r, what)?).map_err(|_| r.error(what, "is not UTF-8"))
+}
 
-    fn u8(&mut self, what: &str) -> Result<u8> {
-        Ok(self.take(1, what)?[0])
-    }
+fn oid(r: &mut Reader<'_>, what: &str) -> std::result::Result<Oid, DecodeError> {
+    Ok(Oid::from_exact(r.take(Oid::ENCODED_SIZE, what)?).expect("10 bytes"))
+}
 
-    fn u16(&mut self, what: &str) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().expect("2")))
-    }
+fn bound(r: &mut Reader<'_>) -> std::result::Result<Bound<Vec<u8>>, DecodeError> {
+    Ok(match r.u8("a bound")? {
+        0 => Bound::Unbounded,
+        1 => Bound::Included(bytes16(r, "a key")?),
+        2 => Bound::Excluded(bytes16(r, "a key")?),
+        _ => return Err(r.error("a bound", "is 0, 1 or 2")),
+    })
+}
 
-    fn u32(&mut self, what: &str) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4")))
+/// A `u16` count of at most [`TERMS_MAX`] terms.
+fn terms(r: &mut Reader<'_>, what: &str) -> std::result::Result<usize, DecodeError> {
+    let n = r.u16(what)? as usize;
+    if n > TERMS_MAX {
+        return Err(r.error(what, format!("more than {TERMS_MAX}")));
     }
-
-    fn u64(&mut self, what: &str) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8")))
-    }
-
-    fn bytes16(&mut self, what: &str) -> Result<Vec<u8>> {
-        let n = self.u16(what)? as usize;
-        if n > TEXT_MAX {
-            return Err(malformed(&format!("{what} is longer than {TEXT_MAX} bytes")));
-        }
-        Ok(self.take(n, what)?.to_vec())
-    }
-
-    fn text(&mut self, what: &str) -> Result<String> {
-        String::from_utf8(self.bytes16(what)?).map_err(|_| malformed(&format!("{what} is not UTF-8")))
-    }
-
-    fn oid(&mut self, what: &str) -> Result<Oid> {
-        Ok(Oid::from_exact(self.take(Oid::ENCODED_SIZE, what)?).expect("10 bytes"))
-    }
-
-    fn bound(&mut self) -> Result<Bound<Vec<u8>>> {
-        Ok(match self.u8("a bound")? {
-            0 => Bound::Unbounded,
-            1 => Bound::Included(self.bytes16("a key")?),
-            2 => Bound::Excluded(self.bytes16("a key")?),
-            _ => return Err(malformed("a bound is 0, 1 or 2")),
-        })
-    }
-
-    fn count(&mut self, what: &str) -> Result<usize> {
-        let n = self.u16(what)? as usize;
-        if n > TERMS_MAX {
-            return Err(malformed(&format!("more than {TERMS_MAX} {what}")));
-        }
-        Ok(n)
-    }
-
-    fn end(&self) -> Result<()> {
-        if self.b.is_empty() {
-            Ok(())
-        } else {
-            Err(malformed("bytes after its end"))
-        }
-    }
+    Ok(n)
 }
 
 fn put16(out: &mut Vec<u8>, b: &[u8]) {
@@ -684,29 +648,35 @@ impl Method {
     /// Decodes [`Method::encode`]'s bytes; anything else is an error naming
     /// what is wrong.
     pub(crate) fn decode(b: &[u8]) -> Result<Method> {
-        let mut c = Cursor { b };
-        let m = match c.u8("the method tag")? {
+        let mut r = Reader::within("a method", b);
+        let m = Method::read(&mut r).map_err(malformed)?;
+        r.finish("its end").map_err(malformed)?;
+        Ok(m)
+    }
+
+    fn read(c: &mut Reader<'_>) -> std::result::Result<Method, DecodeError> {
+        Ok(match c.u8("the method tag")? {
             1 => {
                 let count_only = match c.u8("the count flag")? {
                     0 => false,
                     1 => true,
-                    _ => return Err(malformed("the count flag is 0 or 1")),
+                    _ => return Err(c.error("the count flag", "is 0 or 1")),
                 };
                 let limit = c.u32("the limit")?;
-                let class = c.text("the class name")?;
+                let class = text(c, "the class name")?;
                 let source = match c.u8("the source tag")? {
-                    1 => Source::Group(c.text("the group name")?),
+                    1 => Source::Group(text(c, "the group name")?),
                     2 => Source::Index {
-                        field: c.text("the index field")?,
-                        lo: c.bound()?,
-                        hi: c.bound()?,
+                        field: text(c, "the index field")?,
+                        lo: bound(c)?,
+                        hi: bound(c)?,
                     },
-                    _ => return Err(malformed("a source is 1 (group) or 2 (index)")),
+                    _ => return Err(c.error("the source tag", "is 1 (group) or 2 (index)")),
                 };
-                let n = c.count("predicates")?;
+                let n = terms(c, "predicates")?;
                 let mut preds = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let path = c.text("a path")?;
+                    let path = text(c, "a path")?;
                     let cmp = match c.u8("a comparison")? {
                         0 => Cmp::Eq,
                         1 => Cmp::Ne,
@@ -714,7 +684,7 @@ impl Method {
                         3 => Cmp::Le,
                         4 => Cmp::Gt,
                         5 => Cmp::Ge,
-                        _ => return Err(malformed("a comparison is 0 to 5")),
+                        _ => return Err(c.error("a comparison", "is 0 to 5")),
                     };
                     let value = match c.u8("a literal tag")? {
                         1 => Literal::Int(c.u64("an i64")? as i64),
@@ -723,10 +693,10 @@ impl Method {
                         4 => Literal::Bool(match c.u8("a bool")? {
                             0 => false,
                             1 => true,
-                            _ => return Err(malformed("a bool is 0 or 1")),
+                            _ => return Err(c.error("a bool", "is 0 or 1")),
                         }),
-                        5 => Literal::Str(c.text("a string")?),
-                        _ => return Err(malformed("a literal tag is 1 to 5")),
+                        5 => Literal::Str(text(c, "a string")?),
+                        _ => return Err(c.error("a literal tag", "is 1 to 5")),
                     };
                     preds.push(Predicate { path, cmp, value });
                 }
@@ -739,11 +709,13 @@ impl Method {
                 }
             }
             2 => {
-                let start = c.oid("the start")?;
+                let start = oid(c, "the start")?;
                 let depth = c.u32("the depth")?;
                 let limit = c.u32("the limit")?;
-                let n = c.count("paths")?;
-                let paths = (0..n).map(|_| c.text("a path")).collect::<Result<_>>()?;
+                let n = terms(c, "paths")?;
+                let paths = (0..n)
+                    .map(|_| text(c, "a path"))
+                    .collect::<std::result::Result<_, _>>()?;
                 Method::Traverse {
                     start,
                     paths,
@@ -751,10 +723,8 @@ impl Method {
                     limit,
                 }
             }
-            _ => return Err(malformed("the method tag is 1 (select) or 2 (traverse)")),
-        };
-        c.end()?;
-        Ok(m)
+            _ => return Err(c.error("the method tag", "is 1 (select) or 2 (traverse)")),
+        })
     }
 }
 
@@ -779,20 +749,24 @@ impl Answer {
     }
 
     pub(crate) fn decode(b: &[u8]) -> Result<Answer> {
-        let mut c = Cursor { b };
-        let a = match c.u8("the answer tag")? {
+        let mut r = Reader::within("a method's answer", b);
+        let a = Answer::read(&mut r).map_err(malformed)?;
+        r.finish("its end").map_err(malformed)?;
+        Ok(a)
+    }
+
+    fn read(c: &mut Reader<'_>) -> std::result::Result<Answer, DecodeError> {
+        Ok(match c.u8("the answer tag")? {
             1 => {
-                let n = c.u32("the OID count")? as usize;
-                if n > c.b.len() / Oid::ENCODED_SIZE {
-                    return Err(malformed("more OIDs than bytes"));
-                }
-                Answer::Oids((0..n).map(|_| c.oid("an OID")).collect::<Result<_>>()?)
+                let n = c.count32("the OID count", Oid::ENCODED_SIZE)?;
+                let oids = (0..n)
+                    .map(|_| oid(c, "an OID"))
+                    .collect::<std::result::Result<_, _>>()?;
+                Answer::Oids(oids)
             }
             2 => Answer::Count(c.u64("the count")?),
-            _ => return Err(malformed("an answer tag is 1 or 2")),
-        };
-        c.end()?;
-        Ok(a)
+            _ => return Err(c.error("the answer tag", "is 1 or 2")),
+        })
     }
 }
 

@@ -65,27 +65,26 @@ pub fn encode_fetched_batch(objects: &[Vec<u8>], pages: &[FetchedPage<'_>]) -> V
 /// Decodes the reply of an [`OBJ_S_PAGE`](super::OBJ_S_PAGE) fetch.
 pub fn decode_fetched_batch(body: &[u8]) -> Result<FetchedBatch<'_>, MessageError> {
     let what = "OBJ_FETCH reply of pages";
-    let mut r = Reader::new(body, what);
-    let n = r.u32()? as usize;
+    let mut r = Reader::within(what, body);
+    let n = r.u32("object count")? as usize;
     if n > BATCH_OBJECTS_MAX {
         return Err(malformed(what, "at most 65,536 objects"));
     }
-    r.check_count(n, 4 + FETCHED_OBJECT_HEADER)?;
+    r.check_count("a count", n as u64, 4 + FETCHED_OBJECT_HEADER)?;
     let mut objects = Vec::with_capacity(n);
     for _ in 0..n {
-        let len = r.u32()? as usize;
-        objects.push(FetchedObject::decode(r.take(len)?)?);
+        objects.push(FetchedObject::decode(r.bytes32("an object")?)?);
     }
-    let m = r.u32()? as usize;
+    let m = r.u32("page count")? as usize;
     if m > BATCH_PAGES_MAX {
         return Err(malformed(what, "at most 1,024 page images"));
     }
-    r.check_count(m, 16)?;
+    r.check_count("a count", m as u64, 16)?;
     let mut pages = Vec::with_capacity(m);
     for _ in 0..m {
-        let page = r.u32()?;
-        let right = r.u64()?;
-        let len = r.u32()? as usize;
+        let page = r.u32("page")?;
+        let right = r.u64("right")?;
+        let len = r.u32("image length")? as usize;
         if right == 0 {
             return Err(malformed(what, "a page image sent without a right to cache it"));
         }
@@ -95,9 +94,9 @@ pub fn decode_fetched_batch(body: &[u8]) -> Result<FetchedBatch<'_>, MessageErro
         pages.push(FetchedPage {
             page,
             right,
-            image: r.take(len)?,
+            image: r.take(len, "image")?,
         });
     }
-    r.end()?;
+    r.finish("the body")?;
     Ok(FetchedBatch { objects, pages })
 }

@@ -334,13 +334,11 @@ fn value32(out: &mut Vec<u8>, v: &[u8]) {
 }
 
 fn get_key16(r: &mut Reader<'_>) -> Result<Vec<u8>, MessageError> {
-    let n = r.u16()? as usize;
-    Ok(r.take(n)?.to_vec())
+    Ok(r.bytes16("a key")?.to_vec())
 }
 
 fn get_value32(r: &mut Reader<'_>) -> Result<Vec<u8>, MessageError> {
-    let n = r.u32()? as usize;
-    Ok(r.take(n)?.to_vec())
+    Ok(r.bytes32("a value")?.to_vec())
 }
 
 fn put_bound(out: &mut Vec<u8>, b: &Bound<Vec<u8>>) {
@@ -358,7 +356,7 @@ fn put_bound(out: &mut Vec<u8>, b: &Bound<Vec<u8>>) {
 }
 
 fn get_bound(r: &mut Reader<'_>, what: &'static str) -> Result<Bound<Vec<u8>>, MessageError> {
-    Ok(match r.u8()? {
+    Ok(match r.u8("a bound")? {
         0 => Bound::Unbounded,
         1 => Bound::Included(get_key16(r)?),
         2 => Bound::Excluded(get_key16(r)?),
@@ -367,7 +365,7 @@ fn get_bound(r: &mut Reader<'_>, what: &'static str) -> Result<Bound<Vec<u8>>, M
 }
 
 fn get_limit(r: &mut Reader<'_>, what: &'static str) -> Result<u32, MessageError> {
-    let limit = r.u32()?;
+    let limit = r.u32("limit")?;
     if limit == 0 || limit > TREE_LIMIT_MAX {
         return Err(malformed(what, "a tree read asks for 1 to 65,536 entries"));
     }
@@ -376,7 +374,7 @@ fn get_limit(r: &mut Reader<'_>, what: &'static str) -> Result<u32, MessageError
 
 fn oid(r: &mut Reader<'_>) -> Result<[u8; OID_BYTES], MessageError> {
     let mut o = [0u8; OID_BYTES];
-    o.copy_from_slice(r.take(OID_BYTES)?);
+    o.copy_from_slice(r.take(OID_BYTES, "an OID")?);
     Ok(o)
 }
 
@@ -567,31 +565,30 @@ impl ObjectRequest {
     /// Decodes a request; an unknown kind is `Ok(None)` (another service's).
     pub fn decode(kind: Kind, body: &[u8]) -> Result<Option<ObjectRequest>, MessageError> {
         let what = "object service request";
-        let mut r = Reader::new(body, what);
+        let mut r = Reader::within(what, body);
         let req = match kind {
             Kind::OBJ_FETCH => {
-                let txn = r.u64()?;
-                let mode = r.u8()?;
+                let txn = r.u64("txn")?;
+                let mode = r.u8("mode")?;
                 if mode > OBJ_S_PAGE_AHEAD {
                     return Err(malformed(
                         what,
                         "an OBJ_FETCH mode is 0 (S), 1 (X), 2 (S with the page) or 3 (pages read ahead)",
                     ));
                 }
-                let n = r.u16()? as usize;
+                let n = r.u16("object count")? as usize;
                 if n == 0 || n > FETCH_OBJECTS_MAX {
                     return Err(malformed(what, "an OBJ_FETCH names 1 to 1,024 objects"));
                 }
-                r.check_count(n, OID_BYTES)?;
+                r.check_count("a count", n as u64, OID_BYTES)?;
                 let oids = (0..n).map(|_| oid(&mut r)).collect::<Result<_, _>>()?;
                 ObjectRequest::Fetch { txn, mode, oids }
             }
             Kind::OBJ_CREATE => {
-                let txn = r.u64()?;
-                let group = r.u32()?;
+                let txn = r.u64("txn")?;
+                let group = r.u32("group")?;
                 let near = oid(&mut r)?;
-                let len = r.u32()? as usize;
-                let bytes = r.take(len)?.to_vec();
+                let bytes = r.bytes32("the object")?.to_vec();
                 ObjectRequest::Create {
                     txn,
                     group,
@@ -600,23 +597,20 @@ impl ObjectRequest {
                 }
             }
             Kind::OBJ_COMMIT | Kind::OBJ_FLUSH => {
-                let txn = r.u64()?;
-                let n = r.u32()?;
+                let txn = r.u64("txn")?;
+                let n = r.u32("change count")?;
                 if n > COMMIT_CHANGES_MAX {
                     return Err(malformed(what, "an OBJ_COMMIT carries too many changes"));
                 }
-                r.check_count(n as usize, OID_BYTES + 1)?;
+                r.check_count("a count", n as usize as u64, OID_BYTES + 1)?;
                 let mut changes = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     let o = oid(&mut r)?;
-                    changes.push(match r.u8()? {
-                        0 => {
-                            let len = r.u32()? as usize;
-                            Change::Update {
-                                oid: o,
-                                bytes: r.take(len)?.to_vec(),
-                            }
-                        }
+                    changes.push(match r.u8("a change kind")? {
+                        0 => Change::Update {
+                            oid: o,
+                            bytes: r.bytes32("an object")?.to_vec(),
+                        },
                         1 => Change::Delete { oid: o },
                         _ => return Err(malformed(what, "a change is 0 (update) or 1 (delete)")),
                     });
@@ -628,23 +622,23 @@ impl ObjectRequest {
                 }
             }
             Kind::OBJ_METHOD => ObjectRequest::Method {
-                txn: r.u64()?,
+                txn: r.u64("txn")?,
                 method: get_value32(&mut r)?,
             },
-            Kind::OBJ_ABORT => ObjectRequest::Abort { txn: r.u64()? },
+            Kind::OBJ_ABORT => ObjectRequest::Abort { txn: r.u64("txn")? },
             Kind::OBJ_CALLBACK_REPLY => ObjectRequest::CallbackReply(ObjectCallbackReply::get(&mut r, what)?),
             Kind::OBJ_RELEASE => ObjectRequest::Release {
                 rights: rights::get_release(&mut r, what)?,
             },
             Kind::OBJ_SCAN => ObjectRequest::Scan {
-                txn: r.u64()?,
-                group: r.u32()?,
+                txn: r.u64("txn")?,
+                group: r.u32("group")?,
             },
             Kind::OBJ_READ_RANGE => {
-                let txn = r.u64()?;
+                let txn = r.u64("txn")?;
                 let o = oid(&mut r)?;
-                let offset = r.u64()?;
-                let len = r.u32()?;
+                let offset = r.u64("offset")?;
+                let len = r.u32("length")?;
                 if len > READ_RANGE_MAX {
                     return Err(malformed(what, "an OBJ_READ_RANGE asks for more than 4 MiB"));
                 }
@@ -656,29 +650,29 @@ impl ObjectRequest {
                 }
             }
             Kind::TREE_OPEN => ObjectRequest::TreeOpen {
-                txn: r.u64()?,
-                root: r.u32()?,
+                txn: r.u64("txn")?,
+                root: r.u32("root")?,
             },
             Kind::TREE_CREATE => ObjectRequest::TreeCreate {
-                txn: r.u64()?,
-                group: r.u32()?,
-                unique: match r.u8()? {
+                txn: r.u64("txn")?,
+                group: r.u32("group")?,
+                unique: match r.u8("the unique flag")? {
                     0 => false,
                     1 => true,
                     _ => return Err(malformed(what, "a TREE_CREATE unique flag is 0 or 1")),
                 },
             },
             Kind::TREE_APPLY => {
-                let txn = r.u64()?;
-                let root = r.u32()?;
-                let n = r.u32()?;
+                let txn = r.u64("txn")?;
+                let root = r.u32("root")?;
+                let n = r.u32("change count")?;
                 if n > COMMIT_CHANGES_MAX {
                     return Err(malformed(what, "a TREE_APPLY carries too many changes"));
                 }
-                r.check_count(n as usize, 3)?;
+                r.check_count("a count", n as usize as u64, 3)?;
                 let mut ops = Vec::with_capacity(n as usize);
                 for _ in 0..n {
-                    let op = r.u8()?;
+                    let op = r.u8("op")?;
                     let key = get_key16(&mut r)?;
                     ops.push(match op {
                         0 => TreeOp::Insert {
@@ -696,31 +690,31 @@ impl ObjectRequest {
                 ObjectRequest::TreeApply { txn, root, ops }
             }
             Kind::TREE_GET | Kind::TREE_GET_OBJECTS => ObjectRequest::TreeGet {
-                txn: r.u64()?,
-                root: r.u32()?,
+                txn: r.u64("txn")?,
+                root: r.u32("root")?,
                 limit: get_limit(&mut r, what)?,
                 key: get_key16(&mut r)?,
                 objects: kind == Kind::TREE_GET_OBJECTS,
             },
             Kind::TREE_RANGE => ObjectRequest::TreeRange {
-                txn: r.u64()?,
-                root: r.u32()?,
+                txn: r.u64("txn")?,
+                root: r.u32("root")?,
                 limit: get_limit(&mut r, what)?,
                 lo: get_bound(&mut r, what)?,
                 hi: get_bound(&mut r, what)?,
-                after: match r.u8()? {
+                after: match r.u8("the resume flag")? {
                     0 => None,
                     1 => Some(get_value32(&mut r)?),
                     _ => return Err(malformed(what, "a TREE_RANGE resume flag is 0 or 1")),
                 },
             },
             Kind::TREE_DESTROY => ObjectRequest::TreeDestroy {
-                txn: r.u64()?,
-                root: r.u32()?,
+                txn: r.u64("txn")?,
+                root: r.u32("root")?,
             },
             _ => return Ok(None),
         };
-        r.end()?;
+        r.finish("the body")?;
         Ok(Some(req))
     }
 }
@@ -762,15 +756,15 @@ impl FetchedObject<'_> {
     /// Decodes a part.
     pub fn decode(body: &[u8]) -> Result<FetchedObject<'_>, MessageError> {
         let what = "OBJ_FETCH part";
-        let mut r = Reader::new(body, what);
+        let mut r = Reader::within(what, body);
         let o = oid(&mut r)?;
-        let found = match r.u8()? {
+        let found = match r.u8("a flag")? {
             0 => true,
             1 => false,
             _ => return Err(malformed(what, "an object status is 0 or 1")),
         };
-        let total_len = r.u64()?;
-        let right = r.u64()?;
+        let total_len = r.u64("total len")?;
+        let right = r.u64("right")?;
         let bytes = &body[FETCHED_OBJECT_HEADER..];
         if bytes.len() as u64 > total_len || (!found && (total_len != 0 || !bytes.is_empty())) {
             return Err(malformed(what, "object bytes that disagree with its length or status"));
@@ -803,15 +797,14 @@ pub fn encode_values(values: &[Vec<u8>]) -> Vec<u8> {
 
 /// Decodes what [`encode_values`] wrote.
 pub fn decode_values(body: &[u8]) -> Result<Vec<Vec<u8>>, MessageError> {
-    let mut r = Reader::new(body, "TREE_GET reply");
+    let mut r = Reader::within("TREE_GET reply", body);
     let values = get_values(&mut r)?;
-    r.end()?;
+    r.finish("the body")?;
     Ok(values)
 }
 
 fn get_values(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, MessageError> {
-    let n = r.u32()? as usize;
-    r.check_count(n, 4)?;
+    let n = r.count32("a count", 4)?;
     (0..n).map(|_| get_value32(r)).collect()
 }
 
@@ -849,17 +842,17 @@ impl ValuesAndObjects {
     /// none (TREE_GET).
     pub fn decode(body: &[u8]) -> Result<ValuesAndObjects, MessageError> {
         let what = "TREE_GET_OBJECTS reply";
-        let mut r = Reader::new(body, what);
+        let mut r = Reader::within(what, body);
         let values = get_values(&mut r)?;
         let objects = get_values(&mut r)?;
-        let n = r.u8()? as usize;
+        let n = r.u8("a count")? as usize;
         if n > LOOKUP_LEAVES_MAX {
             return Err(malformed(what, "rights on more than 8 leaves"));
         }
         let leaves = (0..n)
-            .map(|_| Ok((r.u32()?, r.u64()?)))
+            .map(|_| Ok((r.u32("a page")?, r.u64("an LSN or epoch")?)))
             .collect::<Result<_, MessageError>>()?;
-        r.end()?;
+        r.finish("the body")?;
         if !objects.is_empty() && objects.len() != values.len() {
             return Err(malformed(
                 what,
@@ -890,20 +883,19 @@ pub fn encode_entries(entries: &[(Vec<u8>, Vec<u8>)], more: bool) -> Vec<u8> {
 #[allow(clippy::type_complexity)]
 pub fn decode_entries(body: &[u8]) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool), MessageError> {
     let what = "TREE_RANGE reply";
-    let mut r = Reader::new(body, what);
-    let n = r.u32()? as usize;
-    r.check_count(n, 6)?;
+    let mut r = Reader::within(what, body);
+    let n = r.count32("a count", 6)?;
     let mut entries = Vec::with_capacity(n);
     for _ in 0..n {
         let k = get_key16(&mut r)?;
         entries.push((k, get_value32(&mut r)?));
     }
-    let more = match r.u8()? {
+    let more = match r.u8("a flag")? {
         0 => false,
         1 => true,
         _ => return Err(malformed(what, "the more flag is 0 or 1")),
     };
-    r.end()?;
+    r.finish("the body")?;
     Ok((entries, more))
 }
 
@@ -919,11 +911,10 @@ pub fn encode_oids(oids: &[[u8; OID_BYTES]]) -> Vec<u8> {
 
 /// Decodes what [`encode_oids`] wrote.
 pub fn decode_oids(body: &[u8]) -> Result<Vec<[u8; OID_BYTES]>, MessageError> {
-    let mut r = Reader::new(body, "OID list");
-    let n = r.u32()? as usize;
-    r.check_count(n, OID_BYTES)?;
+    let mut r = Reader::within("OID list", body);
+    let n = r.count32("a count", OID_BYTES)?;
     let oids = (0..n).map(|_| oid(&mut r)).collect::<Result<_, _>>()?;
-    r.end()?;
+    r.finish("the body")?;
     Ok(oids)
 }
 

@@ -41,8 +41,8 @@ impl RightKey {
     }
 
     pub(crate) fn get(r: &mut Reader<'_>, what: &'static str) -> Result<RightKey, MessageError> {
-        Ok(match r.u8()? {
-            0 => RightKey::Page(r.u32()?),
+        Ok(match r.u8("a right's key kind")? {
+            0 => RightKey::Page(r.u32("a page")?),
             1 => RightKey::Object(oid(r)?),
             _ => return Err(malformed(what, "a right's key is 0 (page) or 1 (object)")),
         })
@@ -74,13 +74,13 @@ impl ObjectCallback {
     /// Decodes a NOTICE body.
     pub fn decode(body: &[u8]) -> Result<ObjectCallback, MessageError> {
         let what = "object CALLBACK notice";
-        let mut r = Reader::new(body, what);
+        let mut r = Reader::within(what, body);
         let c = ObjectCallback {
-            id: r.u64()?,
+            id: r.u64("id")?,
             key: RightKey::get(&mut r, what)?,
-            epoch: r.u64()?,
+            epoch: r.u64("epoch")?,
         };
-        r.end()?;
+        r.finish("the body")?;
         Ok(c)
     }
 }
@@ -114,10 +114,10 @@ impl ObjectCallbackReply {
 
     pub(crate) fn get(r: &mut Reader<'_>, what: &'static str) -> Result<ObjectCallbackReply, MessageError> {
         Ok(ObjectCallbackReply {
-            id: r.u64()?,
+            id: r.u64("id")?,
             key: RightKey::get(r, what)?,
-            epoch: r.u64()?,
-            writer: r.u64()?,
+            epoch: r.u64("epoch")?,
+            writer: r.u64("writer")?,
             in_use_by: get_txns(r, what)?,
         })
     }
@@ -136,10 +136,12 @@ pub(crate) fn put_release(out: &mut Vec<u8>, rights: &[(RightKey, u64)]) {
 
 /// Reads what [`put_release`] wrote.
 pub(crate) fn get_release(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<(RightKey, u64)>, MessageError> {
-    let n = r.u16()? as usize;
+    let n = r.u16("right count")? as usize;
     if n == 0 || n > RELEASE_RIGHTS_MAX {
         return Err(malformed(what, "an OBJ_RELEASE names 1 to 4096 rights"));
     }
-    r.check_count(n, 13)?;
-    (0..n).map(|_| Ok((RightKey::get(r, what)?, r.u64()?))).collect()
+    r.check_count("a count", n as u64, 13)?;
+    (0..n)
+        .map(|_| Ok((RightKey::get(r, what)?, r.u64("an epoch")?)))
+        .collect()
 }

@@ -314,13 +314,13 @@ impl Callback {
 
     /// Decodes a NOTICE body.
     pub fn decode(body: &[u8]) -> Result<Callback, MessageError> {
-        let mut r = Reader::new(body, "CALLBACK notice");
+        let mut r = Reader::within("CALLBACK notice", body);
         let c = Callback {
-            id: r.u64()?,
-            page: r.u32()?,
-            epoch: r.u64()?,
+            id: r.u64("id")?,
+            page: r.u32("page")?,
+            epoch: r.u64("epoch")?,
         };
-        r.end()?;
+        r.finish("the body")?;
         Ok(c)
     }
 }
@@ -477,26 +477,26 @@ impl PageRequest {
     /// Decodes a request; an unknown kind is `Ok(None)` (another service's).
     pub fn decode(kind: Kind, body: &[u8]) -> Result<Option<PageRequest>, MessageError> {
         let what = "page service request";
-        let mut r = Reader::new(body, what);
+        let mut r = Reader::within(what, body);
         let req = match kind {
             Kind::FETCH => {
-                let txn = r.u64()?;
-                let mode = r.u8()?;
+                let txn = r.u64("txn")?;
+                let mode = r.u8("mode")?;
                 if mode & !FETCH_CACHE > FETCH_TRY_INSERT {
                     return Err(malformed(
                         what,
                         "FETCH mode is not 0 (S), 1 (X) or 2 (try insert), with or without 0x80 (cache)",
                     ));
                 }
-                let group = r.u32()?;
-                let count = r.u16()? as usize;
+                let group = r.u32("group")?;
+                let count = r.u16("count")? as usize;
                 if count == 0 || count > FETCH_PAGES_MAX {
                     return Err(malformed(what, "a FETCH names 1 to 256 pages"));
                 }
-                r.check_count(count, 12)?;
+                r.check_count("a count", count as u64, 12)?;
                 let mut pages = Vec::with_capacity(count);
                 for _ in 0..count {
-                    pages.push((r.u32()?, r.u64()?));
+                    pages.push((r.u32("a page")?, r.u64("an LSN or epoch")?));
                 }
                 PageRequest::Fetch {
                     txn,
@@ -506,14 +506,14 @@ impl PageRequest {
                 }
             }
             Kind::ALLOCATE => PageRequest::Allocate {
-                txn: r.u64()?,
-                group: r.u32()?,
-                near: r.u32()?,
-                page_type: r.u8()?,
+                txn: r.u64("txn")?,
+                group: r.u32("group")?,
+                near: r.u32("near")?,
+                page_type: r.u8("page type")?,
             },
             Kind::FREE => PageRequest::Free {
-                txn: r.u64()?,
-                page: r.u32()?,
+                txn: r.u64("txn")?,
+                page: r.u32("page")?,
             },
             Kind::COMMIT => {
                 let (txn, records) = get_records(&mut r, what)?;
@@ -523,20 +523,20 @@ impl PageRequest {
                 let (txn, records) = get_records(&mut r, what)?;
                 PageRequest::Stage { txn, records }
             }
-            Kind::ABORT => PageRequest::Abort { txn: r.u64()? },
+            Kind::ABORT => PageRequest::Abort { txn: r.u64("txn")? },
             Kind::VOLUME => PageRequest::Volume,
             Kind::LOCK => {
-                let txn = r.u64()?;
-                let resource = r.u8()?;
+                let txn = r.u64("txn")?;
+                let resource = r.u8("resource")?;
                 if resource > RESOURCE_GROUP {
                     return Err(malformed(what, "LOCK resource is not 0 (page) or 1 (group)"));
                 }
-                let id = r.u32()?;
-                let mode = r.u8()?;
+                let id = r.u32("id")?;
+                let mode = r.u8("mode")?;
                 if mode > LOCK_MODE_X {
                     return Err(malformed(what, "LOCK mode is not 0 to 4 (IS, IX, S, SIX, X)"));
                 }
-                let try_only = match r.u8()? {
+                let try_only = match r.u8("a flag")? {
                     0 => false,
                     1 => true,
                     _ => return Err(malformed(what, "LOCK try flag is neither 0 nor 1")),
@@ -550,50 +550,50 @@ impl PageRequest {
                 }
             }
             Kind::GROUP_PAGES => PageRequest::GroupPages {
-                txn: r.u64()?,
-                group: r.u32()?,
+                txn: r.u64("txn")?,
+                group: r.u32("group")?,
             },
             Kind::GROUPS => PageRequest::Groups,
             Kind::GROUP => {
-                let create = match r.u8()? {
+                let create = match r.u8("a flag")? {
                     0 => false,
                     1 => true,
                     _ => return Err(malformed(what, "GROUP create flag is neither 0 nor 1")),
                 };
-                let len = r.u16()? as usize;
+                let len = r.u16("the group name's length")? as usize;
                 if len == 0 || len > GROUP_NAME_MAX {
                     return Err(malformed(what, "a group name is 1 to 255 bytes"));
                 }
-                let name = std::str::from_utf8(r.take(len)?)
+                let name = std::str::from_utf8(r.take(len, "the group name")?)
                     .map_err(|_| malformed(what, "a group name is not UTF-8"))?
                     .to_string();
                 PageRequest::Group { create, name }
             }
-            Kind::READ => PageRequest::Read { page: r.u32()? },
+            Kind::READ => PageRequest::Read { page: r.u32("page")? },
             Kind::CALLBACK_REPLY => PageRequest::CallbackReply(CallbackReply {
-                id: r.u64()?,
-                page: r.u32()?,
-                epoch: r.u64()?,
-                writer: r.u64()?,
+                id: r.u64("id")?,
+                page: r.u32("page")?,
+                epoch: r.u64("epoch")?,
+                writer: r.u64("writer")?,
                 in_use_by: get_txns(&mut r, what)?,
             }),
             Kind::RELEASE => {
-                let count = r.u16()? as usize;
+                let count = r.u16("count")? as usize;
                 if count == 0 || count > RELEASE_RIGHTS_MAX {
                     return Err(malformed(what, "a RELEASE names 1 to 4096 rights"));
                 }
-                r.check_count(count, 12)?;
+                r.check_count("a count", count as u64, 12)?;
                 let mut rights = Vec::with_capacity(count);
                 for _ in 0..count {
-                    rights.push((r.u32()?, r.u64()?));
+                    rights.push((r.u32("a page")?, r.u64("an LSN or epoch")?));
                 }
                 PageRequest::Release { rights }
             }
             Kind::VOLUME_FILE => PageRequest::VolumeFile,
-            Kind::WRITTEN => PageRequest::Written { txn: r.u64()? },
+            Kind::WRITTEN => PageRequest::Written { txn: r.u64("txn")? },
             _ => return Ok(None),
         };
-        r.end()?;
+        r.finish("the body")?;
         Ok(Some(req))
     }
 }
@@ -610,16 +610,15 @@ fn put_records(out: &mut Vec<u8>, txn: u64, records: &[Vec<u8>]) {
 
 /// Reads what [`put_records`] wrote.
 fn get_records(r: &mut Reader<'_>, what: &'static str) -> Result<(u64, Vec<Vec<u8>>), MessageError> {
-    let txn = r.u64()?;
-    let count = r.u32()?;
+    let txn = r.u64("txn")?;
+    let count = r.u32("count")?;
     if count > COMMIT_RECORDS_MAX {
         return Err(malformed(what, "a COMMIT or STAGE carries too many records"));
     }
-    r.check_count(count as usize, 4)?;
+    r.check_count("a count", count as usize as u64, 4)?;
     let mut records = Vec::with_capacity(count as usize);
     for _ in 0..count {
-        let len = r.u32()? as usize;
-        records.push(r.take(len)?.to_vec());
+        records.push(r.bytes32("a record")?.to_vec());
     }
     Ok((txn, records))
 }
@@ -635,12 +634,12 @@ pub(crate) fn put_txns(out: &mut Vec<u8>, txns: &[u64]) {
 
 /// Reads what [`put_txns`] wrote.
 pub(crate) fn get_txns(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u64>, MessageError> {
-    let n = r.u16()? as usize;
+    let n = r.u16("a transaction count")? as usize;
     if n > TXNS_MAX {
         return Err(malformed(what, "a list of more than 1,024 transactions"));
     }
-    r.check_count(n, 8)?;
-    (0..n).map(|_| r.u64()).collect()
+    r.check_count("a count", n as u64, 8)?;
+    (0..n).map(|_| Ok(r.u64("a transaction")?)).collect()
 }
 
 fn malformed(what: &'static str, problem: &'static str) -> MessageError {
@@ -738,13 +737,13 @@ impl Fetched<'_> {
     /// caller's.
     pub fn decode(body: &[u8]) -> Result<Fetched<'_>, MessageError> {
         let what = "FETCH part";
-        let mut r = Reader::new(body, what);
-        let page = r.u32()?;
-        let status = FetchStatus::from_u8(r.u8()?).ok_or(malformed(what, "unknown page status"))?;
-        let group = r.u32()?;
-        let page_count = r.u32()?;
-        let lsn = r.u64()?;
-        let cover = r.u64()?;
+        let mut r = Reader::within(what, body);
+        let page = r.u32("page")?;
+        let status = FetchStatus::from_u8(r.u8("a flag")?).ok_or(malformed(what, "unknown page status"))?;
+        let group = r.u32("group")?;
+        let page_count = r.u32("page count")?;
+        let lsn = r.u64("lsn")?;
+        let cover = r.u64("cover")?;
         let image = &body[FETCHED_HEADER..];
         if (status == FetchStatus::Image) == image.is_empty() {
             return Err(malformed(what, "an image comes with status 0 and only then"));
@@ -772,9 +771,9 @@ pub fn encode_page(page: u32, page_count: u32, image: &[u8]) -> Vec<u8> {
 
 /// Decodes an ALLOCATE reply; the image's own checks are the caller's.
 pub fn decode_page(body: &[u8]) -> Result<(u32, u32, &[u8]), MessageError> {
-    let mut r = Reader::new(body, "ALLOCATE reply");
-    let page = r.u32()?;
-    let count = r.u32()?;
+    let mut r = Reader::within("ALLOCATE reply", body);
+    let page = r.u32("page")?;
+    let count = r.u32("count")?;
     Ok((page, count, &body[8..]))
 }
 
@@ -791,14 +790,13 @@ pub fn encode_lsns(lsns: &[(u32, u64)]) -> Vec<u8> {
 
 /// Decodes a COMMIT reply.
 pub fn decode_lsns(body: &[u8]) -> Result<Vec<(u32, u64)>, MessageError> {
-    let mut r = Reader::new(body, "COMMIT reply");
-    let n = r.u32()? as usize;
-    r.check_count(n, 12)?;
+    let mut r = Reader::within("COMMIT reply", body);
+    let n = r.count32("a count", 12)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        out.push((r.u32()?, r.u64()?));
+        out.push((r.u32("a page")?, r.u64("an LSN or epoch")?));
     }
-    r.end()?;
+    r.finish("the body")?;
     Ok(out)
 }
 
@@ -814,11 +812,10 @@ pub fn encode_pages(pages: &[u32]) -> Vec<u8> {
 
 /// Decodes a GROUP_PAGES reply.
 pub fn decode_pages(body: &[u8]) -> Result<Vec<u32>, MessageError> {
-    let mut r = Reader::new(body, "GROUP_PAGES reply");
-    let n = r.u32()? as usize;
-    r.check_count(n, 4)?;
-    let pages = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
-    r.end()?;
+    let mut r = Reader::within("GROUP_PAGES reply", body);
+    let n = r.count32("a count", 4)?;
+    let pages = (0..n).map(|_| r.u32("a page")).collect::<Result<_, _>>()?;
+    r.finish("the body")?;
     Ok(pages)
 }
 
@@ -838,17 +835,16 @@ pub fn encode_groups(groups: &[(u32, String)]) -> Vec<u8> {
 /// Decodes a GROUPS reply.
 pub fn decode_groups(body: &[u8]) -> Result<Vec<(u32, String)>, MessageError> {
     let what = "GROUPS reply";
-    let mut r = Reader::new(body, what);
-    let n = r.u32()? as usize;
-    r.check_count(n, 6)?;
+    let mut r = Reader::within(what, body);
+    let n = r.count32("a count", 6)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let id = r.u32()?;
-        let len = r.u16()? as usize;
-        let name = std::str::from_utf8(r.take(len)?).map_err(|_| malformed(what, "a group name is not UTF-8"))?;
+        let id = r.u32("id")?;
+        let name = std::str::from_utf8(r.bytes16("a group name")?)
+            .map_err(|_| malformed(what, "a group name is not UTF-8"))?;
         out.push((id, name.to_string()));
     }
-    r.end()?;
+    r.finish("the body")?;
     Ok(out)
 }
 
@@ -875,13 +871,13 @@ impl VolumeInfo {
 
     /// Decodes the reply.
     pub fn decode(body: &[u8]) -> Result<VolumeInfo, MessageError> {
-        let mut r = Reader::new(body, "VOLUME reply");
+        let mut r = Reader::within("VOLUME reply", body);
         let info = VolumeInfo {
-            page_size: r.u32()?,
-            page_count: r.u32()?,
-            region_pages: r.u32()?,
+            page_size: r.u32("page size")?,
+            page_count: r.u32("page count")?,
+            region_pages: r.u32("region pages")?,
         };
-        r.end()?;
+        r.finish("the body")?;
         Ok(info)
     }
 }
@@ -957,21 +953,23 @@ impl FaultDetail {
     /// Decodes a fault's detail.
     pub fn decode(body: &[u8]) -> Result<FaultDetail, MessageError> {
         let what = "page service fault detail";
-        let mut r = Reader::new(body, what);
-        let d = match r.u8()? {
+        let mut r = Reader::within(what, body);
+        let d = match r.u8("a flag")? {
             1 => FaultDetail::LockTimeout {
-                waited_ms: r.u64()?,
-                mode: r.string16()?,
-                resource: r.string16()?,
+                waited_ms: r.u64("waited ms")?,
+                mode: r.str16("text").map(str::to_owned)?,
+                resource: r.str16("text").map(str::to_owned)?,
             },
-            2 => FaultDetail::Deadlock { cycle: r.string16()? },
+            2 => FaultDetail::Deadlock {
+                cycle: r.str16("text").map(str::to_owned)?,
+            },
             3 => FaultDetail::Corrupt {
-                page: r.u32()?,
-                reason: r.string16()?,
+                page: r.u32("page")?,
+                reason: r.str16("text").map(str::to_owned)?,
             },
             _ => return Err(malformed(what, "a fault detail tag is not 1 to 3")),
         };
-        r.end()?;
+        r.finish("the body")?;
         Ok(d)
     }
 }

@@ -232,32 +232,32 @@ impl Redo {
             Bad::Decode(e) => bad(e.to_string()),
             Bad::Field(reason) => bad(reason),
         })?;
-        r.finish().map_err(|e| bad(e.to_string()))?;
+        r.finish("the record").map_err(|e| bad(e.to_string()))?;
         Ok(rec)
     }
 
     fn decode_fields(r: &mut Reader<'_>) -> std::result::Result<Redo, Bad> {
-        let ty = r.u8()?;
+        let ty = r.u8("record type")?;
         Ok(match ty {
             TYPE_PAGE => {
-                let txn = TxnId(r.u64()?);
-                let page = PageId(r.u32()?);
-                let flags = r.u8()?;
+                let txn = TxnId(r.u64("txn")?);
+                let page = PageId(r.u32("page")?);
+                let flags = r.u8("flags")?;
                 if flags > 1 {
                     return Err(Bad::Field(format!("unknown page-record flags {flags}")));
                 }
                 // Each run needs at least 8 bytes: the count is bounded before allocating.
-                let count = r.count(8)?;
+                let count = r.count32("runs", 8)?;
                 let mut runs = Vec::with_capacity(count);
                 for _ in 0..count {
-                    let off = r.u32()?;
-                    let len = r.u32()? as usize;
+                    let off = r.u32("run offset")?;
+                    let len = r.u32("run length")? as usize;
                     if (off as usize) < PAGE_FIXED_PREFIX {
                         return Err(Bad::Field(format!(
                             "run at offset {off} overwrites the fixed page prefix"
                         )));
                     }
-                    runs.push((off, r.take(len)?.to_vec()));
+                    runs.push((off, r.take(len, "run bytes")?.to_vec()));
                 }
                 Redo::Page {
                     txn,
@@ -267,13 +267,13 @@ impl Redo {
                 }
             }
             TYPE_COMMIT => {
-                let txn = TxnId(r.u64()?);
+                let txn = TxnId(r.u64("txn")?);
                 let frees = pages(r)?;
                 Redo::Commit { txn, frees }
             }
             TYPE_CHECKPOINT => {
-                let redo_lsn = Lsn(r.u64()?);
-                let next_txn = r.u64()?;
+                let redo_lsn = Lsn(r.u64("redo LSN")?);
+                let next_txn = r.u64("next txn")?;
                 let pending = txn_pages(r)?;
                 let pending_frees = txn_pages(r)?;
                 Redo::Checkpoint {
@@ -284,13 +284,13 @@ impl Redo {
                 }
             }
             TYPE_ALLOC => Redo::Alloc {
-                action: TxnId(r.u64()?),
-                txn: TxnId(r.u64()?),
-                page: PageId(r.u32()?),
+                action: TxnId(r.u64("action")?),
+                txn: TxnId(r.u64("txn")?),
+                page: PageId(r.u32("page")?),
             },
             TYPE_FREE => Redo::Free {
-                action: TxnId(r.u64()?),
-                page: PageId(r.u32()?),
+                action: TxnId(r.u64("action")?),
+                page: PageId(r.u32("page")?),
             },
             other => return Err(Bad::Field(format!("unknown record type {other}"))),
         })
@@ -318,14 +318,16 @@ impl From<DecodeError> for Bad {
 
 /// A `u32` count of page ids, then the ids.
 fn pages(r: &mut Reader<'_>) -> std::result::Result<Vec<PageId>, Bad> {
-    let count = r.count(4)?;
-    (0..count).map(|_| Ok(PageId(r.u32()?))).collect()
+    let count = r.count32("pages", 4)?;
+    (0..count).map(|_| Ok(PageId(r.u32("page")?))).collect()
 }
 
 /// A `u32` count of (transaction, page) pairs, then the pairs.
 fn txn_pages(r: &mut Reader<'_>) -> std::result::Result<Vec<(TxnId, PageId)>, Bad> {
-    let count = r.count(12)?;
-    (0..count).map(|_| Ok((TxnId(r.u64()?), PageId(r.u32()?)))).collect()
+    let count = r.count32("txn pages", 12)?;
+    (0..count)
+        .map(|_| Ok((TxnId(r.u64("txn")?), PageId(r.u32("page")?))))
+        .collect()
 }
 
 /// Applies a PAGE record's runs to `buf` (a whole page) and stamps the page id
