@@ -20,41 +20,49 @@
 //!   naming the page, the log position or the connection.
 
 /// Reads a `u16` at `off`.
+#[inline]
 pub fn get_u16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes(b[off..off + 2].try_into().expect("2 bytes"))
 }
 
 /// Reads a `u32` at `off`.
+#[inline]
 pub fn get_u32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
 }
 
 /// Reads a `u64` at `off`.
+#[inline]
 pub fn get_u64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 
 /// Reads a `u128` at `off`.
+#[inline]
 pub fn get_u128(b: &[u8], off: usize) -> u128 {
     u128::from_le_bytes(b[off..off + 16].try_into().expect("16 bytes"))
 }
 
 /// Writes a `u16` at `off`.
+#[inline]
 pub fn put_u16(b: &mut [u8], off: usize, v: u16) {
     b[off..off + 2].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Writes a `u32` at `off`.
+#[inline]
 pub fn put_u32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Writes a `u64` at `off`.
+#[inline]
 pub fn put_u64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Writes a `u128` at `off`.
+#[inline]
 pub fn put_u128(b: &mut [u8], off: usize, v: u128) {
     b[off..off + 16].copy_from_slice(&v.to_le_bytes());
 }
@@ -80,11 +88,13 @@ pub struct Writer {
 
 impl Writer {
     /// An empty writer.
+    #[inline]
     pub fn new() -> Writer {
         Writer::default()
     }
 
     /// An empty writer with room for `bytes` before it grows.
+    #[inline]
     pub fn with_capacity(bytes: usize) -> Writer {
         Writer {
             buf: Vec::with_capacity(bytes),
@@ -92,36 +102,43 @@ impl Writer {
     }
 
     /// The bytes written.
+    #[inline]
     pub fn into_bytes(self) -> Vec<u8> {
         self.buf
     }
 
     /// The bytes written so far.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf
     }
 
     /// Appends raw bytes.
+    #[inline]
     pub fn put(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b);
     }
 
     /// Appends a `u8`.
+    #[inline]
     pub fn put_u8(&mut self, v: u8) {
         self.buf.push(v);
     }
 
     /// Appends a `u16`.
+    #[inline]
     pub fn put_u16(&mut self, v: u16) {
         self.put(&v.to_le_bytes());
     }
 
     /// Appends a `u32`.
+    #[inline]
     pub fn put_u32(&mut self, v: u32) {
         self.put(&v.to_le_bytes());
     }
 
     /// Appends a `u64`.
+    #[inline]
     pub fn put_u64(&mut self, v: u64) {
         self.put(&v.to_le_bytes());
     }
@@ -129,6 +146,7 @@ impl Writer {
     /// Appends a `u16` length, then the bytes (at most `u16::MAX` of them:
     /// a longer slice is cut there, which the caller's own limit, always
     /// lower, rules out).
+    #[inline]
     pub fn put_bytes16(&mut self, b: &[u8]) {
         let n = b.len().min(u16::MAX as usize);
         self.put_u16(n as u16);
@@ -136,6 +154,7 @@ impl Writer {
     }
 
     /// Appends a `u32` length, then the bytes (at most `u32::MAX`).
+    #[inline]
     pub fn put_bytes32(&mut self, b: &[u8]) {
         let n = b.len().min(u32::MAX as usize);
         self.put_u32(n as u32);
@@ -143,6 +162,7 @@ impl Writer {
     }
 
     /// Appends an unsigned LEB128 number (lengths and counts).
+    #[inline]
     pub fn put_len(&mut self, mut n: u64) {
         loop {
             let byte = (n & 0x7f) as u8;
@@ -168,6 +188,7 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// A reader over `buf`.
+    #[inline]
     pub fn new(buf: &'a [u8]) -> Reader<'a> {
         Reader {
             buf,
@@ -178,21 +199,25 @@ impl<'a> Reader<'a> {
 
     /// A reader over `buf`, which holds a `context` (e.g. "OBJ_FETCH
     /// request"): errors name it before the field.
+    #[inline]
     pub fn within(context: &'static str, buf: &'a [u8]) -> Reader<'a> {
         Reader { buf, pos: 0, context }
     }
 
     /// Bytes not read yet.
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
 
     /// The current offset.
+    #[inline]
     pub fn offset(&self) -> usize {
         self.pos
     }
 
     /// A decode error at the current offset, reading `what`.
+    #[cold]
     pub fn error(&self, what: &str, reason: impl Into<String>) -> DecodeError {
         let what = if self.context.is_empty() {
             what.to_string()
@@ -248,18 +273,21 @@ impl<'a> Reader<'a> {
     }
 
     /// Takes a `u16` length, then that many bytes.
+    #[inline]
     pub fn bytes16(&mut self, what: &str) -> Result<&'a [u8], DecodeError> {
         let n = self.u16(what)? as usize;
         self.take(n, what)
     }
 
     /// Takes a `u32` length, then that many bytes.
+    #[inline]
     pub fn bytes32(&mut self, what: &str) -> Result<&'a [u8], DecodeError> {
         let n = self.u32(what)? as usize;
         self.take(n, what)
     }
 
     /// Takes a `u16` length, then that much UTF-8 text.
+    #[inline]
     pub fn str16(&mut self, what: &str) -> Result<&'a str, DecodeError> {
         let at = self.pos;
         let raw = self.bytes16(what)?;
@@ -271,6 +299,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads an unsigned LEB128 number (at most 10 bytes).
+    #[inline]
     pub fn get_len(&mut self, what: &str) -> Result<u64, DecodeError> {
         let mut n: u64 = 0;
         for i in 0..10 {
@@ -285,6 +314,7 @@ impl<'a> Reader<'a> {
 
     /// Checks that `count` elements, each at least `min_elem_bytes` long,
     /// can be in the bytes left (so a hostile count allocates nothing).
+    #[inline]
     pub fn check_count(&self, what: &str, count: u64, min_elem_bytes: usize) -> Result<usize, DecodeError> {
         let limit = (self.remaining() / min_elem_bytes.max(1)) as u64;
         if count > limit {
@@ -301,24 +331,28 @@ impl<'a> Reader<'a> {
 
     /// Reads a LEB128 count of elements, each at least `min_elem_bytes`
     /// long, checked against the bytes left ([`Reader::check_count`]).
+    #[inline]
     pub fn get_count(&mut self, what: &str, min_elem_bytes: usize) -> Result<usize, DecodeError> {
         let n = self.get_len(what)?;
         self.check_count(what, n, min_elem_bytes)
     }
 
     /// Reads a `u16` count, checked as [`Reader::get_count`].
+    #[inline]
     pub fn count16(&mut self, what: &str, min_elem_bytes: usize) -> Result<usize, DecodeError> {
         let n = self.u16(what)?;
         self.check_count(what, u64::from(n), min_elem_bytes)
     }
 
     /// Reads a `u32` count, checked as [`Reader::get_count`].
+    #[inline]
     pub fn count32(&mut self, what: &str, min_elem_bytes: usize) -> Result<usize, DecodeError> {
         let n = self.u32(what)?;
         self.check_count(what, u64::from(n), min_elem_bytes)
     }
 
     /// Fails unless every byte was read.
+    #[inline]
     pub fn finish(&self, what: &str) -> Result<(), DecodeError> {
         if self.remaining() != 0 {
             return Err(self.error(what, format!("{} trailing bytes", self.remaining())));
