@@ -64,30 +64,53 @@ fn fmt(s: &[(u32, f64)]) -> String {
         .join(", ")
 }
 
-/// Every finding the rows can tell.
+/// A point of the clustering sweep (the unsmeared one): the sweep most
+/// findings are judged on.
+fn on_clustering_sweep(r: &Row) -> bool {
+    r.point.sweep == "clustering" && !r.point.smeared
+}
+
+/// Every finding the rows can tell, in the paper's order, then the adaptive
+/// client's targets.
 pub fn check(rows: &[Row]) -> Vec<Finding> {
     let mut out = Vec::new();
-    let clustering = |r: &Row| r.point.sweep == "clustering" && !r.point.smeared;
-    // 1. Scans: the page server far ahead (the paper: about 11×).
+    out.extend(page_ahead_on_scans(rows));
+    out.extend(clustering_sensitivity(rows));
+    out.extend(object_ahead_on_updates(rows));
+    out.extend(file_writes_slow(rows));
+    out.extend(crossover_rises_with_region(rows));
+    out.extend(buffer_sensitivity(rows));
+    out.extend(adaptive(rows));
+    out
+}
+
+/// Finding 1. Scans: the page server far ahead (the paper: about 11×).
+fn page_ahead_on_scans(rows: &[Row]) -> Option<Finding> {
     let ratios: Vec<f64> = rows
         .iter()
         .filter(|r| r.system == Arch::Page && r.query == Query::Scan)
         .filter_map(|p| ms(rows, Arch::Object, Query::Scan, |o| o.point == p.point).map(|o| o / p.ms.max(1e-9)))
         .collect();
-    if !ratios.is_empty() {
-        let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = ratios.iter().copied().fold(0.0, f64::max);
-        out.push(Finding {
-            finding: "the page server is far ahead of the object server on scans (the paper: about 11x)",
-            holds: min >= 3.0,
-            evidence: format!(
-                "object/page scan time {min:.1}x to {max:.1}x over {} points",
-                ratios.len()
-            ),
-        });
+    if ratios.is_empty() {
+        return None;
     }
-    // 2. The object server largely insensitive to clustering.
-    let object = series(rows, Arch::Object, Query::RandomRead, clustering, |r| {
+    let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = ratios.iter().copied().fold(0.0, f64::max);
+    Some(Finding {
+        finding: "the page server is far ahead of the object server on scans (the paper: about 11x)",
+        holds: min >= 3.0,
+        evidence: format!(
+            "object/page scan time {min:.1}x to {max:.1}x over {} points",
+            ratios.len()
+        ),
+    })
+}
+
+/// Findings 2 and 3: the object server largely insensitive to clustering;
+/// the page and file servers improving with it.
+fn clustering_sensitivity(rows: &[Row]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let object = series(rows, Arch::Object, Query::RandomRead, on_clustering_sweep, |r| {
         r.point.clustering
     });
     if let Some(s) = spread(&object) {
@@ -97,9 +120,10 @@ pub fn check(rows: &[Row]) -> Vec<Finding> {
             evidence: format!("object random read ms by f: {} (max/min {s:.2})", fmt(&object)),
         });
     }
-    // 3. Page and file server improve with clustering.
     for arch in [Arch::Page, Arch::File] {
-        let s = series(rows, arch, Query::RandomRead, clustering, |r| r.point.clustering);
+        let s = series(rows, arch, Query::RandomRead, on_clustering_sweep, |r| {
+            r.point.clustering
+        });
         if let (Some(first), Some(last)) = (s.first(), s.last()) {
             if s.len() >= 2 {
                 out.push(Finding {
@@ -114,34 +138,44 @@ pub fn check(rows: &[Row]) -> Vec<Finding> {
             }
         }
     }
-    // 4. The object server ahead on random update at low clustering and a
-    // small buffer.
-    let low = |r: &Row| clustering(r) && r.point.clustering == 10 && r.point.client_buffer_pages <= 50;
-    if let (Some(o), Some(p)) = (
-        ms(rows, Arch::Object, Query::RandomUpdate, low),
-        ms(rows, Arch::Page, Query::RandomUpdate, low),
-    ) {
-        out.push(Finding {
-            finding: "the object server is ahead on random update at low clustering and small buffers",
-            holds: o < p,
-            evidence: format!("f=10, 50-page buffers: object {o:.0} ms, page {p:.0} ms"),
-        });
-    }
-    // 5. File-server writes slow.
+    out
+}
+
+/// Finding 4. The object server ahead on random update at low clustering
+/// and a small buffer.
+fn object_ahead_on_updates(rows: &[Row]) -> Option<Finding> {
+    let low = |r: &Row| on_clustering_sweep(r) && r.point.clustering == 10 && r.point.client_buffer_pages <= 50;
+    let o = ms(rows, Arch::Object, Query::RandomUpdate, low)?;
+    let p = ms(rows, Arch::Page, Query::RandomUpdate, low)?;
+    Some(Finding {
+        finding: "the object server is ahead on random update at low clustering and small buffers",
+        holds: o < p,
+        evidence: format!("f=10, 50-page buffers: object {o:.0} ms, page {p:.0} ms"),
+    })
+}
+
+/// Finding 5. File-server writes slow: random update slower than the page
+/// server's at most points.
+fn file_writes_slow(rows: &[Row]) -> Option<Finding> {
     let updates: Vec<(f64, f64)> = rows
         .iter()
         .filter(|r| r.system == Arch::File && r.query == Query::RandomUpdate)
         .filter_map(|f| ms(rows, Arch::Page, Query::RandomUpdate, |p| p.point == f.point).map(|p| (f.ms, p)))
         .collect();
-    if !updates.is_empty() {
-        let slower = updates.iter().filter(|(f, p)| f > p).count();
-        out.push(Finding {
-            finding: "file-server writes are slow (random update slower than the page server's)",
-            holds: slower * 2 > updates.len(),
-            evidence: format!("file slower than page at {slower} of {} points", updates.len()),
-        });
+    if updates.is_empty() {
+        return None;
     }
-    // 6. The page/object crossover on random read rises with the region.
+    let slower = updates.iter().filter(|(f, p)| f > p).count();
+    Some(Finding {
+        finding: "file-server writes are slow (random update slower than the page server's)",
+        holds: slower * 2 > updates.len(),
+        evidence: format!("file slower than page at {slower} of {} points", updates.len()),
+    })
+}
+
+/// Finding 6. The page/object crossover on random read rises with the
+/// region; judged only when all three regions were run.
+fn crossover_rises_with_region(rows: &[Row]) -> Option<Finding> {
     let mut crossings = Vec::new();
     for region in [1, 5, 9] {
         let on = |r: &Row| r.point.sweep == "region" && r.point.region == region;
@@ -151,24 +185,29 @@ pub fn check(rows: &[Row]) -> Vec<Finding> {
             crossings.push((region, crossover(&page, &object)));
         }
     }
-    if crossings.len() == 3 {
-        let xs: Vec<u32> = crossings.iter().map(|(_, c)| c.unwrap_or(100)).collect();
-        out.push(Finding {
-            finding: "the page-vs-object crossover clustering factor on random read rises with the region (paper: ~30%, ~55%, ~65% at 1, 5, 9 pages)",
-            holds: xs.windows(2).all(|w| w[0] <= w[1]) && xs[0] < xs[2],
-            evidence: crossings
-                .iter()
-                .map(|(r, c)| match c {
-                    Some(f) => format!("region {r}: page catches up at f={f}%"),
-                    None => format!("region {r}: no crossover up to 90%"),
-                })
-                .collect::<Vec<_>>()
-                .join("; "),
-        });
+    if crossings.len() != 3 {
+        return None;
     }
-    // 7. The object server levels off with buffers past ~150 pages, and
-    // 8. the page server is more sensitive to buffer size than to
-    // clustering.
+    let xs: Vec<u32> = crossings.iter().map(|(_, c)| c.unwrap_or(100)).collect();
+    Some(Finding {
+        finding: "the page-vs-object crossover clustering factor on random read rises with the region (paper: ~30%, ~55%, ~65% at 1, 5, 9 pages)",
+        holds: xs.windows(2).all(|w| w[0] <= w[1]) && xs[0] < xs[2],
+        evidence: crossings
+            .iter()
+            .map(|(r, c)| match c {
+                Some(f) => format!("region {r}: page catches up at f={f}%"),
+                None => format!("region {r}: no crossover up to 90%"),
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
+}
+
+/// Findings 7 and 8: the object server levels off with buffers past ~150
+/// pages, and the page server is more sensitive to buffer size than to
+/// clustering.
+fn buffer_sensitivity(rows: &[Row]) -> Vec<Finding> {
+    let mut out = Vec::new();
     let buffer_at = |f: u32| move |r: &Row| r.point.sweep == "buffer" && r.point.clustering == f;
     // Judged on round trips, which decide the object server's time here
     // and do not move with the machine's noise; the times are shown too.
@@ -203,7 +242,9 @@ pub fn check(rows: &[Row]) -> Vec<Finding> {
     let page_buf = series(rows, Arch::Page, Query::RandomRead, buffer_at(30), |r| {
         r.point.client_buffer_pages as u32
     });
-    let page_clu = series(rows, Arch::Page, Query::RandomRead, clustering, |r| r.point.clustering);
+    let page_clu = series(rows, Arch::Page, Query::RandomRead, on_clustering_sweep, |r| {
+        r.point.clustering
+    });
     if let (Some(b), Some(c)) = (spread(&page_buf), spread(&page_clu)) {
         out.push(Finding {
             finding: "the page server is more sensitive to buffer size than to clustering (random read)",
@@ -211,7 +252,6 @@ pub fn check(rows: &[Row]) -> Vec<Finding> {
             evidence: format!("page random read max/min over buffers 50-300: {b:.2}; over f 10-90%: {c:.2}"),
         });
     }
-    out.extend(adaptive(rows));
     out
 }
 

@@ -14,8 +14,9 @@ use cairn::storage::{Db, DbOptions};
 
 use super::generate::{random_read, random_update, scan_order, AcobConfig, Set, OBJECTS_PER_SET, SET_COUNT};
 use super::store::{self, StoredSet};
-use super::systems::{Arch, Buffers, System, SystemError};
+use super::systems::{Arch, Buffers, StepPages, System, SystemError};
 use crate::oo1::rng::ParkMiller;
+use cairn::remote::RemoteStats;
 
 /// A query of the benchmark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -302,8 +303,37 @@ fn step(
     // The server stops here (the next step starts cold anyway) and says
     // what its pool read and wrote during the step.
     let pages = sys.end_step()?.unwrap_or_default();
+    let mut counters = step_counters(
+        read,
+        written,
+        &before,
+        &after,
+        disk_after.saturating_sub(disk_before),
+        pages,
+    );
+    counters.extend(adaptive_counters(&before, &after));
+    Ok(Row {
+        system: sys.arch(),
+        point,
+        query,
+        ms,
+        counters,
+    })
+}
+
+/// A step's counters of work done (records, round trips, bytes, pages and
+/// objects shipped, disk and server pool pages): the differences of the
+/// client's counters over the step, and the server's pool's own count.
+fn step_counters(
+    read: u64,
+    written: u64,
+    before: &RemoteStats,
+    after: &RemoteStats,
+    disk_pages_read: u64,
+    pages: StepPages,
+) -> BTreeMap<&'static str, f64> {
     let d = |a: u64, b: u64| a.saturating_sub(b) as f64;
-    let counters = BTreeMap::from([
+    BTreeMap::from([
         ("records_read", read as f64),
         ("records_written", written as f64),
         ("round_trips", d(after.round_trips, before.round_trips)),
@@ -330,59 +360,36 @@ fn step(
         ("cache_hits", d(after.cache_hits, before.cache_hits)),
         ("objects_shipped", d(after.objects_shipped, before.objects_shipped)),
         ("callbacks", d(after.callbacks, before.callbacks)),
-        ("disk_pages_read", d(disk_after, disk_before)),
+        ("disk_pages_read", disk_pages_read as f64),
         // The database's buffer pool (the server's; embedded, its own).
         ("server_pages_read", pages.read as f64),
         ("server_pages_written", pages.written as f64),
-        // The adaptive client's decisions and the measure behind them.
-        (
-            "adaptive_page_fetches",
-            d(after.adaptive.page_fetches, before.adaptive.page_fetches),
-        ),
-        (
-            "adaptive_object_fetches",
-            d(after.adaptive.object_fetches, before.adaptive.object_fetches),
-        ),
+    ])
+}
+
+/// The adaptive client's decisions over the step and the measure behind
+/// them (zero for the other clients).
+fn adaptive_counters(before: &RemoteStats, after: &RemoteStats) -> [(&'static str, f64); 10] {
+    let (a, b) = (&after.adaptive, &before.adaptive);
+    let d = |a: u64, b: u64| a.saturating_sub(b) as f64;
+    [
+        ("adaptive_page_fetches", d(a.page_fetches, b.page_fetches)),
+        ("adaptive_object_fetches", d(a.object_fetches, b.object_fetches)),
         (
             "adaptive_objects_with_pages",
-            d(after.adaptive.objects_with_pages, before.adaptive.objects_with_pages),
+            d(a.objects_with_pages, b.objects_with_pages),
         ),
-        (
-            "adaptive_pages_read_ahead",
-            d(after.adaptive.pages_read_ahead, before.adaptive.pages_read_ahead),
-        ),
-        (
-            "adaptive_read_ahead_used",
-            d(after.adaptive.read_ahead_used, before.adaptive.read_ahead_used),
-        ),
+        ("adaptive_pages_read_ahead", d(a.pages_read_ahead, b.pages_read_ahead)),
+        ("adaptive_read_ahead_used", d(a.read_ahead_used, b.read_ahead_used)),
         (
             "adaptive_switches",
-            d(
-                after.adaptive.to_pages + after.adaptive.to_objects,
-                before.adaptive.to_pages + before.adaptive.to_objects,
-            ),
+            d(a.to_pages + a.to_objects, b.to_pages + b.to_objects),
         ),
-        (
-            "adaptive_used_per_visit",
-            after.adaptive.used_per_visit_milli as f64 / 1000.0,
-        ),
-        (
-            "adaptive_used_fraction",
-            after.adaptive.used_fraction_milli as f64 / 1000.0,
-        ),
-        (
-            "adaptive_runs_fetching_pages",
-            after.adaptive.runs_fetching_pages as f64,
-        ),
-        ("adaptive_runs", after.adaptive.runs as f64),
-    ]);
-    Ok(Row {
-        system: sys.arch(),
-        point,
-        query,
-        ms,
-        counters,
-    })
+        ("adaptive_used_per_visit", a.used_per_visit_milli as f64 / 1000.0),
+        ("adaptive_used_fraction", a.used_fraction_milli as f64 / 1000.0),
+        ("adaptive_runs_fetching_pages", a.runs_fetching_pages as f64),
+        ("adaptive_runs", a.runs as f64),
+    ]
 }
 
 /// The report: one line per (point, query, system), with the counters that

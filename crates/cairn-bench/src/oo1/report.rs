@@ -198,9 +198,22 @@ fn fmt_counters(c: &BTreeMap<String, f64>) -> String {
     s
 }
 
-/// The human report.
+/// The human report: what was run and on what, the load table, the
+/// results table and the targets.
 pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows: &[Row]) -> String {
     let mut o = String::new();
+    write_setup(&mut o, cfg, machine);
+    write_system_notes(&mut o, results);
+    write_check(&mut o, results);
+    write_loads(&mut o, results);
+    write_rows(&mut o, rows);
+    write_targets(&mut o, rows);
+    o
+}
+
+/// The run's parameters and the machine, with how the embedded Cairn and
+/// SQLite are set up.
+fn write_setup(o: &mut String, cfg: &Oo1Config, machine: &Machine) {
     let runs = cfg.runs;
     let _ = writeln!(
         o,
@@ -216,6 +229,10 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
         machine.memory_bytes as f64 / f64::from(1 << 30),
         machine.os
     );
+}
+
+/// How each peer present in `results` is set up, one line each.
+fn write_system_notes(o: &mut String, results: &[SystemResult]) {
     if results.iter().any(|r| r.system == "lmdb") {
         let _ = writeln!(
             o,
@@ -256,6 +273,11 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
              than one object of a page, single objects where they do not (see its adaptive_* counters)"
         );
     }
+}
+
+/// The check line (the figures every system must agree on), and whether
+/// they do.
+fn write_check(o: &mut String, results: &[SystemResult]) {
     if let Some(first) = results.first() {
         let same = results.iter().all(|r| r.check == first.check);
         let _ = writeln!(
@@ -269,6 +291,10 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
             }
         );
     }
+}
+
+/// Load time and size on disk per system.
+fn write_loads(o: &mut String, results: &[SystemResult]) {
     let _ = writeln!(o);
     let _ = writeln!(o, "{:<16} {:>11} {:>13}", "system", "load ms", "size on disk");
     for r in results {
@@ -280,6 +306,11 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
             fmt_bytes(r.db_size_bytes)
         );
     }
+}
+
+/// One line per measure, phase and system, with the ratios and counters;
+/// a blank line before each measure's cold rows.
+fn write_rows(o: &mut String, rows: &[Row]) {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -308,6 +339,10 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
             fmt_counters(&r.counters)
         );
     }
+}
+
+/// The target lines, if the rows can tell any.
+fn write_targets(o: &mut String, rows: &[Row]) {
     let targets = targets(rows);
     if !targets.is_empty() {
         let _ = writeln!(o);
@@ -316,7 +351,6 @@ pub fn table(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows:
             let _ = writeln!(o, "  {:<4} {}", if t.met { "met" } else { "MISS" }, t.text);
         }
     }
-    o
 }
 
 /// A target line.
