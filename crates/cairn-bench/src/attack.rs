@@ -55,6 +55,10 @@ pub struct AttackArgs {
     /// transactions, silent-callbacks); all by default.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Also write the rates as JSON to this file (`cairn bench report`
+    /// renders it).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// The attacks, in report order.
@@ -387,10 +391,33 @@ pub fn cli_main(args: &AttackArgs) -> io::Result<()> {
     );
     let base = case(&exe, &scratch, "none", args)?;
     println!("  {:<18} {base:>9.1} commits/s   1.00× (no attack)", "none");
+    let mut rates = vec![("none", base)];
     for name in attacks {
         let rate = case(&exe, &scratch, name, args)?;
         println!("  {name:<18} {rate:>9.1} commits/s   {:>4.2}× no attack", rate / base);
+        rates.push((name, rate));
     }
     let _ = std::fs::remove_dir_all(&scratch);
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&to_json(args, &rates)).map_err(err)?;
+        std::fs::write(path, text + "\n").map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
+    }
     Ok(())
+}
+
+/// The `--json` document: the run's parameters and, per case (`none`
+/// first), the honest client's commits per second and its ratio to `none`.
+pub fn to_json(args: &AttackArgs, rates: &[(&str, f64)]) -> serde_json::Value {
+    let m = crate::commit::machine();
+    let base = rates.first().map_or(0.0, |r| r.1);
+    serde_json::json!({
+        "benchmark": "attack",
+        "machine": { "cores": m.cores, "memory_bytes": m.memory_bytes },
+        "config": { "commits": args.commits, "lock_timeout_ms": args.lock_timeout_ms },
+        "results": rates.iter().map(|(name, rate)| serde_json::json!({
+            "attack": name,
+            "commits_per_s": rate,
+            "ratio_to_no_attack": if base > 0.0 { Some(rate / base) } else { None },
+        })).collect::<Vec<_>>(),
+    })
 }

@@ -1,6 +1,8 @@
-//! The benchmark harness (issues 5 and 6): OO1, ACOB, OO7 and RPC workloads,
-//! peers, reports and plots. Today: [`commit`], the group-commit benchmark, and [`refs`], the cost of
-//! following a reference against the in-memory floor.
+//! The benchmark harness (issues 5 and 6): [`commit`] (group commit),
+//! [`refs`] (following a reference against the in-memory floor), [`oo1`],
+//! [`oo7`], [`acob`], [`rpc`], [`connect`] and [`attack`], with their peers,
+//! reports and plots; [`report`] renders their `--json` documents as the
+//! tables of `docs/benchmarks.md`.
 
 pub mod acob;
 pub mod attack;
@@ -9,4 +11,5 @@ pub mod connect;
 pub mod oo1;
 pub mod oo7;
 pub mod refs;
+pub mod report;
 pub mod rpc;

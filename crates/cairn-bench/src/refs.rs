@@ -252,6 +252,22 @@ fn storage_walk(tx: &mut cairn::Transaction<'_>, start: &Ref<Node>, steps: usize
     Ok(t.elapsed().as_nanos() as f64 / steps as f64)
 }
 
+/// The `--json` document of `cairn bench refs`: the run's parameters and
+/// each way's nanoseconds per step and ratio to the floor.
+pub fn to_json(opts: &RefsOptions, results: &[RefsResult]) -> serde_json::Value {
+    let m = crate::commit::machine();
+    serde_json::json!({
+        "benchmark": "refs",
+        "machine": { "cores": m.cores, "memory_bytes": m.memory_bytes },
+        "config": { "nodes": opts.nodes, "steps": opts.steps },
+        "results": results.iter().map(|r| serde_json::json!({
+            "way": r.system,
+            "ns_per_step": r.ns_per_step,
+            "ratio_to_floor": r.ratio_to_floor,
+        })).collect::<Vec<_>>(),
+    })
+}
+
 fn tempdir(base: Option<&std::path::Path>) -> cairn::Result<std::path::PathBuf> {
     let base = base.map(|p| p.to_path_buf()).unwrap_or_else(std::env::temp_dir);
     let d = base.join(format!("cairn-bench-refs-{}", std::process::id()));

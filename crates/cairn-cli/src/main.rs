@@ -1,7 +1,8 @@
 //! The `cairn` command-line tool: create, inspect and check databases;
 //! `torture` and `verify` for crash testing; `user` for the users who may
 //! log in (`users.rs`); the benchmarks (`bench commit, refs, rpc, oo1, oo7,
-//! acob`).
+//! acob, connect, attack`) and `bench report`, which renders their `--json`
+//! files as the tables of docs/benchmarks.md.
 //!
 //! The binary allocates with mimalloc: the typed layer decodes objects into
 //! ordinary Rust values (a `String` or `Vec` per field), and glibc's malloc
@@ -178,6 +179,9 @@ enum BenchCommand {
         /// Steps per timed walk.
         #[arg(long, default_value_t = 1_000_000)]
         steps: usize,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// OO1 (Cattell & Skeen): lookup, traversal, reverse traversal and insert,
     /// cold and warm, for Cairn against the in-memory floor and SQLite.
@@ -199,6 +203,14 @@ enum BenchCommand {
     /// within the rules (trickled frames, idle connections, lock waits,
     /// open transactions, silent callbacks), as ratios to no attack.
     Attack(cairn_bench::attack::AttackArgs),
+    /// Print the markdown tables of docs/benchmarks.md from result files
+    /// written by the benchmarks' --json options (commit, refs, oo1, oo7,
+    /// acob, rpc, attack).
+    Report {
+        /// The JSON result files, rendered one after the other.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// A client process of `bench rpc` (started by it; commands on stdin).
     #[command(hide = true)]
     RpcClient(cairn_bench::rpc::ClientArgs),
@@ -257,8 +269,11 @@ fn main() -> ExitCode {
             which: BenchCommand::Commit { seconds, dir, json },
         } => bench_commit(seconds, dir, json.as_deref()),
         Command::Bench {
-            which: BenchCommand::Refs { nodes, steps },
-        } => bench_refs(nodes, steps),
+            which: BenchCommand::Refs { nodes, steps, json },
+        } => bench_refs(nodes, steps, json.as_deref()),
+        Command::Bench {
+            which: BenchCommand::Report { files },
+        } => bench_report(&files),
         Command::Bench {
             which: BenchCommand::Oo1(args),
         } => cairn_bench::oo1::main(&args).map_err(Into::into),
@@ -515,16 +530,43 @@ fn bench_commit(seconds: f64, dir: Option<PathBuf>, json: Option<&Path>) -> anyh
     Ok(())
 }
 
-fn bench_refs(nodes: usize, steps: usize) -> anyhow::Result<()> {
-    let results = cairn_bench::refs::run(&cairn_bench::refs::RefsOptions {
+fn bench_refs(nodes: usize, steps: usize, json: Option<&Path>) -> anyhow::Result<()> {
+    let opts = cairn_bench::refs::RefsOptions {
         nodes,
         steps,
         dir: None,
-    })?;
+    };
+    let results = cairn_bench::refs::run(&opts)?;
     println!("following a reference: {nodes} objects in a ring, {steps} steps, warm");
     println!("{:<14} {:>10} {:>10}", "way", "ns/step", "× floor");
     for r in &results {
         println!("{:<14} {:>10.1} {:>10.2}", r.system, r.ns_per_step, r.ratio_to_floor);
+    }
+    if let Some(path) = json {
+        let out = cairn_bench::refs::to_json(&opts, &results);
+        std::fs::write(path, serde_json::to_string_pretty(&out)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `cairn bench report FILE...`: each file's tables on stdout, in the
+/// order given, separated by a line naming the file. Every file is
+/// rendered before any is printed, so a bad one stops the command without
+/// half a page on stdout.
+fn bench_report(files: &[PathBuf]) -> anyhow::Result<()> {
+    let pages = files
+        .iter()
+        .map(|f| cairn_bench::report::render_file(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, (file, page)) in files.iter().zip(pages).enumerate() {
+        if files.len() > 1 {
+            if i > 0 {
+                println!();
+            }
+            println!("<!-- {} -->", file.display());
+        }
+        print!("{page}");
     }
     Ok(())
 }
