@@ -605,21 +605,22 @@ fn adaptive_against_page(rows: &[AcobRow], out: &mut String) {
     }
 }
 
-/// `bench rpc`: per client count, µs per task of the raw floor and Cairn's
-/// RPC in both write modes, with the ratios; then the streamed replies.
-fn rpc(doc: &Value) -> Result<String, String> {
-    struct R<'a> {
-        system: &'a str,
-        transport: &'a str,
-        writes: &'a str,
-        clients: f64,
-        in_flight: f64,
-        parts: f64,
-        us: f64,
-    }
+/// One `bench rpc` measurement as the report reads it.
+struct RpcRow<'a> {
+    system: &'a str,
+    transport: &'a str,
+    writes: &'a str,
+    clients: f64,
+    in_flight: f64,
+    /// Partial replies per request: 0 but for the streamed case.
+    parts: f64,
+    us: f64,
+}
+
+fn rpc_rows(doc: &Value) -> Result<Vec<RpcRow<'_>>, String> {
     let mut rows = Vec::new();
     for (at, r) in results(doc)? {
-        rows.push(R {
+        rows.push(RpcRow {
             system: text(r, "system", &at)?,
             transport: text(r, "transport", &at)?,
             writes: text(r, "writes", &at)?,
@@ -629,23 +630,38 @@ fn rpc(doc: &Value) -> Result<String, String> {
             us: num(r, "mean_us_per_task", &at)?,
         });
     }
-    let find = |system: &str, writes: &str, transport: &str, clients: f64, k: f64| {
-        rows.iter()
-            .find(|r| {
-                r.system == system
-                    && r.writes == writes
-                    && r.transport == transport
-                    && r.clients == clients
-                    && r.in_flight == k
-                    && r.parts == 0.0
-            })
-            .map(|r| r.us)
-    };
-    let us = |x: Option<f64>| x.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"));
+    Ok(rows)
+}
+
+/// The µs per task of the plain (not streamed) measurement named.
+fn rpc_us(rows: &[RpcRow], system: &str, writes: &str, transport: &str, clients: f64, k: f64) -> Option<f64> {
+    rows.iter()
+        .find(|r| {
+            r.system == system
+                && r.writes == writes
+                && r.transport == transport
+                && r.clients == clients
+                && r.in_flight == k
+                && r.parts == 0.0
+        })
+        .map(|r| r.us)
+}
+
+fn us2(x: Option<f64>) -> String {
+    x.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"))
+}
+
+fn rate1(x: Option<f64>) -> String {
+    x.map_or_else(|| "–".to_string(), |v| format!("{v:.1}"))
+}
+
+/// `bench rpc`: per client count, µs per task of the raw floor and Cairn's
+/// RPC in both write modes, with the ratios; then the streamed replies.
+fn rpc(doc: &Value) -> Result<String, String> {
+    let rows = rpc_rows(doc)?;
     let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
-    let rate = |x: Option<f64>| x.map_or_else(|| "–".to_string(), |v| format!("{v:.1}"));
     let mut out = String::new();
-    let calls: Vec<&R> = rows
+    let calls: Vec<&RpcRow> = rows
         .iter()
         .filter(|r| r.system == "cairn-rpc" && r.writes == "each" && r.parts == 0.0)
         .collect();
@@ -663,26 +679,27 @@ fn rpc(doc: &Value) -> Result<String, String> {
         ]);
         for r in calls.iter().filter(|r| r.clients == clients) {
             let (tr, k) = (r.transport, r.in_flight);
-            let sync = find("cairn-rpc", "each", tr, clients, 1.0);
-            let (re, ce) = (find("raw-pingpong", "each", tr, clients, k), Some(r.us));
+            let sync = rpc_us(&rows, "cairn-rpc", "each", tr, clients, 1.0);
+            let (re, ce) = (rpc_us(&rows, "raw-pingpong", "each", tr, clients, k), Some(r.us));
+            // One in flight has nothing to coalesce.
             let (rc, cc) = if k == 1.0 {
                 (None, None)
             } else {
                 (
-                    find("raw-pingpong", "coalesced", tr, clients, k),
-                    find("cairn-rpc", "coalesced", tr, clients, k),
+                    rpc_us(&rows, "raw-pingpong", "coalesced", tr, clients, k),
+                    rpc_us(&rows, "cairn-rpc", "coalesced", tr, clients, k),
                 )
             };
             t.row(vec![
                 tr.to_string(),
                 format!("{k}"),
-                us(re),
-                us(ce),
-                us(div(ce, re)),
-                rate(div(sync, ce)),
-                us(rc),
-                us(cc),
-                rate(div(sync, cc)),
+                us2(re),
+                us2(ce),
+                us2(div(ce, re)),
+                rate1(div(sync, ce)),
+                us2(rc),
+                us2(cc),
+                rate1(div(sync, cc)),
             ]);
         }
         if !out.is_empty() {
@@ -691,22 +708,28 @@ fn rpc(doc: &Value) -> Result<String, String> {
         let _ = writeln!(out, "{clients} client(s), mean µs per task:\n");
         t.render(&mut out);
     }
-    let mut stream = Table::new(&["socket", ">partial replies", ">µs per part", ">× sync rate"]);
+    rpc_streams(&rows, &mut out);
+    Ok(out)
+}
+
+/// The streamed case of `bench rpc`: µs per partial reply, and the rate
+/// against one synchronous call.
+fn rpc_streams(rows: &[RpcRow], out: &mut String) {
+    let mut t = Table::new(&["socket", ">partial replies", ">µs per part", ">× sync rate"]);
     for r in rows.iter().filter(|r| r.parts > 0.0) {
         let per_part = r.us / (r.parts + 1.0);
-        let sync = find("cairn-rpc", "each", r.transport, 1.0, 1.0);
-        stream.row(vec![
+        let sync = rpc_us(rows, "cairn-rpc", "each", r.transport, 1.0, 1.0);
+        t.row(vec![
             r.transport.to_string(),
             thousands(r.parts, 0),
             format!("{per_part:.2}"),
-            rate(sync.map(|s| s / per_part)),
+            rate1(sync.map(|s| s / per_part)),
         ]);
     }
-    if !stream.rows.is_empty() {
+    if !t.rows.is_empty() {
         let _ = writeln!(out, "\nOne request answered by a stream of partial replies:\n");
-        stream.render(&mut out);
+        t.render(out);
     }
-    Ok(out)
 }
 
 #[cfg(test)]
