@@ -468,7 +468,9 @@ fn findings(doc: &Value, out: &mut String) -> Result<(), String> {
 struct AcobRow<'a> {
     system: &'a str,
     sweep: &'a str,
+    /// The query, as the page writes it (`random read`).
     query: String,
+    smeared: bool,
     clustering: f64,
     region: f64,
     buffer: f64,
@@ -477,18 +479,28 @@ struct AcobRow<'a> {
 }
 
 impl AcobRow<'_> {
+    /// The query, and whether the sets were smeared: `scan, smeared`.
+    fn label(&self) -> String {
+        if self.smeared {
+            format!("{}, smeared", self.query)
+        } else {
+            self.query.clone()
+        }
+    }
+
     /// The columns that tell a step's point apart within its sweep.
     fn key(&self) -> Vec<String> {
-        let (f, region, buffer) = (
+        let (q, f, region, buffer) = (
+            self.label(),
             format!("{}", self.clustering),
             format!("{}", self.region),
             format!("{}", self.buffer),
         );
         match self.sweep {
-            "clustering" => vec![self.query.clone(), f],
-            "region" => vec![self.query.clone(), region, f],
-            "buffer" => vec![self.query.clone(), f, buffer],
-            _ => vec![self.query.clone(), f, region, buffer],
+            "clustering" => vec![q, f],
+            "region" => vec![q, region, f],
+            "buffer" => vec![q, f, buffer],
+            _ => vec![q, f, region, buffer],
         }
     }
 }
@@ -499,14 +511,11 @@ fn acob_rows(doc: &Value) -> Result<Vec<AcobRow<'_>>, String> {
         let smeared = field(r, "smeared", &at)?
             .as_bool()
             .ok_or_else(|| format!("{at}.smeared is not true or false"))?;
-        let mut query = words(text(r, "query", &at)?);
-        if smeared {
-            query.push_str(", smeared");
-        }
         rows.push(AcobRow {
             system: text(r, "system", &at)?,
             sweep: text(r, "sweep", &at)?,
-            query,
+            query: words(text(r, "query", &at)?),
+            smeared,
             clustering: num(r, "clustering", &at)?,
             region: num(r, "region", &at)?,
             buffer: num(r, "client_buffer_pages", &at)?,
@@ -559,8 +568,9 @@ fn acob(doc: &Value) -> Result<String, String> {
 }
 
 /// The adaptive client's time over the page client's, per query over every
-/// point both ran: how many within 10%, the median, best and worst ratio
-/// (with the worst point), and how many faster.
+/// point both ran (smeared sets counted with their query): how many within
+/// 10%, the median, best and worst ratio (with the worst point), and how
+/// many faster.
 fn adaptive_against_page(rows: &[AcobRow], out: &mut String) {
     let mut t = Table::new(&["query", "within 10%", ">median", ">best", "worst", ">faster"]);
     for query in distinct(rows.iter().map(|r| r.query.clone())) {
@@ -588,11 +598,12 @@ fn adaptive_against_page(rows: &[AcobRow], out: &mut String) {
             format!("{:.2}", ratios[n / 2].0),
             format!("{:.2}", ratios[0].0),
             format!(
-                "{worst:.2} ({} f = {}%, region {}, buffer {}: {} against {} ms)",
+                "{worst:.2} ({} f = {}%, region {}, buffer {}{}: {} against {} ms)",
                 a.sweep,
                 a.clustering,
                 a.region,
                 a.buffer,
+                if a.smeared { ", smeared" } else { "" },
                 thousands(a.ms, 0),
                 thousands(p.ms, 0)
             ),
@@ -819,12 +830,18 @@ mod tests {
                 "client_buffer_pages": buffer, "smeared": false, "query": query, "ms": ms,
                 "counters": {"round_trips": trips}})
         };
+        let smeared = |mut v: Value| {
+            v["smeared"] = Value::Bool(true);
+            v
+        };
         let doc = serde_json::json!({
             "benchmark": "acob",
             "machine": {"cores": 2, "os": "linux"},
             "results": [
                 step("page", "clustering", "scan", 10, 50, 167.0, 1500.0),
                 step("adaptive", "clustering", "scan", 10, 50, 58.0, 1520.0),
+                smeared(step("page", "clustering", "scan", 20, 50, 491.0, 5726.0)),
+                smeared(step("adaptive", "clustering", "scan", 20, 50, 487.0, 5776.0)),
                 step("page", "buffer", "random_read", 30, 300, 152.0, 1500.0),
                 step("adaptive", "buffer", "random_read", 30, 300, 162.0, 1500.0)],
             "findings": [{"finding": "the page server improves with clustering", "holds": true,
@@ -838,7 +855,14 @@ mod tests {
             out.contains("| random read | 30 | 300 | 152 / 1,500 | 162 / 1,500 |"),
             "{out}"
         );
-        assert!(out.contains("| scan | 1 of 1 | 0.35 | 0.35 |"), "{out}");
+        assert!(
+            out.contains("| scan, smeared | 20 | 491 / 5,726 | 487 / 5,776 |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("| scan | 2 of 2 | 0.99 | 0.35 | 0.99 (clustering f = 20%, region 5, buffer 50, smeared: 487 against 491 ms) | 2 |"),
+            "{out}"
+        );
         assert!(
             out.contains("| random read | 1 of 1 | 1.07 | 1.07 | 1.07 (buffer f = 30%, region 5, buffer 300: 162 against 152 ms) | 0 |"),
             "{out}"
