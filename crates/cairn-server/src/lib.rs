@@ -643,7 +643,7 @@ impl Handler for PageServer {
         let _turn = session.state.turn_of(req.txn(), abort).await?;
         // A read that needs no wait is answered here, on the network
         // thread: handing it to a blocking thread and back cost about
-        // 90 µs of the ~150 µs a cold page fetch took (docs/benchmarks.md).
+        // 90 µs of the ~150 µs a cold page fetch took (docs/history/benchmarks-notebook.md).
         let outcome = match self.without_waiting(&session.state, &req).await? {
             Some(answer) => answer,
             None => match req {

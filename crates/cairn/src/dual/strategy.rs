@@ -182,7 +182,8 @@ pub struct DualBufferOptions {
     /// paper's winner, LOC/ERL, keeps a descriptor per object used, and
     /// copying pays only where pages mix a few hot objects with many cold
     /// ones, which neither OO1 nor OO7 does here (docs/benchmarks.md, "OO7
-    /// and the dual buffer"); choose it per client where that holds.
+    /// and the dual buffer", and the notebook in docs/history/); choose it
+    /// per client where that holds.
     pub strategy: Strategy,
     /// The page segment's share of `bytes` (`None`: the strategy's
     /// default, [`Strategy::default_page_share`]).
