@@ -26,6 +26,10 @@ pub struct ConnectArgs {
     /// Repetitions of each measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Also write the figures as JSON to this file (`cairn bench report`
+    /// renders it).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// PBKDF2 rounds of the verifier: the server's default for new users
@@ -151,6 +155,7 @@ pub fn cli_main(args: &ConnectArgs) -> io::Result<()> {
         args.connects, args.reps
     );
     let mut base = None;
+    let mut figures = Vec::new();
     for (name, addr, opts) in &configs {
         let mut runs: Vec<f64> = (0..args.reps.max(1))
             .map(|_| measure(addr, opts, args.connects.max(1)))
@@ -159,7 +164,28 @@ pub fn cli_main(args: &ConnectArgs) -> io::Result<()> {
         let us = runs[runs.len() / 2];
         let ratio = us / *base.get_or_insert(us);
         println!("  {name:<28} {us:>9.1} µs/connection   {ratio:>6.2}× plain");
+        figures.push((*name, us, ratio));
     }
     let _ = std::fs::remove_dir_all(&dir);
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&to_json(args, &figures)).map_err(io::Error::other)?;
+        std::fs::write(path, text + "\n").map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
+    }
     Ok(())
+}
+
+/// The `--json` document: the run's parameters and, per kind of session,
+/// the median µs per connection and its ratio to the plain connection.
+pub fn to_json(args: &ConnectArgs, figures: &[(&str, f64, f64)]) -> serde_json::Value {
+    let m = crate::commit::machine();
+    serde_json::json!({
+        "benchmark": "connect",
+        "machine": { "cores": m.cores, "memory_bytes": m.memory_bytes },
+        "config": { "connects": args.connects, "reps": args.reps, "pbkdf2_rounds": ITERATIONS },
+        "results": figures.iter().map(|(session, us, ratio)| serde_json::json!({
+            "session": session,
+            "us_per_connection": us,
+            "ratio_to_plain": ratio,
+        })).collect::<Vec<_>>(),
+    })
 }

@@ -29,7 +29,7 @@ pub struct ReportError {
 }
 
 /// The benchmarks whose `--json` documents this renders.
-pub const BENCHMARKS: [&str; 7] = ["commit", "refs", "oo1", "oo7", "acob", "rpc", "attack"];
+pub const BENCHMARKS: [&str; 8] = ["commit", "refs", "oo1", "oo7", "acob", "rpc", "connect", "attack"];
 
 /// Reads the result file at `path` and renders its tables.
 pub fn render_file(path: &Path) -> Result<String, ReportError> {
@@ -55,6 +55,7 @@ pub fn render(doc: &Value) -> Result<String, String> {
         "oo7" => oo7(doc)?,
         "acob" => acob(doc)?,
         "rpc" => rpc(doc)?,
+        "connect" => connect(doc)?,
         "attack" => attack(doc)?,
         other => {
             return Err(format!(
@@ -266,6 +267,25 @@ fn refs(doc: &Value) -> Result<String, String> {
             text(r, "way", &at)?.to_string(),
             format!("{:.1}", num(r, "ns_per_step", &at)?),
             format!("{:.2}", num(r, "ratio_to_floor", &at)?),
+        ]);
+    }
+    let mut out = String::new();
+    t.render(&mut out);
+    Ok(out)
+}
+
+/// `bench connect`: µs per connection for each kind of session.
+fn connect(doc: &Value) -> Result<String, String> {
+    let mut t = Table::new(&[
+        "session",
+        ">µs per connection (connect, handshake, PING, close)",
+        ">× plain",
+    ]);
+    for (at, r) in results(doc)? {
+        t.row(vec![
+            text(r, "session", &at)?.to_string(),
+            thousands(num(r, "us_per_connection", &at)?, 0),
+            format!("{:.1}", num(r, "ratio_to_plain", &at)?),
         ]);
     }
     let mut out = String::new();
@@ -872,7 +892,7 @@ mod tests {
     }
 
     #[test]
-    fn rpc_refs_attack_and_oo7_documents_render() {
+    fn rpc_refs_connect_attack_and_oo7_documents_render() {
         let rpc = serde_json::json!({"benchmark": "rpc", "results": [
             {"system": "raw-pingpong", "transport": "unix", "writes": "each", "clients": 1, "in_flight": 1, "mean_us_per_task": 17.32},
             {"system": "cairn-rpc", "transport": "unix", "writes": "each", "clients": 1, "in_flight": 1, "mean_us_per_task": 25.69},
@@ -897,6 +917,12 @@ mod tests {
             {"way": "swizzled", "ns_per_step": 24.21, "ratio_to_floor": 3.4586}]});
         let out = render(&refs).unwrap();
         assert!(out.contains("| swizzled | 24.2 | 3.46 |"), "{out}");
+
+        let connect = serde_json::json!({"benchmark": "connect", "results": [
+            {"session": "plain, no login", "us_per_connection": 109.2, "ratio_to_plain": 1.0},
+            {"session": "SCRAM-SHA-256 login", "us_per_connection": 3415.4, "ratio_to_plain": 31.28}]});
+        let out = render(&connect).unwrap();
+        assert!(out.contains("| SCRAM-SHA-256 login | 3,415 | 31.3 |"), "{out}");
 
         let attack = serde_json::json!({"benchmark": "attack", "results": [
             {"attack": "none", "commits_per_s": 3280.4, "ratio_to_no_attack": 1.0},

@@ -205,7 +205,7 @@ enum BenchCommand {
     Attack(cairn_bench::attack::AttackArgs),
     /// Print the markdown tables of docs/benchmarks.md from result files
     /// written by the benchmarks' --json options (commit, refs, oo1, oo7,
-    /// acob, rpc, attack).
+    /// acob, rpc, connect, attack).
     Report {
         /// The JSON result files, rendered one after the other.
         #[arg(required = true)]
