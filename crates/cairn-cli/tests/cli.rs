@@ -162,3 +162,43 @@ fn recover_stop_at_opens_a_database_whose_log_holds_a_record_that_cannot_be_appl
     let o = cairn(&["recover", db_s]);
     assert!(o.status.success() && stdout(&o).contains("opens normally"), "{o:?}");
 }
+
+/// `bench report` renders what the benchmarks' `--json` options write (the
+/// results page is regenerated that way), and a file it cannot render
+/// stops it with exit code 2 and an error naming the file.
+#[test]
+fn bench_report_renders_the_json_of_bench_commit_and_refs_and_names_a_bad_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let commit = dir.path().join("commit.json");
+    let refs = dir.path().join("refs.json");
+    let (commit_s, refs_s) = (commit.to_str().unwrap(), refs.to_str().unwrap());
+    let o = cairn(&["bench", "commit", "--seconds", "0.05", "--json", commit_s]);
+    assert!(o.status.success(), "{o:?}");
+    let o = cairn(&["bench", "refs", "--nodes", "50", "--steps", "500", "--json", refs_s]);
+    assert!(o.status.success(), "{o:?}");
+
+    let o = cairn(&["bench", "report", commit_s, refs_s]);
+    assert!(o.status.success(), "{o:?}");
+    let out = stdout(&o);
+    assert!(
+        out.contains("| committers | commits | commits/s | fsyncs | fsyncs/commit | mean µs | p99 µs |"),
+        "{out}"
+    );
+    for committers in [1, 4, 16] {
+        assert!(out.contains(&format!("\n| {committers} | ")), "{out}");
+    }
+    for way in ["floor", "swizzled", "oid-lookup", "view", "storage-read"] {
+        assert!(out.contains(&format!("\n| {way} | ")), "{out}");
+    }
+
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"benchmark\": \"commit\", \"results\": [{\"threads\": 1}]}").unwrap();
+    let o = cairn(&["bench", "report", commit_s, bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(o.stdout.is_empty(), "nothing printed before the error: {o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("{}: results[0] has no \"commits\" field", bad.display())),
+        "{err}"
+    );
+}
