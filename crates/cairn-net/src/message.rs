@@ -152,13 +152,13 @@ impl Fault {
     /// Encodes the body.
     pub fn encode(&self) -> Vec<u8> {
         let message = &self.message.as_bytes()[..self.message.len().min(u16::MAX as usize)];
-        let mut out = Vec::with_capacity(8 + message.len() + self.detail.len());
-        out.extend_from_slice(&self.code.0.to_le_bytes());
-        out.extend_from_slice(&(message.len() as u16).to_le_bytes());
-        out.extend_from_slice(message);
-        out.extend_from_slice(&(self.detail.len() as u32).to_le_bytes());
-        out.extend_from_slice(&self.detail);
-        out
+        let mut w = Writer::with_capacity(8 + message.len() + self.detail.len());
+        w.put(&self.code.0.to_le_bytes());
+        w.put(&(message.len() as u16).to_le_bytes());
+        w.put(message);
+        w.put(&(self.detail.len() as u32).to_le_bytes());
+        w.put(&self.detail);
+        w.into_bytes()
     }
 
     /// Decodes a body.
@@ -201,13 +201,13 @@ impl Hello {
     pub fn encode(&self) -> Vec<u8> {
         let token = &self.auth[..self.auth.len().min(u16::MAX as usize)];
         let name = truncate_str(&self.client_name, u16::MAX as usize);
-        let mut out = Vec::with_capacity(6 + token.len() + name.len());
-        out.extend_from_slice(&self.architecture.0.to_le_bytes());
-        out.extend_from_slice(&(token.len() as u16).to_le_bytes());
-        out.extend_from_slice(token);
-        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        out.extend_from_slice(name.as_bytes());
-        out
+        let mut w = Writer::with_capacity(6 + token.len() + name.len());
+        w.put(&self.architecture.0.to_le_bytes());
+        w.put(&(token.len() as u16).to_le_bytes());
+        w.put(token);
+        w.put(&(name.len() as u16).to_le_bytes());
+        w.put(name.as_bytes());
+        w.into_bytes()
     }
 
     /// Decodes a body.
@@ -268,18 +268,18 @@ impl Welcome {
     /// Encodes the body.
     pub fn encode(&self) -> Vec<u8> {
         let name = truncate_str(&self.server_name, u16::MAX as usize);
-        let mut out = Vec::with_capacity(32 + name.len());
-        out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&self.capabilities.0.to_le_bytes());
-        out.extend_from_slice(&self.body_max.to_le_bytes());
-        out.extend_from_slice(&self.in_flight_max.to_le_bytes());
-        out.extend_from_slice(&self.session.to_le_bytes());
-        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        out.extend_from_slice(name.as_bytes());
+        let mut w = Writer::with_capacity(32 + name.len());
+        w.put(&self.version.to_le_bytes());
+        w.put(&self.capabilities.0.to_le_bytes());
+        w.put(&self.body_max.to_le_bytes());
+        w.put(&self.in_flight_max.to_le_bytes());
+        w.put(&self.session.to_le_bytes());
+        w.put(&(name.len() as u16).to_le_bytes());
+        w.put(name.as_bytes());
         let auth = &self.auth[..self.auth.len().min(u16::MAX as usize)];
-        out.extend_from_slice(&(auth.len() as u16).to_le_bytes());
-        out.extend_from_slice(auth);
-        out
+        w.put(&(auth.len() as u16).to_le_bytes());
+        w.put(auth);
+        w.into_bytes()
     }
 
     /// Decodes a body.
@@ -491,8 +491,9 @@ pub(crate) fn truncate_str(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// The one byte reader, which every decoder of the protocol uses.
-pub(crate) use cairn_codec::Reader;
+/// The one byte reader and writer, which every decoder and encoder of the
+/// protocol uses.
+pub(crate) use cairn_codec::{Reader, Writer};
 
 #[cfg(test)]
 mod tests {

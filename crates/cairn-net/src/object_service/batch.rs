@@ -1,7 +1,7 @@
 //! The reply of an OBJ_FETCH of pages ([`OBJ_S_PAGE`](super::OBJ_S_PAGE), [`OBJ_S_PAGE_AHEAD`](super::OBJ_S_PAGE_AHEAD)):
 //! objects, then whole page images.
 
-use super::{malformed, value32, FetchedObject, MessageError, Reader, FETCHED_OBJECT_HEADER, FETCH_OBJECTS_MAX};
+use super::{malformed, FetchedObject, MessageError, Reader, Writer, FETCHED_OBJECT_HEADER, FETCH_OBJECTS_MAX};
 
 /// Objects in the reply of an [`OBJ_S_PAGE`](super::OBJ_S_PAGE) fetch, at most.
 pub const BATCH_OBJECTS_MAX: usize = 1 << 16;
@@ -45,21 +45,21 @@ pub struct FetchedBatch<'a> {
 pub fn encode_fetched_batch(objects: &[Vec<u8>], pages: &[FetchedPage<'_>]) -> Vec<u8> {
     let n = objects.len().min(BATCH_OBJECTS_MAX);
     let m = pages.len().min(BATCH_PAGES_MAX);
-    let mut out = Vec::with_capacity(
+    let mut w = Writer::with_capacity(
         8 + objects.iter().map(|o| 4 + o.len()).sum::<usize>()
             + pages.iter().map(|p| 16 + p.image.len()).sum::<usize>(),
     );
-    out.extend_from_slice(&(n as u32).to_le_bytes());
+    w.put(&(n as u32).to_le_bytes());
     for o in &objects[..n] {
-        value32(&mut out, o);
+        w.put_bytes32(o);
     }
-    out.extend_from_slice(&(m as u32).to_le_bytes());
+    w.put(&(m as u32).to_le_bytes());
     for p in &pages[..m] {
-        out.extend_from_slice(&p.page.to_le_bytes());
-        out.extend_from_slice(&p.right.to_le_bytes());
-        value32(&mut out, p.image);
+        w.put(&p.page.to_le_bytes());
+        w.put(&p.right.to_le_bytes());
+        w.put_bytes32(p.image);
     }
-    out
+    w.into_bytes()
 }
 
 /// Decodes the reply of an [`OBJ_S_PAGE`](super::OBJ_S_PAGE) fetch.

@@ -12,7 +12,7 @@
 //! A `key` is `tag u8` then `page u32` (tag 0, a B+-tree leaf) or
 //! `oid[10]` (tag 1, an object).
 
-use crate::message::{MessageError, Reader};
+use crate::message::{MessageError, Reader, Writer};
 use crate::page_service::{get_txns, put_txns, RELEASE_RIGHTS_MAX};
 
 use super::{malformed, oid, OID_BYTES};
@@ -27,15 +27,15 @@ pub enum RightKey {
 }
 
 impl RightKey {
-    pub(crate) fn put(&self, out: &mut Vec<u8>) {
+    pub(crate) fn put(&self, w: &mut Writer) {
         match self {
             RightKey::Page(p) => {
-                out.push(0);
-                out.extend_from_slice(&p.to_le_bytes());
+                w.put_u8(0);
+                w.put(&p.to_le_bytes());
             }
             RightKey::Object(o) => {
-                out.push(1);
-                out.extend_from_slice(o);
+                w.put_u8(1);
+                w.put(o);
             }
         }
     }
@@ -64,11 +64,11 @@ pub struct ObjectCallback {
 impl ObjectCallback {
     /// Encodes the NOTICE body.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(27);
-        out.extend_from_slice(&self.id.to_le_bytes());
-        self.key.put(&mut out);
-        out.extend_from_slice(&self.epoch.to_le_bytes());
-        out
+        let mut w = Writer::with_capacity(27);
+        w.put(&self.id.to_le_bytes());
+        self.key.put(&mut w);
+        w.put(&self.epoch.to_le_bytes());
+        w.into_bytes()
     }
 
     /// Decodes a NOTICE body.
@@ -104,12 +104,12 @@ pub struct ObjectCallbackReply {
 }
 
 impl ObjectCallbackReply {
-    pub(crate) fn put(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.id.to_le_bytes());
-        self.key.put(out);
-        out.extend_from_slice(&self.epoch.to_le_bytes());
-        out.extend_from_slice(&self.writer.to_le_bytes());
-        put_txns(out, &self.in_use_by);
+    pub(crate) fn put(&self, w: &mut Writer) {
+        w.put(&self.id.to_le_bytes());
+        self.key.put(w);
+        w.put(&self.epoch.to_le_bytes());
+        w.put(&self.writer.to_le_bytes());
+        put_txns(w, &self.in_use_by);
     }
 
     pub(crate) fn get(r: &mut Reader<'_>, what: &'static str) -> Result<ObjectCallbackReply, MessageError> {
@@ -125,12 +125,12 @@ impl ObjectCallbackReply {
 
 /// OBJ_RELEASE's body: at most [`RELEASE_RIGHTS_MAX`] rights (more are
 /// cut; send them in several).
-pub(crate) fn put_release(out: &mut Vec<u8>, rights: &[(RightKey, u64)]) {
+pub(crate) fn put_release(w: &mut Writer, rights: &[(RightKey, u64)]) {
     let n = rights.len().min(RELEASE_RIGHTS_MAX);
-    out.extend_from_slice(&(n as u16).to_le_bytes());
+    w.put(&(n as u16).to_le_bytes());
     for (key, epoch) in &rights[..n] {
-        key.put(out);
-        out.extend_from_slice(&epoch.to_le_bytes());
+        key.put(w);
+        w.put(&epoch.to_le_bytes());
     }
 }
 

@@ -2,6 +2,8 @@
 //! round-trips, and truncation, extension, bad codes and oversized counts
 //! are refused.
 
+use std::ops::Bound;
+
 use super::*;
 
 fn o(n: u8) -> [u8; OID_BYTES] {

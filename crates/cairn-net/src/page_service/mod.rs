@@ -73,7 +73,7 @@
 //! client has written and synced the pages, releases them.
 
 use crate::frame::Kind;
-use crate::message::{ErrorCode, MessageError, Reader};
+use crate::message::{ErrorCode, MessageError, Reader, Writer};
 
 /// Pages one FETCH may name.
 pub const FETCH_PAGES_MAX: usize = 256;
@@ -305,11 +305,11 @@ pub struct Callback {
 impl Callback {
     /// Encodes the NOTICE body.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(20);
-        out.extend_from_slice(&self.id.to_le_bytes());
-        out.extend_from_slice(&self.page.to_le_bytes());
-        out.extend_from_slice(&self.epoch.to_le_bytes());
-        out
+        let mut w = Writer::with_capacity(20);
+        w.put(&self.id.to_le_bytes());
+        w.put(&self.page.to_le_bytes());
+        w.put(&self.epoch.to_le_bytes());
+        w.into_bytes()
     }
 
     /// Decodes a NOTICE body.
@@ -369,7 +369,7 @@ impl PageRequest {
 
     /// The request's kind and body.
     pub fn encode(&self) -> (Kind, Vec<u8>) {
-        let mut out = Vec::new();
+        let mut w = Writer::new();
         let kind = match self {
             PageRequest::Fetch {
                 txn,
@@ -377,13 +377,13 @@ impl PageRequest {
                 group,
                 pages,
             } => {
-                out.extend_from_slice(&txn.to_le_bytes());
-                out.push(*mode);
-                out.extend_from_slice(&group.to_le_bytes());
-                out.extend_from_slice(&(pages.len().min(u16::MAX as usize) as u16).to_le_bytes());
+                w.put(&txn.to_le_bytes());
+                w.put_u8(*mode);
+                w.put(&group.to_le_bytes());
+                w.put(&(pages.len().min(u16::MAX as usize) as u16).to_le_bytes());
                 for (p, lsn) in pages.iter().take(u16::MAX as usize) {
-                    out.extend_from_slice(&p.to_le_bytes());
-                    out.extend_from_slice(&lsn.to_le_bytes());
+                    w.put(&p.to_le_bytes());
+                    w.put(&lsn.to_le_bytes());
                 }
                 Kind::FETCH
             }
@@ -393,27 +393,27 @@ impl PageRequest {
                 near,
                 page_type,
             } => {
-                out.extend_from_slice(&txn.to_le_bytes());
-                out.extend_from_slice(&group.to_le_bytes());
-                out.extend_from_slice(&near.to_le_bytes());
-                out.push(*page_type);
+                w.put(&txn.to_le_bytes());
+                w.put(&group.to_le_bytes());
+                w.put(&near.to_le_bytes());
+                w.put_u8(*page_type);
                 Kind::ALLOCATE
             }
             PageRequest::Free { txn, page } => {
-                out.extend_from_slice(&txn.to_le_bytes());
-                out.extend_from_slice(&page.to_le_bytes());
+                w.put(&txn.to_le_bytes());
+                w.put(&page.to_le_bytes());
                 Kind::FREE
             }
             PageRequest::Commit { txn, records } => {
-                put_records(&mut out, *txn, records);
+                put_records(&mut w, *txn, records);
                 Kind::COMMIT
             }
             PageRequest::Stage { txn, records } => {
-                put_records(&mut out, *txn, records);
+                put_records(&mut w, *txn, records);
                 Kind::STAGE
             }
             PageRequest::Abort { txn } => {
-                out.extend_from_slice(&txn.to_le_bytes());
+                w.put(&txn.to_le_bytes());
                 Kind::ABORT
             }
             PageRequest::Volume => Kind::VOLUME,
@@ -424,54 +424,54 @@ impl PageRequest {
                 mode,
                 try_only,
             } => {
-                out.extend_from_slice(&txn.to_le_bytes());
-                out.push(*resource);
-                out.extend_from_slice(&id.to_le_bytes());
-                out.push(*mode);
-                out.push(u8::from(*try_only));
+                w.put(&txn.to_le_bytes());
+                w.put_u8(*resource);
+                w.put(&id.to_le_bytes());
+                w.put_u8(*mode);
+                w.put_u8(u8::from(*try_only));
                 Kind::LOCK
             }
             PageRequest::GroupPages { txn, group } => {
-                out.extend_from_slice(&txn.to_le_bytes());
-                out.extend_from_slice(&group.to_le_bytes());
+                w.put(&txn.to_le_bytes());
+                w.put(&group.to_le_bytes());
                 Kind::GROUP_PAGES
             }
             PageRequest::Groups => Kind::GROUPS,
             PageRequest::Group { create, name } => {
-                out.push(u8::from(*create));
+                w.put_u8(u8::from(*create));
                 let n = &name.as_bytes()[..name.len().min(u16::MAX as usize)];
-                out.extend_from_slice(&(n.len() as u16).to_le_bytes());
-                out.extend_from_slice(n);
+                w.put(&(n.len() as u16).to_le_bytes());
+                w.put(n);
                 Kind::GROUP
             }
             PageRequest::Read { page } => {
-                out.extend_from_slice(&page.to_le_bytes());
+                w.put(&page.to_le_bytes());
                 Kind::READ
             }
             PageRequest::CallbackReply(c) => {
-                out.extend_from_slice(&c.id.to_le_bytes());
-                out.extend_from_slice(&c.page.to_le_bytes());
-                out.extend_from_slice(&c.epoch.to_le_bytes());
-                out.extend_from_slice(&c.writer.to_le_bytes());
-                put_txns(&mut out, &c.in_use_by);
+                w.put(&c.id.to_le_bytes());
+                w.put(&c.page.to_le_bytes());
+                w.put(&c.epoch.to_le_bytes());
+                w.put(&c.writer.to_le_bytes());
+                put_txns(&mut w, &c.in_use_by);
                 Kind::CALLBACK_REPLY
             }
             PageRequest::Release { rights } => {
                 let n = rights.len().min(RELEASE_RIGHTS_MAX);
-                out.extend_from_slice(&(n as u16).to_le_bytes());
+                w.put(&(n as u16).to_le_bytes());
                 for (p, epoch) in &rights[..n] {
-                    out.extend_from_slice(&p.to_le_bytes());
-                    out.extend_from_slice(&epoch.to_le_bytes());
+                    w.put(&p.to_le_bytes());
+                    w.put(&epoch.to_le_bytes());
                 }
                 Kind::RELEASE
             }
             PageRequest::VolumeFile => Kind::VOLUME_FILE,
             PageRequest::Written { txn } => {
-                out.extend_from_slice(&txn.to_le_bytes());
+                w.put(&txn.to_le_bytes());
                 Kind::WRITTEN
             }
         };
-        (kind, out)
+        (kind, w.into_bytes())
     }
 
     /// Decodes a request; an unknown kind is `Ok(None)` (another service's).
@@ -599,12 +599,12 @@ impl PageRequest {
 }
 
 /// Writes `txn u64, count u32, (len u32, record) × count` (COMMIT, STAGE).
-fn put_records(out: &mut Vec<u8>, txn: u64, records: &[Vec<u8>]) {
-    out.extend_from_slice(&txn.to_le_bytes());
-    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+fn put_records(w: &mut Writer, txn: u64, records: &[Vec<u8>]) {
+    w.put(&txn.to_le_bytes());
+    w.put(&(records.len() as u32).to_le_bytes());
     for r in records {
-        out.extend_from_slice(&(r.len() as u32).to_le_bytes());
-        out.extend_from_slice(r);
+        w.put(&(r.len() as u32).to_le_bytes());
+        w.put(r);
     }
 }
 
@@ -624,11 +624,11 @@ fn get_records(r: &mut Reader<'_>, what: &'static str) -> Result<(u64, Vec<Vec<u
 }
 
 /// Writes `count u16, txn u64 × count` (at most [`TXNS_MAX`]).
-pub(crate) fn put_txns(out: &mut Vec<u8>, txns: &[u64]) {
+pub(crate) fn put_txns(w: &mut Writer, txns: &[u64]) {
     let txns = &txns[..txns.len().min(TXNS_MAX)];
-    out.extend_from_slice(&(txns.len() as u16).to_le_bytes());
+    w.put(&(txns.len() as u16).to_le_bytes());
     for t in txns {
-        out.extend_from_slice(&t.to_le_bytes());
+        w.put(&t.to_le_bytes());
     }
 }
 
@@ -722,15 +722,15 @@ pub const FETCHED_HEADER: usize = 29;
 impl Fetched<'_> {
     /// Encodes the part.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(FETCHED_HEADER + self.image.len());
-        out.extend_from_slice(&self.page.to_le_bytes());
-        out.push(self.status.to_u8());
-        out.extend_from_slice(&self.group.to_le_bytes());
-        out.extend_from_slice(&self.page_count.to_le_bytes());
-        out.extend_from_slice(&self.lsn.to_le_bytes());
-        out.extend_from_slice(&self.cover.to_le_bytes());
-        out.extend_from_slice(self.image);
-        out
+        let mut w = Writer::with_capacity(FETCHED_HEADER + self.image.len());
+        w.put(&self.page.to_le_bytes());
+        w.put_u8(self.status.to_u8());
+        w.put(&self.group.to_le_bytes());
+        w.put(&self.page_count.to_le_bytes());
+        w.put(&self.lsn.to_le_bytes());
+        w.put(&self.cover.to_le_bytes());
+        w.put(self.image);
+        w.into_bytes()
     }
 
     /// Decodes a part; the image's own checks (checksum, page id) are the
@@ -762,11 +762,11 @@ impl Fetched<'_> {
 
 /// Encodes a page with its id and the volume's page count: an ALLOCATE reply.
 pub fn encode_page(page: u32, page_count: u32, image: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + image.len());
-    out.extend_from_slice(&page.to_le_bytes());
-    out.extend_from_slice(&page_count.to_le_bytes());
-    out.extend_from_slice(image);
-    out
+    let mut w = Writer::with_capacity(8 + image.len());
+    w.put(&page.to_le_bytes());
+    w.put(&page_count.to_le_bytes());
+    w.put(image);
+    w.into_bytes()
 }
 
 /// Decodes an ALLOCATE reply; the image's own checks are the caller's.
@@ -779,35 +779,35 @@ pub fn decode_page(body: &[u8]) -> Result<(u32, u32, &[u8]), MessageError> {
 
 /// Encodes a list of (page, LSN) pairs: a COMMIT reply.
 pub fn encode_lsns(lsns: &[(u32, u64)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + 12 * lsns.len());
-    out.extend_from_slice(&(lsns.len() as u32).to_le_bytes());
+    let mut w = Writer::with_capacity(4 + 12 * lsns.len());
+    w.put(&(lsns.len() as u32).to_le_bytes());
     for (p, l) in lsns {
-        out.extend_from_slice(&p.to_le_bytes());
-        out.extend_from_slice(&l.to_le_bytes());
+        w.put(&p.to_le_bytes());
+        w.put(&l.to_le_bytes());
     }
-    out
+    w.into_bytes()
 }
 
 /// Decodes a COMMIT reply.
 pub fn decode_lsns(body: &[u8]) -> Result<Vec<(u32, u64)>, MessageError> {
     let mut r = Reader::within("COMMIT reply", body);
     let n = r.count32("a count", 12)?;
-    let mut out = Vec::with_capacity(n);
+    let mut lsns = Vec::with_capacity(n);
     for _ in 0..n {
-        out.push((r.u32("a page")?, r.u64("an LSN or epoch")?));
+        lsns.push((r.u32("a page")?, r.u64("an LSN")?));
     }
     r.finish("the body")?;
-    Ok(out)
+    Ok(lsns)
 }
 
 /// Encodes a list of pages: a GROUP_PAGES reply.
 pub fn encode_pages(pages: &[u32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + 4 * pages.len());
-    out.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+    let mut w = Writer::with_capacity(4 + 4 * pages.len());
+    w.put(&(pages.len() as u32).to_le_bytes());
     for p in pages {
-        out.extend_from_slice(&p.to_le_bytes());
+        w.put(&p.to_le_bytes());
     }
-    out
+    w.into_bytes()
 }
 
 /// Decodes a GROUP_PAGES reply.
@@ -821,15 +821,15 @@ pub fn decode_pages(body: &[u8]) -> Result<Vec<u32>, MessageError> {
 
 /// Encodes the groups: a GROUPS reply.
 pub fn encode_groups(groups: &[(u32, String)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&(groups.len() as u32).to_le_bytes());
+    let mut w = Writer::new();
+    w.put(&(groups.len() as u32).to_le_bytes());
     for (id, name) in groups {
         let n = &name.as_bytes()[..name.len().min(GROUP_NAME_MAX)];
-        out.extend_from_slice(&id.to_le_bytes());
-        out.extend_from_slice(&(n.len() as u16).to_le_bytes());
-        out.extend_from_slice(n);
+        w.put(&id.to_le_bytes());
+        w.put(&(n.len() as u16).to_le_bytes());
+        w.put(n);
     }
-    out
+    w.into_bytes()
 }
 
 /// Decodes a GROUPS reply.
@@ -837,15 +837,15 @@ pub fn decode_groups(body: &[u8]) -> Result<Vec<(u32, String)>, MessageError> {
     let what = "GROUPS reply";
     let mut r = Reader::within(what, body);
     let n = r.count32("a count", 6)?;
-    let mut out = Vec::with_capacity(n);
+    let mut groups = Vec::with_capacity(n);
     for _ in 0..n {
         let id = r.u32("id")?;
         let name = std::str::from_utf8(r.bytes16("a group name")?)
             .map_err(|_| malformed(what, "a group name is not UTF-8"))?;
-        out.push((id, name.to_string()));
+        groups.push((id, name.to_string()));
     }
     r.finish("the body")?;
-    Ok(out)
+    Ok(groups)
 }
 
 /// The VOLUME reply's fields.
@@ -862,11 +862,11 @@ pub struct VolumeInfo {
 impl VolumeInfo {
     /// Encodes the reply.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(12);
+        let mut w = Writer::with_capacity(12);
         for v in [self.page_size, self.page_count, self.region_pages] {
-            out.extend_from_slice(&v.to_le_bytes());
+            w.put(&v.to_le_bytes());
         }
-        out
+        w.into_bytes()
     }
 
     /// Decodes the reply.
@@ -916,38 +916,38 @@ pub enum FaultDetail {
     },
 }
 
-fn put_string16(out: &mut Vec<u8>, s: &str) {
+fn put_string16(w: &mut Writer, s: &str) {
     let s = crate::message::truncate_str(s, u16::MAX as usize);
-    out.extend_from_slice(&(s.len() as u16).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
+    w.put(&(s.len() as u16).to_le_bytes());
+    w.put(s.as_bytes());
 }
 
 impl FaultDetail {
     /// Encodes it (texts cut to 65,535 bytes at a character boundary).
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut w = Writer::new();
         match self {
             FaultDetail::LockTimeout {
                 resource,
                 mode,
                 waited_ms,
             } => {
-                out.push(1);
-                out.extend_from_slice(&waited_ms.to_le_bytes());
-                put_string16(&mut out, mode);
-                put_string16(&mut out, resource);
+                w.put_u8(1);
+                w.put(&waited_ms.to_le_bytes());
+                put_string16(&mut w, mode);
+                put_string16(&mut w, resource);
             }
             FaultDetail::Deadlock { cycle } => {
-                out.push(2);
-                put_string16(&mut out, cycle);
+                w.put_u8(2);
+                put_string16(&mut w, cycle);
             }
             FaultDetail::Corrupt { page, reason } => {
-                out.push(3);
-                out.extend_from_slice(&page.to_le_bytes());
-                put_string16(&mut out, reason);
+                w.put_u8(3);
+                w.put(&page.to_le_bytes());
+                put_string16(&mut w, reason);
             }
         }
-        out
+        w.into_bytes()
     }
 
     /// Decodes a fault's detail.
