@@ -1,0 +1,468 @@
+//! The page service's requests: [`PageRequest`] and its
+//! [`CallbackReply`], each encoding and decoding itself with the one byte
+//! [`Writer`] and [`Reader`]. The byte layout of each is in the module
+//! table of [`page_service`](super).
+
+use super::{
+    malformed, MessageError, Reader, Writer, COMMIT_RECORDS_MAX, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_TRY_INSERT,
+    GROUP_NAME_MAX, LOCK_MODE_X, RELEASE_RIGHTS_MAX, RESOURCE_GROUP, TXNS_MAX,
+};
+use crate::frame::Kind;
+
+/// A page-service request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PageRequest {
+    /// FETCH.
+    Fetch {
+        /// The transaction.
+        txn: u64,
+        /// [`FETCH_S`], [`FETCH_X`] or [`FETCH_TRY_INSERT`].
+        mode: u8,
+        /// The group an insert wants ([`FETCH_TRY_INSERT`]; else [`NO_GROUP`]).
+        group: u32,
+        /// The pages, with the LSN of the client's cached copy (0: none), at
+        /// most [`FETCH_PAGES_MAX`].
+        pages: Vec<(u32, u64)>,
+    },
+    /// ALLOCATE.
+    Allocate {
+        /// The transaction.
+        txn: u64,
+        /// The group.
+        group: u32,
+        /// A page to allocate near, or [`NO_PAGE`].
+        near: u32,
+        /// The new page's type byte.
+        page_type: u8,
+    },
+    /// FREE.
+    Free {
+        /// The transaction.
+        txn: u64,
+        /// The page.
+        page: u32,
+    },
+    /// COMMIT.
+    Commit {
+        /// The transaction.
+        txn: u64,
+        /// PAGE redo records.
+        records: Vec<Vec<u8>>,
+    },
+    /// STAGE: records verified and kept for the COMMIT that follows (a
+    /// transaction larger than one message).
+    Stage {
+        /// The transaction.
+        txn: u64,
+        /// PAGE redo records.
+        records: Vec<Vec<u8>>,
+    },
+    /// ABORT.
+    Abort {
+        /// The transaction.
+        txn: u64,
+    },
+    /// VOLUME.
+    Volume,
+    /// LOCK.
+    Lock {
+        /// The transaction.
+        txn: u64,
+        /// [`RESOURCE_PAGE`] or [`RESOURCE_GROUP`].
+        resource: u8,
+        /// The page or group id.
+        id: u32,
+        /// [`LOCK_MODE_IS`] … [`LOCK_MODE_X`].
+        mode: u8,
+        /// Do not wait: answer "not granted" instead.
+        try_only: bool,
+    },
+    /// GROUP_PAGES.
+    GroupPages {
+        /// The transaction (its view: its own allocations, not others').
+        txn: u64,
+        /// The group.
+        group: u32,
+    },
+    /// GROUPS.
+    Groups,
+    /// GROUP.
+    Group {
+        /// Create the group if there is none of that name.
+        create: bool,
+        /// The name, at most [`GROUP_NAME_MAX`] bytes of UTF-8.
+        name: String,
+    },
+    /// READ.
+    Read {
+        /// The page.
+        page: u32,
+    },
+    /// CALLBACK_REPLY.
+    CallbackReply(CallbackReply),
+    /// RELEASE: the client gives up its rights to cache these pages (page,
+    /// epoch of the right), unasked; at most [`RELEASE_RIGHTS_MAX`]. A right
+    /// of another epoch (renewed since) is kept. Needs no answer: a client
+    /// sends it with its next request and never waits for the reply.
+    Release {
+        /// The rights given back.
+        rights: Vec<(u32, u64)>,
+    },
+    /// VOLUME_FILE: the path of the volume file (a file-server client reads
+    /// and writes its pages there).
+    VolumeFile,
+    /// WRITTEN: a file-server client wrote and synced the pages of its
+    /// committed transaction; the server releases its locks.
+    Written {
+        /// The transaction.
+        txn: u64,
+    },
+}
+
+/// The answer to a [`Callback`], or (id 0) a client naming its
+/// transactions that read a page under its right before another of its
+/// transactions asks for X on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallbackReply {
+    /// The callback answered; 0: none (the client's right stays).
+    pub id: u64,
+    /// Its page.
+    pub page: u32,
+    /// Its epoch.
+    pub epoch: u64,
+    /// Callback id 0: the client's transaction about to ask for X (its
+    /// readers named here must not wait for it); else 0.
+    pub writer: u64,
+    /// The client's transactions still reading the page (empty: the right
+    /// is given up and nobody uses the page), at most [`TXNS_MAX`].
+    pub in_use_by: Vec<u64>,
+}
+
+impl CallbackReply {
+    fn put(&self, w: &mut Writer) {
+        w.put_u64(self.id);
+        w.put_u32(self.page);
+        w.put_u64(self.epoch);
+        w.put_u64(self.writer);
+        put_txns(w, &self.in_use_by);
+    }
+
+    fn get(r: &mut Reader<'_>, what: &'static str) -> Result<CallbackReply, MessageError> {
+        Ok(CallbackReply {
+            id: r.u64("id")?,
+            page: r.u32("page")?,
+            epoch: r.u64("epoch")?,
+            writer: r.u64("writer")?,
+            in_use_by: get_txns(r, what)?,
+        })
+    }
+}
+
+/// Writes `count u16, (page u32, u64) × count` for at most `max` pairs (a
+/// FETCH's pages and the LSNs of the client's copies, a RELEASE's pages
+/// and epochs).
+fn put_page_pairs(w: &mut Writer, pairs: &[(u32, u64)], max: usize) {
+    let pairs = &pairs[..pairs.len().min(max)];
+    w.put_u16(pairs.len() as u16);
+    for (p, v) in pairs {
+        w.put_u32(*p);
+        w.put_u64(*v);
+    }
+}
+
+/// Reads what [`put_page_pairs`] wrote: 1 to `max` pairs, else `bad`.
+fn get_page_pairs(
+    r: &mut Reader<'_>,
+    what: &'static str,
+    max: usize,
+    bad: &'static str,
+) -> Result<Vec<(u32, u64)>, MessageError> {
+    let count = r.u16("page count")? as usize;
+    if count == 0 || count > max {
+        return Err(malformed(what, bad));
+    }
+    r.check_count("page count", count as u64, 12)?;
+    (0..count)
+        .map(|_| Ok((r.u32("a page")?, r.u64("its LSN or epoch")?)))
+        .collect()
+}
+
+/// A flag byte: 0 or 1, else `bad`.
+fn get_flag(r: &mut Reader<'_>, what: &'static str, field: &str, bad: &'static str) -> Result<bool, MessageError> {
+    match r.u8(field)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(malformed(what, bad)),
+    }
+}
+
+impl PageRequest {
+    /// The client transaction the request runs in, if it names one.
+    pub fn txn(&self) -> Option<u64> {
+        match self {
+            PageRequest::Fetch { txn, .. }
+            | PageRequest::Allocate { txn, .. }
+            | PageRequest::Free { txn, .. }
+            | PageRequest::Commit { txn, .. }
+            | PageRequest::Stage { txn, .. }
+            | PageRequest::Abort { txn }
+            | PageRequest::Lock { txn, .. }
+            | PageRequest::GroupPages { txn, .. }
+            | PageRequest::Written { txn, .. } => Some(*txn),
+            PageRequest::Volume
+            | PageRequest::Groups
+            | PageRequest::Group { .. }
+            | PageRequest::Read { .. }
+            | PageRequest::CallbackReply(_)
+            | PageRequest::Release { .. }
+            | PageRequest::VolumeFile => None,
+        }
+    }
+
+    /// The request's kind and body.
+    pub fn encode(&self) -> (Kind, Vec<u8>) {
+        let mut w = Writer::new();
+        let kind = self.put(&mut w);
+        (kind, w.into_bytes())
+    }
+
+    /// Writes the body; returns the kind.
+    fn put(&self, w: &mut Writer) -> Kind {
+        match self {
+            PageRequest::Fetch {
+                txn,
+                mode,
+                group,
+                pages,
+            } => {
+                w.put_u64(*txn);
+                w.put_u8(*mode);
+                w.put_u32(*group);
+                put_page_pairs(w, pages, u16::MAX as usize);
+                Kind::FETCH
+            }
+            PageRequest::Allocate {
+                txn,
+                group,
+                near,
+                page_type,
+            } => {
+                w.put_u64(*txn);
+                w.put_u32(*group);
+                w.put_u32(*near);
+                w.put_u8(*page_type);
+                Kind::ALLOCATE
+            }
+            PageRequest::Free { txn, page } => {
+                w.put_u64(*txn);
+                w.put_u32(*page);
+                Kind::FREE
+            }
+            PageRequest::Commit { txn, records } => {
+                put_records(w, *txn, records);
+                Kind::COMMIT
+            }
+            PageRequest::Stage { txn, records } => {
+                put_records(w, *txn, records);
+                Kind::STAGE
+            }
+            PageRequest::Lock {
+                txn,
+                resource,
+                id,
+                mode,
+                try_only,
+            } => {
+                w.put_u64(*txn);
+                w.put_u8(*resource);
+                w.put_u32(*id);
+                w.put_u8(*mode);
+                w.put_u8(u8::from(*try_only));
+                Kind::LOCK
+            }
+            _ => self.put_other(w),
+        }
+    }
+
+    /// [`PageRequest::put`] for the requests of one or two fields.
+    fn put_other(&self, w: &mut Writer) -> Kind {
+        match self {
+            PageRequest::Abort { txn } => {
+                w.put_u64(*txn);
+                Kind::ABORT
+            }
+            PageRequest::Written { txn } => {
+                w.put_u64(*txn);
+                Kind::WRITTEN
+            }
+            PageRequest::GroupPages { txn, group } => {
+                w.put_u64(*txn);
+                w.put_u32(*group);
+                Kind::GROUP_PAGES
+            }
+            PageRequest::Group { create, name } => {
+                w.put_u8(u8::from(*create));
+                w.put_bytes16(name.as_bytes());
+                Kind::GROUP
+            }
+            PageRequest::Read { page } => {
+                w.put_u32(*page);
+                Kind::READ
+            }
+            PageRequest::CallbackReply(c) => {
+                c.put(w);
+                Kind::CALLBACK_REPLY
+            }
+            PageRequest::Release { rights } => {
+                put_page_pairs(w, rights, RELEASE_RIGHTS_MAX);
+                Kind::RELEASE
+            }
+            PageRequest::Volume => Kind::VOLUME,
+            PageRequest::Groups => Kind::GROUPS,
+            PageRequest::VolumeFile => Kind::VOLUME_FILE,
+            _ => unreachable!("put_other is called for the requests put does not write"),
+        }
+    }
+
+    /// Decodes a request; an unknown kind is `Ok(None)` (another service's).
+    pub fn decode(kind: Kind, body: &[u8]) -> Result<Option<PageRequest>, MessageError> {
+        let what = "page service request";
+        let mut r = Reader::within(what, body);
+        let req = match kind {
+            Kind::FETCH => Self::get_fetch(&mut r, what)?,
+            Kind::ALLOCATE => PageRequest::Allocate {
+                txn: r.u64("txn")?,
+                group: r.u32("group")?,
+                near: r.u32("near")?,
+                page_type: r.u8("page type")?,
+            },
+            Kind::FREE => PageRequest::Free {
+                txn: r.u64("txn")?,
+                page: r.u32("page")?,
+            },
+            Kind::COMMIT => {
+                let (txn, records) = get_records(&mut r, what)?;
+                PageRequest::Commit { txn, records }
+            }
+            Kind::STAGE => {
+                let (txn, records) = get_records(&mut r, what)?;
+                PageRequest::Stage { txn, records }
+            }
+            Kind::ABORT => PageRequest::Abort { txn: r.u64("txn")? },
+            Kind::VOLUME => PageRequest::Volume,
+            Kind::LOCK => Self::get_lock(&mut r, what)?,
+            Kind::GROUP_PAGES => PageRequest::GroupPages {
+                txn: r.u64("txn")?,
+                group: r.u32("group")?,
+            },
+            Kind::GROUPS => PageRequest::Groups,
+            Kind::GROUP => Self::get_group(&mut r, what)?,
+            Kind::READ => PageRequest::Read { page: r.u32("page")? },
+            Kind::CALLBACK_REPLY => PageRequest::CallbackReply(CallbackReply::get(&mut r, what)?),
+            Kind::RELEASE => PageRequest::Release {
+                rights: get_page_pairs(&mut r, what, RELEASE_RIGHTS_MAX, "a RELEASE names 1 to 4096 rights")?,
+            },
+            Kind::VOLUME_FILE => PageRequest::VolumeFile,
+            Kind::WRITTEN => PageRequest::Written { txn: r.u64("txn")? },
+            _ => return Ok(None),
+        };
+        r.finish("the body")?;
+        Ok(Some(req))
+    }
+
+    fn get_fetch(r: &mut Reader<'_>, what: &'static str) -> Result<PageRequest, MessageError> {
+        let txn = r.u64("txn")?;
+        let mode = r.u8("mode")?;
+        if mode & !FETCH_CACHE > FETCH_TRY_INSERT {
+            return Err(malformed(
+                what,
+                "FETCH mode is not 0 (S), 1 (X) or 2 (try insert), with or without 0x80 (cache)",
+            ));
+        }
+        let group = r.u32("group")?;
+        let pages = get_page_pairs(r, what, FETCH_PAGES_MAX, "a FETCH names 1 to 256 pages")?;
+        Ok(PageRequest::Fetch {
+            txn,
+            mode,
+            group,
+            pages,
+        })
+    }
+
+    fn get_lock(r: &mut Reader<'_>, what: &'static str) -> Result<PageRequest, MessageError> {
+        let txn = r.u64("txn")?;
+        let resource = r.u8("resource")?;
+        if resource > RESOURCE_GROUP {
+            return Err(malformed(what, "LOCK resource is not 0 (page) or 1 (group)"));
+        }
+        let id = r.u32("id")?;
+        let mode = r.u8("mode")?;
+        if mode > LOCK_MODE_X {
+            return Err(malformed(what, "LOCK mode is not 0 to 4 (IS, IX, S, SIX, X)"));
+        }
+        let try_only = get_flag(r, what, "the try flag", "LOCK try flag is neither 0 nor 1")?;
+        Ok(PageRequest::Lock {
+            txn,
+            resource,
+            id,
+            mode,
+            try_only,
+        })
+    }
+
+    fn get_group(r: &mut Reader<'_>, what: &'static str) -> Result<PageRequest, MessageError> {
+        let create = get_flag(r, what, "the create flag", "GROUP create flag is neither 0 nor 1")?;
+        let len = r.u16("the group name's length")? as usize;
+        if len == 0 || len > GROUP_NAME_MAX {
+            return Err(malformed(what, "a group name is 1 to 255 bytes"));
+        }
+        let name = std::str::from_utf8(r.take(len, "the group name")?)
+            .map_err(|_| malformed(what, "a group name is not UTF-8"))?
+            .to_string();
+        Ok(PageRequest::Group { create, name })
+    }
+}
+
+/// Writes `txn u64, count u32, (len u32, record) × count` (COMMIT, STAGE).
+fn put_records(w: &mut Writer, txn: u64, records: &[Vec<u8>]) {
+    w.put(&txn.to_le_bytes());
+    w.put(&(records.len() as u32).to_le_bytes());
+    for r in records {
+        w.put(&(r.len() as u32).to_le_bytes());
+        w.put(r);
+    }
+}
+
+/// Reads what [`put_records`] wrote.
+fn get_records(r: &mut Reader<'_>, what: &'static str) -> Result<(u64, Vec<Vec<u8>>), MessageError> {
+    let txn = r.u64("txn")?;
+    let count = r.u32("count")?;
+    if count > COMMIT_RECORDS_MAX {
+        return Err(malformed(what, "a COMMIT or STAGE carries too many records"));
+    }
+    r.check_count("a count", count as usize as u64, 4)?;
+    let mut records = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        records.push(r.bytes32("a record")?.to_vec());
+    }
+    Ok((txn, records))
+}
+
+/// Writes `count u16, txn u64 × count` (at most [`TXNS_MAX`]).
+pub(crate) fn put_txns(w: &mut Writer, txns: &[u64]) {
+    let txns = &txns[..txns.len().min(TXNS_MAX)];
+    w.put(&(txns.len() as u16).to_le_bytes());
+    for t in txns {
+        w.put(&t.to_le_bytes());
+    }
+}
+
+/// Reads what [`put_txns`] wrote.
+pub(crate) fn get_txns(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u64>, MessageError> {
+    let n = r.u16("a transaction count")? as usize;
+    if n > TXNS_MAX {
+        return Err(malformed(what, "a list of more than 1,024 transactions"));
+    }
+    r.check_count("a count", n as u64, 8)?;
+    (0..n).map(|_| Ok(r.u64("a transaction")?)).collect()
+}
