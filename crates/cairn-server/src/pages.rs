@@ -1,0 +1,660 @@
+//! The page service: what a page-server or file-server client asks of
+//! `cairn serve` (FETCH, ALLOCATE, FREE, STAGE, COMMIT, LOCK, READ, the
+//! callback answers, and the volume and group requests), one function per
+//! request. A request that needs no wait is answered on the network thread
+//! ([`serve_without_waiting`]); the rest run on a blocking thread
+//! ([`serve`]), their lock waits parked so that no thread waits for a lock.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_net::message::{ErrorCode, Fault};
+use cairn_net::page_service::{
+    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_CACHE,
+    FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP, NO_PAGE,
+    RESOURCE_PAGE,
+};
+use cairn_net::rpc::Replier;
+use cairn_storage::access::PageAccess;
+use cairn_storage::lock::{LockMode, LockOwner, Resource};
+use cairn_storage::page::{self, PageType};
+use cairn_storage::record::object::ObjectSpace;
+use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn, TxnId};
+
+use crate::{await_parked, fault, lock, parking, run_blocking, run_parking, Core, SessionState};
+
+/// Answers a page-service request of a page or file session (or GROUP,
+/// GROUPS and VOLUME of an object session): one request of a transaction
+/// at a time; without a thread when it needs no wait, else on a blocking
+/// thread with its lock waits parked.
+pub(crate) async fn handle(
+    core: &Arc<Core>,
+    state: &Arc<SessionState>,
+    req: PageRequest,
+    reply: &Replier,
+) -> Result<Bytes, Fault> {
+    // One request of a transaction at a time.
+    let abort = matches!(req, PageRequest::Abort { .. });
+    let _turn = state.turn_of(req.txn(), abort).await?;
+    // A read that needs no wait is answered here, on the network
+    // thread: handing it to a blocking thread and back cost about
+    // 90 µs of the ~150 µs a cold page fetch took (docs/history/benchmarks-notebook.md).
+    let outcome = match without_waiting(core, state, &req).await? {
+        Some(answer) => answer,
+        None => match req {
+            // Their lock waits are parked, holding no thread.
+            PageRequest::Fetch { txn, .. }
+            | PageRequest::Free { txn, .. }
+            | PageRequest::Lock {
+                txn, try_only: false, ..
+            } => Ok(run_parking(core, state, txn, move |c, s| serve(c, s, req.clone())).await?),
+            req => {
+                let (c, s) = (core.clone(), state.clone());
+                run_blocking(core, state, move || serve(&c, &s, req)).await?
+            }
+        },
+    };
+    match outcome? {
+        Answer::Body(body) => Ok(Bytes::from(body)),
+        Answer::Parts(parts) => {
+            for p in parts {
+                reply
+                    .part(p)
+                    .await
+                    .map_err(|e| Fault::new(ErrorCode::INTERNAL, e.to_string()))?;
+            }
+            Ok(Bytes::new())
+        }
+    }
+}
+
+/// A request's answer: one body, or parts streamed before an empty final
+/// reply.
+enum Answer {
+    Body(Vec<u8>),
+    Parts(Vec<Vec<u8>>),
+}
+
+/// [`serve_without_waiting`], with its lock waits parked: when a lock of
+/// the request must wait it is queued, the wait awaited here (no thread
+/// held), and the request tried again.
+async fn without_waiting(
+    core: &Core,
+    state: &SessionState,
+    req: &PageRequest,
+) -> Result<Option<Result<Answer, Fault>>, Fault> {
+    loop {
+        match serve_without_waiting(core, state, req) {
+            Some(Err(refused)) => match req.txn() {
+                Some(txn) if await_parked(core, state, txn).await? => continue,
+                _ => return Ok(Some(Err(refused))),
+            },
+            answer => return Ok(answer),
+        }
+    }
+}
+
+/// Answers `req` if it can be done without waiting for anything but a
+/// short in-memory critical section or a lock: a FETCH (to read, or to
+/// write a page no other client caches, so nobody is called back) whose
+/// every page is in the server's buffer pool, or a LOCK that calls nobody
+/// back. A lock that must wait is parked: the answer is then
+/// [`Error::LockParked`], and the parked request is the transaction's to
+/// await ([`without_waiting`]). `None` otherwise, and the
+/// request goes to [`serve`] on a thread that may block; what was done
+/// here by then (a transaction begun, locks taken, rights granted) is what
+/// [`serve`] would do first anyway, so it is not done twice.
+fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -> Option<Result<Answer, Fault>> {
+    if let PageRequest::Release { rights } = req {
+        give_back(core, state, rights);
+        return Some(Ok(Answer::Body(Vec::new())));
+    }
+    if let PageRequest::Lock {
+        txn,
+        resource,
+        id,
+        mode,
+        try_only,
+    } = *req
+    {
+        return lock_without_waiting(core, state, txn, lock_request(resource, id, mode), try_only);
+    }
+    let PageRequest::Fetch {
+        txn,
+        mode,
+        group,
+        pages,
+    } = req
+    else {
+        return None;
+    };
+
+    if !matches!(mode & !FETCH_CACHE, FETCH_S | FETCH_X) {
+        return None;
+    }
+    let (server_id, t) = match state.txn_or_begin(&core.db, *txn) {
+        Ok(x) => x,
+        Err(e) => return Some(Err(fault(e))),
+    };
+    // Another request of this transaction is running: not waiting for it
+    // here (a poisoned mutex goes the slow way too, which reports it).
+    let mut t = t.try_lock().ok()?;
+    let mut parts = Vec::with_capacity(pages.len());
+    for &(p, lsn) in pages {
+        let fetched = fetch_one(
+            core,
+            state,
+            server_id,
+            &mut t,
+            PageId(p),
+            *mode,
+            GroupId(*group),
+            lsn,
+            false,
+        );
+        match fetched {
+            Ok(Some(part)) => parts.push(part),
+            Ok(None) => return None,
+            Err(e) => return Some(Err(fault(e))),
+        }
+    }
+    Some(Ok(Answer::Parts(parts)))
+}
+
+/// The resource and mode a LOCK request names.
+fn lock_request(resource: u8, id: u32, mode: u8) -> (Resource, LockMode) {
+    let res = if resource == RESOURCE_PAGE {
+        Resource::Page(PageId(id))
+    } else {
+        Resource::Group(GroupId(id))
+    };
+    let mode = match mode {
+        LOCK_MODE_IS => LockMode::IS,
+        LOCK_MODE_IX => LockMode::IX,
+        LOCK_MODE_S => LockMode::S,
+        LOCK_MODE_SIX => LockMode::SIX,
+        _ => LockMode::X,
+    };
+    (res, mode)
+}
+
+/// A LOCK answered on the network thread (see [`serve_without_waiting`]):
+/// if no other client caches the page it would let this one change, and
+/// (for the file server) the page needs no write-back. A wait parks.
+fn lock_without_waiting(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    (res, mode): (Resource, LockMode),
+    try_only: bool,
+) -> Option<Result<Answer, Fault>> {
+    let (_, t) = match state.txn_or_begin(&core.db, txn) {
+        Ok(x) => x,
+        Err(e) => return Some(Err(fault(e))),
+    };
+    let mut t = t.try_lock().ok()?;
+    let _mark = match res {
+        Resource::Page(_) if !LockMode::S.covers(mode) => Some(core.callbacks.try_mark(state.client, res, true)?),
+        _ => None,
+    };
+    let granted = if try_only {
+        t.try_lock_resource(res, mode)
+    } else {
+        t.lock_or_park(res, mode)
+    };
+    match granted {
+        // Refused for now (try) or needing a callback (not parked): the
+        // slow path does what is left.
+        Ok(false) if !try_only => None,
+        Ok(granted) => match res {
+            Resource::Page(p) if granted && state.file && core.db.needs_write_back(p) => None,
+            _ => Some(Ok(Answer::Body(vec![u8::from(granted)]))),
+        },
+        Err(e) => Some(Err(fault(e))),
+    }
+}
+
+/// Runs one request on a blocking thread.
+fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, Fault> {
+    let db = &*core.db;
+    let empty = || Ok(Answer::Body(Vec::new()));
+    match req {
+        PageRequest::Fetch {
+            txn,
+            mode,
+            group,
+            pages,
+        } => fetch(core, state, txn, mode, GroupId(group), pages),
+        PageRequest::Allocate {
+            txn,
+            group,
+            near,
+            page_type,
+        } => allocate(core, state, txn, GroupId(group), near, page_type),
+        PageRequest::Free { txn, page } => {
+            let (server_id, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let mut t = lock(&t);
+            let _mark = core.call_back(state.client, server_id, PageId(page)).map_err(fault)?;
+            parking(&mut t, |t| t.free(PageId(page))).map_err(fault)?;
+            empty()
+        }
+        PageRequest::Stage { txn, records } => stage(core, state, txn, &records).and_then(|()| empty()),
+        PageRequest::Commit { txn, records } => commit(core, state, txn, &records),
+        PageRequest::Abort { txn } => {
+            let t = lock(&state.txns).remove(&txn);
+            drop(t);
+            empty()
+        }
+        PageRequest::Lock {
+            txn,
+            resource,
+            id,
+            mode,
+            try_only,
+        } => lock_resource(core, state, txn, lock_request(resource, id, mode), try_only),
+        PageRequest::GroupPages { txn, group } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let pages = lock(&t).group_pages(GroupId(group)).map_err(fault)?;
+            let pages: Vec<u32> = pages.into_iter().map(|p| p.0).collect();
+            Ok(Answer::Body(encode_pages(&pages)))
+        }
+        PageRequest::Read { page } => read(core, state, PageId(page)),
+        PageRequest::CallbackReply(c) => {
+            // Id 0 answers no callback: the client names its transactions
+            // reading a page under its right before another of them takes X.
+            let res = Resource::Page(PageId(c.page));
+            let answered = core
+                .callbacks
+                .answer(db, state, c.id, res, c.epoch, c.writer, &c.in_use_by);
+            answered.map_err(fault)?;
+            empty()
+        }
+        PageRequest::Release { rights } => {
+            give_back(core, state, &rights);
+            empty()
+        }
+        PageRequest::Written { txn } => {
+            let u = lock(&state.unwritten).remove(&txn).ok_or_else(|| {
+                Fault::new(
+                    ErrorCode::NOT_FOUND,
+                    format!("transaction {txn} has no commit waiting for its pages to be written"),
+                )
+            })?;
+            u.written().map_err(fault)?;
+            empty()
+        }
+        PageRequest::Volume | PageRequest::Groups | PageRequest::Group { .. } | PageRequest::VolumeFile => {
+            serve_volume(db, req)
+        }
+    }
+}
+
+/// The requests about the volume and its groups, in no transaction.
+fn serve_volume(db: &Db, req: PageRequest) -> Result<Answer, Fault> {
+    match req {
+        PageRequest::Volume => {
+            let header = db.header();
+            let info = VolumeInfo {
+                page_size: header.page_size,
+                page_count: db.page_counts().0,
+                region_pages: header.region_pages,
+            };
+            Ok(Answer::Body(info.encode()))
+        }
+        PageRequest::Groups => {
+            let groups: Vec<(u32, String)> = db.groups().into_iter().map(|g| (g.id.0, g.name)).collect();
+            Ok(Answer::Body(encode_groups(&groups)))
+        }
+        PageRequest::Group { create, name } => {
+            let g = match db.group(&name) {
+                Ok(g) => g,
+                Err(_) if create => match db.create_group(&name) {
+                    Ok(g) => g,
+                    // Another session made it first.
+                    Err(Error::GroupExists(_)) => db.group(&name).map_err(fault)?,
+                    Err(e) => return Err(fault(e)),
+                },
+                Err(e) => return Err(fault(e)),
+            };
+            Ok(Answer::Body(g.0.to_le_bytes().to_vec()))
+        }
+        PageRequest::VolumeFile => {
+            use std::os::unix::ffi::OsStrExt;
+            let path = db.volume_file();
+            Ok(Answer::Body(path.as_os_str().as_bytes().to_vec()))
+        }
+        _ => unreachable!("serve_volume is called for volume requests only"),
+    }
+}
+
+/// FETCH: each page locked (its lock wait parked) and sent as a part.
+fn fetch(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    mode: u8,
+    group: GroupId,
+    pages: Vec<(u32, u64)>,
+) -> Result<Answer, Fault> {
+    let (server_id, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    let mut t = lock(&t);
+    let mut parts = Vec::with_capacity(pages.len());
+    for (p, lsn) in pages {
+        let page = PageId(p);
+        let part = parking(&mut t, |t| {
+            fetch_one(core, state, server_id, t, page, mode, group, lsn, true)
+        });
+        match part.map_err(fault)? {
+            Some(part) => parts.push(part),
+            None => {
+                return Err(Fault::new(
+                    ErrorCode::INTERNAL,
+                    format!("fetching page {page} gave up without being asked to"),
+                ))
+            }
+        }
+    }
+    Ok(Answer::Parts(parts))
+}
+
+/// ALLOCATE: a page of a kind a client may hold, formatted, sent back.
+fn allocate(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    group: GroupId,
+    near: u32,
+    page_type: u8,
+) -> Result<Answer, Fault> {
+    let ty = PageType::from_u8(page_type)
+        .filter(|t| t.is_client_kind())
+        .ok_or_else(|| {
+            Fault::new(
+                ErrorCode::INVALID,
+                format!("a client may not allocate a page of type {page_type}"),
+            )
+        })?;
+    let (_, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    let mut t = lock(&t);
+    let near = (near != NO_PAGE).then_some(PageId(near));
+    let p = t.allocate(group, near, ty).map_err(fault)?;
+    let mut image = t.fetch_page(p, true).map_err(fault)?;
+    if state.file {
+        // The client writes the page at commit; the server must
+        // never write its formatted image over that later.
+        core.db.write_back(p).map_err(fault)?;
+    }
+    page::seal(&mut image);
+    Ok(Answer::Body(encode_page(p.0, t.page_count(), &image)))
+}
+
+/// STAGE: a batch of the transaction's redo records, checked and kept.
+/// A refused batch aborts the transaction.
+fn stage(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> Result<(), Fault> {
+    let (_, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    let refused =
+        count_sent(core, state, txn, records).and_then(|()| lock(&t).stage_redo(&records_of(records), TxnId(txn)));
+    if let Err(e) = refused {
+        drop(t);
+        lock(&state.txns).remove(&txn);
+        return Err(fault(e));
+    }
+    Ok(())
+}
+
+/// COMMIT: the last records, checked, logged and made durable (for a file
+/// server, logged and left for the client to write); the reply lists the
+/// pages' new LSNs.
+fn commit(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> Result<Answer, Fault> {
+    // A transaction that never reached the server before has nothing
+    // locked, so any record it sends is refused below.
+    state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    if let Err(e) = count_sent(core, state, txn, records) {
+        lock(&state.txns).remove(&txn);
+        return Err(fault(e));
+    }
+    let entry = lock(&state.txns).remove(&txn).ok_or_else(|| {
+        Fault::new(
+            ErrorCode::NOT_FOUND,
+            format!("transaction {txn} ended while its COMMIT arrived"),
+        )
+    })?;
+    let t = Arc::try_unwrap(entry.txn).map_err(|_| {
+        Fault::new(
+            ErrorCode::INVALID,
+            format!("transaction {txn} has a request still running"),
+        )
+    })?;
+    let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
+    if state.file {
+        let u = core
+            .db
+            .commit_unwritten(t, &records_of(records), TxnId(txn))
+            .map_err(fault)?;
+        let lsns: Vec<(u32, u64)> = u.lsns().iter().map(|(p, l)| (p.0, l.0)).collect();
+        if !lsns.is_empty() {
+            lock(&state.unwritten).insert(txn, u);
+        }
+        return Ok(Answer::Body(encode_lsns(&lsns)));
+    }
+    // A refused batch aborts the transaction (dropping it).
+    t.stage_redo(&records_of(records), TxnId(txn)).map_err(fault)?;
+    let lsns = t.commit_with_lsns().map_err(fault)?;
+    let lsns: Vec<(u32, u64)> = lsns.into_iter().map(|(p, l)| (p.0, l.0)).collect();
+    Ok(Answer::Body(encode_lsns(&lsns)))
+}
+
+/// LOCK: a page or group lock (a page's X after its callbacks); a try
+/// that is not granted takes nothing.
+fn lock_resource(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    (res, mode): (Resource, LockMode),
+    try_only: bool,
+) -> Result<Answer, Fault> {
+    let (server_id, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    let mut t = lock(&t);
+    let _mark = match res {
+        Resource::Page(p) if !LockMode::S.covers(mode) => {
+            Some(core.call_back(state.client, server_id, p).map_err(fault)?)
+        }
+        _ => None,
+    };
+    let granted = if try_only {
+        t.try_lock_resource(res, mode).map_err(fault)?
+    } else {
+        parking(&mut t, |t| t.lock_resource(res, mode)).map_err(fault)?;
+        true
+    };
+    if let (true, true, Resource::Page(p)) = (state.file, granted, res) {
+        // The client reads the page from the volume file next.
+        core.db.write_back(p).map_err(fault)?;
+    }
+    Ok(Answer::Body(vec![u8::from(granted)]))
+}
+
+/// READ: only a page the session may see now: one a transaction of it
+/// holds a lock on (the page's, or its group's), or one it holds a right
+/// to cache (an evicted page it refills).
+fn read(core: &Core, state: &SessionState, p: PageId) -> Result<Answer, Fault> {
+    if !may_read(core, state, p) {
+        return Err(Fault::new(
+            ErrorCode::INVALID,
+            format!("READ of page {p}: the session holds no lock on it and no right to cache it"),
+        ));
+    }
+    let mut image = core.db.read_committed(p).map_err(fault)?;
+    page::seal(&mut image);
+    Ok(Answer::Body(image))
+}
+
+/// RELEASE: the session's rights to cache `rights` go (never waits).
+fn give_back(core: &Core, state: &SessionState, rights: &[(u32, u64)]) {
+    let rights: Vec<(Resource, u64)> = rights.iter().map(|&(p, e)| (Resource::Page(PageId(p)), e)).collect();
+    core.callbacks.give_back(state.client, &rights);
+}
+
+/// The records as slices.
+fn records_of(records: &[Vec<u8>]) -> Vec<&[u8]> {
+    records.iter().map(|r| &r[..]).collect()
+}
+
+/// Counts the bytes of `records` against the transaction's limit.
+fn count_sent(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> Result<(), Error> {
+    let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
+    let Some(entry) = lock(&state.txns).get(&txn).cloned() else {
+        return Ok(());
+    };
+    let total = entry.sent.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    if total > core.txn_bytes_max {
+        return Err(Error::LimitExceeded {
+            what: "bytes of redo records in one transaction (txn_bytes_max)",
+            value: total,
+            limit: core.txn_bytes_max,
+        });
+    }
+    Ok(())
+}
+
+/// One page of a FETCH: its part (see [`Fetched`]). A page not in use for
+/// the transaction is reported, not locked; a try-insert that is not
+/// granted takes nothing. Before an X lock the page is called back from
+/// the other clients caching it; a page locked and sent (or revalidated)
+/// comes with the right to cache it when no other client's writer is at it.
+///
+/// For a file-server session the page is written back first if the
+/// server's buffer pool holds a change the volume file lacks (the client
+/// reads the committed page there), and the part ships no image and grants
+/// no right to cache ([`FetchStatus::Locked`]).
+#[allow(clippy::too_many_arguments)]
+fn fetch_one(
+    core: &Core,
+    state: &SessionState,
+    server_id: TxnId,
+    t: &mut Txn,
+    id: PageId,
+    mode: u8,
+    group: GroupId,
+    client_lsn: u64,
+    wait: bool,
+) -> Result<Option<Vec<u8>>, Error> {
+    let client = state.client;
+    let cache = mode & FETCH_CACHE != 0 && !state.file;
+    let mode = mode & !FETCH_CACHE;
+    let page_count = t.page_count();
+    let owner = t.group_of_page(id)?;
+    let mut part = Fetched {
+        page: id.0,
+        status: FetchStatus::NotInUse,
+        group: owner.map_or(NO_GROUP, |g| g.0),
+        page_count,
+        lsn: 0,
+        cover: 0,
+        image: &[],
+    };
+    if !t.is_page_in_use(id)? {
+        return Ok(Some(part.encode()));
+    }
+    if !wait {
+        // X only if no other client caches the page (nobody to call back);
+        // the mark then keeps any from getting a right until this one's is
+        // registered, as `call_back`'s does below.
+        let _mark = match mode {
+            FETCH_S => None,
+            FETCH_X => match core.callbacks.try_mark(client, Resource::Page(id), true) {
+                Some(mark) => Some(mark),
+                None => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        // A lock wait parks here (`Error::LockParked`), with no thread.
+        let m = if mode == FETCH_X { LockMode::X } else { LockMode::S };
+        if !t.lock_or_park(Resource::Page(id), m)? {
+            return Ok(None);
+        }
+        if state.file {
+            if core.db.needs_write_back(id) {
+                return Ok(None);
+            }
+            part.status = FetchStatus::Locked;
+            return Ok(Some(part.encode()));
+        }
+        return match t.try_fetch_page(id, mode == FETCH_X)? {
+            Some(mut image) => Ok(Some(finish_fetch(
+                core, client, id, cache, client_lsn, part, &mut image,
+            ))),
+            None => Ok(None),
+        };
+    }
+    let _mark = if mode == FETCH_S {
+        None
+    } else {
+        Some(core.call_back(client, server_id, id)?)
+    };
+    let granted = match mode {
+        FETCH_TRY_INSERT => t.try_insert_page(group, id)?,
+        FETCH_S | FETCH_X => {
+            t.lock_page(id, mode == FETCH_X)?;
+            true
+        }
+        _ => return Err(Error::InvalidArgument(format!("FETCH mode {mode}"))),
+    };
+    if !granted {
+        part.status = FetchStatus::NotGranted;
+        return Ok(Some(part.encode()));
+    }
+    if state.file {
+        core.db.write_back(id)?;
+        part.status = FetchStatus::Locked;
+        return Ok(Some(part.encode()));
+    }
+    let mut image = t.fetch_page(id, mode != FETCH_S)?;
+    // (The writer's mark, if any, lasts until its right is registered.)
+    Ok(Some(finish_fetch(
+        core, client, id, cache, client_lsn, part, &mut image,
+    )))
+}
+
+/// The FETCH part of a page locked and read: its LSN, the right to cache it
+/// if asked for, and its image unless the client's copy is current.
+fn finish_fetch<'a>(
+    core: &Core,
+    client: ClientId,
+    id: PageId,
+    cache: bool,
+    client_lsn: u64,
+    mut part: Fetched<'a>,
+    image: &'a mut [u8],
+) -> Vec<u8> {
+    part.lsn = page::lsn(image).0;
+    if cache {
+        part.cover = core.callbacks.register(client, Resource::Page(id));
+    }
+    if client_lsn != 0 && part.lsn == client_lsn {
+        part.status = FetchStatus::Unchanged;
+        return part.encode();
+    }
+    page::seal(image);
+    part.status = FetchStatus::Image;
+    part.image = image;
+    part.encode()
+}
+
+/// Whether a READ of `page` is the session's to make (see the READ arm).
+fn may_read(core: &Core, state: &SessionState, page: PageId) -> bool {
+    if core.callbacks.has_right(state.client, Resource::Page(page)) {
+        return true;
+    }
+    let group = core.db.group_of_page(page);
+    // Asked of the lock manager by transaction id: a clone of a `Txn`
+    // held here would make a COMMIT of it, on another thread, find "a
+    // request still running", and locking one would wait for its request.
+    let ids: Vec<TxnId> = lock(&state.txns).values().map(|e| e.id).collect();
+    ids.into_iter().any(|id| {
+        let owner = LockOwner::new(state.client, id);
+        core.db.holds_lock(owner, &Resource::Page(page), LockMode::S)
+            || group.is_some_and(|g| core.db.holds_lock(owner, &Resource::Group(g), LockMode::S))
+    })
+}
