@@ -651,40 +651,7 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
             .map_err(fault)?;
             Ok(oid.to_bytes().to_vec())
         }
-        ObjectRequest::Commit { txn, changes } => {
-            state.txn_or_begin(db, txn).map_err(fault)?;
-            let entry = lock(&state.txns).remove(&txn).ok_or_else(|| {
-                Fault::new(
-                    ErrorCode::NOT_FOUND,
-                    format!("transaction {txn} ended while its OBJ_COMMIT arrived"),
-                )
-            })?;
-            let bytes: u64 = changes
-                .iter()
-                .map(|c| match c {
-                    Change::Update { bytes, .. } => bytes.len() as u64,
-                    Change::Delete { .. } => 0,
-                })
-                .sum();
-            if bytes > core.txn_bytes_max {
-                return Err(fault(Error::LimitExceeded {
-                    what: "bytes of object changes in one transaction (txn_bytes_max)",
-                    value: bytes,
-                    limit: core.txn_bytes_max,
-                }));
-            }
-            let t = Arc::try_unwrap(entry.txn).map_err(|_| {
-                Fault::new(
-                    ErrorCode::INVALID,
-                    format!("transaction {txn} has a request still running"),
-                )
-            })?;
-            let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
-            // Any error drops `t`: the transaction is rolled back.
-            apply(&mut t, &changes).map_err(fault)?;
-            t.commit().map_err(fault)?;
-            Ok(Vec::new())
-        }
+        ObjectRequest::Commit { txn, changes } => commit(core, state, txn, &changes),
         ObjectRequest::Abort { txn } => {
             let t = lock(&state.txns).remove(&txn);
             drop(t);
@@ -741,6 +708,43 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
     }
 }
 
+/// OBJ_COMMIT: the changes applied under X locks, logged and made durable;
+/// any error rolls the transaction back.
+fn commit(core: &Core, state: &SessionState, txn: u64, changes: &[Change]) -> Result<Vec<u8>, Fault> {
+    state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    let entry = lock(&state.txns).remove(&txn).ok_or_else(|| {
+        Fault::new(
+            ErrorCode::NOT_FOUND,
+            format!("transaction {txn} ended while its OBJ_COMMIT arrived"),
+        )
+    })?;
+    let bytes: u64 = changes
+        .iter()
+        .map(|c| match c {
+            Change::Update { bytes, .. } => bytes.len() as u64,
+            Change::Delete { .. } => 0,
+        })
+        .sum();
+    if bytes > core.txn_bytes_max {
+        return Err(fault(Error::LimitExceeded {
+            what: "bytes of object changes in one transaction (txn_bytes_max)",
+            value: bytes,
+            limit: core.txn_bytes_max,
+        }));
+    }
+    let t = Arc::try_unwrap(entry.txn).map_err(|_| {
+        Fault::new(
+            ErrorCode::INVALID,
+            format!("transaction {txn} has a request still running"),
+        )
+    })?;
+    let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
+    // Any error drops `t`: the transaction is rolled back.
+    apply(&mut t, changes).map_err(fault)?;
+    t.commit().map_err(fault)?;
+    Ok(Vec::new())
+}
+
 /// The B+-tree requests: the tree is opened (and so checked) from its root
 /// for each, in the client's transaction.
 fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>, Error> {
@@ -760,92 +764,14 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
             let tree = BTree::create(t, GroupId(group), unique)?;
             Ok(tree.root().0.to_le_bytes().to_vec())
         }
-        ObjectRequest::TreeApply { root, ops, .. } => {
-            let tree = open_client_tree(t, root)?;
-            // The pages changed are the client's to know: it drops the
-            // lookups it keeps under them (its own changes are not called
-            // back).
-            let mut changed = Vec::new();
-            let mut rec = Recording {
-                inner: t,
-                pages: &mut changed,
-            };
-            for op in &ops {
-                match op {
-                    TreeOp::Insert { key, value } => {
-                        tree.insert(&mut rec, key, value)?;
-                    }
-                    TreeOp::Delete { key, value } => {
-                        tree.delete(&mut rec, key, value.as_deref())?;
-                    }
-                }
-            }
-            let mut pages: Vec<u32> = changed.iter().map(|p| p.0).collect();
-            pages.sort_unstable();
-            pages.dedup();
-            Ok(encode_pages(&pages))
-        }
+        ObjectRequest::TreeApply { root, ops, .. } => tree_apply(t, root, &ops),
         ObjectRequest::TreeGet {
             root,
             limit,
             key,
             objects,
             ..
-        } => {
-            let tree = open_client_tree(t, root)?;
-            let mut values = Vec::new();
-            let mut bytes = 0usize;
-            tree.get_each(t, &key, |v| {
-                bytes += v.len() + 8;
-                values.push(v.to_vec());
-                values.len() < limit as usize
-            })?;
-            // No "more" in this reply: values past the message bound are
-            // an error, not left out (a range reads any number).
-            if bytes > core.reply_bytes_max {
-                return Err(Error::LimitExceeded {
-                    what: "bytes of one key's values in a TREE_GET reply (ask for fewer, or read them as a range)",
-                    value: bytes as u64,
-                    limit: core.reply_bytes_max as u64,
-                });
-            }
-            let leaves = match values.len() {
-                0 => Vec::new(),
-                n => leaf_rights(core, state, t, &tree, &key, n)?,
-            };
-            if !objects {
-                return Ok(ValuesAndObjects {
-                    values,
-                    objects: Vec::new(),
-                    leaves,
-                }
-                .encode());
-            }
-            let mut parts = Vec::with_capacity(values.len());
-            for v in &values {
-                let o: [u8; OID_BYTES] = v[..].try_into().map_err(|_| Error::Corrupt {
-                    page: PageId(root),
-                    reason: format!("a value of {} bytes in a tree of OIDs", v.len()),
-                })?;
-                let (len, mut whole) = read_one(t, oid_of(&o), false)?;
-                // Past the message bound the rest go as their lengths
-                // alone (read by range, or fetched, when wanted).
-                let size = whole.as_ref().map_or(0, Vec::len) + 64;
-                if bytes + size > core.reply_bytes_max {
-                    whole = None;
-                } else {
-                    bytes += size;
-                }
-                let right = grant(core, state, t, oid_of(&o), &whole);
-                parts.push(fetched_part(&o, len, whole, right));
-            }
-            Ok(ValuesAndObjects {
-                values,
-                objects: parts,
-                leaves,
-            }
-            .encode())
-        }
+        } => tree_get(core, state, t, root, limit, &key, objects),
         ObjectRequest::TreeRange {
             root,
             limit,
@@ -853,45 +779,161 @@ fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>
             hi,
             after,
             ..
-        } => {
-            let tree = open_client_tree(t, root)?;
-            let mut cur = tree.range(
-                t,
-                lo.as_ref().map(|k| &k[..]),
-                hi.as_ref().map(|k| &k[..]),
-                Direction::Forward,
-            )?;
-            let mut entries = Vec::new();
-            let mut bytes = 0usize;
-            let mut more = false;
-            let resume_key = match (&lo, &after) {
-                (std::ops::Bound::Included(k), Some(_)) => Some(k.clone()),
-                _ => None,
-            };
-            while let Some(e) = cur.next(t)? {
-                if let (Some(k), Some(v)) = (&resume_key, &after) {
-                    if e.0 == *k && e.1 <= *v {
-                        continue;
-                    }
-                }
-                // Past the count asked for or the message bound: the
-                // client asks again from the last entry sent.
-                let size = e.0.len() + e.1.len() + 8;
-                if entries.len() == limit as usize || (!entries.is_empty() && bytes + size > core.reply_bytes_max) {
-                    more = true;
-                    break;
-                }
-                bytes += size;
-                entries.push(e);
-            }
-            Ok(encode_entries(&entries, more))
-        }
+        } => tree_range(core, t, root, limit, &lo, &hi, after.as_deref()),
         ObjectRequest::TreeDestroy { root, .. } => {
             open_client_tree(t, root)?.destroy(t)?;
             Ok(Vec::new())
         }
         _ => Err(Error::Internal("not a tree request".into())),
     }
+}
+
+/// TREE_APPLY: the changes made; the reply lists the pages they changed,
+/// which are the client's to know: it drops the lookups it keeps under
+/// them (its own changes are not called back).
+fn tree_apply(t: &mut Txn, root: u32, ops: &[TreeOp]) -> Result<Vec<u8>, Error> {
+    let tree = open_client_tree(t, root)?;
+    let mut changed = Vec::new();
+    let mut rec = Recording {
+        inner: t,
+        pages: &mut changed,
+    };
+    for op in ops {
+        match op {
+            TreeOp::Insert { key, value } => {
+                tree.insert(&mut rec, key, value)?;
+            }
+            TreeOp::Delete { key, value } => {
+                tree.delete(&mut rec, key, value.as_deref())?;
+            }
+        }
+    }
+    let mut pages: Vec<u32> = changed.iter().map(|p| p.0).collect();
+    pages.sort_unstable();
+    pages.dedup();
+    Ok(encode_pages(&pages))
+}
+
+/// TREE_GET and TREE_GET_OBJECTS: the key's values (at most `limit`),
+/// rights on the leaves that enclose the key, and for TREE_GET_OBJECTS the
+/// object each value names.
+fn tree_get(
+    core: &Core,
+    state: &SessionState,
+    t: &mut Txn,
+    root: u32,
+    limit: u32,
+    key: &[u8],
+    objects: bool,
+) -> Result<Vec<u8>, Error> {
+    let tree = open_client_tree(t, root)?;
+    let mut values = Vec::new();
+    let mut bytes = 0usize;
+    tree.get_each(t, key, |v| {
+        bytes += v.len() + 8;
+        values.push(v.to_vec());
+        values.len() < limit as usize
+    })?;
+    // No "more" in this reply: values past the message bound are
+    // an error, not left out (a range reads any number).
+    if bytes > core.reply_bytes_max {
+        return Err(Error::LimitExceeded {
+            what: "bytes of one key's values in a TREE_GET reply (ask for fewer, or read them as a range)",
+            value: bytes as u64,
+            limit: core.reply_bytes_max as u64,
+        });
+    }
+    let leaves = match values.len() {
+        0 => Vec::new(),
+        n => leaf_rights(core, state, t, &tree, key, n)?,
+    };
+    let objects = if objects {
+        values_objects(core, state, t, root, &values, bytes)?
+    } else {
+        Vec::new()
+    };
+    Ok(ValuesAndObjects {
+        values,
+        objects,
+        leaves,
+    }
+    .encode())
+}
+
+/// The OBJ_FETCH part of the object each value (an OID) names, read under
+/// S with its right to cache it; past the message bound (`bytes` of the
+/// reply so far) the rest go as their lengths alone (read by range, or
+/// fetched, when wanted).
+fn values_objects(
+    core: &Core,
+    state: &SessionState,
+    t: &mut Txn,
+    root: u32,
+    values: &[Vec<u8>],
+    mut bytes: usize,
+) -> Result<Vec<Vec<u8>>, Error> {
+    let mut parts = Vec::with_capacity(values.len());
+    for v in values {
+        let o: [u8; OID_BYTES] = v[..].try_into().map_err(|_| Error::Corrupt {
+            page: PageId(root),
+            reason: format!("a value of {} bytes in a tree of OIDs", v.len()),
+        })?;
+        let (len, mut whole) = read_one(t, oid_of(&o), false)?;
+        let size = whole.as_ref().map_or(0, Vec::len) + 64;
+        if bytes + size > core.reply_bytes_max {
+            whole = None;
+        } else {
+            bytes += size;
+        }
+        let right = grant(core, state, t, oid_of(&o), &whole);
+        parts.push(fetched_part(&o, len, whole, right));
+    }
+    Ok(parts)
+}
+
+/// TREE_RANGE: entries from `lo` to `hi` (after the entry `after` of the
+/// key `lo` names, when resuming), at most `limit` and within the message
+/// bound; "more" tells the client to ask again from the last entry sent.
+fn tree_range(
+    core: &Core,
+    t: &mut Txn,
+    root: u32,
+    limit: u32,
+    lo: &std::ops::Bound<Vec<u8>>,
+    hi: &std::ops::Bound<Vec<u8>>,
+    after: Option<&[u8]>,
+) -> Result<Vec<u8>, Error> {
+    let tree = open_client_tree(t, root)?;
+    let mut cur = tree.range(
+        t,
+        lo.as_ref().map(|k| &k[..]),
+        hi.as_ref().map(|k| &k[..]),
+        Direction::Forward,
+    )?;
+    let mut entries = Vec::new();
+    let mut bytes = 0usize;
+    let mut more = false;
+    let resume_key = match (lo, after) {
+        (std::ops::Bound::Included(k), Some(_)) => Some(k.clone()),
+        _ => None,
+    };
+    while let Some(e) = cur.next(t)? {
+        if let (Some(k), Some(v)) = (&resume_key, after) {
+            if e.0 == *k && e.1[..] <= *v {
+                continue;
+            }
+        }
+        // Past the count asked for or the message bound: the
+        // client asks again from the last entry sent.
+        let size = e.0.len() + e.1.len() + 8;
+        if entries.len() == limit as usize || (!entries.is_empty() && bytes + size > core.reply_bytes_max) {
+            more = true;
+            break;
+        }
+        bytes += size;
+        entries.push(e);
+    }
+    Ok(encode_entries(&entries, more))
 }
 
 /// Rights on the leaves that enclose `key` ([`BTree::leaves_enclosing`]:
