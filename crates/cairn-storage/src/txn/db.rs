@@ -332,67 +332,21 @@ impl Db {
 
     /// Opens the locked database in `dir`; `stop`: recover as if the log
     /// ended there (`salvage.rs`), and make that permanent.
+    ///
+    /// The steps, in this order: open the log, recover, open the volume and
+    /// attach the log to it, give back what recovery says to free, build the
+    /// shared state, checkpoint, start the checkpointer.
     pub(super) fn open_locked(
         dir: &Path,
         opts: &DbOptions,
         dir_lock: Box<dyn FileLock>,
         stop: Option<Lsn>,
     ) -> Result<Db> {
-        Volume::finish_create(opts.volume.vfs.as_ref(), dir)?;
-        let manifest = crate::volume::manifest::Manifest::read(opts.volume.vfs.as_ref(), dir)?;
-        let wal_opts = WalOptions {
-            segment_bytes: opts.wal_segment_bytes,
-            vfs: opts.volume.vfs.clone(),
-            creation_id: manifest.creation_id,
-            proves_durable: Redo::is_checkpoint,
-        };
-        let (wal, _report) = Wal::open(dir, wal_opts)?;
-        let wal = Arc::new(wal);
+        let wal = Arc::new(Db::open_wal(dir, opts)?);
         let recovered = crate::recovery::run(dir, &opts.volume, &wal, stop)?;
         let mut vol = Volume::open(dir, &opts.volume)?;
-        let next_txn = Arc::new(AtomicU64::new(recovered.next_txn.max(1)));
-        let sink = LogSink {
-            wal: wal.clone(),
-            redo_lsn: Arc::new(AtomicU64::new(recovered.redo_lsn.0)),
-            gate: Arc::new(RwLock::new(())),
-            next_id: next_txn.clone(),
-        };
-        vol.attach_log(sink.clone());
-        let pool = vol.pool_arc();
-        let hook_wal = wal.clone();
-        pool.set_before_write(Box::new(move |_id, lsn| hook_wal.flush(lsn)));
-        // Give back what uncommitted transactions allocated and what committed
-        // ones freed without a FREE record.
-        // A COMMIT may only free pages transactions hold; a free of any
-        // other page stops recovery at that COMMIT (`cairn recover
-        // --stop-at`), never a failed open for good. All are checked before
-        // any is carried out, so a refused open logs nothing.
-        for p in &recovered.to_free {
-            // A page already given back (a Free page, or one in no group's
-            // use) needs nothing; any other kind must be a transaction's.
-            if p.0 < vol.page_count() {
-                let kind = crate::access::PageAccess::read(&mut vol, *p, crate::page::page_type)?;
-                let fine = kind.is_some_and(|k| k.is_client_kind() || k == crate::page::PageType::Free)
-                    || (kind.is_none() && !vol.is_page_in_use(*p));
-                if !fine {
-                    let origin = recovered.free_origins.get(p).copied();
-                    let (lsn, txn) = origin.map_or((Lsn(0), None), |(l, t)| (l, Some(t)));
-                    return Err(Error::Unrecoverable {
-                        lsn,
-                        txn,
-                        reason: format!(
-                            "it frees page {p}, a {} page, which no transaction may free",
-                            kind.map_or("page of unknown kind", |k| k.name())
-                        ),
-                    });
-                }
-            }
-        }
-        for p in &recovered.to_free {
-            if vol.is_page_in_use(*p) {
-                vol.free_logged(*p)?;
-            }
-        }
+        let (next_txn, sink, pool) = Db::attach_log(&mut vol, &wal, &recovered);
+        Db::free_recovered(&mut vol, &recovered)?;
         let page_size = vol.page_size();
         let region_pages = vol.header().region_pages;
         let shared = Arc::new(Shared {
@@ -432,14 +386,91 @@ impl Db {
         // After a stop, it starts a new segment so every older one — the
         // records past the stop among them — goes (`salvage.rs`).
         shared.checkpoint_rolling(if stop.is_some() { 0 } else { ROLL_AT_CHECKPOINT_BYTES })?;
-        let background = opts.background.then(|| {
-            let s = shared.clone();
-            std::thread::Builder::new()
-                .name("cairn-checkpointer".into())
-                .spawn(move || background_loop(&s))
-                .expect("spawn the checkpointer thread")
-        });
+        let background = opts.background.then(|| spawn_checkpointer(&shared));
         Ok(Db { shared, background })
+    }
+
+    /// The first step of [`Db::open_locked`]: finishes an interrupted
+    /// create, then opens the log, which must carry the manifest's creation
+    /// id.
+    fn open_wal(dir: &Path, opts: &DbOptions) -> Result<Wal> {
+        Volume::finish_create(opts.volume.vfs.as_ref(), dir)?;
+        let manifest = crate::volume::manifest::Manifest::read(opts.volume.vfs.as_ref(), dir)?;
+        let wal_opts = WalOptions {
+            segment_bytes: opts.wal_segment_bytes,
+            vfs: opts.volume.vfs.clone(),
+            creation_id: manifest.creation_id,
+            proves_durable: Redo::is_checkpoint,
+        };
+        let (wal, _report) = Wal::open(dir, wal_opts)?;
+        Ok(wal)
+    }
+
+    /// Makes the recovered volume log through `wal`: the log sink (its redo
+    /// LSN and transaction ids go on from where recovery left them), and a
+    /// buffer pool that flushes the log before writing a page. Returns the
+    /// transaction id counter, the sink and the pool.
+    fn attach_log(
+        vol: &mut Volume,
+        wal: &Arc<Wal>,
+        recovered: &crate::recovery::Recovered,
+    ) -> (Arc<AtomicU64>, LogSink, Arc<BufferPool>) {
+        let next_txn = Arc::new(AtomicU64::new(recovered.next_txn.max(1)));
+        let sink = LogSink {
+            wal: wal.clone(),
+            redo_lsn: Arc::new(AtomicU64::new(recovered.redo_lsn.0)),
+            gate: Arc::new(RwLock::new(())),
+            next_id: next_txn.clone(),
+        };
+        vol.attach_log(sink.clone());
+        let pool = vol.pool_arc();
+        let hook_wal = wal.clone();
+        pool.set_before_write(Box::new(move |_id, lsn| hook_wal.flush(lsn)));
+        (next_txn, sink, pool)
+    }
+
+    /// Give back what uncommitted transactions allocated and what committed
+    /// ones freed without a FREE record.
+    ///
+    /// A COMMIT may only free pages transactions hold; a free of any
+    /// other page stops recovery at that COMMIT (`cairn recover
+    /// --stop-at`), never a failed open for good. All are checked before
+    /// any is carried out, so a refused open logs nothing.
+    fn free_recovered(vol: &mut Volume, recovered: &crate::recovery::Recovered) -> Result<()> {
+        Db::check_recovered_frees(vol, recovered)?;
+        for p in &recovered.to_free {
+            if vol.is_page_in_use(*p) {
+                vol.free_logged(*p)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses, as [`Error::Unrecoverable`] at the COMMIT that freed it, the
+    /// first page recovery would free that no transaction may free.
+    fn check_recovered_frees(vol: &mut Volume, recovered: &crate::recovery::Recovered) -> Result<()> {
+        for p in &recovered.to_free {
+            // A page already given back (a Free page, or one in no group's
+            // use) needs nothing; any other kind must be a transaction's.
+            if p.0 < vol.page_count() {
+                let kind = crate::access::PageAccess::read(vol, *p, crate::page::page_type)?;
+                let fine = kind.is_some_and(|k| k.is_client_kind() || k == crate::page::PageType::Free)
+                    || (kind.is_none() && !vol.is_page_in_use(*p));
+                if !fine {
+                    let origin = recovered.free_origins.get(p).copied();
+                    let (lsn, txn) = origin.map_or((Lsn(0), None), |(l, t)| (l, Some(t)));
+                    return Err(Error::Unrecoverable {
+                        lsn,
+                        txn,
+                        reason: format!(
+                            "it frees page {p}, a {} page, which no transaction may free",
+                            kind.map_or("page of unknown kind", |k| k.name())
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Starts a transaction for the embedded client (client 0).
@@ -639,6 +670,15 @@ impl Drop for Db {
     fn drop(&mut self) {
         self.stop_background();
     }
+}
+
+/// Starts the background checkpointer thread on `shared`.
+fn spawn_checkpointer(shared: &Arc<Shared>) -> JoinHandle<()> {
+    let s = shared.clone();
+    std::thread::Builder::new()
+        .name("cairn-checkpointer".into())
+        .spawn(move || background_loop(&s))
+        .expect("spawn the checkpointer thread")
 }
 
 fn background_loop(s: &Shared) {
