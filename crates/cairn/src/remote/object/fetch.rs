@@ -15,7 +15,17 @@ use cairn_storage::{Oid, PageId, Result, TxnId};
 
 use super::super::adaptive::FetchMode;
 use super::super::object_rights::FetchInFlight;
-use super::{ObjectTxn, Read};
+use super::{ObjectStore, ObjectTxn, Read};
+
+/// How [`ObjectTxn::fetch`] asks for its objects ([`ObjectTxn::plan_fetch`]).
+struct FetchPlan {
+    /// Objects fetched with their pages ([`OBJ_S_PAGE`]).
+    by_page: Vec<Oid>,
+    /// Objects fetched alone, in the mode asked for.
+    alone: Vec<Oid>,
+    /// Pages to ask for ahead once those requests are sent.
+    read_ahead: Vec<PageId>,
+}
 
 impl ObjectTxn {
     /// Fetches `oids` in `mode`, pipelined, and keeps what comes back
@@ -24,7 +34,6 @@ impl ObjectTxn {
     /// ([`OBJ_S_PAGE`]).
     pub(super) fn fetch(&mut self, oids: &[Oid], mode: u8) -> Result<()> {
         let store = self.store.clone();
-        let conn = &store.conn;
         let _flight = FetchInFlight::start(&store);
         self.on_server = true;
         // Pages read ahead that are wanted now: their replies first, then
@@ -32,24 +41,71 @@ impl ObjectTxn {
         let mut came_to = Vec::new();
         let rest: Vec<Oid>;
         let mut oids = oids;
-        if mode == OBJ_S && !self.ahead.is_empty() {
-            let mut wanted: Vec<PageId> = oids
-                .iter()
-                .map(|o| o.page)
-                .filter(|p| self.ahead.iter().any(|a| a.page == *p))
-                .collect();
-            wanted.sort_unstable();
-            wanted.dedup();
-            for &p in &wanted {
-                self.take_ahead_through(p)?;
-                came_to.push((p, true));
-            }
-            if !wanted.is_empty() {
-                rest = oids.iter().copied().filter(|o| !self.local(*o)).collect();
-                oids = &rest;
-            }
+        if mode == OBJ_S && !self.ahead.is_empty() && self.take_wanted_ahead(oids, &mut came_to)? {
+            rest = oids.iter().copied().filter(|o| !self.local(*o)).collect();
+            oids = &rest;
         }
+        let FetchPlan {
+            by_page,
+            alone,
+            read_ahead,
+        } = self.plan_fetch(&store, oids, mode, came_to);
         let mut requests: Vec<(u8, &[Oid])> = Vec::new();
+        requests.extend(by_page.chunks(FETCH_OBJECTS_MAX).map(|c| (OBJ_S_PAGE, c)));
+        requests.extend(alone.chunks(FETCH_OBJECTS_MAX).map(|c| (mode, c)));
+        let mut calls = Vec::new();
+        for (mode, chunk) in requests {
+            if let Some(a) = &store.adaptive {
+                super::super::lock(a).note_fetch(mode == OBJ_S_PAGE);
+            }
+            let call = self.send_fetch(mode, chunk)?;
+            calls.push((call, mode, chunk));
+        }
+        // Read ahead once the requests wanted now are on their way.
+        if !read_ahead.is_empty() {
+            self.ask_ahead(read_ahead)?;
+        }
+        for (mut call, mode, chunk) in calls {
+            if mode == OBJ_S_PAGE {
+                self.take_pages(&mut call, chunk, &[])?;
+                continue;
+            }
+            self.take_objects(&store, &mut call, mode, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Takes in the replies of the pages read ahead that `oids` are on, in
+    /// page order, and notes each in `came_to` as a page come to ahead.
+    /// Returns whether there was any (then some of `oids` may be local now).
+    fn take_wanted_ahead(&mut self, oids: &[Oid], came_to: &mut Vec<(PageId, bool)>) -> Result<bool> {
+        let mut wanted: Vec<PageId> = oids
+            .iter()
+            .map(|o| o.page)
+            .filter(|p| self.ahead.iter().any(|a| a.page == *p))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        for &p in &wanted {
+            self.take_ahead_through(p)?;
+            came_to.push((p, true));
+        }
+        Ok(!wanted.is_empty())
+    }
+
+    /// How `oids` are fetched in `mode`: an adaptive client fetching S asks
+    /// for each object with its page or alone as its policy says for the
+    /// page, tells the policy the pages it came to (`came_to`: those taken
+    /// from replies read ahead, and now those fetched by page), and gets
+    /// back the pages to read ahead (none asked for already, or fetched now,
+    /// or that the client has). Any other fetch asks for every object alone.
+    fn plan_fetch(
+        &mut self,
+        store: &ObjectStore,
+        oids: &[Oid],
+        mode: u8,
+        mut came_to: Vec<(PageId, bool)>,
+    ) -> FetchPlan {
         let mut by_page = Vec::new();
         let mut alone = Vec::new();
         let mut read_ahead = Vec::new();
@@ -79,66 +135,65 @@ impl ObjectTxn {
             }
             _ => alone.extend_from_slice(oids),
         }
-        requests.extend(by_page.chunks(FETCH_OBJECTS_MAX).map(|c| (OBJ_S_PAGE, c)));
-        requests.extend(alone.chunks(FETCH_OBJECTS_MAX).map(|c| (mode, c)));
-        let mut calls = Vec::new();
-        for (mode, chunk) in requests {
-            if let Some(a) = &store.adaptive {
-                super::super::lock(a).note_fetch(mode == OBJ_S_PAGE);
-            }
-            let call = self.send_fetch(mode, chunk)?;
-            calls.push((call, mode, chunk));
+        FetchPlan {
+            by_page,
+            alone,
+            read_ahead,
         }
-        // Read ahead once the requests wanted now are on their way.
-        if !read_ahead.is_empty() {
-            self.ask_ahead(read_ahead)?;
-        }
-        for (mut call, mode, chunk) in calls {
-            if mode == OBJ_S_PAGE {
-                self.take_pages(&mut call, chunk, &[])?;
-                continue;
+    }
+
+    /// Takes in the reply of an OBJ_FETCH of `chunk` in `mode` (not of
+    /// pages): one part per object, in order, then an empty final part.
+    /// Each object is kept as this transaction's read, and one sent S with
+    /// a right across transactions too.
+    fn take_objects(
+        &mut self,
+        store: &ObjectStore,
+        call: &mut cairn_net::rpc::Call,
+        mode: u8,
+        chunk: &[Oid],
+    ) -> Result<()> {
+        let conn = &store.conn;
+        let mut got = 0usize;
+        loop {
+            let part = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))?;
+            let Some(part) = part else { break };
+            let body = part.body;
+            conn.bytes_received.fetch_add(body.len() as u64, Ordering::Relaxed);
+            if part.last {
+                if !body.is_empty() {
+                    return Err(conn.protocol("an empty final OBJ_FETCH reply"));
+                }
+                break;
             }
-            let mut got = 0usize;
-            loop {
-                let part = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))?;
-                let Some(part) = part else { break };
-                let body = part.body;
-                conn.bytes_received.fetch_add(body.len() as u64, Ordering::Relaxed);
-                if part.last {
-                    if !body.is_empty() {
-                        return Err(conn.protocol("an empty final OBJ_FETCH reply"));
-                    }
-                    break;
-                }
-                let f = FetchedObject::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
-                conn.objects_shipped.fetch_add(1, Ordering::Relaxed);
-                let Some(&oid) = chunk.get(got) else {
-                    return Err(conn.protocol("one OBJ_FETCH part per object"));
-                };
-                if f.oid != oid.to_bytes() {
-                    return Err(conn.protocol("the objects asked for, in order"));
-                }
-                got += 1;
-                let read = Read::of(&f);
-                if mode == OBJ_X && f.found {
-                    self.exclusive.insert(oid, ());
-                }
-                // Never a right to an object this transaction holds X on:
-                // what the server sent may be its own uncommitted version
-                // (an object it created, read again once let go of).
-                if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
-                    if !self.exclusive.contains_key(&oid) {
-                        store.take_object(oid, r, bytes);
-                    }
-                }
-                if let (Some(a), Read::Whole(b)) = (&store.adaptive, &read) {
-                    super::super::lock(a).note_object_bytes(b.len());
-                }
-                self.keep(oid, read);
-            }
-            if got != chunk.len() {
+            let f = FetchedObject::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+            conn.objects_shipped.fetch_add(1, Ordering::Relaxed);
+            let Some(&oid) = chunk.get(got) else {
                 return Err(conn.protocol("one OBJ_FETCH part per object"));
+            };
+            if f.oid != oid.to_bytes() {
+                return Err(conn.protocol("the objects asked for, in order"));
             }
+            got += 1;
+            let read = Read::of(&f);
+            if mode == OBJ_X && f.found {
+                self.exclusive.insert(oid, ());
+            }
+            // Never a right to an object this transaction holds X on:
+            // what the server sent may be its own uncommitted version
+            // (an object it created, read again once let go of).
+            if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
+                if !self.exclusive.contains_key(&oid) {
+                    store.take_object(oid, r, bytes);
+                }
+            }
+            if let (Some(a), Read::Whole(b)) = (&store.adaptive, &read) {
+                super::super::lock(a).note_object_bytes(b.len());
+            }
+            self.keep(oid, read);
+        }
+        if got != chunk.len() {
+            return Err(conn.protocol("one OBJ_FETCH part per object"));
         }
         Ok(())
     }
