@@ -6,6 +6,14 @@ impl DualBuffer {
     /// Checks every invariant of the structure; panics naming the broken
     /// one (tests and debug builds).
     pub fn check_invariants(&self) {
+        let (page_bytes, page_seg) = self.check_pages();
+        let (object_bytes, object_seg) = self.check_objects();
+        self.check_totals(page_bytes + object_bytes, page_seg, object_seg);
+    }
+
+    /// Checks each page descriptor; returns the bytes the pages' images
+    /// hold and those of the page segment.
+    fn check_pages(&self) -> (usize, usize) {
         let mut bytes = 0usize;
         let mut page_seg = 0usize;
         for (id, p) in &self.pages {
@@ -41,6 +49,13 @@ impl DualBuffer {
                 assert_eq!(o.page, *id, "object {oid} chained to page {id}");
             }
         }
+        (bytes, page_seg)
+    }
+
+    /// Checks each object descriptor against its page and the strategy;
+    /// returns the bytes its copies hold and those of the object segment.
+    fn check_objects(&self) -> (usize, usize) {
+        let mut bytes = 0usize;
         let mut object_seg = 0usize;
         for (oid, o) in &self.objects {
             let p = self
@@ -94,6 +109,12 @@ impl DualBuffer {
                 );
             }
         }
+        (bytes, object_seg)
+    }
+
+    /// Checks the counters against what the descriptors add up to, and the
+    /// segments' LRU and FIFO against the descriptors in them.
+    fn check_totals(&self, bytes: usize, page_seg: usize, object_seg: usize) {
         assert_eq!(bytes, self.bytes, "bytes held");
         assert!(self.bytes <= self.cfg.budget_bytes, "over budget");
         assert_eq!(page_seg, self.page_seg_bytes, "page segment bytes");
