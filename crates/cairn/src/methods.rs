@@ -197,91 +197,129 @@ pub(crate) fn run<S: StoreOps>(
             check_paths(cat, id, class, preds.iter().map(|p| (&p.path[..], Some(&p.value))))?;
             let candidates = match source {
                 Source::Group(name) => store.scan_all(group(name)?)?,
-                Source::Index { field, lo, hi } => {
-                    let tree = catalog::index_tree(store, meta, id, field, None)?.ok_or_else(|| Error::NoIndex {
-                        type_name: class.clone(),
-                        field: field.clone(),
-                        indexed: "those the catalog lists".into(),
-                    })?;
-                    let mut oids = Vec::new();
-                    let mut bad = false;
-                    store.tree_scan(
-                        &tree,
-                        lo.as_ref().map(|k| &k[..]),
-                        hi.as_ref().map(|k| &k[..]),
-                        |_, v| {
-                            match Oid::from_exact(v) {
-                                Some(o) => oids.push(o),
-                                None => bad = true,
-                            }
-                            !bad
-                        },
-                    )?;
-                    if bad {
-                        return Err(Error::Corrupt {
-                            page: tree.root(),
-                            reason: format!("index on {class}.{field} holds a malformed OID"),
-                        });
-                    }
-                    oids
-                }
+                Source::Index { field, lo, hi } => index_candidates(store, meta, id, class, field, lo, hi)?,
             };
-            let mut out = Vec::new();
-            let mut n = 0u64;
-            for oid in candidates {
-                let Some(record) = record_of_class(store, cat, id, oid)? else {
-                    continue;
-                };
-                if preds.iter().all(|p| matches(&record, p)) {
-                    n += 1;
-                    if !count_only {
-                        out.push(oid);
-                        if out.len() >= *limit as usize {
-                            break;
-                        }
-                    }
-                }
-            }
-            Ok(if *count_only {
-                Answer::Count(n)
-            } else {
-                Answer::Oids(out)
-            })
+            select(store, cat, id, candidates, preds, *count_only, *limit)
         }
         Method::Traverse {
             start,
             paths,
             depth,
             limit,
-        } => {
-            let mut seen = std::collections::HashSet::new();
-            let mut out = vec![*start];
-            seen.insert(*start);
-            let mut frontier = vec![*start];
-            for _ in 0..*depth {
-                let mut next = Vec::new();
-                for oid in frontier {
-                    let bytes = store.read(oid)?;
-                    let record = decode_record(cat, oid, &bytes)?;
-                    for p in paths {
-                        for v in record.collect(&split(p)) {
-                            if let Value::Ref(to) = v {
-                                if out.len() < *limit as usize && seen.insert(*to) {
-                                    out.push(*to);
-                                    next.push(*to);
-                                }
-                            }
-                        }
-                    }
-                }
-                frontier = next;
-                if frontier.is_empty() || out.len() >= *limit as usize {
+        } => traverse(store, cat, *start, paths, *depth, *limit),
+    }
+}
+
+/// The OIDs the index of class `id` (named `class`) on `field` lists
+/// between `lo` and `hi`, in key order; a value that is not an OID is
+/// corruption of the index.
+fn index_candidates<S: StoreOps>(
+    store: &mut S,
+    meta: &Meta,
+    id: u32,
+    class: &str,
+    field: &str,
+    lo: &Bound<Vec<u8>>,
+    hi: &Bound<Vec<u8>>,
+) -> Result<Vec<Oid>> {
+    let tree = catalog::index_tree(store, meta, id, field, None)?.ok_or_else(|| Error::NoIndex {
+        type_name: class.to_owned(),
+        field: field.to_owned(),
+        indexed: "those the catalog lists".into(),
+    })?;
+    let mut oids = Vec::new();
+    let mut bad = false;
+    store.tree_scan(
+        &tree,
+        lo.as_ref().map(|k| &k[..]),
+        hi.as_ref().map(|k| &k[..]),
+        |_, v| {
+            match Oid::from_exact(v) {
+                Some(o) => oids.push(o),
+                None => bad = true,
+            }
+            !bad
+        },
+    )?;
+    if bad {
+        return Err(Error::Corrupt {
+            page: tree.root(),
+            reason: format!("index on {class}.{field} holds a malformed OID"),
+        });
+    }
+    Ok(oids)
+}
+
+/// The `candidates` that are objects of class `id` and satisfy every
+/// predicate, in order (at most `limit`), or how many do (`count_only`).
+fn select<S: StoreOps>(
+    store: &mut S,
+    cat: &Catalog,
+    id: u32,
+    candidates: Vec<Oid>,
+    preds: &[Predicate],
+    count_only: bool,
+    limit: u32,
+) -> Result<Answer> {
+    let mut out = Vec::new();
+    let mut n = 0u64;
+    for oid in candidates {
+        let Some(record) = record_of_class(store, cat, id, oid)? else {
+            continue;
+        };
+        if preds.iter().all(|p| matches(&record, p)) {
+            n += 1;
+            if !count_only {
+                out.push(oid);
+                if out.len() >= limit as usize {
                     break;
                 }
             }
-            Ok(Answer::Oids(out))
         }
     }
+    Ok(if count_only {
+        Answer::Count(n)
+    } else {
+        Answer::Oids(out)
+    })
+}
+
+/// The objects reachable from `start` in at most `depth` steps along
+/// `paths`, breadth first, each once, `start` first; at most `limit`.
+fn traverse<S: StoreOps>(
+    store: &mut S,
+    cat: &Catalog,
+    start: Oid,
+    paths: &[String],
+    depth: u32,
+    limit: u32,
+) -> Result<Answer> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = vec![start];
+    seen.insert(start);
+    let mut frontier = vec![start];
+    for _ in 0..depth {
+        let mut next = Vec::new();
+        for oid in frontier {
+            let bytes = store.read(oid)?;
+            let record = decode_record(cat, oid, &bytes)?;
+            for p in paths {
+                for v in record.collect(&split(p)) {
+                    if let Value::Ref(to) = v {
+                        if out.len() < limit as usize && seen.insert(*to) {
+                            out.push(*to);
+                            next.push(*to);
+                        }
+                    }
+                }
+            }
+        }
+        frontier = next;
+        if frontier.is_empty() || out.len() >= limit as usize {
+            break;
+        }
+    }
+    Ok(Answer::Oids(out))
 }
 
 fn class_id(cat: &Catalog, class: &str) -> Result<u32> {
