@@ -184,11 +184,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             args.dir.display()
         );
     }
-    let tcp: Option<Address> = match (&args.listen, &args.unix) {
-        (Some(l), _) => Some(l.parse().map_err(|e: String| anyhow::anyhow!(e))?),
-        (None, None) => Some(DEFAULT_LISTEN.parse().expect("a valid address")),
-        (None, Some(_)) => None,
-    };
+    let tcp = tcp_address(args)?;
     let FileConfig {
         limits,
         db: db_options,
@@ -207,11 +203,55 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     tracing::info!(dir = %args.dir.display(), recovered = ?db.recovery().committed, "database open");
     let users = UsersFile::open(&args.dir).with_context(|| format!("reading the users of {}", args.dir.display()))?;
     let has_users = !users.current().context("reading the users file")?.is_empty();
-    let local_only = match &tcp {
+    let (local_only, tls) = exposure(args, tcp.as_ref(), has_users)?;
+    let config = ServerConfig {
+        trust_without_login: local_only,
+        limits: limits.clone(),
+        txn_bytes_max,
+        callback_rights_max,
+        txns_max,
+        waiting_max,
+        waiting_per_session_max,
+    };
+    let server = Arc::new(PageServer::new(db.clone(), &config).with_users(users));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(serve_until_signal(args, tcp.as_ref(), tls.as_ref(), &server, &limits))?;
+    drop(server);
+    if let Some(p) = &args.unix {
+        let _ = std::fs::remove_file(p);
+    }
+    close(db)
+}
+
+/// The TCP address to listen on: `--listen`, the default unless only a
+/// Unix socket is asked for, or none.
+fn tcp_address(args: &ServeArgs) -> anyhow::Result<Option<Address>> {
+    Ok(match (&args.listen, &args.unix) {
+        (Some(l), _) => Some(l.parse().map_err(|e: String| anyhow::anyhow!(e))?),
+        (None, None) => Some(DEFAULT_LISTEN.parse().expect("a valid address")),
+        (None, Some(_)) => None,
+    })
+}
+
+/// Who may reach the server, checked before anything listens: an address
+/// other than loopback needs users (else anyone could connect as admin)
+/// and TLS (else the data crosses the network in the clear; `--no-tls`
+/// allows it behind a tunnel). Returns whether the server is reachable
+/// locally only (then connections without a login are trusted while there
+/// are no users) and the TLS settings.
+fn exposure(
+    args: &ServeArgs,
+    tcp: Option<&Address>,
+    has_users: bool,
+) -> anyhow::Result<(bool, Option<cairn_net::transport::ServerTls>)> {
+    let local_only = match tcp {
         Some(Address::Tcp(a)) => a.ip().is_loopback(),
         _ => true,
     };
-    if let (false, false, Some(a)) = (local_only, has_users, &tcp) {
+    if let (false, false, Some(a)) = (local_only, has_users, tcp) {
         bail!(
             "refusing to listen on {a}: the database has no users, so anyone who can reach it could use it; \
              add one with `cairn user add {} NAME --role admin`, or listen on loopback",
@@ -230,7 +270,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    if let (false, None, Some(a)) = (local_only, &tls, &tcp) {
+    if let (false, None, Some(a)) = (local_only, &tls, tcp) {
         if !args.no_tls {
             bail!(
                 "refusing to listen on {a} without TLS: the session's data would cross the network in the clear; \
@@ -247,63 +287,60 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
              `cairn user add` turns logins on"
         );
     }
-    let config = ServerConfig {
-        trust_without_login: local_only,
-        limits: limits.clone(),
-        txn_bytes_max,
-        callback_rights_max,
-        txns_max,
-        waiting_max,
-        waiting_per_session_max,
-    };
-    let server = Arc::new(PageServer::new(db.clone(), &config).with_users(users));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
-    rt.block_on(async {
-        let mut listeners = Vec::new();
-        if let Some(a) = &tcp {
-            let l = Listener::bind(a).await.with_context(|| format!("binding {a}"))?;
-            let l = match &tls {
-                Some(t) => l.with_tls(t.clone()).context("setting up TLS on the TCP listener")?,
-                None => l,
-            };
-            listeners.push(l);
-        }
-        if let Some(p) = &args.unix {
-            let a = Address::Unix(p.clone());
-            listeners.push(Listener::bind(&a).await.with_context(|| format!("binding {a}"))?);
-        }
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let mut tasks = Vec::new();
-        for l in listeners {
-            let addr = l.local_addr().context("the listener's address")?;
-            println!("listening on {addr}");
-            let mut stop = stop_rx.clone();
-            let shutdown = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            tasks.push(tokio::spawn(cairn_server::run(
-                l,
-                shutdown,
-                server.clone(),
-                limits.clone(),
-            )));
-        }
-        std::io::stdout().flush().ok();
-        wait_for_signal().await;
-        tracing::info!("shutting down");
-        let _ = stop_tx.send(true);
-        for t in tasks {
-            let _ = t.await;
-        }
-        anyhow::Ok(())
-    })?;
-    drop(server);
-    if let Some(p) = &args.unix {
-        let _ = std::fs::remove_file(p);
+    Ok((local_only, tls))
+}
+
+/// Binds the listeners, prints their addresses, serves until SIGTERM or
+/// SIGINT, then stops them and waits for their connections to finish.
+async fn serve_until_signal(
+    args: &ServeArgs,
+    tcp: Option<&Address>,
+    tls: Option<&cairn_net::transport::ServerTls>,
+    server: &Arc<PageServer>,
+    limits: &Limits,
+) -> anyhow::Result<()> {
+    let mut listeners = Vec::new();
+    if let Some(a) = tcp {
+        let l = Listener::bind(a).await.with_context(|| format!("binding {a}"))?;
+        let l = match tls {
+            Some(t) => l.with_tls(t.clone()).context("setting up TLS on the TCP listener")?,
+            None => l,
+        };
+        listeners.push(l);
     }
+    if let Some(p) = &args.unix {
+        let a = Address::Unix(p.clone());
+        listeners.push(Listener::bind(&a).await.with_context(|| format!("binding {a}"))?);
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for l in listeners {
+        let addr = l.local_addr().context("the listener's address")?;
+        println!("listening on {addr}");
+        let mut stop = stop_rx.clone();
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        tasks.push(tokio::spawn(cairn_server::run(
+            l,
+            shutdown,
+            server.clone(),
+            limits.clone(),
+        )));
+    }
+    std::io::stdout().flush().ok();
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}
+
+/// Prints what the server read and wrote, and closes the database with its
+/// final checkpoint.
+fn close(db: Arc<Db>) -> anyhow::Result<()> {
     let db = Arc::try_unwrap(db).map_err(|_| anyhow::anyhow!("the database is still in use after shutdown"))?;
     let pool = db.stats().buffer;
     // (A parent that stopped reading our stdout is no reason to fail.)

@@ -113,6 +113,14 @@ impl Volume {
     /// Reserves a new extent for group `gi` at the end of the volume, formats
     /// its pages as free pages and records it in the group's extent list.
     fn reserve_extent(&mut self, gi: usize) -> Result<usize> {
+        let (start, len) = self.grow_by_extent()?;
+        self.record_extent(gi, start, len)
+    }
+
+    /// Adds an extent's pages at the end of the volume, formatted as free
+    /// pages and marked in use in the space map; returns its first page and
+    /// length.
+    fn grow_by_extent(&mut self) -> Result<(u32, u32)> {
         let ps = self.page_size();
         let mut len = self.header.extent_pages;
         // An extent never contains a space-map page, and the volume never
@@ -160,11 +168,16 @@ impl Volume {
         })?;
         self.header.page_count = start + len;
         self.store_header()?;
+        Ok((start, len))
+    }
 
-        // Record the extent in the group's list; its first page becomes a new
-        // list page when the group has none yet or the tail is full.
+    /// Records the extent of `len` pages at `start` in group `gi`'s list;
+    /// its first page becomes a new list page when the group has none yet
+    /// or the tail is full. Returns the extent's index in the group.
+    fn record_extent(&mut self, gi: usize, start: u32, len: u32) -> Result<usize> {
+        let ps = self.page_size();
         let g = &self.groups[gi];
-        let (group_id, tail, tail_count) = (g.id, g.list_tail, g.list_tail_count);
+        let (tail, tail_count) = (g.list_tail, g.list_tail_count);
         let mut x = ExtentState {
             start: PageId(start),
             len,
@@ -174,36 +187,10 @@ impl Volume {
         };
         if tail.0 == 0 || tail_count >= groups::list_capacity(ps) {
             let lp = PageId(start);
-            self.change(lp, false, |b| {
-                groups::init_list(b, lp, group_id);
-                Ok(())
-            })?;
-            if tail.0 != 0 {
-                self.change(tail, false, |b| {
-                    groups::set_next_page(b, lp);
-                    Ok(())
-                })?;
-            }
+            self.start_list_page(gi, lp)?;
             x.used = 1;
             x.list_page = lp;
             x.list_index = 0;
-            let g = &mut self.groups[gi];
-            if g.list_head.0 == 0 {
-                g.list_head = lp;
-            }
-            g.list_tail = lp;
-            g.list_tail_count = 0;
-            let entry = DirEntry {
-                id: g.id,
-                name: g.name.clone(),
-                list_head: g.list_head,
-                list_tail: g.list_tail,
-            };
-            let (dp, di) = (g.dir_page, g.dir_index);
-            self.change(dp, false, |b| {
-                groups::write_dir_entry(b, di, &entry);
-                Ok(())
-            })?;
         }
         self.write_extent(&x)?;
         let g = &mut self.groups[gi];
@@ -216,6 +203,40 @@ impl Volume {
         self.extent_by_start.insert(start, (gi, xi));
         self.view_pending.extents.insert(start);
         Ok(xi)
+    }
+
+    /// Makes `lp` group `gi`'s new tail list page: formatted, linked from
+    /// the old tail, and named in the group's directory entry.
+    fn start_list_page(&mut self, gi: usize, lp: PageId) -> Result<()> {
+        let g = &self.groups[gi];
+        let (group_id, tail) = (g.id, g.list_tail);
+        self.change(lp, false, |b| {
+            groups::init_list(b, lp, group_id);
+            Ok(())
+        })?;
+        if tail.0 != 0 {
+            self.change(tail, false, |b| {
+                groups::set_next_page(b, lp);
+                Ok(())
+            })?;
+        }
+        let g = &mut self.groups[gi];
+        if g.list_head.0 == 0 {
+            g.list_head = lp;
+        }
+        g.list_tail = lp;
+        g.list_tail_count = 0;
+        let entry = DirEntry {
+            id: g.id,
+            name: g.name.clone(),
+            list_head: g.list_head,
+            list_tail: g.list_tail,
+        };
+        let (dp, di) = (g.dir_page, g.dir_index);
+        self.change(dp, false, |b| {
+            groups::write_dir_entry(b, di, &entry);
+            Ok(())
+        })
     }
 
     /// Writes an extent's entry into its extent-list page.
