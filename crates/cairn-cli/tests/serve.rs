@@ -437,12 +437,13 @@ fn a_read_is_served_only_under_a_lock_or_a_right() {
 /// it looked, so a COMMIT of one of them, running meanwhile on another
 /// thread, was refused with "transaction N has a request still running"
 /// (seen once in CI, as a page client's torture run stopping early; here
-/// 5 runs in 6 before the fix). 3,000 READs and 3,000
-/// transactions' FETCH + COMMIT pairs are pipelined together on one
-/// session: every COMMIT succeeds.
+/// 6 runs in 6 before the fix). 3,000 READs and 3,000 transactions'
+/// FETCH + COMMIT pairs are pipelined together on one session, 40 of each
+/// at a time: every COMMIT succeeds.
 #[test]
 fn reads_do_not_hold_up_the_commits_of_their_session() {
     const ROUNDS: usize = 3000;
+    const WINDOW: usize = 40;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let oid = setup(&path);
@@ -455,26 +456,31 @@ fn reads_do_not_hold_up_the_commits_of_their_session() {
         let (kind, body) = req.encode();
         c.invoke(kind, body).unwrap()
     };
-    let mut reads = Vec::new();
-    let mut commits = Vec::new();
-    for _ in 0..ROUNDS {
-        let t = begin(&c);
-        reads.push(invoke(PageRequest::Read { page: oid.page.0 }));
-        let fetched = invoke(PageRequest::Fetch {
-            txn: t,
-            mode: cairn_net::page_service::FETCH_S,
-            group: cairn_net::page_service::NO_GROUP,
-            pages: vec![(oid.page.0, 0)],
-        });
-        reads.push(fetched);
-        commits.push(invoke(PageRequest::Commit {
-            txn: t,
-            records: Vec::new(),
-        }));
-    }
     let refused = |calls| error_codes(calls).into_iter().flatten().collect::<Vec<_>>();
-    assert_eq!(refused(reads), vec![], "every READ and FETCH served");
-    assert_eq!(refused(commits), vec![], "every COMMIT committed");
+    // In windows of 40 rounds: a session's requests that run on blocking
+    // threads are bounded (`waiting_per_session_max`), and past it the
+    // server refuses with LIMIT, which is not what this test is about.
+    for _ in 0..ROUNDS / WINDOW {
+        let mut reads = Vec::new();
+        let mut commits = Vec::new();
+        for _ in 0..WINDOW {
+            let t = begin(&c);
+            reads.push(invoke(PageRequest::Read { page: oid.page.0 }));
+            let fetched = invoke(PageRequest::Fetch {
+                txn: t,
+                mode: cairn_net::page_service::FETCH_S,
+                group: cairn_net::page_service::NO_GROUP,
+                pages: vec![(oid.page.0, 0)],
+            });
+            reads.push(fetched);
+            commits.push(invoke(PageRequest::Commit {
+                txn: t,
+                records: Vec::new(),
+            }));
+        }
+        assert_eq!(refused(reads), vec![], "every READ and FETCH served");
+        assert_eq!(refused(commits), vec![], "every COMMIT committed");
+    }
     call(&c, &PageRequest::Abort { txn: holder }).unwrap();
     assert!(server.stop().success());
 }
