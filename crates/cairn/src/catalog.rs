@@ -37,7 +37,7 @@ use cairn_net::object_service::TreeOp;
 use cairn_storage::btree::BTree;
 use cairn_storage::{GroupId, Oid, PageId};
 
-use crate::database::StoreOps;
+use crate::store_ops::StoreOps;
 
 use crate::codec::{DecodeError, FieldDesc, Reader, TypeDesc, Writer};
 use crate::error::{Error, Result};

@@ -35,6 +35,7 @@ mod index_cache;
 pub mod methods;
 mod reference;
 pub mod remote;
+mod store_ops;
 pub mod view;
 
 pub use cache::{CachePolicy, CacheStats};

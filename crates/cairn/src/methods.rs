@@ -28,8 +28,8 @@ use cairn_storage::{GroupId, Oid};
 
 use crate::catalog::{self, Catalog, Meta};
 use crate::codec::{decode_value, DecodeError, FieldDesc, Reader, TypeDesc, Value};
-use crate::database::StoreOps;
 use crate::error::{Error, Result};
+use crate::store_ops::StoreOps;
 
 /// A comparison in a [`Predicate`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -47,7 +47,8 @@ use crate::fields::IndexKey;
 use crate::index_cache::{IndexCache, TreeCache};
 use crate::reference::Ref;
 use crate::remote::{RemoteStats, RemoteStore};
-pub(crate) use store::{Store, StoreOps, Tx};
+pub(crate) use crate::store_ops::StoreOps;
+pub(crate) use store::{Store, Tx};
 
 /// How to open a database.
 #[derive(Clone, Debug)]

@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 use cairn_net::object_service::TreeOp;
 use cairn_storage::access::Recording;
-use cairn_storage::btree::{BTree, Direction};
-use cairn_storage::record::object::ObjectSpace;
+use cairn_storage::btree::BTree;
 use cairn_storage::{Db, GroupId, Oid, PageId, Txn};
 
 use crate::remote::{ObjectStore, ObjectTxn, RemoteStore};
+use crate::store_ops::StoreOps;
 
 type StorageResult<T> = cairn_storage::Result<T>;
 
@@ -433,100 +433,6 @@ impl Tx {
             }
             Tx::Objects(t) => t.tree_destroy(tree.root()),
         }
-    }
-}
-
-/// The object and B+-tree operations the catalog and the server-side
-/// methods ask of a storage transaction: a page-based [`Txn`] runs them
-/// itself (in this process, or on the server for an object-server
-/// client's method), a [`Tx`] passes them on to what it holds.
-pub(crate) trait StoreOps {
-    fn create(&mut self, group: GroupId, bytes: &[u8]) -> StorageResult<Oid>;
-    fn read(&mut self, oid: Oid) -> StorageResult<Vec<u8>>;
-    fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R>;
-    fn scan_all(&mut self, group: GroupId) -> StorageResult<Vec<Oid>>;
-    /// Opens the tree at `root`, checking it is one; with the group of its
-    /// root page.
-    fn tree_open(&mut self, root: PageId) -> StorageResult<(BTree, Option<GroupId>)>;
-    fn tree_create(&mut self, group: GroupId, unique: bool) -> StorageResult<BTree>;
-    /// The first value of `key`.
-    fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> StorageResult<Option<Vec<u8>>>;
-    /// Applies `ops` to `tree` in order; `changed` collects the pages a
-    /// page-based transaction changed (the index cache's versions).
-    fn tree_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()>;
-    /// Calls `f` with each entry between `lo` and `hi` in key order until
-    /// it says false.
-    fn tree_scan(
-        &mut self,
-        tree: &BTree,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        f: impl FnMut(&[u8], &[u8]) -> bool,
-    ) -> StorageResult<()>;
-}
-
-impl StoreOps for Txn {
-    fn create(&mut self, group: GroupId, bytes: &[u8]) -> StorageResult<Oid> {
-        Txn::create(self, group, bytes)
-    }
-
-    fn read(&mut self, oid: Oid) -> StorageResult<Vec<u8>> {
-        Txn::read(self, oid)
-    }
-
-    fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R> {
-        Txn::read_with(self, oid, f)
-    }
-
-    fn scan_all(&mut self, group: GroupId) -> StorageResult<Vec<Oid>> {
-        Txn::scan_all(self, group)
-    }
-
-    fn tree_open(&mut self, root: PageId) -> StorageResult<(BTree, Option<GroupId>)> {
-        let tree = BTree::open(self, root)?;
-        Ok((tree, self.group_of_page(root)?))
-    }
-
-    fn tree_create(&mut self, group: GroupId, unique: bool) -> StorageResult<BTree> {
-        BTree::create(self, group, unique)
-    }
-
-    fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
-        tree.get(self, key)
-    }
-
-    fn tree_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()> {
-        let mut rec = Recording {
-            inner: self,
-            pages: changed,
-        };
-        for op in &ops {
-            match op {
-                TreeOp::Insert { key, value } => {
-                    tree.insert(&mut rec, key, value)?;
-                }
-                TreeOp::Delete { key, value } => {
-                    tree.delete(&mut rec, key, value.as_deref())?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn tree_scan(
-        &mut self,
-        tree: &BTree,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        mut f: impl FnMut(&[u8], &[u8]) -> bool,
-    ) -> StorageResult<()> {
-        let mut cur = tree.range(self, lo, hi, Direction::Forward)?;
-        while let Some((k, v)) = cur.next(self)? {
-            if !f(&k, &v) {
-                break;
-            }
-        }
-        Ok(())
     }
 }
 
