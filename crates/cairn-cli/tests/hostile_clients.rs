@@ -28,7 +28,7 @@ use cairn_storage::{Db, DbOptions, GroupId, Oid, PageId, TxnId};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRng, TestRunner};
 
-use common::Server;
+use common::serve;
 
 /// The fields of one request, drawn from the 64 bits proptest gives it
 /// (splitmix64), so a failing case replays and shrinks.
@@ -301,7 +301,7 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
     };
     users::add(&path, "honest", Role::Write, "honest-pw").unwrap();
     users::add(&path, "eve", Role::Write, "eve-pw").unwrap();
-    let server = Server::start(&path, &[]);
+    let server = serve(&path, &[]);
     let addr = server.addr.clone();
 
     // The honest client: creates objects of known bytes, one commit each,
@@ -413,7 +413,7 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
     let check = Client::connect(&addr, &login("honest", Architecture::PAGE)).expect("the server still answers");
     common::call(&check, &PageRequest::Volume).unwrap();
     drop(check);
-    assert!(server.stop().success(), "a clean shutdown");
+    server.stop();
     let db = Db::open(&path, &DbOptions::default()).expect("the database reopens");
     let mut t = db.begin().unwrap();
     for (oid, bytes) in &committed {

@@ -26,6 +26,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "cairn-cli",
         &["cairn", "cairn-storage", "cairn-net", "cairn-server", "cairn-bench"],
     ),
+    // Test support, a dev-dependency of the others: server children and
+    // their clients (the RPC client only), child-process entry points.
+    ("cairn-testkit", &["cairn-net"]),
 ];
 
 fn metadata() -> serde_json::Value {
@@ -153,6 +156,7 @@ const STORAGE_REACH: &[(&str, &[&str], Reach)] = &[
     ("cairn", &["crates/cairn/src"], Reach::Api),
     ("cairn-bench", &["crates/cairn-bench/src"], Reach::Tools),
     ("cairn-cli", &["crates/cairn-cli/src"], Reach::Tools),
+    ("cairn-testkit", &["crates/cairn-testkit/src"], Reach::Nothing),
     ("fuzz", &["fuzz/targets", "fuzz/fuzz_targets"], Reach::Tools),
 ];
 

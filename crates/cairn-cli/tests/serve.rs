@@ -21,7 +21,7 @@ use cairn_storage::wal::redo;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, TxnId};
 
 use cairn_server::users::{self, Role};
-use common::{begin, call, fetch, remote_code, Server};
+use common::{begin, call, fetch, remote_code, serve, serve_at};
 
 /// A database with one object of 100 bytes of 7s.
 fn setup(dir: &Path) -> Oid {
@@ -45,7 +45,7 @@ fn a_committed_page_change_is_seen_by_the_next_client_and_survives_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let oid = setup(&path);
-    let server = Server::start(&path, &[]);
+    let server = serve(&path, &[]);
     let writer = server.client().unwrap();
     let txn = begin(&writer);
     let base = fetch(&writer, txn, oid.page, true).unwrap();
@@ -69,7 +69,7 @@ fn a_committed_page_change_is_seen_by_the_next_client_and_survives_shutdown() {
     );
     call(&reader, &PageRequest::Abort { txn: t2 }).unwrap();
     drop((writer, reader));
-    assert!(server.stop().success(), "a clean shutdown");
+    server.stop();
 
     let db = Db::open(&path, &DbOptions::default()).unwrap();
     let mut t = db.begin().unwrap();
@@ -86,7 +86,7 @@ fn a_free_of_a_system_page_is_refused_and_the_database_still_opens() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let oid = setup(&path);
-    let server = Server::start(&path, &[]);
+    let server = serve(&path, &[]);
     let c = server.client().unwrap();
     for page in 0..oid.page.0 {
         let txn = begin(&c);
@@ -117,7 +117,7 @@ fn a_free_of_a_system_page_is_refused_and_the_database_still_opens() {
     )
     .expect("the server is not poisoned");
     drop(c);
-    assert!(server.stop().success());
+    server.stop();
     let db = Db::open(&path, &DbOptions::default()).expect("the database opens");
     db.close().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
@@ -132,7 +132,7 @@ fn a_bad_record_is_refused_and_a_vanished_client_leaves_no_locks() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let oid = setup(&path);
-    let server = Server::start(&path, &[]);
+    let server = serve(&path, &[]);
     let c = server.client().unwrap();
     let txn = begin(&c);
     // Changing a page it only holds S on.
@@ -168,7 +168,7 @@ fn a_bad_record_is_refused_and_a_vanished_client_leaves_no_locks() {
         "granted by the release, not a timeout"
     );
     drop(c);
-    assert!(server.stop().success());
+    server.stop();
 }
 
 /// The schema's group with one object in it, as a typed client's catalog
@@ -192,7 +192,7 @@ fn logins_are_required_once_users_exist_and_each_role_changes_only_what_it_may()
     for (name, role) in [("ada", Role::Admin), ("wes", Role::Write), ("rita", Role::Read)] {
         users::add(&path, name, role, &format!("{name}-pw")).unwrap();
     }
-    let server = Server::start(&path, &[]);
+    let server = serve(&path, &[]);
     let refused = |r: Result<Client, NetError>| match r {
         Err(NetError::Refused(f)) => f,
         Ok(_) => panic!("expected a refusal"),
@@ -239,7 +239,7 @@ fn logins_are_required_once_users_exist_and_each_role_changes_only_what_it_may()
             call(&c, &PageRequest::Abort { txn: t }).unwrap();
         }
     }
-    assert!(server.stop().success());
+    server.stop();
 }
 
 /// A CA and a server certificate for 127.0.0.1 and localhost, written to
@@ -291,13 +291,13 @@ fn an_open_address_needs_users_and_tls_and_the_token_file_is_gone() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("without TLS") && err.contains("--tls-cert"), "{err}");
-    let server = Server::start_at(&path, "0.0.0.0:0", &["--no-tls"]);
+    let server = serve_at(&path, "0.0.0.0:0", &["--no-tls"]);
     assert!(matches!(server.client(), Err(NetError::Refused(f)) if f.code == ErrorCode::AUTH_FAILED));
     server.client_as(Some(("ada", "ada-pw"))).unwrap();
-    assert!(server.stop().success());
+    server.stop();
     // With TLS: a typed client over cairns:// trusting the CA, logged in.
     let (ca, cert, key) = test_pki(dir.path());
-    let server = Server::start_at(
+    let server = serve_at(
         &path,
         "0.0.0.0:0",
         &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()],
@@ -322,7 +322,7 @@ fn an_open_address_needs_users_and_tls_and_the_token_file_is_gone() {
         panic!("another CA is refused")
     };
     assert!(e.to_string().contains("certificate"), "{e}");
-    assert!(server.stop().success());
+    server.stop();
 }
 
 /// A client that asks for the right to cache a page (FETCH_CACHE) must
@@ -340,7 +340,7 @@ fn a_client_that_never_answers_a_callback_is_ended_and_the_writer_goes_on() {
     let oid = setup(&path);
     let config = dir.path().join("serve.conf");
     std::fs::write(&config, "lock_timeout_ms = 500\n").unwrap();
-    let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
+    let server = serve(&path, &["--config", config.to_str().unwrap()]);
 
     // The silent client reads the page, asks for the right to cache it and
     // ends its transaction; it has no callback thread.
@@ -401,7 +401,7 @@ fn a_client_that_never_answers_a_callback_is_ended_and_the_writer_goes_on() {
     call(&writer, &PageRequest::Abort { txn: w }).unwrap();
     call(&again, &PageRequest::Volume).expect("the barred session was not called back, so not ended");
     drop(writer);
-    assert!(server.stop().success());
+    server.stop();
 }
 
 /// READ (the page client's refill of its pool) is served only for a page
@@ -412,7 +412,7 @@ fn a_read_is_served_only_under_a_lock_or_a_right() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let oid = setup(&path);
-    let server = Server::start(&path, &[]);
+    let server = serve(&path, &[]);
     let c = server.client().unwrap();
     let read = |c: &Client| call(c, &PageRequest::Read { page: oid.page.0 });
     let e = read(&c).expect_err("no lock, no right");
@@ -429,7 +429,7 @@ fn a_read_is_served_only_under_a_lock_or_a_right() {
     let t = begin(&other);
     fetch(&other, t, oid.page, false).unwrap();
     assert_eq!(remote_code(read(&c).unwrap_err()), ErrorCode::INVALID);
-    assert!(server.stop().success());
+    server.stop();
 }
 
 /// A READ checks the session's locks without holding its transactions:
@@ -447,7 +447,7 @@ fn reads_do_not_hold_up_the_commits_of_their_session() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let oid = setup(&path);
-    let server = Server::start(&path, &[]);
+    let server = serve(&path, &[]);
     let c = server.client().unwrap();
     // A transaction whose S lock lets the session READ the page.
     let holder = begin(&c);
@@ -482,7 +482,7 @@ fn reads_do_not_hold_up_the_commits_of_their_session() {
         assert_eq!(refused(commits), vec![], "every COMMIT committed");
     }
     call(&c, &PageRequest::Abort { txn: holder }).unwrap();
-    assert!(server.stop().success());
+    server.stop();
 }
 
 /// `n` FETCHes of `page` in `mode`, each in a transaction of its own, all
@@ -545,8 +545,8 @@ fn lock_waits_park_without_threads_and_a_bystander_commits() {
     assert_ne!(other.page, oid.page);
     let config = dir.path().join("serve.conf");
     std::fs::write(&config, "lock_timeout_ms = 600000\nwaiting_per_session_max = 4\n").unwrap();
-    let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
-    let pid = server.child.id();
+    let server = serve(&path, &["--config", config.to_str().unwrap()]);
+    let pid = server.pid();
     let holder = server.client().unwrap();
     let h = begin(&holder);
     fetch(&holder, h, oid.page, true).unwrap();
@@ -604,7 +604,7 @@ fn lock_waits_park_without_threads_and_a_bystander_commits() {
         most <= idle + 8,
         "{most} threads at most, {idle} idle, for {WAITS} waits"
     );
-    assert!(server.stop().success());
+    server.stop();
 }
 
 /// A request that holds a thread while it waits (here a FETCH X waiting
@@ -619,7 +619,7 @@ fn requests_waiting_on_threads_are_bounded_per_session() {
     let oid = setup(&path);
     let config = dir.path().join("serve.conf");
     std::fs::write(&config, "lock_timeout_ms = 3000\nwaiting_per_session_max = 1\n").unwrap();
-    let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
+    let server = serve(&path, &["--config", config.to_str().unwrap()]);
     // A client caches the page and will never answer a callback.
     let silent = server.client().unwrap();
     let t = begin(&silent);
@@ -636,7 +636,7 @@ fn requests_waiting_on_threads_are_bounded_per_session() {
     let writer = server.client().unwrap();
     let codes = error_codes(pipelined_fetches(&writer, 2, oid.page, FETCH_X));
     assert!(codes.contains(&Some(ErrorCode::LIMIT)), "{codes:?}");
-    assert!(server.stop().success());
+    server.stop();
 }
 
 /// Transactions open at once on the server are bounded (`txns_max`): one
@@ -649,7 +649,7 @@ fn open_transactions_are_bounded_server_wide() {
     let oid = setup(&path);
     let config = dir.path().join("serve.conf");
     std::fs::write(&config, "txns_max = 5\n").unwrap();
-    let server = Server::start(&path, &["--config", config.to_str().unwrap()]);
+    let server = serve(&path, &["--config", config.to_str().unwrap()]);
     let (a, b) = (server.client().unwrap(), server.client().unwrap());
     let mut open = Vec::new();
     for i in 0..5 {
@@ -668,5 +668,5 @@ fn open_transactions_are_bounded_server_wide() {
     let (c, t0) = open.pop().unwrap();
     call(c, &PageRequest::Abort { txn: t0 }).unwrap();
     fetch(&b, t, oid.page, false).expect("a place was given back");
-    assert!(server.stop().success());
+    server.stop();
 }

@@ -21,7 +21,7 @@ use cairn_net::transport::Address;
 use cairn_storage::wal::redo;
 use cairn_storage::{Db, DbOptions, Oid, TxnId};
 
-use common::{call, fetch, Server};
+use common::{call, fetch, serve};
 
 const CLIENTS: usize = 4;
 const OBJECTS_PER_CLIENT: usize = 3;
@@ -211,7 +211,7 @@ fn kill_cycles(kind: Kind) {
     let mut in_flight_landed = 0u64;
     for cycle in 0..cycles {
         let at_start: HashMap<Oid, u64> = known.lock().unwrap().iter().map(|(o, k)| (*o, k.acked)).collect();
-        let server = Server::start(&path, &[]);
+        let server = serve(&path, &[]);
         let threads: Vec<_> = (0..CLIENTS)
             .map(|c| {
                 let (addr, known, oids) = (server.addr.clone(), known.clone(), owned[c].clone());

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cairn_cli::torture::Rng;
-use common::Server;
+use common::serve;
 
 #[test]
 fn torture_through_a_killed_server_loses_nothing() {
@@ -46,7 +46,7 @@ fn torture_through_kills(file: bool) {
     let append = |p: &std::path::Path| OpenOptions::new().create(true).append(true).open(p).unwrap();
     let mut rng = Rng::new(0x0005_E4E4_C0DE);
     for cycle in 0..cycles {
-        let server = Server::start(&db, &[]);
+        let server = serve(&db, &[]);
         let mut torture = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .arg("torture")
             .arg(&db)

@@ -63,7 +63,7 @@ fn one_per_page(oids: &[Oid]) -> Vec<Oid> {
 #[test]
 fn it_switches_to_objects_on_scattered_access_and_back_to_pages_when_access_clusters() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(dir.path());
+    let server = common::serve(dir.path());
     let oids = seed(&adaptive(&server, 1 << 20), 3500);
     let pages = one_per_page(&oids);
     assert!(pages.len() >= 80, "{} pages", pages.len());
@@ -141,7 +141,7 @@ fn it_switches_to_objects_on_scattered_access_and_back_to_pages_when_access_clus
 #[test]
 fn objects_of_a_page_are_sent_along_only_when_free_and_are_called_back_like_any() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(dir.path());
+    let server = common::serve(dir.path());
     let writer = ObjectStore::connect(
         parse_url(&url(&server)).unwrap(),
         &cairn::remote::Connect::default(),
@@ -202,7 +202,7 @@ fn objects_of_a_page_are_sent_along_only_when_free_and_are_called_back_like_any(
 #[test]
 fn objects_of_a_page_a_transaction_changes_stay_cached_past_the_bound_until_it_ends() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(dir.path());
+    let server = common::serve(dir.path());
     let oids = seed(&adaptive(&server, 1 << 20), 3500);
     let on_page = |p: usize| -> Vec<Oid> {
         let page = one_per_page(&oids)[p].page;
@@ -241,7 +241,7 @@ fn objects_of_a_page_a_transaction_changes_stay_cached_past_the_bound_until_it_e
 #[test]
 fn a_page_kept_whole_is_read_in_place_and_called_back_and_its_readers_hold_writers_off() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
     let writer = ObjectStore::connect(
         parse_url(&url(&server)).unwrap(),
         &cairn::remote::Connect::default(),
@@ -298,7 +298,7 @@ fn a_page_kept_whole_is_read_in_place_and_called_back_and_its_readers_hold_write
 #[test]
 fn a_page_kept_whole_goes_when_its_own_client_changes_an_object_of_it() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(dir.path());
+    let server = common::serve(dir.path());
     let a = adaptive(&server, 1 << 20);
     let oids = seed(&a, 20);
     let mut t = a.begin().unwrap();
@@ -338,7 +338,7 @@ fn a_transaction_reading_pages_in_sequence_reads_ahead_and_leaves_nothing_behind
     // A small server pool: pages read ahead come from the disk, on
     // blocking threads (a request ending the transaction could overtake
     // them if the client did not wait for them first).
-    let server = ServerChild::start_with(
+    let server = common::serve_with(
         &dir.path().join("db"),
         &[
             ("CAIRN_TEST_LOCK_TIMEOUT_MS", "300"),

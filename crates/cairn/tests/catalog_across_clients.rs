@@ -56,7 +56,7 @@ fn connect(server: &ServerChild) -> Database {
 #[test]
 fn a_client_reads_a_schema_version_registered_after_it_connected_and_keeps_writing_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let old = connect(&server);
     let mut tx = old.begin().unwrap();
     let g1 = tx
@@ -108,7 +108,7 @@ fn a_client_reads_a_schema_version_registered_after_it_connected_and_keeps_writi
 #[test]
 fn an_index_added_by_another_client_stops_an_older_program_from_writing_but_not_from_reading() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let old = connect(&server);
     let mut tx = old.begin().unwrap();
     let g1 = tx
@@ -163,7 +163,7 @@ fn an_index_added_by_another_client_stops_an_older_program_from_writing_but_not_
 #[test]
 fn an_index_dropped_and_rebuilt_by_other_clients_never_answers_stale() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let indexed = connect(&server);
     let by_size: Index<u32, v1_indexed::Gadget> = Index::on("size");
     let mut tx = indexed.begin().unwrap();

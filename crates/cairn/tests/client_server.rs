@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -73,7 +72,7 @@ fn total(db: &Database, refs: &[Ref<Account>]) -> i64 {
 #[test]
 fn a_writers_commit_reaches_a_reader_that_cached_the_page_and_a_reader_in_a_transaction_makes_it_wait() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let writer = connect(&server);
     let reader = connect(&server);
     let a = accounts(&writer, 1, 100).remove(0);
@@ -136,7 +135,7 @@ fn a_writers_commit_reaches_a_reader_that_cached_the_page_and_a_reader_in_a_tran
 #[test]
 fn a_warm_client_reads_without_asking_until_a_writer_calls_the_page_back() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let writer = connect(&server);
     let reader = connect(&server);
     let refs = accounts(&writer, 50, 10);
@@ -181,7 +180,7 @@ fn a_warm_client_reads_without_asking_until_a_writer_calls_the_page_back() {
 #[test]
 fn with_the_callback_table_full_pages_are_revalidated_and_never_stale() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_CALLBACK_RIGHTS_MAX", "0")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_CALLBACK_RIGHTS_MAX", "0")]);
     let writer = connect(&server);
     let reader = connect(&server);
     let refs = accounts(&writer, 50, 10);
@@ -227,7 +226,7 @@ struct Sheet {
 #[test]
 fn a_client_past_its_bound_on_rights_gives_the_oldest_back_and_makes_room_for_others() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_CALLBACK_RIGHTS_MAX", "48")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_CALLBACK_RIGHTS_MAX", "48")]);
     let url = format!("cairn://{}", server.addr);
     // 240 sheets of 800 bytes, four to a page: 60 pages. The writer's
     // session ends, and its rights with it.
@@ -297,7 +296,7 @@ fn a_client_past_its_bound_on_rights_gives_the_oldest_back_and_makes_room_for_ot
 #[test]
 fn prefetched_references_cost_one_round_trip_for_many_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let writer = connect(&server);
     let refs: Vec<Ref<Sheet>> = {
         let mut tx = writer.begin().unwrap();
@@ -354,7 +353,7 @@ fn prefetched_references_cost_one_round_trip_for_many_pages() {
 #[test]
 fn a_lock_timeout_on_the_server_keeps_its_fields() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
     let reader = connect(&server);
     let writer = connect(&server);
     let a = accounts(&writer, 1, 100).remove(0);
@@ -392,7 +391,7 @@ fn a_lock_timeout_on_the_server_keeps_its_fields() {
 #[test]
 fn a_deadlock_through_callbacks_is_detected() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let one = connect(&server);
     let two = connect(&server);
     let (a, b) = {
@@ -450,13 +449,13 @@ fn a_deadlock_through_callbacks_is_detected() {
 
 const TRANSFER_ACCOUNTS: u32 = 6;
 
-/// The child side of the transfer test: one client process moving money
-/// between the accounts, retrying deadlocks; prints its retries.
-#[test]
+cairn_testkit::child_entry_points!(transfer_client_child_process, locking_client_child_process);
+
+/// The child side of the transfer test (a child entry point, not a test):
+/// one client process moving money between the accounts, retrying
+/// deadlocks; prints its retries.
 fn transfer_client_child_process() {
-    let Ok(url) = std::env::var("CAIRN_TEST_TRANSFER_CLIENT") else {
-        return;
-    };
+    let url = std::env::var("CAIRN_TEST_TRANSFER_CLIENT").unwrap();
     let c: u64 = std::env::var("CAIRN_TEST_TRANSFER_SEED").unwrap().parse().unwrap();
     let transfers: usize = std::env::var("CAIRN_CLIENT_TRANSFERS").unwrap().parse().unwrap();
     let db = Database::connect(
@@ -515,26 +514,24 @@ fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(40);
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let setup = connect(&server);
     let refs = accounts(&setup, TRANSFER_ACCOUNTS, 1_000);
     let expected = total(&setup, &refs);
     let children: Vec<_> = (0..CLIENTS)
         .map(|c| {
-            Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "transfer_client_child_process",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env("CAIRN_TEST_TRANSFER_CLIENT", format!("cairn://{}", server.addr))
-                .env("CAIRN_TEST_TRANSFER_SEED", c.to_string())
-                .env("CAIRN_TEST_ARCH", if c % 2 == 1 { "file" } else { "page" })
-                .env("CAIRN_CLIENT_TRANSFERS", transfers.to_string())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap()
+            cairn_testkit::child::spawn(
+                "transfer_client_child_process",
+                &[
+                    ("CAIRN_TEST_TRANSFER_CLIENT", server.url()),
+                    ("CAIRN_TEST_TRANSFER_SEED", c.to_string()),
+                    (
+                        "CAIRN_TEST_ARCH",
+                        (if c % 2 == 1 { "file" } else { "page" }).to_string(),
+                    ),
+                    ("CAIRN_CLIENT_TRANSFERS", transfers.to_string()),
+                ],
+            )
         })
         .collect();
     // Audit while they run.
@@ -567,10 +564,9 @@ fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
         })
     };
     let mut retries = 0u64;
-    for mut child in children {
-        let mut out = String::new();
-        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-        assert!(child.wait().unwrap().success(), "a client process failed:\n{out}");
+    for child in children {
+        let (status, out) = child.wait();
+        assert!(status.success(), "a client process failed:\n{out}");
         let line = out
             .lines()
             .find_map(|l| l.split("CAIRN-TEST-RETRIES ").nth(1))
@@ -591,13 +587,11 @@ fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
     db.close().unwrap();
 }
 
-/// The child side of the killed-client test: connects, locks an account
-/// for update, says so on stdout and waits to be killed.
-#[test]
+/// The child side of the killed-client test (a child entry point, not a
+/// test): connects, locks an account for update, says so on stdout and
+/// waits to be killed.
 fn locking_client_child_process() {
-    let Ok(url) = std::env::var("CAIRN_TEST_LOCKING_CLIENT") else {
-        return;
-    };
+    let url = std::env::var("CAIRN_TEST_LOCKING_CLIENT").unwrap();
     let db = Database::connect(
         &url,
         Options {
@@ -609,8 +603,8 @@ fn locking_client_child_process() {
     let mut tx = db.begin().unwrap();
     let a: Ref<Account> = tx.root("accounts-0").unwrap();
     tx.update(&a, |x| x.balance = -1).unwrap();
-    println!("CAIRN-TEST-LOCKED");
-    std::thread::sleep(Duration::from_secs(600));
+    cairn_testkit::child::say_locked();
+    cairn_testkit::child::wait_to_be_killed();
 }
 
 #[test]
@@ -622,7 +616,7 @@ fn a_killed_client_leaves_no_locks_and_nothing_partial() {
 
 fn a_killed_client_of(arch: Arch) {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let db = connect(&server);
     let a = accounts(&db, 1, 100).remove(0);
     common::kill_child_once_locked(
@@ -678,7 +672,7 @@ fn a_server_killed_under_a_transaction_is_a_net_error_and_loses_no_acknowledged_
 fn a_server_killed_under(arch: Arch) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let server = ServerChild::start(&path);
+    let server = common::serve(&path);
     let db = Database::connect(&format!("cairn://{}", server.addr), Options { arch, ..opts() }).expect("connect");
     let a = accounts(&db, 1, 100).remove(0);
     let mut tx = db.begin().unwrap();
@@ -713,7 +707,7 @@ fn blob(mib: u32) -> Blob {
 #[test]
 fn a_transaction_larger_than_one_message_commits_in_stages() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let db = connect(&server);
     let mut tx = db.begin().unwrap();
     let big = tx.create(blob(40)).unwrap();
@@ -740,7 +734,7 @@ fn a_transaction_larger_than_one_message_commits_in_stages() {
 #[test]
 fn a_transaction_over_the_servers_size_limit_fails_clearly_and_the_connection_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_TXN_BYTES_MAX", "25000000")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_TXN_BYTES_MAX", "25000000")]);
     let db = connect(&server);
     let mut tx = db.begin().unwrap();
     let big = tx.create(blob(40)).unwrap();
@@ -769,7 +763,7 @@ fn a_transaction_over_the_servers_size_limit_fails_clearly_and_the_connection_st
 #[test]
 fn a_deadlock_on_a_pages_first_read_is_a_deadlock_not_a_missing_object() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let one = connect(&server);
     let two = connect(&server);
     let (a, b) = {
@@ -818,7 +812,7 @@ fn a_scan_fetches_its_pages_in_batches() {
         text: String,
     }
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let writer = connect(&server);
     let mut tx = writer.begin().unwrap();
     for i in 0..2_000 {

@@ -9,7 +9,6 @@ mod common;
 
 use cairn::remote::{parse_url, RemoteStore};
 use cairn::storage::GroupId;
-use common::ServerChild;
 
 /// The client spill directories of this process now.
 fn spill_dirs() -> Vec<std::path::PathBuf> {
@@ -25,7 +24,7 @@ fn spill_dirs() -> Vec<std::path::PathBuf> {
 #[test]
 fn a_client_makes_a_spill_directory_only_to_spill_and_leaves_none() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let connect = |memory: usize| {
         RemoteStore::connect(
             parse_url(&format!("cairn://{}", server.addr)).unwrap(),

@@ -7,7 +7,6 @@
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
 
 use cairn::{Arch, Database, Options, Persistent, Ref};
 use common::ServerChild;
@@ -56,7 +55,7 @@ fn seed(db: &Database) {
 #[test]
 fn file_and_page_clients_see_each_others_commits() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let file = connect(&server, Arch::File);
     let page = connect(&server, Arch::Page);
     seed(&file);
@@ -83,20 +82,20 @@ fn file_and_page_clients_see_each_others_commits() {
     db.close().unwrap();
 }
 
-/// The child side of the tests below: a file-server client that sets the
-/// balance to 12345 and is killed (SIGKILL, by itself) once the server has
-/// logged its commit and before it writes the page.
-#[test]
+cairn_testkit::child_entry_points!(dying_file_client_child_process);
+
+/// The child side of the tests below (a child entry point, not a test): a
+/// file-server client that sets the balance to 12345 and is killed
+/// (SIGKILL, by itself) once the server has logged its commit and before it
+/// writes the page.
 fn dying_file_client_child_process() {
-    let Ok(url) = std::env::var("CAIRN_TEST_DYING_FILE_CLIENT") else {
-        return;
-    };
+    let url = std::env::var("CAIRN_TEST_DYING_FILE_CLIENT").unwrap();
     let db = Database::connect(&url, opts(Arch::File)).expect("connect");
     db.remote_store().expect("remote").inject_before_page_writes(|| {
         let _ = Command::new("kill")
             .args(["-9", &std::process::id().to_string()])
             .status();
-        std::thread::sleep(Duration::from_secs(600));
+        cairn_testkit::child::wait_to_be_killed();
     });
     set_balance(&db, 12_345);
     panic!("the client outlived its own SIGKILL");
@@ -106,19 +105,15 @@ fn dying_file_client_child_process() {
 /// waits for it to die.
 fn run_dying_client() -> (tempfile::TempDir, ServerChild) {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     seed(&connect(&server, Arch::File));
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "dying_file_client_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("CAIRN_TEST_DYING_FILE_CLIENT", format!("cairn://{}", server.addr))
-        .status()
-        .unwrap();
-    assert!(!status.success(), "the dying client was killed");
+    let child = cairn_testkit::child::spawn(
+        "dying_file_client_child_process",
+        &[("CAIRN_TEST_DYING_FILE_CLIENT", server.url())],
+    );
+    let (status, _) = child.wait();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "the dying client was killed: {status}");
     (dir, server)
 }
 

@@ -47,7 +47,7 @@ fn wait_for_callbacks(store: &ObjectStore, n: u64) {
 #[test]
 fn a_warm_transaction_reads_the_objects_it_read_before_with_no_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let a = object_client(&server);
     let oids = seed(&a, 20);
     let mut t = a.begin().unwrap();
@@ -75,7 +75,7 @@ fn a_warm_transaction_reads_the_objects_it_read_before_with_no_round_trip() {
 #[test]
 fn another_clients_change_calls_the_object_back_and_the_next_read_sees_it() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let a = object_client(&server);
     let b = object_client(&server);
     let oids = seed(&a, 3);
@@ -107,7 +107,7 @@ fn another_clients_change_calls_the_object_back_and_the_next_read_sees_it() {
 #[test]
 fn a_transaction_reading_under_a_right_makes_another_clients_writer_wait() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
     let a = object_client(&server);
     let b = object_client(&server);
     let oids = seed(&a, 1);
@@ -158,7 +158,7 @@ fn writer_waits_for_reader(
 #[test]
 fn a_right_read_under_outlives_the_eviction_of_its_bytes_until_the_reader_ends() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
     // A client whose cache holds about 20 objects of 100 bytes.
     let a = ObjectStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
@@ -194,7 +194,7 @@ fn a_right_read_under_outlives_the_eviction_of_its_bytes_until_the_reader_ends()
 #[test]
 fn a_transaction_of_the_same_client_waits_for_its_readers_under_a_right() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
     let a = object_client(&server);
     let oids = seed(&a, 1);
     let mut t = a.begin().unwrap();
@@ -231,7 +231,7 @@ fn a_transaction_of_the_same_client_waits_for_its_readers_under_a_right() {
 #[test]
 fn a_page_clients_change_calls_back_the_objects_of_its_page() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let a = object_client(&server);
     let oids = seed(&a, 2);
     let mut t = a.begin().unwrap();
@@ -268,7 +268,7 @@ fn a_typed_client_looks_up_and_reads_warm_objects_with_no_round_trip_until_they_
     }
     const BY_KEY: Index<u32, Item> = Index::on("key");
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let connect = || {
         let mut o = Options {
             arch: Arch::Object,
@@ -331,7 +331,7 @@ fn a_typed_client_looks_up_and_reads_warm_objects_with_no_round_trip_until_they_
 fn kept_lookups_see_every_entry_another_client_adds_or_removes_even_across_leaves() {
     use cairn_net::object_service::TreeOp;
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let a = object_client(&server);
     let b = object_client(&server);
     let key = |k: u32| format!("key{k:03}").into_bytes();
@@ -404,7 +404,7 @@ fn kept_lookups_see_every_entry_another_client_adds_or_removes_even_across_leave
 #[test]
 fn a_transaction_keeps_no_more_objects_than_the_client_cache_holds() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     // A cache of 2 KiB: 20 objects of 100 bytes.
     let small = ObjectStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
@@ -466,7 +466,7 @@ fn wait_for_answers_in_use(store: &ObjectStore, n: u64) {
 #[test]
 fn a_writers_own_read_under_a_right_stays_covered_until_its_x_is_granted() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let (a, b, c) = (object_client(&server), object_client(&server), object_client(&server));
     let o = seed(&a, 1)[0];
     // a caches o under a right; c's open transaction reads it (S).

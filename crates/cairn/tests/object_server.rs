@@ -47,7 +47,7 @@ fn seed(store: &Arc<ObjectStore>, n: usize) -> Vec<Oid> {
 #[test]
 fn two_object_clients_change_objects_of_one_page_at_once_and_page_clients_serialize() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
     let a = object_client(&server);
     let b = object_client(&server);
     let oids = seed(&a, 2);
@@ -96,7 +96,7 @@ fn two_object_clients_change_objects_of_one_page_at_once_and_page_clients_serial
 #[test]
 fn a_list_of_objects_crosses_in_one_streamed_request() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let store = object_client(&server);
     let mut oids = seed(&store, 300);
     // One that does not exist (a slot past the page's last).
@@ -126,7 +126,7 @@ fn a_list_of_objects_crosses_in_one_streamed_request() {
 #[test]
 fn a_large_object_crosses_only_in_the_ranges_asked_for() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let store = object_client(&server);
     let big: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
     let oid = {
@@ -151,13 +151,12 @@ fn a_large_object_crosses_only_in_the_ranges_asked_for() {
     server.stop();
 }
 
-/// The child side of the killed-client test: locks an object X, says so,
-/// waits to be killed.
-#[test]
+cairn_testkit::child_entry_points!(locking_object_client_child_process);
+
+/// The child side of the killed-client test (a child entry point, not a
+/// test): locks an object X, says so, waits to be killed.
 fn locking_object_client_child_process() {
-    let Ok(url) = std::env::var("CAIRN_TEST_OBJECT_CLIENT") else {
-        return;
-    };
+    let url = std::env::var("CAIRN_TEST_OBJECT_CLIENT").unwrap();
     let oid = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_OID").unwrap())).unwrap();
     let cached = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_CACHED_OID").unwrap())).unwrap();
     let store = ObjectStore::connect(parse_url(&url).unwrap(), &cairn::remote::Connect::default(), 1 << 20).unwrap();
@@ -169,8 +168,8 @@ fn locking_object_client_child_process() {
     let mut t = store.begin().unwrap();
     t.read_for_update(oid).unwrap();
     t.update(oid, b"never committed").unwrap();
-    println!("CAIRN-TEST-LOCKED");
-    std::thread::sleep(Duration::from_secs(600));
+    cairn_testkit::child::say_locked();
+    cairn_testkit::child::wait_to_be_killed();
 }
 
 fn hex(s: &str) -> Vec<u8> {
@@ -183,14 +182,14 @@ fn hex(s: &str) -> Vec<u8> {
 fn a_killed_object_client_leaves_no_lock_and_a_killed_server_no_lost_commit() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let server = ServerChild::start(&path);
+    let server = common::serve(&path);
     let store = object_client(&server);
     let oids = seed(&store, 2);
     let hex_of = |o: Oid| -> String { o.to_bytes().iter().map(|b| format!("{b:02x}")).collect() };
     common::kill_child_once_locked(
         "locking_object_client_child_process",
         &[
-            ("CAIRN_TEST_OBJECT_CLIENT", format!("cairn://{}", server.addr)),
+            ("CAIRN_TEST_OBJECT_CLIENT", server.url()),
             ("CAIRN_TEST_OID", hex_of(oids[0])),
             ("CAIRN_TEST_CACHED_OID", hex_of(oids[1])),
         ],
@@ -234,7 +233,7 @@ fn b_trees_run_on_the_server_for_an_object_client() {
     use cairn_net::object_service::TreeOp;
     use std::ops::Bound;
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let store = object_client(&server);
     let mut t = store.begin().unwrap();
     let root = t.tree_create(GroupId::DEFAULT, false).unwrap();
@@ -313,7 +312,7 @@ fn a_page_clients_cached_page_is_called_back_before_an_object_client_changes_it(
     }
     const BY_KEY: Index<u32, Item> = Index::on("key");
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let url = format!("cairn://{}", server.addr);
     let connect = |arch| {
         let mut o = Options {
@@ -370,7 +369,7 @@ fn an_index_lookup_and_the_object_it_finds_cost_one_round_trip() {
     }
     const BY_KEY: Index<u32, Item> = Index::on("key");
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let mut o = Options {
         arch: Arch::Object,
         ..Options::default()
@@ -411,7 +410,7 @@ fn an_index_lookup_and_the_object_it_finds_cost_one_round_trip() {
 #[test]
 fn a_refused_flush_dooms_the_transaction_and_nothing_of_it_remains() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let store = object_client(&server);
     let oids = seed(&store, 2);
     let missing = Oid {
@@ -448,7 +447,7 @@ fn a_refused_flush_dooms_the_transaction_and_nothing_of_it_remains() {
 fn a_transaction_larger_than_the_clients_bound_sends_its_changes_ahead_and_commits_or_aborts_whole() {
     use cairn::remote::AdaptivePolicy;
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_BODY_MAX", "65536")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_BODY_MAX", "65536")]);
     let url = parse_url(&format!("cairn://{}", server.addr)).unwrap();
     let other = object_client(&server);
     let all = seed(&other, 3000);
@@ -538,7 +537,7 @@ fn a_transaction_larger_than_the_clients_bound_sends_its_changes_ahead_and_commi
 fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right() {
     use cairn::remote::AdaptivePolicy;
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let url = parse_url(&format!("cairn://{}", server.addr)).unwrap();
     let clients = [
         (
@@ -613,7 +612,7 @@ fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right()
 fn index_changes_kept_to_send_later_cost_no_round_trip_and_commit_or_abort_with_the_transaction() {
     use cairn_net::object_service::TreeOp;
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start(&dir.path().join("db"));
+    let server = common::serve(&dir.path().join("db"));
     let store = object_client(&server);
     let other = object_client(&server);
     let root = {
@@ -687,7 +686,7 @@ fn index_changes_kept_to_send_later_cost_no_round_trip_and_commit_or_abort_with_
 fn b_tree_requests_and_replies_larger_than_a_message_cross_in_several() {
     use cairn_net::object_service::TreeOp;
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerChild::start_with(&dir.path().join("db"), &[("CAIRN_TEST_BODY_MAX", "65536")]);
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_BODY_MAX", "65536")]);
     let store = object_client(&server);
     let mut t = store.begin().unwrap();
     let root = t.tree_create(GroupId::DEFAULT, false).unwrap();

@@ -9,7 +9,6 @@ mod common;
 
 use cairn::{Arch, Database, Error, Index, Login, Options};
 use cairn_server::users::{self, Role};
-use common::ServerChild;
 
 mod schema {
     #[derive(cairn::Persistent, Debug, PartialEq)]
@@ -75,7 +74,7 @@ fn each_role_changes_only_what_it_may_on_every_client_kind() {
     users::add(&path, "ada", Role::Admin, "ada-pw").unwrap();
     users::add(&path, "wes", Role::Write, "wes-pw").unwrap();
     users::add(&path, "rita", Role::Read, "rita-pw").unwrap();
-    let server = ServerChild::start(&path);
+    let server = common::serve(&path);
     let url = format!("cairn://{}", server.addr);
     match Database::connect(&url, options(Arch::Page, None)) {
         Err(e) => assert!(e.to_string().contains("requires a login"), "{e}"),

@@ -1,19 +1,18 @@
 //! Runs a test against every backend: embedded, and a page-server,
 //! file-server or object-server client of a real server in a child process.
 //!
-//! The server is this very test binary, executed again with
-//! `CAIRN_TEST_SERVE_DIR` set and told to run only
-//! [`serve_child_process`]: that "test" serves the database in the
-//! directory over TCP on loopback (the `cairn-server` crate's `run`, as
+//! The server is this very test binary, executed again as the child entry
+//! point [`serve_child_process`] (`cairn-testkit`'s `child_entry_points!`:
+//! not a test) with `CAIRN_TEST_SERVE_DIR` set: it serves the database in
+//! the directory over TCP on loopback (the `cairn-server` crate's `run`, as
 //! `cairn serve` does), prints its address on stdout, and stops with a
 //! checkpoint when its stdin closes — so a test that dies never leaves a
 //! server behind.
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use cairn::{Database, Options};
@@ -124,9 +123,9 @@ impl Site {
             Backend::Page | Backend::File | Backend::Object | Backend::Adaptive => {
                 if self.server.is_none() {
                     let env: Vec<(&str, &str)> = self.server_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                    self.server = Some(ServerChild::start_with(&self.path, &env));
+                    self.server = Some(serve_with(&self.path, &env));
                 }
-                let url = format!("cairn://{}", self.server.as_ref().expect("started").addr);
+                let url = self.server.as_ref().expect("started").url();
                 let arch = match self.backend {
                     Backend::File => cairn::Arch::File,
                     Backend::Object => cairn::Arch::Object,
@@ -147,115 +146,33 @@ impl Site {
     }
 }
 
-/// Runs the test `test` of this test binary in a child process with `env`
-/// (a child entry point: a `#[test]` that returns at once unless its
-/// variable is set), waits until it prints `CAIRN-TEST-LOCKED` (it holds
-/// what the caller wants held), then kills it: a client that dies holding
-/// locks, rights and uncommitted changes.
-#[allow(dead_code)]
-pub fn kill_child_once_locked(test: &str, env: &[(&str, String)]) {
-    let mut child = Command::new(std::env::current_exe().expect("the test binary's path"))
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the client child");
-    let mut out = BufReader::new(child.stdout.take().expect("its stdout"));
-    let mut line = String::new();
-    while !line.contains("CAIRN-TEST-LOCKED") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the client child ended early");
-    }
-    child.kill().expect("kill the client child");
-    child.wait().expect("reap the client child");
+// Not every test binary uses every helper.
+#[allow(unused_imports)]
+pub use cairn_testkit::child::kill_child_once_locked;
+#[allow(unused_imports)]
+pub use cairn_testkit::ServerChild;
+
+cairn_testkit::child_entry_points!(serve_child_process);
+
+/// A server child on the database at `path`: this test binary running
+/// [`serve_child_process`].
+pub fn serve(path: &Path) -> ServerChild {
+    serve_with(path, &[])
 }
 
-/// A server child process.
-pub struct ServerChild {
-    child: Child,
-    /// Its TCP address.
-    pub addr: String,
+/// As [`serve`], with extra environment variables for the server
+/// (`CAIRN_TEST_TXN_BYTES_MAX`, `CAIRN_TEST_BODY_MAX`, …).
+pub fn serve_with(path: &Path, env: &[(&str, &str)]) -> ServerChild {
+    let dir = [("CAIRN_TEST_SERVE_DIR", path.as_os_str())];
+    let env = env.iter().map(|(k, v)| (*k, std::ffi::OsStr::new(*v)));
+    ServerChild::entry_point("serve_child_process", dir.into_iter().chain(env))
 }
 
-impl ServerChild {
-    /// Starts one on the database at `path`.
-    pub fn start(path: &Path) -> ServerChild {
-        ServerChild::start_with(path, &[])
-    }
-
-    /// Starts one with extra environment variables (`CAIRN_TEST_TXN_BYTES_MAX`,
-    /// `CAIRN_TEST_BODY_MAX`, …).
-    pub fn start_with(path: &Path, env: &[(&str, &str)]) -> ServerChild {
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let mut child = Command::new(exe)
-            .args([
-                "--exact",
-                "common::serve_child_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("CAIRN_TEST_SERVE_DIR", path)
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the server child");
-        let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut addr = None;
-        let mut line = String::new();
-        while out.read_line(&mut line).unwrap_or(0) > 0 {
-            // The test harness may print "test NAME ... " on the same line.
-            if let Some((_, a)) = line.trim().split_once("CAIRN-TEST-LISTENING ") {
-                addr = Some(a.trim().to_string());
-                break;
-            }
-            line.clear();
-        }
-        let addr = addr.unwrap_or_else(|| {
-            let _ = child.kill();
-            panic!("the server child did not start (see its stderr above)")
-        });
-        // Keep draining its stdout so it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = out.read_to_end(&mut sink);
-        });
-        ServerChild { child, addr }
-    }
-
-    /// Closes its stdin (it checkpoints and exits) and waits.
-    pub fn stop(mut self) {
-        drop(self.child.stdin.take());
-        let status = self.child.wait().expect("wait for the server child");
-        assert!(status.success(), "the server child failed: {status}");
-    }
-
-    /// SIGKILL, as in a crash.
-    pub fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServerChild {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The server side of [`ServerChild`]: does nothing unless
-/// `CAIRN_TEST_SERVE_DIR` is set (so in a normal run it passes at once);
-/// with it, serves that database until stdin closes, and fails if serving
-/// or the final checkpoint fails.
-#[test]
+/// The server side of [`serve`] (a child entry point, not a test): serves
+/// the database in `CAIRN_TEST_SERVE_DIR` until stdin closes, and fails if
+/// serving or the final checkpoint fails.
 fn serve_child_process() {
-    let Some(dir) = std::env::var_os("CAIRN_TEST_SERVE_DIR") else {
-        return;
-    };
+    let dir = std::env::var_os("CAIRN_TEST_SERVE_DIR").expect("CAIRN_TEST_SERVE_DIR names the database");
     use cairn::storage::{Db, DbOptions};
     use cairn_net::rpc::Limits;
     use cairn_net::transport::{Address, Listener};
@@ -308,7 +225,11 @@ fn serve_child_process() {
         let listener = Listener::bind(&"127.0.0.1:0".parse::<Address>().expect("an address"))
             .await
             .expect("bind loopback");
-        println!("CAIRN-TEST-LISTENING {}", listener.local_addr().expect("its address"));
+        println!(
+            "{}{}",
+            cairn_testkit::LISTENING,
+            listener.local_addr().expect("its address")
+        );
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         std::thread::spawn(move || {
             let mut sink = Vec::new();

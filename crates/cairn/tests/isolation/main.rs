@@ -129,8 +129,8 @@ const SERVER_ENV: [(&str, &str); 1] = [("CAIRN_TEST_LOCK_TIMEOUT_MS", "2000")];
 
 impl Served {
     fn start(path: &Path) -> Served {
-        let server = ServerChild::start_with(path, &SERVER_ENV);
-        let addr = Arc::new(RwLock::new(server.addr.clone()));
+        let server = common::serve_with(path, &SERVER_ENV);
+        let addr = Arc::new(RwLock::new(server.addr.to_string()));
         Served {
             path: path.to_path_buf(),
             server: Mutex::new(Some(server)),
@@ -144,8 +144,8 @@ impl Served {
         if let Some(s) = server.take() {
             s.kill();
         }
-        let s = ServerChild::start_with(&self.path, &SERVER_ENV);
-        *self.addr.write().unwrap() = s.addr.clone();
+        let s = common::serve_with(&self.path, &SERVER_ENV);
+        *self.addr.write().unwrap() = s.addr.to_string();
         *server = Some(s);
     }
 
