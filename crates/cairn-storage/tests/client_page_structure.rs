@@ -6,30 +6,19 @@
 //! honest changes commit, and each hostile edit is refused with nothing
 //! logged (the database checks clean and the trees still verify).
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use cairn_storage::access::PageAccess;
 use cairn_storage::btree::BTree;
-use cairn_storage::io::OsVfs;
 use cairn_storage::page::PageType;
 use cairn_storage::record::large::{self, LargeDescriptor};
 use cairn_storage::record::object::KIND_LARGE;
 use cairn_storage::record::slotted;
-use cairn_storage::volume::VolumeOptions;
 use cairn_storage::wal::redo;
-use cairn_storage::{Db, DbOptions, Error, GroupId, PageId, Result, SlotIdx, Txn};
-
-fn opts() -> DbOptions {
-    DbOptions {
-        volume: VolumeOptions {
-            vfs: Arc::new(OsVfs),
-            ..VolumeOptions::default()
-        },
-        background: false,
-        ..DbOptions::default()
-    }
-}
+use cairn_storage::{Db, Error, GroupId, PageId, Result, SlotIdx, Txn};
+use common::opts;
 
 /// A page-server client's view of one transaction: the pages it fetched
 /// (their fetched image and its own changed copy), changed by the storage

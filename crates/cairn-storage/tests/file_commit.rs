@@ -4,6 +4,8 @@
 //! repaired from the after-images; a checkpoint taken in between keeps the
 //! log that rebuilds them after a crash.
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -15,11 +17,12 @@ use cairn_storage::volume::VolumeOptions;
 use cairn_storage::wal::redo;
 use cairn_storage::{Db, DbOptions, Error, GroupId, Oid, Txn, Unwritten};
 
-fn opts() -> DbOptions {
+/// [`common::opts`] with a 200 ms lock timeout: a request that waits for
+/// a lock the test holds fails soon.
+fn short_lock_timeout_opts() -> DbOptions {
     DbOptions {
-        background: false,
         lock_timeout: std::time::Duration::from_millis(200),
-        ..DbOptions::default()
+        ..common::opts()
     }
 }
 
@@ -80,7 +83,7 @@ fn read(db: &Db, oid: Oid) -> Vec<u8> {
 #[test]
 fn the_locks_stay_until_the_pages_are_written() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::create(dir.path(), &opts()).unwrap();
+    let db = Db::create(dir.path(), &short_lock_timeout_opts()).unwrap();
     let oid = seed(&db);
     let (t, records) = change(&db, oid, b"after!");
     let id = t.id();
@@ -120,7 +123,7 @@ fn the_locks_stay_until_the_pages_are_written() {
 #[test]
 fn a_client_that_never_writes_has_its_pages_repaired() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::create(dir.path(), &opts()).unwrap();
+    let db = Db::create(dir.path(), &short_lock_timeout_opts()).unwrap();
     let oid = seed(&db);
     let u = commit(&db, oid, b"repair me");
     // The session ends without WRITTEN.
@@ -128,7 +131,7 @@ fn a_client_that_never_writes_has_its_pages_repaired() {
     assert_eq!(db.stats().pages_repaired, 1);
     assert_eq!(read(&db, oid), b"repair me");
     db.close().unwrap();
-    let db = Db::open(dir.path(), &opts()).unwrap();
+    let db = Db::open(dir.path(), &short_lock_timeout_opts()).unwrap();
     assert_eq!(read(&db, oid), b"repair me");
     db.close().unwrap();
 }
@@ -136,7 +139,7 @@ fn a_client_that_never_writes_has_its_pages_repaired() {
 #[test]
 fn a_checkpoint_keeps_the_log_of_unwritten_pages_across_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::create(dir.path(), &opts()).unwrap();
+    let db = Db::create(dir.path(), &short_lock_timeout_opts()).unwrap();
     let oid = seed(&db);
     let u = commit(&db, oid, b"from the log");
     // A checkpoint now must not move redo past the commit: nothing but the
@@ -145,7 +148,7 @@ fn a_checkpoint_keeps_the_log_of_unwritten_pages_across_a_crash() {
     // Both die: neither the client's write nor the server's repair happens.
     std::mem::forget(u);
     db.crash();
-    let db = Db::open(dir.path(), &opts()).unwrap();
+    let db = Db::open(dir.path(), &short_lock_timeout_opts()).unwrap();
     assert_eq!(read(&db, oid), b"from the log");
     db.close().unwrap();
     let report = check_database(dir.path(), &VolumeOptions::default());
@@ -155,7 +158,7 @@ fn a_checkpoint_keeps_the_log_of_unwritten_pages_across_a_crash() {
 #[test]
 fn records_that_are_not_full_images_of_locked_pages_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::create(dir.path(), &opts()).unwrap();
+    let db = Db::create(dir.path(), &short_lock_timeout_opts()).unwrap();
     let oid = seed(&db);
     // A diff record.
     let (mut t, _) = change(&db, oid, b"diff");

@@ -3,6 +3,8 @@
 //! (no page reaches the volume before the log describing it is durable),
 //! checked by watching every write the engine makes.
 
+mod common;
+
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io;
@@ -15,13 +17,7 @@ use cairn_storage::check::check_database;
 use cairn_storage::io::{OsVfs, StorageFile, Vfs};
 use cairn_storage::volume::VolumeOptions;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, PageId};
-
-fn opts() -> DbOptions {
-    DbOptions {
-        background: false,
-        ..DbOptions::default()
-    }
-}
+use common::opts;
 
 fn tear(path: &Path, page: PageId) {
     let f = OpenOptions::new().write(true).open(path.join("volume.cairn")).unwrap();

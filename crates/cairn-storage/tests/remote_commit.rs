@@ -3,24 +3,12 @@
 //! verified, staged and committed by the one commit algorithm. A client's
 //! record is refused unless the server can check it is the client's to make.
 
-use std::sync::Arc;
+mod common;
 
-use cairn_storage::io::OsVfs;
 use cairn_storage::lock::{LockMode, Resource};
-use cairn_storage::volume::VolumeOptions;
 use cairn_storage::wal::redo;
-use cairn_storage::{Db, DbOptions, GroupId, Oid, PageId};
-
-fn opts() -> DbOptions {
-    DbOptions {
-        volume: VolumeOptions {
-            vfs: Arc::new(OsVfs),
-            ..VolumeOptions::default()
-        },
-        background: false,
-        ..DbOptions::default()
-    }
-}
+use cairn_storage::{Db, GroupId, Oid, PageId};
+use common::opts;
 
 /// A database holding one object of 100 bytes of 7s.
 fn setup() -> (tempfile::TempDir, Db, Oid) {

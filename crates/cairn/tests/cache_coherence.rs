@@ -61,12 +61,13 @@ struct Item {
 
 const BY_KEY: Index<u32, Item> = Index::on("key");
 
-fn opts() -> Options {
+/// [`common::opts`] faulting whole pages, with a lock timeout (20 s) that
+/// only a hung test reaches.
+fn whole_page_opts() -> Options {
     let mut o = Options {
         fault_whole_pages: true,
-        ..Options::default()
+        ..common::opts()
     };
-    o.storage.background = false;
     o.storage.lock_timeout = std::time::Duration::from_secs(20);
     o
 }
@@ -92,7 +93,7 @@ fn fill(db: &Database, n: u32) -> Vec<Ref<Item>> {
 fn index_cache_follows_committed_key_changes(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let mut site = Site::new(b, &dir.path().join("db"));
-    let db = site.open(opts());
+    let db = site.open(whole_page_opts());
     let refs = fill(&db, 2000);
 
     // Warm the index cache: every key found once.
@@ -164,7 +165,7 @@ fn index_cache_follows_committed_key_changes(b: Backend) {
 fn prefetched_objects_are_committed_state_only(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let mut site = Site::new(b, &dir.path().join("db"));
-    let db = site.open(opts());
+    let db = site.open(whole_page_opts());
     let refs = fill(&db, 200);
     // refs[0..3] share a page (created in a row, small).
     assert_eq!(refs[0].oid().page, refs[1].oid().page);
@@ -237,7 +238,7 @@ fn prefetched_objects_are_committed_state_only(b: Backend) {
 fn concurrent_key_swaps_never_show_a_torn_index(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let mut site = Site::new(b, &dir.path().join("db"));
-    let db = Arc::new(site.open(opts()));
+    let db = Arc::new(site.open(whole_page_opts()));
     const N: u32 = 600;
     let refs = Arc::new(fill(&db, N));
     let stop = Arc::new(AtomicBool::new(false));
@@ -329,7 +330,7 @@ fn concurrent_key_swaps_never_show_a_torn_index(b: Backend) {
 fn views_in_cached_page_images_never_show_stale_or_uncommitted_state(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let mut site = Site::new(b, &dir.path().join("db"));
-    let db = Arc::new(site.open(opts()));
+    let db = Arc::new(site.open(whole_page_opts()));
     const N: u32 = 300;
     let refs = Arc::new(fill(&db, N));
     let total: i64 = (0..i64::from(N)).sum();

@@ -19,12 +19,13 @@ struct Account {
     balance: i64,
 }
 
-fn opts() -> Options {
-    let mut o = Options::default();
-    o.storage.background = false;
-    // These are the page client's tests (the others run the typed suite).
-    o.arch = Arch::Page;
-    o
+/// [`common::opts`] for a page-server client: these are the page client's
+/// tests (the others run the typed suite).
+fn page_client_opts() -> Options {
+    Options {
+        arch: Arch::Page,
+        ..common::opts()
+    }
 }
 
 /// The architecture a child process is told to use (`CAIRN_TEST_ARCH`:
@@ -48,7 +49,7 @@ fn arch_name(arch: Arch) -> &'static str {
 }
 
 fn connect(server: &ServerChild) -> Database {
-    Database::connect(&format!("cairn://{}", server.addr), opts()).expect("connect")
+    Database::connect(&format!("cairn://{}", server.addr), page_client_opts()).expect("connect")
 }
 
 /// `n` accounts of `balance` each, named by root "accounts-<i>".
@@ -245,7 +246,7 @@ fn a_client_past_its_bound_on_rights_gives_the_oldest_back_and_makes_room_for_ot
         tx.commit().unwrap();
         refs
     };
-    let mut o = opts();
+    let mut o = page_client_opts();
     o.client_buffer_pages = 16;
     o.client_rights_max = 32;
     let big = Database::connect(&url, o).unwrap();
@@ -462,7 +463,7 @@ fn transfer_client_child_process() {
         &url,
         Options {
             arch: child_arch(),
-            ..opts()
+            ..page_client_opts()
         },
     )
     .expect("connect");
@@ -582,7 +583,7 @@ fn transfers_from_many_clients_keep_the_total_and_deadlocks_are_retried() {
     drop(setup);
     server.stop();
     // And the server's database agrees once it is opened embedded.
-    let db = Database::open_with(dir.path().join("db"), opts()).unwrap();
+    let db = Database::open_with(dir.path().join("db"), page_client_opts()).unwrap();
     assert_eq!(total(&db, &refs), expected);
     db.close().unwrap();
 }
@@ -596,7 +597,7 @@ fn locking_client_child_process() {
         &url,
         Options {
             arch: child_arch(),
-            ..opts()
+            ..page_client_opts()
         },
     )
     .expect("connect");
@@ -648,7 +649,7 @@ fn a_killed_client_of(arch: Arch) {
 #[test]
 fn connecting_to_nothing_or_a_bad_url_is_a_clear_error() {
     for url in ["http://localhost:1", "cairn+unix://relative", "cairn://"] {
-        let e = Database::connect(url, opts()).unwrap_err();
+        let e = Database::connect(url, page_client_opts()).unwrap_err();
         assert!(e.to_string().contains("URL"), "{url}: {e}");
     }
     // A port nobody listens on (bound and closed again).
@@ -657,7 +658,7 @@ fn connecting_to_nothing_or_a_bad_url_is_a_clear_error() {
         .local_addr()
         .unwrap()
         .port();
-    let e = Database::connect(&format!("cairn://127.0.0.1:{port}"), opts()).unwrap_err();
+    let e = Database::connect(&format!("cairn://127.0.0.1:{port}"), page_client_opts()).unwrap_err();
     assert!(matches!(e, Error::Net { .. }), "{e}");
     assert!(e.to_string().contains("cannot connect"), "{e}");
 }
@@ -673,7 +674,14 @@ fn a_server_killed_under(arch: Arch) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let server = common::serve(&path);
-    let db = Database::connect(&format!("cairn://{}", server.addr), Options { arch, ..opts() }).expect("connect");
+    let db = Database::connect(
+        &format!("cairn://{}", server.addr),
+        Options {
+            arch,
+            ..page_client_opts()
+        },
+    )
+    .expect("connect");
     let a = accounts(&db, 1, 100).remove(0);
     let mut tx = db.begin().unwrap();
     tx.update(&a, |x| x.balance = 5).unwrap();
@@ -684,7 +692,7 @@ fn a_server_killed_under(arch: Arch) {
     assert!(matches!(e, Error::Net { .. }), "{e}");
     drop(db);
     // The acknowledged commit is there; the one cut off is not.
-    let db = Database::open_with(&path, opts()).unwrap();
+    let db = Database::open_with(&path, page_client_opts()).unwrap();
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.get(&a).unwrap().balance, 100);
     tx.commit().unwrap();

@@ -17,13 +17,9 @@ struct Account {
     balance: i64,
 }
 
+/// [`common::opts`] for a client of `arch`.
 fn opts(arch: Arch) -> Options {
-    let mut o = Options {
-        arch,
-        ..Options::default()
-    };
-    o.storage.background = false;
-    o
+    Options { arch, ..common::opts() }
 }
 
 fn connect(server: &ServerChild, arch: Arch) -> Database {

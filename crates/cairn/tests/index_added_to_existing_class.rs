@@ -7,11 +7,11 @@
 
 mod common;
 
-use common::{Backend, Site};
+use common::{opts, Backend, Site};
 
 on_every_backend!(index_added_to_existing_class_finds_old_objects,);
 
-use cairn::{Options, Ref};
+use cairn::Ref;
 
 /// The first definition: no index.
 mod v1 {
@@ -32,12 +32,6 @@ mod v2 {
     }
 
     pub const BY_ID: cairn::Index<u32, Part> = cairn::Index::on("id");
-}
-
-fn opts() -> Options {
-    let mut o = Options::default();
-    o.storage.background = false;
-    o
 }
 
 fn index_added_to_existing_class_finds_old_objects(b: Backend) {

@@ -8,15 +8,11 @@
 #[path = "../../../fuzz/targets/catalog.rs"]
 #[expect(dead_code, reason = "only Part and write_entries of the fuzz target are used here")]
 mod catalog;
+mod common;
 
-use cairn::{Database, Error, Options};
+use cairn::{Database, Error};
 use catalog::Part;
-
-fn opts() -> Options {
-    let mut o = Options::default();
-    o.storage.background = false;
-    o
-}
+use common::opts;
 
 /// The catalog input of one entry of the indexes tree: (class 1, `field`) →
 /// `page`, written into a database where `Part` is class 1 with a root.

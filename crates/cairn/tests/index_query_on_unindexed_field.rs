@@ -5,13 +5,13 @@
 
 mod common;
 
-use common::{Backend, Site};
+use common::{opts, Backend, Site};
 
 on_every_backend!(misspelled_index_field_is_an_error,);
 
 use std::ops::Bound;
 
-use cairn::{Error, Index, Options, Persistent};
+use cairn::{Error, Index, Persistent};
 
 #[derive(Persistent, Debug, Clone)]
 struct Part {
@@ -23,12 +23,6 @@ struct Part {
 const MISSPELLED: Index<u32, Part> = Index::on("idd");
 const NOT_INDEXED: Index<u32, Part> = Index::on("x");
 const BY_ID: Index<u32, Part> = Index::on("id");
-
-fn opts() -> Options {
-    let mut o = Options::default();
-    o.storage.background = false;
-    o
-}
 
 fn assert_no_index<T: std::fmt::Debug>(r: cairn::Result<T>, field: &str) {
     match r {

@@ -6,13 +6,13 @@
 
 mod common;
 
-use common::{Backend, Site};
+use common::{opts, Backend, Site};
 
 on_every_backend!(wrong_index_key_type_is_an_error,);
 
 use std::ops::Bound;
 
-use cairn::{Error, Index, Options, Persistent};
+use cairn::{Error, Index, Persistent};
 
 #[derive(Persistent, Debug, Clone)]
 struct Part {
@@ -28,12 +28,6 @@ const BY_NAME_AS_BYTES: Index<Vec<u8>, Part> = Index::on("name");
 const BY_NAME_AS_STR: Index<&str, Part> = Index::on("name");
 const BY_NAME: Index<String, Part> = Index::on("name");
 const BY_ID: Index<u32, Part> = Index::on("id");
-
-fn opts() -> Options {
-    let mut o = Options::default();
-    o.storage.background = false;
-    o
-}
 
 fn assert_key_type<T: std::fmt::Debug>(r: cairn::Result<T>, field: &str, field_type: &str, key_type: &str) {
     match r {

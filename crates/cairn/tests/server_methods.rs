@@ -35,9 +35,10 @@ struct Part {
 const BY_ID: Index<u32, Part> = Index::on("id");
 const N: u32 = 50;
 
-fn opts() -> Options {
-    let mut o = Options::default();
-    o.storage.background = false;
+/// [`common::opts`] with a 300 ms lock timeout, as the server's (see
+/// [`site`]): a request that waits for a lock held here fails soon.
+fn short_lock_timeout_opts() -> Options {
+    let mut o = common::opts();
     o.storage.lock_timeout = Duration::from_millis(300);
     o
 }
@@ -82,7 +83,7 @@ fn ids(tx: &mut cairn::Transaction<'_>, refs: &[Ref<Part>]) -> Vec<u32> {
 fn selections_counts_and_traversals_see_the_transactions_own_changes(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let mut site = site(b, dir.path());
-    let db = site.open(opts());
+    let db = site.open(short_lock_timeout_opts());
     let parts = build(&db);
     let type3 = [Predicate::new("kind", Cmp::Eq, "type3")];
 
@@ -163,7 +164,7 @@ fn selections_counts_and_traversals_see_the_transactions_own_changes(b: Backend)
 fn a_method_sees_no_other_transactions_uncommitted_changes(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let mut site = site(b, dir.path());
-    let db = site.open(opts());
+    let db = site.open(short_lock_timeout_opts());
     let parts = build(&db);
     let type4 = [Predicate::new("kind", Cmp::Eq, "type4")];
     // A changes part 8 and stays open.
@@ -173,7 +174,7 @@ fn a_method_sees_no_other_transactions_uncommitted_changes(b: Backend) {
     // lock timeout) rather than see A's uncommitted change.
     // Another client (embedded: another transaction of the one process).
     let embedded = matches!(b, Backend::Embedded | Backend::EmbeddedObjectLocks);
-    let second = (!embedded).then(|| site.open(opts()));
+    let second = (!embedded).then(|| site.open(short_lock_timeout_opts()));
     let other = second.as_ref().unwrap_or(&db);
     let mut tx = other.begin().unwrap();
     match tx.select::<Part>("parts", &type4) {
@@ -196,7 +197,7 @@ fn a_method_sees_no_other_transactions_uncommitted_changes(b: Backend) {
 fn a_predicate_on_a_missing_field_or_of_the_wrong_kind_is_an_error(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let mut site = site(b, dir.path());
-    let db = site.open(opts());
+    let db = site.open(short_lock_timeout_opts());
     build(&db);
     let mut tx = db.begin().unwrap();
     let e = tx

@@ -72,6 +72,14 @@ impl Backend {
     }
 }
 
+/// The default options without the background checkpointer: a test
+/// decides when to checkpoint.
+pub fn opts() -> Options {
+    let mut o = Options::default();
+    o.storage.background = false;
+    o
+}
+
 /// A database site: a directory and, for the page backend, the server
 /// serving it.
 pub struct Site {
