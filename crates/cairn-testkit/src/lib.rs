@@ -18,3 +18,14 @@ pub mod child;
 mod server;
 
 pub use server::{ServerChild, Stop, LISTENING};
+
+/// Waits until `done()` holds: an order a test observes (a counter, a
+/// queue, a state), polled. Never a performance bound: the guard (60 s)
+/// only turns a broken test's hang into a failure naming `what`.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what} never happened");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}

@@ -91,6 +91,7 @@ fn a_writers_commit_reaches_a_reader_that_cached_the_page_and_a_reader_in_a_tran
     let mut tx = reader.begin().unwrap();
     assert_eq!(tx.get(&a).unwrap().balance, 250);
     // ...and while it holds the page, the writer waits.
+    let in_use_before = reader.remote_stats().unwrap().callbacks_in_use;
     let done = Arc::new(AtomicBool::new(false));
     let started = Arc::new(Barrier::new(2));
     let w = {
@@ -105,7 +106,11 @@ fn a_writers_commit_reaches_a_reader_that_cached_the_page_and_a_reader_in_a_tran
         })
     };
     started.wait();
-    std::thread::sleep(Duration::from_millis(300));
+    // The writer's X calls the page back; the reader answers that its
+    // transaction uses it, so the server cannot grant X until that ends.
+    cairn_testkit::wait_until("the reader's in-use answer to the writer's callback", || {
+        reader.remote_stats().unwrap().callbacks_in_use > in_use_before
+    });
     assert!(
         !done.load(Ordering::SeqCst),
         "the writer must wait for the reader's shared lock"
