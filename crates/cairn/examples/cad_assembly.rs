@@ -4,6 +4,8 @@
 //!
 //! ```sh
 //! cargo run -p cairn --example cad_assembly -- /tmp/cad.cairn
+//! # without a directory: in a temporary one, removed at the end
+//! cargo run -p cairn --example cad_assembly
 //! # or against a running `cairn serve`:
 //! cargo run -p cairn --example cad_assembly -- --connect cairn://127.0.0.1:7411
 //! ```
@@ -57,12 +59,18 @@ fn mass(tx: &mut cairn::Transaction<'_>, a: &Ref<Assembly>) -> cairn::Result<u64
 
 fn main() -> cairn::Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    // Without a directory named, the database lives in a temporary one,
+    // removed at the end (after `db`, declared below it, is dropped).
+    let scratch = tempfile::tempdir().expect("a temporary directory");
     // The one line that differs between embedded and client-server.
     let db = if args.get(1).map(String::as_str) == Some("--connect") {
         let url = args.get(2).cloned().unwrap_or_else(|| "cairn://127.0.0.1:7411".into());
         Database::connect(&url, cairn::Options::default())?
     } else {
-        let dir = args.get(1).cloned().unwrap_or_else(|| "cad-example.cairn".into());
+        let dir = match args.get(1) {
+            Some(dir) => std::path::PathBuf::from(dir),
+            None => scratch.path().join("cad-example.cairn"),
+        };
         let _ = std::fs::remove_dir_all(&dir);
         Database::open(&dir)?
     };

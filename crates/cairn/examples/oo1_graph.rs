@@ -5,6 +5,8 @@
 //!
 //! ```sh
 //! cargo run --release -p cairn --example oo1_graph -- /tmp/oo1.cairn 20000
+//! # without a directory: 2000 parts in a temporary one, removed at the end
+//! cargo run --release -p cairn --example oo1_graph
 //! # or against a running `cairn serve` (the directory argument is then unused):
 //! cargo run --release -p cairn --example oo1_graph -- --connect cairn://127.0.0.1:7411 20000
 //! ```
@@ -47,12 +49,19 @@ impl Rng {
 fn main() -> cairn::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let n: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
-    let db = if args.get(1).map(String::as_str) == Some("--connect") {
+    if args.get(1).map(String::as_str) == Some("--connect") {
         let url = args.get(2).cloned().unwrap_or_else(|| "cairn://127.0.0.1:7411".into());
         let n_at = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(2000);
         return run(Database::connect(&url, cairn::Options::default())?, n_at);
-    } else {
-        let dir = args.get(1).cloned().unwrap_or_else(|| "oo1-example.cairn".into());
+    }
+    // Without a directory named, the database lives in a temporary one,
+    // removed at the end (after `db`, declared below it, is dropped).
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let db = {
+        let dir = match args.get(1) {
+            Some(dir) => std::path::PathBuf::from(dir),
+            None => scratch.path().join("oo1-example.cairn"),
+        };
         let _ = std::fs::remove_dir_all(&dir);
         Database::open(&dir)?
     };
