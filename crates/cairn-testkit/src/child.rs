@@ -150,6 +150,12 @@ impl ChildProcess {
         self.child.wait().expect("reap the child");
     }
 
+    /// Closes its stdin (as the parent's death would), then as [`Self::wait`].
+    pub fn close_stdin_and_wait(mut self) -> (ExitStatus, String) {
+        drop(self.child.stdin.take());
+        self.wait()
+    }
+
     /// Waits for it to end (its stdin still open) and returns its exit
     /// status and the rest of its stdout.
     pub fn wait(mut self) -> (ExitStatus, String) {
