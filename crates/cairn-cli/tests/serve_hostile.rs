@@ -152,7 +152,6 @@ fn each_offender_is_refused_or_cut_off_and_others_are_served() {
     // client is still served, and once the idle ones are gone (no HELLO:
     // the handshake timeout) a new client is served.
     let idle: Vec<TcpStream> = (0..12).map(|_| tcp(&server.addr)).collect();
-    std::thread::sleep(Duration::from_millis(50));
     let mut refused = 0;
     for mut s in idle {
         let got = until_closed(&mut s);
