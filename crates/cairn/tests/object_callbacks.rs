@@ -7,7 +7,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use cairn::remote::{parse_url, ObjectStore, RemoteStore};
 use cairn::storage::{Error, GroupId, Oid};
@@ -32,16 +31,9 @@ fn seed(store: &Arc<ObjectStore>, n: usize) -> Vec<Oid> {
     oids
 }
 
-/// Waits (a bounded while) for the client's callback thread to have
-/// answered `n` callbacks.
+/// Waits for the client's callback thread to have answered `n` callbacks.
 fn wait_for_callbacks(store: &ObjectStore, n: u64) {
-    for _ in 0..500 {
-        if store.stats().callbacks >= n {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{n} callbacks expected, {} came", store.stats().callbacks);
+    cairn_testkit::wait_until(&format!("{n} callbacks answered"), || store.stats().callbacks >= n);
 }
 
 #[test]
@@ -440,19 +432,12 @@ fn a_transaction_keeps_no_more_objects_than_the_client_cache_holds() {
     server.stop();
 }
 
-/// Waits (a bounded while) for the client's callback thread to have named
-/// its transactions in `n` answers.
+/// Waits for the client's callback thread to have named its transactions
+/// in `n` answers.
 fn wait_for_answers_in_use(store: &ObjectStore, n: u64) {
-    for _ in 0..500 {
-        if store.stats().callbacks_in_use >= n {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!(
-        "{n} answers naming a reader expected, {} came",
-        store.stats().callbacks_in_use
-    );
+    cairn_testkit::wait_until(&format!("{n} answers naming a reader"), || {
+        store.stats().callbacks_in_use >= n
+    });
 }
 
 /// A transaction that read an object under its client's right and then
