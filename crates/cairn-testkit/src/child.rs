@@ -33,8 +33,9 @@ pub const LOCKED: &str = "CAIRN-TEST-LOCKED";
 /// points; the names must be unique within the test binary.
 ///
 /// The entry point runs before the test harness's `main`: the standard
-/// library works (threads, I/O, a tokio runtime), but the harness's
-/// arguments, output capture and `SIGPIPE` setting do not apply.
+/// library works (threads, I/O, a tokio runtime; `SIGPIPE` is ignored as
+/// `main` would have it), but the harness's arguments and output capture do
+/// not apply.
 #[macro_export]
 macro_rules! child_entry_points {
     ($($name:ident),+ $(,)?) => {
@@ -73,6 +74,14 @@ pub fn dispatch(entries: &[(&str, fn())]) {
     let Some(&(_, entry)) = entries.iter().find(|(n, _)| name == *n) else {
         return;
     };
+    // What Rust's runtime does before `main`, which has not run yet: a
+    // write to a closed pipe or socket is an error, not a SIGPIPE death.
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to SIG_IGN, before `main` and
+    // before this process has started any thread of its own.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     let code = match std::panic::catch_unwind(entry) {
         Ok(()) => 0,
         Err(_) => 101,
