@@ -322,6 +322,28 @@ impl SessionState {
         }
     }
 
+    /// Takes the client's transaction `txn` out of the session for its
+    /// `request` (COMMIT, OBJ_COMMIT) to end it: NOT_FOUND if it ended
+    /// meanwhile. The transaction's turn ([`SessionState::turn`]) means no
+    /// other request of it holds it; one that does is an INVALID request.
+    /// With it comes its unit of the open-transaction bound, to keep until
+    /// the commit is over.
+    fn take_for_commit(&self, txn: u64, request: &str) -> Result<(Txn, Arc<Slot>), Fault> {
+        let entry = lock(&self.txns).remove(&txn).ok_or_else(|| {
+            Fault::new(
+                ErrorCode::NOT_FOUND,
+                format!("transaction {txn} ended while its {request} arrived"),
+            )
+        })?;
+        let t = Arc::try_unwrap(entry.txn).map_err(|_| {
+            Fault::new(
+                ErrorCode::INVALID,
+                format!("transaction {txn} has a request still running"),
+            )
+        })?;
+        Ok((t.into_inner().unwrap_or_else(|e| e.into_inner()), entry._slot))
+    }
+
     /// The transaction the client calls `id`, if it is open.
     fn txn(&self, id: u64) -> Option<Arc<Mutex<Txn>>> {
         lock(&self.txns).get(&id).map(|e| e.txn.clone())

@@ -712,12 +712,8 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
 /// any error rolls the transaction back.
 fn commit(core: &Core, state: &SessionState, txn: u64, changes: &[Change]) -> Result<Vec<u8>, Fault> {
     state.txn_or_begin(&core.db, txn).map_err(fault)?;
-    let entry = lock(&state.txns).remove(&txn).ok_or_else(|| {
-        Fault::new(
-            ErrorCode::NOT_FOUND,
-            format!("transaction {txn} ended while its OBJ_COMMIT arrived"),
-        )
-    })?;
+    // Any error drops `t`: the transaction is rolled back.
+    let (mut t, _slot) = state.take_for_commit(txn, "OBJ_COMMIT")?;
     let bytes: u64 = changes
         .iter()
         .map(|c| match c {
@@ -732,14 +728,6 @@ fn commit(core: &Core, state: &SessionState, txn: u64, changes: &[Change]) -> Re
             limit: core.txn_bytes_max,
         }));
     }
-    let t = Arc::try_unwrap(entry.txn).map_err(|_| {
-        Fault::new(
-            ErrorCode::INVALID,
-            format!("transaction {txn} has a request still running"),
-        )
-    })?;
-    let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
-    // Any error drops `t`: the transaction is rolled back.
     apply(&mut t, changes).map_err(fault)?;
     t.commit().map_err(fault)?;
     Ok(Vec::new())

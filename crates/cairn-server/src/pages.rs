@@ -414,19 +414,7 @@ fn commit(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> R
         lock(&state.txns).remove(&txn);
         return Err(fault(e));
     }
-    let entry = lock(&state.txns).remove(&txn).ok_or_else(|| {
-        Fault::new(
-            ErrorCode::NOT_FOUND,
-            format!("transaction {txn} ended while its COMMIT arrived"),
-        )
-    })?;
-    let t = Arc::try_unwrap(entry.txn).map_err(|_| {
-        Fault::new(
-            ErrorCode::INVALID,
-            format!("transaction {txn} has a request still running"),
-        )
-    })?;
-    let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
+    let (mut t, _slot) = state.take_for_commit(txn, "COMMIT")?;
     if state.file {
         let u = core
             .db
