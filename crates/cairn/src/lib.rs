@@ -15,25 +15,38 @@
 //! - [`Database`] / [`Transaction`]: serializable transactions
 //!   (`database/`), embedded ([`Database::open`]) or against `cairn serve`
 //!   ([`Database::connect`]: the adaptive client by default, or the page-,
-//!   file- or object-server client, [`Options::arch`]; all in [`remote`]).
+//!   file- or object-server client, [`Options::arch`]).
 //! - [`Ref<T>`]: typed references, swizzled to object-cache slots (`reference.rs`).
 //! - [`cache::ObjectCache`]: decoded objects bounded in bytes, LRU or CLOCK.
 //! - [`List`], [`Set`], [`Map`] fields and [`Index`] (a B+-tree on a field).
 //! - [`codec`], [`fields`]: the record encoding and `#[derive(Persistent)]`'s traits.
 //! - [`view`]: objects read in place ([`Obj`], [`Transaction::view`]).
 //! - `catalog.rs`: class ids and schema versions, named roots, index directory.
+//!
+//! # What is API
+//!
+//! What this page lists is the API. Three modules are public for Cairn's
+//! own tools, benchmarks and tests only, hidden from these docs and not
+//! stable: `storage` (the whole storage crate), `remote` (the clients'
+//! machinery) and `dual` (the dual buffer's internals). An application
+//! names what it needs of them through the re-exports here:
+//! [`DbOptions`] ([`Options::storage`]), [`Oid`] and [`GroupId`],
+//! [`RemoteStats`] and [`AdaptiveStats`] (what a remote client counts),
+//! [`AdaptivePolicy`] and [`DualBufferOptions`] with its [`Strategy`].
 
 pub mod cache;
 mod catalog;
 pub mod codec;
 pub mod collections;
 mod database;
+#[doc(hidden)]
 pub mod dual;
 mod error;
 pub mod fields;
 mod index_cache;
 pub mod methods;
 mod reference;
+#[doc(hidden)]
 pub mod remote;
 mod store_ops;
 pub mod view;
@@ -42,15 +55,17 @@ pub use cache::{CachePolicy, CacheStats};
 pub use cairn_derive::Persistent;
 /// A user name and password to log in to `cairn serve` with ([`Options::login`]).
 pub use cairn_net::rpc::Login;
+#[doc(hidden)]
 pub use cairn_storage as storage;
+pub use cairn_storage::{DbOptions, GroupId, Oid};
 pub use codec::{DecodeError, Field, FieldDesc, Persistent, Reader, TypeDesc, Value, Writer};
 pub use collections::{List, Map, Set};
 pub use database::{Arch, Database, Index, Options, Transaction};
-pub use dual::DualBufferOptions;
+pub use dual::{DualBufferOptions, Strategy};
 pub use error::{Error, Result};
 pub use methods::{Cmp, Literal, Predicate};
 pub use reference::Ref;
-pub use remote::RemoteStats;
+pub use remote::{AdaptivePolicy, AdaptiveStats, RemoteStats};
 pub use view::Obj;
 
 /// Decoders that are otherwise private, for the fuzz targets
