@@ -21,92 +21,6 @@ fn downcast<T: Persistent>(oid: Oid, obj: CachedObject) -> Result<Arc<T>> {
     })
 }
 
-/// Where the dual buffer holds `oid` for a page-based transaction `me`
-/// that has not changed its page: probed, faulted in from the page's image
-/// on a miss, and with `check_lsn` (object-level locking) only in a page
-/// image still at the page's committed LSN, read again if a commit changed
-/// the page since.
-///
-/// Inline: it is the body of the hot `view`, which is generic and so
-/// compiled in the caller's crate.
-#[inline]
-fn locate_in_image(
-    cache: &ObjectCache,
-    txn: &mut Txn,
-    me: u64,
-    oid: Oid,
-    check_lsn: bool,
-) -> Result<Option<crate::dual::Located>> {
-    // Under object-level locking the page is not locked as a whole:
-    // its committed image is read without a page lock.
-    let image = |txn: &mut Txn| {
-        if check_lsn {
-            txn.committed_page_image(oid.page)
-        } else {
-            txn.page_image(oid.page)
-        }
-    };
-    let mut found = match cache.buffered(me, oid)? {
-        crate::dual::Probe::Hit(l) => Some(l),
-        // Not in its page in a form read in place (moved, large):
-        // the owned path below. (The typed layer flushes nothing
-        // into the buffer's transactions, so never its own change.)
-        crate::dual::Probe::Elsewhere => None,
-        crate::dual::Probe::Miss => match image(txn)? {
-            Some(image) => cache.fault_in(me, oid, image)?,
-            None => None,
-        },
-    };
-    if check_lsn {
-        found = match found {
-            Some(l) if l.in_page => {
-                let now = txn.committed_page_lsn(oid.page)?;
-                if cairn_storage::page::lsn(&l.bytes) == now {
-                    Some(l)
-                } else {
-                    // A commit changed the page since the image was
-                    // read: read it again (the object is locked S
-                    // now, so the new image holds its current state).
-                    cache.invalidate_image(oid.page);
-                    match image(txn)? {
-                        Some(image) => cache.fault_in(me, oid, image)?.filter(|l| l.in_page),
-                        None => None,
-                    }
-                }
-            }
-            _ => None,
-        };
-    }
-    Ok(found)
-}
-
-/// A view of the record the dual buffer located, if it is stored whole as
-/// class `c` at its current schema version (checked once, then noted).
-/// `None`: another class or version; the caller tries the other ways.
-fn view_located<T: Persistent>(
-    inner: &Inner,
-    c: ClassInfo,
-    oid: Oid,
-    l: crate::dual::Located,
-) -> Result<Option<crate::view::Obj<T>>> {
-    // Checked once as this class: the buffer remembers it with
-    // the record until the page's image goes.
-    if l.checked == Some((c.id, c.version)) {
-        let range = l.range.start + HEADER_SIZE..l.range.end;
-        return Ok(Some(crate::view::Obj::checked(l.bytes, range, oid)));
-    }
-    let at = l.range;
-    if l.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&header(c)[..]) {
-        inner.check_len(oid, at.len() as u64)?;
-        let range = at.start + HEADER_SIZE..at.end;
-        let obj =
-            crate::view::Obj::new(Arc::clone(&l.bytes), range, oid).map_err(|source| Error::Decode { oid, source })?;
-        inner.cache.note_checked(oid, c.id, c.version);
-        return Ok(Some(obj));
-    }
-    Ok(None)
-}
-
 impl Transaction<'_> {
     /// Says which references the transaction is about to follow, so their
     /// pages are locked and fetched together: against a server, the pages
@@ -241,24 +155,6 @@ impl Transaction<'_> {
             }
         }
         let c = self.class_of::<T>()?;
-        if let Some(obj) = self.view_in_image::<T>(c, oid)? {
-            return Ok(obj);
-        }
-        if let Some(obj) = self.view_shared_or_copied::<T>(c, oid)? {
-            return Ok(obj);
-        }
-        // Moved, large, older schema, of another class or missing: the
-        // owned path says which, and its value is viewed through a copy.
-        let (value, _, _) = self.fetch::<T>(oid)?;
-        copy_of(oid, &value)
-    }
-
-    /// [`Transaction::view`]'s first try: the record in a page image of
-    /// the dual buffer (or a copy the buffer made), for a page-based
-    /// transaction that has not changed the page. Takes the read lock when
-    /// it reads in place. `None`: not found there in a form this class reads
-    /// in place; the caller tries the other ways.
-    fn view_in_image<T: Persistent>(&mut self, c: ClassInfo, oid: Oid) -> Result<Option<crate::view::Obj<T>>> {
         // Held already after the page's first object: one probe of the
         // transaction's few pages, where a set of the objects it viewed
         // cost a cache miss per object (`cairn bench refs`, view).
@@ -273,21 +169,66 @@ impl Transaction<'_> {
         if in_place {
             self.txn.lock_to_read(oid)?;
         }
-        let Some(txn) = self.txn.pages().filter(|t| in_place && !t.has_private_copy(oid.page)) else {
-            return Ok(None);
-        };
-        match locate_in_image(&inner.cache, txn, me, oid, check_lsn)? {
-            Some(l) => view_located(inner, c, oid, l),
-            None => Ok(None),
+        if let Some(txn) = self.txn.pages().filter(|t| in_place && !t.has_private_copy(oid.page)) {
+            let cache = &inner.cache;
+            // Under object-level locking the page is not locked as a whole:
+            // its committed image is read without a page lock.
+            let image = |txn: &mut Txn| {
+                if check_lsn {
+                    txn.committed_page_image(oid.page)
+                } else {
+                    txn.page_image(oid.page)
+                }
+            };
+            let mut found = match cache.buffered(me, oid)? {
+                crate::dual::Probe::Hit(l) => Some(l),
+                // Not in its page in a form read in place (moved, large):
+                // the owned path below. (The typed layer flushes nothing
+                // into the buffer's transactions, so never its own change.)
+                crate::dual::Probe::Elsewhere => None,
+                crate::dual::Probe::Miss => match image(txn)? {
+                    Some(image) => cache.fault_in(me, oid, image)?,
+                    None => None,
+                },
+            };
+            if check_lsn {
+                found = match found {
+                    Some(l) if l.in_page => {
+                        let now = txn.committed_page_lsn(oid.page)?;
+                        if cairn_storage::page::lsn(&l.bytes) == now {
+                            Some(l)
+                        } else {
+                            // A commit changed the page since the image was
+                            // read: read it again (the object is locked S
+                            // now, so the new image holds its current state).
+                            cache.invalidate_image(oid.page);
+                            match image(txn)? {
+                                Some(image) => cache.fault_in(me, oid, image)?.filter(|l| l.in_page),
+                                None => None,
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+            }
+            if let Some(l) = found {
+                // Checked once as this class: the buffer remembers it with
+                // the record until the page's image goes.
+                if l.checked == Some((c.id, c.version)) {
+                    let range = l.range.start + HEADER_SIZE..l.range.end;
+                    return Ok(crate::view::Obj::checked(l.bytes, range, oid));
+                }
+                let at = l.range;
+                if l.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&header(c)[..]) {
+                    inner.check_len(oid, at.len() as u64)?;
+                    let range = at.start + HEADER_SIZE..at.end;
+                    let obj = crate::view::Obj::new(Arc::clone(&l.bytes), range, oid)
+                        .map_err(|source| Error::Decode { oid, source })?;
+                    cache.note_checked(oid, c.id, c.version);
+                    return Ok(obj);
+                }
+            }
         }
-    }
-
-    /// [`Transaction::view`]'s second try, once the page images did not
-    /// have the record: the bytes an object-server client holds, or a copy
-    /// of the record from a page this transaction changed. `None`: neither
-    /// has it stored whole at this class's schema version.
-    fn view_shared_or_copied<T: Persistent>(&mut self, c: ClassInfo, oid: Oid) -> Result<Option<crate::view::Obj<T>>> {
-        let inner = self.inner;
         let current = header(c);
         match self.txn.read_shared(oid)? {
             // An object-server client's transaction: the record's bytes as
@@ -303,13 +244,13 @@ impl Transaction<'_> {
                     // does for a page's image).
                     let mark = (u64::from(c.id) << 32) | u64::from(c.version);
                     if shared.mark == Some(mark) {
-                        return Ok(Some(crate::view::Obj::checked(shared.bytes, range, oid)));
+                        return Ok(crate::view::Obj::checked(shared.bytes, range, oid));
                     }
                     inner.check_len(oid, at.len() as u64)?;
                     let obj = crate::view::Obj::new(Arc::clone(&shared.bytes), range, oid)
                         .map_err(|source| Error::Decode { oid, source })?;
                     self.txn.mark_shared(oid, &shared, mark);
-                    return Ok(Some(obj));
+                    return Ok(obj);
                 }
             }
             Some(None) => {}
@@ -325,13 +266,14 @@ impl Transaction<'_> {
                 if let Some((len, fields)) = copied {
                     inner.check_len(oid, len as u64)?;
                     let end = fields.len();
-                    return crate::view::Obj::new(fields, 0..end, oid)
-                        .map(Some)
-                        .map_err(|source| Error::Decode { oid, source });
+                    return crate::view::Obj::new(fields, 0..end, oid).map_err(|source| Error::Decode { oid, source });
                 }
             }
         }
-        Ok(None)
+        // Moved, large, older schema, of another class or missing: the
+        // owned path says which, and its value is viewed through a copy.
+        let (value, _, _) = self.fetch::<T>(oid)?;
+        copy_of(oid, &value)
     }
 
     /// Decodes and caches the other objects of class `c` on `faulted`'s
