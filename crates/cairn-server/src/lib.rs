@@ -54,7 +54,7 @@
 //! page needs writing back.
 //!
 //! **Object-server sessions** (architecture 2, §2.2): the object service
-//! ([`cairn_net::object_service`], `objects.rs`): the server reads, creates,
+//! ([`cairn_net::object_service`], `objects/`): the server reads, creates,
 //! changes and deletes objects for the client in transactions that lock
 //! single objects, streams fetched objects as partial replies, and commits
 //! the after-images the client sends. They may ask for groups (GROUP,

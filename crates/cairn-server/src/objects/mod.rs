@@ -1,0 +1,364 @@
+//! Object-server sessions (DeWitt et al. §2.2): the server runs the storage
+//! engine's object operations for the client, in one storage transaction
+//! per client transaction that locks single objects
+//! ([`Txn::set_object_locking`]), so two clients change different objects
+//! of one page at the same time and each commit logs only its objects'
+//! records (object-level redo). The requests are the object service's
+//! ([`cairn_net::object_service`]).
+//!
+//! An OBJ_FETCH streams its objects as partial replies: a blocking thread
+//! locks and reads them one at a time and hands each to the network side as
+//! soon as it is read, so the client works on the first object while the
+//! others are on their way. An object longer than [`WHOLE_OBJECT_MAX`]
+//! travels as its length only; the client reads it in ranges.
+//!
+//! **Rights to cache.** An object read under S and sent whole (a small
+//! object, not a large one: a large object's pages change without its home
+//! record) comes with a right to cache it across the client's transactions
+//! ([`crate::callbacks`], keyed by the object); an index lookup comes with
+//! rights on the leaves that enclose its key; a page an adaptive client's
+//! [`OBJ_S_PAGE`] fetch (or its read-ahead, [`OBJ_S_PAGE_AHEAD`]) gets
+//! whole under the page's S lock, with a right on the page. The write-lock
+//! hook calls them back before X on the object or X/SIX on its page (the
+//! leaf), a page's right before any IX/X/SIX on it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_net::message::{ErrorCode, Fault};
+use cairn_net::object_service::{
+    encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, FetchedPage, ObjectRequest, RightKey,
+    TreeOp, ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_S_PAGE_AHEAD, OBJ_X,
+    OID_BYTES,
+};
+use cairn_net::page_service::{encode_pages, NO_GROUP};
+use cairn_net::rpc::Replier;
+use cairn_storage::access::{PageAccess, Recording};
+use cairn_storage::btree::{BTree, Direction};
+use cairn_storage::lock::{LockMode, Resource};
+use cairn_storage::record::object::{small_max, ObjectSpace};
+use cairn_storage::{Error, GroupId, Oid, PageId, Txn};
+
+use crate::callbacks::key_of;
+use crate::{fault, lock, Core, SessionState};
+
+mod pages;
+mod tree;
+
+use pages::{encode_batch, fetch_pages, fetch_pages_without_waiting, read_ahead, ImageFrom};
+use tree::tree;
+
+/// The longest object an OBJ_FETCH sends whole (1 MiB); a longer one is
+/// read in ranges.
+pub const WHOLE_OBJECT_MAX: u64 = 1 << 20;
+
+fn oid_of(bytes: &[u8; OID_BYTES]) -> Oid {
+    Oid::from_bytes(bytes)
+}
+
+/// Answers an object-service request of an object session.
+pub(crate) async fn handle(
+    core: &Arc<Core>,
+    state: &Arc<SessionState>,
+    req: ObjectRequest,
+    reply: &Replier,
+) -> Result<Bytes, Fault> {
+    if let ObjectRequest::Release { rights } = req {
+        // In memory only: here on the network thread, as the page
+        // server's RELEASE (a blocking thread would cost more than it).
+        give_back(core, state, rights);
+        return Ok(Bytes::new());
+    }
+    // One request of a transaction at a time.
+    let _turn = state
+        .turn_of(req.txn(), matches!(req, ObjectRequest::Abort { .. }))
+        .await?;
+    if let ObjectRequest::Fetch { txn, mode, oids } = req {
+        if mode == OBJ_S_PAGE_AHEAD {
+            // The pages in the pool here, the rest on a blocking thread.
+            let mut pages: Vec<PageId> = oids.iter().map(|o| oid_of(o).page).collect();
+            pages.sort_unstable();
+            pages.dedup();
+            let mut left = Vec::new();
+            let mut whole = match read_ahead(core, state, txn, &pages, ImageFrom::Pool, &mut left) {
+                Some(w) => w?,
+                None => {
+                    left = pages;
+                    Vec::new()
+                }
+            };
+            if !left.is_empty() {
+                let (c, s) = (core.clone(), state.clone());
+                let more = crate::run_blocking(core, state, move || {
+                    read_ahead(&c, &s, txn, &left, ImageFrom::Disk, &mut Vec::new())
+                })
+                .await?;
+                whole.extend(more.unwrap_or_else(|| Ok(Vec::new()))?);
+            }
+            return Ok(Bytes::from(encode_batch(&[], &whole)));
+        }
+        if mode == OBJ_S_PAGE {
+            // Not streamed: the objects and their pages in one reply —
+            // here on the network thread if nothing needs a wait (as a
+            // page server's FETCH: a blocking thread costs more than the
+            // read), else on a blocking thread.
+            if let Some(answer) = fetch_pages_without_waiting(core, state, txn, &oids) {
+                return answer.map(Bytes::from);
+            }
+            let oids = Arc::new(oids);
+            let fetch = move |c: &Core, s: &SessionState| fetch_pages(c, s, txn, &oids);
+            return crate::run_parking(core, state, txn, fetch).await.map(Bytes::from);
+        }
+        return fetch_streamed(core, state, txn, mode, oids, reply).await;
+    }
+    let (c, s) = (core.clone(), state.clone());
+    crate::run_blocking(core, state, move || serve(&c, &s, req))
+        .await?
+        .map(Bytes::from)
+}
+
+/// OBJ_FETCH (S or X, one part per object) on a blocking thread, each part
+/// sent as it is read. An object lock that must wait parks: the thread
+/// returns, the wait is awaited here without one, and the fetch goes on
+/// from that object.
+async fn fetch_streamed(
+    core: &Arc<Core>,
+    state: &Arc<SessionState>,
+    txn: u64,
+    mode: u8,
+    oids: Vec<[u8; OID_BYTES]>,
+    reply: &Replier,
+) -> Result<Bytes, Fault> {
+    let internal = |e: String| Fault::new(ErrorCode::INTERNAL, e);
+    let oids = Arc::new(oids);
+    let mut from = 0;
+    loop {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, Fault>>(64);
+        let (c, s, o) = (core.clone(), state.clone(), oids.clone());
+        let slots = (
+            core.waiting.take().map_err(crate::fault)?,
+            state.waiting.take().map_err(crate::fault)?,
+        );
+        let task = tokio::task::spawn_blocking(move || {
+            let parked_at = fetch(&c, &s, txn, mode, &o[from..], &tx).map(|i| from + i);
+            drop(slots);
+            parked_at
+        });
+        while let Some(part) = rx.recv().await {
+            reply.part(part?).await.map_err(|e| internal(e.to_string()))?;
+        }
+        let parked_at = task.await.map_err(|e| internal(format!("request task failed: {e}")))?;
+        match parked_at {
+            None => return Ok(Bytes::new()),
+            Some(at) => {
+                if !crate::await_parked(core, state, txn).await? {
+                    return Err(internal(format!("the fetch of object {at} parked no lock request")));
+                }
+                from = at;
+            }
+        }
+    }
+}
+
+/// OBJ_RELEASE: the client gave these rights up.
+fn give_back(core: &Core, state: &SessionState, rights: Vec<(RightKey, u64)>) {
+    let rights: Vec<_> = rights.into_iter().map(|(k, e)| (key_of(k), e)).collect();
+    core.callbacks.give_back(state.client, &rights);
+}
+
+/// OBJ_FETCH: locks (S, or X for [`OBJ_X`]) and reads each object in turn,
+/// sending each part as it is read; an error is sent in place of the rest.
+/// A lock that must wait is parked: the index of that object is returned,
+/// nothing sent for it ([`fetch_streamed`] goes on from there). ([`OBJ_S_PAGE`]
+/// is [`fetch_pages`].)
+fn fetch(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    mode: u8,
+    oids: &[[u8; OID_BYTES]],
+    out: &tokio::sync::mpsc::Sender<Result<Vec<u8>, Fault>>,
+) -> Option<usize> {
+    let t = match state.txn_or_begin(&core.db, txn) {
+        Ok((_, t)) => t,
+        Err(e) => {
+            let _ = out.blocking_send(Err(fault(e)));
+            return None;
+        }
+    };
+    let mut t = lock(&t);
+    for (i, o) in oids.iter().enumerate() {
+        let read = crate::parking(&mut t, |t| read_one(t, oid_of(o), mode == OBJ_X));
+        if matches!(read, Err(Error::LockParked { .. })) {
+            return Some(i);
+        }
+        let part = read.map(|(len, bytes)| {
+            let right = if mode == OBJ_X {
+                0
+            } else {
+                grant(core, state, &t, oid_of(o), &bytes)
+            };
+            fetched_part(o, len, bytes, right)
+        });
+        let failed = part.is_err();
+        if out.blocking_send(part.map_err(fault)).is_err() || failed {
+            return None;
+        }
+    }
+    None
+}
+
+/// One object for a fetch: `(length, bytes)`, the bytes `None` if it is too
+/// long to send whole; `(0, None)` if there is no such object.
+fn read_one(t: &mut Txn, oid: Oid, exclusive: bool) -> Result<(u64, Option<Vec<u8>>), Error> {
+    let locked = t.lock_object(oid, exclusive);
+    let len = match locked.and_then(|()| t.len(oid)) {
+        Ok(len) => len,
+        Err(Error::NotFound { .. }) => return Ok((0, None)),
+        Err(e) => return Err(e),
+    };
+    if len > WHOLE_OBJECT_MAX {
+        return Ok((len, None));
+    }
+    let bytes = t.read(oid)?;
+    // An empty object is found and whole: its length says 0, so mark it
+    // found with empty bytes.
+    Ok((bytes.len() as u64, Some(bytes)))
+}
+
+/// A right to cache an object just read under S (its lock is held now):
+/// only a small object sent whole has one (a large object's pages change
+/// without its home record, under locks on those pages).
+fn grant(core: &Core, state: &SessionState, t: &Txn, oid: Oid, bytes: &Option<Vec<u8>>) -> u64 {
+    match bytes {
+        Some(b) if b.len() <= small_max(t.page_size()) => core.callbacks.register(state.client, Resource::Object(oid)),
+        _ => 0,
+    }
+}
+
+/// The OBJ_FETCH part of what [`read_one`] read, with the right to cache it.
+fn fetched_part(oid: &[u8; OID_BYTES], len: u64, bytes: Option<Vec<u8>>, right: u64) -> Vec<u8> {
+    FetchedObject {
+        oid: *oid,
+        // An empty object is found: its bytes are `Some(empty)`.
+        found: bytes.is_some() || len > 0,
+        total_len: len,
+        bytes: bytes.as_deref().unwrap_or(&[]),
+        right,
+    }
+    .encode()
+}
+
+/// Every other request, on a blocking thread.
+fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8>, Fault> {
+    let db = &*core.db;
+    match req {
+        ObjectRequest::Fetch { .. } => unreachable!("OBJ_FETCH streams (handle)"),
+        ObjectRequest::Create {
+            txn,
+            group,
+            near,
+            bytes,
+        } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let mut t = lock(&t);
+            let oid = if near == NO_OID {
+                t.create(GroupId(group), &bytes)
+            } else {
+                t.create_near(oid_of(&near), &bytes)
+            }
+            .map_err(fault)?;
+            Ok(oid.to_bytes().to_vec())
+        }
+        ObjectRequest::Commit { txn, changes } => commit(core, state, txn, &changes),
+        ObjectRequest::Abort { txn } => {
+            let t = lock(&state.txns).remove(&txn);
+            drop(t);
+            Ok(Vec::new())
+        }
+        ObjectRequest::CallbackReply(c) => {
+            // Id 0 answers no callback: the client names its transactions
+            // reading under a right before another of them changes it.
+            core.callbacks
+                .answer(db, state, c.id, key_of(c.key), c.epoch, c.writer, &c.in_use_by)
+                .map_err(fault)?;
+            Ok(Vec::new())
+        }
+        ObjectRequest::Release { rights } => {
+            give_back(core, state, rights);
+            Ok(Vec::new())
+        }
+        ObjectRequest::Flush { txn, changes } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let mut t = lock(&t);
+            apply(&mut t, &changes).map_err(fault)?;
+            Ok(Vec::new())
+        }
+        ObjectRequest::Method { txn, method } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let mut t = lock(&t);
+            let group = |name: &str| -> cairn::Result<GroupId> { Ok(db.group(name)?) };
+            cairn::methods::serve(&mut t, &group, &method).map_err(|e| fault(e.into_storage()))
+        }
+        ObjectRequest::Scan { txn, group } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let oids = lock(&t).scan_all(GroupId(group)).map_err(fault)?;
+            let oids: Vec<[u8; OID_BYTES]> = oids.into_iter().map(Oid::to_bytes).collect();
+            Ok(encode_oids(&oids))
+        }
+        ObjectRequest::TreeOpen { .. }
+        | ObjectRequest::TreeCreate { .. }
+        | ObjectRequest::TreeApply { .. }
+        | ObjectRequest::TreeGet { .. }
+        | ObjectRequest::TreeRange { .. }
+        | ObjectRequest::TreeDestroy { .. } => tree(core, state, req).map_err(fault),
+        ObjectRequest::ReadRange { txn, oid, offset, len } => {
+            let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
+            let mut t = lock(&t);
+            let oid = oid_of(&oid);
+            let total = t.len(oid).map_err(fault)?;
+            let n = total.saturating_sub(offset).min(u64::from(len)) as usize;
+            let mut buf = vec![0u8; n];
+            if n > 0 {
+                t.read_range(oid, offset, &mut buf).map_err(fault)?;
+            }
+            Ok(buf)
+        }
+    }
+}
+
+/// OBJ_COMMIT: the changes applied under X locks, logged and made durable;
+/// any error rolls the transaction back.
+fn commit(core: &Core, state: &SessionState, txn: u64, changes: &[Change]) -> Result<Vec<u8>, Fault> {
+    state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    // Any error drops `t`: the transaction is rolled back.
+    let (mut t, _slot) = state.take_for_commit(txn, "OBJ_COMMIT")?;
+    let bytes: u64 = changes
+        .iter()
+        .map(|c| match c {
+            Change::Update { bytes, .. } => bytes.len() as u64,
+            Change::Delete { .. } => 0,
+        })
+        .sum();
+    if bytes > core.txn_bytes_max {
+        return Err(fault(Error::LimitExceeded {
+            what: "bytes of object changes in one transaction (txn_bytes_max)",
+            value: bytes,
+            limit: core.txn_bytes_max,
+        }));
+    }
+    apply(&mut t, changes).map_err(fault)?;
+    t.commit().map_err(fault)?;
+    Ok(Vec::new())
+}
+
+/// Applies a client's after-images (or deletions) in order.
+fn apply(t: &mut Txn, changes: &[Change]) -> Result<(), Error> {
+    for c in changes {
+        match c {
+            Change::Update { oid, bytes } => t.update(oid_of(oid), bytes)?,
+            Change::Delete { oid } => t.delete(oid_of(oid))?,
+        }
+    }
+    Ok(())
+}
