@@ -34,6 +34,10 @@ pub struct ServerChild {
 /// address (`cairn serve` prints `listening on ADDRESS`).
 pub const LISTENING: &str = "CAIRN-TEST-LISTENING ";
 
+/// How many times [`ServerChild::spawn`] starts a child that ends before
+/// it listens.
+pub const START_ATTEMPTS: u32 = 3;
+
 /// How long a clean stop may take before the test fails.
 const STOP_DEADLINE: Duration = Duration::from_secs(15);
 
@@ -67,7 +71,28 @@ impl ServerChild {
     /// Starts `cmd` (stdin and stdout piped, stderr inherited) and reads its
     /// stdout up to the line with `marker` followed by the address. The rest
     /// of its stdout is drained, so it never blocks on a full pipe.
+    ///
+    /// A child that ends before it listens is started again, up to
+    /// [`START_ATTEMPTS`] times in all: a test that has just closed the
+    /// database may still see its lock held for a moment by another test
+    /// thread's child between its fork and its exec (the descriptor is
+    /// close-on-exec, but a fork copies it first), and the server then
+    /// refuses the database as "in use by" this very process. A child that
+    /// never listens fails the test after the last attempt.
     pub fn spawn(mut cmd: Command, marker: &str, stop: Stop) -> ServerChild {
+        for attempt in 1..=START_ATTEMPTS {
+            if let Some(server) = ServerChild::try_spawn(&mut cmd, marker, stop) {
+                return server;
+            }
+            eprintln!("the server child ended before it listened (attempt {attempt} of {START_ATTEMPTS})");
+            std::thread::sleep(Duration::from_millis(50 * u64::from(attempt)));
+        }
+        panic!("the server child did not say where it listens (see its stderr above)")
+    }
+
+    /// One start of [`ServerChild::spawn`]: `None` if the child ended (or
+    /// closed its stdout) without saying where it listens.
+    fn try_spawn(cmd: &mut Command, marker: &str, stop: Stop) -> Option<ServerChild> {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -91,13 +116,13 @@ impl ServerChild {
         let Some(addr) = addr else {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("the server child did not say where it listens (see its stderr above)")
+            return None;
         };
         std::thread::spawn(move || {
             let mut sink = Vec::new();
             let _ = out.read_to_end(&mut sink);
         });
-        ServerChild { child, addr, stop }
+        Some(ServerChild { child, addr, stop })
     }
 
     /// `cairn://ADDRESS`, for `Database::connect`.

@@ -5,7 +5,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use cairn_testkit::child::{self, LOCKED};
 
-cairn_testkit::child_entry_points!(says_hello, panics, holds_until_killed);
+cairn_testkit::child_entry_points!(says_hello, panics, holds_until_killed, listens_on_the_second_start);
 
 fn says_hello() {
     println!("CAIRN-TEST-HELLO {}", std::env::var("GREETING").unwrap());
@@ -13,6 +13,20 @@ fn says_hello() {
 
 fn panics() {
     panic!("on purpose");
+}
+
+/// A "server" whose first start fails, as one refused a database another
+/// process briefly holds: it exits before listening unless `MARK` exists,
+/// and makes `MARK` as it fails.
+fn listens_on_the_second_start() {
+    let mark = std::path::PathBuf::from(std::env::var("MARK").unwrap());
+    if !mark.exists() {
+        std::fs::write(&mark, b"").unwrap();
+        std::process::exit(1);
+    }
+    println!("{}127.0.0.1:1", cairn_testkit::LISTENING);
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
 }
 
 fn holds_until_killed() {
@@ -72,4 +86,15 @@ fn entry_points_are_not_listed_as_tests() {
     for name in ["says_hello", "panics", "holds_until_killed"] {
         assert!(!list.lines().any(|l| l.starts_with(name)), "{name} is listed:\n{list}");
     }
+}
+
+#[test]
+fn a_server_child_that_ends_before_it_listens_is_started_again() {
+    let mark = std::env::temp_dir().join(format!("cairn-testkit-failed-once-{}", std::process::id()));
+    let _ = std::fs::remove_file(&mark);
+    let server = cairn_testkit::ServerChild::entry_point("listens_on_the_second_start", [("MARK", mark.as_os_str())]);
+    assert!(mark.exists(), "the first start failed and left its mark");
+    assert_eq!(server.url(), "cairn://127.0.0.1:1");
+    drop(server);
+    std::fs::remove_file(&mark).unwrap();
 }
