@@ -20,6 +20,7 @@ use std::process::Command;
 use cairn_net::message::{Architecture, ErrorCode};
 use cairn_net::object_service::{Change, ObjectRequest, TreeOp, OID_BYTES};
 use cairn_net::page_service::PageRequest;
+use cairn_net::rights::{CallbackReply, RightKey, RightsRequest};
 use cairn_net::rpc::{Client, ClientOptions, Login};
 use cairn_net::{Error as NetError, Kind};
 use cairn_server::users::{self, Role};
@@ -167,10 +168,34 @@ fn page_request(g: &mut Gen, pages: u32, held: &[Held]) -> PageRequest {
             group: g.below(6) as u32,
         },
         10 => PageRequest::Read { page: g.page(pages) },
-        11 => PageRequest::Release {
-            rights: (0..g.below(4)).map(|_| (g.page(pages), g.u64())).collect(),
-        },
         _ => PageRequest::Written { txn },
+    }
+}
+
+/// A random key of a right: a page's or an object's.
+fn right_key(g: &mut Gen, pages: u32) -> RightKey {
+    if g.below(2) == 0 {
+        RightKey::Page(g.page(pages))
+    } else {
+        RightKey::Object(g.oid(pages))
+    }
+}
+
+/// A random callback answer or RELEASE, from a session of either kind
+/// (a page session's naming an object is refused).
+fn rights_request(g: &mut Gen, pages: u32) -> RightsRequest {
+    if g.below(2) == 0 {
+        RightsRequest::CallbackReply(CallbackReply {
+            id: g.below(4),
+            key: right_key(g, pages),
+            epoch: g.below(4),
+            writer: if g.below(2) == 0 { 0 } else { g.txn() },
+            in_use_by: (0..g.below(3)).map(|_| g.txn()).collect(),
+        })
+    } else {
+        RightsRequest::Release {
+            rights: (0..g.below(4)).map(|_| (right_key(g, pages), g.below(4))).collect(),
+        }
     }
 }
 
@@ -366,6 +391,7 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
                 let req = (arch == Architecture::PAGE && g.below(8) != 0).then(|| page_request(&mut g, pages, &held));
                 let (kind, body) = match (&req, arch == Architecture::OBJECT) {
                     (Some(req), _) => req.encode(),
+                    (None, _) if g.below(4) == 0 => rights_request(&mut g, pages).encode(),
                     (None, true) if g.below(8) != 0 => object_request(&mut g, pages).encode(),
                     (None, _) => (Kind(0x0100 + g.below(0x60) as u16), g.bytes(128)),
                 };

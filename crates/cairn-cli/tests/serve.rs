@@ -432,6 +432,53 @@ fn a_read_is_served_only_under_a_lock_or_a_right() {
     server.stop();
 }
 
+/// Callback locking's messages are one set for every session kind, keyed
+/// by what a right covers: a page session may name pages only. Its
+/// CALLBACK_REPLY or RELEASE naming an object is refused (INVALID), one
+/// naming a page is taken, and a malformed one is a PROTOCOL error.
+#[test]
+fn a_page_session_names_only_pages_in_its_rights_messages() {
+    use cairn_net::rights::{CallbackReply, RightKey, RightsRequest};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let server = serve(&path, &[]);
+    let c = server.client().unwrap();
+    let send = |req: RightsRequest| {
+        let (kind, body) = req.encode();
+        c.invoke(kind, body).unwrap().collect()
+    };
+    let answer = |key| {
+        RightsRequest::CallbackReply(CallbackReply {
+            id: 0,
+            key,
+            epoch: 0,
+            writer: 0,
+            in_use_by: vec![],
+        })
+    };
+    let release = |key| RightsRequest::Release { rights: vec![(key, 1)] };
+    let object = RightKey::Object(oid.to_bytes());
+    let page = RightKey::Page(oid.page.0);
+    for req in [answer(object), release(object)] {
+        let e = send(req.clone()).expect_err("an object key from a page session");
+        assert_eq!(remote_code(e), ErrorCode::INVALID, "{req:?}");
+    }
+    for req in [answer(page), release(page)] {
+        let parts = send(req.clone()).expect("a page key");
+        assert!(parts.iter().all(|p| p.is_empty()), "{req:?}: {parts:?}");
+    }
+    let (kind, mut body) = release(page).encode();
+    body.push(0);
+    let e = c.invoke(kind, body).unwrap().collect().expect_err("a byte too many");
+    assert_eq!(remote_code(e), ErrorCode::PROTOCOL);
+    // The session still serves.
+    let t = begin(&c);
+    fetch(&c, t, oid.page, false).unwrap();
+    call(&c, &PageRequest::Abort { txn: t }).unwrap();
+    server.stop();
+}
+
 /// A READ checks the session's locks without holding its transactions:
 /// it used to keep a clone of every open transaction of the session while
 /// it looked, so a COMMIT of one of them, running meanwhile on another

@@ -23,8 +23,10 @@ use bytes::{Buf, Bytes, BytesMut};
 
 /// The first four bytes of every frame: `"CRN\x01"` read as a little-endian `u32`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"CRN\x01");
-/// The protocol version this crate speaks (byte 4 of every frame).
-pub const PROTOCOL_VERSION: u8 = 1;
+/// The protocol version this crate speaks (byte 4 of every frame). Version 2 made callback
+/// locking's messages one set for every client kind (`rights`); version 1's page and object
+/// forms are gone.
+pub const PROTOCOL_VERSION: u8 = 2;
 /// Size of the frame header in bytes.
 pub const HEADER_SIZE: usize = 32;
 /// Default largest body accepted after the handshake (16 MiB).

@@ -7,6 +7,8 @@
 //!   TCP ([`transport::tls`], rustls with the `ring` provider): the server's
 //!   `transport::ServerTls` on a `transport::Listener`, the client's [`transport::ClientTls`] in
 //!   [`rpc::ClientOptions::tls`].
+//! - [`rights`]: callback locking's messages, one set for every client kind (CALLBACK,
+//!   CALLBACK_REPLY, RELEASE), keyed by what a right covers: a page or an object.
 //! - [`rpc`]: the client ([`rpc::Client`]: invoke now, collect later; partial replies as a
 //!   stream; a synchronous `call`; [`rpc::Client::next_notice`] for the server's notices) and
 //!   the server ([`rpc::run`] with a [`rpc::Handler`], which sends notices through an
@@ -25,6 +27,7 @@ pub mod frame;
 pub mod message;
 pub mod object_service;
 pub mod page_service;
+pub mod rights;
 pub mod rpc;
 pub mod scram;
 pub mod transport;

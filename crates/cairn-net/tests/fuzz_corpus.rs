@@ -1,4 +1,4 @@
-//! The `frame`, `page_service` and `object_service` fuzz targets' corpora,
+//! The `frame`, `page_service`, `object_service` and `rights` fuzz targets' corpora,
 //! replayed on stable (see `fuzz/replay.rs`).
 
 #[path = "../../../fuzz/replay.rs"]
@@ -13,9 +13,12 @@ mod page_service;
 #[path = "../../../fuzz/targets/object_service.rs"]
 mod object_service;
 
+#[path = "../../../fuzz/targets/rights.rs"]
+mod rights;
+
 use cairn_net::page_service::{
-    encode_groups, encode_lsns, encode_page, encode_pages, Callback, CallbackReply, FetchStatus, Fetched, PageRequest,
-    VolumeInfo, FETCH_X, LOCK_MODE_X, RESOURCE_GROUP,
+    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_X,
+    LOCK_MODE_X, RESOURCE_GROUP,
 };
 
 #[test]
@@ -33,14 +36,89 @@ fn object_service_corpus_replays_without_panics() {
     replay::replay("object_service", object_service::run);
 }
 
+#[test]
+fn rights_corpus_replays_without_panics() {
+    replay::replay("rights", rights::run);
+}
+
+/// Writes the `rights` seeds from real encodings: one per message (the
+/// selector byte first, see the target).
+#[test]
+#[ignore = "rewrites the seed inputs of fuzz/corpus/rights"]
+fn write_rights_seeds() {
+    use cairn_net::rights::{Callback, CallbackReply, RightKey, RightsRequest};
+    let o = |n: u8| [n; 10];
+    let seeds: [(u8, &str, Vec<u8>); 5] = [
+        (
+            0,
+            "callback-reply-object",
+            RightsRequest::CallbackReply(CallbackReply {
+                id: 4,
+                key: RightKey::Object(o(3)),
+                epoch: 17,
+                writer: 0,
+                in_use_by: vec![2, 5],
+            })
+            .encode()
+            .1,
+        ),
+        (
+            0,
+            "callback-reply-page-naming",
+            RightsRequest::CallbackReply(CallbackReply {
+                id: 0,
+                key: RightKey::Page(3),
+                epoch: 0,
+                writer: 7,
+                in_use_by: vec![8],
+            })
+            .encode()
+            .1,
+        ),
+        (
+            1,
+            "release",
+            RightsRequest::Release {
+                rights: vec![(RightKey::Object(o(1)), 3), (RightKey::Page(8), 4)],
+            }
+            .encode()
+            .1,
+        ),
+        (
+            2,
+            "callback-page",
+            Callback {
+                id: 5,
+                key: RightKey::Page(3),
+                epoch: 11,
+            }
+            .encode(),
+        ),
+        (
+            2,
+            "callback-object",
+            Callback {
+                id: 1,
+                key: RightKey::Object(o(2)),
+                epoch: 5,
+            }
+            .encode(),
+        ),
+    ];
+    for (selector, name, body) in seeds {
+        let mut seed = vec![selector];
+        seed.extend_from_slice(&body);
+        replay::write_seed("rights", name, &seed);
+    }
+}
+
 /// Writes the `object_service` seeds from real encodings: one per request
 /// kind and reply decoder (the selector byte first, see the target).
 #[test]
 #[ignore = "rewrites the seed inputs of fuzz/corpus/object_service"]
 fn write_object_service_seeds() {
     use cairn_net::object_service::{
-        encode_entries, encode_oids, encode_values, Change, FetchedObject, ObjectCallback, ObjectCallbackReply,
-        ObjectRequest, RightKey, TreeOp, ValuesAndObjects,
+        encode_entries, encode_oids, encode_values, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects,
     };
     use std::ops::Bound;
     let o = |n: u8| [n; 10];
@@ -125,16 +203,6 @@ fn write_object_service_seeds() {
             key: b"k".to_vec(),
             objects: true,
         },
-        ObjectRequest::CallbackReply(ObjectCallbackReply {
-            id: 4,
-            key: RightKey::Object(o(3)),
-            epoch: 17,
-            writer: 0,
-            in_use_by: vec![2, 5],
-        }),
-        ObjectRequest::Release {
-            rights: vec![(RightKey::Object(o(1)), 3), (RightKey::Page(8), 4)],
-        },
     ];
     for (i, req) in requests.into_iter().enumerate() {
         let (kind, body) = req.encode();
@@ -152,28 +220,18 @@ fn write_object_service_seeds() {
     }
     .encode();
     let values = vec![o(1).to_vec(), o(2).to_vec()];
-    let replies: [(u8, &str, Vec<u8>); 6] = [
-        (17, "fetched", part.clone()),
-        (18, "oids", encode_oids(&[o(1), o(2)])),
-        (19, "values", encode_values(&values)),
-        (19, "entries", encode_entries(&[(b"k".to_vec(), o(1).to_vec())], true)),
+    let replies: [(u8, &str, Vec<u8>); 5] = [
+        (15, "fetched", part.clone()),
+        (16, "oids", encode_oids(&[o(1), o(2)])),
+        (17, "values", encode_values(&values)),
+        (17, "entries", encode_entries(&[(b"k".to_vec(), o(1).to_vec())], true)),
         (
-            20,
+            18,
             "values-and-objects",
             ValuesAndObjects {
                 values: values.clone(),
                 objects: vec![part.clone(), part],
                 leaves: vec![(4, 2)],
-            }
-            .encode(),
-        ),
-        (
-            21,
-            "callback",
-            ObjectCallback {
-                id: 1,
-                key: RightKey::Object(o(2)),
-                epoch: 5,
             }
             .encode(),
         ),
@@ -251,13 +309,6 @@ fn write_page_service_seeds() {
             name: "parts".into(),
         },
         PageRequest::Read { page: 3 },
-        PageRequest::CallbackReply(CallbackReply {
-            id: 5,
-            page: 3,
-            epoch: 11,
-            writer: 0,
-            in_use_by: vec![7, 8],
-        }),
     ];
     for req in requests {
         let (kind, body) = req.encode();
@@ -275,20 +326,10 @@ fn write_page_service_seeds() {
         cover: 12,
         image: &image,
     };
-    let replies: [(u8, &str, Vec<u8>); 6] = [
+    let replies: [(u8, &str, Vec<u8>); 5] = [
         (17, "fetched", part.encode()),
         (18, "lsns", encode_lsns(&[(3, 77), (4, 78)])),
         (19, "pages", encode_pages(&[3, 4, 5])),
-        (
-            22,
-            "callback",
-            Callback {
-                id: 5,
-                page: 3,
-                epoch: 11,
-            }
-            .encode(),
-        ),
         (
             20,
             "groups",

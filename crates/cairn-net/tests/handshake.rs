@@ -177,7 +177,7 @@ fn raw_handshake_then_ping() {
     let server = Server::start(common::Transport::Unix, Limits::default());
     let mut raw = Raw::connect(&server.addr);
     let w = raw.handshake();
-    assert_eq!(w.version, 1);
+    assert_eq!(w.version, u16::from(PROTOCOL_VERSION));
     raw.send(&common::request_frame(Kind::PING, 9, b""));
     assert_eq!(
         raw.next_message(),

@@ -68,8 +68,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cairn_net::message::{ErrorCode, Fault};
-use cairn_net::object_service::{ObjectCallback, RightKey};
-use cairn_net::page_service::Callback;
+use cairn_net::rights::{Callback, RightKey};
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::{ClientId, Db, Error, Oid, PageId, TxnId};
 
@@ -466,10 +465,9 @@ impl Callbacks {
         for &(id, k, client, epoch) in ids {
             let sent = sessions(client).is_some_and(|s| {
                 let notice = match (s.object, k, right_key(k)) {
-                    (true, _, Some(key)) => ObjectCallback { id, key, epoch }.encode(),
-                    (false, Resource::Page(p), _) => Callback { id, page: p.0, epoch }.encode(),
                     // A page session holds no object rights.
-                    _ => return false,
+                    (false, Resource::Object(_), _) | (_, _, None) => return false,
+                    (_, _, Some(key)) => Callback { id, key, epoch }.encode(),
                 };
                 s.notifier.get().is_some_and(|n| n.notice(notice).is_ok())
             });

@@ -67,6 +67,7 @@ mod bounds;
 pub mod callbacks;
 mod objects;
 mod pages;
+mod rights;
 pub mod users;
 
 use std::collections::HashMap;
@@ -78,6 +79,7 @@ use bytes::Bytes;
 use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
 use cairn_net::object_service::ObjectRequest;
 use cairn_net::page_service::{FaultDetail, PageRequest};
+use cairn_net::rights::RightsRequest;
 use cairn_net::rpc::{Handler, Limits, Notifier, Replier, Request};
 use cairn_net::scram::{Decoy, Verifier};
 use cairn_net::transport::Listener;
@@ -610,6 +612,11 @@ impl Handler for PageServer {
     }
 
     async fn handle(&self, session: &Session, request: Request, reply: &Replier) -> Result<Bytes, Fault> {
+        let rights = RightsRequest::decode(request.kind, &request.body)
+            .map_err(|e| Fault::new(ErrorCode::PROTOCOL, e.to_string()))?;
+        if let Some(req) = rights {
+            return rights::handle(&self.core, &session.state, req).await;
+        }
         if session.state.object {
             let req = ObjectRequest::decode(request.kind, &request.body)
                 .map_err(|e| Fault::new(ErrorCode::PROTOCOL, e.to_string()))?;

@@ -106,10 +106,6 @@ async fn without_waiting(
 /// here by then (a transaction begun, locks taken, rights granted) is what
 /// [`serve`] would do first anyway, so it is not done twice.
 fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -> Option<Result<Answer, Fault>> {
-    if let PageRequest::Release { rights } = req {
-        give_back(core, state, rights);
-        return Some(Ok(Answer::Body(Vec::new())));
-    }
     if let PageRequest::Lock {
         txn,
         resource,
@@ -260,20 +256,6 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             Ok(Answer::Body(encode_pages(&pages)))
         }
         PageRequest::Read { page } => read(core, state, PageId(page)),
-        PageRequest::CallbackReply(c) => {
-            // Id 0 answers no callback: the client names its transactions
-            // reading a page under its right before another of them takes X.
-            let res = Resource::Page(PageId(c.page));
-            let answered = core
-                .callbacks
-                .answer(db, state, c.id, res, c.epoch, c.writer, &c.in_use_by);
-            answered.map_err(fault)?;
-            empty()
-        }
-        PageRequest::Release { rights } => {
-            give_back(core, state, &rights);
-            empty()
-        }
         PageRequest::Written { txn } => {
             let u = lock(&state.unwritten).remove(&txn).ok_or_else(|| {
                 Fault::new(
@@ -476,12 +458,6 @@ fn read(core: &Core, state: &SessionState, p: PageId) -> Result<Answer, Fault> {
     let mut image = core.db.read_committed(p).map_err(fault)?;
     page::seal(&mut image);
     Ok(Answer::Body(image))
-}
-
-/// RELEASE: the session's rights to cache `rights` go (never waits).
-fn give_back(core: &Core, state: &SessionState, rights: &[(u32, u64)]) {
-    let rights: Vec<(Resource, u64)> = rights.iter().map(|&(p, e)| (Resource::Page(PageId(p)), e)).collect();
-    core.callbacks.give_back(state.client, &rights);
 }
 
 /// The records as slices.

@@ -15,8 +15,8 @@
 //! | `0x0206` OBJ_READ_RANGE | `txn u64, oid[10], offset u64, len u32` | the bytes (fewer at the end of the object) |
 //! | `0x0207` OBJ_FLUSH | as OBJ_COMMIT | empty, once the changes are applied in the transaction (not committed) |
 //! | `0x0208` OBJ_METHOD | `txn u64, len u32, method` | the method's answer (`cairn::methods`) |
-//! | `0x0209` OBJ_CALLBACK_REPLY | [`ObjectCallbackReply`] ([`rights`]) | empty |
-//! | `0x020A` OBJ_RELEASE | rights given back ([`rights`]) | none (sent one way) |
+//! | `0x0209` | retired (was OBJ_CALLBACK_REPLY: now [`crate::rights`]'s CALLBACK_REPLY, for every client) | |
+//! | `0x020A` | retired (was OBJ_RELEASE: now [`crate::rights`]'s RELEASE) | |
 //! | `0x0210` TREE_OPEN | `txn u64, root u32` | `group u32` (the tree is checked) |
 //! | `0x0211` TREE_CREATE | `txn u64, group u32, unique u8` | `root u32` |
 //! | `0x0212` TREE_APPLY | `txn u64, root u32, count u32, ([`TreeOp`]) × count` | `count u32, page u32 × count`: the pages it changed, allocated or freed |
@@ -49,16 +49,13 @@
 //! **Callback locking at object granularity.** A fetched object may come
 //! with a *right* (an epoch, [`FetchedObject::right`]): the client may keep
 //! it across transactions and read it without asking, until the server
-//! calls the right back ([`rights::ObjectCallback`]) because another client
-//! is about to change the object. An index lookup whose key lies inside one
-//! leaf may come with a right on that leaf. The answers and the rights
-//! given back unasked are in [`rights`].
-
-pub mod rights;
+//! calls the right back because another client is about to change the
+//! object. An index lookup whose key lies inside one leaf may come with a
+//! right on that leaf. The callbacks, their answers and the rights given
+//! back unasked are the messages every client shares ([`crate::rights`]).
 
 use crate::frame::Kind;
 use crate::message::{MessageError, Reader, Writer};
-pub use rights::{ObjectCallback, ObjectCallbackReply, RightKey};
 
 /// Objects one OBJ_FETCH may name.
 pub const FETCH_OBJECTS_MAX: usize = 1024;
@@ -113,10 +110,6 @@ impl Kind {
     pub const OBJ_FLUSH: Kind = Kind(0x0207);
     /// OBJ_METHOD.
     pub const OBJ_METHOD: Kind = Kind(0x0208);
-    /// An object session's answer to a callback (`object_service::rights`).
-    pub const OBJ_CALLBACK_REPLY: Kind = Kind(0x0209);
-    /// Rights an object session gives back unasked.
-    pub const OBJ_RELEASE: Kind = Kind(0x020A);
     /// TREE_OPEN.
     pub const TREE_OPEN: Kind = Kind(0x0210);
     /// TREE_CREATE.

@@ -6,8 +6,8 @@
 use std::ops::Bound;
 
 use super::{
-    get_key16, get_value32, malformed, oid, rights, MessageError, ObjectCallbackReply, Reader, RightKey, Writer,
-    COMMIT_CHANGES_MAX, FETCH_OBJECTS_MAX, OBJ_S_PAGE_AHEAD, OID_BYTES, READ_RANGE_MAX, TREE_LIMIT_MAX,
+    get_key16, get_value32, malformed, oid, MessageError, Reader, Writer, COMMIT_CHANGES_MAX, FETCH_OBJECTS_MAX,
+    OBJ_S_PAGE_AHEAD, OID_BYTES, READ_RANGE_MAX, TREE_LIMIT_MAX,
 };
 use crate::frame::Kind;
 
@@ -99,13 +99,6 @@ pub enum ObjectRequest {
     Abort {
         /// The transaction.
         txn: u64,
-    },
-    /// OBJ_CALLBACK_REPLY.
-    CallbackReply(ObjectCallbackReply),
-    /// OBJ_RELEASE: rights (key, epoch) given back.
-    Release {
-        /// At most 4,096.
-        rights: Vec<(RightKey, u64)>,
     },
     /// OBJ_SCAN: the OIDs of a group's objects.
     Scan {
@@ -321,7 +314,6 @@ impl ObjectRequest {
             | ObjectRequest::TreeRange { txn, .. }
             | ObjectRequest::TreeDestroy { txn, .. }
             | ObjectRequest::ReadRange { txn, .. } => Some(*txn),
-            ObjectRequest::CallbackReply(_) | ObjectRequest::Release { .. } => None,
         }
     }
 
@@ -373,14 +365,6 @@ impl ObjectRequest {
             ObjectRequest::Abort { txn } => {
                 w.put_u64(*txn);
                 Kind::OBJ_ABORT
-            }
-            ObjectRequest::CallbackReply(c) => {
-                c.put(w);
-                Kind::OBJ_CALLBACK_REPLY
-            }
-            ObjectRequest::Release { rights } => {
-                rights::put_release(w, rights);
-                Kind::OBJ_RELEASE
             }
             ObjectRequest::Scan { txn, group } => {
                 w.put_u64(*txn);
@@ -493,10 +477,6 @@ impl ObjectRequest {
                 method: get_value32(&mut r)?,
             },
             Kind::OBJ_ABORT => ObjectRequest::Abort { txn: r.u64("txn")? },
-            Kind::OBJ_CALLBACK_REPLY => ObjectRequest::CallbackReply(ObjectCallbackReply::get(&mut r, what)?),
-            Kind::OBJ_RELEASE => ObjectRequest::Release {
-                rights: rights::get_release(&mut r, what)?,
-            },
             Kind::OBJ_SCAN => ObjectRequest::Scan {
                 txn: r.u64("txn")?,
                 group: r.u32("group")?,

@@ -113,23 +113,6 @@ fn every_request() -> Vec<ObjectRequest> {
             after: None,
         },
         ObjectRequest::TreeDestroy { txn: 3, root: 9 },
-        ObjectRequest::CallbackReply(ObjectCallbackReply {
-            id: 4,
-            key: RightKey::Object(o(3)),
-            epoch: 17,
-            writer: 0,
-            in_use_by: vec![2, 5],
-        }),
-        ObjectRequest::CallbackReply(ObjectCallbackReply {
-            id: 0,
-            key: RightKey::Page(12),
-            epoch: 0,
-            writer: 9,
-            in_use_by: vec![],
-        }),
-        ObjectRequest::Release {
-            rights: vec![(RightKey::Object(o(1)), 3), (RightKey::Page(8), 4)],
-        },
     ]
 }
 
@@ -288,24 +271,6 @@ fn fetched_objects_round_trip_and_inconsistent_parts_are_refused() {
     let oids = vec![o(1), o(9)];
     assert_eq!(decode_oids(&encode_oids(&oids)).unwrap(), oids);
     assert!(decode_oids(&encode_oids(&oids)[..15]).is_err());
-}
-
-#[test]
-fn object_callbacks_round_trip_and_bad_keys_are_refused() {
-    for key in [RightKey::Object(o(7)), RightKey::Page(3)] {
-        let c = ObjectCallback { id: 9, key, epoch: 11 };
-        let enc = c.encode();
-        assert_eq!(ObjectCallback::decode(&enc).unwrap(), c);
-        for cut in 0..enc.len() {
-            assert!(ObjectCallback::decode(&enc[..cut]).is_err());
-        }
-        let mut bad = enc.clone();
-        bad[8] = 2;
-        assert!(ObjectCallback::decode(&bad).is_err(), "key tag 2");
-    }
-    let mut none = vec![0u8, 0];
-    none.truncate(2);
-    assert!(ObjectRequest::decode(Kind::OBJ_RELEASE, &none).is_err(), "no rights");
 }
 
 #[test]

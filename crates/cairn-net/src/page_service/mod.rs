@@ -15,14 +15,15 @@
 //! | `0x0109` GROUPS | empty | `count u32, (id u32, len u16, name) × count` |
 //! | `0x010A` GROUP | `create u8, len u16, name` | `id u32` |
 //! | `0x010B` READ | `page u32` | `image` |
-//! | `0x010C` CALLBACK_REPLY | [`CallbackReply`]: `callback u64, page u32, epoch u64, writer u64, count u16, txn u64 × count` | empty |
+//! | `0x010C` | retired (was CALLBACK_REPLY: now [`crate::rights`]'s, for every client) | |
 //! | `0x010D` STAGE | `txn u64, count u32, (len u32, record) × count` (as COMMIT) | empty, once verified and staged |
-//! | `0x010E` RELEASE | `count u16, (page u32, epoch u64) × count` | empty |
+//! | `0x010E` | retired (was RELEASE: now [`crate::rights`]'s) | |
 //! | `0x010F` VOLUME_FILE | empty | the volume file's path (bytes) |
 //! | `0x0110` WRITTEN | `txn u64` | empty |
 //!
-//! and one server-initiated message, a NOTICE whose body is a [`Callback`]:
-//! `callback u64, page u32, epoch u64`.
+//! and the messages of callback locking, which every client shares
+//! ([`crate::rights`]: the server's CALLBACK notice, CALLBACK_REPLY and
+//! RELEASE).
 //!
 //! **Transactions** are named by the client (any id but 0, unique among the
 //! session's open ones): the server begins one the first time a request
@@ -33,20 +34,9 @@
 //! **Callback locking.** A client that answers callbacks sets
 //! [`FETCH_CACHE`] in a FETCH's mode; a FETCH part that then grants it the
 //! right to cache the page across transactions carries a nonzero `cover`
-//! epoch. Before
-//! another client's transaction may take X on the page, the server sends a
-//! CALLBACK naming the page and that epoch; the client answers with
-//! CALLBACK_REPLY: no transactions (it gave the right up) or the
-//! transactions of its own still reading the page (the server then takes S
-//! for each of them, so the writer waits for them in the lock table, where
-//! a deadlock through a callback is found like any other). A CALLBACK_REPLY
-//! with callback id 0 answers no callback: before one of its transactions
-//! asks for X on a page it caches, the client names its *other*
-//! transactions reading the page under its right the same way (its own
-//! right stays). RELEASE gives rights back unasked (pages the client no
-//! longer caches), so neither side's table of rights grows with every page
-//! a client ever read; a right whose epoch is not the one named (renewed
-//! since) stays.
+//! epoch, a right on the page ([`crate::rights::RightKey::Page`]) that
+//! the server calls back before another client's transaction takes X on
+//! the page ([`crate::rights`] has the protocol).
 //! A FETCH takes the lock it needs with the read, so locking adds no round
 //! trip, and names up to [`FETCH_PAGES_MAX`] pages at once (prefetch). Its
 //! mode is [`FETCH_S`], [`FETCH_X`] or [`FETCH_TRY_INSERT`] (take X only if
@@ -77,10 +67,6 @@ use crate::message::{ErrorCode, MessageError, Reader, Writer};
 
 /// Pages one FETCH may name.
 pub const FETCH_PAGES_MAX: usize = 256;
-/// Rights one RELEASE may give back.
-pub const RELEASE_RIGHTS_MAX: usize = 4096;
-/// Transactions a CALLBACK_REPLY may name.
-pub const TXNS_MAX: usize = 1024;
 /// Records one COMMIT may carry.
 pub const COMMIT_RECORDS_MAX: u32 = 1 << 20;
 /// "No page" in a `near` field.
@@ -141,12 +127,8 @@ impl Kind {
     pub const GROUP: Kind = Kind(0x010A);
     /// Reads a committed page without a lock.
     pub const READ: Kind = Kind(0x010B);
-    /// Answers a callback.
-    pub const CALLBACK_REPLY: Kind = Kind(0x010C);
     /// Sends part of a transaction's redo records ahead of its COMMIT.
     pub const STAGE: Kind = Kind(0x010D);
-    /// Gives rights to cache back (see [`PageRequest::Release`]).
-    pub const RELEASE: Kind = Kind(0x010E);
     /// VOLUME_FILE (file-server sessions).
     pub const VOLUME_FILE: Kind = Kind(0x010F);
     /// WRITTEN (file-server sessions).
@@ -180,48 +162,12 @@ impl ErrorCode {
     pub const SESSION_ENDED: ErrorCode = ErrorCode(0x100B);
 }
 
-/// A callback (the body of a NOTICE): give up the right to cache `page`
-/// granted with `epoch`, or say which transactions still read it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Callback {
-    /// The server's id for this callback.
-    pub id: u64,
-    /// The page.
-    pub page: u32,
-    /// The epoch of the right being called back (a FETCH part's `cover`).
-    pub epoch: u64,
-}
-
-impl Callback {
-    /// Encodes the NOTICE body.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(20);
-        w.put(&self.id.to_le_bytes());
-        w.put(&self.page.to_le_bytes());
-        w.put(&self.epoch.to_le_bytes());
-        w.into_bytes()
-    }
-
-    /// Decodes a NOTICE body.
-    pub fn decode(body: &[u8]) -> Result<Callback, MessageError> {
-        let mut r = Reader::within("CALLBACK notice", body);
-        let c = Callback {
-            id: r.u64("id")?,
-            page: r.u32("page")?,
-            epoch: r.u64("epoch")?,
-        };
-        r.finish("the body")?;
-        Ok(c)
-    }
-}
-
 fn malformed(what: &'static str, problem: &'static str) -> MessageError {
     MessageError::Malformed { what, problem }
 }
 
 mod request;
-pub(crate) use request::{get_txns, put_txns};
-pub use request::{CallbackReply, PageRequest};
+pub use request::PageRequest;
 
 mod replies;
 pub use replies::*;

@@ -1,11 +1,10 @@
-//! The page service's requests: [`PageRequest`] and its
-//! [`CallbackReply`], each encoding and decoding itself with the one byte
-//! [`Writer`] and [`Reader`]. The byte layout of each is in the module
+//! The page service's requests: [`PageRequest`], encoding and decoding
+//! itself with the one byte [`Writer`] and [`Reader`]. The byte layout of each is in the module
 //! table of [`page_service`](super).
 
 use super::{
     malformed, MessageError, Reader, Writer, COMMIT_RECORDS_MAX, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_TRY_INSERT,
-    GROUP_NAME_MAX, LOCK_MODE_X, RELEASE_RIGHTS_MAX, RESOURCE_GROUP, TXNS_MAX,
+    GROUP_NAME_MAX, LOCK_MODE_X, RESOURCE_GROUP,
 };
 use crate::frame::Kind;
 
@@ -98,16 +97,6 @@ pub enum PageRequest {
         /// The page.
         page: u32,
     },
-    /// CALLBACK_REPLY.
-    CallbackReply(CallbackReply),
-    /// RELEASE: the client gives up its rights to cache these pages (page,
-    /// epoch of the right), unasked; at most [`RELEASE_RIGHTS_MAX`]. A right
-    /// of another epoch (renewed since) is kept. Needs no answer: a client
-    /// sends it with its next request and never waits for the reply.
-    Release {
-        /// The rights given back.
-        rights: Vec<(u32, u64)>,
-    },
     /// VOLUME_FILE: the path of the volume file (a file-server client reads
     /// and writes its pages there).
     VolumeFile,
@@ -119,48 +108,8 @@ pub enum PageRequest {
     },
 }
 
-/// The answer to a [`Callback`], or (id 0) a client naming its
-/// transactions that read a page under its right before another of its
-/// transactions asks for X on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CallbackReply {
-    /// The callback answered; 0: none (the client's right stays).
-    pub id: u64,
-    /// Its page.
-    pub page: u32,
-    /// Its epoch.
-    pub epoch: u64,
-    /// Callback id 0: the client's transaction about to ask for X (its
-    /// readers named here must not wait for it); else 0.
-    pub writer: u64,
-    /// The client's transactions still reading the page (empty: the right
-    /// is given up and nobody uses the page), at most [`TXNS_MAX`].
-    pub in_use_by: Vec<u64>,
-}
-
-impl CallbackReply {
-    fn put(&self, w: &mut Writer) {
-        w.put_u64(self.id);
-        w.put_u32(self.page);
-        w.put_u64(self.epoch);
-        w.put_u64(self.writer);
-        put_txns(w, &self.in_use_by);
-    }
-
-    fn get(r: &mut Reader<'_>, what: &'static str) -> Result<CallbackReply, MessageError> {
-        Ok(CallbackReply {
-            id: r.u64("id")?,
-            page: r.u32("page")?,
-            epoch: r.u64("epoch")?,
-            writer: r.u64("writer")?,
-            in_use_by: get_txns(r, what)?,
-        })
-    }
-}
-
 /// Writes `count u16, (page u32, u64) × count` for at most `max` pairs (a
-/// FETCH's pages and the LSNs of the client's copies, a RELEASE's pages
-/// and epochs).
+/// FETCH's pages and the LSNs of the client's copies).
 fn put_page_pairs(w: &mut Writer, pairs: &[(u32, u64)], max: usize) {
     let pairs = &pairs[..pairs.len().min(max)];
     w.put_u16(pairs.len() as u16);
@@ -213,8 +162,6 @@ impl PageRequest {
             | PageRequest::Groups
             | PageRequest::Group { .. }
             | PageRequest::Read { .. }
-            | PageRequest::CallbackReply(_)
-            | PageRequest::Release { .. }
             | PageRequest::VolumeFile => None,
         }
     }
@@ -309,14 +256,6 @@ impl PageRequest {
                 w.put_u32(*page);
                 Kind::READ
             }
-            PageRequest::CallbackReply(c) => {
-                c.put(w);
-                Kind::CALLBACK_REPLY
-            }
-            PageRequest::Release { rights } => {
-                put_page_pairs(w, rights, RELEASE_RIGHTS_MAX);
-                Kind::RELEASE
-            }
             PageRequest::Volume => Kind::VOLUME,
             PageRequest::Groups => Kind::GROUPS,
             PageRequest::VolumeFile => Kind::VOLUME_FILE,
@@ -358,10 +297,6 @@ impl PageRequest {
             Kind::GROUPS => PageRequest::Groups,
             Kind::GROUP => Self::get_group(&mut r, what)?,
             Kind::READ => PageRequest::Read { page: r.u32("page")? },
-            Kind::CALLBACK_REPLY => PageRequest::CallbackReply(CallbackReply::get(&mut r, what)?),
-            Kind::RELEASE => PageRequest::Release {
-                rights: get_page_pairs(&mut r, what, RELEASE_RIGHTS_MAX, "a RELEASE names 1 to 4096 rights")?,
-            },
             Kind::VOLUME_FILE => PageRequest::VolumeFile,
             Kind::WRITTEN => PageRequest::Written { txn: r.u64("txn")? },
             _ => return Ok(None),
@@ -446,23 +381,4 @@ fn get_records(r: &mut Reader<'_>, what: &'static str) -> Result<(u64, Vec<Vec<u
         records.push(r.bytes32("a record")?.to_vec());
     }
     Ok((txn, records))
-}
-
-/// Writes `count u16, txn u64 × count` (at most [`TXNS_MAX`]).
-pub(crate) fn put_txns(w: &mut Writer, txns: &[u64]) {
-    let txns = &txns[..txns.len().min(TXNS_MAX)];
-    w.put(&(txns.len() as u16).to_le_bytes());
-    for t in txns {
-        w.put(&t.to_le_bytes());
-    }
-}
-
-/// Reads what [`put_txns`] wrote.
-pub(crate) fn get_txns(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u64>, MessageError> {
-    let n = r.u16("a transaction count")? as usize;
-    if n > TXNS_MAX {
-        return Err(malformed(what, "a list of more than 1,024 transactions"));
-    }
-    r.check_count("a count", n as u64, 8)?;
-    (0..n).map(|_| Ok(r.u64("a transaction")?)).collect()
 }

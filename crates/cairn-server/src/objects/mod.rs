@@ -27,9 +27,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
-    encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, FetchedPage, ObjectRequest, RightKey,
-    TreeOp, ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_S_PAGE_AHEAD, OBJ_X,
-    OID_BYTES,
+    encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, FetchedPage, ObjectRequest, TreeOp,
+    ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_S_PAGE_AHEAD, OBJ_X, OID_BYTES,
 };
 use cairn_net::page_service::{encode_pages, NO_GROUP};
 use cairn_net::rpc::Replier;
@@ -39,7 +38,6 @@ use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::record::object::{small_max, ObjectSpace};
 use cairn_storage::{Error, GroupId, Oid, PageId, Txn};
 
-use crate::callbacks::key_of;
 use crate::{fault, lock, Core, SessionState};
 
 mod pages;
@@ -63,12 +61,6 @@ pub(crate) async fn handle(
     req: ObjectRequest,
     reply: &Replier,
 ) -> Result<Bytes, Fault> {
-    if let ObjectRequest::Release { rights } = req {
-        // In memory only: here on the network thread, as the page
-        // server's RELEASE (a blocking thread would cost more than it).
-        give_back(core, state, rights);
-        return Ok(Bytes::new());
-    }
     // One request of a transaction at a time.
     let _turn = state
         .turn_of(req.txn(), matches!(req, ObjectRequest::Abort { .. }))
@@ -158,12 +150,6 @@ async fn fetch_streamed(
             }
         }
     }
-}
-
-/// OBJ_RELEASE: the client gave these rights up.
-fn give_back(core: &Core, state: &SessionState, rights: Vec<(RightKey, u64)>) {
-    let rights: Vec<_> = rights.into_iter().map(|(k, e)| (key_of(k), e)).collect();
-    core.callbacks.give_back(state.client, &rights);
 }
 
 /// OBJ_FETCH: locks (S, or X for [`OBJ_X`]) and reads each object in turn,
@@ -274,18 +260,6 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
         ObjectRequest::Abort { txn } => {
             let t = lock(&state.txns).remove(&txn);
             drop(t);
-            Ok(Vec::new())
-        }
-        ObjectRequest::CallbackReply(c) => {
-            // Id 0 answers no callback: the client names its transactions
-            // reading under a right before another of them changes it.
-            core.callbacks
-                .answer(db, state, c.id, key_of(c.key), c.epoch, c.writer, &c.in_use_by)
-                .map_err(fault)?;
-            Ok(Vec::new())
-        }
-        ObjectRequest::Release { rights } => {
-            give_back(core, state, rights);
             Ok(Vec::new())
         }
         ObjectRequest::Flush { txn, changes } => {

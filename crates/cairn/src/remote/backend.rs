@@ -74,7 +74,7 @@ impl Backend for RemoteStore {
                     mode: wire_mode(mode),
                     try_only: false,
                 })?;
-                let mut st = lock(&self.state);
+                let mut st = self.rights.lock();
                 let held = st.txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
                 *held = held.sup(mode);
                 Ok(())
@@ -99,7 +99,7 @@ impl Backend for RemoteStore {
             if !LockMode::S.covers(mode) {
                 // Another transaction of this client reading the page under
                 // the right would not be seen by the server's lock: not now.
-                let mut st = lock(&self.state);
+                let mut st = self.rights.lock();
                 let others = st
                     .txns
                     .iter()
@@ -123,7 +123,7 @@ impl Backend for RemoteStore {
             self.refresh_from_file(p)?;
         }
         if granted {
-            let mut st = lock(&self.state);
+            let mut st = self.rights.lock();
             let held = st.txns.entry(owner.txn).or_default().locks.entry(res).or_insert(mode);
             *held = held.sup(mode);
         }
@@ -177,7 +177,9 @@ impl Backend for RemoteStore {
             let f = self.facts(owner.txn, page)?;
             return Ok(f.in_use && f.group == Some(group));
         }
-        let known = lock(&self.state)
+        let known = self
+            .rights
+            .lock()
             .txns
             .get(&owner.txn)
             .and_then(|v| v.facts.get(&page).copied());
@@ -213,11 +215,11 @@ impl Backend for RemoteStore {
         self.install_newest(id, image)?;
         self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
         self.page_count.fetch_max(count, Ordering::Relaxed);
-        let mut st = lock(&self.state);
+        let mut st = self.rights.lock();
         // A right to cache the page from before it was freed (this
         // client's own free is not called back) describes a page that is
         // no more: give it up.
-        let stale = st.covers.remove(&id).map(|c| (id.0, c.epoch));
+        let stale = st.covers.remove(&id).map(|c| (id, c.epoch));
         let view = st.txns.entry(owner.txn).or_default();
         view.facts.insert(
             id,
@@ -230,7 +232,7 @@ impl Backend for RemoteStore {
         let g = view.locks.entry(Resource::Group(group)).or_insert(LockMode::IX);
         *g = g.sup(LockMode::IX);
         drop(st);
-        self.release(&Vec::from_iter(stale));
+        self.release_pages(stale);
         Ok(id)
     }
 
@@ -243,8 +245,8 @@ impl Backend for RemoteStore {
         // The right to cache it says the page is in use, in its group: not
         // after this commits (the server does not call back the freeing
         // client). The others go to the server, and wait for this one.
-        let stale = lock(&self.state).covers.remove(&page).map(|c| (page.0, c.epoch));
-        self.release(&Vec::from_iter(stale));
+        let stale = self.rights.lock().covers.remove(&page).map(|c| (page, c.epoch));
+        self.release_pages(stale);
         Ok(())
     }
 
@@ -301,7 +303,7 @@ impl Backend for RemoteStore {
         // refused before sending (a record over the message limit) did not,
         // and `end` aborts it.
         if !matches!(reply, Err(Error::LimitExceeded { .. })) {
-            if let Some(v) = lock(&self.state).txns.get_mut(&id) {
+            if let Some(v) = self.rights.lock().txns.get_mut(&id) {
                 v.ended_on_server = true;
             }
         }
@@ -342,7 +344,7 @@ impl Backend for RemoteStore {
         // The server aborts it (and gives its pages back); if the connection
         // is gone the server aborted it already.
         let known = self.start_ending(txn.id());
-        if let Some(v) = lock(&self.state).txns.get_mut(&txn.id()) {
+        if let Some(v) = self.rights.lock().txns.get_mut(&txn.id()) {
             v.ended_on_server = true;
         }
         if known {
@@ -356,11 +358,11 @@ impl Backend for RemoteStore {
     fn end(&self, owner: LockOwner, _allocated: &[PageId]) {
         self.start_ending(owner.txn);
         let view = {
-            let mut st = lock(&self.state);
+            let mut st = self.rights.lock();
             st.writer_ended(owner.txn);
             st.txns.remove(&owner.txn)
         };
-        if view.is_some_and(|v| v.on_server && !v.ended_on_server) {
+        if view.is_some_and(|v| v.answering.on_server && !v.ended_on_server) {
             // A read-only transaction: releasing its locks is all its commit
             // is, so nobody waits for the answer (the call is sent and
             // dropped; the reply is discarded when it comes). If the

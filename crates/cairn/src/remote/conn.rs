@@ -391,7 +391,6 @@ fn txn_of(req: &PageRequest) -> TxnId {
         | PageRequest::Abort { txn }
         | PageRequest::Lock { txn, .. }
         | PageRequest::GroupPages { txn, .. } => TxnId(*txn),
-        PageRequest::CallbackReply(c) => TxnId(c.in_use_by.first().copied().unwrap_or(0)),
         _ => TxnId(0),
     }
 }

@@ -1,16 +1,16 @@
-//! Callback locking on the client: what its transactions hold and know, its rights to cache pages, the callback thread.
+//! Callback locking on the page and file clients: what their transactions
+//! hold and know, and their rights to cache pages — the [`Table`] of
+//! [`super::rights`], which has what every client shares.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, Weak};
-use std::time::Duration;
 
-use cairn_net::page_service::{Callback, CallbackReply, PageRequest, RELEASE_RIGHTS_MAX};
-use cairn_net::rpc::Client;
+use cairn_net::rights::Callback;
 use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::lock::{LockMode, Resource};
-use cairn_storage::{Error, GroupId, PageId, Result, TxnId};
+use cairn_storage::{GroupId, PageId, Result, TxnId};
 
-use super::{lock, RemoteStore};
+use super::rights::{release, Answering, Revoked, Table};
+use super::RemoteStore;
 
 /// What one transaction has learnt of a page from the server.
 #[derive(Clone, Copy, Debug)]
@@ -26,28 +26,12 @@ pub(super) struct TxnView {
     /// right to cache them (known to the server only if called back).
     pub(super) locks: FxHashMap<Resource, LockMode>,
     pub(super) facts: FxHashMap<PageId, Facts>,
-    /// The server knows the transaction (a request named it, or a callback
-    /// answer said it reads a page): its end must reach the server.
-    pub(super) on_server: bool,
+    /// Whether the server knows it, whether it is ending, and the answers
+    /// naming it in flight.
+    pub(super) answering: Answering,
     /// The server's transaction is over (a COMMIT or ABORT was sent): a
     /// read-only commit, which sends neither, ends it with an ABORT.
     pub(super) ended_on_server: bool,
-    /// Its COMMIT or ABORT is about to be sent: it reads nothing more, so a
-    /// callback answer does not name it (the server would begin it again).
-    pub(super) ending: bool,
-    /// Callback answers naming it that the server has not acknowledged:
-    /// its ABORT must not overtake them (the server would begin it again
-    /// for the answer and keep its lock).
-    pub(super) answers_in_flight: u32,
-}
-
-impl TxnView {
-    /// It is named in a callback answer about to be sent: the server will
-    /// know it, and it must not end before the answer is acknowledged.
-    fn named_in_answer(&mut self) {
-        self.on_server = true;
-        self.answers_in_flight += 1;
-    }
 }
 
 /// The client's right to cache a page across transactions (callback
@@ -67,16 +51,8 @@ pub(super) struct ClientState {
     pub(super) txns: FxHashMap<TxnId, TxnView>,
     /// Pages this client may read without asking.
     pub(super) covers: FxHashMap<PageId, Cover>,
-    /// Rights called back before the FETCH that granted them was taken in
-    /// (the reply and the callback cross): the highest epoch called back
-    /// per page. A right of that epoch or older is not taken. Only a FETCH
-    /// in flight when the callback came can carry such a right (one sent
-    /// later gets a newer epoch), so this is kept only while FETCHes are in
-    /// flight, and emptied when none is: it holds at most the callbacks of
-    /// one burst of fetches, not one entry per page ever called back.
-    revoked: FxHashMap<PageId, u64>,
-    /// FETCH requests (or prefetch batches) sent and not yet taken in.
-    fetches_in_flight: usize,
+    /// Rights called back before the FETCH that granted them was taken in.
+    revoked: Revoked,
     /// Per page, the transactions of this client that asked for X on it
     /// (from just before the request is sent until they end): the others
     /// go to the server (and wait there) instead of reading the page under
@@ -112,54 +88,54 @@ impl ClientState {
         });
     }
 
-    /// A FETCH is about to be sent.
-    fn fetch_started(&mut self) {
-        self.fetches_in_flight += 1;
-    }
-
-    /// A FETCH was taken in (or failed): with none left in flight, no
-    /// reply can still carry a right called back already.
-    fn fetch_done(&mut self) {
-        self.fetches_in_flight -= 1;
-        if self.fetches_in_flight == 0 {
-            self.revoked.clear();
-        }
-    }
-
-    /// A callback of `epoch` for `page`, which this client has no right to
-    /// (yet): a FETCH in flight may be bringing it, and must not install it.
-    fn revoke(&mut self, page: PageId, epoch: u64) {
-        if self.fetches_in_flight > 0 {
-            let r = self.revoked.entry(page).or_insert(0);
-            *r = (*r).max(epoch);
-        }
-    }
-
     /// Whether a right of epoch `cover` to `page`, just taken in, may be
     /// used (it was not called back before it arrived).
     pub(super) fn take_right(&mut self, page: PageId, cover: u64) -> bool {
-        if cover == 0 || self.revoked.get(&page).is_some_and(|r| *r >= cover) {
-            return false;
+        self.revoked.admits(Resource::Page(page), cover)
+    }
+}
+
+impl Table for ClientState {
+    fn revoked(&mut self) -> &mut Revoked {
+        &mut self.revoked
+    }
+
+    fn answering(&mut self, txn: TxnId) -> Option<&mut Answering> {
+        self.txns.get_mut(&txn).map(|v| &mut v.answering)
+    }
+
+    fn held(&self, key: Resource) -> Option<u64> {
+        match key {
+            Resource::Page(p) => self.covers.get(&p).map(|c| c.epoch),
+            _ => None,
         }
-        self.revoked.remove(&page);
-        true
     }
-}
 
-/// Counts a FETCH in flight from its creation (before the request is sent)
-/// to its drop (after its reply is taken in, or it failed).
-pub(super) struct FetchInFlight<'a>(&'a Mutex<ClientState>);
-
-impl<'a> FetchInFlight<'a> {
-    pub(super) fn start(state: &'a Mutex<ClientState>) -> FetchInFlight<'a> {
-        lock(state).fetch_started();
-        FetchInFlight(state)
+    /// The right goes; its readers are the transactions holding a lock on
+    /// the page (under the right or the server's) and this client's
+    /// writers of it.
+    fn call_back(&mut self, key: Resource) -> Vec<TxnId> {
+        let Resource::Page(id) = key else {
+            return Vec::new();
+        };
+        let writers = self.writers.get(&id).cloned().unwrap_or_default();
+        self.covers.remove(&id);
+        let mut users: Vec<TxnId> = Vec::new();
+        for (t, v) in self.txns.iter_mut() {
+            let reads = v.locks.contains_key(&key) || writers.contains(t);
+            if reads && !v.answering.ending {
+                v.answering.name();
+                users.push(*t);
+            }
+        }
+        users
     }
-}
 
-impl Drop for FetchInFlight<'_> {
-    fn drop(&mut self) {
-        lock(self.0).fetch_done();
+    /// Nobody reads a page under a right the client no longer holds: a
+    /// right goes only when nobody reads under it, or with its readers
+    /// named.
+    fn readers_without_right(&mut self, _key: Resource) -> Vec<TxnId> {
+        Vec::new()
     }
 }
 
@@ -175,7 +151,7 @@ impl RemoteStore {
     /// eviction.
     pub(super) fn give_back_rights(&self) {
         let candidates: Vec<(PageId, u64)> = {
-            let st = lock(&self.state);
+            let st = self.rights.lock();
             if st.covers.len() <= self.rights_max {
                 return;
             }
@@ -202,7 +178,7 @@ impl RemoteStore {
         ranked.sort_unstable();
         let mut dropped = Vec::new();
         {
-            let mut st = lock(&self.state);
+            let mut st = self.rights.lock();
             let st = &mut *st;
             let keep = self.rights_max / 4 * 3;
             for (_, epoch, page) in ranked {
@@ -215,26 +191,18 @@ impl RemoteStore {
                 let read = st.txns.values().any(|v| v.locks.contains_key(&Resource::Page(page)));
                 if unchanged && !read {
                     st.covers.remove(&page);
-                    dropped.push((page.0, epoch));
+                    dropped.push((Resource::Page(page), epoch));
                 }
             }
         }
-        self.release(&dropped);
+        release(&self.conn, &dropped);
     }
 
-    /// Tells the server the rights `dropped` (page, epoch) are given up,
-    /// with the next request (RELEASE needs no answer, and costs no round
-    /// trip of its own). A lost connection took the rights with it.
-    pub(super) fn release(&self, dropped: &[(u32, u64)]) {
-        for chunk in dropped.chunks(RELEASE_RIGHTS_MAX) {
-            let (kind, body) = PageRequest::Release { rights: chunk.to_vec() }.encode();
-            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-            self.conn.one_way.fetch_add(1, Ordering::Relaxed);
-            self.conn
-                .rights_given_back
-                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            drop(self.conn.client.invoke_deferred(kind, body));
-        }
+    /// Gives the rights to cache `pages` (page, epoch) back to the server
+    /// with the next request ([`release`]).
+    pub(super) fn release_pages(&self, pages: impl IntoIterator<Item = (PageId, u64)>) {
+        let dropped: Vec<(Resource, u64)> = pages.into_iter().map(|(p, e)| (Resource::Page(p), e)).collect();
+        release(&self.conn, &dropped);
     }
 
     /// Before `txn` asks for X on page `id`: marks it the page's writer (the
@@ -245,7 +213,7 @@ impl RemoteStore {
     /// when no other transaction reads the page.
     pub(super) fn name_readers(&self, txn: TxnId, id: PageId) -> Result<()> {
         let readers: Vec<TxnId> = {
-            let mut st = lock(&self.state);
+            let mut st = self.rights.lock();
             let st = &mut *st;
             st.add_writer(id, txn);
             if !st.covers.contains_key(&id) {
@@ -253,8 +221,8 @@ impl RemoteStore {
             }
             let mut readers = Vec::new();
             for (t, v) in st.txns.iter_mut() {
-                if *t != txn && v.locks.contains_key(&Resource::Page(id)) && !v.ending {
-                    v.named_in_answer();
+                if *t != txn && v.locks.contains_key(&Resource::Page(id)) && !v.answering.ending {
+                    v.answering.name();
                     readers.push(*t);
                 }
             }
@@ -263,42 +231,14 @@ impl RemoteStore {
         if readers.is_empty() {
             return Ok(());
         }
-        let reply = CallbackReply {
-            id: 0,
-            page: id.0,
-            epoch: 0,
-            writer: txn.0,
-            in_use_by: readers.iter().map(|t| t.0).collect(),
-        };
-        self.send_answer(reply, &readers, true).map_err(|e| match e {
-            Error::Deadlock { cycle, .. } => Error::Deadlock { txn, cycle },
-            other => other,
-        })
-    }
-
-    /// Sends a CALLBACK_REPLY naming `readers` and waits for it to be
-    /// acknowledged, then lets those transactions end (see
-    /// [`RemoteStore::start_ending`]). `counted`: the application's round
-    /// trip (a callback thread's answer is not one).
-    fn send_answer(&self, reply: CallbackReply, readers: &[TxnId], counted: bool) -> Result<()> {
-        let (kind, body) = PageRequest::CallbackReply(reply).encode();
-        let sent = self.conn.answer(kind, body, counted);
-        let mut st = lock(&self.state);
-        for t in readers {
-            if let Some(v) = st.txns.get_mut(t) {
-                v.answers_in_flight -= 1;
-            }
-        }
-        drop(st);
-        self.answered.notify_all();
-        sent
+        self.rights.name(&self.conn, txn, vec![(Resource::Page(id), readers)])
     }
 
     /// Takes S on page `id` for `txn` under the client's right to cache it,
     /// if it has one (and no transaction of its own is writing the page):
     /// no server call. `false`: the caller must ask the server.
     pub(super) fn use_cover(&self, txn: TxnId, id: PageId) -> bool {
-        let mut st = lock(&self.state);
+        let mut st = self.rights.lock();
         let st = &mut *st;
         let Some(c) = st.covers.get(&id) else {
             return false;
@@ -308,7 +248,7 @@ impl RemoteStore {
         }
         let facts = c.facts;
         let view = st.txns.entry(txn).or_default();
-        if view.ending {
+        if view.answering.ending {
             return false;
         }
         view.facts.insert(id, facts);
@@ -317,120 +257,16 @@ impl RemoteStore {
         true
     }
 
-    /// Answers a callback (see [`callback_daemon`]).
-    fn answer_callback(&self, cb: Callback) -> Result<()> {
-        self.conn.callbacks.fetch_add(1, Ordering::Relaxed);
-        let id = PageId(cb.page);
-        let users: Vec<TxnId> = {
-            let mut st = lock(&self.state);
-            let st = &mut *st;
-            match st.covers.get(&id) {
-                Some(c) if c.epoch <= cb.epoch => {
-                    let writers = st.writers.get(&id).cloned().unwrap_or_default();
-                    st.covers.remove(&id);
-                    let mut users: Vec<TxnId> = Vec::new();
-                    for (t, v) in st.txns.iter_mut() {
-                        let reads = v.locks.contains_key(&Resource::Page(id)) || writers.contains(t);
-                        if reads && !v.ending {
-                            v.named_in_answer();
-                            users.push(*t);
-                        }
-                    }
-                    users
-                }
-                // A newer right (granted after this callback's writer was
-                // done): nothing reads under the old one.
-                Some(_) => Vec::new(),
-                // The FETCH granting it has not been taken in yet: it must
-                // not be.
-                None => {
-                    st.revoke(id, cb.epoch);
-                    Vec::new()
-                }
-            }
-        };
-        if !users.is_empty() {
-            self.conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);
-        }
-        let reply = CallbackReply {
-            id: cb.id,
-            page: cb.page,
-            epoch: cb.epoch,
-            writer: 0,
-            in_use_by: users.iter().map(|t| t.0).collect(),
-        };
-        self.send_answer(reply, &users, false)
-    }
-}
-
-/// The callback daemon (Soprano's): a thread per connection that waits for
-/// the server's callbacks and hands each to `answer` with the store,
-/// reading the connection itself when no request is waiting for a reply.
-/// It ends when the store is gone or the connection closes. Page- and
-/// object-server clients both run it.
-pub(super) fn callback_daemon<S>(client: Client, store: Weak<S>, answer: fn(&S, &[u8])) {
-    loop {
-        match client.next_notice(Duration::from_millis(200)) {
-            Ok(Some(body)) => {
-                let Some(store) = store.upgrade() else { return };
-                answer(&store, &body);
-            }
-            Ok(None) => {
-                if store.strong_count() == 0 {
-                    return;
-                }
-            }
-            Err(_) => return,
-        }
-    }
-}
-
-/// A page-server client's answer to a callback notice.
-pub(super) fn answer_page_callback(store: &RemoteStore, body: &[u8]) {
-    match Callback::decode(body) {
-        Ok(cb) => {
-            if let Err(e) = store.answer_callback(cb) {
-                tracing::warn!(error = %e, "answering a callback failed");
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not a callback"),
+    /// Answers a callback (on the callback thread,
+    /// [`super::rights::callback_daemon`]).
+    pub(super) fn answer_callback(&self, cb: Callback) -> Result<()> {
+        self.rights.answer(&self.conn, cb, || {})
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A callback that crosses a FETCH reply keeps that reply's right out;
-    /// with no FETCH in flight nothing is remembered, and what was is
-    /// forgotten once the last FETCH is taken in.
-    #[test]
-    fn revoked_rights_are_kept_only_while_fetches_are_in_flight() {
-        let state = Mutex::new(ClientState::default());
-        // No FETCH in flight: a callback for a page without a right (given
-        // up or evicted here) leaves nothing behind.
-        lock(&state).revoke(PageId(1), 5);
-        assert!(lock(&state).revoked.is_empty());
-        {
-            let _a = FetchInFlight::start(&state);
-            let _b = FetchInFlight::start(&state);
-            let mut st = lock(&state);
-            st.revoke(PageId(2), 7);
-            st.revoke(PageId(2), 6);
-            assert!(!st.take_right(PageId(2), 7), "called back before it arrived");
-            assert!(!st.take_right(PageId(2), 3));
-            assert!(st.take_right(PageId(2), 8), "a newer right is good");
-            assert!(st.take_right(PageId(2), 7), "and replaced what was called back");
-            assert!(!st.take_right(PageId(3), 0), "0 is no right");
-            st.revoke(PageId(4), 9);
-            drop(st);
-            drop(_a);
-            assert_eq!(lock(&state).revoked.len(), 1, "one FETCH still in flight");
-        }
-        let st = lock(&state);
-        assert!(st.revoked.is_empty());
-        assert_eq!(st.fetches_in_flight, 0);
-    }
 
     /// A writer asks for X on a page this client holds no right to; a
     /// reader's FETCH crossing it brings a right. The others must still not

@@ -19,7 +19,7 @@
 //!   the right, its transactions read the page under a lock only the client
 //!   knows of: no round trip, no message at all. Before another client's
 //!   transaction takes X, the server calls the page back; the callback
-//!   thread (`cover::callback_daemon`) answers "dropped", or names this client's
+//!   thread (`rights::callback_daemon`) answers "dropped", or names this client's
 //!   transactions reading the page (the server then holds S for them, so
 //!   the writer waits in the server's lock table, where deadlocks through
 //!   callbacks are found). A transaction of this client that wants X names
@@ -80,6 +80,7 @@ mod conn;
 mod cover;
 mod object;
 mod object_rights;
+mod rights;
 
 pub use adaptive::{AdaptivePolicy, AdaptiveStats, FetchMode, READ_AHEAD_MAX};
 pub use conn::{parse_url, parse_url_login, Connect, RemoteDevice, RemoteStats};
@@ -89,7 +90,7 @@ use conn::VolumeFile;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use cairn_net::message::Architecture;
@@ -106,7 +107,8 @@ use cairn_storage::txn::{Backend, FillPages};
 use cairn_storage::{ClientId, Error, GroupId, Lsn, PageId, Result, Txn, TxnId};
 
 use conn::Connection;
-use cover::{callback_daemon, ClientState, Cover, Facts, FetchInFlight, TxnView};
+use cover::{ClientState, Cover, Facts, TxnView};
+use rights::{callback_daemon, Rights};
 
 /// The page-server client backend: also the storage-level client for tools
 /// that work on storage transactions directly (`cairn torture --connect`).
@@ -118,9 +120,8 @@ pub struct RemoteStore {
     page_count: AtomicU32,
     groups: Mutex<HashMap<GroupId, String>>,
     fill: FillPages,
-    state: Mutex<ClientState>,
-    /// Signalled when a callback answer is acknowledged.
-    answered: Condvar,
+    /// Its rights to cache pages, and what its transactions hold and know.
+    rights: Arc<Rights<ClientState>>,
     next_txn: AtomicU64,
     txn_memory_bytes: usize,
     spill_dir: tempfile_dir::TempDir,
@@ -244,8 +245,7 @@ impl RemoteStore {
             page_count: AtomicU32::new(info.page_count),
             groups: Mutex::new(HashMap::new()),
             fill: FillPages::default(),
-            state: Mutex::new(ClientState::default()),
-            answered: Condvar::new(),
+            rights: Rights::new(ClientState::default()),
             next_txn: AtomicU64::new(1),
             txn_memory_bytes,
             spill_dir: tempfile_dir::TempDir::new()?,
@@ -262,7 +262,7 @@ impl RemoteStore {
         let client = store.conn.client.clone();
         std::thread::Builder::new()
             .name("cairn-callbacks".into())
-            .spawn(move || callback_daemon(client, weak, cover::answer_page_callback))
+            .spawn(move || callback_daemon(client, weak, RemoteStore::answer_callback))
             .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))?;
         Ok(store)
     }
@@ -286,7 +286,7 @@ impl RemoteStore {
     pub fn begin(self: &Arc<Self>) -> Result<Txn> {
         self.check_usable()?;
         let id = TxnId(self.next_txn.fetch_add(1, Ordering::Relaxed));
-        lock(&self.state).txns.insert(id, TxnView::default());
+        self.rights.lock().txns.insert(id, TxnView::default());
         let backend: Arc<dyn Backend> = self.clone();
         let vfs: Arc<dyn Vfs> = Arc::new(OsVfs);
         Ok(Txn::on_backend(
@@ -339,8 +339,8 @@ impl RemoteStore {
     /// Empties the client cache (a cold start): the pages and the rights to
     /// cache them (the server's later callbacks are answered "dropped").
     pub fn evict_cache(&self) -> Result<()> {
-        let dropped: Vec<(u32, u64)> = lock(&self.state).covers.drain().map(|(p, c)| (p.0, c.epoch)).collect();
-        self.release(&dropped);
+        let dropped: Vec<(PageId, u64)> = self.rights.lock().covers.drain().map(|(p, c)| (p, c.epoch)).collect();
+        self.release_pages(dropped);
         self.pool.evict_all()
     }
 
@@ -503,23 +503,18 @@ impl RemoteStore {
     /// its COMMIT or ABORT cannot overtake them; returns whether the server
     /// knows the transaction.
     fn start_ending(&self, txn: TxnId) -> bool {
-        let mut st = lock(&self.state);
-        loop {
-            let Some(v) = st.txns.get_mut(&txn) else {
-                return false;
-            };
-            v.ending = true;
-            if v.answers_in_flight == 0 {
-                return v.on_server && !v.ended_on_server;
-            }
-            st = self.answered.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
+        let known = self.rights.end(txn, |st| {
+            st.txns
+                .get(&txn)
+                .is_some_and(|v| v.answering.on_server && !v.ended_on_server)
+        });
+        known.unwrap_or(false)
     }
 
     /// Marks `txn` as known to the server (a request is about to name it).
     fn mark_on_server(&self, txn: TxnId) {
-        if let Some(v) = lock(&self.state).txns.get_mut(&txn) {
-            v.on_server = true;
+        if let Some(v) = self.rights.lock().txns.get_mut(&txn) {
+            v.answering.on_server = true;
         }
     }
 
@@ -535,7 +530,7 @@ impl RemoteStore {
         self.mark_on_server(txn);
         let lsn = self.cached_lsn(id)?;
         let named = [(id.0, lsn)];
-        let _in_flight = FetchInFlight::start(&self.state);
+        let _in_flight = self.rights.fetch();
         let parts = self.conn.call(&PageRequest::Fetch {
             txn: txn.0,
             mode: mode | self.cache_flag(),
@@ -586,7 +581,7 @@ impl RemoteStore {
             }
         }
         self.mark_on_server(txn);
-        let _in_flight = FetchInFlight::start(&self.state);
+        let _in_flight = self.rights.fetch();
         let mut calls = Vec::new();
         for chunk in todo.chunks(FETCH_PAGES_MAX) {
             let mut named = Vec::with_capacity(chunk.len());
@@ -670,7 +665,7 @@ impl RemoteStore {
             }
             statuses.push(f.status);
             let group = (f.group != NO_GROUP).then_some(GroupId(f.group));
-            let mut st = lock(&self.state);
+            let mut st = self.rights.lock();
             let st = &mut *st;
             let view = st.txns.entry(txn).or_default();
             let in_use = match f.status {
@@ -714,13 +709,20 @@ impl RemoteStore {
     /// page about to be read, so the lock is taken anyway. An error (a
     /// deadlock, a lost connection) is the caller's, never a guess.
     fn facts(&self, txn: TxnId, id: PageId) -> Result<Facts> {
-        if let Some(f) = lock(&self.state).txns.get(&txn).and_then(|v| v.facts.get(&id).copied()) {
+        if let Some(f) = self
+            .rights
+            .lock()
+            .txns
+            .get(&txn)
+            .and_then(|v| v.facts.get(&id).copied())
+        {
             return Ok(f);
         }
         if !self.use_cover(txn, id) {
             self.fetch(txn, id, FETCH_S, GroupId(0))?;
         }
-        lock(&self.state)
+        self.rights
+            .lock()
             .txns
             .get(&txn)
             .and_then(|v| v.facts.get(&id).copied())
@@ -728,7 +730,8 @@ impl RemoteStore {
     }
 
     fn holds(&self, txn: TxnId, res: Resource, mode: LockMode) -> bool {
-        lock(&self.state)
+        self.rights
+            .lock()
             .txns
             .get(&txn)
             .and_then(|v| v.locks.get(&res))

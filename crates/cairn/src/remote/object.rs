@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::conn::Connect;
 use cairn_net::frame::Kind;
@@ -45,8 +45,8 @@ use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
 use super::adaptive::{Adaptive, AdaptivePolicy, Sequence};
 use super::conn::Connection;
-use super::cover::callback_daemon;
-use super::object_rights::{answer_object_callback, FetchInFlight, RightsState};
+use super::object_rights::RightsState;
+use super::rights::{callback_daemon, Rights};
 use super::RemoteStats;
 
 mod changes;
@@ -81,9 +81,7 @@ pub struct ObjectStore {
     next_txn: AtomicU64,
     page_size: usize,
     /// Objects and lookups kept under rights (`object_rights.rs`).
-    pub(super) rights: Mutex<RightsState>,
-    /// Signalled when an answer naming transactions is acknowledged.
-    pub(super) answered: Condvar,
+    pub(super) rights: Arc<Rights<RightsState>>,
     /// Bound on the bytes of objects kept.
     pub(super) rights_bytes_max: usize,
     pub(super) on_lost: OnceLock<ObjectLostHook>,
@@ -136,8 +134,7 @@ impl ObjectStore {
             conn,
             next_txn: AtomicU64::new(1),
             page_size: info.page_size as usize,
-            rights: Mutex::default(),
-            answered: Condvar::new(),
+            rights: Rights::new(RightsState::default()),
             rights_bytes_max: cached_bytes,
             on_lost: OnceLock::new(),
             adaptive: policy.map(|p| Mutex::new(Adaptive::new(p, info.page_size as usize))),
@@ -146,7 +143,7 @@ impl ObjectStore {
         let client = store.conn.client.clone();
         std::thread::Builder::new()
             .name("cairn-object-callbacks".into())
-            .spawn(move || callback_daemon(client, weak, answer_object_callback))
+            .spawn(move || callback_daemon(client, weak, ObjectStore::answer_callback))
             .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))?;
         Ok(store)
     }
@@ -156,7 +153,7 @@ impl ObjectStore {
     #[doc(hidden)]
     pub fn on_object_lost(&self, hook: ObjectLostHook) {
         let _ = self.on_lost.set(hook);
-        super::lock(&self.rights).track_lost = true;
+        self.rights.lock().track_lost = true;
     }
 
     /// The served database's page size.
@@ -184,7 +181,7 @@ impl ObjectStore {
         }
         Ok(ObjectTxn {
             store: self.clone(),
-            id: self.next_txn.fetch_add(1, Ordering::Relaxed),
+            id: TxnId(self.next_txn.fetch_add(1, Ordering::Relaxed)),
             on_server: false,
             wrote: false,
             ended: false,
@@ -255,12 +252,12 @@ impl ObjectStore {
         }
     }
 
-    fn call(&self, req: &ObjectRequest, txn: u64) -> Result<Vec<bytes::Bytes>> {
+    fn call(&self, req: &ObjectRequest, txn: TxnId) -> Result<Vec<bytes::Bytes>> {
         let (kind, body) = req.encode();
-        self.conn.call_kind(kind, body, TxnId(txn))
+        self.conn.call_kind(kind, body, txn)
     }
 
-    fn call_one(&self, req: &ObjectRequest, txn: u64) -> Result<bytes::Bytes> {
+    fn call_one(&self, req: &ObjectRequest, txn: TxnId) -> Result<bytes::Bytes> {
         let parts = self.call(req, txn)?;
         self.conn.one_body(parts)
     }
@@ -269,7 +266,7 @@ impl ObjectStore {
 /// A transaction of an [`ObjectStore`]. Dropping an active one aborts it.
 pub struct ObjectTxn {
     store: Arc<ObjectStore>,
-    id: u64,
+    id: TxnId,
     /// A request named it: the server has begun it.
     on_server: bool,
     /// It changed something on the server already (a create, a flush, a
@@ -346,16 +343,16 @@ impl Read {
 impl ObjectTxn {
     /// The transaction's id (the client's name for it on the server).
     pub fn id(&self) -> u64 {
-        self.id
+        self.id.0
     }
 
     fn check_active(&self) -> Result<()> {
         if self.ended {
-            return Err(Error::TxnNotActive(TxnId(self.id)));
+            return Err(Error::TxnNotActive(self.id));
         }
         if let Some(cause) = &self.doomed {
             return Err(Error::TxnDoomed {
-                txn: TxnId(self.id),
+                txn: self.id,
                 cause: cause.clone(),
             });
         }
@@ -523,7 +520,7 @@ impl ObjectTxn {
     /// Checks that `root` is a B+-tree root; returns the group of its page.
     pub fn tree_open(&mut self, root: PageId) -> Result<Option<GroupId>> {
         let body = self.tree_call(&ObjectRequest::TreeOpen {
-            txn: self.id,
+            txn: self.id.0,
             root: root.0,
         })?;
         let g: [u8; 4] = body[..]
@@ -537,7 +534,7 @@ impl ObjectTxn {
     pub fn tree_create(&mut self, group: GroupId, unique: bool) -> Result<PageId> {
         self.wrote = true;
         let body = self.tree_call(&ObjectRequest::TreeCreate {
-            txn: self.id,
+            txn: self.id.0,
             group: group.0,
             unique,
         })?;
@@ -595,9 +592,9 @@ impl ObjectTxn {
     fn lookup(&mut self, root: PageId, key: &[u8], limit: u32, objects: bool) -> Result<Vec<Vec<u8>>> {
         let store = self.store.clone();
         let conn = &store.conn;
-        let _flight = FetchInFlight::start(&store);
+        let _flight = store.rights.fetch();
         let body = self.tree_call(&ObjectRequest::TreeGet {
-            txn: self.id,
+            txn: self.id.0,
             root: root.0,
             limit: limit.clamp(1, TREE_LIMIT_MAX),
             key: key.to_vec(),
@@ -648,7 +645,7 @@ impl ObjectTxn {
         let mut after = None;
         loop {
             let body = self.tree_call(&ObjectRequest::TreeRange {
-                txn: self.id,
+                txn: self.id.0,
                 root: root.0,
                 limit: BATCH,
                 lo: lo.clone(),
@@ -832,7 +829,7 @@ impl ObjectTxn {
             let len = (buf.len() - done).min(READ_RANGE_MAX as usize) as u32;
             let body = self.store.call_one(
                 &ObjectRequest::ReadRange {
-                    txn: self.id,
+                    txn: self.id.0,
                     oid: oid.to_bytes(),
                     offset: offset + done as u64,
                     len,
@@ -861,7 +858,7 @@ impl ObjectTxn {
         self.wrote = true;
         let body = self.store.call_one(
             &ObjectRequest::Create {
-                txn: self.id,
+                txn: self.id.0,
                 group: group.0,
                 near: near.map_or(NO_OID, Oid::to_bytes),
                 bytes: bytes.to_vec(),
@@ -916,7 +913,7 @@ impl ObjectTxn {
         self.on_server = true;
         let body = self.store.call_one(
             &ObjectRequest::Scan {
-                txn: self.id,
+                txn: self.id.0,
                 group: group.0,
             },
             self.id,
@@ -938,7 +935,7 @@ impl ObjectTxn {
         self.on_server = true;
         let body = self
             .store
-            .call_one(&ObjectRequest::Method { txn: self.id, method }, self.id)?;
+            .call_one(&ObjectRequest::Method { txn: self.id.0, method }, self.id)?;
         Ok(body.to_vec())
     }
 
@@ -972,7 +969,13 @@ impl ObjectTxn {
             .map(|(oid, c)| changes::wire_change(oid, c))
             .collect();
         self.store
-            .call_one(&ObjectRequest::Commit { txn: self.id, changes }, self.id)
+            .call_one(
+                &ObjectRequest::Commit {
+                    txn: self.id.0,
+                    changes,
+                },
+                self.id,
+            )
             .map(|_| ())
     }
 
@@ -999,7 +1002,7 @@ impl ObjectTxn {
     /// dropped, as a page client ends a read-only transaction).
     fn send_abort(&self) {
         let conn = &self.store.conn;
-        let (kind, body): (Kind, Vec<u8>) = ObjectRequest::Abort { txn: self.id }.encode();
+        let (kind, body): (Kind, Vec<u8>) = ObjectRequest::Abort { txn: self.id.0 }.encode();
         conn.one_way.fetch_add(1, Ordering::Relaxed);
         drop(conn.client.invoke(kind, body));
     }
@@ -1014,7 +1017,7 @@ impl Drop for ObjectTxn {
 /// Forgets a transaction's rights bookkeeping once its end was sent (and,
 /// for a commit, answered): only then may rights to what it changed be
 /// taken in again.
-struct Ended<'a>(&'a ObjectStore, u64);
+struct Ended<'a>(&'a ObjectStore, TxnId);
 
 impl Drop for Ended<'_> {
     fn drop(&mut self) {

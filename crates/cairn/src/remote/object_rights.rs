@@ -14,7 +14,7 @@
 //!   reads under the page's right.
 //! - **Callbacks.** Before another client's transaction changes the object
 //!   (or the leaf), the server calls the right back; the callback thread
-//!   (`cover::callback_daemon`, [`answer_object_callback`]) drops what the right covered and answers
+//!   (`rights::callback_daemon`, [`ObjectStore::answer_callback`]) drops what the right covered and answers
 //!   "dropped", or names this client's transactions reading under it (the
 //!   server grants them the locks they held in effect, and the writer
 //!   waits for them in its lock table). The typed layer's decoded copies
@@ -38,14 +38,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use cairn_net::object_service::{ObjectCallback, ObjectCallbackReply, ObjectRequest, RightKey};
-use cairn_net::page_service::RELEASE_RIGHTS_MAX;
+use cairn_net::rights::Callback;
 use cairn_storage::fxhash::{FxHashMap, FxHashSet};
 use cairn_storage::lock::Resource;
-use cairn_storage::{Error, Oid, PageId, Result, TxnId};
+use cairn_storage::{Oid, PageId, Result, TxnId};
 
-use super::lock;
 use super::object::ObjectStore;
+use super::rights::{release, Answering, Revoked, Table};
 
 /// What an eviction leaves of the bound on cached bytes: close to all of
 /// it, so the cache holds about what the bound says (a page client's
@@ -93,15 +92,10 @@ struct TxnRights {
     /// lookup of them is taken in or used by the others until the answer
     /// says which pages changed.
     trees: FxHashSet<PageId>,
-    /// A callback answer (or a writer's naming) named it: the server knows
-    /// it, and its end must reach the server.
-    named: bool,
-    /// Its end is under way: it reads nothing more under rights, and no
-    /// answer names it.
-    ending: bool,
-    /// Answers naming it that the server has not acknowledged yet: its end
-    /// must not overtake them.
-    answers_in_flight: u32,
+    /// Whether an answer (or a writer's naming) named it, so that the
+    /// server knows it, whether it is ending, and the answers naming it in
+    /// flight.
+    answering: Answering,
     /// Pages it changes an object of (an adaptive client's): every object
     /// of theirs the client keeps stays, bytes and all, until it ends —
     /// a transaction that changes an object tends to come back to the
@@ -137,18 +131,15 @@ pub(super) struct RightsState {
     leaves: FxHashMap<PageId, Leaf>,
     /// (tree root, key) → (leaves, values).
     lookups: FxHashMap<(PageId, Vec<u8>), Lookup>,
-    txns: FxHashMap<u64, TxnRights>,
-    /// Rights called back before the reply granting them was taken in:
-    /// the highest epoch called back per key, kept only while fetches are
-    /// in flight (as the page client's `cover.rs`).
-    revoked: FxHashMap<Resource, u64>,
-    fetches_in_flight: usize,
+    txns: FxHashMap<TxnId, TxnRights>,
+    /// Rights called back before the reply granting them was taken in.
+    revoked: Revoked,
 }
 
 impl RightsState {
     /// True if a transaction other than `txn` changes `key` (an object, or
     /// a B+-tree page), or (`tree`) has a change of that tree on the way.
-    fn written(&self, key: Resource, tree: Option<PageId>, txn: u64) -> bool {
+    fn written(&self, key: Resource, tree: Option<PageId>, txn: TxnId) -> bool {
         self.txns
             .iter()
             .any(|(t, v)| *t != txn && (v.writes.contains(&key) || tree.is_some_and(|r| v.trees.contains(&r))))
@@ -157,11 +148,7 @@ impl RightsState {
     /// Whether a right of `epoch` to `key`, just taken in, may be used
     /// (`tree`: the root of the leaf's tree).
     fn take_right(&mut self, key: Resource, epoch: u64, tree: Option<PageId>) -> bool {
-        if epoch == 0 || self.written(key, tree, 0) || self.revoked.get(&key).is_some_and(|r| *r >= epoch) {
-            return false;
-        }
-        self.revoked.remove(&key);
-        true
+        !self.written(key, tree, TxnId(0)) && self.revoked.admits(key, epoch)
     }
 
     /// An entry for `bytes` kept under a right of `epoch`, stamped now and
@@ -250,8 +237,30 @@ impl RightsState {
         }
     }
 
-    /// The epoch of the right held on `key`, if any (a page's: of its
-    /// lookups or its image, the newer).
+    /// Names the transactions but `except` reading under `key` (not
+    /// ending) in an answer about to be sent.
+    fn name_readers(&mut self, key: Resource, except: TxnId) -> Vec<TxnId> {
+        let mut readers = Vec::new();
+        for (t, v) in self.txns.iter_mut() {
+            if *t != except && !v.answering.ending && v.reads.contains(&key) {
+                v.answering.name();
+                readers.push(*t);
+            }
+        }
+        readers
+    }
+}
+
+impl Table for RightsState {
+    fn revoked(&mut self) -> &mut Revoked {
+        &mut self.revoked
+    }
+
+    fn answering(&mut self, txn: TxnId) -> Option<&mut Answering> {
+        self.txns.get_mut(&txn).map(|v| &mut v.answering)
+    }
+
+    /// A page's: of its lookups or its image, the newer.
     fn held(&self, key: Resource) -> Option<u64> {
         match key {
             Resource::Object(o) => self.objects.get(&o).map(|c| c.epoch),
@@ -264,23 +273,26 @@ impl RightsState {
         }
     }
 
-    /// Names the transactions but `except` reading under `key` (not
-    /// ending) in an answer about to be sent.
-    fn name_readers(&mut self, key: Resource, except: u64) -> Vec<u64> {
-        let mut readers = Vec::new();
-        for (t, v) in self.txns.iter_mut() {
-            if *t != except && !v.ending && v.reads.contains(&key) {
-                v.named = true;
-                v.answers_in_flight += 1;
-                readers.push(*t);
+    /// What `key` covers goes (an object's copies in the typed layer are
+    /// noted lost, for [`ObjectStore::lost`]).
+    fn call_back(&mut self, key: Resource) -> Vec<TxnId> {
+        if self.drop_key(key).is_some() && self.track_lost {
+            if let Resource::Object(o) = key {
+                self.lost_pending.push(o);
             }
         }
-        readers
+        self.name_readers(key, TxnId(0))
+    }
+
+    /// Transactions that still read under a right given up (by a writer
+    /// of this client, or dropped with their reads kept) are named: the
+    /// server may still count the right, and their reads need their locks
+    /// (fail closed).
+    fn readers_without_right(&mut self, key: Resource) -> Vec<TxnId> {
+        self.name_readers(key, TxnId(0))
     }
 }
 
-/// Counts a fetch in flight (replies may carry rights) from before it is
-/// sent to after its reply is taken in.
 /// Rights a writer dropped, given back to the server when dropped (see
 /// [`ObjectStore::before_write`]): after the write request they guard has
 /// been answered.
@@ -291,7 +303,7 @@ pub(super) struct ReleaseAfter<'a> {
 
 impl Drop for ReleaseAfter<'_> {
     fn drop(&mut self) {
-        self.store.release(&self.dropped);
+        release(&self.store.conn, &self.dropped);
     }
 }
 
@@ -303,45 +315,10 @@ enum Bytes<'a> {
     InImage(&'a Arc<[u8]>, std::ops::Range<usize>),
 }
 
-pub(super) struct FetchInFlight(Arc<ObjectStore>);
-
-impl FetchInFlight {
-    pub(super) fn start(store: &Arc<ObjectStore>) -> FetchInFlight {
-        lock(&store.rights).fetches_in_flight += 1;
-        FetchInFlight(store.clone())
-    }
-}
-
-impl Drop for FetchInFlight {
-    fn drop(&mut self) {
-        let mut st = lock(&self.0.rights);
-        st.fetches_in_flight -= 1;
-        if st.fetches_in_flight == 0 {
-            st.revoked.clear();
-        }
-    }
-}
-
-fn wire(key: Resource) -> RightKey {
-    match key {
-        Resource::Page(p) => RightKey::Page(p.0),
-        Resource::Object(o) => RightKey::Object(o.to_bytes()),
-        // Only pages and objects are ever kept.
-        _ => RightKey::Page(0),
-    }
-}
-
-fn from_wire(key: RightKey) -> Resource {
-    match key {
-        RightKey::Page(p) => Resource::Page(PageId(p)),
-        RightKey::Object(o) => Resource::Object(Oid::from_bytes(&o)),
-    }
-}
-
 impl ObjectStore {
     /// The object's bytes if the client holds a right to it, read by `txn`
     /// under it from now on (no server call).
-    pub(super) fn use_object(&self, txn: u64, oid: Oid) -> Option<Arc<[u8]>> {
+    pub(super) fn use_object(&self, txn: TxnId, oid: Oid) -> Option<Arc<[u8]>> {
         self.with_object(txn, oid, |b| match b {
             Bytes::Shared(a) => a.clone(),
             Bytes::InImage(image, r) => Arc::from(&image[r]),
@@ -351,7 +328,7 @@ impl ObjectStore {
     /// A copy of the object's bytes if the client holds a right to it
     /// (the object kept, or read in place from its page's image), read by
     /// `txn` under it from now on: one copy, no server call.
-    pub(super) fn copy_object(&self, txn: u64, oid: Oid) -> Option<Vec<u8>> {
+    pub(super) fn copy_object(&self, txn: TxnId, oid: Oid) -> Option<Vec<u8>> {
         self.with_object(txn, oid, |b| match b {
             Bytes::Shared(a) => a.to_vec(),
             Bytes::InImage(image, r) => image[r].to_vec(),
@@ -361,7 +338,7 @@ impl ObjectStore {
     /// The object's bytes, shared, if the client holds a right to it: the
     /// kept object whole, or its page's image and the object's range in it
     /// — nothing copied. `txn` reads it under the right from now on.
-    pub(super) fn share_object(&self, txn: u64, oid: Oid) -> Option<super::object::SharedBytes> {
+    pub(super) fn share_object(&self, txn: TxnId, oid: Oid) -> Option<super::object::SharedBytes> {
         self.with_object_marked(txn, oid, |b, mark| {
             let (bytes, range) = match b {
                 Bytes::Shared(a) => (a.clone(), 0..a.len()),
@@ -376,7 +353,7 @@ impl ObjectStore {
     /// [`ObjectStore::share_object`] of the same bytes gives it back. Gone
     /// with the bytes (a callback, an eviction, newer bytes).
     pub(super) fn mark_object(&self, oid: Oid, bytes: &Arc<[u8]>, mark: u64) {
-        let mut st = lock(&self.rights);
+        let mut st = self.rights.lock();
         let st = &mut *st;
         let c = match st.objects.get_mut(&oid) {
             Some(c) => c,
@@ -399,13 +376,13 @@ impl ObjectStore {
     /// read in place from the image of its page (a small object stored
     /// whole there). `txn` reads it (or the page) under the right from now
     /// on.
-    fn with_object<R>(&self, txn: u64, oid: Oid, f: impl FnOnce(Bytes<'_>) -> R) -> Option<R> {
+    fn with_object<R>(&self, txn: TxnId, oid: Oid, f: impl FnOnce(Bytes<'_>) -> R) -> Option<R> {
         self.with_object_marked(txn, oid, |b, _| f(b))
     }
 
     /// [`ObjectStore::with_object`], `f` also given the object's mark if
     /// it has one ([`ObjectStore::mark_object`]).
-    fn with_object_marked<R>(&self, txn: u64, oid: Oid, f: impl FnOnce(Bytes<'_>, Option<u64>) -> R) -> Option<R> {
+    fn with_object_marked<R>(&self, txn: TxnId, oid: Oid, f: impl FnOnce(Bytes<'_>, Option<u64>) -> R) -> Option<R> {
         self.with_object_epoch(txn, oid, |b, mark, _| f(b, mark))
     }
 
@@ -413,7 +390,7 @@ impl ObjectStore {
     /// its page image's), if the client holds one: `txn` reads under it
     /// from now on. A copy of the object decoded from bytes kept under
     /// the same epoch is current ([`ObjectStore::epoch_if_bytes`]).
-    pub(super) fn right_epoch(&self, txn: u64, oid: Oid) -> Option<u64> {
+    pub(super) fn right_epoch(&self, txn: TxnId, oid: Oid) -> Option<u64> {
         self.with_object_epoch(txn, oid, |_, _, epoch| epoch)
     }
 
@@ -422,7 +399,7 @@ impl ObjectStore {
     /// can fool it): a copy decoded from `bytes` is current for as long as
     /// that right is held. Registers no reader.
     pub(super) fn epoch_if_bytes(&self, oid: Oid, bytes: &[u8]) -> Option<u64> {
-        let st = lock(&self.rights);
+        let st = self.rights.lock();
         match st.objects.get(&oid) {
             Some(c) => (c.bytes.as_deref()? == bytes).then_some(c.epoch),
             None => {
@@ -436,8 +413,13 @@ impl ObjectStore {
 
     /// [`ObjectStore::with_object_marked`], `f` also given the epoch of
     /// the right read under.
-    fn with_object_epoch<R>(&self, txn: u64, oid: Oid, f: impl FnOnce(Bytes<'_>, Option<u64>, u64) -> R) -> Option<R> {
-        let mut guard = lock(&self.rights);
+    fn with_object_epoch<R>(
+        &self,
+        txn: TxnId,
+        oid: Oid,
+        f: impl FnOnce(Bytes<'_>, Option<u64>, u64) -> R,
+    ) -> Option<R> {
+        let mut guard = self.rights.lock();
         let st = &mut *guard;
         // In an image: the object's place there.
         let range = match st.objects.get(&oid) {
@@ -454,7 +436,7 @@ impl ObjectStore {
             return None;
         }
         let v = st.txns.entry(txn).or_default();
-        if v.ending {
+        if v.answering.ending {
             return None;
         }
         v.reads.insert(match range {
@@ -483,7 +465,7 @@ impl ObjectStore {
     /// changes an object of it). False if it was not kept.
     pub(super) fn take_page(&self, page: PageId, epoch: u64, image: Arc<[u8]>) -> bool {
         let evicted = {
-            let mut st = lock(&self.rights);
+            let mut st = self.rights.lock();
             if !st.take_right(Resource::Page(page), epoch, None) || st.page_written(page) {
                 return false;
             }
@@ -494,21 +476,21 @@ impl ObjectStore {
             self.evict(&mut st)
         };
         self.lost(&evicted);
-        self.release(&evicted);
+        release(&self.conn, &evicted);
         true
     }
 
     /// True if a page read ahead would be kept: the client has no image
     /// of it, and no running transaction of it changes an object of it.
     pub(super) fn wants_page(&self, page: PageId) -> bool {
-        let st = lock(&self.rights);
+        let st = self.rights.lock();
         !st.pages.contains_key(&page) && !st.page_written(page)
     }
 
     /// The values of `key` in the tree at `root`, if a lookup's answer is
     /// kept under a right on its leaf (read by `txn` under it from now on).
-    pub(super) fn use_lookup(&self, txn: u64, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
-        let mut st = lock(&self.rights);
+    pub(super) fn use_lookup(&self, txn: TxnId, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let mut st = self.rights.lock();
         let (leaves, values) = st.lookups.get(&(root, key.to_vec())).cloned()?;
         if leaves
             .iter()
@@ -518,7 +500,7 @@ impl ObjectStore {
             return None;
         }
         let v = st.txns.entry(txn).or_default();
-        if v.ending {
+        if v.answering.ending {
             return None;
         }
         v.reads.extend(leaves.iter().map(|l| Resource::Page(*l)));
@@ -538,7 +520,7 @@ impl ObjectStore {
             return;
         }
         let evicted = {
-            let mut st = lock(&self.rights);
+            let mut st = self.rights.lock();
             for (oid, epoch, bytes) in objects {
                 if !st.take_right(Resource::Object(*oid), *epoch, None) {
                     continue;
@@ -550,13 +532,13 @@ impl ObjectStore {
             self.evict(&mut st)
         };
         self.lost(&evicted);
-        self.release(&evicted);
+        release(&self.conn, &evicted);
     }
 
     /// Keeps an index lookup under rights (leaf, epoch) on the leaves that
     /// enclose its key: all taken in, or the lookup is not kept.
     pub(super) fn take_lookup(&self, root: PageId, key: &[u8], rights: &[(u32, u64)], values: Vec<Vec<u8>>) {
-        let mut st = lock(&self.rights);
+        let mut st = self.rights.lock();
         if !rights
             .iter()
             .all(|&(l, e)| st.take_right(Resource::Page(PageId(l)), e, Some(root)))
@@ -587,7 +569,7 @@ impl ObjectStore {
         st.lookups.insert((root, key.to_vec()), (leaves, values));
         let dropped = self.evict_leaves(&mut st);
         drop(st);
-        self.release(&dropped);
+        release(&self.conn, &dropped);
     }
 
     /// Past [`ObjectStore::lookups_max`] kept lookups, drops leaves nobody
@@ -700,7 +682,7 @@ impl ObjectStore {
     /// The typed layer's copies of objects whose right went.
     fn lost(&self, keys: &[(Resource, u64)]) {
         if let Some(hook) = self.on_lost.get() {
-            let of_images = std::mem::take(&mut lock(&self.rights).lost_pending);
+            let of_images = std::mem::take(&mut self.rights.lock().lost_pending);
             for o in of_images {
                 hook(o);
             }
@@ -709,20 +691,6 @@ impl ObjectStore {
                     hook(*o);
                 }
             }
-        }
-    }
-
-    /// Gives rights back with the next request (OBJ_RELEASE, one way).
-    fn release(&self, dropped: &[(Resource, u64)]) {
-        for chunk in dropped.chunks(RELEASE_RIGHTS_MAX) {
-            let rights = chunk.iter().map(|(k, e)| (wire(*k), *e)).collect();
-            let (kind, body) = ObjectRequest::Release { rights }.encode();
-            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-            self.conn.one_way.fetch_add(1, Ordering::Relaxed);
-            self.conn
-                .rights_given_back
-                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            drop(self.conn.client.invoke_deferred(kind, body));
         }
     }
 
@@ -741,9 +709,9 @@ impl ObjectStore {
     /// reader (its S granted, its X a conversion). Given back first, a
     /// writer could commit in between and `txn` would have read a value
     /// already replaced (G-single).
-    pub(super) fn before_write(&self, txn: u64, oids: &[Oid]) -> Result<ReleaseAfter<'_>> {
+    pub(super) fn before_write(&self, txn: TxnId, oids: &[Oid]) -> Result<ReleaseAfter<'_>> {
         let (named, dropped) = {
-            let mut st = lock(&self.rights);
+            let mut st = self.rights.lock();
             let v = st.txns.entry(txn).or_default();
             v.writes.extend(oids.iter().map(|o| Resource::Object(*o)));
             v.write_pages.extend(oids.iter().map(|o| o.page));
@@ -776,7 +744,7 @@ impl ObjectStore {
         };
         self.lost(&dropped);
         let guard = ReleaseAfter { store: self, dropped };
-        self.name(txn, named)?;
+        self.rights.name(&self.conn, txn, named)?;
         Ok(guard)
     }
 
@@ -784,9 +752,9 @@ impl ObjectStore {
     /// server's answer will tell): no lookup of the tree is used or taken
     /// in by another transaction until [`ObjectStore::tree_written`], and
     /// the others reading lookups of it are named to the server.
-    pub(super) fn before_tree_write(&self, txn: u64, root: PageId) -> Result<()> {
+    pub(super) fn before_tree_write(&self, txn: TxnId, root: PageId) -> Result<()> {
         let named = {
-            let mut st = lock(&self.rights);
+            let mut st = self.rights.lock();
             st.txns.entry(txn).or_default().trees.insert(root);
             let leaves: Vec<PageId> = st
                 .leaves
@@ -804,7 +772,7 @@ impl ObjectStore {
             }
             named
         };
-        self.name(txn, named)
+        self.rights.name(&self.conn, txn, named)
     }
 
     /// `txn` changed (or allocated, or freed) `pages` of the tree at
@@ -812,9 +780,9 @@ impl ObjectStore {
     /// under them is used or taken in by the others; the rest of the tree's
     /// lookups are good again. Without `pages` (a tree destroyed), every
     /// lookup of the tree goes, and the tree stays written.
-    pub(super) fn tree_written(&self, txn: u64, root: PageId, pages: Option<&[PageId]>) {
+    pub(super) fn tree_written(&self, txn: TxnId, root: PageId, pages: Option<&[PageId]>) {
         let dropped = {
-            let mut st = lock(&self.rights);
+            let mut st = self.rights.lock();
             let leaves: Vec<PageId> = match pages {
                 Some(pages) => pages.iter().copied().filter(|p| st.leaves.contains_key(p)).collect(),
                 None => st
@@ -837,76 +805,31 @@ impl ObjectStore {
             }
             dropped
         };
-        self.release(&dropped);
-    }
-
-    /// Names `named` (key, readers) to the server as `txn`'s readers, one
-    /// OBJ_CALLBACK_REPLY with id 0 each.
-    fn name(&self, txn: u64, named: Vec<(Resource, Vec<u64>)>) -> Result<()> {
-        let mut result = Ok(());
-        for (key, readers) in named {
-            let reply = ObjectCallbackReply {
-                id: 0,
-                key: wire(key),
-                epoch: 0,
-                writer: txn,
-                in_use_by: readers.clone(),
-            };
-            let sent = self.send_answer(reply, &readers, true).map_err(|e| match e {
-                Error::Deadlock { cycle, .. } => Error::Deadlock { txn: TxnId(txn), cycle },
-                other => other,
-            });
-            if result.is_ok() {
-                result = sent;
-            }
-        }
-        result
-    }
-
-    /// Sends an OBJ_CALLBACK_REPLY naming `readers`, waits for it to be
-    /// acknowledged, then lets those transactions end. `counted`: the
-    /// application's round trip (the callback thread's answer is not one).
-    fn send_answer(&self, reply: ObjectCallbackReply, readers: &[u64], counted: bool) -> Result<()> {
-        let (kind, body) = ObjectRequest::CallbackReply(reply).encode();
-        let sent = self.conn.answer(kind, body, counted);
-        let mut st = lock(&self.rights);
-        for t in readers {
-            if let Some(v) = st.txns.get_mut(t) {
-                v.answers_in_flight -= 1;
-            }
-        }
-        drop(st);
-        self.answered.notify_all();
-        sent
+        release(&self.conn, &dropped);
     }
 
     /// `txn` ends: it reads nothing more under rights; waits until no
     /// answer naming it is in flight. True if an answer named it (the
     /// server knows it: its end must be sent). Its writes keep rights to
     /// what it changes out until [`ObjectStore::txn_ended`].
-    pub(super) fn txn_ending(&self, txn: u64) -> bool {
-        let mut st = lock(&self.rights);
-        let Some(v) = st.txns.get_mut(&txn) else {
-            return false;
-        };
-        v.ending = true;
-        while st.txns.get(&txn).is_some_and(|v| v.answers_in_flight > 0) {
-            st = self.answered.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-        st.txns.get(&txn).is_some_and(|v| v.named)
+    pub(super) fn txn_ending(&self, txn: TxnId) -> bool {
+        let named = self
+            .rights
+            .end(txn, |st| st.txns.get(&txn).is_some_and(|v| v.answering.on_server));
+        named.unwrap_or(false)
     }
 
     /// `txn` (an adaptive client's) changes an object of `page`: the
     /// page's objects stay cached until it ends (see [`TxnRights::pinned`]).
-    pub(super) fn pin_page(&self, txn: u64, page: PageId) {
-        lock(&self.rights).txns.entry(txn).or_default().pinned.insert(page);
+    pub(super) fn pin_page(&self, txn: TxnId, page: PageId) {
+        self.rights.lock().txns.entry(txn).or_default().pinned.insert(page);
     }
 
     /// `txn` (an adaptive client's) sent its changes ahead of its commit
     /// and let go of them: the pages it pinned count against the bound
     /// again.
-    pub(super) fn unpin_pages(&self, txn: u64) {
-        let mut st = lock(&self.rights);
+    pub(super) fn unpin_pages(&self, txn: TxnId) {
+        let mut st = self.rights.lock();
         if let Some(v) = st.txns.get_mut(&txn) {
             v.pinned.clear();
             st.pinned_bytes = 0;
@@ -914,9 +837,9 @@ impl ObjectStore {
     }
 
     /// `txn`'s end was sent (a commit's answered): its bookkeeping goes.
-    pub(super) fn txn_ended(&self, txn: u64) {
+    pub(super) fn txn_ended(&self, txn: TxnId) {
         let dropped = {
-            let mut st = lock(&self.rights);
+            let mut st = self.rights.lock();
             let Some(v) = st.txns.remove(&txn) else { return };
             if !v.pinned.is_empty() {
                 // What it pinned counts against the bound again.
@@ -945,68 +868,20 @@ impl ObjectStore {
             dropped
         };
         self.lost(&dropped);
-        self.release(&dropped);
+        release(&self.conn, &dropped);
     }
 
-    /// Answers a callback (see [`answer_object_callback`]).
-    fn answer_callback(&self, cb: ObjectCallback) -> Result<()> {
-        self.conn.callbacks.fetch_add(1, Ordering::Relaxed);
-        let key = from_wire(cb.key);
-        let (users, dropped) = {
-            let mut st = lock(&self.rights);
-            match st.held(key) {
-                Some(e) if e <= cb.epoch => {
-                    st.drop_key(key);
-                    (st.name_readers(key, 0), vec![(key, e)])
-                }
-                // A newer right (granted after this callback's writer was
-                // done): nobody reads under the old one.
-                Some(_) => (Vec::new(), Vec::new()),
-                // Not taken in yet (or given up): a reply in flight must
-                // not install it. Transactions that still read under it
-                // (given up by a writer of this client, or dropped with
-                // their reads kept) are named: the server may still count
-                // the right, and their reads need their locks (fail closed).
-                None => {
-                    if st.fetches_in_flight > 0 {
-                        let r = st.revoked.entry(key).or_insert(0);
-                        *r = (*r).max(cb.epoch);
-                    }
-                    (st.name_readers(key, 0), Vec::new())
-                }
-            }
-        };
-        self.lost(&dropped);
-        if !users.is_empty() {
-            self.conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);
-        }
-        let reply = ObjectCallbackReply {
-            id: cb.id,
-            key: cb.key,
-            epoch: cb.epoch,
-            writer: 0,
-            in_use_by: users.clone(),
-        };
-        self.send_answer(reply, &users, false)
+    /// Answers a callback (on the callback thread,
+    /// `rights::callback_daemon`): the typed layer's copies of what the
+    /// right covered go before the answer does.
+    pub(super) fn answer_callback(&self, cb: Callback) -> Result<()> {
+        self.rights.answer(&self.conn, cb, || self.lost(&[]))
     }
 
     /// Objects kept under rights now, and their bytes.
     pub fn cached_objects(&self) -> (usize, usize) {
-        let st = lock(&self.rights);
+        let st = self.rights.lock();
         (st.objects.len(), st.bytes)
-    }
-}
-
-/// An object-server client's answer to a callback notice (its callback
-/// thread is the page client's `cover::callback_daemon`).
-pub(super) fn answer_object_callback(store: &ObjectStore, body: &[u8]) {
-    match ObjectCallback::decode(body) {
-        Ok(cb) => {
-            if let Err(e) = store.answer_callback(cb) {
-                tracing::warn!(error = %e, "answering a callback failed");
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not an object callback"),
     }
 }
 

@@ -128,7 +128,7 @@ impl ObjectTxn {
         self.on_server = true;
         let sent = self.store.call_one(
             &ObjectRequest::Flush {
-                txn: self.id,
+                txn: self.id.0,
                 changes: wire,
             },
             self.id,

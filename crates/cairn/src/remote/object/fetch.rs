@@ -11,10 +11,11 @@ use cairn_net::object_service::{
     decode_fetched_batch, FetchedObject, ObjectRequest, FETCH_OBJECTS_MAX, OBJ_S, OBJ_S_PAGE, OBJ_S_PAGE_AHEAD, OBJ_X,
 };
 use cairn_storage::fxhash::FxHashMap;
-use cairn_storage::{Oid, PageId, Result, TxnId};
+use cairn_storage::{Oid, PageId, Result};
 
 use super::super::adaptive::FetchMode;
-use super::super::object_rights::FetchInFlight;
+use super::super::object_rights::RightsState;
+use super::super::rights::FetchInFlight;
 use super::{ObjectStore, ObjectTxn, Read};
 
 /// How [`ObjectTxn::fetch`] asks for its objects ([`ObjectTxn::plan_fetch`]).
@@ -34,7 +35,7 @@ impl ObjectTxn {
     /// ([`OBJ_S_PAGE`]).
     pub(super) fn fetch(&mut self, oids: &[Oid], mode: u8) -> Result<()> {
         let store = self.store.clone();
-        let _flight = FetchInFlight::start(&store);
+        let _flight = store.rights.fetch();
         self.on_server = true;
         // Pages read ahead that are wanted now: their replies first, then
         // only what they did not bring is fetched.
@@ -156,7 +157,7 @@ impl ObjectTxn {
         let conn = &store.conn;
         let mut got = 0usize;
         loop {
-            let part = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))?;
+            let part = call.next_part().map_err(|e| conn.error_for(e, self.id))?;
             let Some(part) = part else { break };
             let body = part.body;
             conn.bytes_received.fetch_add(body.len() as u64, Ordering::Relaxed);
@@ -203,16 +204,14 @@ impl ObjectTxn {
     fn send_fetch(&self, mode: u8, oids: &[Oid]) -> Result<cairn_net::rpc::Call> {
         let conn = &self.store.conn;
         let req = ObjectRequest::Fetch {
-            txn: self.id,
+            txn: self.id.0,
             mode,
             oids: oids.iter().map(|o| o.to_bytes()).collect(),
         };
         let (kind, body) = req.encode();
         conn.round_trips.fetch_add(1, Ordering::Relaxed);
         conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-        conn.client
-            .invoke(kind, body)
-            .map_err(|e| conn.error_for(e, TxnId(self.id)))
+        conn.client.invoke(kind, body).map_err(|e| conn.error_for(e, self.id))
     }
 
     /// Takes in the reply of an [`OBJ_S_PAGE`] fetch of `chunk`: the
@@ -228,7 +227,7 @@ impl ObjectTxn {
         let store = self.store.clone();
         let conn = &store.conn;
         let mut body = None;
-        while let Some(part) = call.next_part().map_err(|e| conn.error_for(e, TxnId(self.id)))? {
+        while let Some(part) = call.next_part().map_err(|e| conn.error_for(e, self.id))? {
             conn.bytes_received.fetch_add(part.body.len() as u64, Ordering::Relaxed);
             if !part.last || body.is_some() {
                 return Err(conn.protocol("an OBJ_FETCH of pages answered in one reply"));
@@ -327,7 +326,7 @@ impl ObjectTxn {
     /// ([`ObjectTxn::settle_ahead`]).
     fn ask_ahead(&mut self, pages: Vec<PageId>) -> Result<()> {
         for page in pages {
-            let flight = FetchInFlight::start(&self.store);
+            let flight = self.store.rights.fetch();
             // The page's number is what counts; the slot is ignored.
             let oid = Oid {
                 page,
@@ -376,5 +375,5 @@ pub(super) struct Ahead {
     page: PageId,
     call: cairn_net::rpc::Call,
     /// Counts as a fetch in flight until taken in (rights may come).
-    _flight: FetchInFlight,
+    _flight: FetchInFlight<RightsState>,
 }

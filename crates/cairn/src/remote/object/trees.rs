@@ -65,7 +65,7 @@ impl ObjectTxn {
             if full || ops.peek().is_none() {
                 bytes = 0;
                 let reply = self.tree_call(&ObjectRequest::TreeApply {
-                    txn: self.id,
+                    txn: self.id.0,
                     root: root.0,
                     ops: std::mem::take(&mut batch),
                 });
@@ -155,7 +155,7 @@ impl ObjectTxn {
         self.store.before_tree_write(self.id, root)?;
         self.wrote = true;
         self.tree_call(&ObjectRequest::TreeDestroy {
-            txn: self.id,
+            txn: self.id.0,
             root: root.0,
         })?;
         self.store.tree_written(self.id, root, None);

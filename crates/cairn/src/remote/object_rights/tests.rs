@@ -11,7 +11,11 @@ fn oid(n: u32) -> Oid {
 fn revoked_rights_are_refused_and_newer_ones_taken() {
     let mut st = RightsState::default();
     let k = Resource::Object(oid(1));
-    st.revoked.insert(k, 7);
+    st.revoked.revoke(k, 7);
+    assert!(st.take_right(k, 7, None), "no fetch in flight: nothing was remembered");
+    let mut st = RightsState::default();
+    st.revoked().fetch_started_for_tests();
+    st.revoked.revoke(k, 7);
     assert!(!st.take_right(k, 7, None));
     assert!(!st.take_right(k, 0, None), "0 is no right");
     assert!(st.take_right(k, 8, None));
@@ -19,12 +23,16 @@ fn revoked_rights_are_refused_and_newer_ones_taken() {
     // While a transaction of this client changes the object (or the
     // leaf, or has a change of its tree on the way), no right to it is
     // taken in.
-    st.txns.entry(5).or_default().writes.insert(k);
+    st.txns.entry(TxnId(5)).or_default().writes.insert(k);
     assert!(!st.take_right(k, 9, None));
-    st.txns.entry(5).or_default().trees.insert(PageId(3));
+    st.txns.entry(TxnId(5)).or_default().trees.insert(PageId(3));
     assert!(!st.take_right(Resource::Page(PageId(40)), 9, Some(PageId(3))));
     assert!(st.take_right(Resource::Page(PageId(40)), 9, Some(PageId(4))));
-    st.txns.entry(5).or_default().writes.insert(Resource::Page(PageId(41)));
+    st.txns
+        .entry(TxnId(5))
+        .or_default()
+        .writes
+        .insert(Resource::Page(PageId(41)));
     assert!(!st.take_right(Resource::Page(PageId(41)), 9, Some(PageId(4))));
 }
 
@@ -35,15 +43,15 @@ fn readers_are_named_and_leaves_take_their_lookups_along() {
     let mut st = RightsState::default();
     let k = Resource::Object(oid(2));
     for (t, ending) in [(1u64, false), (2, false), (3, true)] {
-        let v = st.txns.entry(t).or_default();
+        let v = st.txns.entry(TxnId(t)).or_default();
         v.reads.insert(k);
-        v.ending = ending;
+        v.answering.ending = ending;
     }
-    let mut named = st.name_readers(k, 1);
+    let mut named = st.name_readers(k, TxnId(1));
     named.sort_unstable();
-    assert_eq!(named, vec![2]);
-    assert!(st.txns[&2].named && st.txns[&2].answers_in_flight == 1);
-    assert!(!st.txns[&1].named);
+    assert_eq!(named, vec![TxnId(2)]);
+    assert!(st.txns[&TxnId(2)].answering.on_server);
+    assert!(!st.txns[&TxnId(1)].answering.on_server);
     st.leaves.insert(
         PageId(9),
         Leaf {

@@ -1,0 +1,383 @@
+//! Callback locking on the client: the part every client shares, whatever
+//! its rights cover (a page for the page and file clients; an object, a
+//! page image or a B+-tree leaf for the object and adaptive clients). The
+//! messages are [`cairn_net::rights`]'s.
+//!
+//! A client keeps what a right covers across transactions, and its
+//! transactions read it without asking the server, under a lock only the
+//! client knows of. What each client keeps under a right, and how it
+//! bounds it, is its own ([`cover`](super::cover) for pages,
+//! [`object_rights`](super::object_rights) for objects, images and
+//! lookups): it is a [`Table`]. What is the same for all of them is here,
+//! in [`Rights`]:
+//!
+//! - **Rights that cross their callback.** A reply granting a right may
+//!   arrive after the server already called that right back (the reply and
+//!   the callback cross). [`Revoked`] remembers the highest epoch called
+//!   back per key while fetches are in flight ([`FetchInFlight`]) and
+//!   refuses such a right; with no fetch in flight it is empty.
+//! - **Answers.** A callback is answered by the client's callback thread
+//!   ([`callback_daemon`], [`Rights::answer`]): the right goes, and the
+//!   transactions reading under it are named, so the server grants each
+//!   the lock it held in effect and the writer waits for them there.
+//!   Before one of its own transactions writes, a client names its other
+//!   readers the same way ([`Rights::name`]).
+//! - **Ends.** A transaction named in an answer the server has not
+//!   acknowledged must not end first (the server would begin it again for
+//!   the answer and keep its lock): [`Rights::end`] waits for the answers
+//!   ([`Answering`]).
+//! - **Giving back.** Rights a client no longer wants go back with its
+//!   next request ([`release`], one way).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use cairn_net::rights::{Callback, CallbackReply, RightKey, RightsRequest, RELEASE_RIGHTS_MAX};
+use cairn_net::rpc::Client;
+use cairn_storage::fxhash::FxHashMap;
+use cairn_storage::lock::Resource;
+use cairn_storage::{Error, Oid, PageId, Result, TxnId};
+
+use super::conn::Connection;
+use super::lock;
+
+/// What the callback protocol knows of one running transaction of a
+/// client.
+#[derive(Debug, Default)]
+pub(super) struct Answering {
+    /// The server knows the transaction (a request named it, or an answer
+    /// did): its end must reach the server.
+    pub(super) on_server: bool,
+    /// Its end is under way: it reads nothing more under rights, and no
+    /// answer names it (the server would begin it again).
+    pub(super) ending: bool,
+    /// Answers naming it that the server has not acknowledged.
+    answers_in_flight: u32,
+}
+
+impl Answering {
+    /// It is named in an answer about to be sent: the server will know
+    /// it, and it must not end before the answer is acknowledged.
+    pub(super) fn name(&mut self) {
+        self.on_server = true;
+        self.answers_in_flight += 1;
+    }
+}
+
+/// Rights called back before the reply granting them was taken in: the
+/// highest epoch called back per key. A right of that epoch or older is
+/// not taken. Only a fetch in flight when the callback came can carry such
+/// a right (one sent later gets a newer epoch), so this is kept only while
+/// fetches are in flight, and emptied when none is: it holds at most the
+/// callbacks of one burst of fetches, not one entry per key ever called
+/// back.
+#[derive(Debug, Default)]
+pub(super) struct Revoked {
+    revoked: FxHashMap<Resource, u64>,
+    fetches_in_flight: usize,
+}
+
+impl Revoked {
+    /// A callback of `epoch` for `key`, which the client holds no right to
+    /// (yet): a fetch in flight may be bringing it, and must not install
+    /// it.
+    pub(super) fn revoke(&mut self, key: Resource, epoch: u64) {
+        if self.fetches_in_flight > 0 {
+            let r = self.revoked.entry(key).or_insert(0);
+            *r = (*r).max(epoch);
+        }
+    }
+
+    /// Whether a right of `epoch` to `key`, just taken in, may be used
+    /// (granted, and not called back before it arrived).
+    pub(super) fn admits(&mut self, key: Resource, epoch: u64) -> bool {
+        if epoch == 0 || self.revoked.get(&key).is_some_and(|r| *r >= epoch) {
+            return false;
+        }
+        self.revoked.remove(&key);
+        true
+    }
+
+    fn fetch_started(&mut self) {
+        self.fetches_in_flight += 1;
+    }
+
+    /// A fetch in flight that never ends (a unit test's).
+    #[cfg(test)]
+    pub(super) fn fetch_started_for_tests(&mut self) {
+        self.fetch_started();
+    }
+
+    fn fetch_done(&mut self) {
+        self.fetches_in_flight -= 1;
+        if self.fetches_in_flight == 0 {
+            self.revoked.clear();
+        }
+    }
+}
+
+/// A client's table of rights: what it keeps under them and which of its
+/// transactions read under them.
+pub(super) trait Table: Send + 'static {
+    /// The rights called back before they arrived.
+    fn revoked(&mut self) -> &mut Revoked;
+    /// What the protocol knows of `txn`, if it is running.
+    fn answering(&mut self, txn: TxnId) -> Option<&mut Answering>;
+    /// The epoch of the right held on `key`, if any.
+    fn held(&self, key: Resource) -> Option<u64>;
+    /// The right on `key` is called back: drops what it covers, and names
+    /// ([`Answering::name`]) the transactions not ending that read under
+    /// it.
+    fn call_back(&mut self, key: Resource) -> Vec<TxnId>;
+    /// A callback for `key`, on which no right is held (not taken in yet,
+    /// or given up): names the transactions that still read under it, if
+    /// the client keeps any reading after the right went.
+    fn readers_without_right(&mut self, key: Resource) -> Vec<TxnId>;
+}
+
+/// A client's rights: its [`Table`] behind a mutex, and the condition its
+/// ending transactions wait on for their answers.
+pub(super) struct Rights<T> {
+    table: Mutex<T>,
+    /// Signalled when an answer naming transactions is acknowledged.
+    answered: Condvar,
+}
+
+impl<T: Table> Rights<T> {
+    /// Rights over `table`.
+    pub(super) fn new(table: T) -> Arc<Rights<T>> {
+        Arc::new(Rights {
+            table: Mutex::new(table),
+            answered: Condvar::new(),
+        })
+    }
+
+    /// The table, locked.
+    pub(super) fn lock(&self) -> MutexGuard<'_, T> {
+        lock(&self.table)
+    }
+
+    /// Counts a fetch in flight (its reply may carry rights) until the
+    /// returned guard drops, after the reply is taken in or the fetch
+    /// failed.
+    pub(super) fn fetch(self: &Arc<Self>) -> FetchInFlight<T> {
+        self.lock().revoked().fetch_started();
+        FetchInFlight(self.clone())
+    }
+
+    /// Sends `reply` naming `readers`, waits for the server to acknowledge
+    /// it, then lets those transactions end ([`Rights::end`]). `counted`:
+    /// the application's round trip (the callback thread's answer is not
+    /// one).
+    pub(super) fn send_answer(
+        &self,
+        conn: &Connection,
+        reply: CallbackReply,
+        readers: &[TxnId],
+        counted: bool,
+    ) -> Result<()> {
+        let (kind, body) = RightsRequest::CallbackReply(reply).encode();
+        let sent = conn.answer(kind, body, counted);
+        self.settled(readers);
+        sent
+    }
+
+    /// The answer naming `readers` is acknowledged (or was never sent):
+    /// they may end.
+    fn settled(&self, readers: &[TxnId]) {
+        let mut t = self.lock();
+        for r in readers {
+            if let Some(a) = t.answering(*r) {
+                a.answers_in_flight -= 1;
+            }
+        }
+        drop(t);
+        self.answered.notify_all();
+    }
+
+    /// Names `named` (key, readers, already [`Answering::name`]d) to the
+    /// server as readers under this client's rights before `writer`
+    /// changes what the rights cover: one CALLBACK_REPLY with id 0 each, a
+    /// round trip of the application's. A deadlock found granting them is
+    /// `writer`'s.
+    pub(super) fn name(&self, conn: &Connection, writer: TxnId, named: Vec<(Resource, Vec<TxnId>)>) -> Result<()> {
+        let mut result = Ok(());
+        for (key, readers) in named {
+            let Some(key) = wire(key) else {
+                self.settled(&readers);
+                continue;
+            };
+            let reply = CallbackReply {
+                id: 0,
+                key,
+                epoch: 0,
+                writer: writer.0,
+                in_use_by: readers.iter().map(|t| t.0).collect(),
+            };
+            let sent = self.send_answer(conn, reply, &readers, true).map_err(|e| match e {
+                Error::Deadlock { cycle, .. } => Error::Deadlock { txn: writer, cycle },
+                other => other,
+            });
+            if result.is_ok() {
+                result = sent;
+            }
+        }
+        result
+    }
+
+    /// Marks `txn` as ending (no answer names it from now on), waits until
+    /// the answers that did name it are acknowledged, so that its COMMIT or
+    /// ABORT cannot overtake them, and then runs `then` on the table.
+    /// `None` if `txn` is not running.
+    pub(super) fn end<R>(&self, txn: TxnId, then: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let mut t = self.lock();
+        loop {
+            let a = t.answering(txn)?;
+            a.ending = true;
+            if a.answers_in_flight == 0 {
+                return Some(then(&mut t));
+            }
+            t = self.answered.wait(t).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Answers callback `cb` (on the callback thread): a right of its
+    /// epoch or older goes with what it covers, and the transactions
+    /// reading under it are named; a newer right (granted after this
+    /// callback's writer was done) stays, and nobody reads under the old
+    /// one; a right not taken in yet is refused when it comes
+    /// ([`Revoked`]). `before_answer` runs once the table is updated and
+    /// before the answer goes (what the typed layer decoded under the
+    /// right must be gone by the time the writer goes on).
+    pub(super) fn answer(&self, conn: &Connection, cb: Callback, before_answer: impl FnOnce()) -> Result<()> {
+        conn.callbacks.fetch_add(1, Ordering::Relaxed);
+        let key = from_wire(cb.key);
+        let users = {
+            let mut t = self.lock();
+            match t.held(key) {
+                Some(e) if e <= cb.epoch => t.call_back(key),
+                Some(_) => Vec::new(),
+                None => {
+                    t.revoked().revoke(key, cb.epoch);
+                    t.readers_without_right(key)
+                }
+            }
+        };
+        before_answer();
+        if !users.is_empty() {
+            conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);
+        }
+        let reply = CallbackReply {
+            id: cb.id,
+            key: cb.key,
+            epoch: cb.epoch,
+            writer: 0,
+            in_use_by: users.iter().map(|t| t.0).collect(),
+        };
+        self.send_answer(conn, reply, &users, false)
+    }
+}
+
+/// A fetch in flight, from before it is sent to after its reply is taken
+/// in ([`Rights::fetch`]).
+pub(super) struct FetchInFlight<T: Table>(Arc<Rights<T>>);
+
+impl<T: Table> Drop for FetchInFlight<T> {
+    fn drop(&mut self) {
+        self.0.lock().revoked().fetch_done();
+    }
+}
+
+/// Gives the rights `dropped` (key, epoch) back to the server with the
+/// next request (RELEASE needs no answer, and costs no round trip of its
+/// own). A lost connection took the rights with it.
+pub(super) fn release(conn: &Connection, dropped: &[(Resource, u64)]) {
+    for chunk in dropped.chunks(RELEASE_RIGHTS_MAX) {
+        let rights = chunk.iter().filter_map(|(k, e)| Some((wire(*k)?, *e))).collect();
+        let (kind, body) = RightsRequest::Release { rights }.encode();
+        conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+        conn.one_way.fetch_add(1, Ordering::Relaxed);
+        conn.rights_given_back.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        drop(conn.client.invoke_deferred(kind, body));
+    }
+}
+
+/// The callback daemon (Soprano's): a thread per connection that waits for
+/// the server's callbacks and hands each to `answer` with the store,
+/// reading the connection itself when no request is waiting for a reply.
+/// It ends when the store is gone or the connection closes. Every client
+/// that caches runs it.
+pub(super) fn callback_daemon<S>(client: Client, store: Weak<S>, answer: fn(&S, Callback) -> Result<()>) {
+    loop {
+        match client.next_notice(Duration::from_millis(200)) {
+            Ok(Some(body)) => {
+                let Some(store) = store.upgrade() else { return };
+                match Callback::decode(&body) {
+                    Ok(cb) => {
+                        if let Err(e) = answer(&store, cb) {
+                            tracing::warn!(error = %e, "answering a callback failed");
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not a callback"),
+                }
+            }
+            Ok(None) => {
+                if store.strong_count() == 0 {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// A right's key on the wire; `None` for a resource no right covers (only
+/// pages and objects are kept under rights).
+pub(super) fn wire(key: Resource) -> Option<RightKey> {
+    match key {
+        Resource::Object(o) => Some(RightKey::Object(o.to_bytes())),
+        Resource::Page(p) => Some(RightKey::Page(p.0)),
+        _ => None,
+    }
+}
+
+/// The key a server's message names.
+pub(super) fn from_wire(key: RightKey) -> Resource {
+    match key {
+        RightKey::Page(p) => Resource::Page(PageId(p)),
+        RightKey::Object(o) => Resource::Object(Oid::from_bytes(&o)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revoked_rights_are_kept_only_while_fetches_are_in_flight() {
+        let key = Resource::Page(PageId(7));
+        let mut r = Revoked::default();
+        r.revoke(key, 5);
+        assert!(r.admits(key, 5), "no fetch in flight: nothing to refuse");
+        r.fetch_started();
+        r.revoke(key, 5);
+        assert!(!r.admits(key, 5), "the right called back while its fetch was in flight");
+        assert!(!r.admits(key, 4), "older still");
+        assert!(!r.admits(key, 0), "epoch 0 grants nothing");
+        assert!(r.admits(key, 6), "a newer right was granted after the callback");
+        r.revoke(key, 9);
+        r.fetch_done();
+        assert!(r.revoked.is_empty(), "emptied with the last fetch");
+        assert!(r.admits(key, 9));
+    }
+
+    #[test]
+    fn keys_go_to_the_wire_and_back() {
+        let oid = Oid::from_bytes(&[1, 0, 0, 0, 2, 0, 3, 0, 0, 0]);
+        for key in [Resource::Page(PageId(3)), Resource::Object(oid)] {
+            assert_eq!(wire(key).map(from_wire), Some(key));
+        }
+        assert_eq!(wire(Resource::Group(cairn_storage::GroupId(2))), None);
+    }
+}
