@@ -16,11 +16,25 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("cairn-storage", &["cairn-codec"]),
     ("cairn-derive", &[]),
     ("cairn-net", &["cairn-storage", "cairn-codec"]),
-    // The object server runs server-side methods, which read records
-    // through the typed layer's catalog and codec (`cairn::methods`): it
-    // uses that library, as an application would, and nothing else of it.
-    ("cairn-server", &["cairn-codec", "cairn-storage", "cairn-net", "cairn"]),
-    ("cairn", &["cairn-codec", "cairn-storage", "cairn-net", "cairn-derive"]),
+    // The schema layer (catalog, stored field types, methods, StoreOps):
+    // below both the client and the server, which share it.
+    ("cairn-schema", &["cairn-codec", "cairn-storage"]),
+    // The server runs the catalog and the server-side methods through the
+    // schema layer: it never depends on the client crate.
+    (
+        "cairn-server",
+        &["cairn-codec", "cairn-storage", "cairn-net", "cairn-schema"],
+    ),
+    (
+        "cairn",
+        &[
+            "cairn-codec",
+            "cairn-storage",
+            "cairn-net",
+            "cairn-schema",
+            "cairn-derive",
+        ],
+    ),
     ("cairn-bench", &["cairn", "cairn-server", "cairn-net", "cairn-storage"]),
     (
         "cairn-cli",
@@ -150,6 +164,7 @@ enum Reach {
 /// built only on nightly, so this is the one stable check of its imports.
 const STORAGE_REACH: &[(&str, &[&str], Reach)] = &[
     ("cairn-codec", &["crates/cairn-codec/src"], Reach::Nothing),
+    ("cairn-schema", &["crates/cairn-schema/src"], Reach::Api),
     ("cairn-derive", &["crates/cairn-derive/src"], Reach::Nothing),
     ("cairn-net", &["crates/cairn-net/src"], Reach::Api),
     ("cairn-server", &["crates/cairn-server/src"], Reach::Api),

@@ -35,20 +35,20 @@
 //! [`AdaptivePolicy`] and [`DualBufferOptions`] with its [`Strategy`].
 
 pub mod cache;
-mod catalog;
+pub(crate) use cairn_schema::catalog;
 pub mod codec;
 pub mod collections;
 mod database;
 #[doc(hidden)]
 pub mod dual;
-mod error;
+pub(crate) use cairn_schema::error;
 pub mod fields;
 mod index_cache;
-pub mod methods;
+pub use cairn_schema::methods;
 mod reference;
 #[doc(hidden)]
 pub mod remote;
-mod store_ops;
+pub(crate) use cairn_schema::store_ops;
 pub mod view;
 
 pub use cache::{CachePolicy, CacheStats};

@@ -321,7 +321,7 @@ fn a_typed_client_looks_up_and_reads_warm_objects_with_no_round_trip_until_they_
 
 #[test]
 fn kept_lookups_see_every_entry_another_client_adds_or_removes_even_across_leaves() {
-    use cairn_net::object_service::TreeOp;
+    use cairn::remote::TreeOp;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve(&dir.path().join("db"));
     let a = object_client(&server);

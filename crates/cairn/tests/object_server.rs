@@ -230,7 +230,7 @@ fn a_killed_object_client_leaves_no_lock_and_a_killed_server_no_lost_commit() {
 
 #[test]
 fn b_trees_run_on_the_server_for_an_object_client() {
-    use cairn_net::object_service::TreeOp;
+    use cairn::remote::TreeOp;
     use std::ops::Bound;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve(&dir.path().join("db"));
@@ -579,7 +579,7 @@ fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right()
         let found = t.create(GroupId::DEFAULT, None, b"found by its key").unwrap();
         t.tree_apply(
             root,
-            vec![cairn_net::object_service::TreeOp::Insert {
+            vec![cairn::remote::TreeOp::Insert {
                 key: b"key".to_vec(),
                 value: found.to_bytes().to_vec(),
             }],
@@ -610,7 +610,7 @@ fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right()
 /// transaction (nothing of it remains).
 #[test]
 fn index_changes_kept_to_send_later_cost_no_round_trip_and_commit_or_abort_with_the_transaction() {
-    use cairn_net::object_service::TreeOp;
+    use cairn::remote::TreeOp;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve(&dir.path().join("db"));
     let store = object_client(&server);
@@ -684,7 +684,7 @@ fn index_changes_kept_to_send_later_cost_no_round_trip_and_commit_or_abort_with_
 /// bringing objects sends those past it as lengths.
 #[test]
 fn b_tree_requests_and_replies_larger_than_a_message_cross_in_several() {
-    use cairn_net::object_service::TreeOp;
+    use cairn::remote::TreeOp;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_BODY_MAX", "65536")]);
     let store = object_client(&server);

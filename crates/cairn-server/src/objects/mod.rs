@@ -271,8 +271,8 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
         ObjectRequest::Method { txn, method } => {
             let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
             let mut t = lock(&t);
-            let group = |name: &str| -> cairn::Result<GroupId> { Ok(db.group(name)?) };
-            cairn::methods::serve(&mut t, &group, &method).map_err(|e| fault(e.into_storage()))
+            let group = |name: &str| -> cairn_schema::Result<GroupId> { Ok(db.group(name)?) };
+            cairn_schema::methods::serve(&mut t, &group, &method).map_err(|e| fault(e.into_storage()))
         }
         ObjectRequest::Scan { txn, group } => {
             let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;

@@ -27,7 +27,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cairn_net::object_service::TreeOp;
+use cairn_schema::TreeOp;
 use cairn_storage::btree::BTree;
 use cairn_storage::{Db, DbOptions, GroupId, Oid, Txn};
 

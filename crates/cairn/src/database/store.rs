@@ -16,7 +16,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use cairn_net::object_service::TreeOp;
+use cairn_schema::TreeOp;
 use cairn_storage::access::Recording;
 use cairn_storage::btree::BTree;
 use cairn_storage::{Db, GroupId, Oid, PageId, Txn};

@@ -83,6 +83,8 @@ mod object_rights;
 mod rights;
 
 pub use adaptive::{AdaptivePolicy, AdaptiveStats, FetchMode, READ_AHEAD_MAX};
+/// A B+-tree change, as [`ObjectTxn::tree_apply`] takes it.
+pub use cairn_schema::TreeOp;
 pub use conn::{parse_url, parse_url_login, Connect, RemoteDevice, RemoteStats};
 pub use object::{ObjectLostHook, ObjectStore, ObjectTxn, SharedBytes, CACHED_OBJECT_BYTES_DEFAULT, CHANGES_KEPT_MIN};
 

@@ -35,8 +35,8 @@ use super::conn::Connect;
 use cairn_net::frame::Kind;
 use cairn_net::message::Architecture;
 use cairn_net::object_service::{
-    decode_entries, decode_oids, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects, NO_OID, OBJ_S, OBJ_X,
-    READ_RANGE_MAX, TREE_LIMIT_MAX,
+    decode_entries, decode_oids, FetchedObject, ObjectRequest, ValuesAndObjects, NO_OID, OBJ_S, OBJ_X, READ_RANGE_MAX,
+    TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::{decode_groups, PageRequest, VolumeInfo, NO_GROUP};
 use cairn_net::transport::Address;
@@ -295,7 +295,7 @@ pub struct ObjectTxn {
     changes_bytes: usize,
     /// Changes of B+-trees kept to send later, per root, in order
     /// (`object/trees.rs`), and the bytes they take.
-    tree_later: Vec<(PageId, Vec<TreeOp>)>,
+    tree_later: Vec<(PageId, Vec<cairn_schema::TreeOp>)>,
     tree_later_bytes: usize,
     /// The (root, key) pairs of `tree_later`: a lookup of one sends them.
     tree_later_keys: FxHashSet<(PageId, Vec<u8>)>,

@@ -7,8 +7,9 @@
 //! method, at commit, and past a bound. An index insert so costs no round
 //! trip of its own (OO1's insert: one per part before).
 
-use cairn_net::object_service::{ObjectRequest, TreeOp};
+use cairn_net::object_service::{self as wire, ObjectRequest};
 use cairn_net::page_service::decode_pages;
+use cairn_schema::TreeOp;
 use cairn_storage::{Error, PageId, Result};
 
 use super::ObjectTxn;
@@ -22,6 +23,14 @@ fn op_size(op: &TreeOp) -> usize {
 }
 
 /// The key a tree change is about.
+/// A B+-tree change as TREE_APPLY carries it.
+fn on_the_wire(op: TreeOp) -> wire::TreeOp {
+    match op {
+        TreeOp::Insert { key, value } => wire::TreeOp::Insert { key, value },
+        TreeOp::Delete { key, value } => wire::TreeOp::Delete { key, value },
+    }
+}
+
 fn op_key(op: &TreeOp) -> &[u8] {
     match op {
         TreeOp::Insert { key, .. } | TreeOp::Delete { key, .. } => key,
@@ -60,7 +69,7 @@ impl ObjectTxn {
         let mut ops = ops.into_iter().peekable();
         while let Some(op) = ops.next() {
             bytes += op_size(&op);
-            batch.push(op);
+            batch.push(on_the_wire(op));
             let full = ops.peek().is_some_and(|next| bytes + op_size(next) > per_message);
             if full || ops.peek().is_none() {
                 bytes = 0;

@@ -33,14 +33,15 @@
 
 use std::collections::HashMap;
 
-use cairn_net::object_service::TreeOp;
 use cairn_storage::btree::BTree;
 use cairn_storage::{GroupId, Oid, PageId};
 
-use crate::store_ops::StoreOps;
+use crate::store_ops::{StoreOps, TreeOp};
 
-use crate::codec::{DecodeError, FieldDesc, Reader, TypeDesc, Writer};
+use cairn_codec::{DecodeError, Reader, Writer};
+
 use crate::error::{Error, Result};
+use crate::types::{FieldDesc, TypeDesc};
 
 /// The group holding the meta object and the catalog trees.
 pub const SYSTEM_GROUP: &str = "cairn.system";
@@ -51,15 +52,19 @@ const TYPE_DEPTH_MAX: usize = 32;
 
 /// The catalog trees, by root page.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Meta {
+pub struct Meta {
+    /// Root name → OID.
     pub roots: BTree,
+    /// Type name → class id and latest version; the schemas by version.
     pub classes: BTree,
+    /// (class id, field) → the index tree's root page.
     pub indexes: BTree,
 }
 
 /// A registered class, as this session uses it.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ClassInfo {
+pub struct ClassInfo {
+    /// The class id (the first field of each of its records).
     pub id: u32,
     /// The schema version this program's type has (the newest, or an older
     /// one when a newer program has evolved the class since).
@@ -83,9 +88,10 @@ const EPOCH_KEY: &[u8] = b"e";
 /// transaction ([`bump_epoch`]). A session's copy is good while the stored
 /// epoch is the same; a transaction reads the stored epoch before it first
 /// relies on the copy, and keeps the epoch share-locked until it ends, so no
-/// other client can change the catalog under it ([`crate::database`]).
+/// other client can change the catalog under it (the typed layer's
+/// `database` module).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Catalog {
+pub struct Catalog {
     /// The stored epoch this copy was read at.
     pub epoch: u64,
     /// Type name → registered class (this session's version).
@@ -109,7 +115,7 @@ fn corrupt_catalog(reason: impl Into<String>) -> Error {
 
 /// Finds the meta object and its trees; an error if there is none (a
 /// database no typed client has opened yet).
-pub(crate) fn find_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Meta> {
+pub fn find_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Meta> {
     let objs = txn.scan_all(system).map_err(stored)?;
     if objs.is_empty() {
         return Err(corrupt_catalog("there is no meta object in the system group"));
@@ -118,7 +124,7 @@ pub(crate) fn find_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Met
 }
 
 /// Finds or creates the meta object and its trees.
-pub(crate) fn open_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Meta> {
+pub fn open_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Meta> {
     let objs = txn.scan_all(system).map_err(stored)?;
     if let Some(&first) = objs.first() {
         let b = txn.read(first).map_err(stored)?;
@@ -162,7 +168,7 @@ fn schema_key(id: u32, version: u16) -> Vec<u8> {
 
 /// The catalog's epoch as stored (0 in a catalog never changed since the
 /// epoch was introduced). Reading it share-locks its page until `txn` ends.
-pub(crate) fn epoch<S: StoreOps>(txn: &mut S, meta: &Meta) -> Result<u64> {
+pub fn epoch<S: StoreOps>(txn: &mut S, meta: &Meta) -> Result<u64> {
     match txn.tree_get(&meta.classes, EPOCH_KEY).map_err(stored)? {
         None => Ok(0),
         Some(v) => v
@@ -185,7 +191,7 @@ fn bump_epoch<S: StoreOps>(txn: &mut S, meta: &Meta) -> Result<()> {
 
 /// Loads every class and schema version into memory, with the epoch they
 /// were read at.
-pub(crate) fn load<S: StoreOps>(txn: &mut S, meta: &Meta, cat: &mut Catalog) -> Result<()> {
+pub fn load<S: StoreOps>(txn: &mut S, meta: &Meta, cat: &mut Catalog) -> Result<()> {
     cat.epoch = epoch(txn, meta)?;
     use std::ops::Bound;
     let mut entries = Vec::new();
@@ -229,7 +235,7 @@ pub(crate) fn load<S: StoreOps>(txn: &mut S, meta: &Meta, cat: &mut Catalog) -> 
 /// newer one reads those records with defaults); any other shape must be an
 /// allowed evolution of the newest and becomes the next version. Writes only
 /// to register something new, and then adds one to the epoch.
-pub(crate) fn register<S: StoreOps>(
+pub fn register<S: StoreOps>(
     txn: &mut S,
     meta: &Meta,
     cat: &mut Catalog,
@@ -380,7 +386,7 @@ fn index_key(class: u32, field: &str) -> Vec<u8> {
 
 /// The indexes of class `class` the catalog records: (field, root page), in
 /// field-name order.
-pub(crate) fn indexes_of<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32) -> Result<Vec<(String, PageId)>> {
+pub fn indexes_of<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32) -> Result<Vec<(String, PageId)>> {
     use std::ops::Bound;
     let prefix = class.to_be_bytes();
     let mut entries = Vec::new();
@@ -405,7 +411,7 @@ pub(crate) fn indexes_of<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32) -> R
 }
 
 /// Records `tree` as the index of (class, field).
-pub(crate) fn add_index<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, field: &str, tree: &BTree) -> Result<()> {
+pub fn add_index<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, field: &str, tree: &BTree) -> Result<()> {
     put(
         txn,
         &meta.indexes,
@@ -416,7 +422,7 @@ pub(crate) fn add_index<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, field
 }
 
 /// Forgets the index of (class, field); the caller frees its tree.
-pub(crate) fn remove_index<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, field: &str) -> Result<()> {
+pub fn remove_index<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, field: &str) -> Result<()> {
     let ops = vec![TreeOp::Delete {
         key: index_key(class, field),
         value: None,
@@ -426,7 +432,7 @@ pub(crate) fn remove_index<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, fi
 }
 
 /// The index tree of (class, field), created if `create`.
-pub(crate) fn index_tree<S: StoreOps>(
+pub fn index_tree<S: StoreOps>(
     txn: &mut S,
     meta: &Meta,
     class: u32,
@@ -456,7 +462,7 @@ pub(crate) fn index_tree<S: StoreOps>(
 }
 
 /// Reads a named root.
-pub(crate) fn get_root<S: StoreOps>(txn: &mut S, meta: &Meta, name: &str) -> Result<Option<Oid>> {
+pub fn get_root<S: StoreOps>(txn: &mut S, meta: &Meta, name: &str) -> Result<Option<Oid>> {
     match txn.tree_get(&meta.roots, name.as_bytes()).map_err(stored)? {
         None => Ok(None),
         Some(v) => Oid::from_exact(&v)
@@ -466,7 +472,7 @@ pub(crate) fn get_root<S: StoreOps>(txn: &mut S, meta: &Meta, name: &str) -> Res
 }
 
 /// Sets (or, with `None`, removes) a named root.
-pub(crate) fn set_root<S: StoreOps>(txn: &mut S, meta: &Meta, name: &str, oid: Option<Oid>) -> Result<()> {
+pub fn set_root<S: StoreOps>(txn: &mut S, meta: &Meta, name: &str, oid: Option<Oid>) -> Result<()> {
     let mut ops = vec![TreeOp::Delete {
         key: name.as_bytes().to_vec(),
         value: None,

@@ -1,12 +1,12 @@
 //! [`StoreOps`]: the object and B+-tree operations the catalog and the
 //! server-side methods ask of a transaction, and their implementation for
-//! a page-based storage [`Txn`]. It sits below the typed layer's
-//! `database` module (whose `Tx` implements it too), so the catalog and the
-//! methods depend on it and not on `database`: no module cycle.
+//! a page-based storage [`Txn`]. The typed layer's transactions implement
+//! it too (passing each operation on to what they hold: a storage
+//! transaction, or an object-server client's), so the catalog and the
+//! methods run the same in every process.
 
 use std::ops::Bound;
 
-use cairn_net::object_service::TreeOp;
 use cairn_storage::access::Recording;
 use cairn_storage::btree::{BTree, Direction};
 use cairn_storage::record::object::ObjectSpace;
@@ -14,19 +14,45 @@ use cairn_storage::{GroupId, Oid, PageId, Txn};
 
 type StorageResult<T> = cairn_storage::Result<T>;
 
+/// One change of a B+-tree, applied in order with the others of a
+/// [`StoreOps::tree_apply`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TreeOp {
+    /// Inserts `key` → `value`.
+    Insert {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Deletes `key`'s entry with `value`, or (`None`) every entry of
+    /// `key`.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+        /// Only the entry with this value.
+        value: Option<Vec<u8>>,
+    },
+}
+
 /// The object and B+-tree operations the catalog and the server-side
 /// methods ask of a storage transaction: a page-based [`Txn`] runs them
 /// itself (in this process, or on the server for an object-server
 /// client's method), the typed layer's `Tx` passes them on to what it
 /// holds.
-pub(crate) trait StoreOps {
+pub trait StoreOps {
+    /// Creates an object of `bytes` in `group`.
     fn create(&mut self, group: GroupId, bytes: &[u8]) -> StorageResult<Oid>;
+    /// The object's bytes.
     fn read(&mut self, oid: Oid) -> StorageResult<Vec<u8>>;
+    /// `f` of the object's bytes, read in place where the store can.
     fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<R>;
+    /// The objects of `group`.
     fn scan_all(&mut self, group: GroupId) -> StorageResult<Vec<Oid>>;
     /// Opens the tree at `root`, checking it is one; with the group of its
     /// root page.
     fn tree_open(&mut self, root: PageId) -> StorageResult<(BTree, Option<GroupId>)>;
+    /// Creates an empty tree in `group` (`unique`: one value per key).
     fn tree_create(&mut self, group: GroupId, unique: bool) -> StorageResult<BTree>;
     /// The first value of `key`.
     fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> StorageResult<Option<Vec<u8>>>;

@@ -6,7 +6,7 @@
 //! A method names fields, not code: the predicate and the paths travel as
 //! data (`Method::encode`) and are evaluated against each record through
 //! the catalog's schema of the record's own version (records are decoded
-//! generically, [`crate::codec::decode_value`]), so no application code is
+//! generically, [`crate::types::decode_value`]), so no application code is
 //! linked into the server. Embedded, page- and file-server databases run a
 //! method in their own storage transaction; an object-server client sends
 //! its transaction's changes to the server first (in the transaction's
@@ -27,9 +27,11 @@ use std::ops::Bound;
 use cairn_storage::{GroupId, Oid};
 
 use crate::catalog::{self, Catalog, Meta};
-use crate::codec::{decode_value, DecodeError, FieldDesc, Reader, TypeDesc, Value};
+use cairn_codec::{DecodeError, Reader};
+
 use crate::error::{Error, Result};
 use crate::store_ops::StoreOps;
+use crate::types::{decode_value, FieldDesc, TypeDesc, Value};
 
 /// A comparison in a [`Predicate`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,44 +131,58 @@ impl Predicate {
 
 /// Where a selection takes its candidates from.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Source {
+pub enum Source {
     /// Every object of the class in the group.
     Group(String),
     /// The objects an index of the class lists between two encoded keys.
     Index {
+        /// The indexed field.
         field: String,
+        /// The lower bound, an encoded key.
         lo: Bound<Vec<u8>>,
+        /// The upper bound, an encoded key.
         hi: Bound<Vec<u8>>,
     },
 }
 
 /// A method, as it travels.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Method {
+pub enum Method {
     /// The objects of `class` from `source` that satisfy every predicate
     /// (at most `limit`), or how many do (`count_only`).
     Select {
+        /// The class's name.
         class: String,
+        /// Where the candidates come from.
         source: Source,
+        /// The predicates, all required.
         preds: Vec<Predicate>,
+        /// Answer the count, not the objects.
         count_only: bool,
+        /// Most objects answered.
         limit: u32,
     },
     /// The objects reachable from `start` in at most `depth` steps along
     /// `paths` (each a path to references), breadth first, each once,
     /// `start` first; at most `limit`.
     Traverse {
+        /// The first object.
         start: Oid,
+        /// Paths to reference fields, followed from each object reached.
         paths: Vec<String>,
+        /// Most steps from `start`.
         depth: u32,
+        /// Most objects answered.
         limit: u32,
     },
 }
 
 /// A method's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Answer {
+pub enum Answer {
+    /// The objects selected or reached, in order.
     Oids(Vec<Oid>),
+    /// How many objects a counting selection found.
     Count(u64),
 }
 
@@ -178,7 +194,7 @@ const TEXT_MAX: usize = 4096;
 /// Runs `m` in a storage transaction, reading records through `cat` (a
 /// catalog loaded in it, or kept current by the caller), finding groups by
 /// name with `group`.
-pub(crate) fn run<S: StoreOps>(
+pub fn run<S: StoreOps>(
     store: &mut S,
     meta: &Meta,
     cat: &Catalog,
@@ -608,7 +624,7 @@ impl Method {
     /// depth u32, limit u32, count u16, path text × count`. (`text` is `len
     /// u16, UTF-8`; a literal is `tag u8` 1 i64, 2 u64, 3 f64, 4 bool u8,
     /// 5 text.)
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
             Method::Select {
@@ -685,7 +701,7 @@ impl Method {
 
     /// Decodes [`Method::encode`]'s bytes; anything else is an error naming
     /// what is wrong.
-    pub(crate) fn decode(b: &[u8]) -> Result<Method> {
+    pub fn decode(b: &[u8]) -> Result<Method> {
         let mut r = Reader::within("a method", b);
         let m = Method::read(&mut r).map_err(malformed)?;
         r.finish("its end").map_err(malformed)?;
@@ -768,7 +784,7 @@ impl Method {
 
 impl Answer {
     /// `tag u8` (1 OIDs: `count u32, oid × count`; 2 count: `u64`).
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
             Answer::Oids(oids) => {
@@ -786,7 +802,8 @@ impl Answer {
         out
     }
 
-    pub(crate) fn decode(b: &[u8]) -> Result<Answer> {
+    /// Decodes what [`Answer::encode`] wrote.
+    pub fn decode(b: &[u8]) -> Result<Answer> {
         let mut r = Reader::within("a method's answer", b);
         let a = Answer::read(&mut r).map_err(malformed)?;
         r.finish("its end").map_err(malformed)?;

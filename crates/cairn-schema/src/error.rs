@@ -2,7 +2,7 @@
 
 use cairn_storage::{Oid, PageId, TxnId};
 
-use crate::codec::DecodeError;
+use cairn_codec::DecodeError;
 
 /// Result alias of the public API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
