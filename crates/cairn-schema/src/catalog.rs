@@ -85,7 +85,7 @@ const EPOCH_KEY: &[u8] = b"e";
 ///
 /// `epoch` is the catalog's change counter this copy was read at: every
 /// change to the classes or the index directory adds one in the changing
-/// transaction ([`bump_epoch`]). A session's copy is good while the stored
+/// transaction (`bump_epoch`). A session's copy is good while the stored
 /// epoch is the same; a transaction reads the stored epoch before it first
 /// relies on the copy, and keeps the epoch share-locked until it ends, so no
 /// other client can change the catalog under it (the typed layer's

@@ -38,7 +38,7 @@ pub enum Error {
         /// The OID followed.
         oid: Oid,
     },
-    /// No object is named `name` ([`crate::Transaction::root`]).
+    /// No object is named `name` (`cairn::Transaction::root`).
     #[error("no root named {name:?}")]
     NoRoot {
         /// The name asked for.
@@ -50,7 +50,7 @@ pub enum Error {
         /// The name asked for.
         name: String,
     },
-    /// The server of a [`crate::Database::connect`]ed database cannot be
+    /// The server of a `cairn::Database::connect`ed database cannot be
     /// reached, went away, or broke the protocol. The transaction is lost
     /// (a commit in flight may or may not have happened); reconnect.
     #[error("server {server}: {reason}")]
@@ -133,7 +133,7 @@ pub enum Error {
         key_type: String,
     },
     /// An object is longer than the typed layer decodes whole
-    /// ([`crate::Options::object_bytes_max`], or the storage layer's limit
+    /// (`cairn::Options::object_bytes_max`, or the storage layer's limit
     /// for reading an object whole). Nothing was allocated for it; raise the
     /// limit, or read its bytes in pieces through the storage transaction's
     /// `read_range`.

@@ -73,7 +73,7 @@ impl ServerChild {
     /// of its stdout is drained, so it never blocks on a full pipe.
     ///
     /// A child that ends before it listens is started again, up to
-    /// [`START_ATTEMPTS`] times in all: a test that has just closed the
+    /// `START_ATTEMPTS` times in all: a test that has just closed the
     /// database may still see its lock held for a moment by another test
     /// thread's child between its fork and its exec (the descriptor is
     /// close-on-exec, but a fork copies it first), and the server then

@@ -20,7 +20,7 @@ pub struct FetchedObject<'a> {
     /// Its bytes (empty if not found, or too long to send whole).
     pub bytes: &'a [u8],
     /// The epoch of the client's right to cache the object across its
-    /// transactions (0: none; see [`rights`]).
+    /// transactions (0: none; see [`crate::rights`]).
     pub right: u64,
 }
 

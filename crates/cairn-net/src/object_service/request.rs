@@ -56,7 +56,7 @@ pub enum ObjectRequest {
     Fetch {
         /// The transaction.
         txn: u64,
-        /// [`OBJ_S`], [`OBJ_X`] or [`OBJ_S_PAGE`].
+        /// [`OBJ_S`](super::OBJ_S), [`OBJ_X`](super::OBJ_X) or [`OBJ_S_PAGE`](super::OBJ_S_PAGE).
         mode: u8,
         /// The objects, at most [`FETCH_OBJECTS_MAX`].
         oids: Vec<[u8; OID_BYTES]>,
@@ -67,7 +67,7 @@ pub enum ObjectRequest {
         txn: u64,
         /// The group.
         group: u32,
-        /// An object to place it near, or [`NO_OID`].
+        /// An object to place it near, or [`NO_OID`](super::NO_OID).
         near: [u8; OID_BYTES],
         /// The new object's bytes.
         bytes: Vec<u8>,

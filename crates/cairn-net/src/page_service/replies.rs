@@ -61,7 +61,7 @@ pub struct Fetched<'a> {
     pub page: u32,
     /// What happened.
     pub status: FetchStatus,
-    /// The group owning the page's extent, or [`NO_GROUP`].
+    /// The group owning the page's extent, or [`NO_GROUP`](super::NO_GROUP).
     pub group: u32,
     /// Pages in the volume now.
     pub page_count: u32,
@@ -252,7 +252,7 @@ impl VolumeInfo {
 /// (corrupt page) `page u32, reason string16`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FaultDetail {
-    /// A lock wait timed out ([`ErrorCode::LOCK_TIMEOUT`]).
+    /// A lock wait timed out ([`ErrorCode::LOCK_TIMEOUT`](crate::message::ErrorCode::LOCK_TIMEOUT)).
     LockTimeout {
         /// The resource waited for.
         resource: String,
@@ -261,12 +261,12 @@ pub enum FaultDetail {
         /// How long it waited.
         waited_ms: u64,
     },
-    /// The transaction was chosen as a deadlock's victim ([`ErrorCode::DEADLOCK`]).
+    /// The transaction was chosen as a deadlock's victim ([`ErrorCode::DEADLOCK`](crate::message::ErrorCode::DEADLOCK)).
     Deadlock {
         /// The cycle, as the server's lock manager described it.
         cycle: String,
     },
-    /// A page of the server's volume is damaged ([`ErrorCode::CORRUPT`]).
+    /// A page of the server's volume is damaged ([`ErrorCode::CORRUPT`](crate::message::ErrorCode::CORRUPT)).
     Corrupt {
         /// The page.
         page: u32,

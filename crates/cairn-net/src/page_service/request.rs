@@ -15,12 +15,12 @@ pub enum PageRequest {
     Fetch {
         /// The transaction.
         txn: u64,
-        /// [`FETCH_S`], [`FETCH_X`] or [`FETCH_TRY_INSERT`].
+        /// [`FETCH_S`](super::FETCH_S), [`FETCH_X`](super::FETCH_X) or [`FETCH_TRY_INSERT`](super::FETCH_TRY_INSERT).
         mode: u8,
-        /// The group an insert wants ([`FETCH_TRY_INSERT`]; else [`NO_GROUP`]).
+        /// The group an insert wants ([`FETCH_TRY_INSERT`](super::FETCH_TRY_INSERT); else [`NO_GROUP`](super::NO_GROUP)).
         group: u32,
         /// The pages, with the LSN of the client's cached copy (0: none), at
-        /// most [`FETCH_PAGES_MAX`].
+        /// most [`FETCH_PAGES_MAX`](super::FETCH_PAGES_MAX).
         pages: Vec<(u32, u64)>,
     },
     /// ALLOCATE.
@@ -29,7 +29,7 @@ pub enum PageRequest {
         txn: u64,
         /// The group.
         group: u32,
-        /// A page to allocate near, or [`NO_PAGE`].
+        /// A page to allocate near, or [`NO_PAGE`](super::NO_PAGE).
         near: u32,
         /// The new page's type byte.
         page_type: u8,
@@ -67,11 +67,11 @@ pub enum PageRequest {
     Lock {
         /// The transaction.
         txn: u64,
-        /// [`RESOURCE_PAGE`] or [`RESOURCE_GROUP`].
+        /// [`RESOURCE_PAGE`](super::RESOURCE_PAGE) or [`RESOURCE_GROUP`](super::RESOURCE_GROUP).
         resource: u8,
         /// The page or group id.
         id: u32,
-        /// [`LOCK_MODE_IS`] … [`LOCK_MODE_X`].
+        /// [`LOCK_MODE_IS`](super::LOCK_MODE_IS) … [`LOCK_MODE_X`](super::LOCK_MODE_X).
         mode: u8,
         /// Do not wait: answer "not granted" instead.
         try_only: bool,

@@ -6,9 +6,8 @@
 //! A client keeps what a right covers across transactions, and its
 //! transactions read it without asking the server, under a lock only the
 //! client knows of. What each client keeps under a right, and how it
-//! bounds it, is its own ([`cover`](super::cover) for pages,
-//! [`object_rights`](super::object_rights) for objects, images and
-//! lookups): it is a [`Table`]. What is the same for all of them is here,
+//! bounds it, is its own (`page/rights.rs` for pages, `object/rights.rs`
+//! for objects, images and lookups): it is a [`Table`]. What is the same for all of them is here,
 //! in [`Rights`]:
 //!
 //! - **Rights that cross their callback.** A reply granting a right may

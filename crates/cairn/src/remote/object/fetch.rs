@@ -14,8 +14,8 @@ use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::{Oid, PageId, Result};
 
 use super::super::adaptive::FetchMode;
-use super::super::object_rights::RightsState;
 use super::super::rights::FetchInFlight;
+use super::rights::RightsState;
 use super::{ObjectStore, ObjectTxn, Read};
 
 /// How [`ObjectTxn::fetch`] asks for its objects ([`ObjectTxn::plan_fetch`]).

@@ -1,4 +1,4 @@
-//! Unit tests of the rights state (`object_rights.rs`).
+//! Unit tests of the rights state (`object/rights.rs`).
 
 use super::*;
 

@@ -1,6 +1,6 @@
 //! Callback locking on the page and file clients: what their transactions
 //! hold and know, and their rights to cache pages — the [`Table`] of
-//! [`super::rights`], which has what every client shares.
+//! `remote::rights`, which has what every client shares.
 
 use std::sync::atomic::Ordering;
 
@@ -9,8 +9,8 @@ use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::{GroupId, PageId, Result, TxnId};
 
-use super::rights::{release, Answering, Revoked, Table};
 use super::RemoteStore;
+use crate::remote::rights::{release, Answering, Revoked, Table};
 
 /// What one transaction has learnt of a page from the server.
 #[derive(Clone, Copy, Debug)]
@@ -258,7 +258,7 @@ impl RemoteStore {
     }
 
     /// Answers a callback (on the callback thread,
-    /// [`super::rights::callback_daemon`]).
+    /// `remote::rights::callback_daemon`).
     pub(super) fn answer_callback(&self, cb: Callback) -> Result<()> {
         self.rights.answer(&self.conn, cb, || {})
     }

@@ -24,7 +24,7 @@
 //!
 //! - **Across transactions** objects and unique-index lookups are kept
 //!   under rights the server calls back (callback locking at object
-//!   granularity, `object_rights.rs`): a warm transaction reads them with
+//!   granularity, `object/rights.rs`): a warm transaction reads them with
 //!   no round trip.
 
 use std::collections::BTreeMap;
@@ -45,12 +45,13 @@ use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
 use super::adaptive::{Adaptive, AdaptivePolicy, Sequence};
 use super::conn::Connection;
-use super::object_rights::RightsState;
 use super::rights::{callback_daemon, Rights};
 use super::RemoteStats;
+use rights::RightsState;
 
 mod changes;
 mod fetch;
+mod rights;
 mod trees;
 
 pub use changes::CHANGES_KEPT_MIN;
@@ -80,8 +81,8 @@ pub struct ObjectStore {
     pub(super) conn: Arc<Connection>,
     next_txn: AtomicU64,
     page_size: usize,
-    /// Objects and lookups kept under rights (`object_rights.rs`).
-    pub(super) rights: Arc<Rights<RightsState>>,
+    /// Objects and lookups kept under rights (`object/rights.rs`).
+    rights: Arc<Rights<RightsState>>,
     /// Bound on the bytes of objects kept.
     pub(super) rights_bytes_max: usize,
     pub(super) on_lost: OnceLock<ObjectLostHook>,

@@ -43,8 +43,8 @@ use cairn_storage::fxhash::{FxHashMap, FxHashSet};
 use cairn_storage::lock::Resource;
 use cairn_storage::{Oid, PageId, Result, TxnId};
 
-use super::object::ObjectStore;
-use super::rights::{release, Answering, Revoked, Table};
+use super::ObjectStore;
+use crate::remote::rights::{release, Answering, Revoked, Table};
 
 /// What an eviction leaves of the bound on cached bytes: close to all of
 /// it, so the cache holds about what the bound says (a page client's
@@ -338,13 +338,13 @@ impl ObjectStore {
     /// The object's bytes, shared, if the client holds a right to it: the
     /// kept object whole, or its page's image and the object's range in it
     /// — nothing copied. `txn` reads it under the right from now on.
-    pub(super) fn share_object(&self, txn: TxnId, oid: Oid) -> Option<super::object::SharedBytes> {
+    pub(super) fn share_object(&self, txn: TxnId, oid: Oid) -> Option<super::SharedBytes> {
         self.with_object_marked(txn, oid, |b, mark| {
             let (bytes, range) = match b {
                 Bytes::Shared(a) => (a.clone(), 0..a.len()),
                 Bytes::InImage(image, r) => (image.clone(), r),
             };
-            super::object::SharedBytes { bytes, range, mark }
+            super::SharedBytes { bytes, range, mark }
         })
     }
 

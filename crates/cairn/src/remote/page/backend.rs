@@ -16,7 +16,7 @@ use cairn_storage::txn::{Backend, FillPages};
 use cairn_storage::wal::redo;
 use cairn_storage::{Error, GroupId, PageId, Result, Txn, TxnId};
 
-use super::cover::Facts;
+use super::rights::Facts;
 use super::{lock, wire_mode, RemoteStore};
 
 impl Backend for RemoteStore {
