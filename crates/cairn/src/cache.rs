@@ -526,8 +526,8 @@ impl ObjectCache {
 
     /// Notes that `oid`'s record, as the dual buffer holds it, was checked
     /// as `class` at schema `version`.
-    pub fn note_checked(&self, oid: Oid, class: u32, version: u16) {
-        self.dual().buf.note_checked(oid, class, version);
+    pub fn note_checked(&self, oid: Oid, checked: crate::view::CheckedAs) {
+        self.dual().buf.note_checked(oid, checked);
     }
 
     /// Drops the image of `page`: a transaction changed it (called before

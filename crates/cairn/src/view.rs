@@ -42,6 +42,20 @@ use cairn_storage::Oid;
 
 use crate::codec::{DecodeError, Field, Persistent, Reader};
 
+/// What a record was checked as when a view was made of it: its class and
+/// schema version. Whoever holds the bytes it was checked in (the dual
+/// buffer, with a page's image or an object's copy; an object-server
+/// client, with the bytes it keeps under a right) keeps the mark with
+/// them, so the record viewed again as the same class is not checked
+/// again; the mark goes with the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CheckedAs {
+    /// The class id.
+    pub class: u32,
+    /// The class's schema version.
+    pub version: u16,
+}
+
 /// The `N` bytes at the start of `b`, or zeros if `b` is shorter.
 #[inline]
 pub fn le_bytes<const N: usize>(b: &[u8]) -> [u8; N] {

@@ -3,6 +3,7 @@
 //! images), prefetching pages, and the owned read a change starts from.
 
 use super::*;
+use crate::view::CheckedAs;
 
 /// A view of `value` through a copy of its encoding (current schema).
 fn copy_of<T: Persistent>(oid: Oid, value: &T) -> Result<crate::view::Obj<T>> {
@@ -155,6 +156,10 @@ impl Transaction<'_> {
             }
         }
         let c = self.class_of::<T>()?;
+        let checked_as = CheckedAs {
+            class: c.id,
+            version: c.version,
+        };
         // Held already after the page's first object: one probe of the
         // transaction's few pages, where a set of the objects it viewed
         // cost a cache miss per object (`cairn bench refs`, view).
@@ -214,7 +219,7 @@ impl Transaction<'_> {
             if let Some(l) = found {
                 // Checked once as this class: the buffer remembers it with
                 // the record until the page's image goes.
-                if l.checked == Some((c.id, c.version)) {
+                if l.checked == Some(checked_as) {
                     let range = l.range.start + HEADER_SIZE..l.range.end;
                     return Ok(crate::view::Obj::checked(l.bytes, range, oid));
                 }
@@ -224,7 +229,7 @@ impl Transaction<'_> {
                     let range = at.start + HEADER_SIZE..at.end;
                     let obj = crate::view::Obj::new(Arc::clone(&l.bytes), range, oid)
                         .map_err(|source| Error::Decode { oid, source })?;
-                    cache.note_checked(oid, c.id, c.version);
+                    cache.note_checked(oid, checked_as);
                     return Ok(obj);
                 }
             }
@@ -242,14 +247,13 @@ impl Transaction<'_> {
                     // Checked once as this class: the client remembers it
                     // with these bytes until they go (as the dual buffer
                     // does for a page's image).
-                    let mark = (u64::from(c.id) << 32) | u64::from(c.version);
-                    if shared.mark == Some(mark) {
+                    if shared.mark == Some(checked_as) {
                         return Ok(crate::view::Obj::checked(shared.bytes, range, oid));
                     }
                     inner.check_len(oid, at.len() as u64)?;
                     let obj = crate::view::Obj::new(Arc::clone(&shared.bytes), range, oid)
                         .map_err(|source| Error::Decode { oid, source })?;
-                    self.txn.mark_shared(oid, &shared, mark);
+                    self.txn.mark_shared(oid, &shared, checked_as);
                     return Ok(obj);
                 }
             }

@@ -180,7 +180,7 @@ impl Tx {
 
     /// Marks `shared` (from [`Tx::read_shared`]) as checked for a view
     /// (`ObjectTxn::mark_shared`).
-    pub(crate) fn mark_shared(&self, oid: Oid, shared: &crate::remote::SharedBytes, mark: u64) {
+    pub(crate) fn mark_shared(&self, oid: Oid, shared: &crate::remote::SharedBytes, mark: crate::view::CheckedAs) {
         if let Tx::Objects(t) = self {
             t.mark_shared(oid, shared, mark);
         }

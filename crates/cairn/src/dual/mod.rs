@@ -82,6 +82,7 @@ use cairn_storage::fxhash::FxHashMap;
 use cairn_storage::{Oid, PageId};
 
 use crate::error::{Error, Result};
+use crate::view::CheckedAs;
 
 mod invariants;
 mod modified;
@@ -125,7 +126,7 @@ pub struct Located {
     pub in_page: bool,
     /// What the caller noted the record was checked as
     /// ([`DualBuffer::note_checked`]): committed bytes only.
-    pub checked: Option<(u32, u16)>,
+    pub checked: Option<CheckedAs>,
 }
 
 /// What the buffer holds of an object, without a fault.
@@ -270,7 +271,7 @@ struct ObjDesc {
     at: Option<Range<usize>>,
     /// What its committed bytes were checked as; they do not change until
     /// the page is invalidated.
-    checked: Option<(u32, u16)>,
+    checked: Option<CheckedAs>,
 }
 
 /// A granule in the free segment.
@@ -561,14 +562,14 @@ impl DualBuffer {
     }
 
     /// Notes that `oid`'s committed record, as held now, was checked as
-    /// schema `class` version `version`: later hits say so
-    /// ([`Located::checked`]) until its page is invalidated.
-    pub fn note_checked(&mut self, oid: Oid, class: u32, version: u16) {
+    /// `checked`: later hits say so ([`Located::checked`]) until its page is
+    /// invalidated.
+    pub fn note_checked(&mut self, oid: Oid, checked: CheckedAs) {
         if let Some(o) = self.objects.get_mut(&oid) {
-            o.checked = Some((class, version));
+            o.checked = Some(checked);
         }
         if let Some(p) = self.pages.get_mut(&oid.page) {
-            p.records.set_checked(oid, class, version);
+            p.records.set_checked(oid, checked);
         }
     }
 

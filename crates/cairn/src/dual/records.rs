@@ -3,6 +3,7 @@
 //! one array read (a hash map cost two cache misses per object: the
 //! control bytes and the bucket, the largest cost of a warm OO1 lookup).
 
+use crate::view::CheckedAs;
 use std::ops::Range;
 
 use cairn_storage::Oid;
@@ -22,7 +23,7 @@ struct Known {
 
 /// Where a record lies in its page image, and the schema class and
 /// version it was checked as, if it was.
-pub(super) type KnownRecord = (Range<usize>, Option<(u32, u16)>);
+pub(super) type KnownRecord = (Range<usize>, Option<CheckedAs>);
 
 /// The known records of one page image, by slot.
 #[derive(Debug, Default)]
@@ -39,13 +40,16 @@ impl Records {
             return None;
         }
         let start = k.start as usize;
-        let checked = k.checked.then_some((k.class, k.version));
+        let checked = k.checked.then_some(CheckedAs {
+            class: k.class,
+            version: k.version,
+        });
         Some((start..start + k.len as usize, checked))
     }
 
     /// Notes where `oid`'s record is (a range past `u32` is not noted: it
     /// is looked for again next time).
-    pub(super) fn insert(&mut self, oid: Oid, range: Range<usize>, checked: Option<(u32, u16)>) {
+    pub(super) fn insert(&mut self, oid: Oid, range: Range<usize>, checked: Option<CheckedAs>) {
         let (Ok(start), Ok(len)) = (u32::try_from(range.start), u32::try_from(range.len())) else {
             return;
         };
@@ -53,7 +57,7 @@ impl Records {
         if self.slots.len() <= slot {
             self.slots.resize(slot + 1, Known::default());
         }
-        let (class, version) = checked.unwrap_or((0, 0));
+        let (class, version) = checked.map_or((0, 0), |c| (c.class, c.version));
         self.slots[slot] = Known {
             uniq: oid.uniq.0,
             start,
@@ -65,12 +69,12 @@ impl Records {
         };
     }
 
-    /// Notes that `oid`'s known record was checked as `class` `version`.
-    pub(super) fn set_checked(&mut self, oid: Oid, class: u32, version: u16) {
+    /// Notes that `oid`'s known record was checked as `checked`.
+    pub(super) fn set_checked(&mut self, oid: Oid, checked: CheckedAs) {
         if let Some(k) = self.slots.get_mut(usize::from(oid.slot.0)) {
             if k.known && k.uniq == oid.uniq.0 {
-                k.class = class;
-                k.version = version;
+                k.class = checked.class;
+                k.version = checked.version;
                 k.checked = true;
             }
         }
@@ -119,9 +123,13 @@ mod tests {
                         model.insert((slot, uniq), (start..start + len, None));
                     }
                     1 => {
-                        r.set_checked(o, start as u32, len as u16);
+                        let checked = CheckedAs {
+                            class: start as u32,
+                            version: len as u16,
+                        };
+                        r.set_checked(o, checked);
                         if let Some(e) = model.get_mut(&(slot, uniq)) {
-                            e.1 = Some((start as u32, len as u16));
+                            e.1 = Some(checked);
                         }
                     }
                     _ => {

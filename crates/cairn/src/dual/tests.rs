@@ -210,7 +210,7 @@ fn run(strategy: Strategy, budget_pages: usize, ops: &[Op]) {
                         match l.checked {
                             Some(_) => assert_eq!(checked.get(&o).map(|b| &b[..]), Some(bytes), "op {i}: stale check"),
                             None if bytes == &model.committed[&o][..] => {
-                                buf.note_checked(o, 1, 0);
+                                buf.note_checked(o, crate::view::CheckedAs { class: 1, version: 0 });
                                 checked.insert(o, bytes.to_vec());
                             }
                             None => {}

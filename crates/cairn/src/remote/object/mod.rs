@@ -47,6 +47,7 @@ use super::adaptive::{Adaptive, AdaptivePolicy, Sequence};
 use super::conn::Connection;
 use super::rights::{callback_daemon, Rights};
 use super::RemoteStats;
+use crate::view::CheckedAs;
 use rights::RightsState;
 
 mod changes;
@@ -73,7 +74,7 @@ pub struct SharedBytes {
     pub range: std::ops::Range<usize>,
     /// The mark set on these very bytes ([`ObjectTxn::mark_shared`]), if
     /// any: the typed layer's "checked as this class and version".
-    pub mark: Option<u64>,
+    pub mark: Option<CheckedAs>,
 }
 
 /// An object-server client: one connection to `cairn serve`.
@@ -742,7 +743,7 @@ impl ObjectTxn {
     /// under its right (not on this transaction's own copies): a later
     /// [`ObjectTxn::read_shared`] of the same bytes, by any transaction,
     /// gives it back. The mark goes with the bytes.
-    pub fn mark_shared(&self, oid: Oid, shared: &SharedBytes, mark: u64) {
+    pub fn mark_shared(&self, oid: Oid, shared: &SharedBytes, mark: CheckedAs) {
         self.store.mark_object(oid, &shared.bytes, mark);
     }
 

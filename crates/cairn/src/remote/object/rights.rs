@@ -45,6 +45,7 @@ use cairn_storage::{Oid, PageId, Result, TxnId};
 
 use super::ObjectStore;
 use crate::remote::rights::{release, Answering, Revoked, Table};
+use crate::view::CheckedAs;
 
 /// What an eviction leaves of the bound on cached bytes: close to all of
 /// it, so the cache holds about what the bound says (a page client's
@@ -66,7 +67,7 @@ struct Cached {
     stamp: u64,
     /// Marks the client's user set on objects of these bytes (slot, mark:
     /// the typed layer's "checked as this class"), reset with the bytes.
-    marks: Vec<(u16, u64)>,
+    marks: Vec<(u16, CheckedAs)>,
 }
 
 /// A B+-tree leaf whose lookups are kept under a right.
@@ -352,7 +353,7 @@ impl ObjectStore {
     /// (the kept object, or its page's image): a later
     /// [`ObjectStore::share_object`] of the same bytes gives it back. Gone
     /// with the bytes (a callback, an eviction, newer bytes).
-    pub(super) fn mark_object(&self, oid: Oid, bytes: &Arc<[u8]>, mark: u64) {
+    pub(super) fn mark_object(&self, oid: Oid, bytes: &Arc<[u8]>, mark: CheckedAs) {
         let mut st = self.rights.lock();
         let st = &mut *st;
         let c = match st.objects.get_mut(&oid) {
@@ -382,7 +383,12 @@ impl ObjectStore {
 
     /// [`ObjectStore::with_object`], `f` also given the object's mark if
     /// it has one ([`ObjectStore::mark_object`]).
-    fn with_object_marked<R>(&self, txn: TxnId, oid: Oid, f: impl FnOnce(Bytes<'_>, Option<u64>) -> R) -> Option<R> {
+    fn with_object_marked<R>(
+        &self,
+        txn: TxnId,
+        oid: Oid,
+        f: impl FnOnce(Bytes<'_>, Option<CheckedAs>) -> R,
+    ) -> Option<R> {
         self.with_object_epoch(txn, oid, |b, mark, _| f(b, mark))
     }
 
@@ -417,7 +423,7 @@ impl ObjectStore {
         &self,
         txn: TxnId,
         oid: Oid,
-        f: impl FnOnce(Bytes<'_>, Option<u64>, u64) -> R,
+        f: impl FnOnce(Bytes<'_>, Option<CheckedAs>, u64) -> R,
     ) -> Option<R> {
         let mut guard = self.rights.lock();
         let st = &mut *guard;
