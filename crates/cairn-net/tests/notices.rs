@@ -269,7 +269,8 @@ fn a_server_shutting_down_wakes_next_notice() {
     let c = server.connect();
     let c2 = c.clone();
     let waiter = std::thread::spawn(move || c2.next_notice(PATIENCE));
-    std::thread::sleep(Duration::from_millis(50));
+    // The waiter is inside next_notice before the server goes.
+    eventually("the waiter entering next_notice", || c.notice_callers() == 1);
     drop(server);
     let start = Instant::now();
     let got = waiter.join().unwrap();

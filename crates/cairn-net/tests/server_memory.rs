@@ -33,8 +33,15 @@ fn request_bytes_of_all_connections_together_stay_within_the_server_budget() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    // Give the other two every chance to get in; they must not.
-    std::thread::sleep(Duration::from_millis(300));
+    // The other two have arrived and wait for bytes of the server's
+    // budget (the server counts them): they are not let in.
+    while server.stats.requests_waiting_for_bytes.load(Ordering::SeqCst) < 2 {
+        if Instant::now() > deadline {
+            server.handler.release_all();
+            panic!("the other two requests never reached the budget");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let held = server.handler.holding.load(Ordering::SeqCst);
     // Released before asserting, so a failure does not leave requests held.
     server.handler.release_all();

@@ -126,9 +126,12 @@ fn a_connection_that_never_starts_tls_is_closed_at_the_handshake_timeout() {
     let mut silent: Vec<Raw> = (0..2).map(|_| Raw::connect(&server.addr)).collect();
     let mut partial = Raw::connect(&server.addr);
     partial.send(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]);
-    // They hold every slot meanwhile: a TLS client is refused as at any full server (and the
-    // refusal comes through TLS).
-    std::thread::sleep(Duration::from_millis(100));
+    // They hold every slot meanwhile (the server counts them): a TLS client is refused as at
+    // any full server (and the refusal comes through TLS).
+    while server.stats.connections.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        assert!(start.elapsed() < timeout, "the three connections were not all accepted");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     match Client::connect(&server.addr, &server.options()) {
         Err(Error::Refused(f)) => assert_eq!(f.code, ErrorCode::TOO_MANY_CONNECTIONS),
         Err(e) if start.elapsed() >= timeout => eprintln!("(too slow to see the full server: {e})"),

@@ -222,6 +222,8 @@ struct State {
     notice_bytes: usize,
     /// Threads in [`Client::next_notice`] blocked on `noticed`.
     notice_waiters: usize,
+    /// Threads in [`Client::next_notice`] at all.
+    notice_callers: usize,
     /// The server sent more notices than the client holds ([`NOTICES_MAX`], [`NOTICE_BYTES_MAX`]):
     /// the connection is closed and its socket is to be shut down.
     flooded: bool,
@@ -237,6 +239,7 @@ impl State {
             notices: VecDeque::new(),
             notice_bytes: 0,
             notice_waiters: 0,
+            notice_callers: 0,
             flooded: false,
         }
     }
@@ -796,7 +799,16 @@ impl Client {
     /// of them. A thread waiting here costs calls nothing: see the module docs. Deferred requests
     /// ([`Client::invoke_deferred`]) are not flushed by it.
     pub fn next_notice(&self, timeout: Duration) -> Result<Option<Bytes>> {
-        self.inner.next_notice(timeout)
+        lock(&self.inner.state).notice_callers += 1;
+        let got = self.inner.next_notice(timeout);
+        lock(&self.inner.state).notice_callers -= 1;
+        got
+    }
+
+    /// How many threads are in [`Client::next_notice`] now (diagnostics,
+    /// and tests that must know a thread waits there before they act).
+    pub fn notice_callers(&self) -> usize {
+        lock(&self.inner.state).notice_callers
     }
 
     /// Checks the client's invariants (tests and debug builds).

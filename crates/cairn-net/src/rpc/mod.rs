@@ -13,4 +13,4 @@ pub use client::{Call, Client, ClientOptions, Login, Part};
 #[cfg(feature = "server")]
 pub use login::address_of;
 #[cfg(feature = "server")]
-pub use server::{run, Handler, Limits, Notifier, Replier, Request};
+pub use server::{run, run_counted, Handler, Limits, Notifier, Replier, Request, ServerStats};

@@ -283,6 +283,8 @@ impl Pki {
 pub struct Server {
     pub addr: Address,
     pub handler: Arc<TestHandler>,
+    /// The RPC server's own counters (`rpc::run_counted`).
+    pub stats: Arc<rpc::ServerStats>,
     /// The certificates of a TLS server.
     pub pki: Option<Pki>,
     stop: Option<oneshot::Sender<()>>,
@@ -306,6 +308,8 @@ impl Server {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let h = handler.clone();
+        let stats = Arc::new(rpc::ServerStats::default());
+        let counted = stats.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -318,13 +322,14 @@ impl Server {
                     listener = listener.with_tls(tls).unwrap();
                 }
                 addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                rpc::run(
+                rpc::run_counted(
                     listener,
                     async move {
                         let _ = stop_rx.await;
                     },
                     h,
                     limits,
+                    counted,
                 )
                 .await;
             });
@@ -333,6 +338,7 @@ impl Server {
         Server {
             addr,
             handler,
+            stats,
             pki,
             stop: Some(stop_tx),
             thread: Some(thread),

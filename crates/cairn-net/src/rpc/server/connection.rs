@@ -87,6 +87,7 @@ pub(super) async fn run<H: Handler>(
         request_bytes: Budget {
             connection: byte_semaphore(u64::from(limits.request_bytes_max)),
             server: shared.request_bytes.clone(),
+            waiting: shared.stats.requests_waiting_for_bytes.clone(),
         },
         pending: None,
         charged: 0,
@@ -288,6 +289,7 @@ impl<H: Handler> Connection<H> {
             reply_bytes: Budget {
                 connection: byte_semaphore(u64::from(limits.reply_bytes_max)),
                 server: self.shared.reply_bytes.clone(),
+                waiting: self.shared.stats.replies_waiting_for_bytes.clone(),
             },
             closer: Arc::new(Closer::default()),
         };

@@ -75,13 +75,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::task::JoinSet;
 
 use crate::error::Error;
@@ -413,6 +413,9 @@ const SMALL_FRAME: usize = 4096;
 struct Budget {
     connection: Arc<Semaphore>,
     server: Arc<Semaphore>,
+    /// Counts the frames waiting for bytes of this budget now
+    /// ([`ServerStats`]).
+    waiting: Arc<AtomicUsize>,
 }
 
 /// Bytes held in a [`Budget`]; dropping it gives them back to both.
@@ -442,13 +445,44 @@ impl Budget {
     /// Takes exactly `bytes` (at least one), as [`Budget::acquire`] does.
     async fn acquire_exact(&self, bytes: usize) -> Option<Permit> {
         let n = u32::try_from(bytes).unwrap_or(u32::MAX);
-        let connection = self.connection.clone().acquire_many_owned(n).await.ok()?;
-        let server = self.server.clone().acquire_many_owned(n).await.ok()?;
+        let connection = self.take(&self.connection, n).await?;
+        let server = self.take(&self.server, n).await?;
         Some(Permit {
             _connection: connection,
             _server: server,
         })
     }
+
+    /// `n` permits of `semaphore`, counted in `waiting` while they must be
+    /// waited for.
+    async fn take(&self, semaphore: &Arc<Semaphore>, n: u32) -> Option<OwnedSemaphorePermit> {
+        match semaphore.clone().try_acquire_many_owned(n) {
+            Ok(p) => Some(p),
+            Err(TryAcquireError::Closed) => None,
+            Err(TryAcquireError::NoPermits) => {
+                self.waiting.fetch_add(1, Ordering::SeqCst);
+                let p = semaphore.clone().acquire_many_owned(n).await.ok();
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                p
+            }
+        }
+    }
+}
+
+/// Counters of a running server ([`run_counted`]): what it is doing now,
+/// for operators and for tests that observe an order or a count instead
+/// of waiting for time to pass.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections holding one of the server's [`Limits::connections_max`]
+    /// slots (accepted and not closed yet, in their handshake or served).
+    pub connections: AtomicUsize,
+    /// Request frames waiting for bytes of their connection's or the
+    /// server's request budget ([`Limits::request_bytes_max`],
+    /// [`Limits::server_request_bytes_max`]): back-pressure, not an error.
+    pub requests_waiting_for_bytes: Arc<AtomicUsize>,
+    /// Replies waiting for bytes of the reply budgets.
+    pub replies_waiting_for_bytes: Arc<AtomicUsize>,
 }
 
 /// A semaphore of `bytes` permits (tokio's limit is far above any sane budget).
@@ -530,6 +564,8 @@ struct Shared<H> {
     reply_bytes: Arc<Semaphore>,
     /// Failed logins per address.
     throttle: Throttle,
+    /// The server's counters.
+    stats: Arc<ServerStats>,
     /// Connections in their handshake, per address.
     handshaking: Arc<std::sync::Mutex<HashMap<String, usize>>>,
 }
@@ -574,6 +610,17 @@ impl Drop for HandshakeSlot {
 /// for requests to run in parallel). A listener with TLS ([`Listener::with_tls`]) is served the
 /// same way, each connection's TLS handshake running in its own task first.
 pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = ()>, handler: Arc<H>, limits: Limits) {
+    run_counted(listener, shutdown, handler, limits, Arc::default()).await;
+}
+
+/// [`run`], keeping `stats` current as it goes.
+pub async fn run_counted<H: Handler>(
+    listener: Listener,
+    shutdown: impl Future<Output = ()>,
+    handler: Arc<H>,
+    limits: Limits,
+    stats: Arc<ServerStats>,
+) {
     let limits = limits.validated();
     let shared = Arc::new(Shared {
         handler,
@@ -583,6 +630,7 @@ pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = 
         handshaking: Arc::default(),
         limits,
         sessions: AtomicU64::new(1),
+        stats,
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let connections = Arc::new(Semaphore::new(shared.limits.connections_max));
@@ -604,8 +652,10 @@ pub async fn run<H: Handler>(listener: Listener, shutdown: impl Future<Output = 
                         (Some(slot), Ok(permit)) => {
                             let shared = shared.clone();
                             let stop = stop_rx.clone();
+                            shared.stats.connections.fetch_add(1, Ordering::SeqCst);
                             tasks.spawn(async move {
-                                connection::run(incoming, shared, stop, slot).await;
+                                connection::run(incoming, shared.clone(), stop, slot).await;
+                                shared.stats.connections.fetch_sub(1, Ordering::SeqCst);
                                 drop(permit);
                             });
                         }
