@@ -302,12 +302,28 @@ pub(super) fn release(conn: &Connection, dropped: &[(Resource, u64)]) {
     }
 }
 
+/// Starts the callback daemon of `store` (named `name`), which answers
+/// the server's callbacks on `client` with `answer` ([`callback_daemon`]).
+pub(super) fn start_callback_thread<S: Send + Sync + 'static>(
+    name: &str,
+    client: Client,
+    store: &Arc<S>,
+    answer: fn(&S, Callback) -> Result<()>,
+) -> Result<()> {
+    let weak = Arc::downgrade(store);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || callback_daemon(client, weak, answer))
+        .map(drop)
+        .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))
+}
+
 /// The callback daemon (Soprano's): a thread per connection that waits for
 /// the server's callbacks and hands each to `answer` with the store,
 /// reading the connection itself when no request is waiting for a reply.
 /// It ends when the store is gone or the connection closes. Every client
 /// that caches runs it.
-pub(super) fn callback_daemon<S>(client: Client, store: Weak<S>, answer: fn(&S, Callback) -> Result<()>) {
+fn callback_daemon<S>(client: Client, store: Weak<S>, answer: fn(&S, Callback) -> Result<()>) {
     loop {
         match client.next_notice(Duration::from_millis(200)) {
             Ok(Some(body)) => {

@@ -45,7 +45,7 @@ use cairn_storage::{Error, GroupId, Oid, PageId, Result, TxnId};
 
 use super::adaptive::{Adaptive, AdaptivePolicy, Sequence};
 use super::conn::Connection;
-use super::rights::{callback_daemon, Rights};
+use super::rights::{start_callback_thread, Rights};
 use super::RemoteStats;
 use crate::view::CheckedAs;
 use rights::RightsState;
@@ -141,12 +141,8 @@ impl ObjectStore {
             on_lost: OnceLock::new(),
             adaptive: policy.map(|p| Mutex::new(Adaptive::new(p, info.page_size as usize))),
         });
-        let weak = Arc::downgrade(&store);
         let client = store.conn.client.clone();
-        std::thread::Builder::new()
-            .name("cairn-object-callbacks".into())
-            .spawn(move || callback_daemon(client, weak, ObjectStore::answer_callback))
-            .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))?;
+        start_callback_thread("cairn-object-callbacks", client, &store, ObjectStore::answer_callback)?;
         Ok(store)
     }
 

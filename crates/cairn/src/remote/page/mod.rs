@@ -99,7 +99,7 @@ use cairn_storage::page;
 use cairn_storage::txn::{Backend, FillPages};
 use cairn_storage::{ClientId, Error, GroupId, Lsn, PageId, Result, Txn, TxnId};
 
-use super::rights::{callback_daemon, Rights};
+use super::rights::{start_callback_thread, Rights};
 use conn::Connection;
 use rights::{ClientState, Cover, Facts, TxnView};
 
@@ -247,12 +247,8 @@ impl RemoteStore {
         };
         store.refresh_groups()?;
         let store = Arc::new(store);
-        let weak = Arc::downgrade(&store);
         let client = store.conn.client.clone();
-        std::thread::Builder::new()
-            .name("cairn-callbacks".into())
-            .spawn(move || callback_daemon(client, weak, RemoteStore::answer_callback))
-            .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))?;
+        start_callback_thread("cairn-callbacks", client, &store, RemoteStore::answer_callback)?;
         Ok(store)
     }
 
