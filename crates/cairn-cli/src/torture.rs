@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn::remote::RemoteStore;
+use cairn::tools::RemoteStore;
 
 use anyhow::{anyhow, bail, Context};
 use cairn_storage::record::object::small_max;
@@ -709,7 +709,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
             Db::open_or_create(&opts.dir, &db_options()).with_context(|| format!("opening {}", opts.dir.display()))?,
         ),
         Some(url) => {
-            let (address, connect) = cairn::remote::parse_url_login(url, None)?;
+            let (address, connect) = cairn::tools::parse_url_login(url, None)?;
             let o = db_options();
             let arch = if opts.file {
                 cairn_net::message::Architecture::FILE

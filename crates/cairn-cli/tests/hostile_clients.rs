@@ -334,14 +334,14 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
     let honest = std::thread::spawn({
         let addr = addr.clone();
         move || {
-            let connect = cairn::remote::Connect {
+            let connect = cairn::tools::Connect {
                 login: Some(Login {
                     user: "honest".into(),
                     password: "honest-pw".into(),
                 }),
                 tls: None,
             };
-            let store = cairn::remote::RemoteStore::connect(addr, &connect, 256, 1 << 20, 1024).unwrap();
+            let store = cairn::tools::RemoteStore::connect(addr, &connect, 256, 1 << 20, 1024).unwrap();
             let group = honest_group;
             let mut committed: Vec<(Oid, Vec<u8>)> = Vec::new();
             for i in 0..60u32 {

@@ -81,8 +81,7 @@ enum Kind {
 /// An object-server client: rewrites its objects in turn (one object a
 /// transaction, its after-image in the OBJ_COMMIT) until the server goes.
 fn object_client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<HashMap<Oid, Known>>) {
-    let Ok(store) = cairn::remote::ObjectStore::connect(addr.clone(), &cairn::remote::Connect::default(), 1 << 20)
-    else {
+    let Ok(store) = cairn::tools::ObjectStore::connect(addr.clone(), &cairn::tools::Connect::default(), 1 << 20) else {
         return;
     };
     storage_client(oids, client, known, |oid, bytes| {
@@ -95,10 +94,10 @@ fn object_client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<Hash
 /// A file-server client: the same, through a storage transaction whose
 /// commit is logged by the server and written by the client.
 fn file_client(addr: &Address, oids: &[Oid], client: usize, known: &Mutex<HashMap<Oid, Known>>) {
-    let Ok(store) = cairn::remote::RemoteStore::connect_as(
+    let Ok(store) = cairn::tools::RemoteStore::connect_as(
         Architecture::FILE,
         addr.clone(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         64,
         16 << 20,
         1024,

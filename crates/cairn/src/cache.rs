@@ -440,9 +440,9 @@ impl ObjectCache {
     /// What the dual buffer holds of `oid` for transaction `owner`, with
     /// no page fault (the caller holds the page's lock): its bytes if it is
     /// described or its page is resident (an object fault answered from
-    /// the resident page), [`Probe::Elsewhere`] if it is not in its page in
+    /// the resident page), `Probe::Elsewhere` if it is not in its page in
     /// a form read in place (or is the caller's own flushed change), and
-    /// [`Probe::Miss`] only if its page must be read ([`ObjectCache::fault_in`]).
+    /// `Probe::Miss` only if its page must be read ([`ObjectCache::fault_in`]).
     pub fn buffered(&self, owner: u64, oid: Oid) -> Result<Probe> {
         self.dual()
             .call(None, |buf, fault| match buf.probe(owner, oid, fault)? {
@@ -468,7 +468,7 @@ impl ObjectCache {
     /// Transaction `owner` changed `oid` to `bytes` (its encoded record),
     /// under an exclusive lock on its page: the dual buffer writes it
     /// through or keeps it as a modified copy, by its strategy
-    /// ([`DualBuffer::modify`]). Returns every change of `owner` flushed
+    /// (`DualBuffer::modify`). Returns every change of `owner` flushed
     /// so far (this one if written through), which the caller writes into
     /// its storage transaction now.
     pub fn modify(&self, owner: u64, oid: Oid, bytes: Arc<[u8]>) -> Result<Vec<(Oid, Arc<[u8]>)>> {
@@ -480,7 +480,7 @@ impl ObjectCache {
 
     /// Transaction `owner` deletes `oid` (under an exclusive lock): any
     /// change to it held or flushed is dropped; it reads the object from
-    /// its own pages from now on ([`DualBuffer::discard`]). Returns
+    /// its own pages from now on (`DualBuffer::discard`). Returns
     /// `owner`'s other flushed changes, to write now.
     pub fn discard(&self, owner: u64, oid: Oid) -> Result<Vec<(Oid, Arc<[u8]>)>> {
         let mut dual = self.dual();
@@ -490,7 +490,7 @@ impl ObjectCache {
     }
 
     /// Before `owner` commits: every change it holds in the dual buffer,
-    /// flushed ([`DualBuffer::flush_for_commit`]), with those flushed
+    /// flushed (`DualBuffer::flush_for_commit`), with those flushed
     /// before; the caller writes them into its storage transaction, then
     /// calls [`ObjectCache::committed`].
     pub fn flush_for_commit(&self, owner: u64) -> Result<Vec<(Oid, Arc<[u8]>)>> {
@@ -501,7 +501,7 @@ impl ObjectCache {
 
     /// `owner`'s changes are all in its storage transaction, which commits
     /// next (its exclusive locks still held): the pages it changed leave
-    /// the dual buffer, counted as flushed ([`DualBuffer::committed`]).
+    /// the dual buffer, counted as flushed (`DualBuffer::committed`).
     pub fn committed(&self, owner: u64) -> Result<()> {
         let mut dual = self.dual();
         if dual.outbox.get(&owner).is_some_and(|v| !v.is_empty()) {

@@ -21,15 +21,17 @@
 //! - [`List`], [`Set`], [`Map`] fields and [`Index`] (a B+-tree on a field).
 //! - [`codec`], [`fields`]: the record encoding and `#[derive(Persistent)]`'s traits.
 //! - [`view`]: objects read in place ([`Obj`], [`Transaction::view`]).
-//! - `catalog.rs`: class ids and schema versions, named roots, index directory.
+//! - the schema layer (`cairn-schema`): class ids and schema versions, named
+//!   roots, the index directory, the server-side [`methods`].
 //!
 //! # What is API
 //!
-//! What this page lists is the API. Three modules are public for Cairn's
+//! What this page lists is the API. Two modules are public for Cairn's
 //! own tools, benchmarks and tests only, hidden from these docs and not
-//! stable: `storage` (the whole storage crate), `remote` (the clients'
-//! machinery) and `dual` (the dual buffer's internals). An application
-//! names what it needs of them through the re-exports here:
+//! stable: `storage` (the whole storage crate) and `tools` (the clients'
+//! machinery under the typed API). The clients and the dual buffer are
+//! private; an application names what it needs of them, and of storage,
+//! through the re-exports here:
 //! [`DbOptions`] ([`Options::storage`]), [`Oid`] and [`GroupId`],
 //! [`RemoteStats`] and [`AdaptiveStats`] (what a remote client counts),
 //! [`AdaptivePolicy`] and [`DualBufferOptions`] with its [`Strategy`].
@@ -39,15 +41,13 @@ pub(crate) use cairn_schema::catalog;
 pub mod codec;
 pub mod collections;
 mod database;
-#[doc(hidden)]
-pub mod dual;
+mod dual;
 pub(crate) use cairn_schema::error;
 pub mod fields;
 mod index_cache;
 pub use cairn_schema::methods;
 mod reference;
-#[doc(hidden)]
-pub mod remote;
+mod remote;
 pub(crate) use cairn_schema::store_ops;
 pub mod view;
 
@@ -67,6 +67,19 @@ pub use methods::{Cmp, Literal, Predicate};
 pub use reference::Ref;
 pub use remote::{AdaptivePolicy, AdaptiveStats, RemoteStats};
 pub use view::Obj;
+
+/// The clients' machinery below the typed API, for the command-line
+/// tools, the benchmarks and the tests that work at that level (a storage
+/// transaction over a page client, an object client's transaction, the
+/// adaptive client's fetch policy). Not a stable API: an application uses
+/// [`Database`] and the options and counters re-exported at the root.
+#[doc(hidden)]
+pub mod tools {
+    pub use crate::remote::{
+        parse_url, parse_url_login, Connect, FetchMode, ObjectLostHook, ObjectStore, ObjectTxn, RemoteDevice,
+        RemoteStore, SharedBytes, TreeOp, CACHED_OBJECT_BYTES_DEFAULT, CHANGES_KEPT_MIN, READ_AHEAD_MAX,
+    };
+}
 
 /// Decoders that are otherwise private, for the fuzz targets
 /// (`fuzz/targets/catalog.rs`) and their corpus replay under `cargo test`.

@@ -1,4 +1,4 @@
-//! The adaptive client (`cairn::remote::adaptive`) against one real server
+//! The adaptive client (`remote/adaptive.rs`) against one real server
 //! process: it fetches whole pages of objects while the application uses
 //! much of each page, single objects once it uses one per page, and pages
 //! again when access clusters again — counted in round trips and in its
@@ -11,8 +11,9 @@ mod common;
 
 use std::sync::Arc;
 
-use cairn::remote::{parse_url, AdaptivePolicy, FetchMode, ObjectStore};
 use cairn::storage::{GroupId, Oid};
+use cairn::tools::{parse_url, FetchMode, ObjectStore};
+use cairn::AdaptivePolicy;
 use common::ServerChild;
 
 fn url(server: &ServerChild) -> String {
@@ -22,7 +23,7 @@ fn url(server: &ServerChild) -> String {
 fn adaptive(server: &ServerChild, cache_bytes: usize) -> Arc<ObjectStore> {
     ObjectStore::connect_adaptive(
         parse_url(&url(server)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         cache_bytes,
         AdaptivePolicy::default(),
     )
@@ -144,7 +145,7 @@ fn objects_of_a_page_are_sent_along_only_when_free_and_are_called_back_like_any(
     let server = common::serve(dir.path());
     let writer = ObjectStore::connect(
         parse_url(&url(&server)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         1 << 20,
     )
     .unwrap();
@@ -244,7 +245,7 @@ fn a_page_kept_whole_is_read_in_place_and_called_back_and_its_readers_hold_write
     let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "300")]);
     let writer = ObjectStore::connect(
         parse_url(&url(&server)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         1 << 20,
     )
     .unwrap();
@@ -347,7 +348,7 @@ fn a_transaction_reading_pages_in_sequence_reads_ahead_and_leaves_nothing_behind
     );
     let writer = ObjectStore::connect(
         parse_url(&url(&server)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         1 << 20,
     )
     .unwrap();

@@ -7,8 +7,8 @@
 
 mod common;
 
-use cairn::remote::{parse_url, RemoteStore};
 use cairn::storage::GroupId;
+use cairn::tools::{parse_url, RemoteStore};
 
 /// The client spill directories of this process now.
 fn spill_dirs() -> Vec<std::path::PathBuf> {
@@ -28,7 +28,7 @@ fn a_client_makes_a_spill_directory_only_to_spill_and_leaves_none() {
     let connect = |memory: usize| {
         RemoteStore::connect(
             parse_url(&format!("cairn://{}", server.addr)).unwrap(),
-            &cairn::remote::Connect::default(),
+            &cairn::tools::Connect::default(),
             256,
             memory,
             1024,

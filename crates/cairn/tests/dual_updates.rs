@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use cairn::dual::Strategy;
+use cairn::Strategy;
 use cairn::{Database, DualBufferOptions, Options, Persistent, Ref};
 
 #[derive(Persistent, Debug, Clone, PartialEq)]

@@ -8,14 +8,14 @@ mod common;
 
 use std::sync::Arc;
 
-use cairn::remote::{parse_url, ObjectStore, RemoteStore};
 use cairn::storage::{Error, GroupId, Oid};
+use cairn::tools::{parse_url, ObjectStore, RemoteStore};
 use common::ServerChild;
 
 fn object_client(server: &ServerChild) -> Arc<ObjectStore> {
     ObjectStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         1 << 20,
     )
     .expect("connect")
@@ -125,7 +125,7 @@ fn a_transaction_reading_under_a_right_makes_another_clients_writer_wait() {
 fn writer_waits_for_reader(
     a: &Arc<ObjectStore>,
     b: &Arc<ObjectStore>,
-    mut reader: cairn::remote::ObjectTxn,
+    mut reader: cairn::tools::ObjectTxn,
     oid: Oid,
     between: impl FnOnce(),
 ) {
@@ -154,7 +154,7 @@ fn a_right_read_under_outlives_the_eviction_of_its_bytes_until_the_reader_ends()
     // A client whose cache holds about 20 objects of 100 bytes.
     let a = ObjectStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         2048,
     )
     .unwrap();
@@ -231,7 +231,7 @@ fn a_page_clients_change_calls_back_the_objects_of_its_page() {
     t.commit().unwrap();
     let p = RemoteStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         256,
         16 << 20,
         1024,
@@ -321,7 +321,7 @@ fn a_typed_client_looks_up_and_reads_warm_objects_with_no_round_trip_until_they_
 
 #[test]
 fn kept_lookups_see_every_entry_another_client_adds_or_removes_even_across_leaves() {
-    use cairn::remote::TreeOp;
+    use cairn::tools::TreeOp;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve(&dir.path().join("db"));
     let a = object_client(&server);
@@ -400,7 +400,7 @@ fn a_transaction_keeps_no_more_objects_than_the_client_cache_holds() {
     // A cache of 2 KiB: 20 objects of 100 bytes.
     let small = ObjectStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         2048,
     )
     .unwrap();

@@ -1,4 +1,4 @@
-//! Object-server clients (`cairn::remote::ObjectStore`) of one real server
+//! Object-server clients (`cairn::tools::ObjectStore`) of one real server
 //! process: two clients change different objects of one page at the same
 //! time and both commit (two page-server clients serialize on the page);
 //! a list of objects crosses in one streamed request; a large object only
@@ -10,14 +10,14 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn::remote::{parse_url, ObjectStore, RemoteStore};
 use cairn::storage::{Db, DbOptions, Error, GroupId, Oid};
+use cairn::tools::{parse_url, ObjectStore, RemoteStore};
 use common::ServerChild;
 
 fn object_client(server: &ServerChild) -> Arc<ObjectStore> {
     ObjectStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         1 << 20,
     )
     .expect("connect")
@@ -26,7 +26,7 @@ fn object_client(server: &ServerChild) -> Arc<ObjectStore> {
 fn page_client(server: &ServerChild) -> Arc<RemoteStore> {
     RemoteStore::connect(
         parse_url(&format!("cairn://{}", server.addr)).unwrap(),
-        &cairn::remote::Connect::default(),
+        &cairn::tools::Connect::default(),
         256,
         16 << 20,
         1024,
@@ -159,7 +159,7 @@ fn locking_object_client_child_process() {
     let url = std::env::var("CAIRN_TEST_OBJECT_CLIENT").unwrap();
     let oid = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_OID").unwrap())).unwrap();
     let cached = Oid::from_slice(&hex(&std::env::var("CAIRN_TEST_CACHED_OID").unwrap())).unwrap();
-    let store = ObjectStore::connect(parse_url(&url).unwrap(), &cairn::remote::Connect::default(), 1 << 20).unwrap();
+    let store = ObjectStore::connect(parse_url(&url).unwrap(), &cairn::tools::Connect::default(), 1 << 20).unwrap();
     // A right to cache `cached`, held when the process dies.
     let mut t = store.begin().unwrap();
     t.read(cached).unwrap();
@@ -230,7 +230,7 @@ fn a_killed_object_client_leaves_no_lock_and_a_killed_server_no_lost_commit() {
 
 #[test]
 fn b_trees_run_on_the_server_for_an_object_client() {
-    use cairn::remote::TreeOp;
+    use cairn::tools::TreeOp;
     use std::ops::Bound;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve(&dir.path().join("db"));
@@ -445,7 +445,7 @@ fn a_refused_flush_dooms_the_transaction_and_nothing_of_it_remains() {
 /// adaptive client, against a server that takes 64 KiB a message.
 #[test]
 fn a_transaction_larger_than_the_clients_bound_sends_its_changes_ahead_and_commits_or_aborts_whole() {
-    use cairn::remote::AdaptivePolicy;
+    use cairn::AdaptivePolicy;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_BODY_MAX", "65536")]);
     let url = parse_url(&format!("cairn://{}", server.addr)).unwrap();
@@ -457,7 +457,7 @@ fn a_transaction_larger_than_the_clients_bound_sends_its_changes_ahead_and_commi
             "adaptive",
             ObjectStore::connect_adaptive(
                 url,
-                &cairn::remote::Connect::default(),
+                &cairn::tools::Connect::default(),
                 1 << 20,
                 AdaptivePolicy::default(),
             )
@@ -535,20 +535,20 @@ fn a_transaction_larger_than_the_clients_bound_sends_its_changes_ahead_and_commi
 /// cache.
 #[test]
 fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right() {
-    use cairn::remote::AdaptivePolicy;
+    use cairn::AdaptivePolicy;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve(&dir.path().join("db"));
     let url = parse_url(&format!("cairn://{}", server.addr)).unwrap();
     let clients = [
         (
             "object",
-            ObjectStore::connect(url.clone(), &cairn::remote::Connect::default(), 64 << 10).unwrap(),
+            ObjectStore::connect(url.clone(), &cairn::tools::Connect::default(), 64 << 10).unwrap(),
         ),
         (
             "adaptive",
             ObjectStore::connect_adaptive(
                 url,
-                &cairn::remote::Connect::default(),
+                &cairn::tools::Connect::default(),
                 64 << 10,
                 AdaptivePolicy::default(),
             )
@@ -579,7 +579,7 @@ fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right()
         let found = t.create(GroupId::DEFAULT, None, b"found by its key").unwrap();
         t.tree_apply(
             root,
-            vec![cairn::remote::TreeOp::Insert {
+            vec![cairn::tools::TreeOp::Insert {
                 key: b"key".to_vec(),
                 value: found.to_bytes().to_vec(),
             }],
@@ -610,7 +610,7 @@ fn created_objects_past_the_bound_are_let_go_of_and_never_cached_under_a_right()
 /// transaction (nothing of it remains).
 #[test]
 fn index_changes_kept_to_send_later_cost_no_round_trip_and_commit_or_abort_with_the_transaction() {
-    use cairn::remote::TreeOp;
+    use cairn::tools::TreeOp;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve(&dir.path().join("db"));
     let store = object_client(&server);
@@ -684,7 +684,7 @@ fn index_changes_kept_to_send_later_cost_no_round_trip_and_commit_or_abort_with_
 /// bringing objects sends those past it as lengths.
 #[test]
 fn b_tree_requests_and_replies_larger_than_a_message_cross_in_several() {
-    use cairn::remote::TreeOp;
+    use cairn::tools::TreeOp;
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_BODY_MAX", "65536")]);
     let store = object_client(&server);

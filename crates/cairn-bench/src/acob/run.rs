@@ -16,7 +16,7 @@ use super::generate::{random_read, random_update, scan_order, AcobConfig, Set, O
 use super::store::{self, StoredSet};
 use super::systems::{Arch, Buffers, StepPages, System, SystemError};
 use crate::oo1::rng::ParkMiller;
-use cairn::remote::RemoteStats;
+use cairn::RemoteStats;
 
 /// A query of the benchmark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

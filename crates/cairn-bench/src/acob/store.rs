@@ -23,8 +23,8 @@
 //! reference or a misplaced record is an error, not a quiet miscount), and
 //! rewrites in place the records the plan marks for update.
 
-use cairn::remote::ObjectTxn;
 use cairn::storage::{GroupId, Oid, Txn};
+use cairn::tools::ObjectTxn;
 
 use super::generate::{
     AcobError, ObjectIdx, RecordIdx, Set, Visit, ATTACHMENTS_PER_OBJECT, RECORDS_PER_OBJECT, SLOTS_PER_PAGE,

@@ -19,8 +19,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn::remote::{parse_url, AdaptivePolicy, ObjectStore, RemoteStats, RemoteStore};
 use cairn::storage::{Db, DbOptions, GroupId};
+use cairn::tools::{parse_url, ObjectStore, RemoteStore};
+use cairn::{AdaptivePolicy, RemoteStats};
 use cairn_net::message::Architecture;
 
 use super::generate::{Set, Visit, SET_NAMES};
@@ -39,7 +40,7 @@ pub enum Arch {
     Object,
     /// A file-server client.
     File,
-    /// The adaptive client (`cairn::remote::adaptive`): the object
+    /// The adaptive client (`cairn::tools::adaptive`): the object
     /// protocol, fetching whole pages of objects or single objects as it
     /// measures.
     Adaptive,
@@ -187,7 +188,7 @@ impl System {
                 let store = RemoteStore::connect_as(
                     kind,
                     parse_url(&server.url)?,
-                    &cairn::remote::Connect::default(),
+                    &cairn::tools::Connect::default(),
                     b.client_pages.max(8),
                     // A transaction's changed pages count against the
                     // client's buffer too (past it they spill to a local
@@ -204,12 +205,12 @@ impl System {
                 let store = if self.arch == Arch::Adaptive {
                     ObjectStore::connect_adaptive(
                         url,
-                        &cairn::remote::Connect::default(),
+                        &cairn::tools::Connect::default(),
                         bytes,
                         AdaptivePolicy::default(),
                     )?
                 } else {
-                    ObjectStore::connect(url, &cairn::remote::Connect::default(), bytes)?
+                    ObjectStore::connect(url, &cairn::tools::Connect::default(), bytes)?
                 };
                 Conn::Objects(server, store)
             }

@@ -83,7 +83,7 @@ pub struct Oo7Config {
     /// Show a progress bar on stderr.
     pub progress: bool,
     /// The dual buffer's page segment share (`None`: each strategy's
-    /// default, [`cairn::dual::Strategy::default_page_share`]).
+    /// default, [`cairn::Strategy::default_page_share`]).
     pub page_share: Option<f64>,
     /// The database's sizes: [`Params::SMALL`] for the benchmark; tests
     /// may scale it down.

@@ -115,8 +115,8 @@ pub const SERVER_BUFFER_PAGES: usize = 640;
 
 impl Strategy {
     /// The dual buffer's strategy of this name (default overlap ratio).
-    pub fn dual(self) -> cairn::dual::Strategy {
-        use cairn::dual::Strategy as S;
+    pub fn dual(self) -> cairn::Strategy {
+        use cairn::Strategy as S;
         match self {
             Strategy::Noc => S::NOC,
             Strategy::EocLrl => S::EOC_LRL,
@@ -132,7 +132,7 @@ impl Strategy {
 /// pages opens the database with. Every database the benchmark opens gets
 /// its options here.
 ///
-/// The client buffer is the dual buffer ([`cairn::dual`]): `buffer_pages`
+/// The client buffer is the dual buffer ([`cairn::DualBufferOptions`]): `buffer_pages`
 /// pages of page images and object copies under `strategy`, with the
 /// strategy's default split between the page and object segments. Under it,
 /// the embedded engine's page buffer ([`SERVER_BUFFER_PAGES`], LRU) plays

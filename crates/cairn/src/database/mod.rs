@@ -2,7 +2,7 @@
 //!
 //! A database is embedded ([`Database::open`]: the storage engine runs in
 //! this process) or a page-server client ([`Database::connect`]: pages come
-//! from `cairn serve`, see [`crate::remote`]); the two differ only in the
+//! from `cairn serve`, see `crate::remote`); the two differ only in the
 //! storage backend ([`cairn_storage::txn::Backend`]) under the one storage
 //! transaction type, so everything below is the same code for both.
 //!
@@ -66,7 +66,7 @@ pub struct Options {
     pub cache_policy: CachePolicy,
     /// The client's dual buffer: page images and object copies that
     /// objects are read in place from ([`Transaction::view`]), its size and
-    /// strategy (see [`crate::dual`]).
+    /// strategy (see `crate::dual`).
     pub dual_buffer: DualBufferOptions,
     /// When a transaction faults an object from a page another transaction
     /// faulted from before, also decode and cache the other objects of the
@@ -144,7 +144,7 @@ pub enum Arch {
     /// in one round trip where the application uses much of each page it
     /// touches, single objects where it does not, deciding per run of
     /// pages by how much of each visited page was used
-    /// ([`Options::adaptive`]; `cairn::remote::adaptive` documents the
+    /// ([`Options::adaptive`]; the adaptive client (`remote/adaptive.rs`) documents the
     /// policy and its hysteresis; `RemoteStats::adaptive` shows the
     /// decisions).
     #[default]
@@ -156,7 +156,7 @@ pub enum Arch {
     /// File server (§2.4): the client reads and writes pages in the
     /// server's volume file itself (it must be reachable at the same path);
     /// the server grants locks, allocates pages and takes the log. See
-    /// [`crate::remote::RemoteStore::connect_as`].
+    /// `crate::remote::RemoteStore::connect_as`.
     File,
     /// Object server (§2.2): the unit of transfer is an object. The server
     /// reads and changes objects and walks the B+-trees for the client, in
@@ -164,7 +164,7 @@ pub enum Arch {
     /// objects of one page at the same time; the client sends the
     /// after-images of what it changed at commit, and keeps objects and
     /// index lookups across transactions under object callbacks. See
-    /// [`crate::remote::ObjectStore`].
+    /// `crate::remote::ObjectStore`.
     Object,
 }
 
@@ -220,9 +220,9 @@ impl Database {
     /// `cairn://HOST:PORT` or `cairn+unix:///PATH`. The database behaves as
     /// an embedded one does — the same transactions, objects, indexes and
     /// errors — with its pages fetched from (and its commits sent to) the
-    /// server ([`crate::remote`]). The client logs in as `opts.login`, or
+    /// server (`crate::remote`). The client logs in as `opts.login`, or
     /// as the user the URL names (`cairn://USER:PASSWORD@HOST:PORT`, see
-    /// [`crate::remote::parse_url_login`]); `opts.client_buffer_pages`
+    /// `crate::remote::parse_url_login`); `opts.client_buffer_pages`
     /// sizes the client's page cache.
     pub fn connect(url: &str, opts: Options) -> Result<Database> {
         let (address, mut connect) = crate::remote::parse_url_login(url, opts.tls_ca.as_deref())?;

@@ -137,7 +137,7 @@ impl Transaction<'_> {
     /// like the field: numbers, `&str` for strings, `Ref`s, sequences of
     /// views for `Vec` and `List`, the view of a nested struct.
     ///
-    /// The bytes come from the client's dual buffer ([`crate::dual`],
+    /// The bytes come from the client's dual buffer (`crate::dual`,
     /// sized and steered by [`Options::dual_buffer`]): an image of the
     /// object's page (copied from the buffer pool, or from the server, on a
     /// page fault; shared by every transaction until the page changes), or

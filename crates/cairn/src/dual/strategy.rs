@@ -172,7 +172,7 @@ impl DualConfig {
     }
 }
 
-/// The size and strategy of a client's dual buffer ([`super`]).
+/// The size and strategy of a client's dual buffer (`super`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DualBufferOptions {
     /// Bytes of page images and object copies held at most (64 MiB by

@@ -152,7 +152,7 @@ delegating_deployment!(ObjectServer, PageServer, "cairn-object");
 
 /// `cairn-adaptive`: the same server process, one adaptive client (the
 /// object protocol, fetching pages of objects or single objects as it
-/// measures: `cairn::remote::adaptive`; `Database::connect`'s default).
+/// measures: `cairn::tools::adaptive`; `Database::connect`'s default).
 pub struct AdaptiveClient(PageServer);
 
 impl AdaptiveClient {

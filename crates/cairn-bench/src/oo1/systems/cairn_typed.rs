@@ -423,7 +423,7 @@ impl<D: Deployment> System for Cairn<D> {
                     .set("pages_read_direct", r.pages_read_direct)
                     .set("pages_written_direct", r.pages_written_direct)
                     .set("objects_shipped", r.objects_shipped);
-                if r.adaptive != cairn::remote::AdaptiveStats::default() {
+                if r.adaptive != cairn::AdaptiveStats::default() {
                     let a = r.adaptive;
                     c.set("adaptive_page_fetches", a.page_fetches)
                         .set("adaptive_object_fetches", a.object_fetches)
