@@ -2,6 +2,7 @@
 //! the object cache and swizzling), reading one in place (`view`, from page
 //! images), prefetching pages, and the owned read a change starts from.
 
+use super::store::ViewBytes;
 use super::*;
 use crate::view::CheckedAs;
 
@@ -160,118 +161,43 @@ impl Transaction<'_> {
             class: c.id,
             version: c.version,
         };
-        // Held already after the page's first object: one probe of the
-        // transaction's few pages, where a set of the objects it viewed
-        // cost a cache miss per object (`cairn bench refs`, view).
-        let me = self.txn.id();
         let inner = self.inner;
-        // Only a page-based transaction reads objects in the shared page
-        // images (see `Tx::views_in_place`); under object-level locking,
-        // only in an image checked against the page's committed LSN, and
-        // not in a copy the buffer made (it has no LSN to check).
-        let in_place = self.txn.views_in_place();
-        let check_lsn = self.txn.checks_image_lsns();
-        if in_place {
-            self.txn.lock_to_read(oid)?;
-        }
-        if let Some(txn) = self.txn.pages().filter(|t| in_place && !t.has_private_copy(oid.page)) {
-            let cache = &inner.cache;
-            // Under object-level locking the page is not locked as a whole:
-            // its committed image is read without a page lock.
-            let image = |txn: &mut Txn| {
-                if check_lsn {
-                    txn.committed_page_image(oid.page)
-                } else {
-                    txn.page_image(oid.page)
-                }
-            };
-            let mut found = match cache.buffered(me, oid)? {
-                crate::dual::Probe::Hit(l) => Some(l),
-                // Not in its page in a form read in place (moved, large):
-                // the owned path below. (The typed layer flushes nothing
-                // into the buffer's transactions, so never its own change.)
-                crate::dual::Probe::Elsewhere => None,
-                crate::dual::Probe::Miss => match image(txn)? {
-                    Some(image) => cache.fault_in(me, oid, image)?,
-                    None => None,
-                },
-            };
-            if check_lsn {
-                found = match found {
-                    Some(l) if l.in_page => {
-                        let now = txn.committed_page_lsn(oid.page)?;
-                        if cairn_storage::page::lsn(&l.bytes) == now {
-                            Some(l)
-                        } else {
-                            // A commit changed the page since the image was
-                            // read: read it again (the object is locked S
-                            // now, so the new image holds its current state).
-                            cache.invalidate_image(oid.page);
-                            match image(txn)? {
-                                Some(image) => cache.fault_in(me, oid, image)?.filter(|l| l.in_page),
-                                None => None,
-                            }
-                        }
-                    }
-                    _ => None,
-                };
-            }
-            if let Some(l) = found {
-                // Checked once as this class: the buffer remembers it with
-                // the record until the page's image goes.
-                if l.checked == Some(checked_as) {
-                    let range = l.range.start + HEADER_SIZE..l.range.end;
-                    return Ok(crate::view::Obj::checked(l.bytes, range, oid));
-                }
-                let at = l.range;
-                if l.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&header(c)[..]) {
-                    inner.check_len(oid, at.len() as u64)?;
-                    let range = at.start + HEADER_SIZE..at.end;
-                    let obj = crate::view::Obj::new(Arc::clone(&l.bytes), range, oid)
-                        .map_err(|source| Error::Decode { oid, source })?;
-                    cache.note_checked(oid, checked_as);
-                    return Ok(obj);
-                }
-            }
-        }
         let current = header(c);
-        match self.txn.read_shared(oid)? {
-            // An object-server client's transaction: the record's bytes as
-            // the client holds them (the kept object or its page's image),
-            // shared, if stored whole at this class's schema version, and
-            // checked as the view is built.
-            Some(Some(shared)) => {
-                let at = shared.range.clone();
-                if shared.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&current[..]) {
+        let copy = match self.txn.view_bytes(oid, &inner.cache)? {
+            ViewBytes::Shared(v) => {
+                let at = v.range.clone();
+                // Checked once as this class: whoever holds the bytes
+                // remembers it with them until they go.
+                if v.checked == Some(checked_as) {
                     let range = at.start + HEADER_SIZE..at.end;
-                    // Checked once as this class: the client remembers it
-                    // with these bytes until they go (as the dual buffer
-                    // does for a page's image).
-                    if shared.mark == Some(checked_as) {
-                        return Ok(crate::view::Obj::checked(shared.bytes, range, oid));
-                    }
+                    return Ok(crate::view::Obj::checked(v.bytes, range, oid));
+                }
+                if v.bytes.get(at.start..at.start + HEADER_SIZE) == Some(&current[..]) {
                     inner.check_len(oid, at.len() as u64)?;
-                    let obj = crate::view::Obj::new(Arc::clone(&shared.bytes), range, oid)
+                    let range = at.start + HEADER_SIZE..at.end;
+                    let obj = crate::view::Obj::new(Arc::clone(&v.bytes), range, oid)
                         .map_err(|source| Error::Decode { oid, source })?;
-                    self.txn.mark_shared(oid, &shared, checked_as);
+                    self.txn.note_checked(oid, &v, checked_as, &inner.cache);
                     return Ok(obj);
                 }
+                // Another class or schema version: the copy says which.
+                true
             }
-            Some(None) => {}
-            // Not read in place (a page this transaction changed): the
-            // record copied once, if it is stored whole at this class's
-            // schema version, and checked as the view is built — not
-            // decoded into a value and encoded again.
-            None => {
-                let copied = self.txn.read_with(oid, |bytes| {
-                    (bytes.get(..HEADER_SIZE) == Some(&current[..]))
-                        .then(|| (bytes.len(), Arc::<[u8]>::from(&bytes[HEADER_SIZE..])))
-                })?;
-                if let Some((len, fields)) = copied {
-                    inner.check_len(oid, len as u64)?;
-                    let end = fields.len();
-                    return crate::view::Obj::new(fields, 0..end, oid).map_err(|source| Error::Decode { oid, source });
-                }
+            ViewBytes::Copy => true,
+            ViewBytes::Owned => false,
+        };
+        if copy {
+            // The record copied once, if it is stored whole at this
+            // class's schema version, and checked as the view is built —
+            // not decoded into a value and encoded again.
+            let copied = self.txn.read_with(oid, |bytes| {
+                (bytes.get(..HEADER_SIZE) == Some(&current[..]))
+                    .then(|| (bytes.len(), Arc::<[u8]>::from(&bytes[HEADER_SIZE..])))
+            })?;
+            if let Some((len, fields)) = copied {
+                inner.check_len(oid, len as u64)?;
+                let end = fields.len();
+                return crate::view::Obj::new(fields, 0..end, oid).map_err(|source| Error::Decode { oid, source });
             }
         }
         // Moved, large, older schema, of another class or missing: the

@@ -13,7 +13,7 @@
 //! cache's leaf locks) is asked for through [`Tx::pages`] and skipped
 //! otherwise.
 
-use std::ops::Bound;
+use std::ops::{Bound, Range};
 use std::sync::Arc;
 
 use cairn_schema::TreeOp;
@@ -21,8 +21,12 @@ use cairn_storage::access::Recording;
 use cairn_storage::btree::BTree;
 use cairn_storage::{Db, GroupId, Oid, PageId, Txn};
 
+use crate::cache::ObjectCache;
+use crate::dual::Probe;
+use crate::error::Result;
 use crate::remote::{ObjectStore, ObjectTxn, RemoteStore};
 use crate::store_ops::StoreOps;
+use crate::view::CheckedAs;
 
 type StorageResult<T> = cairn_storage::Result<T>;
 
@@ -123,6 +127,97 @@ impl Trust {
     }
 }
 
+/// A record's bytes as a store holds them shared ([`Tx::view_bytes`]).
+pub(crate) struct Viewable {
+    /// A page image, or the object's bytes.
+    pub(crate) bytes: Arc<[u8]>,
+    /// The record (its header included) in `bytes`.
+    pub(crate) range: Range<usize>,
+    /// What the record was checked as, with these very bytes.
+    pub(crate) checked: Option<CheckedAs>,
+}
+
+/// Where a view finds a record ([`Tx::view_bytes`]).
+pub(crate) enum ViewBytes {
+    /// Held shared: read in place.
+    Shared(Viewable),
+    /// Read from the transaction's own pages (it changed the page), or not
+    /// held in a form read in place (moved, large): a copy of the record.
+    Copy,
+    /// Only the owned path says what it is.
+    Owned,
+}
+
+/// [`Tx::view_bytes`] of a page-based transaction: under its lock (the
+/// home page's, or the object's under object-level locking), through the
+/// dual buffer — the page's image, faulted in from the transaction's
+/// committed image of it, or a copy the buffer made. Under object-level
+/// locking only an image whose LSN is still the page's committed one is
+/// read in place: then no commit changed any object of the page since it
+/// was read, and the object, locked S now, cannot change while it is
+/// read; a copy the buffer made has no LSN to check and is not used.
+#[inline]
+fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<ViewBytes> {
+    let check_lsn = txn.object_locking();
+    if check_lsn {
+        txn.lock_object(oid, false)?;
+    } else {
+        txn.lock_page(oid.page, false)?;
+    }
+    if txn.has_private_copy(oid.page) {
+        return Ok(ViewBytes::Copy);
+    }
+    let me = txn.id().0;
+    // Under object-level locking the page is not locked as a whole: its
+    // committed image is read without a page lock.
+    let image = |txn: &mut Txn| {
+        if check_lsn {
+            txn.committed_page_image(oid.page)
+        } else {
+            txn.page_image(oid.page)
+        }
+    };
+    let mut found = match cache.buffered(me, oid)? {
+        Probe::Hit(l) => Some(l),
+        // Not in its page in a form read in place (moved, large): a copy.
+        // (The typed layer flushes nothing into the buffer's transactions,
+        // so never its own change.)
+        Probe::Elsewhere => None,
+        Probe::Miss => match image(txn)? {
+            Some(image) => cache.fault_in(me, oid, image)?,
+            None => None,
+        },
+    };
+    if check_lsn {
+        found = match found {
+            Some(l) if l.in_page => {
+                let now = txn.committed_page_lsn(oid.page)?;
+                if cairn_storage::page::lsn(&l.bytes) == now {
+                    Some(l)
+                } else {
+                    // A commit changed the page since the image was read:
+                    // read it again (the object is locked S now, so the new
+                    // image holds its current state).
+                    cache.invalidate_image(oid.page);
+                    match image(txn)? {
+                        Some(image) => cache.fault_in(me, oid, image)?.filter(|l| l.in_page),
+                        None => None,
+                    }
+                }
+            }
+            _ => None,
+        };
+    }
+    Ok(match found {
+        Some(l) => ViewBytes::Shared(Viewable {
+            bytes: l.bytes,
+            range: l.range,
+            checked: l.checked,
+        }),
+        None => ViewBytes::Copy,
+    })
+}
+
 /// The storage transaction under a typed transaction (see the module docs).
 /// The page-based variant is the larger and the hot one: boxing it would put
 /// an indirection on every object access.
@@ -151,17 +246,6 @@ impl Tx {
         }
     }
 
-    /// An object-server transaction's bytes of `oid`, shared, not copied
-    /// (`None`: no such object; see `ObjectTxn::read_shared`). `None` of
-    /// a page-based transaction (its views read in place in the dual
-    /// buffer's images).
-    pub(crate) fn read_shared(&mut self, oid: Oid) -> StorageResult<Option<Option<crate::remote::SharedBytes>>> {
-        match self {
-            Tx::Pages(_) => Ok(None),
-            Tx::Objects(t) => t.read_shared(oid).map(Some),
-        }
-    }
-
     /// Applies `ops` to an index tree: at once for a page-based transaction
     /// (`changed` collects the pages), kept to send with the next request
     /// that needs them for an object-server one
@@ -178,11 +262,34 @@ impl Tx {
         }
     }
 
-    /// Marks `shared` (from [`Tx::read_shared`]) as checked for a view
-    /// (`ObjectTxn::mark_shared`).
-    pub(crate) fn mark_shared(&self, oid: Oid, shared: &crate::remote::SharedBytes, mark: crate::view::CheckedAs) {
-        if let Tx::Objects(t) = self {
-            t.mark_shared(oid, shared, mark);
+    /// Where [`crate::Transaction::view`] finds `oid`'s record, which it
+    /// reads in place: as this store holds it shared (a page image or a
+    /// copy in the dual buffer, for a page-based transaction; what an
+    /// object-server client keeps, or this transaction read), to be copied
+    /// out of the transaction's own pages, or only by the owned path (an
+    /// object-server client's object that does not exist).
+    #[inline]
+    pub(crate) fn view_bytes(&mut self, oid: Oid, cache: &ObjectCache) -> Result<ViewBytes> {
+        match self {
+            Tx::Pages(t) => view_bytes_of_pages(t, oid, cache),
+            Tx::Objects(t) => Ok(match t.read_shared(oid)? {
+                Some(s) => ViewBytes::Shared(Viewable {
+                    bytes: s.bytes,
+                    range: s.range,
+                    checked: s.mark,
+                }),
+                None => ViewBytes::Owned,
+            }),
+        }
+    }
+
+    /// Notes that the record `v` holds (from [`Tx::view_bytes`]) was
+    /// checked as `checked`, with the bytes that hold it: a later view of
+    /// them as the same class is not checked again.
+    pub(crate) fn note_checked(&self, oid: Oid, v: &Viewable, checked: CheckedAs, cache: &ObjectCache) {
+        match self {
+            Tx::Pages(_) => cache.note_checked(oid, checked),
+            Tx::Objects(t) => t.mark_shared(oid, &v.bytes, checked),
         }
     }
 
@@ -232,23 +339,6 @@ impl Tx {
     /// views check an image's LSN instead ([`Tx::checks_image_lsns`]).
     pub(crate) fn reads_shared_images(&self) -> bool {
         matches!(self, Tx::Pages(t) if !t.object_locking())
-    }
-
-    /// True if views may read objects in place in the dual buffer's page
-    /// images: a page-based transaction. Under object-level locking only
-    /// an image whose LSN is still the page's committed one
-    /// ([`Tx::checks_image_lsns`]): then no commit changed any object of
-    /// the page since it was read, and the object being viewed, locked S
-    /// now, cannot change while it is read.
-    pub(crate) fn views_in_place(&self) -> bool {
-        matches!(self, Tx::Pages(_))
-    }
-
-    /// True if an image read in place must be checked against the page's
-    /// committed LSN first (object-level locking; see
-    /// [`Tx::views_in_place`]).
-    pub(crate) fn checks_image_lsns(&self) -> bool {
-        matches!(self, Tx::Pages(t) if t.object_locking())
     }
 
     /// Takes what changing `oid` needs (its home page's exclusive lock, or

@@ -735,12 +735,12 @@ impl ObjectTxn {
         }
     }
 
-    /// Sets `mark` on `shared`'s bytes if the client still holds them
+    /// Sets `mark` on `bytes` (a [`SharedBytes`]'s) if the client still holds them
     /// under its right (not on this transaction's own copies): a later
     /// [`ObjectTxn::read_shared`] of the same bytes, by any transaction,
     /// gives it back. The mark goes with the bytes.
-    pub fn mark_shared(&self, oid: Oid, shared: &SharedBytes, mark: CheckedAs) {
-        self.store.mark_object(oid, &shared.bytes, mark);
+    pub fn mark_shared(&self, oid: Oid, bytes: &Arc<[u8]>, mark: CheckedAs) {
+        self.store.mark_object(oid, bytes, mark);
     }
 
     /// The object's bytes, locked X on the server (the caller is about to
