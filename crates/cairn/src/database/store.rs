@@ -8,8 +8,11 @@
 //! changes objects and walks the B+-trees for the client, and its
 //! transactions are [`ObjectTxn`]s. [`Tx`] is the one set of operations the
 //! typed layer asks of either — objects, locks, trees — so the typed layer
-//! is one code for all four architectures; what only a page-based
-//! transaction has (page images to read objects in place, the index
+//! is one code for all four architectures. Where a view reads a record in
+//! place is each kind's own answer ([`Tx::view_bytes`]: the dual buffer's
+//! images for a page-based transaction, what an object-server client keeps
+//! under its rights), so `Transaction::view` has one path; what only a
+//! page-based transaction has (a whole page decoded at once, the index
 //! cache's leaf locks) is asked for through [`Tx::pages`] and skipped
 //! otherwise.
 
