@@ -37,6 +37,7 @@ use crate::catalog::{self, Catalog, ClassInfo, Meta};
 mod classes;
 mod query;
 mod read;
+mod source;
 mod store;
 mod write;
 
@@ -48,6 +49,7 @@ use crate::index_cache::{IndexCache, TreeCache};
 use crate::reference::Ref;
 use crate::remote::{RemoteStats, RemoteStore};
 pub(crate) use crate::store_ops::StoreOps;
+pub(crate) use source::Source;
 pub(crate) use store::{Store, Tx};
 
 /// How to open a database.

@@ -4,6 +4,7 @@
 //! for an object-server client — always in this transaction, so they see
 //! its own changes.
 
+use super::source::Source as _;
 use super::*;
 use crate::methods::{Answer, Method, Predicate, Source};
 

@@ -2,7 +2,7 @@
 //! the object cache and swizzling), reading one in place (`view`, from page
 //! images), prefetching pages, and the owned read a change starts from.
 
-use super::store::ViewBytes;
+use super::source::ViewBytes;
 use super::*;
 use crate::view::CheckedAs;
 

@@ -1,0 +1,209 @@
+//! [`Source`]: what the typed layer asks of the storage transaction under
+//! a typed one — objects, locks, trees, where a view reads a record —
+//! written once per kind of store:
+//!
+//! - `pages.rs`, a page-based storage [`Txn`] (embedded, page- and
+//!   file-server clients): the storage engine's algorithms run here, over
+//!   pages; a view reads records in place in the dual buffer's images.
+//! - `objects.rs`, an object-server transaction ([`ObjectTxn`]; the
+//!   object and adaptive clients): the server reads and changes objects
+//!   and walks the trees; a view reads what the client keeps under its
+//!   rights.
+//!
+//! The typed layer holds either in a [`super::Tx`], which passes each call
+//! on to the one it holds (static dispatch: a virtual call on every object
+//! access would cost the embedded hot path, and [`StoreOps`]'s generic
+//! methods make the trait unfit for `dyn` anyway).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use cairn_schema::TreeOp;
+use cairn_storage::btree::BTree;
+use cairn_storage::{GroupId, Oid, PageId};
+
+use crate::cache::ObjectCache;
+use crate::error::Result;
+use crate::store_ops::StoreOps;
+use crate::view::CheckedAs;
+
+#[cfg(doc)]
+use crate::remote::ObjectTxn;
+#[cfg(doc)]
+use cairn_storage::Txn;
+
+mod objects;
+mod pages;
+
+type StorageResult<T> = cairn_storage::Result<T>;
+
+/// Which copies of an object cached by other transactions a transaction
+/// may use ([`Source::lock_to_read`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Trust {
+    /// It holds the lock every writer must wait for: any cached copy.
+    Locked,
+    /// It reads under the client's right of this epoch: a copy decoded from
+    /// the bytes kept under that right (token = epoch) and no other.
+    Right(u64),
+    /// Nothing: no copy another transaction cached.
+    Nothing,
+}
+
+impl Trust {
+    /// True if a copy cached under `token` may be used.
+    pub(crate) fn covers(self, token: u64) -> bool {
+        match self {
+            Trust::Locked => true,
+            Trust::Right(epoch) => epoch != 0 && token == epoch,
+            Trust::Nothing => false,
+        }
+    }
+}
+
+/// A record's bytes as a store holds them shared ([`Source::view_bytes`]).
+pub(crate) struct Viewable {
+    /// A page image, or the object's bytes.
+    pub(crate) bytes: Arc<[u8]>,
+    /// The record (its header included) in `bytes`.
+    pub(crate) range: Range<usize>,
+    /// What the record was checked as, with these very bytes.
+    pub(crate) checked: Option<CheckedAs>,
+}
+
+/// Where a view finds a record ([`Source::view_bytes`]).
+pub(crate) enum ViewBytes {
+    /// Held shared: read in place.
+    Shared(Viewable),
+    /// Read from the transaction's own pages (it changed the page), or not
+    /// held in a form read in place (moved, large): a copy of the record.
+    Copy,
+    /// Only the owned path says what it is.
+    Owned,
+}
+
+/// What the typed layer asks of a storage transaction, beyond the
+/// catalog's and the methods' [`StoreOps`].
+pub(crate) trait Source: StoreOps {
+    /// The transaction's id (unique among this database's running ones).
+    fn id(&self) -> u64;
+
+    /// The page-based transaction, if this is one: what only it has (a
+    /// whole page decoded at once, the index cache's leaf locks).
+    fn pages(&mut self) -> Option<&mut cairn_storage::Txn>;
+
+    /// Where `Transaction::view` finds `oid`'s record, which it reads in
+    /// place: as this store holds it shared (a page image or a copy in the
+    /// dual buffer; what an object-server client keeps, or this
+    /// transaction read), to be copied out of the transaction's own pages,
+    /// or only by the owned path (an object that does not exist).
+    fn view_bytes(&mut self, oid: Oid, cache: &ObjectCache) -> Result<ViewBytes>;
+
+    /// Notes that the record `v` holds (from [`Source::view_bytes`]) was
+    /// checked as `checked`, with the bytes that hold it: a later view of
+    /// them as the same class is not checked again.
+    fn note_checked(&self, oid: Oid, v: &Viewable, checked: CheckedAs, cache: &ObjectCache);
+
+    /// Applies `ops` to an index tree: at once for a page-based
+    /// transaction (`changed` collects the pages), kept to send with the
+    /// next request that needs them for an object-server one.
+    fn index_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()>;
+
+    /// Takes what reading `oid` needs before a copy of it cached by another
+    /// transaction may be trusted, and says which copies that is: with the
+    /// home page's shared lock (the object's, under object-level locking)
+    /// every copy, since a writer removes the object from the caches under
+    /// its exclusive lock; for an object-server client, only a copy decoded
+    /// from the bytes kept under the right it holds now — a copy decoded
+    /// under an earlier right may be older than what a later right brought
+    /// (the callback that dropped the earlier one can overtake the copy's
+    /// insertion), so the right's epoch names the copies it covers.
+    fn lock_to_read(&mut self, oid: Oid) -> StorageResult<Trust>;
+
+    /// As [`StoreOps::read_with`], with the token a copy decoded from the
+    /// bytes is cached under (see [`Source::token_of`]).
+    fn read_with_token<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<(R, u64)>;
+
+    /// The token a copy decoded from `bytes` (just read by this
+    /// transaction) is cached under: for an object-server client the epoch
+    /// of the right the client keeps exactly these bytes under (0: none,
+    /// the copy is this transaction's alone); 0 for a page-based
+    /// transaction, whose lock decides ([`Trust::Locked`]).
+    fn token_of(&self, oid: Oid, bytes: &[u8]) -> u64;
+
+    /// True if a page's other objects may be decoded along with one (the
+    /// whole-page prefetch of `get`), trusting the page's image for all of
+    /// them: the transaction locks whole pages. Under object-level locking
+    /// another transaction may commit a change to another object of the
+    /// page meanwhile, so an image loaded then could outlive that commit.
+    fn reads_shared_images(&self) -> bool;
+
+    /// Takes what changing `oid` needs (its home page's exclusive lock, or
+    /// the object's on the server).
+    fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()>;
+
+    /// Says which objects are about to be read, so they are fetched
+    /// together (pages or objects, pipelined).
+    fn prefetch(&mut self, oids: &[Oid]) -> StorageResult<()>;
+
+    /// Says which objects are about to be changed, so their locks (pages
+    /// or objects, exclusive) are taken together.
+    fn prefetch_for_update(&mut self, oids: &[Oid]) -> StorageResult<()>;
+
+    /// Creates an object of `bytes` near `near` (on its page if it fits).
+    fn create_near(&mut self, near: Oid, bytes: &[u8]) -> StorageResult<Oid>;
+
+    /// Reads `buf.len()` bytes of the object from `offset`.
+    fn read_range(&mut self, oid: Oid, offset: u64, buf: &mut [u8]) -> StorageResult<()>;
+
+    /// The object's length in bytes.
+    fn len(&mut self, oid: Oid) -> StorageResult<u64>;
+
+    /// Replaces the object's bytes.
+    fn update(&mut self, oid: Oid, bytes: &[u8]) -> StorageResult<()>;
+
+    /// Deletes the object.
+    fn delete(&mut self, oid: Oid) -> StorageResult<()>;
+
+    /// Runs a server-side method: here for a page-based transaction, on the
+    /// server (after sending it this transaction's changes) for an
+    /// object-server one.
+    fn run_method(
+        &mut self,
+        m: &crate::methods::Method,
+        meta: &crate::catalog::Meta,
+        cat: &crate::catalog::Catalog,
+        group: &dyn Fn(&str) -> crate::Result<GroupId>,
+    ) -> crate::Result<crate::methods::Answer>;
+
+    /// The pages this transaction changed (none for an object-server one:
+    /// it has no pages).
+    fn changed_pages(&self) -> Vec<PageId>;
+
+    /// Commits.
+    fn commit(self) -> StorageResult<()>;
+
+    /// Aborts.
+    fn abort(self) -> StorageResult<()>;
+
+    /// Calls `f` with each value of `key` until it says false
+    /// (`first_only`: the first value is all the caller wants).
+    fn tree_get_each(
+        &mut self,
+        tree: &BTree,
+        key: &[u8],
+        first_only: bool,
+        f: impl FnMut(&[u8]) -> bool,
+    ) -> StorageResult<()>;
+
+    /// Builds a tree of `pairs` (sorted) in `group`.
+    fn tree_bulk_load(
+        &mut self,
+        group: GroupId,
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        changed: &mut Vec<PageId>,
+    ) -> StorageResult<BTree>;
+
+    /// Frees every page of `tree`.
+    fn tree_destroy(&mut self, tree: BTree, changed: &mut Vec<PageId>) -> StorageResult<()>;
+}

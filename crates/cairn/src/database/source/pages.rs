@@ -1,0 +1,229 @@
+//! [`Source`] of a page-based storage [`Txn`]: embedded, and the page and
+//! file clients.
+
+use cairn_schema::TreeOp;
+use cairn_storage::access::Recording;
+use cairn_storage::btree::BTree;
+use cairn_storage::{GroupId, Oid, PageId, Txn};
+
+use super::{Source, StorageResult, Trust, ViewBytes, Viewable};
+use crate::cache::ObjectCache;
+use crate::dual::Probe;
+use crate::error::Result;
+use crate::store_ops::StoreOps;
+use crate::view::CheckedAs;
+
+impl Source for Txn {
+    #[inline]
+    fn id(&self) -> u64 {
+        Txn::id(self).0
+    }
+
+    #[inline]
+    fn pages(&mut self) -> Option<&mut Txn> {
+        Some(self)
+    }
+
+    #[inline]
+    fn view_bytes(&mut self, oid: Oid, cache: &ObjectCache) -> Result<ViewBytes> {
+        view_bytes_of_pages(self, oid, cache)
+    }
+
+    #[inline]
+    fn note_checked(&self, oid: Oid, _v: &Viewable, checked: CheckedAs, cache: &ObjectCache) {
+        cache.note_checked(oid, checked);
+    }
+
+    fn index_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()> {
+        StoreOps::tree_apply(self, tree, ops, changed)
+    }
+
+    #[inline]
+    fn lock_to_read(&mut self, oid: Oid) -> StorageResult<Trust> {
+        if self.object_locking() {
+            self.lock_object(oid, false)?;
+        } else {
+            self.lock_page(oid.page, false)?;
+        }
+        Ok(Trust::Locked)
+    }
+
+    #[inline]
+    fn read_with_token<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> StorageResult<(R, u64)> {
+        StoreOps::read_with(self, oid, f).map(|r| (r, 0))
+    }
+
+    #[inline]
+    fn token_of(&self, _oid: Oid, _bytes: &[u8]) -> u64 {
+        0
+    }
+
+    #[inline]
+    fn reads_shared_images(&self) -> bool {
+        !self.object_locking()
+    }
+
+    fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
+        if self.object_locking() {
+            self.lock_object(oid, true)
+        } else {
+            self.lock_page(oid.page, true)
+        }
+    }
+
+    fn prefetch(&mut self, oids: &[Oid]) -> StorageResult<()> {
+        let pages: Vec<PageId> = oids.iter().map(|o| o.page).collect();
+        self.prefetch_pages(&pages)
+    }
+
+    fn prefetch_for_update(&mut self, oids: &[Oid]) -> StorageResult<()> {
+        if self.object_locking() {
+            return Ok(());
+        }
+        let pages: Vec<PageId> = oids.iter().map(|o| o.page).collect();
+        self.prefetch_pages_exclusive(&pages)
+    }
+
+    fn create_near(&mut self, near: Oid, bytes: &[u8]) -> StorageResult<Oid> {
+        Txn::create_near(self, near, bytes)
+    }
+
+    fn read_range(&mut self, oid: Oid, offset: u64, buf: &mut [u8]) -> StorageResult<()> {
+        Txn::read_range(self, oid, offset, buf)
+    }
+
+    fn len(&mut self, oid: Oid) -> StorageResult<u64> {
+        Txn::len(self, oid)
+    }
+
+    fn update(&mut self, oid: Oid, bytes: &[u8]) -> StorageResult<()> {
+        Txn::update(self, oid, bytes)
+    }
+
+    fn delete(&mut self, oid: Oid) -> StorageResult<()> {
+        Txn::delete(self, oid)
+    }
+
+    fn run_method(
+        &mut self,
+        m: &crate::methods::Method,
+        meta: &crate::catalog::Meta,
+        cat: &crate::catalog::Catalog,
+        group: &dyn Fn(&str) -> crate::Result<GroupId>,
+    ) -> crate::Result<crate::methods::Answer> {
+        crate::methods::run(self, meta, cat, group, m)
+    }
+
+    fn changed_pages(&self) -> Vec<PageId> {
+        Txn::changed_pages(self)
+    }
+
+    fn commit(self) -> StorageResult<()> {
+        Txn::commit(self)
+    }
+
+    fn abort(self) -> StorageResult<()> {
+        Txn::abort(self)
+    }
+
+    fn tree_get_each(
+        &mut self,
+        tree: &BTree,
+        key: &[u8],
+        _first_only: bool,
+        f: impl FnMut(&[u8]) -> bool,
+    ) -> StorageResult<()> {
+        tree.get_each(self, key, f).map(|_| ())
+    }
+
+    fn tree_bulk_load(
+        &mut self,
+        group: GroupId,
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        changed: &mut Vec<PageId>,
+    ) -> StorageResult<BTree> {
+        let mut rec = Recording {
+            inner: self,
+            pages: changed,
+        };
+        BTree::bulk_load(&mut rec, group, false, pairs)
+    }
+
+    fn tree_destroy(&mut self, tree: BTree, changed: &mut Vec<PageId>) -> StorageResult<()> {
+        let mut rec = Recording {
+            inner: self,
+            pages: changed,
+        };
+        tree.destroy(&mut rec)
+    }
+}
+
+/// [`Source::view_bytes`] of a page-based transaction: under its lock (the
+/// home page's, or the object's under object-level locking), through the
+/// dual buffer — the page's image, faulted in from the transaction's
+/// committed image of it, or a copy the buffer made. Under object-level
+/// locking only an image whose LSN is still the page's committed one is
+/// read in place: then no commit changed any object of the page since it
+/// was read, and the object, locked S now, cannot change while it is
+/// read; a copy the buffer made has no LSN to check and is not used.
+#[inline]
+fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<ViewBytes> {
+    let check_lsn = txn.object_locking();
+    if check_lsn {
+        txn.lock_object(oid, false)?;
+    } else {
+        txn.lock_page(oid.page, false)?;
+    }
+    if txn.has_private_copy(oid.page) {
+        return Ok(ViewBytes::Copy);
+    }
+    let me = txn.id().0;
+    // Under object-level locking the page is not locked as a whole: its
+    // committed image is read without a page lock.
+    let image = |txn: &mut Txn| {
+        if check_lsn {
+            txn.committed_page_image(oid.page)
+        } else {
+            txn.page_image(oid.page)
+        }
+    };
+    let mut found = match cache.buffered(me, oid)? {
+        Probe::Hit(l) => Some(l),
+        // Not in its page in a form read in place (moved, large): a copy.
+        // (The typed layer flushes nothing into the buffer's transactions,
+        // so never its own change.)
+        Probe::Elsewhere => None,
+        Probe::Miss => match image(txn)? {
+            Some(image) => cache.fault_in(me, oid, image)?,
+            None => None,
+        },
+    };
+    if check_lsn {
+        found = match found {
+            Some(l) if l.in_page => {
+                let now = txn.committed_page_lsn(oid.page)?;
+                if cairn_storage::page::lsn(&l.bytes) == now {
+                    Some(l)
+                } else {
+                    // A commit changed the page since the image was read:
+                    // read it again (the object is locked S now, so the new
+                    // image holds its current state).
+                    cache.invalidate_image(oid.page);
+                    match image(txn)? {
+                        Some(image) => cache.fault_in(me, oid, image)?.filter(|l| l.in_page),
+                        None => None,
+                    }
+                }
+            }
+            _ => None,
+        };
+    }
+    Ok(match found {
+        Some(l) => ViewBytes::Shared(Viewable {
+            bytes: l.bytes,
+            range: l.range,
+            checked: l.checked,
+        }),
+        None => ViewBytes::Copy,
+    })
+}
