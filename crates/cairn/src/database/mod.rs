@@ -171,7 +171,7 @@ pub enum Arch {
 }
 
 pub(crate) struct Inner {
-    db: Store,
+    db: Box<dyn Store>,
     cache: ObjectCache,
     meta: Meta,
     catalog: Mutex<Catalog>,
@@ -214,7 +214,7 @@ impl Database {
     /// Opens the database in `dir` with `opts`, creating it if there is none.
     pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Database> {
         let db = Db::open_or_create(dir.as_ref(), &opts.storage)?;
-        Database::on_store(Store::Embedded(db), opts)
+        Database::on_store(Box::new(db), opts)
     }
 
     /// Connects to `cairn serve` as a client of the architecture
@@ -243,7 +243,7 @@ impl Database {
                 } else {
                     crate::remote::ObjectStore::connect(address, &connect, bytes)?
                 };
-                let db = Database::on_store(Store::Object(store.clone()), opts)?;
+                let db = Database::on_store(Box::new(store.clone()), opts)?;
                 // An object whose right the client lost: the copies decoded
                 // from it are stale. (A weak reference, as below.)
                 let weak = Arc::downgrade(&db.inner);
@@ -263,7 +263,7 @@ impl Database {
             opts.storage.txn_memory_bytes,
             opts.client_rights_max,
         )?;
-        let db = Database::on_store(Store::Remote(store.clone()), opts)?;
+        let db = Database::on_store(Box::new(store.clone()), opts)?;
         // A page another client changed: the objects and index entries
         // cached from it are stale. (A weak reference: the hook must not
         // keep the database alive.)
@@ -277,7 +277,7 @@ impl Database {
         Ok(db)
     }
 
-    fn on_store(db: Store, opts: Options) -> Result<Database> {
+    fn on_store(db: Box<dyn Store>, opts: Options) -> Result<Database> {
         let system = db.group(catalog::SYSTEM_GROUP, true)?;
         let (meta, cat) = retry(|| {
             let mut txn = db.begin()?;
@@ -336,44 +336,28 @@ impl Database {
 
     /// The storage engine underneath, if it is embedded.
     pub fn storage(&self) -> Option<&Db> {
-        match &self.inner.db {
-            Store::Embedded(db) => Some(db),
-            Store::Remote(_) | Store::Object(_) => None,
-        }
+        self.inner.db.storage()
     }
 
     /// The client backend underneath, if the database is remote (crash
     /// tests inject faults there).
     #[doc(hidden)]
     pub fn remote_store(&self) -> Option<&Arc<RemoteStore>> {
-        match &self.inner.db {
-            Store::Embedded(_) | Store::Object(_) => None,
-            Store::Remote(r) => Some(r),
-        }
+        self.inner.db.remote_store()
     }
 
     /// The client's counters (round trips, bytes, pages shipped), if the
     /// database is remote.
     pub fn remote_stats(&self) -> Option<RemoteStats> {
-        match &self.inner.db {
-            Store::Embedded(_) => None,
-            Store::Remote(r) => Some(r.stats()),
-            Store::Object(o) => Some(o.stats()),
-        }
+        self.inner.db.stats()
     }
 
     /// Embedded: checkpoints and closes. Remote: disconnects (the server's
     /// database stays open for its other clients).
     pub fn close(self) -> Result<()> {
         match Arc::try_unwrap(self.inner) {
-            Ok(inner) => match inner.db {
-                Store::Embedded(db) => Ok(db.close()?),
-                Store::Remote(_) | Store::Object(_) => Ok(()),
-            },
-            Err(inner) => match &inner.db {
-                Store::Embedded(db) => Ok(db.checkpoint()?),
-                Store::Remote(_) | Store::Object(_) => Ok(()),
-            },
+            Ok(inner) => Ok(inner.db.close()?),
+            Err(inner) => Ok(inner.db.checkpoint()?),
         }
     }
 

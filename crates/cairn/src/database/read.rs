@@ -36,7 +36,7 @@ impl Transaction<'_> {
     /// only holds that lock longer; a dangling reference is reported when
     /// followed, not here.
     pub fn prefetch<'r, T: Persistent + 'r>(&mut self, refs: impl IntoIterator<Item = &'r Ref<T>>) -> Result<()> {
-        if matches!(self.inner.db, Store::Embedded(_)) {
+        if !self.inner.db.prefetch_saves_round_trips() {
             return Ok(());
         }
         let oids: Vec<Oid> = refs.into_iter().map(|r| r.oid()).collect();
@@ -54,7 +54,7 @@ impl Transaction<'_> {
         &mut self,
         refs: impl IntoIterator<Item = &'r Ref<T>>,
     ) -> Result<()> {
-        if matches!(self.inner.db, Store::Embedded(_)) {
+        if !self.inner.db.prefetch_saves_round_trips() {
             return Ok(());
         }
         let oids: Vec<Oid> = refs.into_iter().map(|r| r.oid()).collect();

@@ -27,81 +27,184 @@ use cairn_storage::{Db, GroupId, Oid, PageId, Txn};
 use super::source::{Source, Trust, ViewBytes, Viewable};
 use crate::cache::ObjectCache;
 use crate::error::Result;
-use crate::remote::{ObjectStore, ObjectTxn, RemoteStore};
+use crate::remote::{ObjectStore, ObjectTxn, RemoteStats, RemoteStore};
 use crate::store_ops::StoreOps;
 use crate::view::CheckedAs;
 
 type StorageResult<T> = cairn_storage::Result<T>;
 
-/// Where the database lives.
-pub(crate) enum Store {
-    /// In this process.
-    Embedded(Db),
-    /// Behind `cairn serve`, as a page- or file-server client.
-    Remote(Arc<RemoteStore>),
-    /// Behind `cairn serve`, as an object-server client.
-    Object(Arc<ObjectStore>),
+/// Where the database lives: in this process ([`Db`]), or behind `cairn
+/// serve` as a page- or file-server client ([`RemoteStore`]) or an object
+/// or adaptive client ([`ObjectStore`]). Nothing hot goes through it (a
+/// transaction's operations go through [`Tx`]), so the database holds it
+/// as a trait object.
+pub(crate) trait Store: Send + Sync {
+    /// Begins a storage transaction.
+    fn begin(&self) -> StorageResult<Tx>;
+    /// The group named `name`, created if `create` and missing.
+    fn group(&self, name: &str, create: bool) -> StorageResult<GroupId>;
+    /// Every group, with its name.
+    fn groups(&self) -> StorageResult<Vec<(GroupId, String)>>;
+    /// Empties what the store caches across transactions (a cold start).
+    fn evict_cache(&self) -> StorageResult<()>;
+    /// The volume's page size.
+    fn page_size(&self) -> usize;
+    /// True if saying which objects a transaction is about to use saves
+    /// round trips (a client of `cairn serve`).
+    fn prefetch_saves_round_trips(&self) -> bool {
+        true
+    }
+    /// The client's counters, if this is a client.
+    fn stats(&self) -> Option<RemoteStats> {
+        None
+    }
+    /// The storage engine, if it runs in this process.
+    fn storage(&self) -> Option<&Db> {
+        None
+    }
+    /// The page- or file-server client, if this is one (crash tests
+    /// inject faults there).
+    fn remote_store(&self) -> Option<&Arc<RemoteStore>> {
+        None
+    }
+    /// Makes what is committed durable in the volume (an embedded
+    /// database's checkpoint; nothing for a client).
+    fn checkpoint(&self) -> StorageResult<()> {
+        Ok(())
+    }
+    /// Closes the store: an embedded database checkpoints and closes; a
+    /// client disconnects (the server's database stays open).
+    fn close(self: Box<Self>) -> StorageResult<()> {
+        Ok(())
+    }
+    /// What it is and where, for `Debug`.
+    fn describe(&self) -> String;
 }
 
-impl Store {
-    pub(super) fn begin(&self) -> StorageResult<Tx> {
-        Ok(match self {
-            Store::Embedded(db) => Tx::Pages(db.begin()?),
-            Store::Remote(r) => Tx::Pages(r.begin()?),
-            Store::Object(o) => Tx::Objects(o.begin()?),
-        })
+impl std::fmt::Debug for dyn Store + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Store for Db {
+    fn begin(&self) -> StorageResult<Tx> {
+        Ok(Tx::Pages(Db::begin(self)?))
     }
 
-    pub(super) fn group(&self, name: &str, create: bool) -> StorageResult<GroupId> {
-        match self {
-            Store::Embedded(db) => match db.group(name) {
+    fn group(&self, name: &str, create: bool) -> StorageResult<GroupId> {
+        match Db::group(self, name) {
+            Ok(g) => Ok(g),
+            Err(_) if create => match self.create_group(name) {
                 Ok(g) => Ok(g),
-                Err(_) if create => match db.create_group(name) {
-                    Ok(g) => Ok(g),
-                    // Another thread made it first.
-                    Err(cairn_storage::Error::GroupExists(_)) => db.group(name),
-                    Err(e) => Err(e),
-                },
+                // Another thread made it first.
+                Err(cairn_storage::Error::GroupExists(_)) => Db::group(self, name),
                 Err(e) => Err(e),
             },
-            Store::Remote(r) => r.group(name, create),
-            Store::Object(o) => o.group(name, create),
+            Err(e) => Err(e),
         }
     }
 
-    pub(super) fn groups(&self) -> StorageResult<Vec<(GroupId, String)>> {
-        match self {
-            Store::Embedded(db) => Ok(db.groups().into_iter().map(|g| (g.id, g.name)).collect()),
-            Store::Remote(r) => r.refresh_groups(),
-            Store::Object(o) => o.groups(),
-        }
+    fn groups(&self) -> StorageResult<Vec<(GroupId, String)>> {
+        Ok(Db::groups(self).into_iter().map(|g| (g.id, g.name)).collect())
     }
 
-    pub(super) fn evict_cache(&self) -> StorageResult<()> {
-        match self {
-            Store::Embedded(db) => db.evict_cache(),
-            Store::Remote(r) => r.evict_cache(),
-            // It caches nothing across transactions.
-            Store::Object(_) => Ok(()),
-        }
+    fn evict_cache(&self) -> StorageResult<()> {
+        Db::evict_cache(self)
     }
 
-    pub(super) fn page_size(&self) -> usize {
-        match self {
-            Store::Embedded(d) => d.header().page_size as usize,
-            Store::Remote(r) => r.page_size(),
-            Store::Object(o) => o.page_size(),
-        }
+    fn page_size(&self) -> usize {
+        self.header().page_size as usize
+    }
+
+    /// No round trip to save.
+    fn prefetch_saves_round_trips(&self) -> bool {
+        false
+    }
+
+    fn storage(&self) -> Option<&Db> {
+        Some(self)
+    }
+
+    fn checkpoint(&self) -> StorageResult<()> {
+        Db::checkpoint(self)
+    }
+
+    fn close(self: Box<Self>) -> StorageResult<()> {
+        Db::close(*self)
+    }
+
+    fn describe(&self) -> String {
+        format!("embedded at {}", self.dir().display())
     }
 }
 
-impl std::fmt::Debug for Store {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Store::Embedded(db) => write!(f, "embedded at {}", db.dir().display()),
-            Store::Remote(r) => write!(f, "page server at {}", r.address()),
-            Store::Object(o) if o.is_adaptive() => write!(f, "adaptive client of {}", o.address()),
-            Store::Object(o) => write!(f, "object server at {}", o.address()),
+impl Store for Arc<RemoteStore> {
+    fn begin(&self) -> StorageResult<Tx> {
+        Ok(Tx::Pages(RemoteStore::begin(self)?))
+    }
+
+    fn group(&self, name: &str, create: bool) -> StorageResult<GroupId> {
+        RemoteStore::group(self, name, create)
+    }
+
+    fn groups(&self) -> StorageResult<Vec<(GroupId, String)>> {
+        self.refresh_groups()
+    }
+
+    fn evict_cache(&self) -> StorageResult<()> {
+        RemoteStore::evict_cache(self)
+    }
+
+    fn page_size(&self) -> usize {
+        RemoteStore::page_size(self)
+    }
+
+    fn stats(&self) -> Option<RemoteStats> {
+        Some(RemoteStore::stats(self))
+    }
+
+    fn remote_store(&self) -> Option<&Arc<RemoteStore>> {
+        Some(self)
+    }
+
+    fn describe(&self) -> String {
+        format!("page server at {}", self.address())
+    }
+}
+
+impl Store for Arc<ObjectStore> {
+    fn begin(&self) -> StorageResult<Tx> {
+        Ok(Tx::Objects(ObjectStore::begin(self)?))
+    }
+
+    fn group(&self, name: &str, create: bool) -> StorageResult<GroupId> {
+        ObjectStore::group(self, name, create)
+    }
+
+    fn groups(&self) -> StorageResult<Vec<(GroupId, String)>> {
+        ObjectStore::groups(self)
+    }
+
+    /// Nothing: what the client keeps under rights stays (see the note on
+    /// `Database::evict_cache`).
+    fn evict_cache(&self) -> StorageResult<()> {
+        Ok(())
+    }
+
+    fn page_size(&self) -> usize {
+        ObjectStore::page_size(self)
+    }
+
+    fn stats(&self) -> Option<RemoteStats> {
+        Some(ObjectStore::stats(self))
+    }
+
+    fn describe(&self) -> String {
+        if self.is_adaptive() {
+            format!("adaptive client of {}", self.address())
+        } else {
+            format!("object server at {}", self.address())
         }
     }
 }
