@@ -27,7 +27,7 @@ use std::ops::Bound;
 use cairn_storage::{GroupId, Oid};
 
 use crate::catalog::{self, Catalog, Meta};
-use cairn_codec::{DecodeError, Reader};
+use cairn_codec::{DecodeError, Reader, Writer};
 
 use crate::error::{Error, Result};
 use crate::store_ops::StoreOps;
@@ -596,22 +596,21 @@ fn terms(r: &mut Reader<'_>, what: &str) -> std::result::Result<usize, DecodeErr
     Ok(n)
 }
 
-fn put16(out: &mut Vec<u8>, b: &[u8]) {
-    let b = &b[..b.len().min(TEXT_MAX)];
-    out.extend_from_slice(&(b.len() as u16).to_le_bytes());
-    out.extend_from_slice(b);
+/// A text, cut at [`TEXT_MAX`] bytes (the decoder refuses more).
+fn put_text(w: &mut Writer, b: &[u8]) {
+    w.put_bytes16(&b[..b.len().min(TEXT_MAX)]);
 }
 
-fn put_bound(out: &mut Vec<u8>, b: &Bound<Vec<u8>>) {
+fn put_bound(w: &mut Writer, b: &Bound<Vec<u8>>) {
     match b {
-        Bound::Unbounded => out.push(0),
+        Bound::Unbounded => w.put_u8(0),
         Bound::Included(k) => {
-            out.push(1);
-            put16(out, k);
+            w.put_u8(1);
+            put_text(w, k);
         }
         Bound::Excluded(k) => {
-            out.push(2);
-            put16(out, k);
+            w.put_u8(2);
+            put_text(w, k);
         }
     }
 }
@@ -625,7 +624,7 @@ impl Method {
     /// u16, UTF-8`; a literal is `tag u8` 1 i64, 2 u64, 3 f64, 4 bool u8,
     /// 5 text.)
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut w = Writer::new();
         match self {
             Method::Select {
                 class,
@@ -634,47 +633,47 @@ impl Method {
                 count_only,
                 limit,
             } => {
-                out.push(1);
-                out.push(u8::from(*count_only));
-                out.extend_from_slice(&limit.to_le_bytes());
-                put16(&mut out, class.as_bytes());
+                w.put_u8(1);
+                w.put_u8(u8::from(*count_only));
+                w.put_u32(*limit);
+                put_text(&mut w, class.as_bytes());
                 match source {
                     Source::Group(g) => {
-                        out.push(1);
-                        put16(&mut out, g.as_bytes());
+                        w.put_u8(1);
+                        put_text(&mut w, g.as_bytes());
                     }
                     Source::Index { field, lo, hi } => {
-                        out.push(2);
-                        put16(&mut out, field.as_bytes());
-                        put_bound(&mut out, lo);
-                        put_bound(&mut out, hi);
+                        w.put_u8(2);
+                        put_text(&mut w, field.as_bytes());
+                        put_bound(&mut w, lo);
+                        put_bound(&mut w, hi);
                     }
                 }
                 let preds = &preds[..preds.len().min(TERMS_MAX)];
-                out.extend_from_slice(&(preds.len() as u16).to_le_bytes());
+                w.put_u16(preds.len() as u16);
                 for p in preds {
-                    put16(&mut out, p.path.as_bytes());
-                    out.push(p.cmp as u8);
+                    put_text(&mut w, p.path.as_bytes());
+                    w.put_u8(p.cmp as u8);
                     match &p.value {
                         Literal::Int(v) => {
-                            out.push(1);
-                            out.extend_from_slice(&v.to_le_bytes());
+                            w.put_u8(1);
+                            w.put(&v.to_le_bytes());
                         }
                         Literal::UInt(v) => {
-                            out.push(2);
-                            out.extend_from_slice(&v.to_le_bytes());
+                            w.put_u8(2);
+                            w.put(&v.to_le_bytes());
                         }
                         Literal::Float(v) => {
-                            out.push(3);
-                            out.extend_from_slice(&v.to_le_bytes());
+                            w.put_u8(3);
+                            w.put(&v.to_le_bytes());
                         }
                         Literal::Bool(v) => {
-                            out.push(4);
-                            out.push(u8::from(*v));
+                            w.put_u8(4);
+                            w.put_u8(u8::from(*v));
                         }
                         Literal::Str(v) => {
-                            out.push(5);
-                            put16(&mut out, v.as_bytes());
+                            w.put_u8(5);
+                            put_text(&mut w, v.as_bytes());
                         }
                     }
                 }
@@ -685,18 +684,18 @@ impl Method {
                 depth,
                 limit,
             } => {
-                out.push(2);
-                out.extend_from_slice(&start.to_bytes());
-                out.extend_from_slice(&depth.to_le_bytes());
-                out.extend_from_slice(&limit.to_le_bytes());
+                w.put_u8(2);
+                w.put(&start.to_bytes());
+                w.put_u32(*depth);
+                w.put_u32(*limit);
                 let paths = &paths[..paths.len().min(TERMS_MAX)];
-                out.extend_from_slice(&(paths.len() as u16).to_le_bytes());
+                w.put_u16(paths.len() as u16);
                 for p in paths {
-                    put16(&mut out, p.as_bytes());
+                    put_text(&mut w, p.as_bytes());
                 }
             }
         }
-        out
+        w.into_bytes()
     }
 
     /// Decodes [`Method::encode`]'s bytes; anything else is an error naming
@@ -785,21 +784,21 @@ impl Method {
 impl Answer {
     /// `tag u8` (1 OIDs: `count u32, oid × count`; 2 count: `u64`).
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut w = Writer::new();
         match self {
             Answer::Oids(oids) => {
-                out.push(1);
-                out.extend_from_slice(&(oids.len() as u32).to_le_bytes());
+                w.put_u8(1);
+                w.put_u32(oids.len() as u32);
                 for o in oids {
-                    out.extend_from_slice(&o.to_bytes());
+                    w.put(&o.to_bytes());
                 }
             }
             Answer::Count(n) => {
-                out.push(2);
-                out.extend_from_slice(&n.to_le_bytes());
+                w.put_u8(2);
+                w.put_u64(*n);
             }
         }
-        out
+        w.into_bytes()
     }
 
     /// Decodes what [`Answer::encode`] wrote.
