@@ -29,7 +29,7 @@
 //!   page's), and none is taken in until the writer ends.
 //! - **Bounds.** The cached objects' and images' bytes are bounded; past
 //!   the bound the least recently used that nobody reads under are given
-//!   back (OBJ_RELEASE, one way). What is on pages a running transaction
+//!   back (RELEASE, one way). What is on pages a running transaction
 //!   of an adaptive client changes stays until it ends (no steal).
 //!
 //! Not cached: objects too long to send whole, objects read under X,
