@@ -25,8 +25,12 @@
 //!   acknowledged must not end first (the server would begin it again for
 //!   the answer and keep its lock): [`Rights::end`] waits for the answers
 //!   ([`Answering`]).
-//! - **Giving back.** Rights a client no longer wants go back with its
-//!   next request ([`release`], one way).
+//! - **Giving back.** A client keeps a [`Bound`] on what it holds under
+//!   rights (a number of rights, or their bytes); past it, it gives back
+//!   the least wanted of those nobody reads under, down to a little below
+//!   the bound ([`Bound::give_back`]). What goes back goes with its next
+//!   request ([`release`], one way). Which rights are wanted least, and
+//!   which nobody reads under, is the table's to say.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -278,6 +282,81 @@ impl<T: Table> Rights<T> {
     }
 }
 
+/// How much a client keeps under rights: a number of rights, or the bytes
+/// they cover. Past its maximum the client gives back rights nobody
+/// reads under, least wanted first, down to a little below it: the slack
+/// between the two makes a give-back once per many fetches, not at each.
+/// What running transactions hold on to (an adaptive client's pinned
+/// pages) may be exempt: it is kept over the bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Bound {
+    max: usize,
+    keep: usize,
+}
+
+impl Bound {
+    /// A bound on a number of rights (pages, index lookups): past it, a
+    /// quarter of them go.
+    pub(super) fn count(max: usize) -> Bound {
+        Bound { max, keep: max / 4 * 3 }
+    }
+
+    /// A bound on the bytes kept under rights: past it, 3% go, so the
+    /// cache holds about what the bound says (as a page client's buffer
+    /// of N pages holds N pages).
+    pub(super) fn bytes(max: usize) -> Bound {
+        Bound {
+            max,
+            keep: (max as f64 * 0.97) as usize,
+        }
+    }
+
+    /// Whether `held`, of which `exempt` is kept over the bound, is past
+    /// it.
+    pub(super) fn passed(&self, held: usize, exempt: usize) -> bool {
+        held > self.max.saturating_add(exempt)
+    }
+
+    /// Gives back rights until `held` is down to what the bound keeps (plus
+    /// `exempt`), least wanted first: `candidates` are (rank, key), the
+    /// lowest rank the least wanted; `give` gives one back and says how
+    /// much of `held` that freed (0: it is kept after all). Only as many
+    /// candidates are put in order as are likely needed (selected in
+    /// linear time; the rest sorted only if those were not enough).
+    /// Returns what is held after.
+    pub(super) fn give_back<R: Ord + Copy, K: Copy>(
+        &self,
+        mut held: usize,
+        exempt: usize,
+        mut candidates: Vec<(R, K)>,
+        mut give: impl FnMut(K) -> usize,
+    ) -> usize {
+        let keep = self.keep.saturating_add(exempt);
+        if held <= keep {
+            return held;
+        }
+        let counted = held.saturating_sub(exempt).max(1);
+        let excess = held - keep;
+        let guess = (excess as u128 * candidates.len() as u128 / counted as u128) as usize + 8;
+        let mut sorted = candidates.len();
+        if guess < candidates.len() {
+            candidates.select_nth_unstable_by_key(guess, |(rank, _)| *rank);
+            sorted = guess;
+        }
+        candidates[..sorted].sort_unstable_by_key(|(rank, _)| *rank);
+        let mut i = 0;
+        while held > keep && i < candidates.len() {
+            if i == sorted {
+                candidates[i..].sort_unstable_by_key(|(rank, _)| *rank);
+                sorted = candidates.len();
+            }
+            held = held.saturating_sub(give(candidates[i].1));
+            i += 1;
+        }
+        held
+    }
+}
+
 /// A fetch in flight, from before it is sent to after its reply is taken
 /// in ([`Rights::fetch`]).
 pub(super) struct FetchInFlight<T: Table>(Arc<Rights<T>>);
@@ -385,6 +464,52 @@ mod tests {
         r.fetch_done();
         assert!(r.revoked.is_empty(), "emptied with the last fetch");
         assert!(r.admits(key, 9));
+    }
+
+    #[test]
+    fn bounds_leave_a_quarter_or_three_percent_of_slack() {
+        let b = Bound::count(100);
+        assert_eq!((b.max, b.keep), (100, 75));
+        assert!(!b.passed(100, 0) && b.passed(101, 0));
+        assert!(!b.passed(110, 10), "what is exempt is kept over the bound");
+        let b = Bound::bytes(10_000);
+        assert_eq!((b.max, b.keep), (10_000, 9_700));
+    }
+
+    proptest::proptest! {
+        /// Against a model that sorts every candidate: the same rights go
+        /// back, in the same order, and what is held stops at the same
+        /// place. Each candidate frees its size (0: a right it keeps).
+        #[test]
+        fn gives_back_least_wanted_first_as_a_full_sort_would(
+            sizes in proptest::collection::vec((0u32..50, 0usize..5), 0..200),
+            max in 0usize..400,
+            exempt in 0usize..40,
+            bytes in proptest::bool::ANY,
+        ) {
+            let bound = if bytes { Bound::bytes(max) } else { Bound::count(max) };
+            // Distinct ranks, so that the order is one order.
+            let candidates: Vec<((u32, usize), usize)> =
+                sizes.iter().enumerate().map(|(i, (r, _))| ((*r, i), i)).collect();
+            let held = sizes.iter().map(|(_, s)| s).sum::<usize>() + exempt + max / 2;
+            let mut given = Vec::new();
+            let after = bound.give_back(held, exempt, candidates.clone(), |k| {
+                given.push(k);
+                sizes[k].1
+            });
+            let mut model = candidates;
+            model.sort();
+            let (mut h, mut want) = (held, Vec::new());
+            for (_, k) in model {
+                if h <= bound.keep + exempt {
+                    break;
+                }
+                want.push(k);
+                h -= sizes[k].1;
+            }
+            proptest::prop_assert_eq!(&given, &want);
+            proptest::prop_assert_eq!(after, h);
+        }
     }
 
     #[test]

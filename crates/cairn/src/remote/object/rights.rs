@@ -44,14 +44,8 @@ use cairn_storage::lock::Resource;
 use cairn_storage::{Oid, PageId, Result, TxnId};
 
 use super::ObjectStore;
-use crate::remote::rights::{release, Answering, Revoked, Table};
+use crate::remote::rights::{release, Answering, Bound, Revoked, Table};
 use crate::view::CheckedAs;
-
-/// What an eviction leaves of the bound on cached bytes: close to all of
-/// it, so the cache holds about what the bound says (a page client's
-/// buffer of N pages holds N pages); the slack makes a pass per few
-/// fetches, not per fetch.
-const EVICT_TO: f64 = 0.97;
 
 /// An object kept under a right.
 struct Cached {
@@ -579,29 +573,28 @@ impl ObjectStore {
     }
 
     /// Past [`ObjectStore::lookups_max`] kept lookups, drops leaves nobody
-    /// reads under (and their lookups) down to three quarters of it; what
-    /// was dropped, to give back.
+    /// reads under (and their lookups), oldest right first, down to three
+    /// quarters of it ([`Bound::count`]); what was dropped, to give back.
     fn evict_leaves(&self, st: &mut RightsState) -> Vec<(Resource, u64)> {
-        let max = self.lookups_max();
-        if st.lookups.len() <= max {
+        let bound = Bound::count(self.lookups_max());
+        if !bound.passed(st.lookups.len(), 0) {
             return Vec::new();
         }
         let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
-        let victims: Vec<PageId> = st
+        let victims: Vec<(u64, PageId)> = st
             .leaves
-            .keys()
-            .filter(|l| !read.contains(&Resource::Page(**l)))
-            .copied()
+            .iter()
+            .filter(|(l, _)| !read.contains(&Resource::Page(**l)))
+            .map(|(l, leaf)| (leaf.epoch, *l))
             .collect();
         let mut out = Vec::new();
-        for l in victims {
-            if st.lookups.len() <= max / 4 * 3 {
-                break;
-            }
+        bound.give_back(st.lookups.len(), 0, victims, |l| {
+            let before = st.lookups.len();
             if let Some(e) = st.drop_leaf(l) {
                 out.push((Resource::Page(l), e));
             }
-        }
+            before - st.lookups.len()
+        });
         out
     }
 
@@ -610,19 +603,21 @@ impl ObjectStore {
         (self.rights_bytes_max / 256).max(64)
     }
 
-    /// Past the bound on cached bytes, drops objects down to
-    /// [`EVICT_TO`] of it, least recently used first (taken in or read);
-    /// of an object a running transaction read under its right only the
-    /// bytes go, the right stays until that transaction ends
-    /// ([`ObjectStore::txn_ended`]). Objects of pages running transactions
-    /// pin stay over the bound. What was dropped (key, epoch), to give
-    /// back.
+    /// Past the bound on cached bytes ([`Bound::bytes`]), drops objects
+    /// and images least recently used first (taken in or read); of one a
+    /// running transaction read under its right only the bytes go, the
+    /// right stays until that transaction ends ([`ObjectStore::txn_ended`]).
+    /// Objects of pages running transactions pin are kept over the bound.
+    /// What was dropped (key, epoch), to give back.
     fn evict(&self, st: &mut RightsState) -> Vec<(Resource, u64)> {
-        if st.bytes <= self.rights_bytes_max + st.pinned_bytes {
+        let bound = Bound::bytes(self.rights_bytes_max);
+        if !bound.passed(st.bytes, st.pinned_bytes) {
             return Vec::new();
         }
         let pinned: FxHashSet<PageId> = st.txns.values().flat_map(|v| v.pinned.iter().copied()).collect();
         let mut pinned_bytes = 0;
+        // Ranked by stamp, oldest first: an object that just came along
+        // with its page stays over one a transaction read long ago.
         let mut victims: Vec<(u64, Resource)> = Vec::with_capacity(st.objects.len() + st.pages.len());
         let objects = st.objects.iter().map(|(o, c)| (Resource::Object(*o), o.page, c));
         let pages = st.pages.iter().map(|(p, c)| (Resource::Page(*p), *p, c));
@@ -635,29 +630,9 @@ impl ObjectStore {
             }
         }
         st.pinned_bytes = pinned_bytes;
-        let keep = (self.rights_bytes_max as f64 * EVICT_TO) as usize + pinned_bytes;
-        // Oldest first: an object that just came along with its page stays
-        // over one a transaction read long ago. Only the oldest few need
-        // ordering (selected in linear time; the rest sorted only if those
-        // were not enough).
-        let unpinned = st.bytes.saturating_sub(pinned_bytes).max(1);
-        let excess = st.bytes.saturating_sub(keep);
-        let guess = (excess as u128 * victims.len() as u128 / unpinned as u128) as usize + 8;
-        let mut sorted = victims.len();
-        if guess < victims.len() {
-            victims.select_nth_unstable_by_key(guess, |(stamp, _)| *stamp);
-            sorted = guess;
-        }
-        victims[..sorted].sort_unstable_by_key(|(stamp, _)| *stamp);
         let mut out = Vec::new();
-        let mut i = 0;
-        while st.bytes > keep && i < victims.len() {
-            if i == sorted {
-                victims[i..].sort_unstable_by_key(|(stamp, _)| *stamp);
-                sorted = victims.len();
-            }
-            let k = victims[i].1;
-            i += 1;
+        bound.give_back(st.bytes, pinned_bytes, victims, |k| {
+            let before = st.bytes;
             if st.txns.values().any(|v| v.reads.contains(&k)) {
                 // Read under its right by a running transaction: the right
                 // stays until that ends, the bytes go.
@@ -681,7 +656,8 @@ impl ObjectStore {
                     out.push((k, e));
                 }
             }
-        }
+            before - st.bytes
+        });
         out
     }
 

@@ -5,12 +5,12 @@
 use std::sync::atomic::Ordering;
 
 use cairn_net::rights::Callback;
-use cairn_storage::fxhash::FxHashMap;
+use cairn_storage::fxhash::{FxHashMap, FxHashSet};
 use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::{GroupId, PageId, Result, TxnId};
 
 use super::RemoteStore;
-use crate::remote::rights::{release, Answering, Revoked, Table};
+use crate::remote::rights::{release, Answering, Bound, Revoked, Table};
 
 /// What one transaction has learnt of a page from the server.
 #[derive(Clone, Copy, Debug)]
@@ -143,19 +143,19 @@ impl RemoteStore {
     /// Past [`RemoteStore::rights_max`] rights, gives the server back those
     /// no running transaction reads under and none of this client's writers
     /// marked: first the pages no longer in the pool, oldest right first,
-    /// then the oldest of the rest, down to three quarters of the bound (so
-    /// it happens once per quarter of the bound, not at every fetch). A
-    /// right outlives its page's eviction (the page is read again without a
-    /// lock), and the typed layer may still hold objects decoded from it,
-    /// so rights are kept up to the bound rather than given back with each
-    /// eviction.
+    /// then the oldest of the rest, down to three quarters of the bound
+    /// ([`Bound::count`]). A right outlives its page's eviction (the page
+    /// is read again without a lock), and the typed layer may still hold
+    /// objects decoded from it, so rights are kept up to the bound rather
+    /// than given back with each eviction.
     pub(super) fn give_back_rights(&self) {
+        let bound = Bound::count(self.rights_max);
         let candidates: Vec<(PageId, u64)> = {
             let st = self.rights.lock();
-            if st.covers.len() <= self.rights_max {
+            if !bound.passed(st.covers.len(), 0) {
                 return;
             }
-            let read: std::collections::HashSet<PageId> = st
+            let read: FxHashSet<PageId> = st
                 .txns
                 .values()
                 .flat_map(|v| v.locks.keys())
@@ -171,29 +171,26 @@ impl RemoteStore {
                 .collect()
         };
         // The pool is asked outside the state's mutex.
-        let mut ranked: Vec<(bool, u64, PageId)> = candidates
+        let ranked: Vec<((bool, u64), (PageId, u64))> = candidates
             .into_iter()
-            .map(|(p, e)| (self.pool.is_cached(p), e, p))
+            .map(|(p, e)| ((self.pool.is_cached(p), e), (p, e)))
             .collect();
-        ranked.sort_unstable();
         let mut dropped = Vec::new();
         {
             let mut st = self.rights.lock();
             let st = &mut *st;
-            let keep = self.rights_max / 4 * 3;
-            for (_, epoch, page) in ranked {
-                if st.covers.len() <= keep {
-                    break;
-                }
+            bound.give_back(st.covers.len(), 0, ranked, |(page, epoch)| {
                 // Unchanged since it was ranked, and still unread.
                 let unchanged =
                     st.covers.get(&page).is_some_and(|c| c.epoch == epoch) && !st.writers.contains_key(&page);
                 let read = st.txns.values().any(|v| v.locks.contains_key(&Resource::Page(page)));
-                if unchanged && !read {
-                    st.covers.remove(&page);
-                    dropped.push((Resource::Page(page), epoch));
+                if !unchanged || read {
+                    return 0;
                 }
-            }
+                st.covers.remove(&page);
+                dropped.push((Resource::Page(page), epoch));
+                1
+            });
         }
         release(&self.conn, &dropped);
     }
