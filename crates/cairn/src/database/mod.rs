@@ -49,7 +49,7 @@ use crate::index_cache::{IndexCache, TreeCache};
 use crate::reference::Ref;
 use crate::remote::{RemoteStats, RemoteStore};
 pub(crate) use crate::store_ops::StoreOps;
-pub(crate) use source::Source;
+pub(crate) use source::{IndexAnswer, Source};
 pub(crate) use store::{Store, Tx};
 
 /// How to open a database.
@@ -681,10 +681,9 @@ impl<'db> Transaction<'db> {
         Ok(r?)
     }
 
-    /// Looks `self.key` up in `tree`: through the index cache when its entry
-    /// validates, else in the tree, filling the cache from the key's leaf on
-    /// that leaf's second miss. Appends the OIDs (the first only, with
-    /// `first_only`) to `out`.
+    /// Looks `self.key` up in `tree` ([`Source::index_lookup`]: through
+    /// the index cache where the store validates it by leaf locks),
+    /// appending the OIDs (the first only, with `first_only`) to `out`.
     fn index_lookup(
         &mut self,
         tree: cairn_storage::btree::BTree,
@@ -693,104 +692,17 @@ impl<'db> Transaction<'db> {
         first_only: bool,
         out: &mut Vec<Oid>,
     ) -> Result<()> {
-        let start = out.len();
-        if self.txn.pages().is_none() {
-            // An object-server transaction: the server walks the tree, and
-            // there are no leaf locks to validate a cache by.
-            self.index_misses += 1;
-            let mut bad = false;
-            let key = std::mem::take(&mut self.key);
-            let r = self.txn.tree_get_each(&tree, &key, first_only, |v| {
-                match Oid::from_exact(v) {
-                    Some(oid) => out.push(oid),
-                    None => bad = true,
-                }
-                !bad
-            });
-            self.key = key;
-            r?;
-            if bad {
+        let max_entries = self.inner.index_cache.max_entries;
+        match self
+            .txn
+            .index_lookup(tree, &self.key, first_only, cache, max_entries, out)?
+        {
+            IndexAnswer::Cached => self.index_hits += 1,
+            IndexAnswer::Read => self.index_misses += 1,
+            IndexAnswer::Malformed => {
+                self.index_misses += 1;
                 return Err(malformed(&tree, field));
             }
-            return Ok(());
-        }
-        let txn = self.txn.pages().expect("a page-based transaction");
-        if let Some((leaf, version)) = cache.get(&self.key, first_only, out) {
-            // The leaf's lock and version validate the entry
-            // ([`crate::index_cache`]).
-            // (A leaf this transaction changed has a new version, so its
-            // entries never validate here: its own are in its private copy.)
-            txn.lock_page(leaf, false)?;
-            if cache.still(leaf, version) {
-                self.index_hits += 1;
-                return Ok(());
-            }
-            out.truncate(start);
-        }
-        self.index_misses += 1;
-        // Read the key's whole leaf (under its lock), answer from it when
-        // the key lies strictly inside it, and cache it (on the leaf's
-        // second miss).
-        let mark = cache.mark();
-        let txn = self.txn.pages().expect("a page-based transaction");
-        let leaf = tree.leaf_of(txn, &self.key)?;
-        // Changed here, the leaf holds uncommitted entries, never cached;
-        // and a leaf's first miss just descends.
-        if txn.has_private_copy(leaf) || !cache.worth_filling(leaf, self.inner.index_cache.max_entries) {
-            return self.tree_lookup(tree, leaf, field, first_only, out);
-        }
-        let mut keys: Vec<u8> = Vec::with_capacity(4096);
-        let mut ents: Vec<(usize, usize, Option<Oid>)> = Vec::with_capacity(256);
-        tree.leaf_entries(txn, leaf, |k, v| {
-            let start = keys.len();
-            keys.extend_from_slice(k);
-            ents.push((start, keys.len(), Oid::from_exact(v)));
-        })?;
-        let mut pairs: Vec<(&[u8], Oid)> = Vec::with_capacity(ents.len());
-        for &(s, e, oid) in &ents {
-            pairs.push((&keys[s..e], oid.ok_or_else(|| malformed(&tree, field))?));
-        }
-        let inside = match (pairs.first(), pairs.last()) {
-            (Some((first, _)), Some((last, _))) => *first < &self.key[..] && &self.key[..] < *last,
-            _ => false,
-        };
-        if inside {
-            let n = if first_only { 1 } else { usize::MAX };
-            out.extend(
-                pairs
-                    .iter()
-                    .filter(|(k, _)| *k == &self.key[..])
-                    .map(|(_, o)| *o)
-                    .take(n),
-            );
-        } else {
-            self.tree_lookup(tree, leaf, field, first_only, out)?;
-        }
-        cache.fill(mark, leaf, &pairs, self.inner.index_cache.max_entries);
-        Ok(())
-    }
-
-    /// Looks `self.key` up in the tree itself, from `leaf`, its leaf.
-    fn tree_lookup(
-        &mut self,
-        tree: cairn_storage::btree::BTree,
-        leaf: cairn_storage::PageId,
-        field: &str,
-        first_only: bool,
-        out: &mut Vec<Oid>,
-    ) -> Result<()> {
-        let mut bad = false;
-        let f = |v: &[u8]| {
-            match Oid::from_exact(v) {
-                Some(oid) => out.push(oid),
-                None => bad = true,
-            }
-            !bad && !first_only
-        };
-        let txn = self.txn.pages().expect("a page-based transaction");
-        tree.get_each_in(txn, leaf, &self.key, f)?;
-        if bad {
-            return Err(malformed(&tree, field));
         }
         Ok(())
     }
@@ -916,7 +828,7 @@ impl<'db> Transaction<'db> {
     /// changes in the dual buffer (EOC, LOC, LOC−, LOC+), it holds this
     /// transaction's changes once [`Transaction::flush`] has run.
     pub fn storage(&mut self) -> Option<&mut Txn> {
-        self.txn.pages()
+        self.txn.storage()
     }
 
     /// Commits: the changes are durable when this returns Ok.

@@ -121,11 +121,7 @@ impl Transaction<'_> {
         r.swizzle(slot, gen);
         cache.note_swizzle();
         self.remember(slot, gen, oid, &obj);
-        if self.inner.fault_whole_pages
-            && self.txn.reads_shared_images()
-            && cache.refaulted(oid.page, me)
-            && self.txn.pages().is_some_and(|t| !t.has_private_copy(oid.page))
-        {
+        if self.inner.fault_whole_pages && self.txn.reads_shared_images() && cache.refaulted(oid.page, me) {
             let c = self.class_of::<T>()?;
             self.prefetch_page::<T>(c, oid)?;
         }
@@ -207,8 +203,8 @@ impl Transaction<'_> {
     }
 
     /// Decodes and caches the other objects of class `c` on `faulted`'s
-    /// page, which this transaction has locked and not changed (so the page
-    /// holds committed state). An object that does not decode is left to
+    /// page, which this transaction has locked, if the page holds committed
+    /// state ([`Source::objects_of_page`]). An object that does not decode is left to
     /// report its error when it is fetched itself.
     fn prefetch_page<T: Persistent>(&mut self, c: ClassInfo, faulted: Oid) -> Result<()> {
         let inner = self.inner;
@@ -216,10 +212,7 @@ impl Transaction<'_> {
         // older version takes the catalog's mutex, not done under a page latch.
         let header = header(c);
         let mut found: Vec<(Oid, CachedObject, usize)> = Vec::new();
-        let Some(txn) = self.txn.pages() else {
-            return Ok(());
-        };
-        txn.page_objects(faulted.page, |oid, bytes| {
+        self.txn.objects_of_page(faulted.page, |oid, bytes| {
             if oid == faulted || bytes.get(..6) != Some(&header[..]) {
                 return;
             }

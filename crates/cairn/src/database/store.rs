@@ -24,9 +24,10 @@ use cairn_schema::TreeOp;
 use cairn_storage::btree::BTree;
 use cairn_storage::{Db, GroupId, Oid, PageId, Txn};
 
-use super::source::{Source, Trust, ViewBytes, Viewable};
+use super::source::{IndexAnswer, Source, Trust, ViewBytes, Viewable};
 use crate::cache::ObjectCache;
 use crate::error::Result;
+use crate::index_cache::TreeCache;
 use crate::remote::{ObjectStore, ObjectTxn, RemoteStats, RemoteStore};
 use crate::store_ops::StoreOps;
 use crate::view::CheckedAs;
@@ -238,8 +239,8 @@ impl Source for Tx {
     }
 
     #[inline]
-    fn pages(&mut self) -> Option<&mut Txn> {
-        each!(self, t => Source::pages(t))
+    fn storage(&mut self) -> Option<&mut Txn> {
+        each!(self, t => Source::storage(t))
     }
 
     #[inline]
@@ -274,6 +275,22 @@ impl Source for Tx {
     #[inline]
     fn reads_shared_images(&self) -> bool {
         each!(self, t => Source::reads_shared_images(t))
+    }
+
+    fn objects_of_page(&mut self, page: PageId, f: impl FnMut(Oid, &[u8])) -> StorageResult<()> {
+        each!(self, t => Source::objects_of_page(t, page, f))
+    }
+
+    fn index_lookup(
+        &mut self,
+        tree: BTree,
+        key: &[u8],
+        first_only: bool,
+        cache: &TreeCache,
+        max_entries: usize,
+        out: &mut Vec<Oid>,
+    ) -> StorageResult<IndexAnswer> {
+        each!(self, t => Source::index_lookup(t, tree, key, first_only, cache, max_entries, out))
     }
 
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {

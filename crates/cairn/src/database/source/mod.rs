@@ -24,6 +24,7 @@ use cairn_storage::{GroupId, Oid, PageId};
 
 use crate::cache::ObjectCache;
 use crate::error::Result;
+use crate::index_cache::TreeCache;
 use crate::store_ops::StoreOps;
 use crate::view::CheckedAs;
 
@@ -82,15 +83,27 @@ pub(crate) enum ViewBytes {
     Owned,
 }
 
+/// How [`Source::index_lookup`] answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IndexAnswer {
+    /// From the index cache, validated.
+    Cached,
+    /// From the tree (or the server).
+    Read,
+    /// The tree holds a value that is not an OID: the index is damaged.
+    Malformed,
+}
+
 /// What the typed layer asks of a storage transaction, beyond the
 /// catalog's and the methods' [`StoreOps`].
 pub(crate) trait Source: StoreOps {
     /// The transaction's id (unique among this database's running ones).
     fn id(&self) -> u64;
 
-    /// The page-based transaction, if this is one: what only it has (a
-    /// whole page decoded at once, the index cache's leaf locks).
-    fn pages(&mut self) -> Option<&mut cairn_storage::Txn>;
+    /// The storage transaction underneath, if it runs in this process (for
+    /// tools and tests: [`crate::Transaction::storage`]); `None` for an
+    /// object-server client, whose storage transaction is the server's.
+    fn storage(&mut self) -> Option<&mut cairn_storage::Txn>;
 
     /// Where `Transaction::view` finds `oid`'s record, which it reads in
     /// place: as this store holds it shared (a page image or a copy in the
@@ -137,6 +150,31 @@ pub(crate) trait Source: StoreOps {
     /// another transaction may commit a change to another object of the
     /// page meanwhile, so an image loaded then could outlive that commit.
     fn reads_shared_images(&self) -> bool;
+
+    /// Calls `f` with each object (OID, record) of `page`, which this
+    /// transaction has read under its lock, if the image it reads holds
+    /// committed state ([`Source::reads_shared_images`], and it has not
+    /// changed the page); nothing otherwise, and nothing for a store that
+    /// holds no page images in this process.
+    fn objects_of_page(&mut self, page: PageId, f: impl FnMut(Oid, &[u8])) -> StorageResult<()>;
+
+    /// Looks `key` up in the index `tree`, appending the OIDs it maps to
+    /// (the first only, with `first_only`) to `out`. A page-based
+    /// transaction answers from `cache`, the index cache of this tree, when
+    /// an entry validates (the lock on its leaf, and the leaf's version),
+    /// and fills the cache from a leaf on its second miss (at most
+    /// `max_entries` in all); an object-server transaction asks the server,
+    /// which walks the tree (there are no leaf locks here to validate a
+    /// cache by; the client keeps lookups under rights instead).
+    fn index_lookup(
+        &mut self,
+        tree: BTree,
+        key: &[u8],
+        first_only: bool,
+        cache: &TreeCache,
+        max_entries: usize,
+        out: &mut Vec<Oid>,
+    ) -> StorageResult<IndexAnswer>;
 
     /// Takes what changing `oid` needs (its home page's exclusive lock, or
     /// the object's on the server).

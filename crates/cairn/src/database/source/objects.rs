@@ -8,9 +8,10 @@ use cairn_schema::TreeOp;
 use cairn_storage::btree::BTree;
 use cairn_storage::{GroupId, Oid, PageId, Txn};
 
-use super::{Source, StorageResult, Trust, ViewBytes, Viewable};
+use super::{IndexAnswer, Source, StorageResult, Trust, ViewBytes, Viewable};
 use crate::cache::ObjectCache;
 use crate::error::Result;
+use crate::index_cache::TreeCache;
 use crate::remote::ObjectTxn;
 use crate::store_ops::StoreOps;
 use crate::view::CheckedAs;
@@ -20,7 +21,7 @@ impl Source for ObjectTxn {
         ObjectTxn::id(self)
     }
 
-    fn pages(&mut self) -> Option<&mut Txn> {
+    fn storage(&mut self) -> Option<&mut Txn> {
         None
     }
 
@@ -59,6 +60,33 @@ impl Source for ObjectTxn {
 
     fn reads_shared_images(&self) -> bool {
         false
+    }
+
+    /// The server holds the pages.
+    fn objects_of_page(&mut self, _page: PageId, _f: impl FnMut(Oid, &[u8])) -> StorageResult<()> {
+        Ok(())
+    }
+
+    /// The server walks the tree; `cache` is not used (the client keeps
+    /// lookups under rights on their leaves instead).
+    fn index_lookup(
+        &mut self,
+        tree: BTree,
+        key: &[u8],
+        first_only: bool,
+        _cache: &TreeCache,
+        _max_entries: usize,
+        out: &mut Vec<Oid>,
+    ) -> StorageResult<IndexAnswer> {
+        let mut bad = false;
+        self.tree_get_each(&tree, key, first_only, |v| {
+            match Oid::from_exact(v) {
+                Some(oid) => out.push(oid),
+                None => bad = true,
+            }
+            !bad
+        })?;
+        Ok(if bad { IndexAnswer::Malformed } else { IndexAnswer::Read })
     }
 
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {

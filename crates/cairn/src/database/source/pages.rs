@@ -6,10 +6,11 @@ use cairn_storage::access::Recording;
 use cairn_storage::btree::BTree;
 use cairn_storage::{GroupId, Oid, PageId, Txn};
 
-use super::{Source, StorageResult, Trust, ViewBytes, Viewable};
+use super::{IndexAnswer, Source, StorageResult, Trust, ViewBytes, Viewable};
 use crate::cache::ObjectCache;
 use crate::dual::Probe;
 use crate::error::Result;
+use crate::index_cache::TreeCache;
 use crate::store_ops::StoreOps;
 use crate::view::CheckedAs;
 
@@ -20,7 +21,7 @@ impl Source for Txn {
     }
 
     #[inline]
-    fn pages(&mut self) -> Option<&mut Txn> {
+    fn storage(&mut self) -> Option<&mut Txn> {
         Some(self)
     }
 
@@ -61,6 +62,25 @@ impl Source for Txn {
     #[inline]
     fn reads_shared_images(&self) -> bool {
         !self.object_locking()
+    }
+
+    fn objects_of_page(&mut self, page: PageId, f: impl FnMut(Oid, &[u8])) -> StorageResult<()> {
+        if self.object_locking() || self.has_private_copy(page) {
+            return Ok(());
+        }
+        self.page_objects(page, f)
+    }
+
+    fn index_lookup(
+        &mut self,
+        tree: BTree,
+        key: &[u8],
+        first_only: bool,
+        cache: &TreeCache,
+        max_entries: usize,
+        out: &mut Vec<Oid>,
+    ) -> StorageResult<IndexAnswer> {
+        index_lookup_in_pages(self, tree, key, first_only, cache, max_entries, out)
     }
 
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
@@ -226,4 +246,84 @@ fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<V
         }),
         None => ViewBytes::Copy,
     })
+}
+
+/// [`Source::index_lookup`] of a page-based transaction: through `cache`
+/// when its entry validates (the leaf's lock and version, see
+/// [`crate::index_cache`]), else in the tree: the key's whole leaf is read
+/// (under its lock), the answer taken from it when the key lies strictly
+/// inside it, and the cache filled from it on the leaf's second miss.
+fn index_lookup_in_pages(
+    txn: &mut Txn,
+    tree: BTree,
+    key: &[u8],
+    first_only: bool,
+    cache: &TreeCache,
+    max_entries: usize,
+    out: &mut Vec<Oid>,
+) -> StorageResult<IndexAnswer> {
+    let start = out.len();
+    if let Some((leaf, version)) = cache.get(key, first_only, out) {
+        // (A leaf this transaction changed has a new version, so its
+        // entries never validate here: its own are in its private copy.)
+        txn.lock_page(leaf, false)?;
+        if cache.still(leaf, version) {
+            return Ok(IndexAnswer::Cached);
+        }
+        out.truncate(start);
+    }
+    let mark = cache.mark();
+    let leaf = tree.leaf_of(txn, key)?;
+    // Changed here, the leaf holds uncommitted entries, never cached; and
+    // a leaf's first miss just descends.
+    if txn.has_private_copy(leaf) || !cache.worth_filling(leaf, max_entries) {
+        return tree_lookup(txn, tree, leaf, key, first_only, out);
+    }
+    let mut keys: Vec<u8> = Vec::with_capacity(4096);
+    let mut ents: Vec<(usize, usize, Option<Oid>)> = Vec::with_capacity(256);
+    tree.leaf_entries(txn, leaf, |k, v| {
+        let start = keys.len();
+        keys.extend_from_slice(k);
+        ents.push((start, keys.len(), Oid::from_exact(v)));
+    })?;
+    let mut pairs: Vec<(&[u8], Oid)> = Vec::with_capacity(ents.len());
+    for &(s, e, oid) in &ents {
+        let Some(oid) = oid else {
+            return Ok(IndexAnswer::Malformed);
+        };
+        pairs.push((&keys[s..e], oid));
+    }
+    let inside = match (pairs.first(), pairs.last()) {
+        (Some((first, _)), Some((last, _))) => *first < key && key < *last,
+        _ => false,
+    };
+    let answer = if inside {
+        let n = if first_only { 1 } else { usize::MAX };
+        out.extend(pairs.iter().filter(|(k, _)| *k == key).map(|(_, o)| *o).take(n));
+        IndexAnswer::Read
+    } else {
+        tree_lookup(txn, tree, leaf, key, first_only, out)?
+    };
+    cache.fill(mark, leaf, &pairs, max_entries);
+    Ok(answer)
+}
+
+/// Looks `key` up in the tree itself, from `leaf`, its leaf.
+fn tree_lookup(
+    txn: &mut Txn,
+    tree: BTree,
+    leaf: PageId,
+    key: &[u8],
+    first_only: bool,
+    out: &mut Vec<Oid>,
+) -> StorageResult<IndexAnswer> {
+    let mut bad = false;
+    tree.get_each_in(txn, leaf, key, |v| {
+        match Oid::from_exact(v) {
+            Some(oid) => out.push(oid),
+            None => bad = true,
+        }
+        !bad && !first_only
+    })?;
+    Ok(if bad { IndexAnswer::Malformed } else { IndexAnswer::Read })
 }
