@@ -1,4 +1,7 @@
-//! An object-protocol transaction's B+-tree changes: applied on the
+//! An object-protocol transaction's B+-trees, which the server walks.
+//! Reads: a root checked, a tree created, a lookup (kept by the client
+//! under rights on the leaves that enclose its key, where the server
+//! grants them), a range. Changes: applied on the
 //! server at once (TREE_APPLY, TREE_DESTROY), or — the changes the typed
 //! layer makes to its indexes as objects change — kept by the client and
 //! sent together in one TREE_APPLY per tree: before this transaction reads
@@ -7,12 +10,17 @@
 //! method, at commit, and past a bound. An index insert so costs no round
 //! trip of its own (OO1's insert: one per part before).
 
-use cairn_net::object_service::{self as wire, ObjectRequest};
-use cairn_net::page_service::decode_pages;
-use cairn_schema::TreeOp;
-use cairn_storage::{Error, PageId, Result};
+use std::sync::atomic::Ordering;
 
-use super::ObjectTxn;
+use cairn_net::object_service::{
+    self as wire, decode_entries, FetchedObject, ObjectRequest, ValuesAndObjects, TREE_LIMIT_MAX,
+};
+use cairn_net::page_service::decode_pages;
+use cairn_net::page_service::NO_GROUP;
+use cairn_schema::TreeOp;
+use cairn_storage::{Error, GroupId, Oid, PageId, Result};
+
+use super::{ObjectTxn, Read};
 
 /// The bytes a tree change takes in a TREE_APPLY, at most.
 fn op_size(op: &TreeOp) -> usize {
@@ -169,5 +177,171 @@ impl ObjectTxn {
         })?;
         self.store.tree_written(self.id, root, None);
         Ok(())
+    }
+}
+
+/// The reads of a B+-tree: its root checked, a new tree, a lookup (kept
+/// under rights on its leaves where the server grants them), a range.
+impl ObjectTxn {
+    /// Checks that `root` is a B+-tree root; returns the group of its page.
+    pub fn tree_open(&mut self, root: PageId) -> Result<Option<GroupId>> {
+        let body = self.tree_call(&ObjectRequest::TreeOpen {
+            txn: self.id.0,
+            root: root.0,
+        })?;
+        let g: [u8; 4] = body[..]
+            .try_into()
+            .map_err(|_| self.store.conn.protocol("a TREE_OPEN reply of 4 bytes"))?;
+        let g = u32::from_le_bytes(g);
+        Ok((g != NO_GROUP).then_some(GroupId(g)))
+    }
+
+    /// Creates a B+-tree in `group`; returns its root page.
+    pub fn tree_create(&mut self, group: GroupId, unique: bool) -> Result<PageId> {
+        self.wrote = true;
+        let body = self.tree_call(&ObjectRequest::TreeCreate {
+            txn: self.id.0,
+            group: group.0,
+            unique,
+        })?;
+        let r: [u8; 4] = body[..]
+            .try_into()
+            .map_err(|_| self.store.conn.protocol("a TREE_CREATE reply of 4 bytes"))?;
+        Ok(PageId(u32::from_le_bytes(r)))
+    }
+
+    /// The values of `key` in the tree at `root`, at most `limit` (kept
+    /// across transactions under a right on the leaf when the server gives
+    /// one: then no round trip).
+    pub fn tree_get(&mut self, root: PageId, key: &[u8], limit: u32) -> Result<Vec<Vec<u8>>> {
+        self.check_active()?;
+        if self.tree_later_touches(root, key) {
+            self.send_tree_later(Some(root))?;
+        }
+        if let Some(mut values) = self.store.use_lookup(self.id, root, key) {
+            values.truncate(limit.max(1) as usize);
+            return Ok(values);
+        }
+        self.lookup(root, key, limit, false)
+    }
+
+    /// The values of `key` in a tree of OIDs (an index), at most `limit`,
+    /// with the objects they name read (share-locked) in the same round
+    /// trip and kept as this transaction's reads: a lookup and the fetch of
+    /// what it finds cost one round trip.
+    ///
+    /// The answer, and the objects it names, may be kept by the client
+    /// under rights: then no round trip at all.
+    pub fn tree_get_objects(&mut self, root: PageId, key: &[u8], limit: u32) -> Result<Vec<Vec<u8>>> {
+        self.check_active()?;
+        if self.tree_later_touches(root, key) {
+            self.send_tree_later(Some(root))?;
+        }
+        self.trim();
+        if let Some(values) = self.store.use_lookup(self.id, root, key) {
+            let in_hand = values
+                .iter()
+                .all(|v| Oid::from_exact(v).is_some_and(|o| self.changes.contains_key(&o) || self.local(o)));
+            if in_hand {
+                let mut values = values;
+                values.truncate(limit.max(1) as usize);
+                return Ok(values);
+            }
+        }
+        self.lookup(root, key, limit, true)
+    }
+
+    /// TREE_GET (with `objects`, TREE_GET_OBJECTS): the values, the objects
+    /// they name kept as this transaction's reads (and across transactions
+    /// if sent with rights), the answer kept under the leaves' rights, all
+    /// taken in while the request counts as a fetch in flight.
+    fn lookup(&mut self, root: PageId, key: &[u8], limit: u32, objects: bool) -> Result<Vec<Vec<u8>>> {
+        let store = self.store.clone();
+        let conn = &store.conn;
+        let _flight = store.rights.fetch();
+        let body = self.tree_call(&ObjectRequest::TreeGet {
+            txn: self.id.0,
+            root: root.0,
+            limit: limit.clamp(1, TREE_LIMIT_MAX),
+            key: key.to_vec(),
+            objects,
+        })?;
+        let reply = ValuesAndObjects::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+        let sent = if objects { reply.values.len() } else { 0 };
+        if reply.objects.len() != sent {
+            return Err(conn.protocol("one object per value for TREE_GET_OBJECTS, none for TREE_GET"));
+        }
+        for (v, part) in reply.values.iter().zip(&reply.objects) {
+            let f = FetchedObject::decode(part).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+            conn.objects_shipped.fetch_add(1, Ordering::Relaxed);
+            if f.oid[..] != v[..] {
+                return Err(conn.protocol("the objects the values name, in order"));
+            }
+            let oid = Oid::from_bytes(&f.oid);
+            let read = Read::of(&f);
+            if let (Read::Whole(bytes), r @ 1..) = (&read, f.right) {
+                if !self.exclusive.contains_key(&oid) {
+                    store.take_object(oid, r, bytes);
+                }
+            }
+            if self.changes.contains_key(&oid) || self.read.contains_key(&oid) {
+                continue;
+            }
+            self.keep(oid, read);
+        }
+        if !reply.leaves.is_empty() {
+            store.take_lookup(root, key, &reply.leaves, reply.values.clone());
+        }
+        Ok(reply.values)
+    }
+
+    /// Calls `f` with each entry between `lo` and `hi` in (key, value)
+    /// order until it says false, asking for up to 4,096 entries a request.
+    pub fn tree_range(
+        &mut self,
+        root: PageId,
+        lo: std::ops::Bound<Vec<u8>>,
+        hi: std::ops::Bound<Vec<u8>>,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        use std::ops::Bound;
+        const BATCH: u32 = 4096;
+        self.send_tree_later(Some(root))?;
+        let mut lo = lo;
+        let mut after = None;
+        loop {
+            let body = self.tree_call(&ObjectRequest::TreeRange {
+                txn: self.id.0,
+                root: root.0,
+                limit: BATCH,
+                lo: lo.clone(),
+                hi: hi.clone(),
+                after: after.take(),
+            })?;
+            let (entries, more) =
+                decode_entries(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
+            let mut last = None;
+            for (k, v) in entries {
+                if !f(&k, &v) {
+                    return Ok(());
+                }
+                last = Some((k, v));
+            }
+            match (more, last) {
+                // The next batch resumes after the last entry: its key
+                // again, skipping its values up to the last one seen.
+                (true, Some((k, v))) => {
+                    lo = Bound::Included(k);
+                    after = Some(v);
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    pub(super) fn tree_call(&mut self, req: &ObjectRequest) -> Result<bytes::Bytes> {
+        self.check_active()?;
+        self.on_server = true;
+        self.store.call_one(req, self.id)
     }
 }
