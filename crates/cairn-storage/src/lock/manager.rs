@@ -259,7 +259,7 @@ impl LockManager {
     /// Grants `owner` a lock it already holds in effect elsewhere: a
     /// page-server client's transaction reading a page under the client's
     /// callback right, reported when the server calls the page back
-    /// (callback locking: `cairn-server/src/callbacks.rs`). The lock goes ahead of waiting requests (it is not
+    /// (callback locking: `cairn-server/src/callbacks/`). The lock goes ahead of waiting requests (it is not
     /// new: the transaction has been reading under it), so it is granted if
     /// it is compatible with the *granted* group, whoever waits.
     ///

@@ -30,8 +30,9 @@
 //!   own reads the page;
 //! - **in use by T₁…Tₙ**: those transactions of the client read the page
 //!   under the right. The server grants each an S lock ahead of waiters
-//!   ([`Db::lock_ahead`]): the lock they held in effect becomes a real one,
-//!   so the writer then waits for them *in the lock table*, with the lock
+//!   ([`Db::lock_ahead`](cairn_storage::Db::lock_ahead)): the lock they
+//!   held in effect becomes a real one, so the writer then waits for them
+//!   *in the lock table*, with the lock
 //!   table's timeouts and deadlock detection (a cycle through a callback is
 //!   a cycle like any other). The client has given up its right either way.
 //!
@@ -62,17 +63,32 @@
 //! A right's states: `none ─register→ held(e) ─answer(e) / session closed→ none`;
 //! a newer fetch by the same client replaces `held(e)` with `held(e')`, and
 //! an answer for `e` then leaves `held(e')` alone.
+//!
+//! # Where the code is
+//!
+//! This file holds the table (rights by key and by client, writers' marks,
+//! outstanding callbacks) and its counters. `grant.rs` grants rights and
+//! takes back those given up; `writer.rs` is the writer's side (marking a
+//! key, sending the callbacks, waiting for the answers); `answer.rs` is a
+//! client's answer; `sessions.rs` is what a session opening or closing does
+//! to the table, and the ending of a session that stays silent.
+
+mod answer;
+mod grant;
+mod sessions;
+mod writer;
+
+pub use sessions::{SILENT_BAR_FIRST, SILENT_BAR_MAX};
+pub use writer::WriterMark;
 
 use cairn_storage::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
-use cairn_net::message::{ErrorCode, Fault};
-use cairn_net::rights::{Callback, RightKey};
-use cairn_storage::lock::{LockMode, LockOwner, Resource};
-use cairn_storage::{ClientId, Db, Error, Oid, PageId, TxnId};
+use cairn_net::rights::RightKey;
+use cairn_storage::lock::{LockOwner, Resource};
+use cairn_storage::{ClientId, Error, Oid, PageId};
 
-use crate::SessionState;
+use sessions::Bar;
 
 /// One key's rights and writers.
 #[derive(Default, Debug)]
@@ -107,28 +123,12 @@ struct Table {
     next_epoch: u64,
     /// Rights held now, all clients (the entries of `by_client`'s sets).
     rights: usize,
-    /// Sessions opened from an address barred from rights ([`Bars`]): they
+    /// Sessions opened from an address barred from rights ([`Bar`]): they
     /// are served under locks alone.
     no_rights: HashSet<ClientId>,
     /// Addresses whose sessions were ended for not answering a callback.
     bars: HashMap<String, Bar>,
 }
-
-/// An address barred from rights to cache: a session of it did not answer
-/// a callback in time. Its sessions opened before `until` get no right, so
-/// no writer waits on them; each new offence doubles the bar
-/// ([`SILENT_BAR_FIRST`], at most [`SILENT_BAR_MAX`]).
-#[derive(Debug, Clone, Copy)]
-struct Bar {
-    until: Instant,
-    strikes: u32,
-}
-
-/// How long an address goes without rights to cache after its first
-/// session ended for silence; each further one doubles it.
-pub const SILENT_BAR_FIRST: Duration = Duration::from_secs(60);
-/// The longest bar.
-pub const SILENT_BAR_MAX: Duration = Duration::from_secs(3600);
 
 impl Table {
     fn unregister(&mut self, client: ClientId, key: Resource, epoch: Option<u64>) {
@@ -269,31 +269,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A writer's mark on a page or object: while it lives no other client
-/// gets a right to it (nor, for a page, to its objects). Dropped after the
-/// writer's lock request returns.
-pub struct WriterMark<'a> {
-    callbacks: &'a Callbacks,
-    client: ClientId,
-    key: Resource,
-}
-
-impl Drop for WriterMark<'_> {
-    fn drop(&mut self) {
-        self.callbacks.unmark(self.client, self.key);
-    }
-}
-
-impl WriterMark<'_> {
-    /// The mark's (writer, key), the mark kept: whoever takes it must call
-    /// [`Callbacks::unmark`] once the writer's lock request is over.
-    pub fn keep(self) -> (ClientId, Resource) {
-        let parts = (self.client, self.key);
-        std::mem::forget(self);
-        parts
-    }
-}
-
 impl Callbacks {
     /// An empty table that holds at most `rights_max` rights at once (all
     /// clients together): the server's memory for callback locking is
@@ -305,407 +280,6 @@ impl Callbacks {
             stats: Mutex::default(),
             rights_max,
         }
-    }
-
-    /// Whether `client` holds a right to cache `key` now.
-    pub fn has_right(&self, client: ClientId, key: Resource) -> bool {
-        lock(&self.table)
-            .by_client
-            .get(&client)
-            .is_some_and(|keys| keys.contains(&key))
-    }
-
-    /// Gives `client` the right to cache `key` (a page or an object; its
-    /// transaction holds a lock on it now) and returns the right's epoch,
-    /// or 0 if a writer of another client is calling it back or locking it
-    /// (or, for an object, its page), or if the table holds its maximum of
-    /// rights (a right already held is renewed even then).
-    pub fn register(&self, client: ClientId, key: Resource) -> u64 {
-        self.register_many(client, &[key])[0]
-    }
-
-    /// [`Callbacks::register`] for each of `keys` under one lock (the
-    /// objects of a page an adaptive client fetches together): the epochs
-    /// in order.
-    pub fn register_many(&self, client: ClientId, keys: &[Resource]) -> Vec<u64> {
-        let mut t = lock(&self.table);
-        let (mut granted, mut refused) = (0, 0);
-        let epochs = keys
-            .iter()
-            .map(|&key| {
-                if right_key(key).is_none() || t.other_writer(client, key) {
-                    return 0;
-                }
-                if !t.no_rights.is_empty() && t.no_rights.contains(&client) {
-                    return 0;
-                }
-                let renewal = t.entries.get(&key).is_some_and(|r| r.cachers.contains_key(&client));
-                if !renewal && t.rights >= self.rights_max {
-                    // The table is full: the page is served under the lock
-                    // alone and the client revalidates it by LSN next time
-                    // (correct, one round trip more); a right given up
-                    // makes room again.
-                    refused += 1;
-                    return 0;
-                }
-                t.next_epoch += 1;
-                let epoch = t.next_epoch;
-                t.entries.entry(key).or_default().cachers.insert(client, epoch);
-                t.by_client.entry(client).or_default().insert(key);
-                if let Resource::Object(o) = key {
-                    t.objects_on.entry(o.page).or_default().insert(o);
-                }
-                if !renewal {
-                    t.rights += 1;
-                }
-                granted += 1;
-                epoch
-            })
-            .collect();
-        drop(t);
-        if granted + refused > 0 {
-            let mut st = lock(&self.stats);
-            st.rights_granted += granted;
-            st.rights_refused_full += refused;
-        }
-        epochs
-    }
-
-    /// Ends a writer's mark on `key` (see [`WriterMark::keep`]).
-    pub fn unmark(&self, client: ClientId, key: Resource) {
-        let mut t = lock(&self.table);
-        if let Some(rights) = t.entries.get_mut(&key) {
-            if let Some(i) = rights.writers.iter().position(|c| *c == client) {
-                rights.writers.swap_remove(i);
-            }
-            t.tidy(key);
-        }
-    }
-
-    /// The writer's mark [`Callbacks::call_back`] would return, if there is
-    /// no one to call back: no client but `writer` holds a right to `key`
-    /// (nor, with `objects`, to an object of the page `key` names). `None`
-    /// otherwise (nothing is changed); the caller then calls back, where it
-    /// may wait. Never waits.
-    pub fn try_mark(&self, writer: ClientId, key: Resource, objects: bool) -> Option<WriterMark<'_>> {
-        let mut t = lock(&self.table);
-        if !t.targets(writer, key, objects).is_empty() {
-            return None;
-        }
-        t.entries.entry(key).or_default().writers.push(writer);
-        Some(WriterMark {
-            callbacks: self,
-            client: writer,
-            key,
-        })
-    }
-
-    /// Calls `key` back from every client but `writer` holding a right to
-    /// it (and, with `objects`, every object of the page `key` names) and
-    /// waits (up to `timeout`) for every answer; see the module docs. The
-    /// returned mark keeps other clients from getting a right until the
-    /// caller's lock request is over.
-    ///
-    /// Errors: [`Error::LockTimeout`] if a client did not answer in time;
-    /// [`Error::Deadlock`] if granting a reader's lock closed a cycle (the
-    /// writer `txn` is the victim).
-    #[allow(clippy::too_many_arguments)]
-    pub fn call_back<'a>(
-        &'a self,
-        sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>,
-        writer: ClientId,
-        txn: TxnId,
-        key: Resource,
-        objects: bool,
-        timeout: Duration,
-    ) -> Result<WriterMark<'a>, Error> {
-        let mut t = lock(&self.table);
-        t.entries.entry(key).or_default().writers.push(writer);
-        let mark = WriterMark {
-            callbacks: self,
-            client: writer,
-            key,
-        };
-        let targets = t.targets(writer, key, objects);
-        if targets.is_empty() {
-            return Ok(mark);
-        }
-        let mut ids = Vec::with_capacity(targets.len());
-        for (k, client, epoch) in targets {
-            t.next_id += 1;
-            let id = t.next_id;
-            t.outstanding.insert(
-                id,
-                Outstanding {
-                    client,
-                    key: k,
-                    writer: LockOwner::new(writer, txn),
-                    outcome: None,
-                },
-            );
-            ids.push((id, k, client, epoch));
-        }
-        drop(t);
-        lock(&self.stats).callbacks_sent += ids.len() as u64;
-        self.send_notices(sessions, &ids);
-        let silent = self.wait_for_answers(&ids, timeout)?;
-        if !silent.is_empty() {
-            self.end_silent(sessions, &silent, key);
-        }
-        Ok(mark)
-    }
-
-    /// Sends each callback of `ids` (id, key, client, epoch) to its client;
-    /// one whose client is gone is answered at once (its right went with it).
-    fn send_notices(
-        &self,
-        sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>,
-        ids: &[(u64, Resource, ClientId, u64)],
-    ) {
-        for &(id, k, client, epoch) in ids {
-            let sent = sessions(client).is_some_and(|s| {
-                let notice = match (s.object, k, right_key(k)) {
-                    // A page session holds no object rights.
-                    (false, Resource::Object(_), _) | (_, _, None) => return false,
-                    (_, _, Some(key)) => Callback { id, key, epoch }.encode(),
-                };
-                s.notifier.get().is_some_and(|n| n.notice(notice).is_ok())
-            });
-            if !sent {
-                let mut t = lock(&self.table);
-                t.unregister(client, k, Some(epoch));
-                if let Some(o) = t.outstanding.get_mut(&id) {
-                    o.outcome = Some(Ok(()));
-                }
-            }
-        }
-    }
-
-    /// Ends the sessions of `silent` clients, which did not answer a
-    /// callback for `key` within the lock timeout: each gets a GOODBYE and
-    /// its connection closes (its transactions abort when it has), and its
-    /// rights are dropped now, so the writer goes on. Ending the session,
-    /// not just taking the right, is what keeps this safe: the client may
-    /// be reading under the right, and a session that is gone can commit
-    /// nothing it read.
-    ///
-    /// Its address is barred from rights for a while ([`Bar`]): a client
-    /// that reconnects at once to cache the page again cannot make the next
-    /// writer wait a lock timeout too.
-    fn end_silent(&self, sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>, silent: &[ClientId], key: Resource) {
-        for &client in silent {
-            let state = sessions(client);
-            let peer = state.as_ref().map_or("", |s| s.peer.as_str());
-            let bar = self.bar(peer);
-            tracing::warn!(client = client.0, %key, peer, bar_s = bar.as_secs(), "ending a session that did not answer a callback in time; its address gets no rights to cache for a while");
-            if let Some(n) = state.and_then(|s| s.notifier.get().cloned()) {
-                n.close(Fault::new(
-                    ErrorCode::SESSION_ENDED,
-                    format!("the session did not answer a callback for {key} within the lock timeout"),
-                ));
-            }
-            self.session_closed(client);
-            lock(&self.stats).sessions_ended_silent += 1;
-        }
-    }
-
-    /// Waits (up to `timeout`) until every callback of `ids` is answered
-    /// and collects them: the first answer that failed (granting a reader
-    /// closed a cycle, or could not be granted) is the writer's error. The
-    /// clients that did not answer in time are returned (their callbacks
-    /// are forgotten): [`Callbacks::end_silent`] ends them.
-    fn wait_for_answers(
-        &self,
-        ids: &[(u64, Resource, ClientId, u64)],
-        timeout: Duration,
-    ) -> Result<Vec<ClientId>, Error> {
-        let start = Instant::now();
-        let deadline = start + timeout;
-        let mut t = lock(&self.table);
-        loop {
-            let pending: Vec<u64> = ids
-                .iter()
-                .filter(|(id, ..)| t.outstanding.get(id).is_some_and(|o| o.outcome.is_none()))
-                .map(|(id, ..)| *id)
-                .collect();
-            if pending.is_empty() {
-                break;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let mut silent: Vec<ClientId> = pending
-                    .iter()
-                    .filter_map(|id| t.outstanding.get(id).map(|o| o.client))
-                    .collect();
-                silent.sort_unstable_by_key(|c| c.0);
-                silent.dedup();
-                return take_outcomes(&mut t, ids).map(|()| silent);
-            }
-            t = self
-                .answered
-                .wait_timeout(t, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        take_outcomes(&mut t, ids).map(|()| Vec::new())
-    }
-
-    /// A client's answer to callback `id` for `key` and `epoch`: grants
-    /// each transaction in `in_use_by` S on the page (IS on its page and S
-    /// on an object) ahead of waiters, drops
-    /// the client's right (if it is still the one called back) and wakes the
-    /// writer. An answer to a callback that is no longer outstanding (the
-    /// writer gave up) still drops the right and grants the locks: both are
-    /// what the client now assumes.
-    ///
-    /// Id 0 answers no callback (the client names its readers before its
-    /// own transaction `own_writer` takes X): the right stays, and an error
-    /// granting the locks (a deadlock) is returned to the client.
-    ///
-    /// A reader already waiting for the writer is made the deadlock victim
-    /// ([`Db::lock_ahead`]), else the writer would always be.
-    #[allow(clippy::too_many_arguments)]
-    pub fn answer(
-        &self,
-        db: &Db,
-        session: &SessionState,
-        id: u64,
-        key: Resource,
-        epoch: u64,
-        own_writer: u64,
-        in_use_by: &[u64],
-    ) -> Result<(), Error> {
-        let grants: &[(Resource, LockMode)] = match key {
-            Resource::Page(_) => &[(key, LockMode::S)],
-            Resource::Object(o) => &[(Resource::Page(o.page), LockMode::IS), (key, LockMode::S)],
-            _ => return Err(Error::InvalidArgument(format!("a callback answer for {key}"))),
-        };
-        let writer = if id == 0 {
-            match own_writer {
-                0 => None,
-                w => Some(LockOwner::new(session.client, session.txn_or_begin(db, w)?.0)),
-            }
-        } else {
-            lock(&self.table).outstanding.get(&id).map(|o| o.writer)
-        };
-        let mut outcome = Ok(());
-        'txns: for &u in in_use_by {
-            for &(res, mode) in grants {
-                let granted = session.txn_or_begin(db, u).and_then(|(server_id, _)| {
-                    db.lock_ahead(LockOwner::new(session.client, server_id), res, mode, writer)
-                });
-                match granted {
-                    Ok(true) => {}
-                    // Fail closed: the reader read under the right, so the
-                    // writer may not go on past it; it fails (retryable)
-                    // and the right stays registered, so the next writer
-                    // calls it back again until the reader is gone.
-                    Ok(false) => {
-                        lock(&self.stats).readers_not_granted += 1;
-                        outcome = Err(Error::Deadlock {
-                            txn: writer.map_or(TxnId(u), |w| w.txn),
-                            cycle: format!(
-                                "transaction {u} of client {} reads {res} under a callback right and cannot be granted {mode:?} on it now",
-                                session.client.0
-                            ),
-                        });
-                        break 'txns;
-                    }
-                    Err(e) => {
-                        outcome = Err(e);
-                        break 'txns;
-                    }
-                }
-            }
-        }
-        if id == 0 {
-            return outcome;
-        }
-        if !in_use_by.is_empty() {
-            lock(&self.stats).answered_in_use += 1;
-        }
-        let mut t = lock(&self.table);
-        if outcome.is_ok() {
-            t.unregister(session.client, key, Some(epoch));
-        }
-        if let Some(o) = t.outstanding.get_mut(&id) {
-            if o.client == session.client && o.key == key && o.outcome.is_none() {
-                o.outcome = Some(outcome);
-            }
-        }
-        self.answered.notify_all();
-        Ok(())
-    }
-
-    /// `client` gives its rights to cache `rights` back unasked (it no
-    /// longer caches those pages): each goes if its epoch is still the one
-    /// named (a right renewed since stays). A callback already sent for
-    /// one of them is answered as usual (the client answers "dropped").
-    pub fn give_back(&self, client: ClientId, rights: &[(Resource, u64)]) {
-        let mut t = lock(&self.table);
-        let before = t.rights;
-        for &(key, epoch) in rights {
-            t.unregister(client, key, Some(epoch));
-        }
-        let n = (before - t.rights) as u64;
-        drop(t);
-        lock(&self.stats).rights_given_back += n;
-    }
-
-    /// Bars the address of `peer` from rights (another strike), and
-    /// returns for how long.
-    fn bar(&self, peer: &str) -> Duration {
-        let mut t = lock(&self.table);
-        let now = Instant::now();
-        let host = cairn_net::rpc::address_of(peer).to_string();
-        let strikes = t.bars.get(&host).map_or(0, |b| b.strikes) + 1;
-        let bar = SILENT_BAR_FIRST
-            .saturating_mul(1u32 << (strikes - 1).min(16))
-            .min(SILENT_BAR_MAX);
-        t.bars.insert(
-            host,
-            Bar {
-                until: now + bar,
-                strikes,
-            },
-        );
-        // Bars that ended long ago are forgotten (they bound the table).
-        t.bars.retain(|_, b| b.until + SILENT_BAR_MAX > now);
-        bar
-    }
-
-    /// A session `client` opened from `peer`: false (and the session gets
-    /// no rights to cache; it is served under locks alone) if the address
-    /// is barred now.
-    pub fn session_opened(&self, client: ClientId, peer: &str) -> bool {
-        let mut t = lock(&self.table);
-        let barred = t
-            .bars
-            .get(cairn_net::rpc::address_of(peer))
-            .is_some_and(|b| b.until > Instant::now());
-        if barred {
-            t.no_rights.insert(client);
-            drop(t);
-            lock(&self.stats).sessions_without_rights += 1;
-        }
-        !barred
-    }
-
-    /// A session ended: its rights go, and callbacks waiting for it are
-    /// answered (its transactions were aborted, their locks released).
-    pub fn session_closed(&self, client: ClientId) {
-        let mut t = lock(&self.table);
-        t.no_rights.remove(&client);
-        let keys = t.by_client.remove(&client).unwrap_or_default();
-        for k in keys {
-            t.unregister(client, k, None);
-        }
-        for o in t.outstanding.values_mut() {
-            if o.client == client && o.outcome.is_none() {
-                o.outcome = Some(Ok(()));
-            }
-        }
-        self.answered.notify_all();
     }
 
     /// The counters.
@@ -767,26 +341,12 @@ impl Callbacks {
     }
 }
 
-/// Removes the callbacks of `ids` from the table; the first answer that
-/// failed is the writer's error.
-fn take_outcomes(t: &mut MutexGuard<'_, Table>, ids: &[(u64, Resource, ClientId, u64)]) -> Result<(), Error> {
-    let mut result = Ok(());
-    for (id, ..) in ids {
-        if let Some(Outstanding {
-            outcome: Some(Err(e)), ..
-        }) = t.outstanding.remove(id)
-        {
-            if result.is_ok() {
-                result = Err(e);
-            }
-        }
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SessionState;
+    use cairn_storage::lock::LockMode;
+    use cairn_storage::{Db, TxnId};
 
     fn session(client: ClientId) -> SessionState {
         SessionState {
