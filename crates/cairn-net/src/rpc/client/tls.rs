@@ -1,5 +1,5 @@
 //! The client's TLS socket: a rustls `ClientConnection` driven by hand over a TCP socket, for the
-//! blocking, threadless client (no runtime; see `client.rs`).
+//! blocking, threadless client (no runtime; see `client/mod.rs`).
 //!
 //! # What it protects
 //!
