@@ -3,7 +3,7 @@
 //! were not run (a single point, or another sweep) is left out, not
 //! guessed.
 
-use super::run::{Query, Row};
+use super::measure::{Query, Row};
 use super::systems::Arch;
 
 /// One finding, checked.

@@ -56,6 +56,7 @@
 
 pub mod findings;
 pub mod generate;
+pub mod measure;
 pub mod plot;
 pub mod run;
 pub mod store;

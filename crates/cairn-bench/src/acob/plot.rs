@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::run::{Query, Row};
+use super::measure::{Query, Row};
 use super::systems::Arch;
 use crate::oo1::plot::{line_panel, plot_err, register_font};
 use crate::oo1::system::{Error, Result};

@@ -18,6 +18,7 @@
 //!    RANDOM (cold and warm, T2a and T2b).
 
 use super::build::Clustering;
+pub use super::report::Finding;
 use super::report::{min_space_time, Row};
 use super::run::Phase;
 use super::strategy::Strategy;
@@ -27,27 +28,6 @@ use super::traverse::Traversal;
 pub const NEAR: f64 = 1.05;
 /// Finding 3's bar: LOC/ERL's page faults at most this fraction of NOC's.
 pub const FEWER_PAGE_FAULTS: f64 = 0.70;
-
-/// One finding and whether the results show it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Finding {
-    /// What the paper found.
-    pub finding: String,
-    /// Whether this sweep's results show it.
-    pub holds: bool,
-    /// The figures behind the answer.
-    pub evidence: String,
-}
-
-impl Finding {
-    fn new(finding: &str, holds: bool, evidence: String) -> Finding {
-        Finding {
-            finding: finding.into(),
-            holds,
-            evidence,
-        }
-    }
-}
 
 /// The rows measured at the same point as `r` (every strategy).
 fn same_point<'a>(rows: &'a [Row], r: &Row) -> impl Iterator<Item = &'a Row> {

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::build::Clustering;
-use super::findings::Finding;
 use super::run::{Oo7Config, Phase, Point, Sweep};
 use super::strategy::{Strategy, OBJECT_CACHE_BYTES};
 use super::traverse::Traversal;
@@ -32,6 +31,27 @@ pub const TABLE_COUNTERS: [(&str, &str); 9] = [
     ("pages flushed", "pages_flushed"),
     ("page writes", "page_writes"),
 ];
+
+/// One finding and whether the results show it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    /// What the paper found.
+    pub finding: String,
+    /// Whether this sweep's results show it.
+    pub holds: bool,
+    /// The figures behind the answer.
+    pub evidence: String,
+}
+
+impl Finding {
+    pub(super) fn new(finding: &str, holds: bool, evidence: String) -> Finding {
+        Finding {
+            finding: finding.into(),
+            holds,
+            evidence,
+        }
+    }
+}
 
 /// One point's summary.
 #[derive(Clone, Debug)]

@@ -62,8 +62,12 @@ use crate::record::large::{self, LargeDescriptor};
 use crate::record::object::{ObjectSpace, FORWARD_SIZE, KIND_LARGE, KIND_MOVED_LARGE};
 use crate::record::slotted;
 
-use super::remote::refuse;
 use super::Txn;
+
+/// The error refusing a client's record `index` of page `page`.
+pub(super) fn refuse(index: usize, page: PageId, why: String) -> Error {
+    Error::InvalidArgument(format!("redo record {index} (page {page}): {why}"))
+}
 
 /// Where a child link says its page belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -155,7 +155,7 @@ pub(crate) struct Shared {
     pub(super) newest: Mutex<crate::fxhash::FxHashMap<PageId, NewestImage>>,
     /// The first LSNs of file-server commits whose pages their clients have
     /// not written yet: a checkpoint's redo LSN stays at or below each.
-    pub(super) unwritten: Mutex<super::unwritten::RedoHolds>,
+    pub(super) unwritten: Mutex<RedoHolds>,
     /// Called before every lock that lets a transaction change a page
     /// ([`Db::set_write_lock_hook`]).
     pub(super) write_hook: std::sync::OnceLock<Box<WriteLockHook>>,
@@ -720,3 +720,36 @@ const _: fn() = || {
     send::<Db>();
     sync::<Db>();
 };
+
+/// Holds on the redo LSN for file-server commits whose pages their client
+/// has not written yet (`unwritten.rs`).
+impl Shared {
+    /// Keeps checkpoints from moving the redo LSN past `lsn` until
+    /// [`Shared::release_redo`]; returns the hold's id (never 0).
+    pub(super) fn hold_redo(&self, lsn: Lsn) -> u64 {
+        let mut holds = lock(&self.unwritten);
+        let id = holds.next_id.max(1);
+        holds.next_id = id + 1;
+        holds.by_id.insert(id, lsn);
+        id
+    }
+
+    pub(super) fn release_redo(&self, hold: u64) {
+        if hold != 0 {
+            lock(&self.unwritten).by_id.remove(&hold);
+        }
+    }
+
+    /// The first LSN of the oldest commit whose pages a file-server client
+    /// has not written yet: a checkpoint's redo LSN stays at or below it.
+    pub(super) fn oldest_unwritten(&self) -> Option<Lsn> {
+        lock(&self.unwritten).by_id.values().min().copied()
+    }
+}
+
+/// The holds of [`Shared::hold_redo`].
+#[derive(Debug, Default)]
+pub(super) struct RedoHolds {
+    next_id: u64,
+    by_id: std::collections::HashMap<u64, Lsn>,
+}

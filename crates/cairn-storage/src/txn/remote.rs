@@ -29,7 +29,7 @@ use crate::page::{self, PageType};
 use crate::record::object::ObjectSpace;
 use crate::wal::redo::{self, Redo};
 
-use super::client_check::check_client_image;
+use super::client_check::{check_client_image, refuse};
 use super::Txn;
 
 impl Txn {
@@ -213,11 +213,6 @@ fn reason_of(e: &Error) -> String {
         Error::Corrupt { reason, .. } | Error::CorruptLog { reason, .. } => reason.clone(),
         other => other.to_string(),
     }
-}
-
-/// The error refusing a client's record `index` of page `page`.
-pub(super) fn refuse(index: usize, page: PageId, why: String) -> Error {
-    Error::InvalidArgument(format!("redo record {index} (page {page}): {why}"))
 }
 
 impl Txn {

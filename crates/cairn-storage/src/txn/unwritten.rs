@@ -49,8 +49,9 @@ use crate::ids::{Lsn, PageId, TxnId};
 use crate::page;
 use crate::wal::redo;
 
-use super::db::{lock, Shared};
-use super::remote::{refuse, ClientRecord};
+use super::client_check::refuse;
+use super::db::Shared;
+use super::remote::ClientRecord;
 use super::{Db, Txn};
 
 /// A file-server commit that is logged and durable but whose pages the
@@ -231,37 +232,6 @@ impl Drop for Unwritten {
         }
         self.end();
     }
-}
-
-impl Shared {
-    /// Keeps checkpoints from moving the redo LSN past `lsn` until
-    /// [`Shared::release_redo`]; returns the hold's id (never 0).
-    fn hold_redo(&self, lsn: Lsn) -> u64 {
-        let mut holds = lock(&self.unwritten);
-        let id = holds.next_id.max(1);
-        holds.next_id = id + 1;
-        holds.by_id.insert(id, lsn);
-        id
-    }
-
-    fn release_redo(&self, hold: u64) {
-        if hold != 0 {
-            lock(&self.unwritten).by_id.remove(&hold);
-        }
-    }
-
-    /// The first LSN of the oldest commit whose pages a file-server client
-    /// has not written yet: a checkpoint's redo LSN stays at or below it.
-    pub(super) fn oldest_unwritten(&self) -> Option<Lsn> {
-        lock(&self.unwritten).by_id.values().min().copied()
-    }
-}
-
-/// The holds of [`Shared::hold_redo`].
-#[derive(Debug, Default)]
-pub(super) struct RedoHolds {
-    next_id: u64,
-    by_id: std::collections::HashMap<u64, Lsn>,
 }
 
 impl Txn {

@@ -102,6 +102,7 @@ mod call;
 mod connect;
 mod notices;
 mod options;
+mod poll;
 mod reader;
 mod sock;
 mod tls;

@@ -8,6 +8,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use super::poll::poll_fd;
 use super::tls::TlsSock;
 
 /// The socket, any kind. Reads and writes go through `&Sock`, so one thread can read while
@@ -112,26 +113,4 @@ impl Sock {
             }
         };
     }
-}
-
-/// Waits up to `timeout` (rounded up to a whole millisecond; `None`: no limit) until `fd` is
-/// ready for `events` (`POLLIN`, `POLLOUT`; an error or hang-up counts as ready), without reading
-/// or writing. `Ok(false)`: the time ran out (or a signal came).
-pub(super) fn poll_fd(fd: RawFd, events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd, events, revents: 0 };
-    let ms = timeout.map_or(-1, |t| {
-        libc::c_int::try_from(t.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX)
-    });
-    // SAFETY: `pfd` is one valid, writable pollfd and `nfds` is 1; the caller's descriptor is
-    // open for the call (it belongs to a socket the caller borrows).
-    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(e)
-        };
-    }
-    Ok(n > 0 && pfd.revents != 0)
 }

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::ServerName;
 use rustls::ClientConnection;
 
-use super::sock::poll_fd;
+use super::poll::poll_fd;
 use crate::error::{Error, Result};
 use crate::frame::MAGIC;
 use crate::transport::tls::describe;
