@@ -1,0 +1,109 @@
+//! `bench oo1`'s tables: load and size, milliseconds and round trips per
+//! measure, and the many-clients run.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::json::{array, counter, field, num, opt_num, results, text};
+use super::table::{distinct, ratio, thousands, words, Table};
+use crate::oo1::report::{fmt_bytes, fmt_ms};
+
+/// `bench oo1`: load and size per system; milliseconds per measure and
+/// phase, one column per system; round trips per run for the systems that
+/// make any; and the `--clients` table if the run had one.
+pub(super) fn oo1(doc: &Value) -> Result<String, String> {
+    let mut out = String::new();
+    let mut load = Table::new(&["system", ">load ms", ">size on disk"]);
+    for (i, s) in array(doc, "systems", "the document")?.iter().enumerate() {
+        let at = format!("systems[{i}]");
+        let size = field(s, "db_size_bytes", &at)?.as_u64();
+        load.row(vec![
+            text(s, "system", &at)?.to_string(),
+            fmt_ms(num(s, "load_ms", &at)?),
+            fmt_bytes(size),
+        ]);
+    }
+    load.render(&mut out);
+
+    let mut rows = Vec::new();
+    for (at, r) in results(doc)? {
+        let label = format!("{} {}", words(text(r, "measure", &at)?), text(r, "phase", &at)?);
+        rows.push((label, text(r, "system", &at)?, num(r, "median_ms", &at)?, r));
+    }
+    let systems = distinct(rows.iter().map(|r| r.1));
+    let labels = distinct(rows.iter().map(|r| r.0.clone()));
+    let cell = |label: &str, system: &str, f: &dyn Fn(f64, &Value) -> String| {
+        rows.iter()
+            .find(|r| r.0 == label && r.1 == system)
+            .map_or_else(|| "–".to_string(), |r| f(r.2, r.3))
+    };
+    let mut head = vec!["measure".to_string()];
+    head.extend(systems.iter().map(|s| format!(">{s}")));
+    let mut ms = Table::new(&head);
+    for label in &labels {
+        let mut cells = vec![label.clone()];
+        cells.extend(systems.iter().map(|s| cell(label, s, &|m, _| fmt_ms(m))));
+        ms.row(cells);
+    }
+    let _ = writeln!(
+        out,
+        "\nMilliseconds (cold: run 1; warm and hot: the median of runs 2 on):\n"
+    );
+    ms.render(&mut out);
+
+    let remote: Vec<&str> = systems
+        .iter()
+        .copied()
+        .filter(|s| rows.iter().any(|r| r.1 == *s && counter(r.3, "round_trips") > 0.0))
+        .collect();
+    if !remote.is_empty() {
+        let mut head = vec!["measure".to_string()];
+        head.extend(remote.iter().map(|s| format!(">{s}")));
+        let mut trips = Table::new(&head);
+        for label in &labels {
+            let mut cells = vec![label.clone()];
+            cells.extend(
+                remote
+                    .iter()
+                    .map(|s| cell(label, s, &|_, r| thousands(counter(r, "round_trips"), 0))),
+            );
+            trips.row(cells);
+        }
+        let _ = writeln!(out, "\nRound trips per run:\n");
+        trips.render(&mut out);
+    }
+    if let Some(c) = doc.get("concurrency") {
+        oo1_clients(c, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// The `--clients` table of an OO1 document.
+pub(super) fn oo1_clients(rows: &Value, out: &mut String) -> Result<(), String> {
+    let rows = rows.as_array().ok_or("concurrency is not a list")?;
+    let mut t = Table::new(&[
+        "mode",
+        ">clients",
+        ">ops/s",
+        ">median ms per op",
+        ">round trips per op",
+        ">speed-up vs 1 client",
+        ">deadlocks retried",
+    ]);
+    for (i, r) in rows.iter().enumerate() {
+        let at = format!("concurrency[{i}]");
+        t.row(vec![
+            text(r, "mode", &at)?.to_string(),
+            thousands(num(r, "clients", &at)?, 0),
+            thousands(num(r, "ops_per_s", &at)?, 1),
+            format!("{:.2}", num(r, "median_ms", &at)?),
+            thousands(num(r, "round_trips_per_op", &at)?, 0),
+            ratio(opt_num(r, "speedup_vs_1_client")),
+            thousands(num(r, "deadlocks_retried", &at)?, 0),
+        ]);
+    }
+    let _ = writeln!(out, "\nMany clients (`--clients`):\n");
+    t.render(out);
+    Ok(())
+}
