@@ -364,3 +364,28 @@ fn an_allocated_page_linked_from_nowhere_is_refused() {
     refused(c.commit(), "it would leak");
     unchanged(w);
 }
+
+/// A slotted record of a kind the object layer never writes, or a stub
+/// that is not an OID, is refused: `cairn check` would report the page
+/// (the hostile-client suite at 10× found a client that wrote kind 30).
+#[test]
+fn a_record_of_unknown_kind_or_malformed_shape_is_refused() {
+    use cairn_storage::record::object::{KIND_FORWARD, KIND_SMALL_PADDED};
+    let w = setup();
+    let mut c = Client::begin(&w.db);
+    slotted::insert(c.page(w.home).unwrap(), 30, b"ten bytes!")
+        .unwrap()
+        .unwrap();
+    refused(c.commit(), "has unknown kind 30");
+    let mut c = Client::begin(&w.db);
+    slotted::insert(c.page(w.home).unwrap(), KIND_FORWARD, b"short")
+        .unwrap()
+        .unwrap();
+    refused(c.commit(), "holds a malformed record of kind 2");
+    let mut c = Client::begin(&w.db);
+    slotted::insert(c.page(w.home).unwrap(), KIND_SMALL_PADDED, &[0xFF; 10])
+        .unwrap()
+        .unwrap();
+    refused(c.commit(), "holds a malformed record of kind 6");
+    unchanged(w);
+}

@@ -14,7 +14,9 @@
 //!   page's kind changes only through ALLOCATE and FREE. The one exception
 //!   is a B+-tree root, which stays on its page for life and turns from a
 //!   leaf into an inner node when it splits (and back when it shrinks);
-//! - it is well formed for its kind: a slotted page (`slotted::check`); a
+//! - it is well formed for its kind: a slotted page (`slotted::check`,
+//!   and every record one of the kinds the object layer writes, shaped as
+//!   that kind is: [`check_records`]); a
 //!   B+-tree node (header, bounds, cells disjoint, entries in order:
 //!   `btree::check_page`); a large-object page (header, level, count, child
 //!   slots inside the volume and the unused ones zero:
@@ -56,10 +58,13 @@ use std::collections::{HashMap, HashSet};
 
 use crate::btree;
 use crate::error::{Error, Result};
-use crate::ids::PageId;
+use crate::ids::{Oid, PageId};
 use crate::page::{self, PageType};
 use crate::record::large::{self, LargeDescriptor};
-use crate::record::object::{ObjectSpace, FORWARD_SIZE, KIND_LARGE, KIND_MOVED_LARGE};
+use crate::record::object::{
+    ObjectSpace, FORWARD_SIZE, KIND_FORWARD, KIND_LARGE, KIND_MOVED_LARGE, KIND_MOVED_SMALL, KIND_SMALL,
+    KIND_SMALL_PADDED,
+};
 use crate::record::slotted;
 
 use super::Txn;
@@ -123,7 +128,10 @@ pub(super) fn check_client_image(
     }
     let malformed = |e: Error| refuse(index, id, format!("the changed page is malformed: {}", reason(&e)));
     match ak {
-        PageType::Slotted => slotted::check(after).map_err(malformed),
+        PageType::Slotted => {
+            slotted::check(after).map_err(malformed)?;
+            check_records(after).map_err(|why| refuse(index, id, why))
+        }
         PageType::BTreeLeaf | PageType::BTreeInner => {
             let a = btree::page_links(after).map_err(malformed)?;
             if allocated {
@@ -165,6 +173,30 @@ pub(super) fn check_client_image(
 /// A B+-tree root turns between leaf and inner node in place; a page the
 /// transaction allocated (a formatted header, no contents yet) may become
 /// either B+-tree kind.
+/// Every record of a slotted page is one of the kinds the object layer
+/// writes, shaped as that kind is (what `cairn check` holds a slotted page
+/// to): a padded small object is one forwarding stub's size with its
+/// padding count inside it; a forwarding stub is exactly an OID; a moved
+/// body starts with its home's OID (a moved large one's descriptor follows
+/// it, checked with the links). The error names the slot.
+fn check_records(img: &[u8]) -> std::result::Result<(), String> {
+    for s in slotted::iter(img) {
+        let (slot, r) = s.map_err(|e| reason(&e))?;
+        let bad = |what: &str| Err(format!("slot {} {what}", slot.0));
+        let shaped = match r.kind {
+            KIND_SMALL | KIND_LARGE => true,
+            KIND_SMALL_PADDED => r.data.len() == FORWARD_SIZE && (r.data[FORWARD_SIZE - 1] as usize) < FORWARD_SIZE,
+            KIND_FORWARD => r.data.len() == FORWARD_SIZE && Oid::from_slice(r.data).is_some(),
+            KIND_MOVED_SMALL | KIND_MOVED_LARGE => Oid::from_slice(r.data).is_some(),
+            other => return bad(&format!("has unknown kind {other}")),
+        };
+        if !shaped {
+            return bad(&format!("holds a malformed record of kind {}", r.kind));
+        }
+    }
+    Ok(())
+}
+
 fn kind_change_allowed(bk: Option<PageType>, ak: PageType, before: &[u8], after: &[u8], allocated: bool) -> bool {
     let is_btree = |k: Option<PageType>| matches!(k, Some(PageType::BTreeLeaf | PageType::BTreeInner));
     if !is_btree(bk) || !is_btree(Some(ak)) {
