@@ -494,3 +494,31 @@ fn a_writers_own_read_under_a_right_stays_covered_until_its_x_is_granted() {
     assert_eq!(t.read(o).unwrap(), vec![2u8; 100]);
     t.commit().unwrap();
 }
+
+/// `clear_caches` is a cold start for an object client too: what it kept
+/// under rights goes, the rights go back to the server, and the next
+/// transaction fetches every object again.
+#[test]
+fn evicting_the_cache_gives_the_rights_back_and_the_next_read_fetches_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::serve(&dir.path().join("db"));
+    let a = object_client(&server);
+    let oids = seed(&a, 20);
+    let mut t = a.begin().unwrap();
+    let cold = t.read_many(&oids).unwrap();
+    t.commit().unwrap();
+    assert_eq!(a.cached_objects().0, 20);
+    let given_back = a.stats().rights_given_back;
+    a.evict_cache();
+    assert_eq!(a.cached_objects(), (0, 0), "nothing kept");
+    assert_eq!(a.stats().rights_given_back - given_back, 20, "every right went back");
+    let before = a.stats();
+    let mut t = a.begin().unwrap();
+    assert_eq!(t.read_many(&oids).unwrap(), cold);
+    t.commit().unwrap();
+    let after = a.stats();
+    assert_eq!(after.cache_hits, before.cache_hits, "nothing read from the cache");
+    assert!(after.round_trips > before.round_trips, "fetched from the server");
+    assert_eq!(a.cached_objects().0, 20, "kept again under new rights");
+    server.stop();
+}

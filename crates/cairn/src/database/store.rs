@@ -187,9 +187,10 @@ impl Store for Arc<ObjectStore> {
         ObjectStore::groups(self)
     }
 
-    /// Nothing: what the client keeps under rights stays (see the note on
-    /// `Database::evict_cache`).
+    /// What the client keeps under rights goes, and the rights go back
+    /// ([`ObjectStore::evict_cache`]).
     fn evict_cache(&self) -> StorageResult<()> {
+        ObjectStore::evict_cache(self);
         Ok(())
     }
 

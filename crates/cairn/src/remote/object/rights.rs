@@ -31,6 +31,9 @@
 //!   the bound the least recently used that nobody reads under are given
 //!   back (RELEASE, one way). What is on pages a running transaction
 //!   of an adaptive client changes stays until it ends (no steal).
+//! - **A cold start** ([`ObjectStore::evict_cache`], what
+//!   `Database::clear_caches` asks of this client) gives back every right
+//!   nobody reads under, as the page client empties its pool.
 //!
 //! Not cached: objects too long to send whole, objects read under X,
 //! lookups of absent keys and of keys at either end of a leaf.
@@ -858,6 +861,46 @@ impl ObjectStore {
     /// right covered go before the answer does.
     pub(super) fn answer_callback(&self, cb: Callback) -> Result<()> {
         self.rights.answer(&self.conn, cb, || self.lost(&[]))
+    }
+
+    /// Empties what the client keeps under rights (a cold start:
+    /// `Database::clear_caches`): every object, page image and lookup no
+    /// running transaction reads under goes, with the typed layer's copies
+    /// of its objects, and its right goes back to the server with the next
+    /// request (RELEASE). What a running transaction reads under, or keeps
+    /// on a page it changes, stays until it ends.
+    pub fn evict_cache(&self) {
+        let dropped = {
+            let mut st = self.rights.lock();
+            let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
+            let pinned: FxHashSet<PageId> = st.txns.values().flat_map(|v| v.pinned.iter().copied()).collect();
+            let objects = st
+                .objects
+                .keys()
+                .filter(|o| !pinned.contains(&o.page))
+                .map(|o| Resource::Object(*o));
+            let pages = st
+                .pages
+                .keys()
+                .filter(|p| !pinned.contains(p))
+                .map(|p| Resource::Page(*p));
+            let leaves = st.leaves.keys().map(|l| Resource::Page(*l));
+            // A page may be both an image and a leaf's key: once each.
+            let keys: FxHashSet<Resource> = objects
+                .chain(pages)
+                .chain(leaves)
+                .filter(|k| !read.contains(k))
+                .collect();
+            let mut dropped = Vec::with_capacity(keys.len());
+            for k in keys {
+                if let Some(e) = st.drop_key(k) {
+                    dropped.push((k, e));
+                }
+            }
+            dropped
+        };
+        self.lost(&dropped);
+        release(&self.conn, &dropped);
     }
 
     /// Objects kept under rights now, and their bytes.
