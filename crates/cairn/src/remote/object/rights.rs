@@ -162,6 +162,16 @@ impl RightsState {
         }
     }
 
+    /// What running transactions read under the client's rights.
+    fn read_keys(&self) -> FxHashSet<Resource> {
+        self.txns.values().flat_map(|v| v.reads.iter().copied()).collect()
+    }
+
+    /// Pages running transactions pin (they change an object of each).
+    fn pinned_pages(&self) -> FxHashSet<PageId> {
+        self.txns.values().flat_map(|v| v.pinned.iter().copied()).collect()
+    }
+
     /// True if a running transaction changes an object of `page`.
     fn page_written(&self, page: PageId) -> bool {
         self.txns.values().any(|v| v.write_pages.contains(&page))
@@ -583,7 +593,7 @@ impl ObjectStore {
         if !bound.passed(st.lookups.len(), 0) {
             return Vec::new();
         }
-        let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
+        let read = st.read_keys();
         let victims: Vec<(u64, PageId)> = st
             .leaves
             .iter()
@@ -617,7 +627,7 @@ impl ObjectStore {
         if !bound.passed(st.bytes, st.pinned_bytes) {
             return Vec::new();
         }
-        let pinned: FxHashSet<PageId> = st.txns.values().flat_map(|v| v.pinned.iter().copied()).collect();
+        let pinned = st.pinned_pages();
         let mut pinned_bytes = 0;
         // Ranked by stamp, oldest first: an object that just came along
         // with its page stays over one a transaction read long ago.
@@ -872,8 +882,8 @@ impl ObjectStore {
     pub fn evict_cache(&self) {
         let dropped = {
             let mut st = self.rights.lock();
-            let read: FxHashSet<Resource> = st.txns.values().flat_map(|v| v.reads.iter().copied()).collect();
-            let pinned: FxHashSet<PageId> = st.txns.values().flat_map(|v| v.pinned.iter().copied()).collect();
+            let read = st.read_keys();
+            let pinned = st.pinned_pages();
             let objects = st
                 .objects
                 .keys()
