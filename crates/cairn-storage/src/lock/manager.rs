@@ -44,6 +44,9 @@ pub struct LockStats {
     pub timeouts: u64,
     /// Requests that asked to strengthen a lock the owner already held.
     pub upgrades: u64,
+    /// Time requests spent waiting, in microseconds, summed over every wait
+    /// that ended (granted, refused, timed out or withdrawn).
+    pub wait_micros: u64,
 }
 
 /// What became of a waiting request, recorded by the thread that decided it
@@ -192,6 +195,7 @@ impl LockManager {
         loop {
             // A decision taken while we slept wins over the timeout.
             if let Some(outcome) = t.outcomes.remove(&ticket) {
+                t.stats.wait_micros += micros_since(start);
                 return outcome.result(owner, res);
             }
             // No outcome: the request is still in its queue.
@@ -200,6 +204,7 @@ impl LockManager {
                 Some(d) if now >= d => {
                     t.cancel(res, ticket);
                     t.stats.timeouts += 1;
+                    t.stats.wait_micros += micros_since(start);
                     return Err(Error::LockTimeout {
                         txn: owner.txn,
                         resource: res.to_string(),
@@ -449,6 +454,11 @@ impl LockManager {
     }
 }
 
+/// Microseconds since `start`, saturating.
+fn micros_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
 /// A lock request parked in its queue by [`LockManager::park`], with no
 /// thread waiting for it. Polled as a future, it resolves when the request
 /// is decided: `Ok(())` granted; [`Error::Deadlock`] if the owner was made
@@ -490,6 +500,7 @@ impl LockWait {
     pub fn time_out(mut self) -> Result<()> {
         self.done = true;
         let mut t = self.manager.lock_table();
+        t.stats.wait_micros += micros_since(self.start);
         if let Some(outcome) = t.outcomes.remove(&self.ticket) {
             return outcome.result(self.owner, self.res);
         }
@@ -518,6 +529,7 @@ impl Future for LockWait {
         let mut t = this.manager.lock_table();
         if let Some(outcome) = t.outcomes.remove(&this.ticket) {
             this.done = true;
+            t.stats.wait_micros += micros_since(this.start);
             return Poll::Ready(outcome.result(this.owner, this.res));
         }
         // Undecided, so still queued: its owner is in the table.
@@ -534,6 +546,7 @@ impl Drop for LockWait {
             return;
         }
         let mut t = self.manager.lock_table();
+        t.stats.wait_micros += micros_since(self.start);
         if t.outcomes.remove(&self.ticket).is_none() {
             t.cancel(self.res, self.ticket);
         }
