@@ -203,6 +203,12 @@ pub(crate) fn show_key(key: &[u8]) -> String {
     }
 }
 
+/// [`Error::LimitExceeded`] if `(key, value)` is too large for a tree of
+/// `page_size` pages (see [`key_value_max`]).
+pub(crate) fn check_entry_size(page_size: usize, key: &[u8], value: &[u8]) -> Result<()> {
+    check_size(page_size, key, value)
+}
+
 fn check_size(page_size: usize, key: &[u8], value: &[u8]) -> Result<()> {
     let limit = key_value_max(page_size);
     let len = key.len() + value.len();

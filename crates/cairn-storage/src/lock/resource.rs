@@ -18,6 +18,20 @@ pub enum Resource {
     Page(PageId),
     /// One object (the optional finer granularity).
     Object(Oid),
+    /// A whole B+-tree under key-range locking (named by its root page):
+    /// IS/IX by every key-range operation, X to destroy it.
+    Tree(PageId),
+    /// One entry of a B+-tree under key-range locking: the tree's root and
+    /// a hash of the entry's identity (its key in a unique tree, its key
+    /// and value in another). Two entries sharing a hash only conflict
+    /// more than they must.
+    Entry(PageId, u64),
+    /// The gap just below an entry of a B+-tree (between it and the entry
+    /// before it), hashed as [`Resource::Entry`]: readers that scanned
+    /// through the gap hold S, an inserter into it checks for them (IX).
+    Gap(PageId, u64),
+    /// The gap above the last entry of a B+-tree.
+    TreeEnd(PageId),
 }
 
 impl fmt::Display for Resource {
@@ -27,6 +41,10 @@ impl fmt::Display for Resource {
             Resource::Group(g) => write!(f, "group {}", g.0),
             Resource::Page(p) => write!(f, "page {p}"),
             Resource::Object(oid) => write!(f, "object {oid}"),
+            Resource::Tree(root) => write!(f, "the tree at page {root}"),
+            Resource::Entry(root, h) => write!(f, "entry {h:016x} of the tree at page {root}"),
+            Resource::Gap(root, h) => write!(f, "the gap below entry {h:016x} of the tree at page {root}"),
+            Resource::TreeEnd(root) => write!(f, "the end of the tree at page {root}"),
         }
     }
 }

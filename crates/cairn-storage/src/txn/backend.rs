@@ -152,6 +152,25 @@ pub trait Backend: Send + Sync {
         let _ = (owner, page, bytes);
         Ok(false)
     }
+    /// The trees under key-range locking (`txn::keys`), if the backend
+    /// locks key ranges; the default does not (its transactions lock a
+    /// tree's pages).
+    fn key_ranges(&self) -> Option<&super::KeyRanges> {
+        None
+    }
+    /// Calls `f` with the newest image of page `id`: the one a commit
+    /// logged and has not installed yet, else the committed one. Read
+    /// under a tree's latch, without a lock. The default is
+    /// [`Backend::read_committed`].
+    fn read_newest(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        self.read_committed(id, f)
+    }
+    /// Who holds `res`, in which mode (an inserter's check of a gap under
+    /// key-range locking). The default knows of nobody.
+    fn lock_holders(&self, res: &Resource) -> Vec<(LockOwner, LockMode)> {
+        let _ = res;
+        Vec::new()
+    }
     /// Counts a read-only transaction that ended.
     fn note_read_only(&self) {}
     /// Counts private pages a transaction spilled to disk.

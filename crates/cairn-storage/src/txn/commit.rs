@@ -45,7 +45,12 @@ impl Txn {
         // logged; a refusal drops (rolls back) the transaction.
         self.check_client_links()?;
         let db = self.db.clone();
-        if self.pages.is_empty() && self.objects.is_empty() && self.to_free.is_empty() && self.allocated.is_empty() {
+        if self.pages.is_empty()
+            && self.objects.is_empty()
+            && self.key_trees.is_empty()
+            && self.to_free.is_empty()
+            && self.allocated.is_empty()
+        {
             self.finish();
             db.note_read_only();
             return Ok(Vec::new());
@@ -60,9 +65,39 @@ impl Txn {
 impl Shared {
     /// The embedded commit of `t` (see the module docs).
     pub(super) fn commit_txn(&self, t: &mut Txn) -> Result<()> {
+        // Tree changes under key-range locking are applied now, under each
+        // tree's exclusive latch, held until the pages they made are logged
+        // and registered as the newest images (`keys.rs`). The groups'
+        // intention locks come first: a split allocates in the tree's
+        // group, and nothing waits for a lock under a latch.
+        let trees = t.key_range_trees();
+        let prepared = self.lock_tree_groups(t, &trees);
+        let latches: Vec<_> = if prepared.is_ok() {
+            trees.iter().map(|(_, state)| state.write()).collect()
+        } else {
+            Vec::new()
+        };
+        let tree_images = prepared.and_then(|()| {
+            let mut images = std::collections::BTreeMap::new();
+            for (tree, _) in &trees {
+                t.apply_key_ranges(tree, &mut images)?;
+            }
+            Ok(images.into_iter().collect::<Vec<_>>())
+        });
+        let tree_images = match tree_images {
+            Ok(images) => images,
+            Err(e) => {
+                drop(latches);
+                t.pages.clear();
+                self.give_back(t);
+                return Err(e);
+            }
+        };
         let decided = {
             let gate = self.sink.gate.read().unwrap_or_else(|e| e.into_inner());
-            match self.append_records(t) {
+            let appended = self.append_records(t, tree_images);
+            drop(latches);
+            match appended {
                 Err(e) => {
                     // The gate goes first: giving pages back takes the
                     // Volume mutex, and the lock order is Volume → gate (a
@@ -87,11 +122,31 @@ impl Shared {
         result
     }
 
+    /// IX on the group of each tree a commit applies key-range changes to.
+    fn lock_tree_groups(
+        &self,
+        t: &mut Txn,
+        trees: &[(crate::btree::BTree, std::sync::Arc<super::TreeState>)],
+    ) -> Result<()> {
+        for (tree, _) in trees {
+            if let Some(g) = self.space.group_of_page(tree.root()) {
+                t.lock(crate::lock::Resource::Group(g), crate::lock::LockMode::IX)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Phase 1: appends one PAGE record per private page, then the COMMIT
     /// with the pages to free, and registers those frees (under the gate,
     /// with the COMMIT, so a checkpoint sees both or neither). Returns each
     /// page's LSN and the COMMIT's LSN. Nothing is decided if this fails.
-    pub(super) fn append_records(&self, t: &mut Txn) -> Result<(Vec<(PageId, Lsn)>, Lsn)> {
+    /// `tree_images` are the pages the transaction's key-range tree changes
+    /// made (`keys.rs`), logged and registered as object-level pages are.
+    pub(super) fn append_records(
+        &self,
+        t: &mut Txn,
+        tree_images: Vec<(PageId, Vec<u8>)>,
+    ) -> Result<(Vec<(PageId, Lsn)>, Lsn)> {
         let db = self;
         let ids = t.pages.ids();
         let frees: Vec<PageId> = t.to_free.iter().copied().collect();
@@ -132,15 +187,25 @@ impl Shared {
         // each page's newest image under `newest`: the next commit to the
         // page must see this one's image as its base, and nothing may fail
         // between registering the image and appending the COMMIT.
-        let mut newest = (!t.objects.is_empty()).then(|| lock(&db.newest));
+        let mut newest = (!t.objects.is_empty() || !tree_images.is_empty()).then(|| lock(&db.newest));
         let mut rebased: Vec<(PageId, Vec<u8>)> = Vec::new();
         if let Some(newest) = &newest {
-            for id in t.objects.page_ids() {
-                let base: Vec<u8> = match newest.get(&id) {
+            let base_of = |id: PageId| -> Result<Vec<u8>> {
+                Ok(match newest.get(&id) {
                     Some((_, image)) => image.to_vec(),
                     None => db.pool.read(id)?.to_vec(),
-                };
+                })
+            };
+            for id in t.objects.page_ids() {
+                let base = base_of(id)?;
                 let after = t.rebase(id, &base)?;
+                let full = db.sink.needs_full_image(page::lsn(&base));
+                batch.push(redo::page_record(t.id, id, (!full).then_some(&base[..]), &after));
+                batch_ids.push(id);
+                rebased.push((id, after));
+            }
+            for (id, after) in tree_images {
+                let base = base_of(id)?;
                 let full = db.sink.needs_full_image(page::lsn(&base));
                 batch.push(redo::page_record(t.id, id, (!full).then_some(&base[..]), &after));
                 batch_ids.push(id);

@@ -50,6 +50,11 @@ pub struct DbOptions {
     /// Transactions lock single objects instead of pages (see
     /// [`Txn::set_object_locking`]); off by default.
     pub object_locking: bool,
+    /// B+-tree operations lock entries and key ranges, and reach the
+    /// tree's pages only at commit, instead of locking the pages they
+    /// touch until their transaction ends (see [`Txn::tree_insert`] and
+    /// the key-range locking section of ARCHITECTURE.md); off by default.
+    pub key_range_locking: bool,
 }
 
 impl Default for DbOptions {
@@ -62,6 +67,7 @@ impl Default for DbOptions {
             checkpoint_log_bytes: 64 << 20,
             background: true,
             object_locking: false,
+            key_range_locking: false,
         }
     }
 }
@@ -159,6 +165,9 @@ pub(crate) struct Shared {
     /// Called before every lock that lets a transaction change a page
     /// ([`Db::set_write_lock_hook`]).
     pub(super) write_hook: std::sync::OnceLock<Box<WriteLockHook>>,
+    /// The trees under key-range locking, if the database locks key
+    /// ranges ([`DbOptions::key_range_locking`]).
+    pub(super) key_ranges: Option<super::KeyRanges>,
     ckpt: Mutex<Lsn>,
     poisoned: Mutex<Option<String>>,
     /// Set with `poisoned`, so the hot path checks an atomic, not a mutex.
@@ -370,6 +379,7 @@ impl Db {
             newest: Mutex::default(),
             unwritten: Mutex::default(),
             write_hook: std::sync::OnceLock::new(),
+            key_ranges: opts.key_range_locking.then(super::KeyRanges::default),
             ckpt: Mutex::new(Lsn(0)),
             poisoned: Mutex::new(None),
             is_poisoned: AtomicBool::new(false),

@@ -52,6 +52,23 @@ impl Backend for Shared {
         Ok(())
     }
 
+    fn key_ranges(&self) -> Option<&super::KeyRanges> {
+        self.key_ranges.as_ref()
+    }
+
+    fn read_newest(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        let image = lock(&self.newest).get(&id).map(|(_, image)| image.clone());
+        match image {
+            Some(image) => f(&image),
+            None => f(&self.pool.read(id)?),
+        }
+        Ok(())
+    }
+
+    fn lock_holders(&self, res: &Resource) -> Vec<(LockOwner, LockMode)> {
+        self.locks.holders(res)
+    }
+
     fn read_committed_cached(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         match self.pool.read_cached(id)? {
             Some(g) => {

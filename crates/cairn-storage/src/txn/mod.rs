@@ -58,6 +58,7 @@ mod client_check;
 mod commit;
 mod db;
 mod embedded;
+mod keys;
 mod objects;
 mod remote;
 mod salvage;
@@ -68,6 +69,7 @@ mod transaction;
 mod unwritten;
 
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
+pub use keys::{KeyRanges, TreeState};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, WriteLockHook};
 pub use salvage::Salvaged;
 pub use transaction::{ProtectedPages, Restriction, Txn};

@@ -47,7 +47,7 @@ fn deferred_frees_survive_a_checkpoint_between_the_commit_and_the_frees() {
     t.delete(big).unwrap();
     assert!(!t.to_free.is_empty(), "deleting a large object defers frees");
     let shared = db.shared.clone();
-    let (lsns, commit_lsn) = shared.append_records(&mut t).unwrap();
+    let (lsns, commit_lsn) = shared.append_records(&mut t, Vec::new()).unwrap();
     shared.make_durable_and_install(&mut t, &lsns, commit_lsn).unwrap();
     // The checkpoint falls here, before the FREE actions...
     db.checkpoint().unwrap();

@@ -64,6 +64,8 @@ pub struct Txn {
     parking: bool,
     /// The lock request parked by the last [`Error::LockParked`].
     parked: Option<super::ParkedLock>,
+    /// B+-tree changes under key-range locking (`keys.rs`).
+    pub(super) key_trees: super::keys::OwnTrees,
 }
 
 /// Which pages a [`Restriction`] protects: `Some(why)` for a page the
@@ -131,6 +133,7 @@ impl Txn {
             client_checked: false,
             parking: false,
             parked: None,
+            key_trees: super::keys::OwnTrees::default(),
         }
     }
 
@@ -276,6 +279,7 @@ impl Txn {
             match (res, &self.restriction.protected) {
                 (Resource::Page(p), Some(f)) if mode != LockMode::IX => f(p),
                 (Resource::Object(oid), Some(f)) => f(oid.page),
+                (Resource::Entry(root, _) | Resource::Tree(root), Some(f)) => f(root),
                 _ => None,
             }
         };
@@ -664,6 +668,8 @@ impl Txn {
     /// Ends the transaction after commit or rollback: the backend releases
     /// its locks and forgets its allocations.
     pub(super) fn finish(&mut self) {
+        // Registered tree changes go before the locks that cover them.
+        self.end_key_ranges();
         if !self.allocated.is_empty() || !self.to_free.is_empty() {
             let gone: Vec<PageId> = self.allocated.iter().chain(self.to_free.iter()).copied().collect();
             self.db.fill_pages().forget(&gone);
@@ -795,7 +801,7 @@ impl Txn {
         Ok(r)
     }
 
-    fn allocate_page(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+    pub(super) fn allocate_page(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
         self.check_allowed(Resource::Group(group), LockMode::IX)?;
         let p = self.db.allocate(self.owner, group, near, ty)?;
         self.allocated.push(p);

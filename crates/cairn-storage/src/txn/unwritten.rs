@@ -117,7 +117,7 @@ impl Db {
             // At or before the start of this commit's first record (the
             // LSNs `append_records` returns are where records end).
             let start = s.wal.end_lsn();
-            match s.append_records(&mut t) {
+            match s.append_records(&mut t, Vec::new()) {
                 Err(e) => {
                     // Lock order Volume → gate: see `commit_txn`.
                     drop(gate);

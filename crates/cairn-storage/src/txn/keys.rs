@@ -1,0 +1,890 @@
+//! Key-range locking of B+-trees: index changes that lock keys, not pages,
+//! and reach the tree's pages only when their transaction commits.
+//!
+//! Under page locking a B+-tree change holds X on every page it touched
+//! until its transaction ends, so every insert at an index's right edge
+//! waits for every other one, and inserts meeting in opposite orders
+//! deadlock. Under key-range locking ([`DbOptions::key_range_locking`]) a
+//! transaction's tree operations take **logical locks on entries and
+//! gaps** (in the manner of Lomet's key-range locking and ARIES/KVL) and
+//! only **short physical latches** on the tree:
+//!
+//! - **Entries and gaps.** An entry is named by its identity — its key in a
+//!   unique tree, its key and value in another — hashed with the tree's
+//!   root ([`Resource::Entry`]); the gap just below an entry is a resource
+//!   of its own ([`Resource::Gap`]), and the gap above the last entry is
+//!   [`Resource::TreeEnd`]. Every operation also holds IS or IX on the
+//!   whole tree ([`Resource::Tree`]); destroying a tree takes X on it.
+//! - **Readers** (lookups and scans) take S on each entry they return and
+//!   on the gap below it, and S on the gap below the first entry past
+//!   their range (the *fence*, or the tree's end): nothing can appear in,
+//!   or vanish from, what they read until they end. A lookup that finds
+//!   its key in a unique tree locks only the entry.
+//! - **Inserters** take X on the new entry, then check the gap it falls in
+//!   (the gap below the next entry): only a reader's S there (or a
+//!   deleter's X) makes them wait, and then they hold IX on it. Two
+//!   inserts of different keys into one gap — the right edge, under a
+//!   rising key — do not wait for each other: IX is compatible with IX,
+//!   and an inserter never locks another inserter's entry.
+//! - **Deleters** take X on the entry and on the gap below it: the gap
+//!   merges into the next one when the entry goes, so a reader whose fence
+//!   it was must be gone first.
+//! - **Locks are never waited for under a latch.** Under its tree's latch
+//!   an operation reads the tree and asks for locks without waiting
+//!   (`try_lock`); one that would wait lets the latch go, waits, and reads
+//!   again from where it was, because the tree may have changed meanwhile.
+//!
+//! **Changes are kept per entry, not per page.** A transaction's tree
+//! changes are a sorted map of entry identities to inserts and deletes
+//! (`OwnTree`); its own reads merge them over the committed tree. Every
+//! change is also **registered** in the tree's shared `Pending` set until
+//! its transaction ends, so other readers meet an uncommitted insert or
+//! delete as if it were in the tree: they ask for S on it and wait for its
+//! writer. That is what keeps a gap's lock valid while entries come and go
+//! around it: a reader that meets a registered entry waits for it rather
+//! than scanning past a gap the entry will split.
+//!
+//! **Commit applies the changes** to the tree as it stands: under the
+//! tree's exclusive latch, on the newest image of each page (the committed
+//! one, or the one a commit logged ahead of it and has not installed yet),
+//! splitting and merging as it goes. The pages it changed are logged in
+//! the commit's batch like object-level changes, registered as the pages'
+//! newest images, and installed once the log is durable (`commit.rs`). A
+//! split or merge is thus done only by a committing transaction, for the
+//! entries it commits: no abort ever undoes one, and no transaction's
+//! locks cover a tree page, so a split made for one transaction holds
+//! nobody up once its commit is logged. Readers read the newest images
+//! too, under the shared latch: the entries of a commit that is logged but
+//! not yet durable are still registered and X-locked by their writer, so a
+//! reader that meets them waits until they are durable.
+//!
+//! A tree created in the transaction itself (its root is one of the
+//! transaction's own new pages) is changed at page level: nobody else can
+//! reach it before the commit.
+//!
+//! [`DbOptions::key_range_locking`]: super::DbOptions::key_range_locking
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::access::PageAccess;
+use crate::btree::{BTree, Direction};
+use crate::error::{Error, Result};
+use crate::ids::{GroupId, PageId, TxnId};
+use crate::lock::{LockMode, Resource};
+use crate::page::PageType;
+
+use super::backend::Backend;
+use super::Txn;
+
+/// An entry's identity: `(key, [])` in a unique tree, `(key, value)` in
+/// another. Ordered as the tree orders its entries.
+pub(crate) type EntryId = (Vec<u8>, Vec<u8>);
+
+/// Entries a scan reads under one hold of the latch.
+const BATCH: usize = 128;
+
+/// The shared state of one tree under key-range locking: its latch, and
+/// the entries running transactions have changed (`Pending`), guarded by
+/// the latch.
+#[derive(Debug)]
+pub struct TreeState {
+    unique: bool,
+    latch: RwLock<Pending>,
+}
+
+/// Uncommitted (or committed and not yet released) changes of running
+/// transactions: entry identity → its writer.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    entries: BTreeMap<EntryId, TxnId>,
+}
+
+impl TreeState {
+    fn read(&self) -> RwLockReadGuard<'_, Pending> {
+        self.latch.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn write(&self) -> RwLockWriteGuard<'_, Pending> {
+        self.latch.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The trees of a database under key-range locking, by root page: made on
+/// first use, forgotten when a tree is destroyed.
+#[derive(Debug, Default)]
+pub struct KeyRanges {
+    trees: Mutex<HashMap<PageId, Arc<TreeState>>>,
+}
+
+impl KeyRanges {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<PageId, Arc<TreeState>>> {
+        self.trees.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn get_or_make(&self, root: PageId, unique: impl FnOnce() -> Result<bool>) -> Result<Arc<TreeState>> {
+        if let Some(s) = self.map().get(&root) {
+            return Ok(Arc::clone(s));
+        }
+        let unique = unique()?;
+        let mut m = self.map();
+        Ok(Arc::clone(m.entry(root).or_insert_with(|| {
+            Arc::new(TreeState {
+                unique,
+                latch: RwLock::new(Pending::default()),
+            })
+        })))
+    }
+
+    fn forget(&self, root: PageId) {
+        self.map().remove(&root);
+    }
+}
+
+/// A transaction's change of one entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Change {
+    /// Inserted with this value.
+    Insert(Vec<u8>),
+    /// Deleted.
+    Delete,
+}
+
+/// A transaction's changes to one tree.
+#[derive(Debug)]
+struct OwnTree {
+    tree: BTree,
+    state: Arc<TreeState>,
+    changes: BTreeMap<EntryId, Change>,
+}
+
+/// A transaction's key-range state: the trees it changed.
+#[derive(Debug, Default)]
+pub(super) struct OwnTrees {
+    trees: BTreeMap<PageId, OwnTree>,
+}
+
+impl OwnTrees {
+    /// True if the transaction changed no tree under key-range locking.
+    pub(super) fn is_empty(&self) -> bool {
+        self.trees.values().all(|t| t.changes.is_empty())
+    }
+}
+
+/// The tree's pages as they stand for readers and committers: each page's
+/// newest image, read without a lock (the caller holds the tree's latch).
+struct Newest<'a> {
+    db: &'a dyn Backend,
+}
+
+impl PageAccess for Newest<'_> {
+    fn page_size(&self) -> usize {
+        self.db.page_size()
+    }
+
+    fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.db.read_newest(id, &mut |b| out = f.take().map(|f| f(b)))?;
+        out.ok_or_else(|| Error::Internal(format!("the backend did not read page {id}")))
+    }
+
+    fn modify<R>(&mut self, id: PageId, _f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+        Err(Error::Internal(format!("a key-range read tried to change page {id}")))
+    }
+
+    fn allocate(&mut self, _group: GroupId, _near: Option<PageId>, _ty: PageType) -> Result<PageId> {
+        Err(Error::Internal("a key-range read tried to allocate a page".into()))
+    }
+
+    fn free(&mut self, id: PageId) -> Result<()> {
+        Err(Error::Internal(format!("a key-range read tried to free page {id}")))
+    }
+}
+
+/// What a scan meets at one identity, under the latch.
+#[derive(Debug)]
+enum Item {
+    /// An entry the transaction sees: committed (and not deleted by it), or
+    /// inserted by it (`own`).
+    Visible { key: Vec<u8>, value: Vec<u8>, own: bool },
+    /// Another transaction's registered change: a lock point only.
+    Other,
+}
+
+/// What one hold of the latch gathered.
+struct Gathered {
+    items: Vec<(EntryId, Item)>,
+    /// The last committed identity read when the batch was cut short.
+    cut: Option<EntryId>,
+    /// The first identity past the range (`Some(None)`: the tree's end);
+    /// `None` when the batch was cut short and the range goes on.
+    fence: Option<Option<EntryId>>,
+}
+
+/// The lock that guards the gap just below `next` (the tree's end if none).
+fn gap_of(root: PageId, next: Option<&EntryId>) -> Resource {
+    match next {
+        Some(id) => Resource::Gap(root, hash_id(root, id)),
+        None => Resource::TreeEnd(root),
+    }
+}
+
+fn entry_of(root: PageId, id: &EntryId) -> Resource {
+    Resource::Entry(root, hash_id(root, id))
+}
+
+fn hash_id(root: PageId, id: &EntryId) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    root.hash(&mut h);
+    id.hash(&mut h);
+    h.finish()
+}
+
+fn identity(unique: bool, key: &[u8], value: &[u8]) -> EntryId {
+    if unique {
+        (key.to_vec(), Vec::new())
+    } else {
+        (key.to_vec(), value.to_vec())
+    }
+}
+
+fn below_hi(key: &[u8], hi: Bound<&[u8]>) -> bool {
+    match hi {
+        Bound::Included(h) => key <= h,
+        Bound::Excluded(h) => key < h,
+        Bound::Unbounded => true,
+    }
+}
+
+fn above_lo(key: &[u8], lo: Bound<&[u8]>) -> bool {
+    match lo {
+        Bound::Included(l) => key >= l,
+        Bound::Excluded(l) => key > l,
+        Bound::Unbounded => true,
+    }
+}
+
+/// The key bound where the entries past `hi` begin.
+fn past(hi: Bound<&[u8]>) -> Option<Bound<&[u8]>> {
+    match hi {
+        Bound::Included(h) => Some(Bound::Excluded(h)),
+        Bound::Excluded(h) => Some(Bound::Included(h)),
+        Bound::Unbounded => None,
+    }
+}
+
+/// A read of the tree's entries in `[lo, hi]` after `after`, at most
+/// [`BATCH`] of the committed ones, merged with `own` changes and the
+/// other transactions' registered ones; with the fence when the range
+/// ended. Called under the tree's latch.
+#[allow(clippy::too_many_arguments)]
+fn gather(
+    db: &dyn Backend,
+    tree: &BTree,
+    unique: bool,
+    pending: &Pending,
+    own: Option<&BTreeMap<EntryId, Change>>,
+    me: TxnId,
+    lo: Bound<&[u8]>,
+    after: Option<&EntryId>,
+    hi: Bound<&[u8]>,
+) -> Result<Gathered> {
+    let mut view = Newest { db };
+    let start = match after {
+        Some((k, _)) => Bound::Included(&k[..]),
+        None => lo,
+    };
+    let mut merged: BTreeMap<EntryId, Item> = BTreeMap::new();
+    let mut cur = tree.range(&mut view, start, hi, Direction::Forward)?;
+    let mut read = 0usize;
+    let mut cut: Option<EntryId> = None;
+    while let Some((key, value)) = cur.next(&mut view)? {
+        let id = identity(unique, &key, &value);
+        if after.is_some_and(|a| id <= *a) {
+            continue;
+        }
+        read += 1;
+        let last = read >= BATCH;
+        if last {
+            cut = Some(id.clone());
+        }
+        merged.insert(id, Item::Visible { key, value, own: false });
+        if last {
+            break;
+        }
+    }
+    let in_window = |id: &EntryId| {
+        above_lo(&id.0, lo)
+            && below_hi(&id.0, hi)
+            && after.is_none_or(|a| id > a)
+            && cut.as_ref().is_none_or(|c| id <= c)
+    };
+    let from: Bound<EntryId> = match start {
+        Bound::Included(k) | Bound::Excluded(k) => Bound::Included((k.to_vec(), Vec::new())),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    for (id, &who) in pending.entries.range((from.clone(), Bound::Unbounded)) {
+        if !below_hi(&id.0, hi) || cut.as_ref().is_some_and(|c| id > c) {
+            break;
+        }
+        if who != me && in_window(id) {
+            merged.insert(id.clone(), Item::Other);
+        }
+    }
+    if let Some(own) = own {
+        for (id, change) in own.range((from, Bound::Unbounded)) {
+            if !below_hi(&id.0, hi) || cut.as_ref().is_some_and(|c| id > c) {
+                break;
+            }
+            if !in_window(id) {
+                continue;
+            }
+            match change {
+                Change::Delete => {
+                    merged.remove(id);
+                }
+                Change::Insert(value) => {
+                    merged.insert(
+                        id.clone(),
+                        Item::Visible {
+                            key: id.0.clone(),
+                            value: value.clone(),
+                            own: true,
+                        },
+                    );
+                }
+            }
+        }
+    }
+    let fence = if cut.is_some() {
+        None
+    } else {
+        Some(first_past(db, tree, unique, pending, own, hi)?)
+    };
+    Ok(Gathered {
+        items: merged.into_iter().collect(),
+        cut,
+        fence,
+    })
+}
+
+/// The first identity past `hi` — committed, registered by anyone, or
+/// inserted by this transaction — or `None` at the tree's end.
+fn first_past(
+    db: &dyn Backend,
+    tree: &BTree,
+    unique: bool,
+    pending: &Pending,
+    own: Option<&BTreeMap<EntryId, Change>>,
+    hi: Bound<&[u8]>,
+) -> Result<Option<EntryId>> {
+    let Some(from) = past(hi) else {
+        return Ok(None);
+    };
+    let mut view = Newest { db };
+    let mut cur = tree.range(&mut view, from, Bound::Unbounded, Direction::Forward)?;
+    let mut best = cur.next(&mut view)?.map(|(k, v)| identity(unique, &k, &v));
+    let start: Bound<EntryId> = match from {
+        Bound::Included(k) | Bound::Excluded(k) => Bound::Included((k.to_vec(), Vec::new())),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let beyond = |id: &&EntryId| above_lo(&id.0, from);
+    let registered = pending
+        .entries
+        .range((start.clone(), Bound::Unbounded))
+        .map(|(id, _)| id)
+        .find(beyond);
+    let inserted = own.and_then(|o| {
+        o.range((start, Bound::Unbounded))
+            .filter(|(_, c)| matches!(c, Change::Insert(_)))
+            .map(|(id, _)| id)
+            .find(beyond)
+    });
+    for id in [registered, inserted].into_iter().flatten() {
+        if best.as_ref().is_none_or(|b| id < b) {
+            best = Some(id.clone());
+        }
+    }
+    Ok(best)
+}
+
+/// The first identity above `id` that others can meet (committed or
+/// registered by anyone; this transaction's inserts included), or `None`.
+fn next_after(
+    db: &dyn Backend,
+    tree: &BTree,
+    unique: bool,
+    pending: &Pending,
+    own: Option<&BTreeMap<EntryId, Change>>,
+    id: &EntryId,
+) -> Result<Option<EntryId>> {
+    let mut view = Newest { db };
+    let mut cur = tree.range(
+        &mut view,
+        Bound::Included(&id.0[..]),
+        Bound::Unbounded,
+        Direction::Forward,
+    )?;
+    let mut best = None;
+    while let Some((k, v)) = cur.next(&mut view)? {
+        let e = identity(unique, &k, &v);
+        if e > *id {
+            best = Some(e);
+            break;
+        }
+    }
+    let after = (Bound::Excluded(id.clone()), Bound::Unbounded);
+    let registered = pending.entries.range(after.clone()).map(|(e, _)| e).next();
+    let inserted = own.and_then(|o| {
+        o.range(after)
+            .find(|(_, c)| matches!(c, Change::Insert(_)))
+            .map(|(e, _)| e)
+    });
+    for e in [registered, inserted].into_iter().flatten() {
+        if best.as_ref().is_none_or(|b| e < b) {
+            best = Some(e.clone());
+        }
+    }
+    Ok(best)
+}
+
+/// True if the committed tree (newest images) holds the entry `id`.
+fn committed_has(db: &dyn Backend, tree: &BTree, unique: bool, id: &EntryId) -> Result<bool> {
+    let mut view = Newest { db };
+    let mut found = false;
+    tree.get_each(&mut view, &id.0, |v| {
+        found = unique || v == &id.1[..];
+        !found
+    })?;
+    Ok(found)
+}
+
+/// What a scan does after one hold of the latch.
+enum Next {
+    /// Wait for this lock, then read again after the last entry handed on.
+    Wait(Resource),
+    /// Read the next batch after the last entry handed on.
+    More,
+    /// The range is read (or the caller stopped).
+    Done,
+}
+
+impl Txn {
+    /// True if this transaction changes and reads `tree` under key-range
+    /// locking: the database locks key ranges, and the tree is not one the
+    /// transaction made itself.
+    pub fn locks_key_ranges(&self, tree: &BTree) -> bool {
+        self.db.key_ranges().is_some() && !self.allocated.contains(&tree.root()) && !self.pages.contains(tree.root())
+    }
+
+    fn tree_state(&mut self, tree: &BTree) -> Result<Arc<TreeState>> {
+        let Some(ranges) = self.db.key_ranges() else {
+            return Err(Error::Internal("this backend does not lock key ranges".into()));
+        };
+        let db = Arc::clone(&self.db);
+        ranges.get_or_make(tree.root(), || tree.is_unique(&mut Newest { db: &*db }))
+    }
+
+    /// Inserts `(key, value)` into `tree` (see [`BTree::insert`] for the
+    /// answers): under key-range locking, a change kept by the transaction
+    /// and applied to the tree at commit (see the module docs of
+    /// `txn::keys`); else at page level.
+    pub fn tree_insert(&mut self, tree: &BTree, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.check_active()?;
+        if !self.locks_key_ranges(tree) {
+            return tree.insert(self, key, value);
+        }
+        crate::btree::check_entry_size(self.db.page_size(), key, value)?;
+        let root = tree.root();
+        self.lock(Resource::Tree(root), LockMode::IX)?;
+        let state = self.tree_state(tree)?;
+        let id = identity(state.unique, key, value);
+        self.lock(entry_of(root, &id), LockMode::X)?;
+        let db = Arc::clone(&self.db);
+        loop {
+            let mut pending = state.write();
+            let own = self.key_trees.trees.get(&root).map(|t| &t.changes);
+            let exists = match own.and_then(|o| o.get(&id)) {
+                Some(Change::Insert(_)) => true,
+                Some(Change::Delete) => false,
+                None => committed_has(&*db, tree, state.unique, &id)?,
+            };
+            if exists {
+                if state.unique {
+                    return Err(Error::DuplicateKey {
+                        root,
+                        key: crate::btree::show_key(key),
+                    });
+                }
+                return Ok(false);
+            }
+            let next = next_after(&*db, tree, state.unique, &pending, own, &id)?;
+            let gap = gap_of(root, next.as_ref());
+            let mine = next
+                .as_ref()
+                .is_some_and(|n| own.is_some_and(|o| matches!(o.get(n), Some(Change::Insert(_)))));
+            if !mine && !self.holds(gap, LockMode::IX) && self.gap_is_read(gap) {
+                // A reader scanned this gap: wait for it, off the latch.
+                drop(pending);
+                self.lock(gap, LockMode::IX)?;
+                continue;
+            }
+            pending.entries.insert(id.clone(), self.id);
+            drop(pending);
+            self.own_tree(tree, &state)
+                .changes
+                .insert(id, Change::Insert(value.to_vec()));
+            self.changes += 1;
+            return Ok(true);
+        }
+    }
+
+    /// True if another owner holds `gap` in a mode an inserter's IX must
+    /// wait for (a reader's S, a deleter's X).
+    fn gap_is_read(&self, gap: Resource) -> bool {
+        self.db
+            .lock_holders(&gap)
+            .iter()
+            .any(|(o, m)| *o != self.owner() && !m.compatible(LockMode::IX))
+    }
+
+    fn own_tree(&mut self, tree: &BTree, state: &Arc<TreeState>) -> &mut OwnTree {
+        self.key_trees.trees.entry(tree.root()).or_insert_with(|| OwnTree {
+            tree: *tree,
+            state: Arc::clone(state),
+            changes: BTreeMap::new(),
+        })
+    }
+
+    /// Deletes `(key, value)` from `tree`, or with `value` `None` every
+    /// entry of `key`; returns how many entries it removed (see
+    /// [`BTree::delete`]). Under key-range locking, kept by the transaction
+    /// and applied at commit; else at page level.
+    pub fn tree_delete(&mut self, tree: &BTree, key: &[u8], value: Option<&[u8]>) -> Result<usize> {
+        self.check_active()?;
+        if !self.locks_key_ranges(tree) {
+            return tree.delete(self, key, value);
+        }
+        let root = tree.root();
+        self.lock(Resource::Tree(root), LockMode::IX)?;
+        let state = self.tree_state(tree)?;
+        let ids: Vec<EntryId> = match value {
+            Some(v) => vec![identity(state.unique, key, v)],
+            None if state.unique => vec![identity(true, key, &[])],
+            None => {
+                let mut values = Vec::new();
+                self.tree_get_each(tree, key, |v| {
+                    values.push(v.to_vec());
+                    true
+                })?;
+                values.into_iter().map(|v| (key.to_vec(), v)).collect()
+            }
+        };
+        let mut removed = 0;
+        for id in ids {
+            self.lock(entry_of(root, &id), LockMode::X)?;
+            self.lock(gap_of(root, Some(&id)), LockMode::X)?;
+            let db = Arc::clone(&self.db);
+            let mut pending = state.write();
+            let own = self.key_trees.trees.get(&root).map(|t| &t.changes);
+            let committed = committed_has(&*db, tree, state.unique, &id)?;
+            let present = match own.and_then(|o| o.get(&id)) {
+                Some(Change::Insert(_)) => true,
+                Some(Change::Delete) => false,
+                None => committed,
+            };
+            if !present {
+                continue;
+            }
+            if committed {
+                pending.entries.insert(id.clone(), self.id);
+            } else {
+                // Its own insert, taken back: nobody else ever sees it.
+                pending.entries.remove(&id);
+            }
+            drop(pending);
+            let changes = &mut self.own_tree(tree, &state).changes;
+            if committed {
+                changes.insert(id, Change::Delete);
+            } else {
+                changes.remove(&id);
+            }
+            self.changes += 1;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Calls `f` with each value of `key` in `tree` until it says false;
+    /// returns how many it was given (see [`BTree::get_each`]). Under
+    /// key-range locking, locks what it reads (see the module docs of
+    /// `txn::keys`).
+    pub fn tree_get_each(&mut self, tree: &BTree, key: &[u8], mut f: impl FnMut(&[u8]) -> bool) -> Result<usize> {
+        self.check_active()?;
+        if !self.locks_key_ranges(tree) {
+            return tree.get_each(self, key, f);
+        }
+        let mut n = 0;
+        self.tree_scan(tree, Bound::Included(key), Bound::Included(key), |_, v| {
+            n += 1;
+            f(v)
+        })?;
+        Ok(n)
+    }
+
+    /// The first value of `key` in `tree` (see [`BTree::get`]).
+    pub fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = None;
+        self.tree_get_each(tree, key, |v| {
+            out = Some(v.to_vec());
+            false
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` with each entry of `tree` whose key lies in `[lo, hi]`, in
+    /// order, until it says false. Under key-range locking every entry
+    /// handed on is locked S with the gap below it, and a range read to
+    /// its end locks the gap past it, so nothing read changes and nothing
+    /// appears in the range until the transaction ends.
+    pub fn tree_scan(
+        &mut self,
+        tree: &BTree,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.check_active()?;
+        if !self.locks_key_ranges(tree) {
+            let mut cur = tree.range(self, lo, hi, Direction::Forward)?;
+            while let Some((k, v)) = cur.next(self)? {
+                if !f(&k, &v) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        let root = tree.root();
+        self.lock(Resource::Tree(root), LockMode::IS)?;
+        let state = self.tree_state(tree)?;
+        let point = matches!((lo, hi), (Bound::Included(a), Bound::Included(b)) if a == b);
+        let mut after: Option<EntryId> = None;
+        loop {
+            let (handed, next) = self.scan_batch(tree, &state, lo, after.as_ref(), hi, point, &mut f)?;
+            if let Some(last) = handed {
+                after = Some(last);
+            }
+            match next {
+                Next::Done => return Ok(()),
+                Next::More => {}
+                Next::Wait(res) => self.lock(res, LockMode::S)?,
+            }
+        }
+    }
+
+    /// One hold of the latch of a [`Txn::tree_scan`]: the entries it could
+    /// lock without waiting, handed to `f`; the last one handed on, and
+    /// what to do next.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_batch(
+        &mut self,
+        tree: &BTree,
+        state: &Arc<TreeState>,
+        lo: Bound<&[u8]>,
+        after: Option<&EntryId>,
+        hi: Bound<&[u8]>,
+        point: bool,
+        f: &mut impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(Option<EntryId>, Next)> {
+        let root = tree.root();
+        let db = Arc::clone(&self.db);
+        let pending = state.read();
+        let own = self.key_trees.trees.get(&root).map(|t| &t.changes);
+        let g = gather(&*db, tree, state.unique, &pending, own, self.id, lo, after, hi)?;
+        let mut handed: Option<EntryId> = None;
+        let mut found = false;
+        for (id, item) in g.items {
+            let entry = entry_of(root, &id);
+            // The gap below the range's first key is outside the range
+            // when that key is the lower bound itself in a unique tree.
+            let gap_needed = !(state.unique && lo == Bound::Included(&id.0[..]));
+            let mut wanted = vec![entry];
+            if gap_needed {
+                wanted.push(gap_of(root, Some(&id)));
+            }
+            let own_entry = matches!(item, Item::Visible { own: true, .. });
+            if point && state.unique && matches!(item, Item::Visible { .. }) {
+                wanted.truncate(1);
+            }
+            for res in wanted {
+                if own_entry && res == entry {
+                    continue;
+                }
+                if !self.try_lock_shared(res)? {
+                    return Ok((handed, Next::Wait(res)));
+                }
+            }
+            match item {
+                // A registered change's writer holds X on it until it has
+                // taken the registration back (under the exclusive latch),
+                // so its S cannot be had while it is seen here.
+                Item::Other => {
+                    return Err(Error::Internal(format!(
+                        "{} was granted S on {entry}, which another transaction has changed",
+                        self.id
+                    )))
+                }
+                Item::Visible { key, value, .. } => {
+                    found = true;
+                    let go_on = f(&key, &value);
+                    handed = Some(id);
+                    if !go_on {
+                        return Ok((handed, Next::Done));
+                    }
+                }
+            }
+        }
+        let Some(fence) = g.fence else {
+            // Cut short: everything up to the cut was handed on or hidden.
+            return Ok((g.cut, Next::More));
+        };
+        if point && state.unique && found {
+            return Ok((handed, Next::Done));
+        }
+        let gap = gap_of(root, fence.as_ref());
+        if !self.try_lock_shared(gap)? {
+            return Ok((handed, Next::Wait(gap)));
+        }
+        Ok((handed, Next::Done))
+    }
+
+    /// S on `res` if it can be had without waiting (covered by what the
+    /// transaction holds, or granted now).
+    fn try_lock_shared(&mut self, res: Resource) -> Result<bool> {
+        if self.holds(res, LockMode::S) {
+            return Ok(true);
+        }
+        self.try_lock_resource(res, LockMode::S)
+    }
+
+    /// Destroys `tree`, freeing its pages (see [`BTree::destroy`]). Under
+    /// key-range locking it first takes X on the whole tree, which waits
+    /// for every transaction that read or changed it.
+    pub fn tree_destroy(&mut self, tree: BTree) -> Result<()> {
+        self.check_active()?;
+        if self.locks_key_ranges(&tree) {
+            self.lock(Resource::Tree(tree.root()), LockMode::X)?;
+            if let Some(r) = self.db.key_ranges() {
+                r.forget(tree.root());
+            }
+        }
+        tree.destroy(self)
+    }
+
+    /// Ends the transaction's registered changes (before its locks go).
+    pub(super) fn end_key_ranges(&mut self) {
+        let trees = std::mem::take(&mut self.key_trees.trees);
+        for t in trees.into_values() {
+            if t.changes.is_empty() {
+                continue;
+            }
+            let mut pending = t.state.write();
+            for id in t.changes.keys() {
+                if pending.entries.get(id) == Some(&self.id) {
+                    pending.entries.remove(id);
+                }
+            }
+        }
+    }
+
+    /// The trees with changes, their states and the groups of their roots:
+    /// what a commit latches and applies, in root order.
+    pub(super) fn key_range_trees(&self) -> Vec<(BTree, Arc<TreeState>)> {
+        self.key_trees
+            .trees
+            .values()
+            .filter(|t| !t.changes.is_empty())
+            .map(|t| (t.tree, Arc::clone(&t.state)))
+            .collect()
+    }
+
+    /// Applies the transaction's changes of `tree` to the newest images of
+    /// its pages (the caller holds the tree's exclusive latch), allocating
+    /// and freeing pages as splits and merges need; adds the images it
+    /// made to `images`.
+    pub(super) fn apply_key_ranges(&mut self, tree: &BTree, images: &mut BTreeMap<PageId, Vec<u8>>) -> Result<()> {
+        let Some(own) = self.key_trees.trees.get(&tree.root()) else {
+            return Ok(());
+        };
+        let unique = own.state.unique;
+        let changes: Vec<(EntryId, Change)> = own.changes.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
+        let mut view = Apply { txn: self, images };
+        // Deletes first: they make room, and a unique key deleted and
+        // inserted again is deleted before its new value goes in.
+        for (id, change) in &changes {
+            let value = if unique { None } else { Some(&id.1[..]) };
+            if *change == Change::Delete || unique {
+                tree.delete(&mut view, &id.0, value)?;
+            }
+        }
+        for (id, change) in changes {
+            if let Change::Insert(value) = change {
+                tree.insert(&mut view, &id.0, &value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The pages a commit's tree changes are applied to: the images it made,
+/// over the newest images of the rest; its splits allocate for the
+/// transaction and its merges free at commit.
+struct Apply<'a> {
+    txn: &'a mut Txn,
+    images: &'a mut BTreeMap<PageId, Vec<u8>>,
+}
+
+impl PageAccess for Apply<'_> {
+    fn page_size(&self) -> usize {
+        self.txn.db.page_size()
+    }
+
+    fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        if let Some(image) = self.images.get(&id) {
+            return Ok(f(image));
+        }
+        Newest { db: &*self.txn.db }.read(id, f)
+    }
+
+    fn modify<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+        if !self.images.contains_key(&id) {
+            let image = Newest { db: &*self.txn.db }.read(id, <[u8]>::to_vec)?;
+            self.images.insert(id, image);
+        }
+        let image = self.images.get_mut(&id).expect("inserted above");
+        // On a copy, so a failed change leaves the image as it was.
+        let mut copy = image.clone();
+        let r = f(&mut copy)?;
+        *image = copy;
+        Ok(r)
+    }
+
+    fn allocate(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
+        self.txn.allocate_page(group, near, ty)
+    }
+
+    fn free(&mut self, id: PageId) -> Result<()> {
+        // Nobody locks a tree page under key-range locking: the X is free.
+        if !self.txn.try_lock_resource(Resource::Page(id), LockMode::X)? {
+            return Err(Error::Internal(format!(
+                "tree page {id}, freed by a commit's merge, is locked by another transaction"
+            )));
+        }
+        self.images.remove(&id);
+        self.txn.to_free.insert(id);
+        Ok(())
+    }
+}
