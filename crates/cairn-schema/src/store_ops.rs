@@ -8,7 +8,7 @@
 use std::ops::Bound;
 
 use cairn_storage::access::Recording;
-use cairn_storage::btree::{BTree, Direction};
+use cairn_storage::btree::BTree;
 use cairn_storage::record::object::ObjectSpace;
 use cairn_storage::{GroupId, Oid, PageId, Txn};
 
@@ -97,10 +97,25 @@ impl StoreOps for Txn {
     }
 
     fn tree_get(&mut self, tree: &BTree, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
-        tree.get(self, key)
+        Txn::tree_get(self, tree, key)
     }
 
     fn tree_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()> {
+        if self.locks_key_ranges(tree) {
+            // Kept by the transaction and applied at commit: no page of the
+            // tree changes now, so `changed` stays as it is.
+            for op in &ops {
+                match op {
+                    TreeOp::Insert { key, value } => {
+                        self.tree_insert(tree, key, value)?;
+                    }
+                    TreeOp::Delete { key, value } => {
+                        self.tree_delete(tree, key, value.as_deref())?;
+                    }
+                }
+            }
+            return Ok(());
+        }
         let mut rec = Recording {
             inner: self,
             pages: changed,
@@ -123,14 +138,8 @@ impl StoreOps for Txn {
         tree: &BTree,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
-        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+        f: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> StorageResult<()> {
-        let mut cur = tree.range(self, lo, hi, Direction::Forward)?;
-        while let Some((k, v)) = cur.next(self)? {
-            if !f(&k, &v) {
-                break;
-            }
-        }
-        Ok(())
+        Txn::tree_scan(self, tree, lo, hi, f)
     }
 }

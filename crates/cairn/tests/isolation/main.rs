@@ -89,10 +89,15 @@ fn judge(what: &str, rec: &Recorder, final_state: std::collections::BTreeMap<u32
 }
 
 fn embedded(object_locking: bool) {
+    embedded_with(object_locking, false)
+}
+
+fn embedded_with(object_locking: bool, key_range_locking: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut opts = Options::default();
     opts.storage.background = false;
     opts.storage.object_locking = object_locking;
+    opts.storage.key_range_locking = key_range_locking;
     opts.storage.lock_timeout = std::time::Duration::from_millis(2_000);
     let db = Arc::new(Database::open_with(dir.path(), opts).unwrap());
     workload::load(&db);
@@ -100,10 +105,11 @@ fn embedded(object_locking: bool) {
     let rec = Recorder::default();
     let sources: Vec<Source> = (0..size.clients).map(|_| Source::Shared(db.clone())).collect();
     run_processes(&sources, &rec, &size);
-    let what = if object_locking {
-        "embedded, object locks"
-    } else {
-        "embedded, page locks"
+    let what = match (object_locking, key_range_locking) {
+        (true, false) => "embedded, object locks",
+        (false, false) => "embedded, page locks",
+        (true, true) => "embedded, object locks, key-range locks",
+        (false, true) => "embedded, page locks, key-range locks",
     };
     judge(what, &rec, workload::final_state(&db));
 }
@@ -116,6 +122,16 @@ fn embedded_threads_with_page_locks_are_serializable() {
 #[test]
 fn embedded_threads_with_object_locks_are_serializable() {
     embedded(true)
+}
+
+#[test]
+fn embedded_threads_with_object_and_key_range_locks_are_serializable() {
+    embedded_with(true, true)
+}
+
+#[test]
+fn embedded_threads_with_page_and_key_range_locks_are_serializable() {
+    embedded_with(false, true)
 }
 
 /// A served database and what kills and restarts its server.

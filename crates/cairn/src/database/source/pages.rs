@@ -96,11 +96,17 @@ impl Source for Txn {
         self.prefetch_pages(&pages)
     }
 
+    /// The X locks of the objects' pages, in one global order: page id
+    /// order, each page once (and `prefetch_pages_exclusive` keeps it), so
+    /// two transactions prefetching the same pages for update never hold
+    /// one each and wait for the other.
     fn prefetch_for_update(&mut self, oids: &[Oid]) -> StorageResult<()> {
         if self.object_locking() {
             return Ok(());
         }
-        let pages: Vec<PageId> = oids.iter().map(|o| o.page).collect();
+        let mut pages: Vec<PageId> = oids.iter().map(|o| o.page).collect();
+        pages.sort_unstable();
+        pages.dedup();
         self.prefetch_pages_exclusive(&pages)
     }
 
@@ -153,7 +159,7 @@ impl Source for Txn {
         _first_only: bool,
         f: impl FnMut(&[u8]) -> bool,
     ) -> StorageResult<()> {
-        tree.get_each(self, key, f).map(|_| ())
+        Txn::tree_get_each(self, tree, key, f).map(|_| ())
     }
 
     fn tree_bulk_load(
@@ -170,6 +176,10 @@ impl Source for Txn {
     }
 
     fn tree_destroy(&mut self, tree: BTree, changed: &mut Vec<PageId>) -> StorageResult<()> {
+        if self.locks_key_ranges(&tree) {
+            // Its lookups were never cached (see `index_lookup_in_pages`).
+            return Txn::tree_destroy(self, tree);
+        }
         let mut rec = Recording {
             inner: self,
             pages: changed,
@@ -262,6 +272,21 @@ fn index_lookup_in_pages(
     max_entries: usize,
     out: &mut Vec<Oid>,
 ) -> StorageResult<IndexAnswer> {
+    if txn.locks_key_ranges(&tree) {
+        // Under key-range locking a lookup locks the key, not the leaf,
+        // and a leaf changes at other transactions' commits without a page
+        // lock: the cache's rule (the leaf's lock and version) does not
+        // hold, so the lookup goes to the tree.
+        let mut bad = false;
+        txn.tree_get_each(&tree, key, |v| {
+            match Oid::from_exact(v) {
+                Some(oid) => out.push(oid),
+                None => bad = true,
+            }
+            !bad && !first_only
+        })?;
+        return Ok(if bad { IndexAnswer::Malformed } else { IndexAnswer::Read });
+    }
     let start = out.len();
     if let Some((leaf, version)) = cache.get(key, first_only, out) {
         // (A leaf this transaction changed has a new version, so its
