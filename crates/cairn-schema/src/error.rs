@@ -12,7 +12,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The transaction was chosen as a deadlock victim; abort and retry.
-    #[error("deadlock: {txn} was chosen as the victim ({cycle})")]
+    #[error(
+        "deadlock: {txn} was chosen as the victim ({cycle}); drop or abort the transaction and run it \
+         again as a new one, after a short random pause (taking locks in one order avoids it)"
+    )]
     Deadlock {
         /// The victim (this transaction).
         txn: TxnId,

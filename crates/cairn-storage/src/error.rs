@@ -182,9 +182,14 @@ pub enum Error {
     #[error("the volume is full: {0}")]
     VolumeFull(String),
 
-    /// The transaction was chosen as the victim of a deadlock; it must abort
-    /// (and may retry).
-    #[error("{txn} was chosen as a deadlock victim: {cycle}")]
+    /// The transaction was chosen as the victim of a deadlock (the member
+    /// of the cycle that had done the least work); it must abort, and may
+    /// be retried whole as a new transaction. The message says so.
+    #[error(
+        "{txn} was chosen as a deadlock victim ({cycle}); nothing of the other transactions was rolled back. \
+         Abort this transaction and retry it whole, as a new transaction, after a short random pause; \
+         taking locks in one order avoids the deadlock"
+    )]
     Deadlock {
         /// The victim.
         txn: TxnId,

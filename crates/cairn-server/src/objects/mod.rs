@@ -41,6 +41,8 @@ use cairn_storage::{Error, GroupId, Oid, PageId, Txn};
 use crate::{fault, lock, Core, SessionState};
 
 mod pages;
+#[cfg(test)]
+mod tests;
 mod tree;
 
 use pages::{encode_batch, fetch_pages, fetch_pages_without_waiting, read_ahead, ImageFrom};
@@ -157,6 +159,12 @@ async fn fetch_streamed(
 /// A lock that must wait is parked: the index of that object is returned,
 /// nothing sent for it ([`fetch_streamed`] goes on from there). ([`OBJ_S_PAGE`]
 /// is [`fetch_pages`].)
+///
+/// For [`OBJ_X`] (a client locking what it is about to change: its
+/// prefetch for update) every X lock is taken first, in one global order
+/// ([`lock_for_update_in_order`]), whatever the order the client asked
+/// in; the objects are then read and sent in the order asked. A wait in
+/// that first step parks before anything is sent (index 0).
 fn fetch(
     core: &Core,
     state: &SessionState,
@@ -173,6 +181,16 @@ fn fetch(
         }
     };
     let mut t = lock(&t);
+    if mode == OBJ_X {
+        match crate::parking(&mut t, |t| lock_for_update_in_order(t, oids)) {
+            Ok(()) => {}
+            Err(Error::LockParked { .. }) => return Some(0),
+            Err(e) => {
+                let _ = out.blocking_send(Err(fault(e)));
+                return None;
+            }
+        }
+    }
     for (i, o) in oids.iter().enumerate() {
         let read = crate::parking(&mut t, |t| read_one(t, oid_of(o), mode == OBJ_X));
         if matches!(read, Err(Error::LockParked { .. })) {
@@ -192,6 +210,25 @@ fn fetch(
         }
     }
     None
+}
+
+/// Takes X on every object of `oids` (IX on its page first, as
+/// [`Txn::lock_object`] does) in OID order — page, then slot — each object
+/// once, whatever the order of `oids`. The server does not rely on the
+/// client's order (the client sorts too): two transactions locking the
+/// same objects for update in opposite orders would otherwise each hold
+/// one and wait for the other; in one order, the second waits for the
+/// first object before it holds any. A lock that must wait parks
+/// ([`Error::LockParked`]) holding the ones before it; run again, it finds
+/// them held and goes on from there.
+fn lock_for_update_in_order(t: &mut Txn, oids: &[[u8; OID_BYTES]]) -> Result<(), Error> {
+    let mut ordered: Vec<Oid> = oids.iter().map(oid_of).collect();
+    ordered.sort_unstable();
+    ordered.dedup();
+    for oid in ordered {
+        t.lock_object(oid, true)?;
+    }
+    Ok(())
 }
 
 /// One object for a fetch: `(length, bytes)`, the bytes `None` if it is too

@@ -38,7 +38,9 @@ pub struct LockStats {
     pub requests: u64,
     /// Requests that had to wait (each counted once).
     pub waits: u64,
-    /// Requests (or external waits) refused because they closed a cycle.
+    /// Deadlock victims, each counted once: requests (or external waits)
+    /// refused because they closed a cycle, and waiting owners whose wait
+    /// was ended because a cycle chose them (see [`LockManager::lock_timeout`]).
     pub deadlocks: u64,
     /// Waits that gave up at their timeout.
     pub timeouts: u64,
@@ -51,29 +53,25 @@ pub struct LockStats {
 
 /// What became of a waiting request, recorded by the thread that decided it
 /// for the waiting thread to collect.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 enum Outcome {
     Granted,
     /// `release_all` ended the owner while it waited.
     Cancelled,
-    /// [`LockManager::lock_ahead`] chose the waiting owner as a deadlock
-    /// victim so that a writer can go on.
-    Victim,
+    /// The waiting owner was chosen as a deadlock victim: by a request
+    /// that closed a cycle through it (it had done the least work), or by
+    /// [`LockManager::lock_ahead`] so that a writer can go on. The cycle,
+    /// described for [`Error::Deadlock`].
+    Victim(String),
 }
 
 impl Outcome {
-    /// What the waiter of `res` gets for this decision.
-    fn result(self, owner: LockOwner, res: Resource) -> Result<()> {
+    /// What the waiter gets for this decision.
+    fn result(self, owner: LockOwner) -> Result<()> {
         match self {
             Outcome::Granted => Ok(()),
             Outcome::Cancelled => Err(Error::TxnNotActive(owner.txn)),
-            Outcome::Victim => Err(Error::Deadlock {
-                txn: owner.txn,
-                cycle: format!(
-                    "{owner} waited (for {res}) on a writer that waits for a page {owner} \
-                     read under its client's callback right"
-                ),
-            }),
+            Outcome::Victim(cycle) => Err(Error::Deadlock { txn: owner.txn, cycle }),
         }
     }
 }
@@ -173,11 +171,25 @@ impl LockManager {
     /// ahead of waiting new requests; a new request also waits behind every
     /// earlier incompatible waiter (FIFO).
     ///
+    /// **Deadlocks.** If the request closes a cycle in the waits-for graph,
+    /// the victim is the owner in the cycle that has done the **least
+    /// work** — the fewest locks held — among those whose wait can be ended
+    /// here: the requester, and the other members waiting for a lock (a
+    /// thread blocked here or a parked [`LockWait`]); a member waiting for
+    /// a callback ([`LockManager::add_external_wait`]) waits outside the
+    /// table and is never chosen. Ties go to the requester, then to the
+    /// youngest owner (the largest transaction id), so the choice is
+    /// deterministic; see the [module docs](super) for the measure. If the
+    /// victim is another owner, its request is withdrawn and its waiter
+    /// gets [`Error::Deadlock`], and the search runs again: this request
+    /// stays queued (and may still wait) only once it closes no cycle.
+    ///
     /// Errors:
-    /// - [`Error::Deadlock`] if waiting would close a cycle in the waits-for
-    ///   graph: **the requester is the victim**. Nothing it held is released
-    ///   (a failed conversion keeps the old mode); the caller must abort
-    ///   (`release_all`) and may retry.
+    /// - [`Error::Deadlock`] if this request is the victim. Nothing it held
+    ///   is released (a failed conversion keeps the old mode); the caller
+    ///   must abort (`release_all`) and may retry the whole transaction.
+    ///   The same error ends the wait of an owner chosen as the victim of a
+    ///   later request's cycle.
     /// - [`Error::LockTimeout`] after `timeout`; the request leaves the
     ///   queue and held locks stay.
     /// - [`Error::TxnNotActive`] if `release_all` ended the owner meanwhile.
@@ -196,7 +208,7 @@ impl LockManager {
             // A decision taken while we slept wins over the timeout.
             if let Some(outcome) = t.outcomes.remove(&ticket) {
                 t.stats.wait_micros += micros_since(start);
-                return outcome.result(owner, res);
+                return outcome.result(owner);
             }
             // No outcome: the request is still in its queue.
             let now = Instant::now();
@@ -223,9 +235,12 @@ impl LockManager {
     /// Locks `res` in `mode` for `owner` with no thread waiting for it:
     /// `Ok(None)` if granted now (or already covered); otherwise the request
     /// is queued exactly as [`LockManager::lock_timeout`] queues it (FIFO,
-    /// conversions ahead, a deadlock search through it, the requester the
-    /// victim) and `Ok(Some(wait))`: a [`LockWait`] future that resolves
-    /// when the request is decided. A server parks its clients' lock waits
+    /// conversions ahead, a deadlock search through it, the victim the
+    /// member of the cycle with the least work — this request, or a waiting
+    /// owner whose wait then ends) and `Ok(Some(wait))`: a [`LockWait`]
+    /// future that resolves when the request is decided. A parked wait may
+    /// itself be chosen as a later request's victim: it then resolves to
+    /// [`Error::Deadlock`]. A server parks its clients' lock waits
     /// this way, so a thousand waits hold a thousand small table entries,
     /// not a thousand threads.
     ///
@@ -280,12 +295,13 @@ impl LockManager {
     ///
     /// `writer`: the transaction about to ask for a conflicting lock on
     /// `res` (the one that called the page back). If `owner` already waits,
-    /// directly or not, for `writer`, that request would close a cycle, and
-    /// the victim would always be the writer (the readers' locks are always
-    /// older): a writer facing a stream of readers would starve. So the
-    /// *reader* is the victim instead: its waiting request is withdrawn and
-    /// its thread gets [`Error::Deadlock`]; the lock granted here stays
-    /// until its transaction aborts.
+    /// directly or not, for `writer`, that request would close a cycle
+    /// whose victim is the writer whenever it holds no more locks than the
+    /// reader (a tie goes to the requester): a writer facing a stream of
+    /// readers could starve. So the *reader* is the victim at once,
+    /// whatever its work: its waiting request is withdrawn and its waiter
+    /// gets [`Error::Deadlock`] (counted as one deadlock); the lock granted
+    /// here stays until its transaction aborts.
     pub fn lock_ahead(
         &self,
         owner: LockOwner,
@@ -339,7 +355,11 @@ impl LockManager {
             let waiting = t.owners.get(&owner).and_then(|s| s.wait);
             if let Some((on, ticket)) = waiting {
                 if t.reaches(owner, w) {
-                    t.make_victim(owner, on, ticket);
+                    let cycle = format!(
+                        "{owner} waited (for {on}) on a writer, {w}, that waits for a page {owner} \
+                         read under its client's callback right"
+                    );
+                    t.make_victim(owner, on, ticket, cycle);
                 }
             }
         }
@@ -405,9 +425,14 @@ impl LockManager {
     /// callback; see the module docs), so that deadlock detection sees it.
     /// Adding an edge that is already there does nothing.
     ///
-    /// Errors: [`Error::Deadlock`] (and no edge) if the edge would close a
-    /// cycle — `waiter` is the victim; [`Error::InvalidArgument`] if
-    /// `waiter == on` or `waiter` is waiting for a lock.
+    /// A cycle the edge closes is broken as a lock request's is (see
+    /// [`LockManager::lock_timeout`]): the victim is the member with the
+    /// least work among `waiter` and the members waiting for a lock; a
+    /// waiting member chosen gets [`Error::Deadlock`] and the edge stays.
+    ///
+    /// Errors: [`Error::Deadlock`] (and no edge) if `waiter` is the victim;
+    /// [`Error::InvalidArgument`] if `waiter == on` or `waiter` is waiting
+    /// for a lock.
     pub fn add_external_wait(&self, waiter: LockOwner, on: LockOwner) -> Result<()> {
         let mut t = self.lock_table();
         if waiter == on {
@@ -421,11 +446,10 @@ impl LockManager {
         if !t.external.entry(waiter).or_default().insert(on) {
             return Ok(());
         }
-        if let Some(cycle) = find_cycle(waiter, |o| t.waits_for(o)) {
-            let cycle = t.describe_cycle(&cycle);
+        if let Err(e) = t.break_cycles(waiter) {
             t.remove_external(waiter, on);
             t.stats.deadlocks += 1;
-            return Err(Error::Deadlock { txn: waiter.txn, cycle });
+            return Err(e);
         }
         Ok(())
     }
@@ -502,7 +526,7 @@ impl LockWait {
         let mut t = self.manager.lock_table();
         t.stats.wait_micros += micros_since(self.start);
         if let Some(outcome) = t.outcomes.remove(&self.ticket) {
-            return outcome.result(self.owner, self.res);
+            return outcome.result(self.owner);
         }
         t.cancel(self.res, self.ticket);
         t.stats.timeouts += 1;
@@ -530,7 +554,7 @@ impl Future for LockWait {
         if let Some(outcome) = t.outcomes.remove(&this.ticket) {
             this.done = true;
             t.stats.wait_micros += micros_since(this.start);
-            return Poll::Ready(outcome.result(this.owner, this.res));
+            return Poll::Ready(outcome.result(this.owner));
         }
         // Undecided, so still queued: its owner is in the table.
         if let Some(state) = t.owners.get_mut(&this.owner) {
@@ -555,10 +579,11 @@ impl Drop for LockWait {
 
 impl Table {
     /// A lock request up to its wait: `Ok(None)` if granted now (or
-    /// already covered); else it is queued and a cycle is searched through
-    /// the new edges — closing one, it is withdrawn and the requester is
-    /// the victim ([`Error::Deadlock`]) — and its ticket and target mode are
-    /// returned.
+    /// already covered); else it is queued and the cycles it closes are
+    /// broken ([`Table::break_cycles`]) — the requester being the victim,
+    /// it is withdrawn ([`Error::Deadlock`]); another victim's withdrawn
+    /// request may let this one be granted at once (`Ok(None)` again) —
+    /// and its ticket and target mode are returned.
     fn request(&mut self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<(Ticket, LockMode)>> {
         let Some(target) = self.begin_request(owner, res, mode)? else {
             return Ok(None);
@@ -567,11 +592,15 @@ impl Table {
             return Ok(None);
         }
         let ticket = self.enqueue(owner, res, target);
-        if let Some(cycle) = find_cycle(owner, |o| self.waits_for(o)) {
-            let cycle = self.describe_cycle(&cycle);
+        if let Err(e) = self.break_cycles(owner) {
             self.cancel(res, ticket);
             self.stats.deadlocks += 1;
-            return Err(Error::Deadlock { txn: owner.txn, cycle });
+            return Err(e);
+        }
+        if let Some(outcome) = self.outcomes.remove(&ticket) {
+            // Granted when a victim's request ahead of it left the queue.
+            debug_assert_eq!(outcome, Outcome::Granted);
+            return Ok(None);
         }
         Ok(Some((ticket, target)))
     }
@@ -664,27 +693,85 @@ impl Table {
             .get(&owner)
             .and_then(|s| s.wait)
             .is_some_and(|(_, t)| t == ticket)
-            && find_cycle(owner, |o| self.waits_for(o)).is_some()
         {
-            // Its S stays until it aborts; its wait ends as a victim.
-            self.make_victim(owner, res, ticket);
+            if let Some(cycle) = find_cycle(owner, |o| self.waits_for(o)) {
+                // Its S stays until it aborts; its wait ends as a victim.
+                let cycle = self.describe_cycle(&cycle);
+                self.make_victim(owner, res, ticket, cycle);
+            }
         }
         Ok(true)
     }
 
     /// Ends `owner`'s wait for `res` (request `ticket`) as a deadlock
-    /// victim: the request leaves the queue, its thread wakes to
-    /// [`Error::Deadlock`], what it held stays until it aborts, and the
-    /// requests behind it are granted if it was all that blocked them.
-    fn make_victim(&mut self, owner: LockOwner, res: Resource, ticket: Ticket) {
+    /// victim of `cycle` (its description): the request leaves the queue,
+    /// its waiter — a thread in `lock_timeout` or the task polling its
+    /// parked [`LockWait`] — wakes to [`Error::Deadlock`], what it held
+    /// stays until it aborts, and the requests behind it are granted if it
+    /// was all that blocked them. Counted as one deadlock.
+    fn make_victim(&mut self, owner: LockOwner, res: Resource, ticket: Ticket, cycle: String) {
         let q = self.queues.get_mut(&res).expect("a waiter's queue exists");
         q.remove_waiting(ticket).expect("a waiter is in its queue");
         let state = self.owners.get_mut(&owner).expect("a waiter is an owner");
         state.wait = None;
         state.wake();
-        self.outcomes.insert(ticket, Outcome::Victim);
+        // A victim that held nothing (it waited behind others for its
+        // first lock) leaves the table, as a withdrawn request's owner does.
+        if state.held.is_empty() {
+            self.owners.remove(&owner);
+        }
+        self.outcomes.insert(ticket, Outcome::Victim(cycle));
         self.stats.deadlocks += 1;
         self.settle(res);
+    }
+
+    /// The victim of `cycle`, which `requester`'s new edge closed: the
+    /// member with the least work (fewest locks held) among the requester
+    /// and the members waiting for a lock (their wait can be ended here;
+    /// an owner waiting for a callback cannot, and is never chosen). Ties
+    /// go to the requester, then to the largest transaction id (then
+    /// client id). With its lock count.
+    fn choose_victim(&self, cycle: &[LockOwner], requester: LockOwner) -> (LockOwner, usize) {
+        let work = |o: &LockOwner| self.owners.get(o).map_or(0, |s| s.held.len());
+        cycle
+            .iter()
+            .filter(|&&o| o == requester || self.owners.get(&o).is_some_and(|s| s.wait.is_some()))
+            .map(|&o| (o, work(&o)))
+            .min_by_key(|&(o, n)| (n, o != requester, std::cmp::Reverse((o.txn, o.client))))
+            .expect("the requester is in its own cycle")
+    }
+
+    /// Breaks every cycle through `requester`, whose new edge (a queued
+    /// request, or an external wait) may have closed some: while a cycle
+    /// through it is found, its victim is chosen ([`Table::choose_victim`]).
+    /// Another owner's wait is ended ([`Table::make_victim`]) and the search
+    /// runs again; the requester being the victim is returned as its
+    /// [`Error::Deadlock`] — the caller withdraws its edge and counts it.
+    ///
+    /// Ends: each round either returns or takes one waiting owner out of
+    /// the graph. Only cycles through the requester can exist (the graph
+    /// was acyclic before its edge, and withdrawing a request or granting
+    /// one adds no edge out of a waiter).
+    fn break_cycles(&mut self, requester: LockOwner) -> Result<()> {
+        while let Some(cycle) = find_cycle(requester, |o| self.waits_for(o)) {
+            let (victim, held) = self.choose_victim(&cycle, requester);
+            let noun = if held == 1 { "lock" } else { "locks" };
+            let described = format!(
+                "{}; {victim} held the fewest locks in the cycle ({held} {noun})",
+                self.describe_cycle(&cycle)
+            );
+            if victim == requester {
+                return Err(Error::Deadlock {
+                    txn: requester.txn,
+                    cycle: described,
+                });
+            }
+            let (res, ticket) = self.owners[&victim]
+                .wait
+                .expect("a victim other than the requester waits");
+            self.make_victim(victim, res, ticket, described);
+        }
+        Ok(())
     }
 
     /// Puts a request that must wait into its queue and returns its ticket.
@@ -778,7 +865,8 @@ impl Table {
     }
 
     /// The owners `owner` waits for: the blockers of its queued request and
-    /// its external edges.
+    /// its external edges, each in ascending order, so the cycle search (and
+    /// with it the choice of a victim) is the same for the same table.
     fn waits_for(&self, owner: LockOwner) -> Vec<LockOwner> {
         let mut out = Vec::new();
         if let Some((res, ticket)) = self.owners.get(&owner).and_then(|s| s.wait) {
@@ -787,7 +875,9 @@ impl Table {
             out = q.blockers_of(at);
         }
         if let Some(set) = self.external.get(&owner) {
+            let from = out.len();
             out.extend(set.iter().copied());
+            out[from..].sort_unstable();
         }
         out
     }

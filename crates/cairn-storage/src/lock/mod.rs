@@ -56,8 +56,9 @@
 //! | (new) | Waiting | `Table::enqueue` (from `lock_timeout`) | blocked; `try_lock` instead returns `false` |
 //! | Granted | Converting | `Table::enqueue` | a blocked conversion; the old mode stays granted |
 //! | Waiting / Converting | Granted | `Table::settle` (from `release_all`, `Table::cancel`) | its blockers are gone; the settler grants it and wakes its owner |
-//! | Waiting | Cancelled | `Table::cancel` (from `lock_timeout`) | it closed a cycle (victim) or timed out |
-//! | Converting | Granted (old mode) | `Table::cancel` (from `lock_timeout`) | it closed a cycle (victim) or timed out |
+//! | Waiting | Cancelled | `Table::cancel` (from `lock_timeout`) | it closed a cycle and is the victim, or timed out |
+//! | Converting | Granted (old mode) | `Table::cancel` (from `lock_timeout`) | it closed a cycle and is the victim, or timed out |
+//! | Waiting / Converting | Cancelled (a converting owner keeps its old mode) | `Table::make_victim` (from `Table::break_cycles`, `lock_ahead`) | a later request (or external wait) closed a cycle through it and it did the least work; its waiter gets `Deadlock` |
 //! | Waiting / Converting | Cancelled | `LockManager::release_all` | its owner ended; its thread gets `TxnNotActive` |
 //! | Granted | (released) | `LockManager::release_all` | commit or abort |
 //!
@@ -83,7 +84,7 @@
 //! woken thread only collects its outcome. Waiting threads sleep on their
 //! owner's condition variable with a deadline; they never spin.
 //!
-//! # Deadlocks: the requester is the victim
+//! # Deadlocks: the least work is the victim
 //!
 //! The waits-for graph is computed from the lock table when needed: an edge
 //! from each waiter to each owner in `Queue::blockers` of its request (the
@@ -93,16 +94,44 @@
 //! ahead of), when a request is granted (only into its owner, which then
 //! waits for nothing, so no cycle), or when an external edge is added. So a
 //! cycle can only appear through the request being enqueued (or the external
-//! waiter): `lock_timeout` searches for a cycle through the requester right
-//! after enqueueing it, and if there is one, **the requester is the victim**
-//! — its request is withdrawn and it gets `Error::Deadlock` naming the cycle,
-//! at once (no timeout is involved). This is simple and predictable: the
-//! owners already waiting are left alone, and the victim keeps what it
-//! holds until it aborts with `release_all` (so the others proceed only
-//! then). Two `S` holders both converting to `X` is such a cycle; the second
-//! to ask is the victim. A waiter is only woken once its request is
-//! decided, so it is never "re-blocked" and needs no second search;
-//! `check_invariants` asserts the graph is acyclic.
+//! waiter): right after enqueueing it, `Table::break_cycles` searches for a
+//! cycle through the requester (depth first, each owner's edges in
+//! ascending order, so the same table always yields the same cycle) and
+//! picks a **victim** in it, at once (no timeout is involved):
+//!
+//! - **Who may be chosen:** the requester, and every other member that
+//!   waits for a lock (in a cycle, every member but the requester waits for
+//!   something). A member waiting for a *callback* (an external edge) waits
+//!   outside the table — nothing here can end that wait — so it is never
+//!   chosen; a cycle always has the requester to choose.
+//! - **Least work:** the one holding the fewest locks (its `held` set: one
+//!   count per resource, intention locks included). Under strict 2PL every
+//!   page or object a transaction has read or changed is still locked, so
+//!   the count is the table's own measure of how much it has done — and of
+//!   what an abort throws away and a retry must do again — and costs
+//!   nothing to read. (The table knows nothing else about the work: not
+//!   the bytes changed, nor how long the owner ran.)
+//! - **Ties** go to the requester — two equal owners converting S to X: the
+//!   second to ask is the victim, as it always was — then to the youngest
+//!   owner (the largest transaction id, then client id), so the choice is
+//!   deterministic.
+//!
+//! A requester that is the victim has its request withdrawn and gets
+//! `Error::Deadlock` naming the cycle. Another victim is a waiting owner:
+//! its request is withdrawn (`Table::make_victim`, as `lock_ahead` does),
+//! its waiter — a thread in `lock_timeout` or the task polling a parked
+//! `LockWait` — wakes to `Error::Deadlock`, and the requests it alone
+//! blocked are granted; the search then runs again, so the requester's
+//! request stays queued only once it closes no cycle (it may be granted
+//! right there, if the victim waited ahead of it). Each victim is counted
+//! once in `LockStats::deadlocks`. A victim keeps what it holds until it
+//! aborts with `release_all` (so the others proceed only then). A waiter is
+//! only woken once its request is decided, so it is never "re-blocked" and
+//! needs no second search; `check_invariants` asserts the graph is acyclic.
+//!
+//! `lock_ahead` keeps its own rule (a grant made for a callback's reader
+//! that would close a cycle is withdrawn and refused; a reader waiting for
+//! the writer is the victim), described there.
 //!
 //! # Timeouts
 //!
@@ -121,10 +150,11 @@
 //! client still using the page — and removes each edge with
 //! [`LockManager::remove_external_wait`] when that client answers "dropped".
 //! The detector follows external edges like lock edges, so a cycle through a
-//! callback is found: `add_external_wait` refuses an edge that would close
-//! one (`Error::Deadlock`, the requester is the victim), and a later lock
-//! request closing a cycle through an external edge is refused the same
-//! way. The server's order for an `X` request is: call back and wait (with
+//! callback is found: an edge `add_external_wait` adds that closes one is
+//! broken as a lock request's cycle is (the victim by least work; the
+//! waiter being it, its edge is refused with `Error::Deadlock`), and so is
+//! a later lock request closing a cycle through an external edge — whose
+//! waiter is never the victim chosen by another's request. The server's order for an `X` request is: call back and wait (with
 //! external edges), remove the edges, then `lock` — an owner never waits on
 //! a lock and a callback at once. External edges never block a grant
 //! themselves; `release_all(owner)` drops the owner's own external edges.
@@ -148,6 +178,8 @@ mod queue;
 mod resource;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod victim_tests;
 
 pub use manager::{LockManager, LockOptions, LockStats, LockWait};
 pub use mode::LockMode;

@@ -24,28 +24,28 @@ use crate::ids::{ClientId, PageId, TxnId};
 
 use LockMode::{IS, IX, S, SIX, X};
 
-fn o(txn: u64) -> LockOwner {
+pub(super) fn o(txn: u64) -> LockOwner {
     LockOwner::new(ClientId(0), TxnId(txn))
 }
 
-fn page(n: u32) -> Resource {
+pub(super) fn page(n: u32) -> Resource {
     Resource::Page(PageId(n))
 }
 
 /// How long a test waits for something that must happen before it calls
 /// the test hung. Never a performance bound: a correct run is far below it
 /// however loaded the machine.
-const HANG_GUARD: Duration = Duration::from_secs(60);
+pub(super) const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// A manager whose lock waits time out only at the hang guard, so a slow
 /// machine never turns a wait into a timeout.
-fn manager() -> Arc<LockManager> {
+pub(super) fn manager() -> Arc<LockManager> {
     Arc::new(LockManager::new(LockOptions { timeout: HANG_GUARD }))
 }
 
 /// Polls until `owner` is queued on `res` (the guard only keeps a broken
 /// test from hanging).
-fn wait_until_queued(m: &LockManager, owner: LockOwner, res: Resource) {
+pub(super) fn wait_until_queued(m: &LockManager, owner: LockOwner, res: Resource) {
     let deadline = Instant::now() + HANG_GUARD;
     while !m.waiters(&res).iter().any(|(w, _)| *w == owner) {
         assert!(Instant::now() < deadline, "{owner} never queued on {res}");
@@ -58,7 +58,7 @@ fn wait_until_queued(m: &LockManager, owner: LockOwner, res: Resource) {
 /// the manager's queue still holds it. Deterministic, unlike waiting a
 /// while for the answer not to come: callers use it where nothing can grant
 /// the request until the test itself releases something.
-fn assert_still_waiting(
+pub(super) fn assert_still_waiting(
     m: &LockManager,
     rx: &mpsc::Receiver<crate::Result<()>>,
     owner: LockOwner,
@@ -79,7 +79,7 @@ fn assert_still_waiting(
 
 /// Runs `lock` for `owner` on another thread; the result arrives on the
 /// returned channel.
-fn lock_in_thread(
+pub(super) fn lock_in_thread(
     m: &Arc<LockManager>,
     owner: LockOwner,
     res: Resource,
@@ -320,12 +320,16 @@ fn cycle_through_an_external_edge_is_detected() {
     assert!(matches!(m.lock(o(2), page(3), S), Err(Error::InvalidArgument(_))));
     m.check_invariants();
 
-    // Once the callback is answered the edge goes, and 1 just waits.
+    // Once the callback is answered the edge goes, and 1 just waits (with
+    // more work done than 2: two locks to 2's one).
     assert!(m.remove_external_wait(o(2), o(1)));
     assert!(!m.remove_external_wait(o(2), o(1)));
+    m.lock(o(1), page(5), S).unwrap();
+    m.lock(o(1), page(6), S).unwrap();
     let rx = lock_in_thread(&m, o(1), page(2), S);
     wait_until_queued(&m, o(1), page(2));
-    // Now the edge 2 → 1 itself would close the cycle, and is refused.
+    // Now the edge 2 → 1 itself would close the cycle; 2 has done the
+    // least work, so the edge is refused (`victim_tests` has the other way).
     let err = m.add_external_wait(o(2), o(1)).unwrap_err();
     assert!(matches!(err, Error::Deadlock { txn: TxnId(2), .. }), "{err:?}");
     m.check_invariants();
@@ -952,7 +956,7 @@ fn lock_ahead_raises_a_weaker_mode_held() {
 /// A waker that counts its wakes, so a test can poll a [`LockWait`] by
 /// hand and see exactly when it was woken.
 #[derive(Default)]
-struct CountingWaker(AtomicU64);
+pub(super) struct CountingWaker(pub(super) AtomicU64);
 
 impl std::task::Wake for CountingWaker {
     fn wake(self: Arc<Self>) {
@@ -960,7 +964,7 @@ impl std::task::Wake for CountingWaker {
     }
 }
 
-fn poll_wait(w: &mut LockWait, waker: &Arc<CountingWaker>) -> std::task::Poll<crate::Result<()>> {
+pub(super) fn poll_wait(w: &mut LockWait, waker: &Arc<CountingWaker>) -> std::task::Poll<crate::Result<()>> {
     let waker = std::task::Waker::from(waker.clone());
     let mut cx = std::task::Context::from_waker(&waker);
     std::future::Future::poll(std::pin::Pin::new(w), &mut cx)

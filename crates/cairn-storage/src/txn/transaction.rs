@@ -480,11 +480,22 @@ impl Txn {
     /// takes their pages in one round trip instead of one each. Under
     /// object-level locking nothing is taken (its changes lock objects, not
     /// pages).
+    ///
+    /// The X locks are asked for in one global order, page id order, each
+    /// page once, whatever the order of `pages`: two transactions
+    /// prefetching the same pages for update then never hold one each and
+    /// wait for the other (the second waits for the first page before it
+    /// holds any). A backend that does not prefetch (the embedded engine:
+    /// no round trip to save) takes nothing here; the pages are locked as
+    /// they are changed.
     pub fn prefetch_pages_exclusive(&mut self, pages: &[PageId]) -> Result<()> {
         if self.object_locks {
             return Ok(());
         }
-        self.prefetch_in(pages, LockMode::X)
+        let mut ordered = pages.to_vec();
+        ordered.sort_unstable();
+        ordered.dedup();
+        self.prefetch_in(&ordered, LockMode::X)
     }
 
     /// [`Backend::prefetch`] of the pages not held in `mode` (S or X) yet.

@@ -97,6 +97,8 @@ impl Source for ObjectTxn {
         self.read_many(oids).map(|_| ())
     }
 
+    /// The objects' X locks in one global order, OID order, each once:
+    /// `lock_many_for_update` sorts them, and the server sorts again.
     fn prefetch_for_update(&mut self, oids: &[Oid]) -> StorageResult<()> {
         self.lock_many_for_update(oids)
     }
