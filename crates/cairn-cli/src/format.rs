@@ -49,6 +49,29 @@
 //! `k<key as 16 hex digits>=v<version in decimal>:<record checksum as 8 hex
 //! digits>` for a write and `k<key>=del` for a delete, e.g.
 //! `committed 812 k5f3a09c100000007=v3:9ae0c2d1,k5f3a09c101000002=del`.
+//!
+//! The txid is the writing process's own name for the transaction: a
+//! page-server client numbers its transactions from 1, so two processes
+//! writing through one server print the same txids. A transaction is
+//! therefore told apart by its txid *and* its write set, which every
+//! record and every commit line carry.
+//!
+//! # Run records
+//!
+//! Every torture run registers in the group `torture-runs` (see
+//! [`crate::torture`]) with one 32-byte record, little-endian:
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  magic "CAIRNRN1"
+//!      8     4  nonce: the run's key space (keys are nonce << 32 | …)
+//!     12     4  owner: the nonce of the run that now owns these keys
+//!               (the nonce itself until another run adopts them)
+//!     16     8  token: random, tells two registrations of a nonce apart
+//!     24     1  state: 1 = running (or killed), 2 = ended
+//!     25     3  reserved, 0
+//!     28     4  checksum: CRC32C of the record with these 4 bytes zero
+//! ```
 
 use std::fmt;
 
@@ -295,6 +318,83 @@ pub fn decode(b: &[u8]) -> Result<Record, Damage> {
     })
 }
 
+/// Magic bytes that open every run record.
+pub const RUN_MAGIC: [u8; 8] = *b"CAIRNRN1";
+/// Bytes of a run record.
+pub const RUN_SIZE: usize = 32;
+const RUN_CHECKSUM_AT: usize = 28;
+
+/// What became of a run, as far as its keys go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// Its owner is running, or was killed (nobody can tell which).
+    Running,
+    /// Its owner ended normally and gave its keys up: any run may adopt them.
+    Ended,
+}
+
+/// A run's registration: which run owns the keys of `nonce` and whether
+/// that run is known to have ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunRecord {
+    /// The key space (the high 32 bits of its keys).
+    pub nonce: u32,
+    /// The nonce of the run that owns the key space now.
+    pub owner: u32,
+    /// Random: two registrations of one nonce differ in it.
+    pub token: u64,
+    /// Running or ended.
+    pub state: RunState,
+}
+
+/// Encodes a run record ([`RUN_SIZE`] bytes).
+pub fn encode_run(r: &RunRecord) -> Vec<u8> {
+    let mut b = vec![0u8; RUN_SIZE];
+    b[0..8].copy_from_slice(&RUN_MAGIC);
+    b[8..12].copy_from_slice(&r.nonce.to_le_bytes());
+    b[12..16].copy_from_slice(&r.owner.to_le_bytes());
+    b[16..24].copy_from_slice(&r.token.to_le_bytes());
+    b[24] = match r.state {
+        RunState::Running => 1,
+        RunState::Ended => 2,
+    };
+    let crc = crc32c::crc32c(&b);
+    b[RUN_CHECKSUM_AT..RUN_CHECKSUM_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Decodes and checks a run record.
+pub fn decode_run(b: &[u8]) -> Result<RunRecord, Damage> {
+    if b.len() != RUN_SIZE {
+        return damage(format!("run record of {} bytes, not {RUN_SIZE}", b.len()));
+    }
+    if b[0..8] != RUN_MAGIC {
+        return damage("bad run record magic");
+    }
+    let mut z = b.to_vec();
+    z[RUN_CHECKSUM_AT..RUN_CHECKSUM_AT + 4].fill(0);
+    let stored = u32::from_le_bytes(b[RUN_CHECKSUM_AT..].try_into().expect("4 bytes"));
+    let crc = crc32c::crc32c(&z);
+    if crc != stored {
+        return damage(format!("run record checksum {crc:08x}, header says {stored:08x}"));
+    }
+    if b[25..28] != [0, 0, 0] {
+        return damage("run record reserved bytes are not zero");
+    }
+    let state = match b[24] {
+        1 => RunState::Running,
+        2 => RunState::Ended,
+        s => return damage(format!("unknown run state {s}")),
+    };
+    let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+    Ok(RunRecord {
+        nonce: u32_at(8),
+        owner: u32_at(12),
+        token: u64_at(b, 16),
+        state,
+    })
+}
+
 /// One entry of a commit digest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DigestEntry {
@@ -504,6 +604,40 @@ mod tests {
         assert!(line.starts_with("committed 812 k5f3a09c100000007=v3:9ae0c2d1,k5f3a09c101000002=del,"));
         assert!(!line.contains(' ') || line.matches(' ').count() == 2);
         assert_eq!(parse_commit_line(&line), Some(Ok(Commit { txid: 812, entries: e })));
+    }
+
+    #[test]
+    fn run_records_round_trip_and_catch_damage() {
+        for state in [RunState::Running, RunState::Ended] {
+            let r = RunRecord {
+                nonce: 0x5f3a_09c1,
+                owner: 0x1234_5678,
+                token: 0xdead_beef_0bad_f00d,
+                state,
+            };
+            let b = encode_run(&r);
+            assert_eq!(b.len(), RUN_SIZE);
+            assert_eq!(decode_run(&b), Ok(r));
+            for i in 0..b.len() {
+                let mut d = b.clone();
+                d[i] ^= 0x04;
+                assert!(decode_run(&d).is_err(), "flip at {i} not detected");
+            }
+            assert!(decode_run(&b[..RUN_SIZE - 1]).is_err());
+            // A torture object record is not a run record.
+            assert!(decode_run(&encode(
+                Kind::Tombstone,
+                1,
+                1,
+                1,
+                0,
+                &[Entry {
+                    key: 1,
+                    version: DELETED
+                }]
+            ))
+            .is_err());
+        }
     }
 
     #[test]

@@ -100,15 +100,26 @@ enum Command {
         /// server's path).
         #[arg(long, requires = "connect")]
         file: bool,
+        /// Take over every other run's objects, also those of runs that may
+        /// still be running (killed ones): give it only when no other
+        /// torture process is running against the server, e.g. to the
+        /// first client after a restart (start others once it printed its
+        /// `torture: nonce` line). Always so without --connect. Without it,
+        /// a run changes only its own objects and those of runs that ended.
+        #[arg(long)]
+        adopt: bool,
     },
-    /// Check a tortured database against the log of acknowledged commits:
+    /// Check a tortured database against the logs of acknowledged commits
+    /// (one per torture process, or one that many runs appended to):
     /// nothing lost, nothing partial, nothing corrupt.
     Verify {
         /// The database directory.
         dir: PathBuf,
-        /// The file torture's stdout was appended to.
-        #[arg(long)]
-        log: PathBuf,
+        /// The files torture's stdout went to (the same as --log).
+        logs: Vec<PathBuf>,
+        /// A file torture's stdout was appended to (repeatable).
+        #[arg(long = "log")]
+        log: Vec<PathBuf>,
     },
     /// Serve a database to page-, file- and object-server clients until SIGINT/SIGTERM, then
     /// checkpoint and close it. Once the database has users (`cairn user add`) every
@@ -262,8 +273,12 @@ fn main() -> ExitCode {
             seed,
             connect,
             file,
-        } => run_torture(dir, seconds, threads, seed, connect, file),
-        Command::Verify { dir, log } => return run_verify(&dir, &log),
+            adopt,
+        } => run_torture(dir, seconds, threads, seed, connect, file, adopt),
+        Command::Verify { dir, logs, log } => {
+            let all: Vec<PathBuf> = log.into_iter().chain(logs).collect();
+            return run_verify(&dir, &all);
+        }
         Command::User { which } => users::run(which),
         Command::Bench {
             which: BenchCommand::Commit { seconds, dir, json },
@@ -459,6 +474,7 @@ fn run_torture(
     seed: Option<u64>,
     connect: Option<String>,
     file: bool,
+    adopt: bool,
 ) -> anyhow::Result<()> {
     let seed = seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -473,19 +489,28 @@ fn run_torture(
         seed,
         connect,
         file,
+        adopt,
     })?;
     Ok(())
 }
 
-fn run_verify(dir: &Path, log: &Path) -> ExitCode {
-    match verify::run(dir, log) {
+fn run_verify(dir: &Path, logs: &[PathBuf]) -> ExitCode {
+    if logs.is_empty() {
+        eprintln!("error: cairn verify needs at least one log: cairn verify DIR LOG… or --log LOG");
+        return ExitCode::from(2);
+    }
+    match verify::run(dir, logs) {
         Ok(report) => {
             for line in report.problem_lines() {
                 println!("{line}");
             }
             eprintln!(
-                "verify: {} objects, {} tombstones, {} torn commit lines ignored",
-                report.objects, report.tombstones, report.malformed_lines
+                "verify: {} logs, {} objects, {} tombstones, {} runs registered, {} torn commit lines ignored",
+                logs.len(),
+                report.objects,
+                report.tombstones,
+                report.runs,
+                report.malformed_lines
             );
             println!("{}", report.summary_line());
             if report.is_ok() {
