@@ -1,12 +1,13 @@
 //! Fuzz target body `page_service`: every decoder of the page service
 //! (`cairn_net::page_service`) on arbitrary bytes. The first byte picks the
-//! decoder (a request kind, or one of the reply decoders), the rest is the
-//! body. Decoding must return a value or an error, never panic; a request
-//! that decodes must encode back to the same bytes.
+//! decoder (a request kind, or one of the reply decoders; 23 is LOCK_STATS,
+//! its request and its reply), the rest is the body. Decoding must return a
+//! value or an error, never panic; a request that decodes must encode back
+//! to the same bytes.
 
 use cairn_net::frame::Kind;
 use cairn_net::page_service::{
-    decode_groups, decode_lsns, decode_page, decode_pages, FaultDetail, Fetched, PageRequest, VolumeInfo,
+    decode_groups, decode_lsns, decode_page, decode_pages, FaultDetail, Fetched, LockCounters, PageRequest, VolumeInfo,
 };
 
 /// Runs one input.
@@ -14,7 +15,7 @@ pub fn run(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    match which % 23 {
+    match which % 24 {
         k @ 0..=16 => {
             let kind = Kind(0x0100 + u16::from(k));
             if let Ok(Some(req)) = PageRequest::decode(kind, body) {
@@ -43,8 +44,16 @@ pub fn run(data: &[u8]) {
                 assert_eq!(d.encode(), body, "a fault detail encodes back to its bytes");
             }
         }
-        _ => {
+        22 => {
             let _ = VolumeInfo::decode(body);
+        }
+        _ => {
+            if let Ok(Some(req)) = PageRequest::decode(Kind::LOCK_STATS, body) {
+                assert_eq!(req.encode(), (Kind::LOCK_STATS, body.to_vec()));
+            }
+            if let Ok(c) = LockCounters::decode(body) {
+                assert_eq!(c.encode(), body, "lock counters encode back to their bytes");
+            }
         }
     }
 }

@@ -352,24 +352,36 @@ fn concurrent_page_clients_see_what_one_client_sees() {
         ..Oo1Config::default()
     })
     .unwrap();
-    // Reads, cold reads, then mixed, each with 1 and 2 clients.
-    let shape: Vec<(&str, usize)> = report.concurrency.iter().map(|r| (r.mode.name(), r.clients)).collect();
+    // Reads, cold reads, then mixed, each with 1 and 2 clients; then the
+    // browse reader alone, with a writer, and that writer alone.
+    let shape: Vec<(&str, &str, usize)> = report
+        .concurrency
+        .iter()
+        .map(|r| (r.system, r.mode.name(), r.clients))
+        .collect();
     assert_eq!(
         shape,
         [
-            ("reads", 1),
-            ("reads", 2),
-            ("cold reads", 1),
-            ("cold reads", 2),
-            ("mixed", 1),
-            ("mixed", 2)
+            ("cairn-page", "reads", 1),
+            ("cairn-page", "reads", 2),
+            ("cairn-page", "cold reads", 1),
+            ("cairn-page", "cold reads", 2),
+            ("cairn-page", "mixed", 1),
+            ("cairn-page", "mixed", 2),
+            ("cairn-page", "browse", 1),
+            ("cairn-page", "browse", 2),
+            ("cairn-page", "writers alone", 1),
         ]
     );
     // One client on its own server replays every client's lookups.
     let graph = Graph::generate(&mut ParkMiller::new(1), PARTS);
     let mut alone = systems::by_name("cairn-page", dir.path(), Some(&cairn_exe())).unwrap();
     alone.build(&graph).unwrap();
-    for row in &report.concurrency {
+    for row in report
+        .concurrency
+        .iter()
+        .filter(|r| r.mode.name() != "browse" && r.mode.name() != "writers alone")
+    {
         assert_eq!(row.per_client.len(), row.clients);
         match row.mode.name() {
             "mixed" => assert!(row.round_trips_per_op() > 0.0, "inserts talk to the server"),
@@ -400,17 +412,120 @@ fn concurrent_page_clients_see_what_one_client_sees() {
         report.concurrency[1].per_client[0].lookup_digests,
         report.concurrency[1].per_client[1].lookup_digests
     );
+    // The server's lock counters were read around every run: inserts lock.
+    let mixed = &report.concurrency[5];
+    assert!(mixed.locks.requests > 0, "{:?}", mixed.locks);
     let table = report.table();
-    assert!(table.contains("concurrent clients on one server"), "{table}");
+    assert!(table.contains("Concurrent clients"), "{table}");
+    assert!(table.contains("Browse while others write"), "{table}");
+    assert!(
+        table.contains("cairn-page with 1 writer: the reader's traversal"),
+        "{table}"
+    );
     let json = report.json();
     let conc = json["concurrency"].as_array().unwrap();
-    assert_eq!(conc.len(), 6);
+    assert_eq!(conc.len(), 9);
     assert_eq!(conc[0]["speedup_vs_1_client"], 1.0);
+    assert_eq!(conc[0]["system"], "cairn-page");
     assert!(conc[5]["deadlocks_retried"].is_u64() && conc[3]["lock_timeouts_retried"].is_u64());
+    assert!(conc[5]["p99_ms"].is_f64() && conc[5]["lock_wait_ms_per_op"].is_f64());
+    assert!(conc[5]["locks"]["requests"].as_u64().unwrap() > 0);
+    assert!(conc[7]["reader"]["ops"].as_u64().unwrap() >= 1);
+    assert_eq!(conc[7]["writers"]["ops"], ops);
+    assert!(conc[7]["reader_ratio_to_alone"].is_f64() && conc[7]["writers_ratio_to_alone"].is_f64());
+}
+
+/// `--clients` on every other architecture at a tiny size: each system's
+/// clients (sessions of its own server, or threads on one embedded
+/// database) answer what the floor answers in every mode — the run checks
+/// every visit and fails otherwise — and the browse runs split the reader
+/// from its writers.
+#[test]
+fn concurrent_clients_of_every_architecture_answer_what_the_floor_answers() {
+    let dir = scratch("clients-all");
+    let ops = 2;
+    let names = ["cairn-embedded", "cairn-file", "cairn-object", "cairn-adaptive"];
+    let report = cairn_bench::oo1::run(&Oo1Config {
+        parts: PARTS,
+        runs: 2,
+        systems: names
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["in-memory".to_string()])
+            .collect(),
+        dir: Some(dir.path().to_path_buf()),
+        cairn_exe: Some(cairn_exe()),
+        clients: vec![2],
+        client_ops: ops,
+        ..Oo1Config::default()
+    })
+    .unwrap();
+    let graph = Graph::generate(&mut ParkMiller::new(1), PARTS);
+    let mut floor = systems::by_name("in-memory", dir.path(), None).unwrap();
+    floor.build(&graph).unwrap();
+    for name in names {
+        let rows: Vec<_> = report.concurrency.iter().filter(|r| r.system == name).collect();
+        let shape: Vec<(&str, usize)> = rows.iter().map(|r| (r.mode.name(), r.clients)).collect();
+        assert_eq!(
+            shape,
+            [
+                ("reads", 2),
+                ("cold reads", 2),
+                ("mixed", 2),
+                ("browse", 1),
+                ("browse", 2),
+                ("writers alone", 1)
+            ],
+            "{name}"
+        );
+        for row in &rows {
+            assert_eq!(row.per_client.len(), row.clients, "{name}");
+            if matches!(row.mode.name(), "reads" | "cold reads" | "mixed") {
+                for (c, got) in row.per_client.iter().enumerate() {
+                    let want: Vec<u64> = concurrency::client_ops(1, PARTS, c, ops, row.mode, PARTS + 1)
+                        .iter()
+                        .filter(|op| matches!(op, Op::Lookup(_)))
+                        .map(|op| op.run(floor.as_mut()).unwrap().digest)
+                        .collect();
+                    assert_eq!(got.lookup_digests, want, "{name} {}: client {c}", row.mode.name());
+                }
+            }
+        }
+        // Inserts take locks, wherever the lock manager is (the mixed runs
+        // of 2 operations insert nothing).
+        assert!(rows[5].locks.requests > 0, "{name}: {:?}", rows[5].locks);
+        let (alone, browse, writers) = (rows[3], rows[4], rows[5]);
+        assert_eq!(
+            alone.reader().unwrap().ops,
+            ops,
+            "{name}: the reader alone runs its plan"
+        );
+        assert!(alone.writers().is_none());
+        let reader = &browse.per_client[0];
+        assert!(!reader.visits.is_empty(), "{name}");
+        assert!(
+            reader.visits.iter().all(|v| v.count == TRAVERSAL_VISITS),
+            "{name}: the reader's traversals visit 3,280 parts each"
+        );
+        assert_eq!(browse.writers().unwrap().ops, ops, "{name}");
+        assert!(browse.per_client[1].visits.iter().all(|v| v.count == 100), "{name}");
+        assert_eq!(writers.writers().unwrap().ops, ops, "{name}");
+        assert!(writers.reader().is_none());
+    }
+    // The in-memory floor is not a Cairn system: no --clients rows.
+    assert!(report.concurrency.iter().all(|r| r.system != "in-memory"));
+    let table = report.table();
+    for name in names {
+        assert!(table.contains(&format!("{name} with 1 writer:")), "{table}");
+    }
+    let json = report.json();
+    let conc = json["concurrency"].as_array().unwrap();
+    assert_eq!(conc.len(), 4 * 6);
+    assert!(conc.iter().all(|r| r["lock_wait_ms_per_op"].is_f64()));
 }
 
 #[test]
-fn clients_without_the_page_server_are_refused() {
+fn clients_without_a_cairn_system_are_refused() {
     let err = cairn_bench::oo1::run(&Oo1Config {
         parts: PARTS,
         runs: 2,
@@ -420,4 +535,13 @@ fn clients_without_the_page_server_are_refused() {
     })
     .unwrap_err();
     assert!(err.to_string().contains("--clients"), "{err}");
+    let err = cairn_bench::oo1::run(&Oo1Config {
+        parts: PARTS,
+        runs: 2,
+        systems: vec!["cairn-embedded".into()],
+        clients: vec![0, 2],
+        ..Oo1Config::default()
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("at least 1"), "{err}");
 }

@@ -58,7 +58,11 @@
 //! changes and deletes objects for the client in transactions that lock
 //! single objects, streams fetched objects as partial replies, and commits
 //! the after-images the client sends. They may ask for groups (GROUP,
-//! GROUPS) and the volume's facts (VOLUME); no page request.
+//! GROUPS), the volume's facts (VOLUME) and the lock counters
+//! (LOCK_STATS); no page request.
+//!
+//! **LOCK_STATS**, from any session: the database's lock-manager counters
+//! (`DbStats::locks`), read and changed by nothing else.
 //!
 //! Not yet here: allocation of groups by clients.
 
@@ -635,13 +639,13 @@ impl Handler for PageServer {
         if session.state.object
             && !matches!(
                 req,
-                PageRequest::Group { .. } | PageRequest::Groups | PageRequest::Volume
+                PageRequest::Group { .. } | PageRequest::Groups | PageRequest::Volume | PageRequest::LockStats
             )
         {
             return Err(Fault::new(
                 ErrorCode::INVALID,
-                "an object-server session asks for objects, not pages (only GROUP, GROUPS and VOLUME of the page \
-                 service)",
+                "an object-server session asks for objects, not pages (only GROUP, GROUPS, VOLUME and LOCK_STATS of \
+                 the page service)",
             ));
         }
         pages::handle(&self.core, &session.state, req, reply).await

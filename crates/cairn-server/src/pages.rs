@@ -1,9 +1,10 @@
 //! The page service: what a page-server or file-server client asks of
 //! `cairn serve` (FETCH, ALLOCATE, FREE, STAGE, COMMIT, LOCK, READ, the
-//! callback answers, and the volume and group requests), one function per
-//! request. A request that needs no wait is answered on the network thread
-//! ([`serve_without_waiting`]); the rest run on a blocking thread
-//! ([`serve`]), their lock waits parked so that no thread waits for a lock.
+//! callback answers, the volume and group requests, and LOCK_STATS), one
+//! function per request. A request that needs no wait is answered on the
+//! network thread ([`serve_without_waiting`]); the rest run on a blocking
+//! thread ([`serve`]), their lock waits parked so that no thread waits for
+//! a lock.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,9 +12,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::page_service::{
-    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_CACHE,
-    FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP, NO_PAGE,
-    RESOURCE_PAGE,
+    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, LockCounters, PageRequest, VolumeInfo,
+    FETCH_CACHE, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP,
+    NO_PAGE, RESOURCE_PAGE,
 };
 use cairn_net::rpc::Replier;
 use cairn_storage::access::PageAccess;
@@ -269,6 +270,20 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
         PageRequest::Volume | PageRequest::Groups | PageRequest::Group { .. } | PageRequest::VolumeFile => {
             serve_volume(db, req)
         }
+        PageRequest::LockStats => Ok(Answer::Body(lock_counters(db).encode())),
+    }
+}
+
+/// The database's lock-manager counters, as LOCK_STATS answers them.
+fn lock_counters(db: &Db) -> LockCounters {
+    let s = db.stats().locks;
+    LockCounters {
+        requests: s.requests,
+        waits: s.waits,
+        deadlocks: s.deadlocks,
+        timeouts: s.timeouts,
+        upgrades: s.upgrades,
+        wait_micros: s.wait_micros,
     }
 }
 

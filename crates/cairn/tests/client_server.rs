@@ -390,6 +390,63 @@ fn a_lock_timeout_on_the_server_keeps_its_fields() {
     server.stop();
 }
 
+/// Any session reads the server's lock counters (LOCK_STATS), and they
+/// count the waits clients provoke: a reader that must wait for a writer's
+/// X shows as one more wait, and its time is added once the wait ends. An
+/// embedded database has no server to ask.
+#[test]
+fn a_client_reads_the_servers_lock_counters_and_they_count_a_wait_it_provoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::serve(&dir.path().join("db"));
+    let writer = connect(&server);
+    let reader = connect(&server);
+    // An object-server session asks too (it has no page requests otherwise).
+    let observer = Database::connect(
+        &format!("cairn://{}", server.addr),
+        Options {
+            arch: Arch::Object,
+            ..common::opts()
+        },
+    )
+    .expect("connect");
+    let stats = || observer.server_lock_stats().unwrap().expect("a client of a server");
+    let a = accounts(&writer, 1, 100).remove(0);
+    let before = stats();
+    assert!(before.requests > 0, "creating the accounts took locks: {before:?}");
+    let mut tx = writer.begin().unwrap();
+    tx.update(&a, |x| x.balance = 200).unwrap();
+    let r = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let mut tx = reader.begin().unwrap();
+            let balance = tx.get(&a).unwrap().balance;
+            tx.commit().unwrap();
+            balance
+        })
+    };
+    // The reader's S waits behind the writer's X: the server counts it.
+    cairn_testkit::wait_until("the reader's lock wait on the server", || stats().waits > before.waits);
+    let waiting = stats();
+    assert_eq!(
+        (waiting.deadlocks, waiting.timeouts),
+        (before.deadlocks, before.timeouts),
+        "{before:?} → {waiting:?}"
+    );
+    tx.commit().unwrap();
+    assert_eq!(r.join().unwrap(), 200, "the reader read after the writer's commit");
+    let after = stats();
+    assert!(after.requests > before.requests, "{before:?} → {after:?}");
+    assert!(after.waits >= waiting.waits, "{waiting:?} → {after:?}");
+    // The wait lasted from before the observer's round trip that saw it
+    // to the writer's commit: its time is in the sum once it ended.
+    assert!(after.wait_micros > before.wait_micros, "{before:?} → {after:?}");
+    let embedded = Database::open_with(dir.path().join("embedded"), common::opts()).unwrap();
+    assert!(embedded.server_lock_stats().unwrap().is_none());
+    embedded.close().unwrap();
+    drop((writer, observer));
+    server.stop();
+}
+
 /// Two clients each read one page under a callback right inside a
 /// transaction and then want to write the other's: each write calls the
 /// other's page back, the answers "in use" turn into locks, and the cycle

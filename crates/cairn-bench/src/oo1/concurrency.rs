@@ -1,9 +1,20 @@
-//! `cairn bench oo1 --clients 1,4,16`: many clients on one page server.
+//! `cairn bench oo1 --clients 1,4,16`: many clients at once, on every Cairn
+//! architecture.
 //!
-//! After the normal run, `cairn-page`'s database is served by one new
-//! `cairn serve` process; for each N in the list, N threads each open their
-//! own [`cairn::Database::connect`] (their own session on the server) and run
-//! the same number of operations, all at once, in two modes:
+//! After the normal run, each Cairn system of `--systems` opens its
+//! database again, and for each N in the list N clients run the same number
+//! of operations at once:
+//!
+//! - `cairn-page`, `cairn-file`, `cairn-object`, `cairn-adaptive`: one new
+//!   `cairn serve` process on the system's directory; each client is a
+//!   thread with its own [`cairn::Database::connect`] session, of the client
+//!   kind the system's single-client deployment connects with
+//!   ([`served_arch`]);
+//! - `cairn-embedded` (and `cairn-embedded-objlocks`, if selected): the
+//!   database opened once in this process; each client is a thread running
+//!   its own transactions on that one shared [`cairn::Database`].
+//!
+//! The modes:
 //!
 //! - **reads**: OO1 lookups (1,000 random parts through the index) and
 //!   forward traversals (7 hops), alternating;
@@ -11,32 +22,69 @@
 //!   dropped ([`cairn::Database::clear_caches`]), so every page it touches
 //!   is fetched from the server: this is the mode that loads the server's
 //!   shared state (lock table, buffer pool, callback table) from every
-//!   session at once, where warm reads never reach the server;
-//! - **mixed**: lookup, traversal, insert (100 new parts, committed) in turn.
+//!   session at once, where warm reads never reach the server. Embedded,
+//!   the caches are the process's, shared by the threads: each drop empties
+//!   them for all, and the pages come back from the operating system's cache;
+//! - **mixed**: lookup, traversal, insert (100 new parts, committed) in turn;
+//! - **browse** (browse while others write): client 0 is a designer browsing
+//!   an assembly — it opens a part and walks everything it is built of, 7
+//!   levels down (the OO1 traversal: 3,280 parts, one transaction that
+//!   changes nothing), again and again from other parts — while clients
+//!   1..N-1 each insert 100 parts per transaction. The reader keeps
+//!   browsing as long as a writer is still at work (at least once), so its
+//!   traversals are timed under the writers' load. The same run also
+//!   measures the reader alone (browse with N = 1) and, for each N, its N-1
+//!   writers without the reader (**writers alone**: the same inserts, with
+//!   new ids), so that the reader's traversal time with writers against its
+//!   time alone, and the writers' throughput against theirs without the
+//!   reader, are ratios of one run.
+//!
+//! The typed API has no read-only transaction: the reads are the ordinary
+//! transactions the single-client harness runs (they change nothing and
+//! commit nothing).
 //!
 //! Every operation is the one the single-client harness runs — the very
-//! [`System`] methods of [`Cairn`] — over a [`Connected`] deployment. Each
-//! client first runs its read operations once untimed (warm), then all
-//! start together at a barrier. A deadlock or lock timeout aborts the
-//! operation's transaction (dropping it aborts it), and the operation is
-//! retried and counted.
+//! operations of [`CairnOn`] that [`super::systems::cairn_typed::Cairn`]
+//! runs. Each client first runs its read operations once untimed (warm),
+//! then all start together at a barrier. A deadlock or lock timeout aborts
+//! the operation's transaction (dropping it aborts it), and the operation is
+//! retried and counted. The lock manager's counters — the server's, read
+//! by a session of its own with [`cairn::Database::server_lock_stats`], or
+//! the embedded database's — are read before and after each run, for the
+//! time lock requests waited per operation.
 //!
 //! Invariant: every read operation visits exactly what the in-memory floor
 //! visits for the same choices (inserted parts are only ever reached
-//! backwards, and no read here goes backwards), so concurrent sessions that
-//! answered wrongly fail the run. Each client's choices come from
-//! [`client_ops`], so a test can replay them on a single client.
+//! backwards, and no read here goes backwards), so concurrent clients that
+//! answered wrongly fail the run, on every system. Each client's choices
+//! come from [`client_ops`], so a test can replay them on a single client.
 
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::Instant;
+
+use cairn::storage::lock::LockStats;
+use cairn::{Arch, Database};
 
 use super::generate::{self, Graph, PartSpec, TRAVERSAL_HOPS};
 use super::rng::ParkMiller;
 use super::system::{Counters, Error, Result, System, Visits};
-use super::systems::cairn_page::ServerProcess;
-use super::systems::cairn_typed::{options, Cairn, Deployment};
+use super::systems::cairn_page::{served_arch, ServerProcess};
+use super::systems::cairn_typed::{options, CairnOn, Part};
+use super::systems::database_dir;
 use super::systems::memory::InMemory;
 use super::workload::{run_seed, Measure};
+
+/// The systems `--clients` measures (those of `--systems` among them run).
+pub const SYSTEMS: [&str; 6] = [
+    "cairn-embedded",
+    "cairn-embedded-objlocks",
+    "cairn-page",
+    "cairn-file",
+    "cairn-object",
+    "cairn-adaptive",
+];
 
 /// What the clients run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +95,10 @@ pub enum Mode {
     ColdReads,
     /// Lookups, traversals and inserts.
     Mixed,
+    /// Client 0 traverses while the others insert (N = 1: the reader alone).
+    Browse,
+    /// Inserts only: the writers of a browse run without its reader.
+    Writers,
 }
 
 impl Mode {
@@ -56,6 +108,8 @@ impl Mode {
             Mode::Reads => "reads",
             Mode::ColdReads => "cold reads",
             Mode::Mixed => "mixed",
+            Mode::Browse => "browse",
+            Mode::Writers => "writers alone",
         }
     }
 }
@@ -85,17 +139,22 @@ impl Op {
 /// The `count` operations of client `client` in `mode`, on a database of
 /// `n` parts. Inserted parts take ids from `first_new_id` on, 100 per
 /// insert, so no two clients (given disjoint ranges) insert the same id.
+/// In [`Mode::Browse`] client 0 traverses and the others insert; in
+/// [`Mode::Writers`] client `c` makes the choices of browse's writer `c + 1`.
 pub fn client_ops(seed: u64, n: u32, client: usize, count: usize, mode: Mode, first_new_id: u32) -> Vec<Op> {
     let kinds: &[Measure] = match mode {
         Mode::Reads | Mode::ColdReads => &[Measure::Lookup, Measure::Traversal],
         Mode::Mixed => &[Measure::Lookup, Measure::Traversal, Measure::Insert],
+        Mode::Browse if client == 0 => &[Measure::Traversal],
+        Mode::Browse | Mode::Writers => &[Measure::Insert],
     };
+    let chooser = if mode == Mode::Writers { client + 1 } else { client };
     let mut next_id = first_new_id;
     (0..count)
         .map(|k| {
             let measure = kinds[k % kinds.len()];
             // Runs 1000.. are the harness's own runs' seeds never reach.
-            let mut rng = ParkMiller::new(run_seed(seed, measure, 1_000 + client * count + k));
+            let mut rng = ParkMiller::new(run_seed(seed, measure, 1_000 + chooser * count + k));
             match measure {
                 Measure::Lookup => Op::Lookup(generate::lookup_ids(&mut rng, n)),
                 Measure::Insert => {
@@ -122,35 +181,6 @@ fn renumber(mut batch: Vec<PartSpec>, n: u32, first: u32) -> Vec<PartSpec> {
     batch
 }
 
-/// A client of a server that is already running: `cairn-page`'s model and
-/// operations, one session.
-pub struct Connected {
-    url: String,
-}
-
-impl Deployment for Connected {
-    const NAME: &'static str = "cairn-page";
-    const BUILD_TXN_PARTS: usize = 10_000;
-
-    fn create(&mut self) -> Result<cairn::Database> {
-        Err(Error::InvalidArgument(
-            "a concurrency client does not create databases".into(),
-        ))
-    }
-
-    fn close(&mut self, db: cairn::Database) -> Result<()> {
-        Ok(db.close()?)
-    }
-
-    fn open_cold(&mut self) -> Result<cairn::Database> {
-        Ok(cairn::Database::connect(&self.url, options())?)
-    }
-
-    fn size_on_disk_bytes(&self) -> Option<u64> {
-        None
-    }
-}
-
 /// What one client measured.
 #[derive(Clone, Debug, Default)]
 pub struct ClientResult {
@@ -162,8 +192,12 @@ pub struct ClientResult {
     pub lookup_digests: Vec<u64>,
     /// Deadlocks and lock timeouts retried.
     pub retries: Retries,
-    /// The client's counters over the timed operations.
+    /// The client's counters over the timed operations (embedded, the
+    /// shared database's: every thread's together).
     pub counters: Counters,
+    /// Seconds from the run's start (the first client's) to the end of its
+    /// last operation.
+    pub elapsed_s: f64,
 }
 
 /// Operations aborted and retried, by cause.
@@ -175,19 +209,75 @@ pub struct Retries {
     pub lock_timeouts: u64,
 }
 
-/// One N in one mode.
+/// Figures over some clients of a run: all of them, or a browse run's
+/// reader or its writers.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Clients.
+    pub clients: usize,
+    /// Operations they ran.
+    pub ops: usize,
+    /// Seconds from the common start to the last of them ending.
+    pub wall_s: f64,
+    /// The median latency of one operation, milliseconds.
+    pub median_ms: f64,
+    /// The 99th percentile latency (nearest rank), milliseconds.
+    pub p99_ms: f64,
+    /// Deadlocks and lock timeouts they retried.
+    pub retries: Retries,
+}
+
+impl Summary {
+    /// The figures of `clients`.
+    fn of<'a>(clients: impl IntoIterator<Item = &'a ClientResult>) -> Summary {
+        let mut s = Summary::default();
+        let mut all = Vec::new();
+        for c in clients {
+            s.clients += 1;
+            s.ops += c.latencies_ms.len();
+            s.wall_s = s.wall_s.max(c.elapsed_s);
+            s.retries.deadlocks += c.retries.deadlocks;
+            s.retries.lock_timeouts += c.retries.lock_timeouts;
+            all.extend_from_slice(&c.latencies_ms);
+        }
+        all.sort_by(f64::total_cmp);
+        s.median_ms = all.get(all.len() / 2).copied().unwrap_or(0.0);
+        // Nearest rank: the smallest latency at least 99% are not above.
+        let rank = (all.len() * 99).div_ceil(100).max(1);
+        s.p99_ms = all.get(rank - 1).copied().unwrap_or(0.0);
+        s
+    }
+
+    /// Operations per second.
+    pub fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.wall_s.max(1e-9)
+    }
+
+    /// Deadlocks retried per 100 operations.
+    pub fn deadlocks_per_100_ops(&self) -> f64 {
+        100.0 * self.retries.deadlocks as f64 / self.ops.max(1) as f64
+    }
+}
+
+/// One N of one mode on one system.
 #[derive(Clone, Debug)]
 pub struct ConcurrencyRow {
-    /// Concurrent clients.
+    /// The system.
+    pub system: &'static str,
+    /// Concurrent clients (browse: the reader and its writers).
     pub clients: usize,
-    /// Reads, cold reads or mixed.
+    /// The mode.
     pub mode: Mode,
     /// Operations, all clients.
     pub ops: usize,
-    /// Wall time from the barrier to the last client's end, seconds.
+    /// Wall time from the first client's start to the last one's end,
+    /// seconds.
     pub wall_s: f64,
-    /// Each client's results.
+    /// Each client's results (browse: client 0 is the reader).
     pub per_client: Vec<ClientResult>,
+    /// The lock manager's counters over the run (the server's, or the
+    /// embedded database's), every client's together.
+    pub locks: LockStats,
 }
 
 impl ConcurrencyRow {
@@ -196,15 +286,33 @@ impl ConcurrencyRow {
         self.ops as f64 / self.wall_s.max(1e-9)
     }
 
+    /// Every client's figures together.
+    pub fn all(&self) -> Summary {
+        Summary::of(&self.per_client)
+    }
+
     /// The median latency of one operation, milliseconds.
     pub fn median_ms(&self) -> f64 {
-        let mut all: Vec<f64> = self
-            .per_client
-            .iter()
-            .flat_map(|c| c.latencies_ms.iter().copied())
-            .collect();
-        all.sort_by(f64::total_cmp);
-        all.get(all.len() / 2).copied().unwrap_or(0.0)
+        self.all().median_ms
+    }
+
+    /// The 99th percentile latency of one operation, milliseconds.
+    pub fn p99_ms(&self) -> f64 {
+        self.all().p99_ms
+    }
+
+    /// A browse run's reader (client 0).
+    pub fn reader(&self) -> Option<Summary> {
+        (self.mode == Mode::Browse).then(|| Summary::of(self.per_client.first()))
+    }
+
+    /// A browse run's writers (clients 1..), or a writers-alone run's.
+    pub fn writers(&self) -> Option<Summary> {
+        match self.mode {
+            Mode::Browse if self.clients > 1 => Some(Summary::of(self.per_client.get(1..).unwrap_or_default())),
+            Mode::Writers => Some(self.all()),
+            _ => None,
+        }
     }
 
     /// Round trips per operation.
@@ -219,10 +327,18 @@ impl ConcurrencyRow {
 
     /// Deadlocks and lock timeouts retried, all clients.
     pub fn retries(&self) -> Retries {
-        self.per_client.iter().fold(Retries::default(), |a, c| Retries {
-            deadlocks: a.deadlocks + c.retries.deadlocks,
-            lock_timeouts: a.lock_timeouts + c.retries.lock_timeouts,
-        })
+        self.all().retries
+    }
+
+    /// Deadlocks retried per 100 operations.
+    pub fn deadlocks_per_100_ops(&self) -> f64 {
+        self.all().deadlocks_per_100_ops()
+    }
+
+    /// Milliseconds lock requests waited (the lock manager's sum over every
+    /// wait that ended in the run) per operation.
+    pub fn lock_wait_ms_per_op(&self) -> f64 {
+        self.locks.wait_micros as f64 / 1e3 / self.ops.max(1) as f64
     }
 }
 
@@ -253,30 +369,172 @@ fn run_retrying(sys: &mut dyn System, op: &Op, jitter: &mut ParkMiller, retries:
     }
 }
 
-/// Connects and runs the read operations of `ops` once, untimed.
-fn warm_up(sys: &mut Cairn<Connected>, ops: &[Op], jitter: &mut ParkMiller) -> Result<()> {
-    sys.open_cold()?;
-    let mut retries = Retries::default();
-    for op in ops.iter().filter(|op| !matches!(op, Op::Insert(_))) {
-        run_retrying(sys, op, jitter, &mut retries)?;
-    }
-    Ok(())
+/// Where one system's clients run.
+enum Site {
+    /// `cairn serve` on the system's directory: each client its own session
+    /// of `arch`; `observer`, a session of its own, reads the server's lock
+    /// counters.
+    Served {
+        server: ServerProcess,
+        arch: Arch,
+        observer: Database,
+    },
+    /// The database opened once in this process, shared by every client
+    /// thread.
+    Embedded(Database),
 }
 
-/// One client: connect, warm up on the reads, wait for the others, run.
-fn client(url: &str, mode: Mode, ops: &[Op], jitter_seed: u64, start: &Barrier) -> Result<ClientResult> {
-    let mut sys = Cairn::new(Connected { url: url.to_string() });
+/// How a client thread reaches its system's database.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    /// Its own session of `arch` to the server at `url`.
+    Session { url: &'a str, arch: Arch },
+    /// The one database of the process.
+    Shared(&'a Database),
+}
+
+impl Site {
+    /// Opens system `name`'s (closed) database in `dir`: serves it with
+    /// `exe`, or opens it embedded.
+    fn open(name: &str, dir: &Path, exe: Option<&Path>) -> Result<Site> {
+        if let Some(arch) = served_arch(name) {
+            let exe = exe.ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "--clients on {name} starts `cairn serve`: name the `cairn` binary (Oo1Config::cairn_exe)"
+                ))
+            })?;
+            let server = ServerProcess::start(exe, dir)?;
+            let observer = Database::connect(&server.url, options())?;
+            return Ok(Site::Served { server, arch, observer });
+        }
+        let mut o = options();
+        o.storage.object_locking = name == "cairn-embedded-objlocks";
+        let db = Database::open_with(dir, o)?;
+        db.register::<Part>()?;
+        Ok(Site::Embedded(db))
+    }
+
+    fn target(&self) -> Target<'_> {
+        match self {
+            Site::Served { server, arch, .. } => Target::Session {
+                url: &server.url,
+                arch: *arch,
+            },
+            Site::Embedded(db) => Target::Shared(db),
+        }
+    }
+
+    /// The lock manager's counters now.
+    fn lock_stats(&self) -> Result<LockStats> {
+        match self {
+            Site::Served { observer, .. } => observer
+                .server_lock_stats()?
+                .ok_or_else(|| Error::Server("a client of cairn serve got no lock counters".into())),
+            Site::Embedded(db) => db
+                .storage()
+                .map(|s| s.stats().locks)
+                .ok_or_else(|| Error::InvalidArgument("an embedded database without a storage engine".into())),
+        }
+    }
+
+    /// Disconnects and stops the server (it checkpoints), or closes the
+    /// embedded database.
+    fn close(self) -> Result<()> {
+        match self {
+            Site::Served { server, observer, .. } => {
+                observer.close()?;
+                server.stop()
+            }
+            Site::Embedded(db) => Ok(db.close()?),
+        }
+    }
+}
+
+impl Target<'_> {
+    /// The client's own session (None: it uses the shared database).
+    fn session(self) -> Result<Option<Database>> {
+        match self {
+            Target::Session { url, arch } => {
+                let db = Database::connect(url, cairn::Options { arch, ..options() })?;
+                db.register::<Part>()?;
+                Ok(Some(db))
+            }
+            Target::Shared(_) => Ok(None),
+        }
+    }
+
+    /// The database the client runs on: its session's, or the shared one.
+    fn database<'s>(self, own: &'s Option<Database>) -> Result<&'s Database>
+    where
+        Self: 's,
+    {
+        match (self, own) {
+            (_, Some(db)) => Ok(db),
+            (Target::Shared(db), None) => Ok(db),
+            (Target::Session { .. }, None) => Err(Error::Server("a client without its session".into())),
+        }
+    }
+}
+
+/// Counts a writer out when it ends, however it ends, so the browse reader
+/// never waits for a writer that is gone.
+struct Leaving<'a>(Option<&'a AtomicUsize>);
+
+impl Drop for Leaving<'_> {
+    fn drop(&mut self) {
+        if let Some(left) = self.0 {
+            left.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// What a client does and with whom.
+#[derive(Clone, Copy)]
+struct Role<'a> {
+    mode: Mode,
+    /// The browse reader: it goes on (round its plan) while any of these
+    /// writers is at work.
+    until_writers_done: Option<&'a AtomicUsize>,
+    /// A browse writer: counted out of these when it ends.
+    writer_of: Option<&'a AtomicUsize>,
+}
+
+/// One client: connect (or share), warm up on the reads, wait for the
+/// others, run; returns what it measured, and when it started and ended.
+fn client(
+    target: Target<'_>,
+    system: &'static str,
+    role: Role<'_>,
+    plan: &[Op],
+    jitter_seed: u64,
+    ready: &Barrier,
+    go: &Barrier,
+) -> Result<(ClientResult, Instant, Instant)> {
+    let _leaving = Leaving(role.writer_of);
     let mut jitter = ParkMiller::new(jitter_seed);
-    let ready = warm_up(&mut sys, ops, &mut jitter);
-    // Everyone reaches the barrier, failed or not, so no thread waits forever.
-    start.wait();
-    ready?;
+    let prepared = target.session().and_then(|own| {
+        let mut sys = CairnOn::new(system, target.database(&own)?);
+        let mut retries = Retries::default();
+        for op in plan.iter().filter(|op| !matches!(op, Op::Insert(_))) {
+            run_retrying(&mut sys, op, &mut jitter, &mut retries)?;
+        }
+        Ok(own)
+    });
+    // Everyone reaches both barriers, failed or not, so no thread waits
+    // forever.
+    ready.wait();
+    go.wait();
+    let started = Instant::now();
+    let own = prepared?;
+    let mut sys = CairnOn::new(system, target.database(&own)?);
     let mut out = ClientResult::default();
     let before = sys.counters();
-    for op in ops {
+    let mut k = 0;
+    loop {
+        let op = &plan[k % plan.len()];
         let t = Instant::now();
-        if mode == Mode::ColdReads {
-            sys.clear_caches()?;
+        if role.mode == Mode::ColdReads {
+            sys.db().clear_caches()?;
         }
         let v = run_retrying(&mut sys, op, &mut jitter, &mut out.retries)?;
         out.latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -284,77 +542,154 @@ fn client(url: &str, mode: Mode, ops: &[Op], jitter_seed: u64, start: &Barrier) 
         if let Op::Lookup(_) = op {
             out.lookup_digests.push(v.digest);
         }
+        k += 1;
+        let more = match role.until_writers_done {
+            Some(left) => left.load(Ordering::Acquire) > 0,
+            None => k < plan.len(),
+        };
+        if !more {
+            break;
+        }
     }
+    let ended = Instant::now();
     out.counters = sys.counters().since(&before);
-    sys.close()?;
-    Ok(out)
+    if let Some(db) = own {
+        db.close()?;
+    }
+    Ok((out, started, ended))
 }
 
-/// Runs `clients` clients at once in `mode`, `ops` operations each, new
-/// parts from `first_new_id` on.
-fn run_one(
-    url: &str,
-    graph: &Graph,
+/// The counters of `after` less those of `before` (a counter the lock
+/// manager may add later stays zero here).
+#[allow(clippy::needless_update)]
+fn lock_delta(before: &LockStats, after: &LockStats) -> LockStats {
+    LockStats {
+        requests: after.requests.saturating_sub(before.requests),
+        waits: after.waits.saturating_sub(before.waits),
+        deadlocks: after.deadlocks.saturating_sub(before.deadlocks),
+        timeouts: after.timeouts.saturating_sub(before.timeouts),
+        upgrades: after.upgrades.saturating_sub(before.upgrades),
+        wait_micros: after.wait_micros.saturating_sub(before.wait_micros),
+        ..LockStats::default()
+    }
+}
+
+/// One run's choices: which ops, and whose.
+struct Run<'a> {
+    system: &'static str,
+    graph: &'a Graph,
     seed: u64,
     clients: usize,
     ops: usize,
     mode: Mode,
     first_new_id: u32,
-) -> Result<ConcurrencyRow> {
-    let n = graph.part_count();
-    let per_client_ids = (ops * generate::INSERT_PARTS) as u32;
-    let plans: Vec<Vec<Op>> = (0..clients)
-        .map(|c| client_ops(seed, n, c, ops, mode, first_new_id + c as u32 * per_client_ids))
+}
+
+/// Runs `run.clients` clients at once on `site`, `run.ops` operations each
+/// (the browse reader: as long as its writers), and checks their answers
+/// against `floor`.
+fn run_one(site: &Site, run: &Run<'_>, floor: &mut InMemory) -> Result<ConcurrencyRow> {
+    let n = run.graph.part_count();
+    let per_client_ids = (run.ops * generate::INSERT_PARTS) as u32;
+    let plans: Vec<Vec<Op>> = (0..run.clients)
+        .map(|c| {
+            client_ops(
+                run.seed,
+                n,
+                c,
+                run.ops,
+                run.mode,
+                run.first_new_id + c as u32 * per_client_ids,
+            )
+        })
         .collect();
-    let start = Barrier::new(clients + 1);
-    let (wall_s, results) = std::thread::scope(|s| {
+    let browsing = run.mode == Mode::Browse && run.clients > 1;
+    let writers_left = AtomicUsize::new(run.clients.saturating_sub(1));
+    let roles: Vec<Role<'_>> = (0..run.clients)
+        .map(|c| Role {
+            mode: run.mode,
+            until_writers_done: (browsing && c == 0).then_some(&writers_left),
+            writer_of: (browsing && c > 0).then_some(&writers_left),
+        })
+        .collect();
+    let (ready, go) = (Barrier::new(run.clients + 1), Barrier::new(run.clients + 1));
+    let target = site.target();
+    let (joined, locks) = std::thread::scope(|s| {
         let handles: Vec<_> = plans
             .iter()
+            .zip(&roles)
             .enumerate()
-            .map(|(c, plan)| {
-                let start = &start;
-                s.spawn(move || client(url, mode, plan, run_seed(seed, Measure::Insert, 100_000 + c), start))
+            .map(|(c, (plan, role))| {
+                let (ready, go, role) = (&ready, &go, *role);
+                let jitter = run_seed(run.seed, Measure::Insert, 100_000 + c);
+                s.spawn(move || client(target, run.system, role, plan, jitter, ready, go))
             })
             .collect();
-        start.wait();
-        let t = Instant::now();
-        let results: Vec<Result<ClientResult>> = handles
+        ready.wait();
+        let before = site.lock_stats();
+        go.wait();
+        let joined: Vec<_> = handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(Error::Server("a client thread panicked".into())))
             })
             .collect();
-        (t.elapsed().as_secs_f64(), results)
+        let locks = before.and_then(|b| Ok(lock_delta(&b, &site.lock_stats()?)));
+        (joined, locks)
     });
-    let per_client = results.into_iter().collect::<Result<Vec<_>>>()?;
-    verify(graph, &plans, &per_client)?;
+    let joined = joined.into_iter().collect::<Result<Vec<_>>>()?;
+    // The run starts when the first client starts (this thread may be
+    // scheduled after all of them have ended, on a busy machine) and ends
+    // when the last one ends.
+    let start = joined.iter().map(|j| j.1).min();
+    let end = joined.iter().map(|j| j.2).max();
+    let wall_s = match (start, end) {
+        (Some(s), Some(e)) => e.saturating_duration_since(s).as_secs_f64(),
+        _ => 0.0,
+    };
+    let per_client: Vec<ClientResult> = joined
+        .into_iter()
+        .map(|(mut r, _, ended)| {
+            r.elapsed_s = start.map_or(0.0, |s| ended.saturating_duration_since(s).as_secs_f64());
+            r
+        })
+        .collect();
+    verify(run.system, floor, &plans, &per_client)?;
     Ok(ConcurrencyRow {
-        clients,
-        mode,
-        ops: clients * ops,
+        system: run.system,
+        clients: run.clients,
+        mode: run.mode,
+        ops: per_client.iter().map(|c| c.latencies_ms.len()).sum(),
         wall_s,
         per_client,
+        locks: locks?,
     })
 }
 
 /// Fails unless every client's reads visited what the in-memory floor
-/// visits, and every insert visited its 100 parts.
-fn verify(graph: &Graph, plans: &[Vec<Op>], results: &[ClientResult]) -> Result<()> {
-    let mut floor = InMemory::new();
-    floor.build(graph)?;
+/// visits (operation `k` of a client is `plan[k % plan.len()]`: the browse
+/// reader goes round its plan), and every insert visited its 100 parts.
+fn verify(system: &str, floor: &mut InMemory, plans: &[Vec<Op>], results: &[ClientResult]) -> Result<()> {
     for (c, (plan, r)) in plans.iter().zip(results).enumerate() {
-        for (k, (op, got)) in plan.iter().zip(&r.visits).enumerate() {
+        if r.visits.len() < plan.len().min(1) {
+            return Err(Error::Wrong {
+                system: system.into(),
+                reason: format!("client {c} ran no operation"),
+            });
+        }
+        for (k, got) in r.visits.iter().enumerate() {
+            let op = &plan[k % plan.len()];
             let want = match op {
                 Op::Insert(parts) => Visits {
                     count: parts.len() as u64,
                     digest: got.digest,
                 },
-                read => read.run(&mut floor)?,
+                read => read.run(floor)?,
             };
             if *got != want {
                 return Err(Error::Wrong {
-                    system: "cairn-page".into(),
+                    system: system.into(),
                     reason: format!("client {c} operation {k} ({op:?}) visited {got:?}, the floor {want:?}"),
                 });
             }
@@ -363,30 +698,84 @@ fn verify(graph: &Graph, plans: &[Vec<Op>], results: &[ClientResult]) -> Result<
     Ok(())
 }
 
-/// Serves the (closed) `cairn-page` database in `dir` with `exe` and runs
-/// every N of `clients` in both modes, `ops` operations per client.
+/// For each Cairn system of `systems` ([`SYSTEMS`]), in order: opens its
+/// (closed) database under `scratch` again — served by `exe` in a new
+/// process, or embedded — and runs every N of `clients` in every mode,
+/// `ops` operations per client (the browse reader: as long as its writers
+/// work). `progress` says on stderr which system and mode run.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
-    exe: &std::path::Path,
-    dir: &std::path::Path,
+    exe: Option<&Path>,
+    scratch: &Path,
+    systems: &[String],
     graph: &Graph,
     seed: u64,
     clients: &[usize],
     ops: usize,
+    progress: bool,
 ) -> Result<Vec<ConcurrencyRow>> {
-    if clients.contains(&0) || ops == 0 {
+    if clients.is_empty() || clients.contains(&0) || ops == 0 {
         return Err(Error::InvalidArgument(
             "--clients and --client-ops must be at least 1".into(),
         ));
     }
-    let server = ServerProcess::start(exe, dir)?;
+    let mut floor = InMemory::new();
+    floor.build(graph)?;
     let mut rows = Vec::new();
-    let mut first_new_id = graph.part_count() + 1;
-    for mode in [Mode::Reads, Mode::ColdReads, Mode::Mixed] {
-        for &n in clients {
-            rows.push(run_one(&server.url, graph, seed, n, ops, mode, first_new_id)?);
-            first_new_id += (n * ops * generate::INSERT_PARTS) as u32;
-        }
+    for name in systems {
+        let Some(system) = SYSTEMS.iter().copied().find(|s| s == name) else {
+            continue;
+        };
+        let site = Site::open(system, &database_dir(system, scratch), exe)?;
+        let measured = run_system(&site, system, graph, seed, clients, ops, progress, &mut floor);
+        // The database is closed (the server stopped) even after a failure,
+        // so that it can be looked at.
+        let closed = site.close();
+        rows.extend(measured?);
+        closed?;
     }
-    server.stop()?;
+    Ok(rows)
+}
+
+/// Every mode and N of one system on `site`.
+#[allow(clippy::too_many_arguments)]
+fn run_system(
+    site: &Site,
+    system: &'static str,
+    graph: &Graph,
+    seed: u64,
+    clients: &[usize],
+    ops: usize,
+    progress: bool,
+    floor: &mut InMemory,
+) -> Result<Vec<ConcurrencyRow>> {
+    let mut first_new_id = graph.part_count() + 1;
+    let mut runs: Vec<(Mode, usize)> = Vec::new();
+    for mode in [Mode::Reads, Mode::ColdReads, Mode::Mixed] {
+        runs.extend(clients.iter().map(|&n| (mode, n)));
+    }
+    // Browse: the reader alone, then each N with its writers, and those
+    // writers without it.
+    runs.push((Mode::Browse, 1));
+    for &n in clients.iter().filter(|&&n| n > 1) {
+        runs.extend([(Mode::Browse, n), (Mode::Writers, n - 1)]);
+    }
+    let mut rows = Vec::with_capacity(runs.len());
+    for (mode, n) in runs {
+        if progress {
+            eprintln!("oo1 --clients: {system}, {} with {n}", mode.name());
+        }
+        let run = Run {
+            system,
+            graph,
+            seed,
+            clients: n,
+            ops,
+            mode,
+            first_new_id,
+        };
+        rows.push(run_one(site, &run, floor)?);
+        first_new_id += (n * ops * generate::INSERT_PARTS) as u32;
+    }
     Ok(rows)
 }

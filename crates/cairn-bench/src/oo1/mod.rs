@@ -14,7 +14,7 @@
 //! | `workload.rs` | the measures and the run loop (build, check, cold open, runs, cross-system comparison) |
 //! | `report.rs` | the table, the target lines, the JSON |
 //! | `plot.rs` | the PNG figure |
-//! | `concurrency.rs` | `--clients`: many `cairn-page` sessions on one server at once |
+//! | `concurrency.rs` | `--clients`: many clients at once on each Cairn system (sessions of one server, or threads on one embedded database), in four modes |
 //!
 //! Invariant: every system builds the identical graph (same [`Check`]) and
 //! does identical work in every run (same [`Visits`]); the run fails
@@ -54,10 +54,12 @@ pub struct Oo1Config {
     /// The `cairn` binary, started as `cairn serve` (a separate process) for
     /// `cairn-page`; `cairn bench oo1` names itself.
     pub cairn_exe: Option<PathBuf>,
-    /// After the normal run, `cairn-page` with each of these numbers of
-    /// concurrent clients on one server ([`concurrency`]); empty: not run.
+    /// After the normal run, each Cairn system of `systems` with each of
+    /// these numbers of concurrent clients ([`concurrency`]); empty: not
+    /// run.
     pub clients: Vec<usize>,
-    /// Operations each concurrent client runs per mode.
+    /// Operations each concurrent client runs per mode and N (the browse
+    /// reader: as long as its writers work).
     pub client_ops: usize,
 }
 
@@ -185,9 +187,15 @@ pub fn run(cfg: &Oo1Config) -> Result<Oo1Report> {
     if cfg.systems.is_empty() {
         return Err(Error::InvalidArgument("no systems to run".into()));
     }
-    if !cfg.clients.is_empty() && !cfg.systems.iter().any(|s| s == "cairn-page") {
+    if !cfg.clients.is_empty() && !cfg.systems.iter().any(|s| concurrency::SYSTEMS.contains(&s.as_str())) {
+        return Err(Error::InvalidArgument(format!(
+            "--clients measures the Cairn systems ({}): include one in --systems",
+            concurrency::SYSTEMS.join(", ")
+        )));
+    }
+    if cfg.clients.contains(&0) || (!cfg.clients.is_empty() && cfg.client_ops == 0) {
         return Err(Error::InvalidArgument(
-            "--clients measures cairn-page: include it in --systems".into(),
+            "--clients and --client-ops must be at least 1".into(),
         ));
     }
     let dir = scratch(cfg.dir.as_deref(), "oo1")?;
@@ -238,21 +246,21 @@ fn run_in(cfg: &Oo1Config, dir: &Scratch) -> Result<Oo1Report> {
     workload::compare_visits(&results)?;
     let rows = report::rows(&results);
     let mut conc = Vec::new();
-    if let (Some(exe), false) = (&cfg.cairn_exe, cfg.clients.is_empty()) {
-        // The normal run closed cairn-page's database and stopped its server.
+    if !cfg.clients.is_empty() {
+        // The normal run closed every system's database (and stopped its
+        // server).
         if cfg.progress {
-            eprintln!(
-                "oo1: cairn-page with {:?} concurrent clients on one server",
-                cfg.clients
-            );
+            eprintln!("oo1: the Cairn systems with {:?} concurrent clients", cfg.clients);
         }
         conc = concurrency::run(
-            exe,
-            &dir.0.join("cairn-page"),
+            cfg.cairn_exe.as_deref(),
+            &dir.0,
+            &cfg.systems,
             &graph,
             cfg.seed,
             &cfg.clients,
             cfg.client_ops,
+            cfg.progress,
         )?;
     }
     Ok(Oo1Report {
@@ -297,13 +305,22 @@ pub struct Oo1Args {
     /// Where to create the scratch databases (default: the temp directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// After the normal run, run cairn-page again with each of these numbers
-    /// of concurrent clients (own sessions) on one server, reads, cold reads
-    /// (each client's cache dropped before each operation) and mixed: e.g.
-    /// `--clients 1,4,16`.
+    /// After the normal run, run each Cairn system of --systems again with
+    /// each of these numbers of concurrent clients, e.g. `--clients
+    /// 1,4,16,32`: cairn-page, cairn-file, cairn-object and cairn-adaptive
+    /// as sessions of their kind on one new `cairn serve`, cairn-embedded
+    /// (and cairn-embedded-objlocks) as threads on one open database. Modes:
+    /// reads (lookups and traversals), cold reads (each client's cache
+    /// dropped before each operation), mixed (with inserts), and browse
+    /// (client 0 repeats 7-hop traversals while the others insert; measured
+    /// also as the reader alone and the writers without it). Prints ops/s,
+    /// speed-up, median and p99 latency, deadlocks and lock timeouts retried
+    /// and lock-wait time per operation.
     #[arg(long, value_delimiter = ',')]
     pub clients: Vec<usize>,
-    /// Operations each concurrent client runs per mode (with --clients).
+    /// Operations each concurrent client runs per mode and number of
+    /// clients (with --clients; the browse reader runs as long as its
+    /// writers).
     #[arg(long, default_value_t = 20)]
     pub client_ops: usize,
 }

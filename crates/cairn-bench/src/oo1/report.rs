@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::concurrency::ConcurrencyRow;
+use super::concurrency::{ConcurrencyRow, Mode, Summary};
 use super::workload::{Measure, Sample, SystemResult};
 use super::{Machine, Oo1Config};
 
@@ -571,65 +571,249 @@ pub fn json(cfg: &Oo1Config, machine: &Machine, results: &[SystemResult], rows: 
     })
 }
 
-/// The `--clients` table: per mode and N, throughput, median latency, round
-/// trips per operation, the speed-up over one client of the same run, and
-/// the deadlocks and lock timeouts retried.
+/// The `--clients` tables: per system, mode and N, throughput, its
+/// speed-up over one client of the same system and mode, median and p99
+/// latency, round trips, the deadlocks (also per 100 operations) and lock
+/// timeouts retried, and the time lock requests waited per operation; then
+/// the browse runs, the reader and its writers apart, with their ratios to
+/// their runs alone and the target lines they are read against.
 pub fn concurrency_table(rows: &[ConcurrencyRow]) -> String {
     let mut t = String::new();
+    let per_client = rows
+        .iter()
+        .find(|r| r.mode != Mode::Browse)
+        .map_or(0, |r| r.ops / r.clients.max(1));
     let _ = writeln!(
         t,
-        "\ncairn-page, concurrent clients on one server ({} operations per client; speed-up vs 1 client, same run)",
-        rows.first().map_or(0, |r| r.ops / r.clients.max(1))
+        "\nConcurrent clients ({per_client} operations per client; a served system's clients are sessions of one \
+         `cairn serve`, cairn-embedded's are threads on one database; speed-up vs 1 client of the same system \
+         and mode, same run; lock wait: the lock manager's, all clients', per operation)"
     );
     let _ = writeln!(
         t,
-        "{:<10} {:>7} {:>9} {:>10} {:>14} {:>9}  retried (deadlock/timeout)",
-        "mode", "clients", "ops/s", "median ms", "round trips/op", "speed-up"
+        "{:<16} {:<10} {:>7} {:>9} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8} {:>9}",
+        "system",
+        "mode",
+        "clients",
+        "ops/s",
+        "speed-up",
+        "median ms",
+        "p99 ms",
+        "trips/op",
+        "deadlocks",
+        "/100 ops",
+        "timeouts",
+        "wait ms/op"
     );
-    for r in rows {
-        let speedup = speedup(rows, r).map_or_else(|| "-".to_string(), |x| format!("{x:.2}×"));
-        let retries = r.retries();
+    for r in rows.iter().filter(|r| !matches!(r.mode, Mode::Browse | Mode::Writers)) {
+        let all = r.all();
         let _ = writeln!(
             t,
-            "{:<10} {:>7} {:>9.1} {:>10.2} {:>14.1} {:>9}  {}/{}",
+            "{:<16} {:<10} {:>7} {:>9.1} {:>8} {:>9} {:>9} {:>8.1} {:>9} {:>8.2} {:>8} {:>9}",
+            r.system,
             r.mode.name(),
             r.clients,
             r.ops_per_s(),
-            r.median_ms(),
+            fmt_times(speedup(rows, r)),
+            fmt_ms(all.median_ms),
+            fmt_ms(all.p99_ms),
             r.round_trips_per_op(),
-            speedup,
-            retries.deadlocks,
-            retries.lock_timeouts
+            all.retries.deadlocks,
+            all.deadlocks_per_100_ops(),
+            all.retries.lock_timeouts,
+            fmt_ms(r.lock_wait_ms_per_op())
         );
     }
+    write_browse(&mut t, rows);
     t
 }
 
-/// Throughput over the one-client row of the same mode, if there is one.
-fn speedup(rows: &[ConcurrencyRow], r: &ConcurrencyRow) -> Option<f64> {
-    rows.iter()
-        .find(|b| b.mode == r.mode && b.clients == 1)
-        .map(|b| r.ops_per_s() / b.ops_per_s())
+/// `x` as `1.23×`, `-` when there is nothing to compare with.
+fn fmt_times(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_string(), |x| format!("{x:.2}×"))
 }
 
-/// The `"concurrency"` value of the JSON document.
+/// The browse table and its target lines.
+fn write_browse(t: &mut String, rows: &[ConcurrencyRow]) {
+    let browse: Vec<&ConcurrencyRow> = rows
+        .iter()
+        .filter(|r| matches!(r.mode, Mode::Browse | Mode::Writers))
+        .collect();
+    if browse.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        t,
+        "\nBrowse while others write: the reader repeats the 7-hop traversal (3,280 parts, one transaction each) \
+         while N-1 writers insert 100 parts per transaction; × alone: the reader's median over its median alone, \
+         the writers' inserts/s alone over theirs with the reader; lock wait: the whole run's, per operation"
+    );
+    let _ = writeln!(
+        t,
+        "{:<16} {:<28} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8} {:>9}",
+        "system",
+        "run",
+        "clients",
+        "ops/s",
+        "median ms",
+        "p99 ms",
+        "× alone",
+        "deadlocks",
+        "/100 ops",
+        "timeouts",
+        "wait ms/op"
+    );
+    for r in &browse {
+        let mut lines: Vec<(String, Summary, Option<f64>)> = Vec::new();
+        match (r.mode, r.reader(), r.writers()) {
+            (Mode::Writers, _, Some(w)) => lines.push((format!("{} alone", n_writers(r.clients)), w, None)),
+            (_, Some(reader), None) => lines.push(("reader alone".into(), reader, None)),
+            (_, Some(reader), Some(w)) => {
+                let n = r.clients - 1;
+                lines.push((format!("reader, {}", n_writers(n)), reader, reader_ratio(rows, r)));
+                lines.push((format!("{}, with the reader", n_writers(n)), w, writers_ratio(rows, r)));
+            }
+            _ => {}
+        }
+        for (label, s, ratio) in lines {
+            let _ = writeln!(
+                t,
+                "{:<16} {:<28} {:>7} {:>9.1} {:>9} {:>9} {:>8} {:>9} {:>8.2} {:>8} {:>9}",
+                r.system,
+                label,
+                r.clients,
+                s.ops_per_s(),
+                fmt_ms(s.median_ms),
+                fmt_ms(s.p99_ms),
+                fmt_times(ratio),
+                s.retries.deadlocks,
+                s.deadlocks_per_100_ops(),
+                s.retries.lock_timeouts,
+                fmt_ms(r.lock_wait_ms_per_op())
+            );
+        }
+    }
+    for r in browse.iter().filter(|r| r.mode == Mode::Browse && r.clients > 1) {
+        let met = |x: Option<f64>, limit: f64| match x {
+            Some(x) if x <= limit => "met",
+            Some(_) => "missed",
+            None => "not measured",
+        };
+        let (reader, writers) = (reader_ratio(rows, r), writers_ratio(rows, r));
+        let _ = writeln!(
+            t,
+            "{} with {}: the reader's traversal {} its time alone (target ≤ 1.3×: {}); the writers' \
+             inserts/s alone {} theirs with the reader (target ≤ 1.2×: {})",
+            r.system,
+            n_writers(r.clients - 1),
+            fmt_times(reader),
+            met(reader, 1.3),
+            fmt_times(writers),
+            met(writers, 1.2)
+        );
+    }
+}
+
+/// `1 writer`, `3 writers`.
+fn n_writers(n: usize) -> String {
+    if n == 1 {
+        "1 writer".into()
+    } else {
+        format!("{n} writers")
+    }
+}
+
+/// The row of `system` and `mode` with `clients` clients, if the run had one.
+fn find_run<'a>(rows: &'a [ConcurrencyRow], system: &str, mode: Mode, clients: usize) -> Option<&'a ConcurrencyRow> {
+    rows.iter()
+        .find(|b| b.system == system && b.mode == mode && b.clients == clients)
+}
+
+/// Throughput over the one-client row of the same system and mode, if
+/// there is one (not for browse, whose one client is the reader alone).
+fn speedup(rows: &[ConcurrencyRow], r: &ConcurrencyRow) -> Option<f64> {
+    if r.mode == Mode::Browse {
+        return None;
+    }
+    find_run(rows, r.system, r.mode, 1).map(|b| r.ops_per_s() / b.ops_per_s())
+}
+
+/// A browse run's reader: its median traversal over its median alone.
+fn reader_ratio(rows: &[ConcurrencyRow], r: &ConcurrencyRow) -> Option<f64> {
+    if r.mode != Mode::Browse || r.clients < 2 {
+        return None;
+    }
+    let alone = find_run(rows, r.system, Mode::Browse, 1)?.reader()?;
+    Some(r.reader()?.median_ms / alone.median_ms.max(1e-9))
+}
+
+/// A browse run's writers: their inserts per second without the reader
+/// over theirs with it.
+fn writers_ratio(rows: &[ConcurrencyRow], r: &ConcurrencyRow) -> Option<f64> {
+    if r.mode != Mode::Browse {
+        return None;
+    }
+    let alone = find_run(rows, r.system, Mode::Writers, r.clients.checked_sub(1)?)?.writers()?;
+    Some(alone.ops_per_s() / r.writers()?.ops_per_s().max(1e-9))
+}
+
+/// A [`Summary`] in the JSON document.
+fn summary_json(s: &Summary) -> serde_json::Value {
+    serde_json::json!({
+        "clients": s.clients,
+        "ops": s.ops,
+        "wall_s": s.wall_s,
+        "ops_per_s": s.ops_per_s(),
+        "median_ms": s.median_ms,
+        "p99_ms": s.p99_ms,
+        "deadlocks_retried": s.retries.deadlocks,
+        "deadlocks_per_100_ops": s.deadlocks_per_100_ops(),
+        "lock_timeouts_retried": s.retries.lock_timeouts,
+    })
+}
+
+/// The `"concurrency"` value of the JSON document: one object per run,
+/// with `"reader"` and `"writers"` for the browse and writers-alone runs.
 pub fn concurrency_json(rows: &[ConcurrencyRow]) -> serde_json::Value {
     serde_json::Value::Array(
         rows.iter()
             .map(|r| {
-                serde_json::json!({
+                let all = r.all();
+                let mut j = serde_json::json!({
+                    "system": r.system,
                     "mode": r.mode.name(),
                     "clients": r.clients,
                     "ops": r.ops,
                     "wall_s": r.wall_s,
                     "ops_per_s": r.ops_per_s(),
-                    "median_ms": r.median_ms(),
+                    "median_ms": all.median_ms,
+                    "p99_ms": all.p99_ms,
                     "round_trips_per_op": r.round_trips_per_op(),
                     "speedup_vs_1_client": speedup(rows, r),
-                    "deadlocks_retried": r.retries().deadlocks,
-                    "lock_timeouts_retried": r.retries().lock_timeouts,
+                    "deadlocks_retried": all.retries.deadlocks,
+                    "deadlocks_per_100_ops": all.deadlocks_per_100_ops(),
+                    "lock_timeouts_retried": all.retries.lock_timeouts,
+                    "lock_wait_ms_per_op": r.lock_wait_ms_per_op(),
+                    "locks": {
+                        "requests": r.locks.requests,
+                        "waits": r.locks.waits,
+                        "deadlocks": r.locks.deadlocks,
+                        "timeouts": r.locks.timeouts,
+                        "wait_micros": r.locks.wait_micros,
+                    },
                     "lookup_digests": r.per_client.iter().map(|c| &c.lookup_digests).collect::<Vec<_>>(),
-                })
+                });
+                if let Some(s) = r.reader() {
+                    j["reader"] = summary_json(&s);
+                    j["reader_ratio_to_alone"] = serde_json::json!(reader_ratio(rows, r));
+                }
+                if let Some(s) = r.writers() {
+                    j["writers"] = summary_json(&s);
+                    if r.mode == Mode::Browse {
+                        j["writers_ratio_to_alone"] = serde_json::json!(writers_ratio(rows, r));
+                    }
+                }
+                j
             })
             .collect(),
     )

@@ -79,31 +79,114 @@ pub(super) fn oo1(doc: &Value) -> Result<String, String> {
     Ok(out)
 }
 
-/// The `--clients` table of an OO1 document.
+/// The `--clients` tables of an OO1 document: the reads, cold reads and
+/// mixed runs, then the browse runs (the reader and its writers apart). A
+/// document written before a field existed renders it as `–`, and one
+/// without `system` was `cairn-page`'s, the only system measured then.
 pub(super) fn oo1_clients(rows: &Value, out: &mut String) -> Result<(), String> {
     let rows = rows.as_array().ok_or("concurrency is not a list")?;
     let mut t = Table::new(&[
+        "system",
         "mode",
         ">clients",
         ">ops/s",
         ">median ms per op",
+        ">p99 ms",
         ">round trips per op",
         ">speed-up vs 1 client",
         ">deadlocks retried",
+        ">per 100 ops",
+        ">lock timeouts retried",
+        ">lock wait ms per op",
     ]);
+    let mut browse = Table::new(&[
+        "system",
+        "run",
+        ">clients",
+        ">ops/s",
+        ">median ms",
+        ">p99 ms",
+        ">× alone",
+        ">deadlocks retried",
+        ">per 100 ops",
+        ">lock timeouts retried",
+        ">lock wait ms per op",
+    ]);
+    let opt = |r: &Value, key: &str, decimals: usize| {
+        opt_num(r, key).map_or_else(|| "–".to_string(), |x| thousands(x, decimals))
+    };
     for (i, r) in rows.iter().enumerate() {
         let at = format!("concurrency[{i}]");
+        let system = r
+            .get("system")
+            .and_then(Value::as_str)
+            .unwrap_or("cairn-page")
+            .to_string();
+        let mode = text(r, "mode", &at)?;
+        let clients = num(r, "clients", &at)?;
+        let wait = opt(r, "lock_wait_ms_per_op", 3);
+        if mode == "browse" || mode == "writers alone" {
+            for (key, ratio_key) in [
+                ("reader", "reader_ratio_to_alone"),
+                ("writers", "writers_ratio_to_alone"),
+            ] {
+                let Some(part) = r.get(key).filter(|p| p.is_object()) else {
+                    continue;
+                };
+                let at = format!("{at}.{key}");
+                let n = num(part, "clients", &at)?;
+                let writers = |n: f64| {
+                    let s = if n == 1.0 { "" } else { "s" };
+                    format!("{} writer{s}", thousands(n, 0))
+                };
+                let label = match (mode, key) {
+                    ("writers alone", _) => format!("{} alone", writers(n)),
+                    (_, "reader") if clients <= 1.0 => "reader alone".to_string(),
+                    (_, "reader") => format!("reader, {}", writers(clients - 1.0)),
+                    _ => format!("{}, with the reader", writers(n)),
+                };
+                browse.row(vec![
+                    system.clone(),
+                    label,
+                    thousands(clients, 0),
+                    thousands(num(part, "ops_per_s", &at)?, 1),
+                    format!("{:.2}", num(part, "median_ms", &at)?),
+                    format!("{:.2}", num(part, "p99_ms", &at)?),
+                    ratio(opt_num(r, ratio_key)),
+                    thousands(num(part, "deadlocks_retried", &at)?, 0),
+                    opt(part, "deadlocks_per_100_ops", 2),
+                    thousands(num(part, "lock_timeouts_retried", &at)?, 0),
+                    wait.clone(),
+                ]);
+            }
+            continue;
+        }
         t.row(vec![
-            text(r, "mode", &at)?.to_string(),
-            thousands(num(r, "clients", &at)?, 0),
+            system,
+            mode.to_string(),
+            thousands(clients, 0),
             thousands(num(r, "ops_per_s", &at)?, 1),
             format!("{:.2}", num(r, "median_ms", &at)?),
+            opt_num(r, "p99_ms").map_or_else(|| "–".to_string(), |x| format!("{x:.2}")),
             thousands(num(r, "round_trips_per_op", &at)?, 0),
             ratio(opt_num(r, "speedup_vs_1_client")),
             thousands(num(r, "deadlocks_retried", &at)?, 0),
+            opt(r, "deadlocks_per_100_ops", 2),
+            opt(r, "lock_timeouts_retried", 0),
+            wait,
         ]);
     }
-    let _ = writeln!(out, "\nMany clients (`--clients`):\n");
-    t.render(out);
+    if !t.is_empty() {
+        let _ = writeln!(out, "\nMany clients (`--clients`):\n");
+        t.render(out);
+    }
+    if !browse.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nBrowse while others write (× alone: the reader's median traversal over its median alone, target \
+             ≤ 1.3; the writers' inserts/s without the reader over theirs with it, target ≤ 1.2):\n"
+        );
+        browse.render(out);
+    }
     Ok(())
 }

@@ -76,7 +76,75 @@ fn an_oo1_document_gives_one_column_per_system_and_round_trips_for_remote_ones()
         out.contains("| measure | cairn-page |\n|---|---:|\n| lookup cold | 650 |"),
         "{out}"
     );
-    assert!(out.contains("| reads | 4 | 1,571.0 | 0.78 | 0 | 1.19 | 0 |"), "{out}");
+    // A document from before the other systems, p99, lock waits and browse:
+    // cairn-page's, the missing figures as dashes.
+    assert!(
+        out.contains("| cairn-page | reads | 4 | 1,571.0 | 0.78 | – | 0 | 1.19 | 0 | – | 0 | – |"),
+        "{out}"
+    );
+    assert!(!out.contains("Browse while others write"), "{out}");
+}
+
+#[test]
+fn an_oo1_document_with_every_system_and_browse_runs_renders_both_client_tables() {
+    let part = |clients: u32, ops: u32, ops_per_s: f64, median: f64, p99: f64, deadlocks: u32| {
+        serde_json::json!({"clients": clients, "ops": ops, "wall_s": 1.0, "ops_per_s": ops_per_s,
+            "median_ms": median, "p99_ms": p99, "deadlocks_retried": deadlocks,
+            "deadlocks_per_100_ops": 100.0 * f64::from(deadlocks) / f64::from(ops),
+            "lock_timeouts_retried": 0})
+    };
+    let doc = serde_json::json!({
+        "benchmark": "oo1",
+        "systems": [{"system": "cairn-embedded", "load_ms": 351.0, "db_size_bytes": 8388608}],
+        "results": [{"system": "cairn-embedded", "measure": "lookup", "phase": "cold", "median_ms": 12.9,
+                     "counters": {}}],
+        "concurrency": [
+            {"system": "cairn-embedded", "mode": "mixed", "clients": 4, "ops": 80, "wall_s": 0.5,
+             "ops_per_s": 160.0, "median_ms": 2.5, "p99_ms": 31.25, "round_trips_per_op": 0.0,
+             "speedup_vs_1_client": 0.5, "deadlocks_retried": 8, "deadlocks_per_100_ops": 10.0,
+             "lock_timeouts_retried": 1, "lock_wait_ms_per_op": 1.5},
+            {"system": "cairn-object", "mode": "browse", "clients": 1, "ops": 20, "wall_s": 0.1,
+             "ops_per_s": 200.0, "median_ms": 5.0, "p99_ms": 6.0, "round_trips_per_op": 3.0,
+             "speedup_vs_1_client": null, "deadlocks_retried": 0, "lock_timeouts_retried": 0,
+             "lock_wait_ms_per_op": 0.0, "reader": part(1, 20, 200.0, 5.0, 6.0, 0),
+             "reader_ratio_to_alone": null},
+            {"system": "cairn-object", "mode": "browse", "clients": 4, "ops": 70, "wall_s": 1.0,
+             "ops_per_s": 70.0, "median_ms": 6.0, "p99_ms": 9.0, "round_trips_per_op": 3.0,
+             "speedup_vs_1_client": null, "deadlocks_retried": 2, "lock_timeouts_retried": 0,
+             "lock_wait_ms_per_op": 0.25, "reader": part(1, 10, 10.0, 6.0, 9.0, 0),
+             "writers": part(3, 60, 60.0, 40.0, 80.0, 2), "reader_ratio_to_alone": 1.2,
+             "writers_ratio_to_alone": 1.1},
+            {"system": "cairn-object", "mode": "writers alone", "clients": 3, "ops": 60, "wall_s": 0.9,
+             "ops_per_s": 66.0, "median_ms": 38.0, "p99_ms": 70.0, "round_trips_per_op": 5.0,
+             "speedup_vs_1_client": null, "deadlocks_retried": 1, "lock_timeouts_retried": 0,
+             "lock_wait_ms_per_op": 0.5, "writers": part(3, 60, 66.0, 38.0, 70.0, 1)}]
+    });
+    let out = render(&doc).unwrap();
+    assert!(
+        out.contains("| cairn-embedded | mixed | 4 | 160.0 | 2.50 | 31.25 | 0 | 0.50 | 8 | 10.00 | 1 | 1.500 |"),
+        "{out}"
+    );
+    assert!(out.contains("Browse while others write"), "{out}");
+    assert!(
+        out.contains("| cairn-object | reader alone | 1 | 200.0 | 5.00 | 6.00 | – | 0 | 0.00 | 0 | 0.000 |"),
+        "{out}"
+    );
+    assert!(
+        out.contains("| cairn-object | reader, 3 writers | 4 | 10.0 | 6.00 | 9.00 | 1.20 | 0 | 0.00 | 0 | 0.250 |"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "| cairn-object | 3 writers, with the reader | 4 | 60.0 | 40.00 | 80.00 | 1.10 | 2 | 3.33 | 0 | 0.250 |"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("| cairn-object | 3 writers alone | 3 | 66.0 | 38.00 | 70.00 | – | 1 | 1.67 | 0 | 0.500 |"),
+        "{out}"
+    );
+    // The browse runs are not in the first table.
+    assert!(!out.contains("| cairn-object | browse |"), "{out}");
 }
 
 #[test]

@@ -20,6 +20,7 @@
 //! | `0x010E` | retired (was RELEASE: now [`crate::rights`]'s) | |
 //! | `0x010F` VOLUME_FILE | empty | the volume file's path (bytes) |
 //! | `0x0110` WRITTEN | `txn u64` | empty |
+//! | `0x0111` LOCK_STATS | empty | `requests u64, waits u64, deadlocks u64, timeouts u64, upgrades u64, wait_micros u64` ([`LockCounters`]) |
 //!
 //! and the messages of callback locking, which every client shares
 //! ([`crate::rights`]: the server's CALLBACK notice, CALLBACK_REPLY and
@@ -53,6 +54,11 @@
 //! [`LOCK_MODE_IS`] … [`LOCK_MODE_X`]. Errors are
 //! [`Fault`](crate::message::Fault)s with the codes below, so a client can
 //! tell a deadlock (retry) from damage.
+//!
+//! **LOCK_STATS** reads the server's lock-manager counters since it opened
+//! the database (all sessions together): any session may ask, whatever its
+//! architecture or role, and it changes nothing. A benchmark reads it
+//! before and after a run to report lock waits per operation.
 //!
 //! **File-server sessions** (architecture 3) use the same service with
 //! three differences: a FETCH takes the lock and answers
@@ -133,6 +139,8 @@ impl Kind {
     pub const VOLUME_FILE: Kind = Kind(0x010F);
     /// WRITTEN (file-server sessions).
     pub const WRITTEN: Kind = Kind(0x0110);
+    /// LOCK_STATS: the server's lock-manager counters (any session).
+    pub const LOCK_STATS: Kind = Kind(0x0111);
 }
 
 impl ErrorCode {

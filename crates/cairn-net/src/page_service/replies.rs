@@ -1,7 +1,7 @@
 //! The page service's replies: the parts of a FETCH ([`Fetched`]), the
-//! final replies of ALLOCATE, COMMIT, GROUP_PAGES, GROUPS and VOLUME, and
-//! the [`FaultDetail`] of an error. The byte layout of each is in the
-//! module table of [`page_service`](super).
+//! final replies of ALLOCATE, COMMIT, GROUP_PAGES, GROUPS, VOLUME and
+//! LOCK_STATS ([`LockCounters`]), and the [`FaultDetail`] of an error. The
+//! byte layout of each is in the module table of [`page_service`](super).
 
 use super::{malformed, MessageError, Reader, Writer, GROUP_NAME_MAX};
 
@@ -238,6 +238,66 @@ impl VolumeInfo {
         };
         r.finish("the body")?;
         Ok(info)
+    }
+}
+
+/// The LOCK_STATS reply: the server's lock-manager counters since it
+/// opened the database, all sessions together (the storage engine's
+/// `LockStats`).
+///
+/// ```text
+/// requests u64 | waits u64 | deadlocks u64 | timeouts u64 | upgrades u64 | wait_micros u64
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockCounters {
+    /// Lock requests.
+    pub requests: u64,
+    /// Requests that had to wait (each counted once).
+    pub waits: u64,
+    /// Requests refused because they closed a cycle (deadlock victims).
+    pub deadlocks: u64,
+    /// Waits that gave up at the lock timeout.
+    pub timeouts: u64,
+    /// Requests to strengthen a lock already held.
+    pub upgrades: u64,
+    /// Time requests spent waiting, in microseconds, summed over every wait
+    /// that ended.
+    pub wait_micros: u64,
+}
+
+/// Bytes of a LOCK_STATS reply.
+pub const LOCK_COUNTERS_BYTES: usize = 48;
+
+impl LockCounters {
+    /// Encodes the reply.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(LOCK_COUNTERS_BYTES);
+        for v in [
+            self.requests,
+            self.waits,
+            self.deadlocks,
+            self.timeouts,
+            self.upgrades,
+            self.wait_micros,
+        ] {
+            w.put_u64(v);
+        }
+        w.into_bytes()
+    }
+
+    /// Decodes the reply.
+    pub fn decode(body: &[u8]) -> Result<LockCounters, MessageError> {
+        let mut r = Reader::within("LOCK_STATS reply", body);
+        let c = LockCounters {
+            requests: r.u64("requests")?,
+            waits: r.u64("waits")?,
+            deadlocks: r.u64("deadlocks")?,
+            timeouts: r.u64("timeouts")?,
+            upgrades: r.u64("upgrades")?,
+            wait_micros: r.u64("wait micros")?,
+        };
+        r.finish("the body")?;
+        Ok(c)
     }
 }
 

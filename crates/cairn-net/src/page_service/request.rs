@@ -106,6 +106,9 @@ pub enum PageRequest {
         /// The transaction.
         txn: u64,
     },
+    /// LOCK_STATS: the server's lock-manager counters
+    /// ([`LockCounters`](super::LockCounters)); any session may ask.
+    LockStats,
 }
 
 /// Writes `count u16, (page u32, u64) × count` for at most `max` pairs (a
@@ -162,7 +165,8 @@ impl PageRequest {
             | PageRequest::Groups
             | PageRequest::Group { .. }
             | PageRequest::Read { .. }
-            | PageRequest::VolumeFile => None,
+            | PageRequest::VolumeFile
+            | PageRequest::LockStats => None,
         }
     }
 
@@ -259,6 +263,7 @@ impl PageRequest {
             PageRequest::Volume => Kind::VOLUME,
             PageRequest::Groups => Kind::GROUPS,
             PageRequest::VolumeFile => Kind::VOLUME_FILE,
+            PageRequest::LockStats => Kind::LOCK_STATS,
             _ => unreachable!("put_other is called for the requests put does not write"),
         }
     }
@@ -299,6 +304,7 @@ impl PageRequest {
             Kind::READ => PageRequest::Read { page: r.u32("page")? },
             Kind::VOLUME_FILE => PageRequest::VolumeFile,
             Kind::WRITTEN => PageRequest::Written { txn: r.u64("txn")? },
+            Kind::LOCK_STATS => PageRequest::LockStats,
             _ => return Ok(None),
         };
         r.finish("the body")?;

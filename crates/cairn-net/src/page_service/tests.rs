@@ -42,6 +42,9 @@ fn every_request() -> Vec<PageRequest> {
             name: "parts".into(),
         },
         PageRequest::Read { page: 12 },
+        PageRequest::VolumeFile,
+        PageRequest::Written { txn: 7 },
+        PageRequest::LockStats,
     ]
 }
 
@@ -165,4 +168,28 @@ fn volume_info_round_trips() {
     };
     assert_eq!(VolumeInfo::decode(&v.encode()).unwrap(), v);
     assert!(VolumeInfo::decode(&v.encode()[..11]).is_err());
+}
+
+#[test]
+fn lock_counters_round_trip_and_a_short_or_long_body_is_refused() {
+    let c = LockCounters {
+        requests: 1,
+        waits: 2,
+        deadlocks: 3,
+        timeouts: 4,
+        upgrades: 5,
+        wait_micros: u64::MAX,
+    };
+    let body = c.encode();
+    assert_eq!(body.len(), LOCK_COUNTERS_BYTES);
+    assert_eq!(LockCounters::decode(&body).unwrap(), c);
+    for cut in 0..body.len() {
+        assert!(LockCounters::decode(&body[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut longer = body;
+    longer.push(0);
+    assert!(LockCounters::decode(&longer).is_err());
+    // The request has no body: a byte after it is refused.
+    assert!(PageRequest::decode(Kind::LOCK_STATS, &[0]).is_err());
+    assert_eq!(PageRequest::LockStats.txn(), None);
 }

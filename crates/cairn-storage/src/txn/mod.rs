@@ -69,8 +69,8 @@ mod transaction;
 mod unwritten;
 
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
-pub use keys::{KeyRanges, TreeState};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, WriteLockHook};
+pub use keys::{KeyRanges, TreeState};
 pub use salvage::Salvaged;
 pub use transaction::{ProtectedPages, Restriction, Txn};
 pub use unwritten::Unwritten;

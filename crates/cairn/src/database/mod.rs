@@ -352,6 +352,16 @@ impl Database {
         self.inner.db.stats()
     }
 
+    /// The lock-manager counters of the server this client is connected
+    /// to — lock requests, waits, deadlocks, timeouts and the time spent
+    /// waiting, of all its sessions together since it opened the database
+    /// (one LOCK_STATS round trip, which any session may make; it changes
+    /// nothing) — or `None` for an embedded database, whose counters are
+    /// its own: `storage().map(|db| db.stats().locks)`.
+    pub fn server_lock_stats(&self) -> Result<Option<cairn_storage::lock::LockStats>> {
+        Ok(self.inner.db.server_lock_stats()?)
+    }
+
     /// Embedded: checkpoints and closes. Remote: disconnects (the server's
     /// database stays open for its other clients).
     pub fn close(self) -> Result<()> {

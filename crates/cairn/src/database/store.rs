@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use cairn_schema::TreeOp;
 use cairn_storage::btree::BTree;
+use cairn_storage::lock::LockStats;
 use cairn_storage::{Db, GroupId, Oid, PageId, Txn};
 
 use super::source::{IndexAnswer, Source, Trust, ViewBytes, Viewable};
@@ -62,6 +63,11 @@ pub(crate) trait Store: Send + Sync {
     /// The storage engine, if it runs in this process.
     fn storage(&self) -> Option<&Db> {
         None
+    }
+    /// The server's lock-manager counters, if this is a client of one
+    /// (one round trip).
+    fn server_lock_stats(&self) -> StorageResult<Option<LockStats>> {
+        Ok(None)
     }
     /// The page- or file-server client, if this is one (crash tests
     /// inject faults there).
@@ -165,6 +171,10 @@ impl Store for Arc<RemoteStore> {
         Some(RemoteStore::stats(self))
     }
 
+    fn server_lock_stats(&self) -> StorageResult<Option<LockStats>> {
+        RemoteStore::server_lock_stats(self).map(Some)
+    }
+
     fn remote_store(&self) -> Option<&Arc<RemoteStore>> {
         Some(self)
     }
@@ -200,6 +210,10 @@ impl Store for Arc<ObjectStore> {
 
     fn stats(&self) -> Option<RemoteStats> {
         Some(ObjectStore::stats(self))
+    }
+
+    fn server_lock_stats(&self) -> StorageResult<Option<LockStats>> {
+        ObjectStore::server_lock_stats(self).map(Some)
     }
 
     fn describe(&self) -> String {

@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cairn_net::message::ErrorCode;
-use cairn_net::page_service::{FaultDetail, PageRequest};
+use cairn_net::page_service::{FaultDetail, LockCounters, PageRequest};
 use cairn_net::rpc::Client;
 use cairn_net::rpc::{ClientTls, Login, TlsRoots};
 use cairn_net::transport::Address;
 use cairn_storage::access::PageDevice;
+use cairn_storage::lock::LockStats;
 use cairn_storage::page;
 use cairn_storage::{Error, PageId, Result, TxnId};
 
@@ -272,6 +273,22 @@ impl Connection {
     pub(super) fn call(&self, req: &PageRequest) -> Result<Vec<Bytes>> {
         let (kind, body) = req.encode();
         self.call_kind(kind, body, txn_of(req))
+    }
+
+    /// The server's lock-manager counters (LOCK_STATS): all sessions'
+    /// lock requests, waits, deadlocks and timeouts since it opened the
+    /// database. One round trip, counted as any other.
+    pub(super) fn server_lock_stats(&self) -> Result<LockStats> {
+        let body = self.call_one(&PageRequest::LockStats)?;
+        let c = LockCounters::decode(&body).map_err(|e| self.error(cairn_net::Error::Message(e)))?;
+        Ok(LockStats {
+            requests: c.requests,
+            waits: c.waits,
+            deadlocks: c.deadlocks,
+            timeouts: c.timeouts,
+            upgrades: c.upgrades,
+            wait_micros: c.wait_micros,
+        })
     }
 
     /// The one reply body of a call that has no parts.

@@ -167,6 +167,19 @@ impl AdaptiveClient {
 
 delegating_deployment!(AdaptiveClient, PageServer, "cairn-adaptive");
 
+/// The client architecture each system served by `cairn serve` connects
+/// with, by system name: what its deployment above puts in
+/// [`Options::arch`] (`--clients` connects its sessions the same way).
+pub fn served_arch(system: &str) -> Option<Arch> {
+    match system {
+        "cairn-page" => Some(Arch::Page),
+        "cairn-file" => Some(Arch::File),
+        "cairn-object" => Some(Arch::Object),
+        "cairn-adaptive" => Some(Arch::Adaptive),
+        _ => None,
+    }
+}
+
 /// How long a server may take to checkpoint and exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);
 

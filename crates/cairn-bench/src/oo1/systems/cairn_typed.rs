@@ -2,7 +2,10 @@
 //! a [`Database`], the same code whether the database is embedded
 //! (`cairn-embedded`, [`super::cairn_embedded`]) or behind `cairn serve`
 //! (`cairn-page`, [`super::cairn_page`]). A [`Deployment`] says where the
-//! database lives: how it is created, closed durably and opened cold.
+//! database lives: how it is created, closed durably and opened cold. The
+//! operations themselves are [`CairnOn`]'s, on any open [`Database`], so
+//! `--clients` runs the same code on databases it opened itself (a session
+//! per client, or one embedded database shared by every client thread).
 //!
 //! Schema: one object per part, holding its outgoing connections (with their
 //! type and length) as `Ref`s and its incoming ones as a `List<Ref<Part>>`,
@@ -235,6 +238,208 @@ fn part_value(p: &PartSpec, to: Vec<Connection>, from: List<Ref<Part>>) -> Part 
     }
 }
 
+/// OO1's operations on a [`Database`] opened elsewhere — the very code
+/// every Cairn system runs ([`Cairn`] runs them through this): one thread of
+/// many sharing an embedded database, or a client session opened by its
+/// caller (`--clients`). It neither creates, opens nor closes a database.
+#[derive(Clone, Copy)]
+pub struct CairnOn<'a> {
+    name: &'static str,
+    db: &'a Database,
+}
+
+impl<'a> CairnOn<'a> {
+    /// The operations on `db`, reported (and named in errors) as `name`.
+    /// The caller has registered [`Part`] (`db.register::<Part>()`).
+    pub fn new(name: &'static str, db: &'a Database) -> CairnOn<'a> {
+        CairnOn { name, db }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &'a Database {
+        self.db
+    }
+
+    /// [`System::lookup`].
+    pub fn lookup(&self, ids: &[u32]) -> Result<Visits> {
+        let db = self.db;
+        let mut tx = db.begin()?;
+        let mut v = Visits::default();
+        for &id in ids {
+            let r = find(self.name, &mut tx, id)?;
+            let o = tx.view(&r)?;
+            let p = o.get();
+            v.visit(p.x(), p.y(), p.kind());
+        }
+        tx.commit()?;
+        Ok(v)
+    }
+
+    /// [`System::traversal`].
+    pub fn traversal(&self, start: u32, hops: u32) -> Result<Visits> {
+        let db = self.db;
+        let mut tx = db.begin()?;
+        let mut v = Visits::default();
+        let r = find(self.name, &mut tx, start)?;
+        forward(&mut tx, &r, hops, &mut v)?;
+        tx.commit()?;
+        Ok(v)
+    }
+
+    /// [`System::reverse_traversal`].
+    pub fn reverse_traversal(&self, start: u32, hops: u32) -> Result<Visits> {
+        let db = self.db;
+        let mut tx = db.begin()?;
+        let mut v = Visits::default();
+        let r = find(self.name, &mut tx, start)?;
+        backward(&mut tx, &r, hops, &mut v)?;
+        tx.commit()?;
+        Ok(v)
+    }
+
+    /// [`System::insert`].
+    pub fn insert(&self, parts: &[PartSpec]) -> Result<Visits> {
+        let db = self.db;
+        let mut tx = db.begin()?;
+        let mut v = Visits::default();
+        // The parts the new ones connect to that exist already are changed
+        // below (their `from` lists): their locks are taken together, one
+        // round trip for all of them on a client of a server.
+        let new_ids: std::collections::HashSet<u32> = parts.iter().map(|p| p.id).collect();
+        let mut targets = Vec::new();
+        for c in parts.iter().flat_map(|p| &p.to) {
+            if !new_ids.contains(&c.to) {
+                targets.push(find(self.name, &mut tx, c.to)?);
+            }
+        }
+        tx.prefetch_for_update(&targets)?;
+        for p in parts {
+            v.visit(p.x, p.y, p.kind_str());
+            let mut to = Vec::with_capacity(p.to.len());
+            for c in &p.to {
+                // A connection to the part itself gets its reference once
+                // the part exists.
+                let target = if c.to == p.id {
+                    placeholder()
+                } else {
+                    find(self.name, &mut tx, c.to)?
+                };
+                to.push(Connection {
+                    to: target,
+                    kind: c.kind_str().to_string(),
+                    length: c.length,
+                });
+            }
+            let r = tx.create_in(GROUP, part_value(p, to, List::new()))?;
+            let loops: Vec<usize> = (0..p.to.len()).filter(|&k| p.to[k].to == p.id).collect();
+            if !loops.is_empty() {
+                tx.update(&r, |me| {
+                    for &k in &loops {
+                        me.to[k].to = r.clone();
+                    }
+                })?;
+            }
+            for c in &p.to {
+                let target = if c.to == p.id {
+                    r.clone()
+                } else {
+                    find(self.name, &mut tx, c.to)?
+                };
+                tx.update(&target, |t| t.from.push(r.clone()))?;
+            }
+        }
+        tx.commit()?;
+        Ok(v)
+    }
+
+    /// [`System::remove`].
+    pub fn remove(&self, parts: &[PartSpec]) -> Result<()> {
+        let db = self.db;
+        let mut tx = db.begin()?;
+        for p in parts.iter().rev() {
+            let r = find(self.name, &mut tx, p.id)?;
+            let part = tx.get(&r)?;
+            for c in &part.to {
+                if c.to != r {
+                    tx.update(&c.to, |target| {
+                        if let Some(k) = target.from.iter().rposition(|f| *f == r) {
+                            target.from.remove(k);
+                        }
+                    })?;
+                }
+            }
+            tx.delete(&r)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// [`System::check`].
+    pub fn check(&self) -> Result<Check> {
+        let db = self.db;
+        let mut tx = db.begin()?;
+        let mut c = Check::default();
+        let all = tx.find_range(&BY_ID, std::ops::Bound::Unbounded, std::ops::Bound::Unbounded)?;
+        for r in &all {
+            let p = tx.get(r)?;
+            c.add_part(p.id, &p.kind, p.x, p.y, p.build);
+            for k in &p.to {
+                let t = tx.get(&k.to)?;
+                c.add_connection(p.id, t.id, &k.kind, k.length);
+            }
+            for f in p.from.iter() {
+                let s = tx.get(f)?;
+                c.add_reverse(s.id, p.id);
+            }
+        }
+        tx.commit()?;
+        Ok(c)
+    }
+
+    /// [`System::counters`].
+    pub fn counters(&self) -> Counters {
+        let db = self.db;
+        let mut c = Counters::default();
+        let cache = db.cache_stats();
+        c.set("object_faults", cache.faults)
+            .set("object_hits", cache.hits)
+            .set("image_loads", cache.image_loads)
+            .set("image_hits", cache.image_hits)
+            .set("index_hits", cache.index_hits)
+            .set("index_misses", cache.index_misses);
+        if let Some(st) = db.storage().map(|s| s.stats()) {
+            c.set("page_reads", st.buffer.reads)
+                .set("page_hits", st.buffer.hits)
+                .set("fsyncs", st.wal.fsyncs)
+                .set("commits", st.commits);
+        }
+        if let Some(r) = db.remote_stats() {
+            c.set("round_trips", r.round_trips)
+                .set("bytes_shipped", r.bytes_sent + r.bytes_received)
+                .set("pages_shipped", r.pages_shipped)
+                .set("pages_revalidated", r.pages_revalidated)
+                .set("cache_hits", r.cache_hits)
+                .set("callbacks", r.callbacks)
+                .set("pages_read_direct", r.pages_read_direct)
+                .set("pages_written_direct", r.pages_written_direct)
+                .set("objects_shipped", r.objects_shipped);
+            if r.adaptive != cairn::AdaptiveStats::default() {
+                let a = r.adaptive;
+                c.set("adaptive_page_fetches", a.page_fetches)
+                    .set("adaptive_object_fetches", a.object_fetches)
+                    .set("adaptive_switches", a.to_pages + a.to_objects);
+            }
+        }
+        c
+    }
+}
+
+impl<D: Deployment> Cairn<D> {
+    fn on(&self) -> Result<CairnOn<'_>> {
+        Ok(CairnOn::new(D::NAME, self.db()?))
+    }
+}
+
 impl<D: Deployment> System for Cairn<D> {
     fn name(&self) -> &'static str {
         D::NAME
@@ -264,133 +469,27 @@ impl<D: Deployment> System for Cairn<D> {
     }
 
     fn lookup(&mut self, ids: &[u32]) -> Result<Visits> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut v = Visits::default();
-        for &id in ids {
-            let r = find(D::NAME, &mut tx, id)?;
-            let o = tx.view(&r)?;
-            let p = o.get();
-            v.visit(p.x(), p.y(), p.kind());
-        }
-        tx.commit()?;
-        Ok(v)
+        self.on()?.lookup(ids)
     }
 
     fn traversal(&mut self, start: u32, hops: u32) -> Result<Visits> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut v = Visits::default();
-        let r = find(D::NAME, &mut tx, start)?;
-        forward(&mut tx, &r, hops, &mut v)?;
-        tx.commit()?;
-        Ok(v)
+        self.on()?.traversal(start, hops)
     }
 
     fn reverse_traversal(&mut self, start: u32, hops: u32) -> Result<Visits> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut v = Visits::default();
-        let r = find(D::NAME, &mut tx, start)?;
-        backward(&mut tx, &r, hops, &mut v)?;
-        tx.commit()?;
-        Ok(v)
+        self.on()?.reverse_traversal(start, hops)
     }
 
     fn insert(&mut self, parts: &[PartSpec]) -> Result<Visits> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut v = Visits::default();
-        // The parts the new ones connect to that exist already are changed
-        // below (their `from` lists): their locks are taken together, one
-        // round trip for all of them on a client of a server.
-        let new_ids: std::collections::HashSet<u32> = parts.iter().map(|p| p.id).collect();
-        let mut targets = Vec::new();
-        for c in parts.iter().flat_map(|p| &p.to) {
-            if !new_ids.contains(&c.to) {
-                targets.push(find(D::NAME, &mut tx, c.to)?);
-            }
-        }
-        tx.prefetch_for_update(&targets)?;
-        for p in parts {
-            v.visit(p.x, p.y, p.kind_str());
-            let mut to = Vec::with_capacity(p.to.len());
-            for c in &p.to {
-                // A connection to the part itself gets its reference once
-                // the part exists.
-                let target = if c.to == p.id {
-                    placeholder()
-                } else {
-                    find(D::NAME, &mut tx, c.to)?
-                };
-                to.push(Connection {
-                    to: target,
-                    kind: c.kind_str().to_string(),
-                    length: c.length,
-                });
-            }
-            let r = tx.create_in(GROUP, part_value(p, to, List::new()))?;
-            let loops: Vec<usize> = (0..p.to.len()).filter(|&k| p.to[k].to == p.id).collect();
-            if !loops.is_empty() {
-                tx.update(&r, |me| {
-                    for &k in &loops {
-                        me.to[k].to = r.clone();
-                    }
-                })?;
-            }
-            for c in &p.to {
-                let target = if c.to == p.id {
-                    r.clone()
-                } else {
-                    find(D::NAME, &mut tx, c.to)?
-                };
-                tx.update(&target, |t| t.from.push(r.clone()))?;
-            }
-        }
-        tx.commit()?;
-        Ok(v)
+        self.on()?.insert(parts)
     }
 
     fn remove(&mut self, parts: &[PartSpec]) -> Result<()> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        for p in parts.iter().rev() {
-            let r = find(D::NAME, &mut tx, p.id)?;
-            let part = tx.get(&r)?;
-            for c in &part.to {
-                if c.to != r {
-                    tx.update(&c.to, |target| {
-                        if let Some(k) = target.from.iter().rposition(|f| *f == r) {
-                            target.from.remove(k);
-                        }
-                    })?;
-                }
-            }
-            tx.delete(&r)?;
-        }
-        tx.commit()?;
-        Ok(())
+        self.on()?.remove(parts)
     }
 
     fn check(&mut self) -> Result<Check> {
-        let db = self.db()?;
-        let mut tx = db.begin()?;
-        let mut c = Check::default();
-        let all = tx.find_range(&BY_ID, std::ops::Bound::Unbounded, std::ops::Bound::Unbounded)?;
-        for r in &all {
-            let p = tx.get(r)?;
-            c.add_part(p.id, &p.kind, p.x, p.y, p.build);
-            for k in &p.to {
-                let t = tx.get(&k.to)?;
-                c.add_connection(p.id, t.id, &k.kind, k.length);
-            }
-            for f in p.from.iter() {
-                let s = tx.get(f)?;
-                c.add_reverse(s.id, p.id);
-            }
-        }
-        tx.commit()?;
-        Ok(c)
+        self.on()?.check()
     }
 
     fn size_on_disk_bytes(&self) -> Option<u64> {
@@ -398,39 +497,65 @@ impl<D: Deployment> System for Cairn<D> {
     }
 
     fn counters(&self) -> Counters {
-        let mut c = Counters::default();
-        if let Some(db) = &self.db {
-            let cache = db.cache_stats();
-            c.set("object_faults", cache.faults)
-                .set("object_hits", cache.hits)
-                .set("image_loads", cache.image_loads)
-                .set("image_hits", cache.image_hits)
-                .set("index_hits", cache.index_hits)
-                .set("index_misses", cache.index_misses);
-            if let Some(st) = db.storage().map(|s| s.stats()) {
-                c.set("page_reads", st.buffer.reads)
-                    .set("page_hits", st.buffer.hits)
-                    .set("fsyncs", st.wal.fsyncs)
-                    .set("commits", st.commits);
-            }
-            if let Some(r) = db.remote_stats() {
-                c.set("round_trips", r.round_trips)
-                    .set("bytes_shipped", r.bytes_sent + r.bytes_received)
-                    .set("pages_shipped", r.pages_shipped)
-                    .set("pages_revalidated", r.pages_revalidated)
-                    .set("cache_hits", r.cache_hits)
-                    .set("callbacks", r.callbacks)
-                    .set("pages_read_direct", r.pages_read_direct)
-                    .set("pages_written_direct", r.pages_written_direct)
-                    .set("objects_shipped", r.objects_shipped);
-                if r.adaptive != cairn::AdaptiveStats::default() {
-                    let a = r.adaptive;
-                    c.set("adaptive_page_fetches", a.page_fetches)
-                        .set("adaptive_object_fetches", a.object_fetches)
-                        .set("adaptive_switches", a.to_pages + a.to_objects);
-                }
-            }
-        }
-        c
+        self.on().map_or_else(|_| Counters::default(), |on| on.counters())
     }
+}
+
+impl System for CairnOn<'_> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn build(&mut self, _graph: &Graph) -> Result<()> {
+        Err(not_here(self.name, "build"))
+    }
+
+    /// Nothing to close: the database is its opener's.
+    fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn open_cold(&mut self) -> Result<()> {
+        Err(not_here(self.name, "open cold"))
+    }
+
+    fn lookup(&mut self, ids: &[u32]) -> Result<Visits> {
+        CairnOn::lookup(self, ids)
+    }
+
+    fn traversal(&mut self, start: u32, hops: u32) -> Result<Visits> {
+        CairnOn::traversal(self, start, hops)
+    }
+
+    fn reverse_traversal(&mut self, start: u32, hops: u32) -> Result<Visits> {
+        CairnOn::reverse_traversal(self, start, hops)
+    }
+
+    fn insert(&mut self, parts: &[PartSpec]) -> Result<Visits> {
+        CairnOn::insert(self, parts)
+    }
+
+    fn remove(&mut self, parts: &[PartSpec]) -> Result<()> {
+        CairnOn::remove(self, parts)
+    }
+
+    fn check(&mut self) -> Result<Check> {
+        CairnOn::check(self)
+    }
+
+    fn size_on_disk_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    fn counters(&self) -> Counters {
+        CairnOn::counters(self)
+    }
+}
+
+/// The error of a life-cycle step a [`CairnOn`] leaves to its database's
+/// opener.
+fn not_here(system: &str, step: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "{system}: a system on a database opened elsewhere does not {step} it"
+    ))
 }

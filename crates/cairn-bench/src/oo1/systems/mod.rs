@@ -38,7 +38,7 @@ pub mod lmdb;
 pub mod memory;
 pub mod sqlite;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::system::{Error, Result, System};
 
@@ -55,12 +55,23 @@ pub const ALL: [&str; 9] = [
     "lmdb",
 ];
 
+/// Where the system called `name` keeps its database under `scratch`
+/// (`--clients` opens the Cairn systems' databases there again after the
+/// normal run).
+pub fn database_dir(name: &str, scratch: &Path) -> PathBuf {
+    match name {
+        "cairn-embedded" => scratch.join("cairn"),
+        "cairn-embedded-objlocks" => scratch.join("cairn-objlocks"),
+        other => scratch.join(other),
+    }
+}
+
 /// The system called `name`, keeping its files under `scratch`. `cairn_exe`
 /// is the `cairn` binary a server system starts as `cairn serve`.
 pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<Box<dyn System>> {
     match name {
         "cairn-embedded" => Ok(Box::new(cairn_typed::Cairn::new(cairn_embedded::Embedded::new(
-            scratch.join("cairn"),
+            database_dir(name, scratch),
         )))),
         "cairn-page" | "cairn-file" | "cairn-object" | "cairn-adaptive" => {
             let exe = cairn_exe.ok_or_else(|| {
@@ -69,7 +80,7 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
                      (Oo1Config::cairn_exe; `cairn bench oo1` names itself)"
                 ))
             })?;
-            let (dir, exe) = (scratch.join(name), exe.to_path_buf());
+            let (dir, exe) = (database_dir(name, scratch), exe.to_path_buf());
             Ok(match name {
                 "cairn-page" => Box::new(cairn_typed::Cairn::new(cairn_page::PageServer::new(dir, exe))),
                 "cairn-file" => Box::new(cairn_typed::Cairn::new(cairn_page::FileServer::new(dir, exe))),
@@ -78,11 +89,11 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
             })
         }
         "cairn-embedded-objlocks" => Ok(Box::new(cairn_typed::Cairn::new(
-            cairn_embedded::EmbeddedObjectLocks::new(scratch.join("cairn-objlocks")),
+            cairn_embedded::EmbeddedObjectLocks::new(database_dir(name, scratch)),
         ))),
         "in-memory" => Ok(Box::new(memory::InMemory::new())),
-        "sqlite" => Ok(Box::new(sqlite::Sqlite::new(scratch.join("sqlite")))),
-        "lmdb" => Ok(Box::new(lmdb::Lmdb::new(scratch.join("lmdb")))),
+        "sqlite" => Ok(Box::new(sqlite::Sqlite::new(database_dir(name, scratch)))),
+        "lmdb" => Ok(Box::new(lmdb::Lmdb::new(database_dir(name, scratch)))),
         other => Err(Error::InvalidArgument(format!(
             "unknown system {other:?}; the systems are {}",
             ALL.join(", ")

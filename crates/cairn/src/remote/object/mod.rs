@@ -210,6 +210,12 @@ impl ObjectStore {
         Ok(GroupId(u32::from_le_bytes(id)))
     }
 
+    /// The server's lock-manager counters, all sessions together (a
+    /// LOCK_STATS round trip).
+    pub fn server_lock_stats(&self) -> Result<cairn_storage::lock::LockStats> {
+        self.conn.server_lock_stats()
+    }
+
     /// The client's counters (round trips, bytes).
     pub fn stats(&self) -> RemoteStats {
         let c = &self.conn;
@@ -340,6 +346,14 @@ impl ObjectTxn {
     /// Locks every object of `oids` X on the server (changes follow) in
     /// pipelined OBJ_FETCH requests, those not held yet: a transaction that
     /// knows what it will change takes the locks in one round trip.
+    ///
+    /// In one global order, OID order (page, then slot), each object once,
+    /// whatever the order of `oids`: two transactions locking the same
+    /// objects for update then never hold one each and wait for the other.
+    /// The requests go in that order and the server serves a transaction's
+    /// requests one at a time, in arrival order; it also sorts each
+    /// request's objects itself before it locks them, so it does not rely
+    /// on this.
     pub fn lock_many_for_update(&mut self, oids: &[Oid]) -> Result<()> {
         self.check_active()?;
         let mut todo: Vec<Oid> = oids
@@ -347,6 +361,7 @@ impl ObjectTxn {
             .copied()
             .filter(|o| !self.exclusive.contains_key(o) && !self.changes.contains_key(o))
             .collect();
+        // The one global order (see above).
         todo.sort_unstable();
         todo.dedup();
         if todo.is_empty() {

@@ -329,6 +329,12 @@ impl RemoteStore {
         self.pool.evict_all()
     }
 
+    /// The server's lock-manager counters, all sessions together (a
+    /// LOCK_STATS round trip).
+    pub fn server_lock_stats(&self) -> Result<cairn_storage::lock::LockStats> {
+        self.conn.server_lock_stats()
+    }
+
     /// The client's counters.
     pub fn stats(&self) -> RemoteStats {
         let c = &self.conn;
