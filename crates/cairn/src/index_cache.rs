@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use cairn_storage::fxhash::FxHashMap;
+use cairn_storage::lock::Resource;
 use cairn_storage::{Oid, PageId};
 
 /// Longest key the cache holds (longer keys always descend the tree).
@@ -95,6 +96,10 @@ struct Entry {
     version: u64,
     first: Oid,
     rest: Box<[Oid]>,
+    /// Under key-range locking: the lock on the gap just past the key's
+    /// last value (below the next key's first entry in the leaf), which a
+    /// hit reading every value takes ([`TreeCache::get_with_past`]).
+    past: Option<Resource>,
 }
 
 #[derive(Debug, Default)]
@@ -143,6 +148,18 @@ impl TreeCache {
     /// `out` if its entry is valid now; returns the leaf holding them and the
     /// version to check again once the leaf is locked ([`TreeCache::still`]).
     pub fn get(&self, key: &[u8], first_only: bool, out: &mut Vec<Oid>) -> Option<(PageId, u64)> {
+        self.get_with_past(key, first_only, out)
+            .map(|(leaf, version, _)| (leaf, version))
+    }
+
+    /// [`TreeCache::get`], with the lock on the gap past the key's last
+    /// value if the fill knew it ([`TreeCache::fill_with_gaps`]).
+    pub fn get_with_past(
+        &self,
+        key: &[u8],
+        first_only: bool,
+        out: &mut Vec<Oid>,
+    ) -> Option<(PageId, u64, Option<Resource>)> {
         let st = self.read();
         let e = st.entries.get(key)?;
         if st.version(e.leaf) != e.version {
@@ -152,7 +169,7 @@ impl TreeCache {
         if !first_only {
             out.extend_from_slice(&e.rest);
         }
-        Some((e.leaf, e.version))
+        Some((e.leaf, e.version, e.past))
     }
 
     /// True if `leaf` still has `version`.
@@ -186,6 +203,20 @@ impl TreeCache {
     /// [`TreeCache::mark`] returned `mark` (nothing is cached if a writer
     /// changed the leaf since). `entries` holds (key, OID) pairs in key order.
     pub fn fill(&self, mark: u64, leaf: PageId, entries: &[(&[u8], Oid)], max_entries: usize) {
+        self.fill_with_gaps(mark, leaf, entries, None, max_entries)
+    }
+
+    /// [`TreeCache::fill`] under key-range locking: `gaps[i]` is the lock
+    /// on the gap just below `entries[i]`, so each key's entry keeps the
+    /// one past its last value.
+    pub fn fill_with_gaps(
+        &self,
+        mark: u64,
+        leaf: PageId,
+        entries: &[(&[u8], Oid)],
+        gaps: Option<&[Resource]>,
+        max_entries: usize,
+    ) {
         if entries.len() < 3 {
             return;
         }
@@ -228,6 +259,7 @@ impl TreeCache {
                             version,
                             first: entries[i].1,
                             rest: entries[i + 1..j].iter().map(|(_, o)| *o).collect(),
+                            past: gaps.and_then(|g| g.get(j).copied()),
                         },
                     );
                 }

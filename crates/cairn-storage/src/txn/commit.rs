@@ -77,10 +77,12 @@ impl Shared {
         } else {
             Vec::new()
         };
+        let mut touched: Vec<(PageId, Vec<PageId>)> = Vec::new();
         let tree_images = prepared.and_then(|()| {
             let mut images = std::collections::BTreeMap::new();
             for (tree, _) in &trees {
-                t.apply_key_ranges(tree, &mut images)?;
+                let pages = t.apply_key_ranges(tree, &mut images)?;
+                touched.push((tree.root(), pages));
             }
             Ok(images.into_iter().collect::<Vec<_>>())
         });
@@ -96,6 +98,13 @@ impl Shared {
         let decided = {
             let gate = self.sink.gate.read().unwrap_or_else(|e| e.into_inner());
             let appended = self.append_records(t, tree_images);
+            if appended.is_ok() {
+                if let Some(hook) = self.tree_hook.get() {
+                    for (root, pages) in &touched {
+                        hook(*root, pages);
+                    }
+                }
+            }
             drop(latches);
             match appended {
                 Err(e) => {

@@ -116,6 +116,15 @@ pub(super) struct Counters {
 /// request returns (`None`: nothing to hold).
 pub type HookGuard = Option<Box<dyn std::any::Any + Send>>;
 
+/// The function [`Db::set_tree_change_hook`] sets: called with a tree's
+/// root and the pages a commit changed, allocated or freed in it under
+/// key-range locking, after the commit's records are logged and its pages
+/// are the newest images readers see, and before its locks are released —
+/// so a cache of tree entries validated by page versions (the typed
+/// layer's index cache) drops them before any reader can lock the keys
+/// the commit changed.
+pub type TreeChangeHook = dyn Fn(PageId, &[PageId]) + Send + Sync;
+
 /// The function [`Db::set_write_lock_hook`] sets: (owner, page or object,
 /// mode, may wait) → `Some(guard)` to go on, `None` if it would have to
 /// wait and may not.
@@ -168,6 +177,9 @@ pub(crate) struct Shared {
     /// The trees under key-range locking, if the database locks key
     /// ranges ([`DbOptions::key_range_locking`]).
     pub(super) key_ranges: Option<super::KeyRanges>,
+    /// Called when a commit has changed a tree's pages under key-range
+    /// locking ([`Db::set_tree_change_hook`]).
+    pub(super) tree_hook: std::sync::OnceLock<Box<TreeChangeHook>>,
     ckpt: Mutex<Lsn>,
     poisoned: Mutex<Option<String>>,
     /// Set with `poisoned`, so the hot path checks an atomic, not a mutex.
@@ -380,6 +392,7 @@ impl Db {
             unwritten: Mutex::default(),
             write_hook: std::sync::OnceLock::new(),
             key_ranges: opts.key_range_locking.then(super::KeyRanges::default),
+            tree_hook: std::sync::OnceLock::new(),
             ckpt: Mutex::new(Lsn(0)),
             poisoned: Mutex::new(None),
             is_poisoned: AtomicBool::new(false),
@@ -606,6 +619,14 @@ impl Db {
     /// file-server client reads the page from the file next.
     pub fn write_back(&self, id: PageId) -> Result<()> {
         self.shared.pool.flush_page(id)
+    }
+
+    /// Sets the tree-change hook (see [`TreeChangeHook`]); once.
+    pub fn set_tree_change_hook(&self, hook: Box<TreeChangeHook>) -> Result<()> {
+        self.shared
+            .tree_hook
+            .set(hook)
+            .map_err(|_| Error::InvalidArgument("the tree-change hook is set already".into()))
     }
 
     /// Sets the function called before every lock that lets a transaction

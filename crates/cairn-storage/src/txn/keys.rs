@@ -770,6 +770,80 @@ impl Txn {
         self.try_lock_resource(res, LockMode::S)
     }
 
+    /// True if a lookup of one key of `tree` may be answered from a cache
+    /// of its committed entries after [`Txn::lock_tree_lookup`]: the tree
+    /// is under key-range locking and this transaction has not changed it.
+    pub fn tree_key_cacheable(&self, tree: &BTree) -> bool {
+        self.locks_key_ranges(tree)
+            && self
+                .key_trees
+                .trees
+                .get(&tree.root())
+                .is_none_or(|t| t.changes.is_empty())
+    }
+
+    /// The locks a lookup of `key` in `tree` under key-range locking takes
+    /// when it finds `values` (in order): S on each entry, and in a
+    /// non-unique tree on the gap below each; with `past` (the gap just
+    /// past the last value, [`Txn::tree_gap_below`] of the next entry) S on
+    /// that too, for a lookup that read every value of the key. What a
+    /// cache hit holds before it checks its entries are current.
+    pub fn lock_tree_lookup(
+        &mut self,
+        tree: &BTree,
+        key: &[u8],
+        values: &[&[u8]],
+        past: Option<Resource>,
+    ) -> Result<()> {
+        self.check_active()?;
+        let root = tree.root();
+        self.lock(Resource::Tree(root), LockMode::IS)?;
+        let unique = self.tree_state(tree)?.unique;
+        for v in values {
+            let id = identity(unique, key, v);
+            self.lock(entry_of(root, &id), LockMode::S)?;
+            if !unique {
+                self.lock(gap_of(root, Some(&id)), LockMode::S)?;
+            }
+        }
+        match past {
+            Some(gap) if !unique => self.lock(gap, LockMode::S),
+            _ => Ok(()),
+        }
+    }
+
+    /// The lock on the gap just below the entry `(key, value)` of `tree`
+    /// (under key-range locking).
+    pub fn tree_gap_below(&mut self, tree: &BTree, key: &[u8], value: &[u8]) -> Result<Resource> {
+        let unique = self.tree_state(tree)?.unique;
+        Ok(gap_of(tree.root(), Some(&identity(unique, key, value))))
+    }
+
+    /// The leaf of `tree` whose range holds `key`, as the tree stands now
+    /// (its newest pages, under its latch; no lock): where a cache of its
+    /// entries would be filled from.
+    pub fn tree_leaf_of(&mut self, tree: &BTree, key: &[u8]) -> Result<PageId> {
+        let state = self.tree_state(tree)?;
+        let db = Arc::clone(&self.db);
+        let _latch = state.read();
+        tree.leaf_of(&mut Newest { db: &*db }, key)
+    }
+
+    /// Calls `f` with every entry of the leaf of `tree` whose range holds
+    /// `key`, read under the tree's latch from its newest pages with no
+    /// lock; returns the leaf. A cache filled from it must be validated by
+    /// versions the tree-change hook ([`super::Db::set_tree_change_hook`])
+    /// moves, and used only under [`Txn::lock_tree_lookup`].
+    pub fn tree_leaf_entries(&mut self, tree: &BTree, key: &[u8], f: impl FnMut(&[u8], &[u8])) -> Result<PageId> {
+        let state = self.tree_state(tree)?;
+        let db = Arc::clone(&self.db);
+        let _latch = state.read();
+        let mut view = Newest { db: &*db };
+        let leaf = tree.leaf_of(&mut view, key)?;
+        tree.leaf_entries(&mut view, leaf, f)?;
+        Ok(leaf)
+    }
+
     /// Destroys `tree`, freeing its pages (see [`BTree::destroy`]). Under
     /// key-range locking it first takes X on the whole tree, which waits
     /// for every transaction that read or changed it.
@@ -815,13 +889,21 @@ impl Txn {
     /// its pages (the caller holds the tree's exclusive latch), allocating
     /// and freeing pages as splits and merges need; adds the images it
     /// made to `images`.
-    pub(super) fn apply_key_ranges(&mut self, tree: &BTree, images: &mut BTreeMap<PageId, Vec<u8>>) -> Result<()> {
+    pub(super) fn apply_key_ranges(
+        &mut self,
+        tree: &BTree,
+        images: &mut BTreeMap<PageId, Vec<u8>>,
+    ) -> Result<Vec<PageId>> {
         let Some(own) = self.key_trees.trees.get(&tree.root()) else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let unique = own.state.unique;
         let changes: Vec<(EntryId, Change)> = own.changes.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
-        let mut view = Apply { txn: self, images };
+        let mut view = Apply {
+            txn: self,
+            images,
+            touched: Vec::new(),
+        };
         // Deletes first: they make room, and a unique key deleted and
         // inserted again is deleted before its new value goes in.
         for (id, change) in &changes {
@@ -835,7 +917,7 @@ impl Txn {
                 tree.insert(&mut view, &id.0, &value)?;
             }
         }
-        Ok(())
+        Ok(view.touched)
     }
 }
 
@@ -845,6 +927,8 @@ impl Txn {
 struct Apply<'a> {
     txn: &'a mut Txn,
     images: &'a mut BTreeMap<PageId, Vec<u8>>,
+    /// Every page changed, allocated or freed (with repeats).
+    touched: Vec<PageId>,
 }
 
 impl PageAccess for Apply<'_> {
@@ -864,6 +948,7 @@ impl PageAccess for Apply<'_> {
             let image = Newest { db: &*self.txn.db }.read(id, <[u8]>::to_vec)?;
             self.images.insert(id, image);
         }
+        self.touched.push(id);
         let image = self.images.get_mut(&id).expect("inserted above");
         // On a copy, so a failed change leaves the image as it was.
         let mut copy = image.clone();
@@ -873,7 +958,9 @@ impl PageAccess for Apply<'_> {
     }
 
     fn allocate(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
-        self.txn.allocate_page(group, near, ty)
+        let p = self.txn.allocate_page(group, near, ty)?;
+        self.touched.push(p);
+        Ok(p)
     }
 
     fn free(&mut self, id: PageId) -> Result<()> {
@@ -884,6 +971,7 @@ impl PageAccess for Apply<'_> {
             )));
         }
         self.images.remove(&id);
+        self.touched.push(id);
         self.txn.to_free.insert(id);
         Ok(())
     }

@@ -69,7 +69,7 @@ mod transaction;
 mod unwritten;
 
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
-pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, WriteLockHook};
+pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, TreeChangeHook, WriteLockHook};
 pub use keys::{KeyRanges, TreeState};
 pub use salvage::Salvaged;
 pub use transaction::{ProtectedPages, Restriction, Txn};

@@ -61,6 +61,8 @@ pub struct Options {
     /// different objects of one page at the same time; views then read
     /// copies of objects, not shared page images. A page- or file-server
     /// client locks pages; an object-server client always locks objects.
+    /// `storage.key_range_locking` is on by default here (embedded
+    /// databases lock index keys and key ranges, not index pages).
     pub storage: DbOptions,
     /// Bytes of decoded objects the object cache may hold.
     pub cache_bytes: usize,
@@ -119,7 +121,13 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            storage: DbOptions::default(),
+            // An embedded database locks index keys, not leaves (a
+            // server's database does not yet: see ARCHITECTURE.md,
+            // key-range locking).
+            storage: DbOptions {
+                key_range_locking: true,
+                ..DbOptions::default()
+            },
             cache_bytes: 64 << 20,
             cache_policy: CachePolicy::Clock,
             dual_buffer: DualBufferOptions::default(),
@@ -214,7 +222,21 @@ impl Database {
     /// Opens the database in `dir` with `opts`, creating it if there is none.
     pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Database> {
         let db = Db::open_or_create(dir.as_ref(), &opts.storage)?;
-        Database::on_store(Box::new(db), opts)
+        // Under key-range locking a commit changes index leaves without a
+        // page lock: it tells the index cache which, before its key locks
+        // go (a weak reference: the hook must not keep the database alive).
+        let inner: Arc<std::sync::OnceLock<std::sync::Weak<Inner>>> = Arc::default();
+        if opts.storage.key_range_locking {
+            let slot = Arc::clone(&inner);
+            db.set_tree_change_hook(Box::new(move |root, pages| {
+                if let Some(inner) = slot.get().and_then(std::sync::Weak::upgrade) {
+                    inner.index_cache.tree(root).changed(pages);
+                }
+            }))?;
+        }
+        let database = Database::on_store(Box::new(db), opts)?;
+        let _ = inner.set(Arc::downgrade(&database.inner));
+        Ok(database)
     }
 
     /// Connects to `cairn serve` as a client of the architecture

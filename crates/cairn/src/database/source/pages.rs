@@ -273,19 +273,7 @@ fn index_lookup_in_pages(
     out: &mut Vec<Oid>,
 ) -> StorageResult<IndexAnswer> {
     if txn.locks_key_ranges(&tree) {
-        // Under key-range locking a lookup locks the key, not the leaf,
-        // and a leaf changes at other transactions' commits without a page
-        // lock: the cache's rule (the leaf's lock and version) does not
-        // hold, so the lookup goes to the tree.
-        let mut bad = false;
-        txn.tree_get_each(&tree, key, |v| {
-            match Oid::from_exact(v) {
-                Some(oid) => out.push(oid),
-                None => bad = true,
-            }
-            !bad && !first_only
-        })?;
-        return Ok(if bad { IndexAnswer::Malformed } else { IndexAnswer::Read });
+        return index_lookup_by_key(txn, tree, key, first_only, cache, max_entries, out);
     }
     let start = out.len();
     if let Some((leaf, version)) = cache.get(key, first_only, out) {
@@ -331,6 +319,71 @@ fn index_lookup_in_pages(
     };
     cache.fill(mark, leaf, &pairs, max_entries);
     Ok(answer)
+}
+
+/// [`index_lookup_in_pages`] under key-range locking: a lookup locks the
+/// key, not the leaf, and a commit changes a leaf without a page lock but
+/// gives it a new version in the cache (the database's tree-change hook)
+/// before it releases its key locks. So a cached entry of a unique tree
+/// the transaction has not changed is used under the key's lock (S on the
+/// entry, as a lookup that finds it takes) if the leaf's version is
+/// unchanged once that lock is held; a fill reads the leaf as it stands
+/// (no lock: what it caches is validated when used) after noting the
+/// counter, as at page level.
+fn index_lookup_by_key(
+    txn: &mut Txn,
+    tree: BTree,
+    key: &[u8],
+    first_only: bool,
+    cache: &TreeCache,
+    max_entries: usize,
+    out: &mut Vec<Oid>,
+) -> StorageResult<IndexAnswer> {
+    let cacheable = txn.tree_key_cacheable(&tree);
+    let start = out.len();
+    if cacheable {
+        if let Some((leaf, version, past)) = cache.get_with_past(key, first_only, out) {
+            let values: Vec<[u8; Oid::ENCODED_SIZE]> = out[start..].iter().map(|o| o.to_bytes()).collect();
+            let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
+            txn.lock_tree_lookup(&tree, key, &values, if first_only { None } else { past })?;
+            if cache.still(leaf, version) {
+                return Ok(IndexAnswer::Cached);
+            }
+            out.truncate(start);
+        }
+    }
+    let mut bad = false;
+    txn.tree_get_each(&tree, key, |v| {
+        match Oid::from_exact(v) {
+            Some(oid) => out.push(oid),
+            None => bad = true,
+        }
+        !bad && !first_only
+    })?;
+    if bad {
+        return Ok(IndexAnswer::Malformed);
+    }
+    if cacheable && cache.worth_filling(txn.tree_leaf_of(&tree, key)?, max_entries) {
+        let mark = cache.mark();
+        let mut keys: Vec<u8> = Vec::with_capacity(4096);
+        let mut ents: Vec<(usize, usize, Option<Oid>)> = Vec::with_capacity(256);
+        let leaf = txn.tree_leaf_entries(&tree, key, |k, v| {
+            let start = keys.len();
+            keys.extend_from_slice(k);
+            ents.push((start, keys.len(), Oid::from_exact(v)));
+        })?;
+        let pairs: Option<Vec<(&[u8], Oid)>> = ents.iter().map(|&(s, e, oid)| Some((&keys[s..e], oid?))).collect();
+        if let Some(pairs) = pairs {
+            // The gap below each entry: a key's last value's is the next
+            // key's first entry's.
+            let gaps = pairs
+                .iter()
+                .map(|(k, o)| txn.tree_gap_below(&tree, k, &o.to_bytes()))
+                .collect::<StorageResult<Vec<_>>>()?;
+            cache.fill_with_gaps(mark, leaf, &pairs, Some(&gaps), max_entries);
+        }
+    }
+    Ok(IndexAnswer::Read)
 }
 
 /// Looks `key` up in the tree itself, from `leaf`, its leaf.
