@@ -208,4 +208,9 @@ proptest! {
     fn the_index_matches_the_model_with_object_locks(ops in proptest::collection::vec(op(), 1..80)) {
         run(ops, Backend::EmbeddedObjectLocks);
     }
+
+    #[test]
+    fn the_index_matches_the_model_with_key_range_locks(ops in proptest::collection::vec(op(), 1..80)) {
+        run(ops, Backend::EmbeddedKeyRanges);
+    }
 }

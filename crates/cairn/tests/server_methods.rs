@@ -173,7 +173,10 @@ fn a_method_sees_no_other_transactions_uncommitted_changes(b: Backend) {
     // B's selection must read part 8: it waits for A's lock (here until the
     // lock timeout) rather than see A's uncommitted change.
     // Another client (embedded: another transaction of the one process).
-    let embedded = matches!(b, Backend::Embedded | Backend::EmbeddedObjectLocks);
+    let embedded = matches!(
+        b,
+        Backend::Embedded | Backend::EmbeddedObjectLocks | Backend::EmbeddedKeyRanges
+    );
     let second = (!embedded).then(|| site.open(short_lock_timeout_opts()));
     let other = second.as_ref().unwrap_or(&db);
     let mut tx = other.begin().unwrap();

@@ -281,6 +281,8 @@ pub struct Oo1Args {
     pub parts: u32,
     /// Systems to run, comma-separated: cairn-embedded,
     /// cairn-embedded-objlocks (locking objects instead of pages),
+    /// cairn-embedded-keyranges (locking objects, and index keys instead of
+    /// index pages),
     /// cairn-page, cairn-file, cairn-object and cairn-adaptive (page-,
     /// file- and object-server clients and the adaptive client of `cairn
     /// serve` in a separate process), in-memory, sqlite, lmdb.
@@ -309,7 +311,8 @@ pub struct Oo1Args {
     /// each of these numbers of concurrent clients, e.g. `--clients
     /// 1,4,16,32`: cairn-page, cairn-file, cairn-object and cairn-adaptive
     /// as sessions of their kind on one new `cairn serve`, cairn-embedded
-    /// (and cairn-embedded-objlocks) as threads on one open database. Modes:
+    /// (and cairn-embedded-objlocks, cairn-embedded-keyranges) as threads on
+    /// one open database. Modes:
     /// reads (lookups and traversals), cold reads (each client's cache
     /// dropped before each operation), mixed (with inserts), and browse
     /// (client 0 repeats 7-hop traversals while the others insert; measured

@@ -15,11 +15,14 @@
 //!   of its own ([`Resource::Gap`]), and the gap above the last entry is
 //!   [`Resource::TreeEnd`]. Every operation also holds IS or IX on the
 //!   whole tree ([`Resource::Tree`]); destroying a tree takes X on it.
-//! - **Readers** (lookups and scans) take S on each entry they return and
-//!   on the gap below it, and S on the gap below the first entry past
-//!   their range (the *fence*, or the tree's end): nothing can appear in,
-//!   or vanish from, what they read until they end. A lookup that finds
-//!   its key in a unique tree locks only the entry.
+//! - **Readers** (lookups and scans) take S on the gap below each entry
+//!   they return — which covers the entry as well, since a deleter takes
+//!   X on both — and S on the gap below the first entry past their range
+//!   (the *fence*, or the tree's end): nothing can appear in, or vanish
+//!   from, what they read until they end. One lock per entry read: a
+//!   lookup that finds its key in a unique tree takes no fence. A reader
+//!   meeting another transaction's registered change waits on the entry
+//!   itself (S on it, which its writer holds X on).
 //! - **Inserters** take X on the new entry, then check the gap it falls in
 //!   (the gap below the next entry): only a reader's S there (or a
 //!   deleter's X) makes them wait, and then they hold IX on it. Two
@@ -208,8 +211,8 @@ impl PageAccess for Newest<'_> {
 #[derive(Debug)]
 enum Item {
     /// An entry the transaction sees: committed (and not deleted by it), or
-    /// inserted by it (`own`).
-    Visible { key: Vec<u8>, value: Vec<u8>, own: bool },
+    /// inserted by it.
+    Visible { key: Vec<u8>, value: Vec<u8> },
     /// Another transaction's registered change: a lock point only.
     Other,
 }
@@ -237,7 +240,9 @@ fn entry_of(root: PageId, id: &EntryId) -> Resource {
 }
 
 fn hash_id(root: PageId, id: &EntryId) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    // A fast hash: two entries sharing one only conflict more than they
+    // must (the lock is shared, never the data).
+    let mut h = crate::fxhash::FxHasher::default();
     root.hash(&mut h);
     id.hash(&mut h);
     h.finish()
@@ -311,7 +316,7 @@ fn gather(
         if last {
             cut = Some(id.clone());
         }
-        merged.insert(id, Item::Visible { key, value, own: false });
+        merged.insert(id, Item::Visible { key, value });
         if last {
             break;
         }
@@ -352,7 +357,6 @@ fn gather(
                         Item::Visible {
                             key: id.0.clone(),
                             value: value.clone(),
-                            own: true,
                         },
                     );
                 }
@@ -707,37 +711,27 @@ impl Txn {
         let mut handed: Option<EntryId> = None;
         let mut found = false;
         for (id, item) in g.items {
-            let entry = entry_of(root, &id);
-            // The gap below the range's first key is outside the range
-            // when that key is the lower bound itself in a unique tree.
-            let gap_needed = !(state.unique && lo == Bound::Included(&id.0[..]));
-            let mut wanted = vec![entry];
-            if gap_needed {
-                wanted.push(gap_of(root, Some(&id)));
-            }
-            let own_entry = matches!(item, Item::Visible { own: true, .. });
-            if point && state.unique && matches!(item, Item::Visible { .. }) {
-                wanted.truncate(1);
-            }
-            for res in wanted {
-                if own_entry && res == entry {
-                    continue;
-                }
-                if !self.try_lock_shared(res)? {
-                    return Ok((handed, Next::Wait(res)));
-                }
-            }
             match item {
-                // A registered change's writer holds X on it until it has
-                // taken the registration back (under the exclusive latch),
-                // so its S cannot be had while it is seen here.
+                // A registered change's writer holds X on its entry until it
+                // has taken the registration back (under the exclusive
+                // latch), so S on it cannot be had while it is seen here.
                 Item::Other => {
+                    let entry = entry_of(root, &id);
+                    if !self.try_lock_shared(entry)? {
+                        return Ok((handed, Next::Wait(entry)));
+                    }
                     return Err(Error::Internal(format!(
                         "{} was granted S on {entry}, which another transaction has changed",
                         self.id
-                    )))
+                    )));
                 }
                 Item::Visible { key, value, .. } => {
+                    // S on the gap below an entry covers the entry too: a
+                    // deleter takes X on both, an inserter checks the gap.
+                    let gap = gap_of(root, Some(&id));
+                    if !self.try_lock_shared(gap)? {
+                        return Ok((handed, Next::Wait(gap)));
+                    }
                     found = true;
                     let go_on = f(&key, &value);
                     handed = Some(id);
@@ -770,21 +764,27 @@ impl Txn {
         self.try_lock_resource(res, LockMode::S)
     }
 
-    /// True if a lookup of one key of `tree` may be answered from a cache
-    /// of its committed entries after [`Txn::lock_tree_lookup`]: the tree
-    /// is under key-range locking and this transaction has not changed it.
-    pub fn tree_key_cacheable(&self, tree: &BTree) -> bool {
-        self.locks_key_ranges(tree)
-            && self
-                .key_trees
-                .trees
-                .get(&tree.root())
-                .is_none_or(|t| t.changes.is_empty())
+    /// True if a lookup of `key` in `tree` may be answered from a cache of
+    /// its committed entries after [`Txn::lock_tree_lookup`]: the tree is
+    /// under key-range locking and this transaction has changed no entry
+    /// of that key.
+    pub fn tree_key_cacheable(&self, tree: &BTree, key: &[u8]) -> bool {
+        if !self.locks_key_ranges(tree) {
+            return false;
+        }
+        let Some(own) = self.key_trees.trees.get(&tree.root()) else {
+            return true;
+        };
+        let from = (key.to_vec(), Vec::new());
+        own.changes
+            .range(from..)
+            .next()
+            .is_none_or(|((k, _), _)| k.as_slice() != key)
     }
 
     /// The locks a lookup of `key` in `tree` under key-range locking takes
-    /// when it finds `values` (in order): S on each entry, and in a
-    /// non-unique tree on the gap below each; with `past` (the gap just
+    /// when it finds `values` (in order): S on the gap below each (which
+    /// covers the entry too); with `past` (the gap just
     /// past the last value, [`Txn::tree_gap_below`] of the next entry) S on
     /// that too, for a lookup that read every value of the key. What a
     /// cache hit holds before it checks its entries are current.
@@ -800,11 +800,7 @@ impl Txn {
         self.lock(Resource::Tree(root), LockMode::IS)?;
         let unique = self.tree_state(tree)?.unique;
         for v in values {
-            let id = identity(unique, key, v);
-            self.lock(entry_of(root, &id), LockMode::S)?;
-            if !unique {
-                self.lock(gap_of(root, Some(&id)), LockMode::S)?;
-            }
+            self.lock(gap_of(root, Some(&identity(unique, key, v))), LockMode::S)?;
         }
         match past {
             Some(gap) if !unique => self.lock(gap, LockMode::S),

@@ -61,8 +61,8 @@ pub struct Options {
     /// different objects of one page at the same time; views then read
     /// copies of objects, not shared page images. A page- or file-server
     /// client locks pages; an object-server client always locks objects.
-    /// `storage.key_range_locking` is on by default here (embedded
-    /// databases lock index keys and key ranges, not index pages).
+    /// With `storage.key_range_locking` (embedded databases), index
+    /// operations lock keys and key ranges instead of index pages.
     pub storage: DbOptions,
     /// Bytes of decoded objects the object cache may hold.
     pub cache_bytes: usize,
@@ -121,13 +121,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            // An embedded database locks index keys, not leaves (a
-            // server's database does not yet: see ARCHITECTURE.md,
-            // key-range locking).
-            storage: DbOptions {
-                key_range_locking: true,
-                ..DbOptions::default()
-            },
+            storage: DbOptions::default(),
             cache_bytes: 64 << 20,
             cache_policy: CachePolicy::Clock,
             dual_buffer: DualBufferOptions::default(),

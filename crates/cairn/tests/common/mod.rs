@@ -36,16 +36,20 @@ pub enum Backend {
     /// In the test process, locking single objects instead of pages
     /// (`DbOptions::object_locking`).
     EmbeddedObjectLocks,
+    /// In the test process, locking single objects, and index keys and key
+    /// ranges instead of index pages (`DbOptions::key_range_locking`).
+    EmbeddedKeyRanges,
 }
 
 /// Every backend, for tests that loop over them.
-pub const BACKENDS: [Backend; 6] = [
+pub const BACKENDS: [Backend; 7] = [
     Backend::Embedded,
     Backend::Page,
     Backend::File,
     Backend::Object,
     Backend::Adaptive,
     Backend::EmbeddedObjectLocks,
+    Backend::EmbeddedKeyRanges,
 ];
 
 impl Backend {
@@ -126,6 +130,12 @@ impl Site {
             Backend::EmbeddedObjectLocks => {
                 let mut opts = opts;
                 opts.storage.object_locking = true;
+                Database::open_with(&self.path, opts)
+            }
+            Backend::EmbeddedKeyRanges => {
+                let mut opts = opts;
+                opts.storage.object_locking = true;
+                opts.storage.key_range_locking = true;
                 Database::open_with(&self.path, opts)
             }
             Backend::Page | Backend::File | Backend::Object | Backend::Adaptive => {
@@ -326,6 +336,14 @@ macro_rules! on_every_backend {
                 #[test]
                 fn $name() {
                     super::$name(super::common::Backend::EmbeddedObjectLocks)
+                }
+            )*
+        }
+        mod embedded_key_ranges {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::common::Backend::EmbeddedKeyRanges)
                 }
             )*
         }

@@ -20,6 +20,7 @@ pub type CairnEmbedded = Cairn<Embedded>;
 pub struct Embedded {
     dir: PathBuf,
     object_locking: bool,
+    key_range_locking: bool,
 }
 
 impl Embedded {
@@ -28,12 +29,14 @@ impl Embedded {
         Embedded {
             dir,
             object_locking: false,
+            key_range_locking: false,
         }
     }
 
     fn options(&self) -> cairn::Options {
         let mut o = options();
         o.storage.object_locking = self.object_locking;
+        o.storage.key_range_locking = self.key_range_locking;
         o
     }
 }
@@ -49,11 +52,31 @@ impl EmbeddedObjectLocks {
         EmbeddedObjectLocks(Embedded {
             dir,
             object_locking: true,
+            key_range_locking: false,
         })
     }
 }
 
 delegating_deployment!(EmbeddedObjectLocks, Embedded, "cairn-embedded-objlocks");
+
+/// `cairn-embedded-keyranges`: the same, locking objects and its index
+/// operations locking keys and key ranges instead of index pages
+/// (`DbOptions::key_range_locking`): what key-range locking costs one
+/// process and saves many threads.
+pub struct EmbeddedKeyRanges(Embedded);
+
+impl EmbeddedKeyRanges {
+    /// The database in `dir` (created by `build`).
+    pub fn new(dir: PathBuf) -> EmbeddedKeyRanges {
+        EmbeddedKeyRanges(Embedded {
+            dir,
+            object_locking: true,
+            key_range_locking: true,
+        })
+    }
+}
+
+delegating_deployment!(EmbeddedKeyRanges, Embedded, "cairn-embedded-keyranges");
 
 impl Deployment for Embedded {
     const NAME: &'static str = "cairn-embedded";

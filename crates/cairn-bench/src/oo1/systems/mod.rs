@@ -43,9 +43,10 @@ use std::path::{Path, PathBuf};
 use super::system::{Error, Result, System};
 
 /// Every system's name, in report order.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     "cairn-embedded",
     "cairn-embedded-objlocks",
+    "cairn-embedded-keyranges",
     "cairn-page",
     "cairn-file",
     "cairn-object",
@@ -62,6 +63,7 @@ pub fn database_dir(name: &str, scratch: &Path) -> PathBuf {
     match name {
         "cairn-embedded" => scratch.join("cairn"),
         "cairn-embedded-objlocks" => scratch.join("cairn-objlocks"),
+        "cairn-embedded-keyranges" => scratch.join("cairn-keyranges"),
         other => scratch.join(other),
     }
 }
@@ -90,6 +92,9 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
         }
         "cairn-embedded-objlocks" => Ok(Box::new(cairn_typed::Cairn::new(
             cairn_embedded::EmbeddedObjectLocks::new(database_dir(name, scratch)),
+        ))),
+        "cairn-embedded-keyranges" => Ok(Box::new(cairn_typed::Cairn::new(
+            cairn_embedded::EmbeddedKeyRanges::new(database_dir(name, scratch)),
         ))),
         "in-memory" => Ok(Box::new(memory::InMemory::new())),
         "sqlite" => Ok(Box::new(sqlite::Sqlite::new(database_dir(name, scratch)))),

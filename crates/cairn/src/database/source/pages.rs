@@ -339,7 +339,7 @@ fn index_lookup_by_key(
     max_entries: usize,
     out: &mut Vec<Oid>,
 ) -> StorageResult<IndexAnswer> {
-    let cacheable = txn.tree_key_cacheable(&tree);
+    let cacheable = txn.tree_key_cacheable(&tree, key);
     let start = out.len();
     if cacheable {
         if let Some((leaf, version, past)) = cache.get_with_past(key, first_only, out) {
