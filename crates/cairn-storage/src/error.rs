@@ -182,6 +182,22 @@ pub enum Error {
     #[error("the volume is full: {0}")]
     VolumeFull(String),
 
+    /// A read-only (snapshot) transaction was asked to change something.
+    #[error("{0} is a read-only snapshot transaction: it changes nothing")]
+    ReadOnlyTxn(TxnId),
+
+    /// A snapshot ran so long that the page versions it needed outgrew the
+    /// version store's bound, and it was ended early: begin a new one.
+    #[error(
+        "the snapshot at LSN {lsn} is too old: the page versions it needed outgrew the          version store's {bytes_max} bytes (DbOptions::snapshot_bytes_max); end it and begin a new one"
+    )]
+    SnapshotTooOld {
+        /// The snapshot's LSN.
+        lsn: u64,
+        /// The store's bound.
+        bytes_max: u64,
+    },
+
     /// The transaction was chosen as the victim of a deadlock (the member
     /// of the cycle that had done the least work); it must abort, and may
     /// be retried whole as a new transaction. The message says so.

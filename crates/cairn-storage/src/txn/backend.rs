@@ -171,6 +171,18 @@ pub trait Backend: Send + Sync {
         let _ = res;
         Vec::new()
     }
+    /// Calls `f` with the image of page `id` at `snap` (see
+    /// `txn::versions`): the committed one if no commit after the snapshot
+    /// changed it, else the version kept for it. No lock. The default
+    /// keeps no versions and refuses.
+    fn read_at(&self, id: PageId, snap: super::Snapshot, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        let _ = (id, snap, f);
+        Err(crate::Error::InvalidArgument("this backend keeps no snapshots".into()))
+    }
+    /// Ends a snapshot: the versions only it needed go.
+    fn end_snapshot(&self, snap: super::Snapshot) {
+        let _ = snap;
+    }
     /// Counts a read-only transaction that ended.
     fn note_read_only(&self) {}
     /// Counts private pages a transaction spilled to disk.

@@ -116,11 +116,13 @@ impl Shared {
                     drop(gate);
                     t.pages.clear();
                     self.give_back(t);
+                    self.commit_installed(t);
                     return Err(e);
                 }
                 Ok((lsns, commit_lsn)) => self.make_durable_and_install(t, &lsns, commit_lsn),
             }
         };
+        self.commit_installed(t);
         let result = decided.and_then(|()| self.free_deferred(t));
         if let Err(e) = &result {
             self.poison(format!("{} failed after its COMMIT was logged: {e}", t.id));
@@ -129,6 +131,30 @@ impl Shared {
             self.counters.commits.fetch_add(1, Ordering::Relaxed);
         }
         result
+    }
+
+    /// Appends a batch of `t`'s commit records, registering the commit as in
+    /// flight for snapshots from its first batch on (`versions.rs`): a
+    /// snapshot beginning from here until the commit is installed sees
+    /// none of it.
+    fn append_in_flight(&self, t: &mut Txn, refs: &[&[u8]]) -> Result<Vec<Lsn>> {
+        self.versions.append_in_flight(&mut t.in_flight, || {
+            // At or before the start of the batch's first record (a
+            // record's LSN is where it ends).
+            let start = self.wal.end_lsn();
+            let got = self
+                .wal
+                .append(refs)
+                .inspect_err(|e| self.poison(format!("log append failed: {e}")))?;
+            Ok((start, got))
+        })
+    }
+
+    /// The commit of `t` is installed (or failed): no longer in flight.
+    pub(super) fn commit_installed(&self, t: &mut Txn) {
+        if let Some(first) = t.in_flight.take() {
+            self.versions.commit_done(first, self.wal.end_lsn());
+        }
     }
 
     /// IX on the group of each tree a commit applies key-range changes to.
@@ -183,10 +209,7 @@ impl Shared {
             batch_ids.push(id);
             if batch_bytes >= APPEND_BATCH_BYTES && i + 1 < ids.len() {
                 let refs: Vec<&[u8]> = batch.iter().map(|r| &r[..]).collect();
-                let got = db
-                    .wal
-                    .append(&refs)
-                    .inspect_err(|e| db.poison(format!("log append failed: {e}")))?;
+                let got = db.append_in_flight(t, &refs)?;
                 lsns.extend(batch_ids.drain(..).zip(got));
                 batch.clear();
                 batch_bytes = 0;
@@ -229,10 +252,7 @@ impl Shared {
             .encode(),
         );
         let refs: Vec<&[u8]> = batch.iter().map(|r| &r[..]).collect();
-        let got = db
-            .wal
-            .append(&refs)
-            .inspect_err(|e| db.poison(format!("log append failed: {e}")))?;
+        let got = db.append_in_flight(t, &refs)?;
         let commit_lsn = *got.last().expect("the batch holds the COMMIT");
         let first_rebased = batch_ids.len() - rebased.len();
         if let Some(newest) = &mut newest {
@@ -267,6 +287,7 @@ impl Shared {
             {
                 let mut g = self.pool.write(id)?;
                 if page::lsn(&g) < lsn {
+                    self.versions.keep(id, page::lsn(&g), lsn, &g, self.wal.end_lsn());
                     g.copy_from_slice(&image);
                 }
             }
@@ -284,6 +305,9 @@ impl Shared {
                 .get(id)?
                 .ok_or_else(|| Error::Internal(format!("private page {id} vanished during commit")))?;
             let mut g = self.pool.write(id)?;
+            // Kept before it is replaced: a snapshot that sees the new
+            // image (it is newer than the snapshot) finds the old one.
+            self.versions.keep(id, page::lsn(&g), lsn, &g, self.wal.end_lsn());
             g.copy_from_slice(after);
             page::set_lsn(&mut g, lsn);
         }

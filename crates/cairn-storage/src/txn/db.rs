@@ -50,6 +50,10 @@ pub struct DbOptions {
     /// Transactions lock single objects instead of pages (see
     /// [`Txn::set_object_locking`]); off by default.
     pub object_locking: bool,
+    /// Bytes of page before-images the version store keeps for running
+    /// snapshots ([`Db::begin_read_only`]); past it the oldest snapshots
+    /// end early ([`Error::SnapshotTooOld`]).
+    pub snapshot_bytes_max: usize,
     /// B+-tree operations lock entries and key ranges, and reach the
     /// tree's pages only at commit, instead of locking the pages they
     /// touch until their transaction ends (see [`Txn::tree_insert`] and
@@ -68,6 +72,7 @@ impl Default for DbOptions {
             background: true,
             object_locking: false,
             key_range_locking: false,
+            snapshot_bytes_max: 256 << 20,
         }
     }
 }
@@ -177,6 +182,8 @@ pub(crate) struct Shared {
     /// The trees under key-range locking, if the database locks key
     /// ranges ([`DbOptions::key_range_locking`]).
     pub(super) key_ranges: Option<super::KeyRanges>,
+    /// Page versions for snapshots (`versions.rs`).
+    pub(super) versions: super::versions::Versions,
     /// Called when a commit has changed a tree's pages under key-range
     /// locking ([`Db::set_tree_change_hook`]).
     pub(super) tree_hook: std::sync::OnceLock<Box<TreeChangeHook>>,
@@ -393,6 +400,7 @@ impl Db {
             write_hook: std::sync::OnceLock::new(),
             key_ranges: opts.key_range_locking.then(super::KeyRanges::default),
             tree_hook: std::sync::OnceLock::new(),
+            versions: super::versions::Versions::new(opts.snapshot_bytes_max),
             ckpt: Mutex::new(Lsn(0)),
             poisoned: Mutex::new(None),
             is_poisoned: AtomicBool::new(false),
@@ -499,6 +507,24 @@ impl Db {
     /// Starts a transaction for the embedded client (client 0).
     pub fn begin(&self) -> Result<Txn> {
         self.begin_for(ClientId(0))
+    }
+
+    /// Starts a transaction on behalf of `client`.
+    /// Starts a read-only transaction at a snapshot of the last committed
+    /// state (see `txn::versions`): it takes no locks, never waits for a
+    /// writer and never makes one wait, and never aborts for a conflict; a
+    /// change is [`Error::ReadOnlyTxn`]. A snapshot that outlives the
+    /// version store's bound ends early ([`Error::SnapshotTooOld`]).
+    pub fn begin_read_only(&self) -> Result<Txn> {
+        let mut txn = self.begin()?;
+        txn.object_locks = false;
+        txn.snapshot = Some(self.shared.versions.begin(self.shared.wal.end_lsn()));
+        Ok(txn)
+    }
+
+    /// The version store's counters (page versions kept for snapshots).
+    pub fn version_stats(&self) -> super::versions::VersionStats {
+        self.shared.versions.stats()
     }
 
     /// Starts a transaction on behalf of `client`.

@@ -65,6 +65,30 @@ impl Backend for Shared {
         Ok(())
     }
 
+    fn read_at(&self, id: PageId, snap: super::Snapshot, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        {
+            let g = self.pool.read(id)?;
+            if crate::page::lsn(&g) <= snap.lsn {
+                if self.versions.is_expired(snap) {
+                    // Checked here too: an expired snapshot reads nothing.
+                    drop(g);
+                    return self.versions.version_at(id, snap).map(|_| ());
+                }
+                f(&g);
+                return Ok(());
+            }
+        }
+        // Changed after the snapshot: its install kept the image it
+        // replaced before the new one was visible.
+        let image = self.versions.version_at(id, snap)?;
+        f(&image);
+        Ok(())
+    }
+
+    fn end_snapshot(&self, snap: super::Snapshot) {
+        self.versions.end(snap, self.wal.end_lsn());
+    }
+
     fn lock_holders(&self, res: &Resource) -> Vec<(LockOwner, LockMode)> {
         self.locks.holders(res)
     }

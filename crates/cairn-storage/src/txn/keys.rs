@@ -481,7 +481,10 @@ impl Txn {
     /// locking: the database locks key ranges, and the tree is not one the
     /// transaction made itself.
     pub fn locks_key_ranges(&self, tree: &BTree) -> bool {
-        self.db.key_ranges().is_some() && !self.allocated.contains(&tree.root()) && !self.pages.contains(tree.root())
+        self.snapshot.is_none()
+            && self.db.key_ranges().is_some()
+            && !self.allocated.contains(&tree.root())
+            && !self.pages.contains(tree.root())
     }
 
     fn tree_state(&mut self, tree: &BTree) -> Result<Arc<TreeState>> {

@@ -67,6 +67,7 @@ mod spill;
 mod tests;
 mod transaction;
 mod unwritten;
+mod versions;
 
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, TreeChangeHook, WriteLockHook};
@@ -74,3 +75,4 @@ pub use keys::{KeyRanges, TreeState};
 pub use salvage::Salvaged;
 pub use transaction::{ProtectedPages, Restriction, Txn};
 pub use unwritten::Unwritten;
+pub use versions::{Snapshot, VersionStats};

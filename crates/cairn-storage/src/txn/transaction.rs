@@ -66,6 +66,11 @@ pub struct Txn {
     parked: Option<super::ParkedLock>,
     /// B+-tree changes under key-range locking (`keys.rs`).
     pub(super) key_trees: super::keys::OwnTrees,
+    /// A read-only transaction's snapshot (`versions.rs`): it reads the
+    /// pages as of it, takes no lock and changes nothing.
+    pub(super) snapshot: Option<super::Snapshot>,
+    /// Where its commit began, while it is in flight (`versions.rs`).
+    pub(super) in_flight: Option<crate::ids::Lsn>,
 }
 
 /// Which pages a [`Restriction`] protects: `Some(why)` for a page the
@@ -134,6 +139,8 @@ impl Txn {
             parking: false,
             parked: None,
             key_trees: super::keys::OwnTrees::default(),
+            snapshot: None,
+            in_flight: None,
         }
     }
 
@@ -231,6 +238,9 @@ impl Txn {
     /// Takes a lock if nobody is in the way; false (and nothing held) if
     /// somebody is.
     pub fn try_lock_resource(&mut self, res: Resource, mode: LockMode) -> Result<bool> {
+        if self.snapshot.is_some() {
+            return self.snapshot_lock(mode).map(|()| true);
+        }
         self.run(|t| {
             if t.holds(res, mode) {
                 return Ok(true);
@@ -268,6 +278,22 @@ impl Txn {
 
     /// Refuses (and dooms the transaction for) a lock the restriction
     /// forbids.
+    /// A snapshot transaction's "lock": nothing to take for a read (it
+    /// reads the pages as of its snapshot), a refusal for a change.
+    fn snapshot_lock(&self, mode: LockMode) -> Result<()> {
+        if matches!(mode, LockMode::S | LockMode::IS) {
+            Ok(())
+        } else {
+            Err(Error::ReadOnlyTxn(self.id))
+        }
+    }
+
+    /// True for a read-only transaction at a snapshot
+    /// ([`crate::Db::begin_read_only`]).
+    pub fn is_snapshot(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
     fn check_allowed(&mut self, res: Resource, mode: LockMode) -> Result<()> {
         let writes = !matches!(mode, LockMode::S | LockMode::IS);
         if !writes {
@@ -292,6 +318,9 @@ impl Txn {
     pub(super) fn lock(&mut self, res: Resource, mode: LockMode) -> Result<()> {
         if self.held.get(&res).is_some_and(|m| m.covers(mode)) {
             return Ok(());
+        }
+        if self.snapshot.is_some() {
+            return self.snapshot_lock(mode);
         }
         self.check_allowed(res, mode)?;
         if self.parking && self.park(res, mode)? {
@@ -559,8 +588,7 @@ impl Txn {
     /// it, since other objects of the page change under their own locks.
     pub fn committed_page_lsn(&mut self, page: PageId) -> Result<crate::ids::Lsn> {
         let mut lsn = None;
-        self.db
-            .read_committed(page, &mut |b| lsn = Some(crate::page::lsn(b)))
+        self.read_as_of(page, &mut |b| lsn = Some(crate::page::lsn(b)))
             .inspect_err(|e| self.doom_if_fatal(e))?;
         lsn.ok_or_else(|| Error::Internal(format!("the backend did not read page {page}")))
     }
@@ -576,13 +604,21 @@ impl Txn {
             return Ok(None);
         }
         let mut image = None;
-        self.db
-            .read_committed(page, &mut |b| {
-                image = (crate::page::page_type(b) == Some(crate::page::PageType::Slotted))
-                    .then(|| std::sync::Arc::from(b));
-            })
-            .inspect_err(|e| self.doom_if_fatal(e))?;
+        self.read_as_of(page, &mut |b| {
+            image =
+                (crate::page::page_type(b) == Some(crate::page::PageType::Slotted)).then(|| std::sync::Arc::from(b));
+        })
+        .inspect_err(|e| self.doom_if_fatal(e))?;
         Ok(image)
+    }
+
+    /// The committed image of `page`, or at a snapshot transaction's
+    /// snapshot the image as of it.
+    fn read_as_of(&self, page: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        match self.snapshot {
+            Some(snap) => self.db.read_at(page, snap, f),
+            None => self.db.read_committed(page, f),
+        }
     }
 
     /// True if this transaction holds a private (changed) copy of `page`:
@@ -681,6 +717,9 @@ impl Txn {
     pub(super) fn finish(&mut self) {
         // Registered tree changes go before the locks that cover them.
         self.end_key_ranges();
+        if let Some(snap) = self.snapshot.take() {
+            self.db.end_snapshot(snap);
+        }
         if !self.allocated.is_empty() || !self.to_free.is_empty() {
             let gone: Vec<PageId> = self.allocated.iter().chain(self.to_free.iter()).copied().collect();
             self.db.fill_pages().forget(&gone);
@@ -710,6 +749,13 @@ impl PageAccess for Txn {
 
     fn read<R>(&mut self, id: PageId, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         self.refuse_if_doomed()?;
+        if let Some(snap) = self.snapshot {
+            self.check_active()?;
+            let mut f = Some(f);
+            let mut out = None;
+            self.db.read_at(id, snap, &mut |b| out = f.take().map(|f| f(b)))?;
+            return out.ok_or_else(|| Error::Internal(format!("the backend did not read page {id}")));
+        }
         let private = self.pages.get(id).inspect_err(|e| {
             self.doomed.get_or_insert_with(|| e.to_string());
         })?;
@@ -732,11 +778,17 @@ impl PageAccess for Txn {
 
     fn modify<R>(&mut self, id: PageId, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
         self.refuse_if_doomed()?;
+        if self.snapshot.is_some() {
+            return Err(Error::ReadOnlyTxn(self.id));
+        }
         self.modify_private(id, f).inspect_err(|e| self.doom_if_fatal(e))
     }
 
     fn allocate(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
         self.refuse_if_doomed()?;
+        if self.snapshot.is_some() {
+            return Err(Error::ReadOnlyTxn(self.id));
+        }
         self.allocate_page(group, near, ty)
             .inspect_err(|e| self.doom_if_fatal(e))
     }

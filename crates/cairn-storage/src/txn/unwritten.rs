@@ -123,6 +123,7 @@ impl Db {
                     drop(gate);
                     t.pages.clear();
                     s.give_back(&t);
+                    s.commit_installed(&mut t);
                     t.finish();
                     return Err(e);
                 }
@@ -131,6 +132,10 @@ impl Db {
                     // this hold, or began before these records.
                     done.hold = s.hold_redo(start);
                     done.lsns = lsns.into_iter().filter(|(p, _)| !freed.contains(p)).collect();
+                    // Its client writes the pages: nothing is installed
+                    // here, and a snapshot of a file server's database is
+                    // not offered.
+                    s.commit_installed(&mut t);
                     s.wal.flush(commit_lsn)
                 }
             }

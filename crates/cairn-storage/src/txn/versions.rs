@@ -1,0 +1,356 @@
+//! Snapshot reads: the version store of page before-images, and the
+//! snapshots that read from it.
+//!
+//! A **snapshot** ([`super::Db::begin_read_only`]) reads the database as it
+//! was when it began: every commit whose records lie at or below its LSN,
+//! `S`, and nothing after. It takes no lock, so it never waits for a writer
+//! and never makes one wait, and it never aborts for a conflict.
+//!
+//! **Its LSN.** Commits append their records, wait for the log, then
+//! install their pages one by one; a snapshot must not see half of one. So
+//! every commit is registered as *in flight* from its first append (under
+//! the store's mutex, with that append) until its pages are installed, and
+//! a snapshot begins at `S` = where the oldest commit in flight began — or,
+//! with none in flight, the log's end (a record's LSN is where it ends, so
+//! that commit's records all lie above `S`, and every earlier one at or
+//! below it). Every
+//! page image whose LSN is at most `S` is then part of a finished commit
+//! (or of a system action, whose pages no committed reference reaches
+//! before it), and every commit after `S` is invisible to it.
+//!
+//! **Its pages.** A snapshot reads the committed image of a page if the
+//! image's LSN is at most `S`; else the version the store kept for it: the
+//! image that was current over an LSN range `[from, to)` holding `S`.
+//! Every install of a transaction's commit hands the image it replaces to
+//! the store first, under the page's buffer frame held for writing, so a
+//! reader that saw the new image finds the old one.
+//!
+//! **Reclaiming.** A version `[from, to)` is needed while a snapshot with
+//! `from <= S < to` runs, or while a snapshot could still begin below
+//! `to` (a commit in flight at or below it). After each commit the store
+//! drops every version that ends at or below both the oldest snapshot and
+//! the horizon; when a snapshot ends it sweeps all of them.
+//!
+//! **Bounded.** Past [`super::DbOptions::snapshot_bytes_max`] bytes of
+//! kept images, the oldest snapshots are ended early: their next read is
+//! [`Error::SnapshotTooOld`], and their versions go. Writers never wait for
+//! the store.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::error::{Error, Result};
+use crate::fxhash::{FxHashMap, FxHashSet};
+use crate::ids::{Lsn, PageId};
+
+/// A running snapshot: its id and its LSN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Which snapshot (unique in the database's life).
+    pub id: u64,
+    /// It sees every commit at or below this LSN, and none after.
+    pub lsn: Lsn,
+}
+
+/// Counters of the version store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VersionStats {
+    /// Page versions kept now.
+    pub versions: u64,
+    /// Bytes of the images kept now.
+    pub bytes: u64,
+    /// Snapshots running now.
+    pub snapshots: u64,
+    /// Snapshots ended early because the store reached its bound.
+    pub expired: u64,
+}
+
+/// A kept image: the start of its validity and its bytes.
+type Kept = (Lsn, Arc<[u8]>);
+
+#[derive(Default)]
+struct State {
+    /// Kept images by (end of validity, page).
+    by_to: BTreeMap<(Lsn, PageId), Kept>,
+    /// Per page: start of validity → end, for the lookup by snapshot.
+    by_page: FxHashMap<PageId, BTreeMap<Lsn, Lsn>>,
+    bytes: usize,
+    /// Running snapshots: id → LSN; and their LSNs, counted.
+    snapshots: BTreeMap<u64, Lsn>,
+    lsns: BTreeMap<Lsn, usize>,
+    /// Snapshots ended early (until they end).
+    expired: FxHashSet<u64>,
+    expired_total: u64,
+    next_id: u64,
+    /// Commits in flight: first LSN → how many (they differ, but a count
+    /// keeps removal exact).
+    in_flight: BTreeMap<Lsn, usize>,
+}
+
+impl State {
+    /// The highest LSN a snapshot beginning now may see, given the log's
+    /// `end` (the LSN the next record gets).
+    fn horizon(&self, end: Lsn) -> Lsn {
+        // A record's LSN is where it ends: the records of a commit that
+        // begins at `first` all lie above it, those before it at or below.
+        self.in_flight.keys().next().copied().unwrap_or(end)
+    }
+
+    fn needed(&self, from: Lsn, to: Lsn) -> bool {
+        self.lsns.range(from..to).next().is_some()
+    }
+
+    fn drop_version(&mut self, to: Lsn, page: PageId) {
+        if let Some((from, image)) = self.by_to.remove(&(to, page)) {
+            self.bytes -= image.len();
+            if let Some(m) = self.by_page.get_mut(&page) {
+                m.remove(&from);
+                if m.is_empty() {
+                    self.by_page.remove(&page);
+                }
+            }
+        }
+    }
+
+    /// Drops the versions no running snapshot needs and none beginning at
+    /// `horizon` or later can; `all` looks at every version, else only at
+    /// those ending at or below the oldest snapshot (which none needs).
+    fn prune(&mut self, horizon: Lsn, all: bool) {
+        let oldest = self.lsns.keys().next().copied();
+        let limit = match oldest {
+            Some(s) if !all => Lsn(horizon.0.min(s.0)),
+            _ => horizon,
+        };
+        let candidates: Vec<(Lsn, PageId, Lsn)> = self
+            .by_to
+            .range(..=(limit, PageId(u32::MAX)))
+            .map(|(&(to, page), &(from, _))| (to, page, from))
+            .collect();
+        for (to, page, from) in candidates {
+            if !self.needed(from, to) {
+                self.drop_version(to, page);
+            }
+        }
+    }
+
+    fn end_snapshot(&mut self, id: u64) {
+        self.expired.remove(&id);
+        if let Some(lsn) = self.snapshots.remove(&id) {
+            if let Some(n) = self.lsns.get_mut(&lsn) {
+                *n -= 1;
+                if *n == 0 {
+                    self.lsns.remove(&lsn);
+                }
+            }
+        }
+    }
+}
+
+/// The version store and the snapshots of one database.
+pub(crate) struct Versions {
+    state: Mutex<State>,
+    bytes_max: usize,
+}
+
+impl Versions {
+    pub(crate) fn new(bytes_max: usize) -> Versions {
+        Versions {
+            state: Mutex::new(State::default()),
+            bytes_max,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `append` (a commit's log append, returning the first LSN it
+    /// got) under the store's mutex and registers the commit in flight
+    /// from that LSN, unless `registered` says it already is.
+    pub(crate) fn append_in_flight<T>(
+        &self,
+        registered: &mut Option<Lsn>,
+        append: impl FnOnce() -> Result<(Lsn, T)>,
+    ) -> Result<T> {
+        let mut st = self.state();
+        let (first, out) = append()?;
+        if registered.is_none() {
+            *st.in_flight.entry(first).or_insert(0) += 1;
+            *registered = Some(first);
+        }
+        Ok(out)
+    }
+
+    /// The commit registered at `first` has installed its pages (or
+    /// failed): it is no longer in flight; versions nobody needs go.
+    pub(crate) fn commit_done(&self, first: Lsn, end: Lsn) {
+        let mut st = self.state();
+        if let Some(n) = st.in_flight.get_mut(&first) {
+            *n -= 1;
+            if *n == 0 {
+                st.in_flight.remove(&first);
+            }
+        }
+        if !st.by_to.is_empty() {
+            let h = st.horizon(end);
+            st.prune(h, false);
+        }
+    }
+
+    /// Keeps `image`, the committed image of `page` valid from its LSN
+    /// `from` until `to`, the LSN of the image replacing it. Past the
+    /// bound, the oldest snapshots end early.
+    pub(crate) fn keep(&self, page: PageId, from: Lsn, to: Lsn, image: &[u8], end: Lsn) {
+        if from >= to {
+            return;
+        }
+        let mut st = self.state();
+        let image: Arc<[u8]> = image.into();
+        st.bytes += image.len();
+        if let Some((_, old)) = st.by_to.insert((to, page), (from, image)) {
+            st.bytes -= old.len();
+        }
+        st.by_page.entry(page).or_default().insert(from, to);
+        while st.bytes > self.bytes_max {
+            let Some((&id, _)) = st.snapshots.iter().min_by_key(|(_, &lsn)| lsn) else {
+                break;
+            };
+            st.end_snapshot(id);
+            st.expired.insert(id);
+            st.expired_total += 1;
+            let h = st.horizon(end);
+            st.prune(h, true);
+        }
+    }
+
+    /// Begins a snapshot, given the log's end.
+    pub(crate) fn begin(&self, end: Lsn) -> Snapshot {
+        let mut st = self.state();
+        let lsn = st.horizon(end);
+        let id = st.next_id;
+        st.next_id += 1;
+        st.snapshots.insert(id, lsn);
+        *st.lsns.entry(lsn).or_insert(0) += 1;
+        Snapshot { id, lsn }
+    }
+
+    /// Ends a snapshot; the versions only it needed go.
+    pub(crate) fn end(&self, snap: Snapshot, end: Lsn) {
+        let mut st = self.state();
+        st.end_snapshot(snap.id);
+        let h = st.horizon(end);
+        st.prune(h, true);
+    }
+
+    /// The image of `page` at `snap`, the committed one (`current`, with
+    /// its LSN) being newer: the kept version whose range holds the
+    /// snapshot's LSN.
+    pub(crate) fn version_at(&self, page: PageId, snap: Snapshot) -> Result<Arc<[u8]>> {
+        let st = self.state();
+        if st.expired.contains(&snap.id) {
+            return Err(Error::SnapshotTooOld {
+                lsn: snap.lsn.0,
+                bytes_max: self.bytes_max as u64,
+            });
+        }
+        let found = st
+            .by_page
+            .get(&page)
+            .and_then(|m| m.range(..=snap.lsn).next_back())
+            .filter(|(_, &to)| snap.lsn < to)
+            .and_then(|(_, &to)| st.by_to.get(&(to, page)));
+        match found {
+            Some((_, image)) => Ok(Arc::clone(image)),
+            None => Err(Error::Internal(format!(
+                "page {page} has no version at the snapshot at LSN {} (it did not exist then)",
+                snap.lsn.0
+            ))),
+        }
+    }
+
+    /// True if the snapshot was ended early.
+    pub(crate) fn is_expired(&self, snap: Snapshot) -> bool {
+        self.state().expired.contains(&snap.id)
+    }
+
+    pub(crate) fn stats(&self) -> VersionStats {
+        let st = self.state();
+        VersionStats {
+            versions: st.by_to.len() as u64,
+            bytes: st.bytes as u64,
+            snapshots: st.snapshots.len() as u64,
+            expired: st.expired_total,
+        }
+    }
+}
+
+/// Commits in flight, for tests.
+#[cfg(test)]
+pub(crate) fn in_flight_count(v: &Versions) -> usize {
+    v.state().in_flight.values().sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn img(b: u8) -> Vec<u8> {
+        vec![b; 16]
+    }
+
+    #[test]
+    fn a_snapshot_finds_the_version_whose_range_holds_it_and_versions_go_when_unneeded() {
+        let v = Versions::new(1 << 20);
+        // A commit in flight from LSN 100: a snapshot begins below it.
+        let mut reg = None;
+        v.append_in_flight(&mut reg, || Ok((Lsn(100), ()))).unwrap();
+        let s = v.begin(Lsn(500));
+        assert_eq!(s.lsn, Lsn(100));
+        v.keep(PageId(7), Lsn(40), Lsn(120), &img(1), Lsn(500));
+        v.commit_done(Lsn(100), Lsn(500));
+        assert_eq!(&*v.version_at(PageId(7), s).unwrap(), &img(1)[..]);
+        assert!(v.version_at(PageId(8), s).is_err());
+        // A later snapshot sees the new image (no version needed).
+        let s2 = v.begin(Lsn(500));
+        assert_eq!(s2.lsn, Lsn(500));
+        assert_eq!(v.stats().versions, 1);
+        v.end(s, Lsn(500));
+        assert_eq!(v.stats().versions, 0, "only the ended snapshot needed it");
+        v.end(s2, Lsn(500));
+        assert_eq!(v.stats().snapshots, 0);
+        assert_eq!(in_flight_count(&v), 0);
+    }
+
+    #[test]
+    fn past_the_bound_the_oldest_snapshot_ends_early() {
+        let v = Versions::new(40);
+        let old = v.begin(Lsn(10));
+        let young = v.begin(Lsn(30));
+        for (i, to) in [(1u8, 20u64), (2, 40), (3, 60)] {
+            v.keep(PageId(u32::from(i)), Lsn(5), Lsn(to), &img(i), Lsn(100));
+        }
+        assert!(v.is_expired(old), "the oldest snapshot went first");
+        assert!(matches!(
+            v.version_at(PageId(1), old),
+            Err(Error::SnapshotTooOld { .. })
+        ));
+        assert!(!v.is_expired(young));
+        assert!(v.stats().bytes <= 40);
+        assert_eq!(v.stats().expired, 1);
+    }
+
+    #[test]
+    fn versions_of_a_commit_in_flight_stay_until_it_is_done() {
+        let v = Versions::new(1 << 20);
+        let mut reg = None;
+        v.append_in_flight(&mut reg, || Ok((Lsn(200), ()))).unwrap();
+        v.keep(PageId(1), Lsn(50), Lsn(210), &img(9), Lsn(300));
+        // No snapshot runs, but one beginning now would need the version.
+        let s = v.begin(Lsn(300));
+        assert_eq!(&*v.version_at(PageId(1), s).unwrap(), &img(9)[..]);
+        v.end(s, Lsn(300));
+        assert_eq!(v.stats().versions, 1, "still in flight");
+        v.commit_done(Lsn(200), Lsn(300));
+        assert_eq!(v.stats().versions, 0);
+    }
+}
