@@ -157,7 +157,11 @@ pub enum Error {
     /// doomed.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
-    /// Any other storage error (I/O, limits, a poisoned database, …).
+    /// A read-only (snapshot) transaction was asked to change something.
+    #[error("read-only transaction: {0} changes nothing (begin an ordinary transaction to change objects)")]
+    ReadOnly(String),
+    /// Any other storage error (I/O, limits, a poisoned database, a
+    /// snapshot too old, …).
     #[error(transparent)]
     Storage(cairn_storage::Error),
 }
@@ -188,6 +192,7 @@ impl From<cairn_storage::Error> for Error {
             S::Corrupt { page, reason } => Error::Corrupt { page, reason },
             S::ObjectTooLarge { oid, len, limit } => Error::ObjectTooLarge { oid, len, limit },
             S::PermissionDenied(why) => Error::PermissionDenied(why),
+            S::ReadOnlyTxn(txn) => Error::ReadOnly(txn.to_string()),
             other => Error::Storage(other),
         }
     }

@@ -218,6 +218,13 @@ impl Transaction<'_> {
             return Ok(());
         }
         let inner = self.inner;
+        if self.read_only {
+            // The session's copy, as it is: a snapshot's catalog is never
+            // newer (this process made every change to it), and reloading
+            // the shared copy from the past would take it back in time.
+            self.catalog_epoch = Some(lock(&inner.catalog).epoch);
+            return Ok(());
+        }
         let e = catalog::epoch(&mut self.txn, &inner.meta)?;
         if lock(&inner.catalog).epoch != e {
             // Read without the session's mutex held: this may fetch pages.

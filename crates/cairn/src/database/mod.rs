@@ -333,6 +333,23 @@ impl Database {
         self.inner.begin()
     }
 
+    /// Starts a read-only transaction at a snapshot of the last committed
+    /// state: it sees every commit that ended before it began and none
+    /// after, takes no lock — so it never waits for a writer, never makes
+    /// one wait, and never aborts for a conflict — and reads around the
+    /// shared caches (what they hold may be newer than its snapshot). A
+    /// change is [`Error::ReadOnly`]; `select` and `count` (group scans)
+    /// are not offered at a snapshot yet. Embedded databases only, for
+    /// now. A snapshot that runs so long that the versions it needs
+    /// outgrow `Options::storage.snapshot_bytes_max` ends early: its next
+    /// read fails, and a new one sees the present.
+    pub fn begin_read_only(&self) -> Result<Transaction<'_>> {
+        let txn = self.inner.db.begin_read_only()?;
+        let mut t = self.inner.transaction(txn);
+        t.read_only = true;
+        Ok(t)
+    }
+
     /// The object cache's counters.
     pub fn cache_stats(&self) -> CacheStats {
         CacheStats {
@@ -408,7 +425,11 @@ fn retry<R>(mut f: impl FnMut() -> Result<R>) -> Result<R> {
 impl Inner {
     fn begin(&self) -> Result<Transaction<'_>> {
         let txn = self.db.begin()?;
-        Ok(Transaction {
+        Ok(self.transaction(txn))
+    }
+
+    fn transaction(&self, txn: Tx) -> Transaction<'_> {
+        Transaction {
             inner: self,
             buffered: write::Buffered::new(&self.cache, txn.id()),
             txn,
@@ -425,7 +446,8 @@ impl Inner {
             index_misses: 0,
             catalog_epoch: None,
             catalog: None,
-        })
+            read_only: false,
+        }
     }
 
     /// Refuses a record longer than [`Options::object_bytes_max`].
@@ -568,6 +590,9 @@ pub struct Transaction<'db> {
     /// something: uncommitted, so the session's copy must not see it. (The
     /// next transaction finds the epoch moved and reloads.)
     catalog: Option<Box<Catalog>>,
+    /// A read-only transaction at a snapshot ([`Database::begin_read_only`]):
+    /// it reads around the shared caches and changes nothing.
+    read_only: bool,
     /// The records this transaction changed, as last encoded: its own
     /// reads of them (to change them again) decode these, since a change
     /// may still be held in the dual buffer as a modified copy.
@@ -638,11 +663,13 @@ fn malformed(tree: &cairn_storage::btree::BTree, field: &str) -> Error {
 impl<'db> Transaction<'db> {
     /// Creates an object in the `default` group.
     pub fn create<T: Persistent>(&mut self, value: T) -> Result<Ref<T>> {
+        self.refuse_if_read_only()?;
         self.create_in("default", value)
     }
 
     /// Creates an object in the named group (created if missing).
     pub fn create_in<T: Persistent>(&mut self, group: &str, value: T) -> Result<Ref<T>> {
+        self.refuse_if_read_only()?;
         let g = self.inner.group(group)?;
         let c = self.writable_class_of::<T>()?;
         let bytes = self.inner.encode(c, &value)?;
@@ -653,6 +680,7 @@ impl<'db> Transaction<'db> {
     /// Creates an object near `near` (on its page if it fits, else within
     /// its clustering region), in `near`'s group.
     pub fn create_near<T: Persistent, U>(&mut self, near: &Ref<U>, value: T) -> Result<Ref<T>> {
+        self.refuse_if_read_only()?;
         let c = self.writable_class_of::<T>()?;
         let bytes = self.inner.encode(c, &value)?;
         let oid = self.txn.create_near(near.oid(), &bytes)?;
@@ -718,6 +746,19 @@ impl<'db> Transaction<'db> {
         first_only: bool,
         out: &mut Vec<Oid>,
     ) -> Result<()> {
+        if self.read_only {
+            // At a snapshot: the tree as of it, not the cache's entries.
+            let mut bad = false;
+            self.txn.tree_get_each(&tree, &self.key, first_only, |v| {
+                match Oid::from_exact(v) {
+                    Some(oid) => out.push(oid),
+                    None => bad = true,
+                }
+                !bad && !first_only
+            })?;
+            self.index_misses += 1;
+            return if bad { Err(malformed(&tree, field)) } else { Ok(()) };
+        }
         let max_entries = self.inner.index_cache.max_entries;
         match self
             .txn
@@ -729,6 +770,14 @@ impl<'db> Transaction<'db> {
                 self.index_misses += 1;
                 return Err(malformed(&tree, field));
             }
+        }
+        Ok(())
+    }
+
+    /// [`Error::ReadOnly`] for a read-only transaction.
+    fn refuse_if_read_only(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(format!("txn {}", self.txn.id())));
         }
         Ok(())
     }
@@ -756,6 +805,7 @@ impl<'db> Transaction<'db> {
 
     /// Names an object: `root(name)` finds it again in any later transaction.
     pub fn set_root<T>(&mut self, name: &str, r: &Ref<T>) -> Result<()> {
+        self.refuse_if_read_only()?;
         catalog::set_root(&mut self.txn, &self.inner.meta, name, Some(r.oid()))
     }
 

@@ -67,6 +67,12 @@ impl Transaction<'_> {
     /// store (a fault, which caches it and swizzles the reference).
     pub fn get<T: Persistent>(&mut self, r: &Ref<T>) -> Result<Arc<T>> {
         let oid = r.oid();
+        if self.read_only {
+            // At a snapshot: decoded from the pages as of it, and kept out
+            // of the shared cache (whose readers expect the present).
+            let (value, _, _) = self.fetch::<T>(oid)?;
+            return Ok(Arc::new(value));
+        }
         if !self.overlay.is_empty() {
             if let Some(o) = self.overlay.get(&oid) {
                 return downcast(oid, o.clone());
@@ -159,7 +165,14 @@ impl Transaction<'_> {
         };
         let inner = self.inner;
         let current = header(c);
-        let copy = match self.txn.view_bytes(oid, &inner.cache)? {
+        let bytes = if self.read_only {
+            // At a snapshot: a copy of the record as of it, never the dual
+            // buffer's images (the present).
+            ViewBytes::Copy
+        } else {
+            self.txn.view_bytes(oid, &inner.cache)?
+        };
+        let copy = match bytes {
             ViewBytes::Shared(v) => {
                 let at = v.range.clone();
                 // Checked once as this class: whoever holds the bytes

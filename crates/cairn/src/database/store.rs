@@ -43,6 +43,14 @@ type StorageResult<T> = cairn_storage::Result<T>;
 pub(crate) trait Store: Send + Sync {
     /// Begins a storage transaction.
     fn begin(&self) -> StorageResult<Tx>;
+    /// Begins a read-only storage transaction at a snapshot of the last
+    /// committed state; the default (a client of `cairn serve`, for now)
+    /// offers none.
+    fn begin_read_only(&self) -> StorageResult<Tx> {
+        Err(cairn_storage::Error::InvalidArgument(
+            "snapshot (read-only) transactions are offered by embedded databases only, for now".into(),
+        ))
+    }
     /// The group named `name`, created if `create` and missing.
     fn group(&self, name: &str, create: bool) -> StorageResult<GroupId>;
     /// Every group, with its name.
@@ -97,6 +105,10 @@ impl std::fmt::Debug for dyn Store + '_ {
 impl Store for Db {
     fn begin(&self) -> StorageResult<Tx> {
         Ok(Tx::Pages(Db::begin(self)?))
+    }
+
+    fn begin_read_only(&self) -> StorageResult<Tx> {
+        Ok(Tx::Pages(Db::begin_read_only(self)?))
     }
 
     fn group(&self, name: &str, create: bool) -> StorageResult<GroupId> {

@@ -52,6 +52,7 @@ impl Drop for Buffered<'_> {
 impl Transaction<'_> {
     /// Changes an object in place with `f`.
     pub fn update<T: Persistent>(&mut self, r: &Ref<T>, f: impl FnOnce(&mut T)) -> Result<()> {
+        self.refuse_if_read_only()?;
         let oid = r.oid();
         self.txn.lock_to_change(oid)?;
         let mut value: T = self.load_own::<T>(oid)?;
@@ -62,6 +63,7 @@ impl Transaction<'_> {
 
     /// Replaces an object.
     pub fn put<T: Persistent>(&mut self, r: &Ref<T>, value: T) -> Result<()> {
+        self.refuse_if_read_only()?;
         let oid = r.oid();
         self.txn.lock_to_change(oid)?;
         let old: T = self.load_own::<T>(oid)?;
@@ -70,6 +72,7 @@ impl Transaction<'_> {
 
     /// Deletes an object; references to it answer `NotFound` from now on.
     pub fn delete<T: Persistent>(&mut self, r: &Ref<T>) -> Result<()> {
+        self.refuse_if_read_only()?;
         self.writable_class_of::<T>()?;
         let oid = r.oid();
         self.txn.lock_to_change(oid)?;
