@@ -12,7 +12,10 @@
 //!   ([`served_arch`]);
 //! - `cairn-embedded` (and `cairn-embedded-objlocks`, `cairn-embedded-keyranges`, if selected): the
 //!   database opened once in this process; each client is a thread running
-//!   its own transactions on that one shared [`cairn::Database`].
+//!   its own transactions on that one shared [`cairn::Database`]. Their
+//!   lookups and traversals run in read-only transactions at a snapshot
+//!   ([`cairn::Database::begin_read_only`]: no locks), as a user browsing
+//!   would; the served systems offer none yet.
 //!
 //! The modes:
 //!
@@ -86,6 +89,18 @@ pub const SYSTEMS: [&str; 7] = [
     "cairn-object",
     "cairn-adaptive",
 ];
+
+/// The operations of `system` on `db`: an embedded database's lookups and
+/// traversals run in read-only transactions at a snapshot (no locks), as
+/// a user browsing would; the served systems offer none yet.
+fn on<'a>(system: &'static str, db: &'a cairn::Database) -> CairnOn<'a> {
+    let sys = CairnOn::new(system, db);
+    if db.storage().is_some() {
+        sys.reading_at_snapshots()
+    } else {
+        sys
+    }
+}
 
 /// What the clients run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -515,7 +530,7 @@ fn client(
     let _leaving = Leaving(role.writer_of);
     let mut jitter = ParkMiller::new(jitter_seed);
     let prepared = target.session().and_then(|own| {
-        let mut sys = CairnOn::new(system, target.database(&own)?);
+        let mut sys = on(system, target.database(&own)?);
         let mut retries = Retries::default();
         for op in plan.iter().filter(|op| !matches!(op, Op::Insert(_))) {
             run_retrying(&mut sys, op, &mut jitter, &mut retries)?;
@@ -528,7 +543,7 @@ fn client(
     go.wait();
     let started = Instant::now();
     let own = prepared?;
-    let mut sys = CairnOn::new(system, target.database(&own)?);
+    let mut sys = on(system, target.database(&own)?);
     let mut out = ClientResult::default();
     let before = sys.counters();
     let mut k = 0;

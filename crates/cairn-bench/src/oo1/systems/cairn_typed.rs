@@ -246,13 +246,37 @@ fn part_value(p: &PartSpec, to: Vec<Connection>, from: List<Ref<Part>>) -> Part 
 pub struct CairnOn<'a> {
     name: &'static str,
     db: &'a Database,
+    /// Lookups and traversals run in read-only transactions at a snapshot
+    /// ([`CairnOn::reading_at_snapshots`]).
+    read_only: bool,
 }
 
 impl<'a> CairnOn<'a> {
     /// The operations on `db`, reported (and named in errors) as `name`.
     /// The caller has registered [`Part`] (`db.register::<Part>()`).
     pub fn new(name: &'static str, db: &'a Database) -> CairnOn<'a> {
-        CairnOn { name, db }
+        CairnOn {
+            name,
+            db,
+            read_only: false,
+        }
+    }
+
+    /// The same, running lookups and traversals in read-only transactions
+    /// ([`Database::begin_read_only`]: a snapshot, no locks), as a user
+    /// browsing would.
+    pub fn reading_at_snapshots(mut self) -> CairnOn<'a> {
+        self.read_only = true;
+        self
+    }
+
+    /// A transaction for a read operation.
+    fn begin_read(&self) -> Result<cairn::Transaction<'a>> {
+        Ok(if self.read_only {
+            self.db.begin_read_only()?
+        } else {
+            self.db.begin()?
+        })
     }
 
     /// The database.
@@ -262,8 +286,7 @@ impl<'a> CairnOn<'a> {
 
     /// [`System::lookup`].
     pub fn lookup(&self, ids: &[u32]) -> Result<Visits> {
-        let db = self.db;
-        let mut tx = db.begin()?;
+        let mut tx = self.begin_read()?;
         let mut v = Visits::default();
         for &id in ids {
             let r = find(self.name, &mut tx, id)?;
@@ -277,8 +300,7 @@ impl<'a> CairnOn<'a> {
 
     /// [`System::traversal`].
     pub fn traversal(&self, start: u32, hops: u32) -> Result<Visits> {
-        let db = self.db;
-        let mut tx = db.begin()?;
+        let mut tx = self.begin_read()?;
         let mut v = Visits::default();
         let r = find(self.name, &mut tx, start)?;
         forward(&mut tx, &r, hops, &mut v)?;
@@ -288,8 +310,7 @@ impl<'a> CairnOn<'a> {
 
     /// [`System::reverse_traversal`].
     pub fn reverse_traversal(&self, start: u32, hops: u32) -> Result<Visits> {
-        let db = self.db;
-        let mut tx = db.begin()?;
+        let mut tx = self.begin_read()?;
         let mut v = Visits::default();
         let r = find(self.name, &mut tx, start)?;
         backward(&mut tx, &r, hops, &mut v)?;
