@@ -1204,7 +1204,38 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
     if !(1..=255).contains(&opts.threads) {
         bail!("--threads must be 1 to 255");
     }
-    let db = match &opts.connect {
+    let db = open_target(opts)?;
+    let mut backoff = Rng::new(splitmix64(opts.seed ^ os_random()));
+    let group = retrying(&mut backoff, "opening the torture group", || open_group(&db, GROUP))?;
+    let runs = retrying(&mut backoff, "opening the run records' group", || {
+        open_group(&db, RUNS_GROUP)
+    })?;
+    let mut summary = Summary::default();
+    // Without --connect this process has the directory to itself.
+    let all = opts.adopt || opts.connect.is_none();
+    let started = start(&db, group, runs, all, &mut summary)?;
+    announce(started.nonce, &summary, opts);
+    let nonce = started.nonce;
+    let owned = started.owned.clone();
+    summary.add(&run_workers(&db, group, started, opts)?);
+    retrying(&mut backoff, "marking the run ended", || {
+        end_runs(&db, runs, nonce, &owned)
+    })?;
+    let (checkpoints, spilled) = match db {
+        Target::Local(db) => {
+            let stats = db.stats();
+            db.close()?;
+            (stats.checkpoints, stats.pages_spilled)
+        }
+        Target::Remote(_) => (0, 0),
+    };
+    report(&summary, checkpoints, spilled);
+    Ok(summary)
+}
+
+/// The database in `opts.dir`, or the server `opts.connect` names.
+fn open_target(opts: &Options) -> anyhow::Result<Target> {
+    Ok(match &opts.connect {
         None => Target::Local(
             Db::open_or_create(&opts.dir, &db_options()).with_context(|| format!("opening {}", opts.dir.display()))?,
         ),
@@ -1221,27 +1252,11 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
                     .with_context(|| format!("connecting to {url}"))?,
             )
         }
-    };
-    let mut backoff = Rng::new(splitmix64(opts.seed ^ os_random()));
-    let group = retrying(&mut backoff, "opening the torture group", || open_group(&db, GROUP))?;
-    let runs = retrying(&mut backoff, "opening the run records' group", || {
-        open_group(&db, RUNS_GROUP)
-    })?;
-    let mut summary = Summary::default();
-    // Without --connect this process has the directory to itself.
-    let all = opts.adopt || opts.connect.is_none();
-    let Start {
-        nonce,
-        owned,
-        pool,
-        foreign,
-    } = start(&db, group, runs, all, &mut summary)?;
-    let page = db.page_size();
-    let sizes = Sizes {
-        min: object_len_min(STEPS_MAX),
-        small_max: small_max(page as usize) as u64,
-        page,
-    };
+    })
+}
+
+/// The start's line on stderr: the nonce, what was adopted and found.
+fn announce(nonce: u32, summary: &Summary, opts: &Options) {
     let adopted: Vec<String> = summary.adopted.iter().map(|n| format!("{n:08x}")).collect();
     eprintln!(
         "torture: nonce {nonce:08x}, adopted {} runs: {}",
@@ -1257,15 +1272,27 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
          {} threads for {} s",
         summary.found.0, summary.found.1, summary.foreign, summary.found.2, opts.threads, opts.seconds
     );
-    let pool = Mutex::new(pool);
-    let foreign = Mutex::new(foreign);
+}
+
+/// Runs the worker threads until the deadline (or the first error) and
+/// adds up what they did.
+fn run_workers(db: &Target, group: GroupId, started: Start, opts: &Options) -> anyhow::Result<Summary> {
+    let page = db.page_size();
+    let sizes = Sizes {
+        min: object_len_min(STEPS_MAX),
+        small_max: small_max(page as usize) as u64,
+        page,
+    };
+    let nonce = started.nonce;
+    let pool = Mutex::new(started.pool);
+    let foreign = Mutex::new(started.foreign);
     let stop = AtomicBool::new(false);
     let deadline = Instant::now() + Duration::from_secs_f64(opts.seconds.max(0.0));
     let results: Vec<anyhow::Result<Summary>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..opts.threads)
             .map(|t| {
                 let mut w = Worker {
-                    db: &db,
+                    db,
                     group,
                     pool: &pool,
                     foreign: &foreign,
@@ -1292,20 +1319,15 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
             .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a worker panicked"))))
             .collect()
     });
+    let mut total = Summary::default();
     for r in results {
-        summary.add(&r?);
+        total.add(&r?);
     }
-    retrying(&mut backoff, "marking the run ended", || {
-        end_runs(&db, runs, nonce, &owned)
-    })?;
-    let (checkpoints, spilled) = match db {
-        Target::Local(db) => {
-            let stats = db.stats();
-            db.close()?;
-            (stats.checkpoints, stats.pages_spilled)
-        }
-        Target::Remote(_) => (0, 0),
-    };
+    Ok(total)
+}
+
+/// The summary line on stderr.
+fn report(summary: &Summary, checkpoints: u64, spilled: u64) {
     eprintln!(
         "torture: {} commits, {} aborts ({} checked), {} reads of other runs' objects, {} deadlocks, \
          {} lock timeouts; steps: {} create, {} replace, {} grow, {} shrink, {} rewrite, {} delete; \
@@ -1325,7 +1347,6 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
         checkpoints,
         spilled,
     );
-    Ok(summary)
 }
 
 #[cfg(test)]

@@ -112,9 +112,6 @@ pub(super) fn oo1_clients(rows: &Value, out: &mut String) -> Result<(), String> 
         ">lock timeouts retried",
         ">lock wait ms per op",
     ]);
-    let opt = |r: &Value, key: &str, decimals: usize| {
-        opt_num(r, key).map_or_else(|| "–".to_string(), |x| thousands(x, decimals))
-    };
     for (i, r) in rows.iter().enumerate() {
         let at = format!("concurrency[{i}]");
         let system = r
@@ -124,41 +121,8 @@ pub(super) fn oo1_clients(rows: &Value, out: &mut String) -> Result<(), String> 
             .to_string();
         let mode = text(r, "mode", &at)?;
         let clients = num(r, "clients", &at)?;
-        let wait = opt(r, "lock_wait_ms_per_op", 3);
         if mode == "browse" || mode == "writers alone" {
-            for (key, ratio_key) in [
-                ("reader", "reader_ratio_to_alone"),
-                ("writers", "writers_ratio_to_alone"),
-            ] {
-                let Some(part) = r.get(key).filter(|p| p.is_object()) else {
-                    continue;
-                };
-                let at = format!("{at}.{key}");
-                let n = num(part, "clients", &at)?;
-                let writers = |n: f64| {
-                    let s = if n == 1.0 { "" } else { "s" };
-                    format!("{} writer{s}", thousands(n, 0))
-                };
-                let label = match (mode, key) {
-                    ("writers alone", _) => format!("{} alone", writers(n)),
-                    (_, "reader") if clients <= 1.0 => "reader alone".to_string(),
-                    (_, "reader") => format!("reader, {}", writers(clients - 1.0)),
-                    _ => format!("{}, with the reader", writers(n)),
-                };
-                browse.row(vec![
-                    system.clone(),
-                    label,
-                    thousands(clients, 0),
-                    thousands(num(part, "ops_per_s", &at)?, 1),
-                    format!("{:.2}", num(part, "median_ms", &at)?),
-                    format!("{:.2}", num(part, "p99_ms", &at)?),
-                    ratio(opt_num(r, ratio_key)),
-                    thousands(num(part, "deadlocks_retried", &at)?, 0),
-                    opt(part, "deadlocks_per_100_ops", 2),
-                    thousands(num(part, "lock_timeouts_retried", &at)?, 0),
-                    wait.clone(),
-                ]);
-            }
+            browse_rows(r, &at, &system, mode, clients, &mut browse)?;
             continue;
         }
         t.row(vec![
@@ -171,9 +135,9 @@ pub(super) fn oo1_clients(rows: &Value, out: &mut String) -> Result<(), String> 
             thousands(num(r, "round_trips_per_op", &at)?, 0),
             ratio(opt_num(r, "speedup_vs_1_client")),
             thousands(num(r, "deadlocks_retried", &at)?, 0),
-            opt(r, "deadlocks_per_100_ops", 2),
-            opt(r, "lock_timeouts_retried", 0),
-            wait,
+            opt_thousands(r, "deadlocks_per_100_ops", 2),
+            opt_thousands(r, "lock_timeouts_retried", 0),
+            opt_thousands(r, "lock_wait_ms_per_op", 3),
         ]);
     }
     if !t.is_empty() {
@@ -187,6 +151,51 @@ pub(super) fn oo1_clients(rows: &Value, out: &mut String) -> Result<(), String> 
              ≤ 1.3; the writers' inserts/s without the reader over theirs with it, target ≤ 1.2):\n"
         );
         browse.render(out);
+    }
+    Ok(())
+}
+
+/// `key` of `r` with `decimals`, or `–` for a document written before it.
+fn opt_thousands(r: &Value, key: &str, decimals: usize) -> String {
+    opt_num(r, key).map_or_else(|| "–".to_string(), |x| thousands(x, decimals))
+}
+
+/// The rows of one browse run (`r`, at `at`): its reader and its writers,
+/// each on a line of its own.
+fn browse_rows(r: &Value, at: &str, system: &str, mode: &str, clients: f64, browse: &mut Table) -> Result<(), String> {
+    let wait = opt_thousands(r, "lock_wait_ms_per_op", 3);
+    for (key, ratio_key) in [
+        ("reader", "reader_ratio_to_alone"),
+        ("writers", "writers_ratio_to_alone"),
+    ] {
+        let Some(part) = r.get(key).filter(|p| p.is_object()) else {
+            continue;
+        };
+        let at = format!("{at}.{key}");
+        let n = num(part, "clients", &at)?;
+        let writers = |n: f64| {
+            let s = if n == 1.0 { "" } else { "s" };
+            format!("{} writer{s}", thousands(n, 0))
+        };
+        let label = match (mode, key) {
+            ("writers alone", _) => format!("{} alone", writers(n)),
+            (_, "reader") if clients <= 1.0 => "reader alone".to_string(),
+            (_, "reader") => format!("reader, {}", writers(clients - 1.0)),
+            _ => format!("{}, with the reader", writers(n)),
+        };
+        browse.row(vec![
+            system.to_string(),
+            label,
+            thousands(clients, 0),
+            thousands(num(part, "ops_per_s", &at)?, 1),
+            format!("{:.2}", num(part, "median_ms", &at)?),
+            format!("{:.2}", num(part, "p99_ms", &at)?),
+            ratio(opt_num(r, ratio_key)),
+            thousands(num(part, "deadlocks_retried", &at)?, 0),
+            opt_thousands(part, "deadlocks_per_100_ops", 2),
+            thousands(num(part, "lock_timeouts_retried", &at)?, 0),
+            wait.clone(),
+        ]);
     }
     Ok(())
 }

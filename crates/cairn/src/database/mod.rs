@@ -749,13 +749,8 @@ impl<'db> Transaction<'db> {
         if self.read_only {
             // At a snapshot: the tree as of it, not the cache's entries.
             let mut bad = false;
-            self.txn.tree_get_each(&tree, &self.key, first_only, |v| {
-                match Oid::from_exact(v) {
-                    Some(oid) => out.push(oid),
-                    None => bad = true,
-                }
-                !bad && !first_only
-            })?;
+            let collect = source::collect_oids(out, first_only, &mut bad);
+            self.txn.tree_get_each(&tree, &self.key, first_only, collect)?;
             self.index_misses += 1;
             return if bad { Err(malformed(&tree, field)) } else { Ok(()) };
         }

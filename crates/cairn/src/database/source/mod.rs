@@ -36,6 +36,8 @@ use cairn_storage::Txn;
 mod objects;
 mod pages;
 
+pub(crate) use pages::collect_oids;
+
 type StorageResult<T> = cairn_storage::Result<T>;
 
 /// Which copies of an object cached by other transactions a transaction

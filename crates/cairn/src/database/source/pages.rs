@@ -292,20 +292,11 @@ fn index_lookup_in_pages(
     if txn.has_private_copy(leaf) || !cache.worth_filling(leaf, max_entries) {
         return tree_lookup(txn, tree, leaf, key, first_only, out);
     }
-    let mut keys: Vec<u8> = Vec::with_capacity(4096);
-    let mut ents: Vec<(usize, usize, Option<Oid>)> = Vec::with_capacity(256);
-    tree.leaf_entries(txn, leaf, |k, v| {
-        let start = keys.len();
-        keys.extend_from_slice(k);
-        ents.push((start, keys.len(), Oid::from_exact(v)));
-    })?;
-    let mut pairs: Vec<(&[u8], Oid)> = Vec::with_capacity(ents.len());
-    for &(s, e, oid) in &ents {
-        let Some(oid) = oid else {
-            return Ok(IndexAnswer::Malformed);
-        };
-        pairs.push((&keys[s..e], oid));
-    }
+    let mut entries = LeafEntries::default();
+    tree.leaf_entries(txn, leaf, |k, v| entries.push(k, v))?;
+    let Some(pairs) = entries.pairs() else {
+        return Ok(IndexAnswer::Malformed);
+    };
     let inside = match (pairs.first(), pairs.last()) {
         (Some((first, _)), Some((last, _))) => *first < key && key < *last,
         _ => false,
@@ -353,27 +344,15 @@ fn index_lookup_by_key(
         }
     }
     let mut bad = false;
-    txn.tree_get_each(&tree, key, |v| {
-        match Oid::from_exact(v) {
-            Some(oid) => out.push(oid),
-            None => bad = true,
-        }
-        !bad && !first_only
-    })?;
+    txn.tree_get_each(&tree, key, collect_oids(out, first_only, &mut bad))?;
     if bad {
         return Ok(IndexAnswer::Malformed);
     }
     if cacheable && cache.worth_filling(txn.tree_leaf_of(&tree, key)?, max_entries) {
         let mark = cache.mark();
-        let mut keys: Vec<u8> = Vec::with_capacity(4096);
-        let mut ents: Vec<(usize, usize, Option<Oid>)> = Vec::with_capacity(256);
-        let leaf = txn.tree_leaf_entries(&tree, key, |k, v| {
-            let start = keys.len();
-            keys.extend_from_slice(k);
-            ents.push((start, keys.len(), Oid::from_exact(v)));
-        })?;
-        let pairs: Option<Vec<(&[u8], Oid)>> = ents.iter().map(|&(s, e, oid)| Some((&keys[s..e], oid?))).collect();
-        if let Some(pairs) = pairs {
+        let mut entries = LeafEntries::default();
+        let leaf = txn.tree_leaf_entries(&tree, key, |k, v| entries.push(k, v))?;
+        if let Some(pairs) = entries.pairs() {
             // The gap below each entry: a key's last value's is the next
             // key's first entry's.
             let gaps = pairs
@@ -396,12 +375,47 @@ fn tree_lookup(
     out: &mut Vec<Oid>,
 ) -> StorageResult<IndexAnswer> {
     let mut bad = false;
-    tree.get_each_in(txn, leaf, key, |v| {
+    tree.get_each_in(txn, leaf, key, collect_oids(out, first_only, &mut bad))?;
+    Ok(if bad { IndexAnswer::Malformed } else { IndexAnswer::Read })
+}
+
+/// The value visitor of an index lookup: each value, an OID, appended to
+/// `out` (only the first with `first_only`); a value that is not one sets
+/// `bad` and stops the walk.
+pub(crate) fn collect_oids<'a>(
+    out: &'a mut Vec<Oid>,
+    first_only: bool,
+    bad: &'a mut bool,
+) -> impl FnMut(&[u8]) -> bool + 'a {
+    move |v| {
         match Oid::from_exact(v) {
             Some(oid) => out.push(oid),
-            None => bad = true,
+            None => *bad = true,
         }
-        !bad && !first_only
-    })?;
-    Ok(if bad { IndexAnswer::Malformed } else { IndexAnswer::Read })
+        !*bad && !first_only
+    }
+}
+
+/// A leaf's entries copied for the index cache: the keys in one buffer,
+/// each value read as an OID.
+#[derive(Default)]
+struct LeafEntries {
+    keys: Vec<u8>,
+    ents: Vec<(usize, usize, Option<Oid>)>,
+}
+
+impl LeafEntries {
+    fn push(&mut self, k: &[u8], v: &[u8]) {
+        let start = self.keys.len();
+        self.keys.extend_from_slice(k);
+        self.ents.push((start, self.keys.len(), Oid::from_exact(v)));
+    }
+
+    /// The (key, OID) pairs, or `None` if a value is not an OID.
+    fn pairs(&self) -> Option<Vec<(&[u8], Oid)>> {
+        self.ents
+            .iter()
+            .map(|&(s, e, oid)| Some((&self.keys[s..e], oid?)))
+            .collect()
+    }
 }
