@@ -9,6 +9,8 @@
 //!   [`rpc::ClientOptions::tls`].
 //! - [`rights`]: callback locking's messages, one set for every client kind (CALLBACK,
 //!   CALLBACK_REPLY, RELEASE), keyed by what a right covers: a page or an object.
+//! - [`catalog_service`]: CATALOG, the one request by which a client of any kind changes the
+//!   schema catalog (the server checks and makes the change; no client writes its pages).
 //! - [`rpc`]: the client ([`rpc::Client`]: invoke now, collect later; partial replies as a
 //!   stream; a synchronous `call`; [`rpc::Client::next_notice`] for the server's notices) and
 //!   the server ([`rpc::run`] with a [`rpc::Handler`], which sends notices through an
@@ -22,6 +24,7 @@
 //! the server crate gives meaning to service kinds (`0x0100` and up). `docs/protocol.md` has the
 //! byte layouts.
 
+pub mod catalog_service;
 pub mod error;
 pub mod frame;
 pub mod message;

@@ -116,27 +116,32 @@ fn corrupt_catalog(reason: impl Into<String>) -> Error {
 /// Finds the meta object and its trees; an error if there is none (a
 /// database no typed client has opened yet).
 pub fn find_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Meta> {
-    let objs = txn.scan_all(system).map_err(stored)?;
-    if objs.is_empty() {
-        return Err(corrupt_catalog("there is no meta object in the system group"));
-    }
-    open_meta(txn, system)
+    read_meta(txn, system)?.ok_or_else(|| corrupt_catalog("there is no meta object in the system group"))
 }
 
-/// Finds or creates the meta object and its trees.
-pub fn open_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Meta> {
+/// The meta object's trees, if the group `system` has a meta object.
+pub fn read_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Option<Meta>> {
     let objs = txn.scan_all(system).map_err(stored)?;
-    if let Some(&first) = objs.first() {
-        let b = txn.read(first).map_err(stored)?;
-        if b.len() != 20 || &b[..8] != META_MAGIC {
-            return Err(corrupt_catalog(format!("object {first} is not the meta object")));
-        }
-        let page = |i: usize| PageId(u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")));
-        return Ok(Meta {
-            roots: txn.tree_open(page(8)).map_err(stored)?.0,
-            classes: txn.tree_open(page(12)).map_err(stored)?.0,
-            indexes: txn.tree_open(page(16)).map_err(stored)?.0,
-        });
+    let Some(&first) = objs.first() else {
+        return Ok(None);
+    };
+    let b = txn.read(first).map_err(stored)?;
+    if b.len() != 20 || &b[..8] != META_MAGIC {
+        return Err(corrupt_catalog(format!("object {first} is not the meta object")));
+    }
+    let page = |i: usize| PageId(u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")));
+    Ok(Some(Meta {
+        roots: txn.tree_open(page(8)).map_err(stored)?.0,
+        classes: txn.tree_open(page(12)).map_err(stored)?.0,
+        indexes: txn.tree_open(page(16)).map_err(stored)?.0,
+    }))
+}
+
+/// Finds or creates the meta object and its trees (a catalog change:
+/// [`crate::catalog_change`] runs it where the catalog is kept).
+pub fn open_meta<S: StoreOps>(txn: &mut S, system: GroupId) -> Result<Meta> {
+    if let Some(meta) = read_meta(txn, system)? {
+        return Ok(meta);
     }
     let roots = txn.tree_create(system, true).map_err(stored)?;
     let classes = txn.tree_create(system, true).map_err(stored)?;
@@ -234,7 +239,9 @@ pub fn load<S: StoreOps>(txn: &mut S, meta: &Meta, cat: &mut Catalog) -> Result<
 /// caught up with a newer one reads and writes the version it knows, and the
 /// newer one reads those records with defaults); any other shape must be an
 /// allowed evolution of the newest and becomes the next version. Writes only
-/// to register something new, and then adds one to the epoch.
+/// to register something new, and then adds one to the epoch. (A catalog
+/// change: a client finds what it can with [`find_registered`] and sends
+/// the rest, [`crate::catalog_change`].)
 pub fn register<S: StoreOps>(
     txn: &mut S,
     meta: &Meta,
@@ -242,8 +249,11 @@ pub fn register<S: StoreOps>(
     name: &str,
     fields: &[FieldDesc],
 ) -> Result<(ClassInfo, bool)> {
+    if let Some(info) = find_registered(txn, meta, cat, name, fields)? {
+        return Ok((info, false));
+    }
     let classes = meta.classes;
-    match txn.tree_get(&classes, &class_key(name)).map_err(stored)? {
+    let (id, version, new) = match class_entry(txn, meta, name)? {
         None => {
             let next = match txn.tree_get(&classes, b"c").map_err(stored)? {
                 Some(v) if v.len() == 4 => u32::from_le_bytes(v[..4].try_into().expect("4")),
@@ -251,67 +261,85 @@ pub fn register<S: StoreOps>(
                 None => 1,
             };
             let after = next.checked_add(1).ok_or_else(|| class_ids_exhausted(next))?;
-            let info = ClassInfo {
-                id: next,
-                version: 1,
-                latest: true,
-                writable: true,
-            };
             put(txn, &classes, b"c", &after.to_le_bytes())?;
-            let mut v = next.to_le_bytes().to_vec();
-            v.extend_from_slice(&1u16.to_le_bytes());
-            put(txn, &classes, &class_key(name), &v)?;
-            put(txn, &classes, &schema_key(next, 1), &encode_schema(fields))?;
-            bump_epoch(txn, meta)?;
-            cat.names.insert(next, name.to_string());
-            cat.schemas.insert((next, 1), fields.to_vec());
-            Ok((info, true))
+            (next, 1, true)
         }
-        Some(v) => {
-            if v.len() != 6 {
-                return Err(corrupt_catalog(format!("class entry of {name} has {} bytes", v.len())));
-            }
-            let id = u32::from_le_bytes(v[..4].try_into().expect("4"));
-            let latest = u16::from_le_bytes(v[4..6].try_into().expect("2"));
-            let stored_fields = match cat.schemas.get(&(id, latest)) {
-                Some(f) => f.clone(),
-                None => {
-                    let b = txn
-                        .tree_get(&classes, &schema_key(id, latest))
-                        .map_err(stored)?
-                        .ok_or_else(|| corrupt_catalog(format!("schema {latest} of {name} is missing")))?;
-                    decode_schema(&b).map_err(|e| corrupt_catalog(e.to_string()))?
-                }
-            };
-            let known = |version, latest| ClassInfo {
-                id,
-                version,
-                latest,
-                writable: true,
-            };
-            if same_shape(&stored_fields, fields) {
-                return Ok((known(latest, true), false));
-            }
-            if let Some(older) = (1..latest)
-                .rev()
-                .find(|v| cat.schemas.get(&(id, *v)).is_some_and(|f| same_shape(f, fields)))
-            {
-                return Ok((known(older, false), false));
-            }
-            check_evolution(name, &stored_fields, fields)?;
+        Some((id, latest)) => {
             let version = latest
                 .checked_add(1)
                 .ok_or_else(|| Error::InvalidArgument(format!("type {name} has run out of schema versions")))?;
-            let mut v = id.to_le_bytes().to_vec();
-            v.extend_from_slice(&version.to_le_bytes());
-            put(txn, &classes, &class_key(name), &v)?;
-            put(txn, &classes, &schema_key(id, version), &encode_schema(fields))?;
-            bump_epoch(txn, meta)?;
-            cat.names.insert(id, name.to_string());
-            cat.schemas.insert((id, version), fields.to_vec());
-            Ok((known(version, true), false))
+            (id, version, false)
         }
+    };
+    let mut v = id.to_le_bytes().to_vec();
+    v.extend_from_slice(&version.to_le_bytes());
+    put(txn, &classes, &class_key(name), &v)?;
+    put(txn, &classes, &schema_key(id, version), &encode_schema(fields))?;
+    bump_epoch(txn, meta)?;
+    cat.names.insert(id, name.to_string());
+    cat.schemas.insert((id, version), fields.to_vec());
+    let info = ClassInfo {
+        id,
+        version,
+        latest: true,
+        writable: true,
+    };
+    Ok((info, new))
+}
+
+/// The class entry of type `name`: its id and newest version.
+fn class_entry<S: StoreOps>(txn: &mut S, meta: &Meta, name: &str) -> Result<Option<(u32, u16)>> {
+    match txn.tree_get(&meta.classes, &class_key(name)).map_err(stored)? {
+        None => Ok(None),
+        Some(v) if v.len() == 6 => Ok(Some((
+            u32::from_le_bytes(v[..4].try_into().expect("4")),
+            u16::from_le_bytes(v[4..6].try_into().expect("2")),
+        ))),
+        Some(v) => Err(corrupt_catalog(format!("class entry of {name} has {} bytes", v.len()))),
     }
+}
+
+/// The registered class a type of `name` and `fields` uses, if registering
+/// it needs no write (see [`register`]): `None` for a new class or a new
+/// version, which must then be registered; an error if its fields are no
+/// allowed evolution of the class's newest version. Reads only.
+pub fn find_registered<S: StoreOps>(
+    txn: &mut S,
+    meta: &Meta,
+    cat: &Catalog,
+    name: &str,
+    fields: &[FieldDesc],
+) -> Result<Option<ClassInfo>> {
+    let Some((id, latest)) = class_entry(txn, meta, name)? else {
+        return Ok(None);
+    };
+    let stored_fields = match cat.schemas.get(&(id, latest)) {
+        Some(f) => f.clone(),
+        None => {
+            let b = txn
+                .tree_get(&meta.classes, &schema_key(id, latest))
+                .map_err(stored)?
+                .ok_or_else(|| corrupt_catalog(format!("schema {latest} of {name} is missing")))?;
+            decode_schema(&b).map_err(|e| corrupt_catalog(e.to_string()))?
+        }
+    };
+    let known = |version, latest| ClassInfo {
+        id,
+        version,
+        latest,
+        writable: true,
+    };
+    if same_shape(&stored_fields, fields) {
+        return Ok(Some(known(latest, true)));
+    }
+    if let Some(older) = (1..latest)
+        .rev()
+        .find(|v| cat.schemas.get(&(id, *v)).is_some_and(|f| same_shape(f, fields)))
+    {
+        return Ok(Some(known(older, false)));
+    }
+    check_evolution(name, &stored_fields, fields)?;
+    Ok(None)
 }
 
 /// The error for a class counter that cannot move on: every class id is used.
@@ -431,34 +459,20 @@ pub fn remove_index<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, field: &s
     bump_epoch(txn, meta)
 }
 
-/// The index tree of (class, field), created if `create`.
-pub fn index_tree<S: StoreOps>(
-    txn: &mut S,
-    meta: &Meta,
-    class: u32,
-    field: &str,
-    create: Option<GroupId>,
-) -> Result<Option<BTree>> {
+/// The index tree of (class, field), if the class has one.
+pub fn index_tree<S: StoreOps>(txn: &mut S, meta: &Meta, class: u32, field: &str) -> Result<Option<BTree>> {
     let key = index_key(class, field);
-    if let Some(v) = txn.tree_get(&meta.indexes, &key).map_err(stored)? {
-        if v.len() != 4 {
-            return Err(corrupt_catalog(format!(
-                "index entry for {field} has {} bytes",
-                v.len()
-            )));
-        }
-        let root = PageId(u32::from_le_bytes(v[..4].try_into().expect("4")));
-        return Ok(Some(txn.tree_open(root).map_err(stored)?.0));
+    let Some(v) = txn.tree_get(&meta.indexes, &key).map_err(stored)? else {
+        return Ok(None);
+    };
+    if v.len() != 4 {
+        return Err(corrupt_catalog(format!(
+            "index entry for {field} has {} bytes",
+            v.len()
+        )));
     }
-    let Some(group) = create else { return Ok(None) };
-    let tree = txn.tree_create(group, false).map_err(stored)?;
-    let ops = vec![TreeOp::Insert {
-        key,
-        value: tree.root().0.to_le_bytes().to_vec(),
-    }];
-    txn.tree_apply(&meta.indexes, ops, &mut Vec::new()).map_err(stored)?;
-    bump_epoch(txn, meta)?;
-    Ok(Some(tree))
+    let root = PageId(u32::from_le_bytes(v[..4].try_into().expect("4")));
+    Ok(Some(txn.tree_open(root).map_err(stored)?.0))
 }
 
 /// Reads a named root.

@@ -4,6 +4,9 @@
 //!
 //! - [`catalog`]: the schema catalog, named roots and index directory, in
 //!   B+-trees named by the meta object of `cairn.system`.
+//! - [`catalog_change`]: every change to the catalog as one request,
+//!   checked and applied where the catalog is kept (the server, for a
+//!   remote client).
 //! - [`types`]: the stored field types ([`types::TypeDesc`],
 //!   [`types::FieldDesc`]) and values decoded without their Rust type.
 //! - [`methods`]: the server-side methods (selection, count, traversal),
@@ -17,6 +20,7 @@
 //! only: no network, no client, no server.
 
 pub mod catalog;
+pub mod catalog_change;
 pub mod error;
 pub mod methods;
 pub mod store_ops;

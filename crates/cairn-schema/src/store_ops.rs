@@ -10,6 +10,7 @@ use std::ops::Bound;
 use cairn_storage::access::Recording;
 use cairn_storage::btree::BTree;
 use cairn_storage::record::object::ObjectSpace;
+use cairn_storage::txn::CommitCheck;
 use cairn_storage::{GroupId, Oid, PageId, Txn};
 
 type StorageResult<T> = cairn_storage::Result<T>;
@@ -68,6 +69,24 @@ pub trait StoreOps {
         hi: Bound<&[u8]>,
         f: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> StorageResult<()>;
+    /// Sends a catalog change (its bytes, [`crate::catalog_change`]) to
+    /// the process that keeps the catalog, and returns its answer; `None`
+    /// (the default) where this process keeps it and the caller applies
+    /// the change itself. `trees` are the catalog's tree roots: a client
+    /// that keeps lookups of them drops those the change made stale.
+    fn catalog_remote(&mut self, trees: &[PageId], change: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        let _ = (trees, change);
+        Ok(None)
+    }
+    /// For a page client's transaction on the server: keeps `check` to be
+    /// made at commit, when the client's image of its page arrives, and
+    /// says true; false where the page is readable now (everywhere else).
+    /// A catalog change naming what a page client made in the transaction
+    /// (an object, an index tree) is checked this way.
+    fn check_at_commit(&mut self, check: CommitCheck) -> bool {
+        let _ = check;
+        false
+    }
 }
 
 impl StoreOps for Txn {
@@ -141,5 +160,13 @@ impl StoreOps for Txn {
         f: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> StorageResult<()> {
         Txn::tree_scan(self, tree, lo, hi, f)
+    }
+
+    fn catalog_remote(&mut self, _trees: &[PageId], change: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        Txn::catalog_change(self, change)
+    }
+
+    fn check_at_commit(&mut self, check: CommitCheck) -> bool {
+        Txn::check_at_commit(self, check)
     }
 }

@@ -20,12 +20,14 @@
 //! |---|---|
 //! | `read` | read; every change is refused (PermissionDenied, the transaction doomed) |
 //! | `write` | change objects and the entries of indexes; not the schema — the group `cairn.system`, which holds the catalog (classes, the index directory) and the named roots — so registering or evolving a class, adding or dropping an index or naming a root is refused |
-//! | `admin` | everything |
+//! | `admin` | everything; the schema only by CATALOG requests (`catalog.rs`), like every client |
 //!
 //! The schema's group is found by page ([`Db::group_of_page`], a read of the
-//! volume's space map without a lock), so the check costs no I/O. A new
-//! database gets its catalog from its first typed client, which must
-//! therefore be an `admin`.
+//! volume's space map without a lock), so the check costs no I/O. No
+//! role's own locks may change it: the schema changes only through CATALOG
+//! requests, which the server checks for meaning and makes itself, and
+//! only for an `admin`. A new database gets its catalog from its first
+//! typed client, which must therefore be an `admin`.
 
 use std::sync::{Arc, OnceLock};
 
@@ -114,34 +116,37 @@ impl Access {
         }
     }
 
-    /// The restriction every transaction of a session of `role` runs under.
+    /// The restriction every transaction of a session of `role` runs under:
+    /// no role's own locks may change the schema group's pages; an
+    /// `admin` changes the schema only by CATALOG requests, which the
+    /// server checks and makes with its own code (`catalog.rs`).
     pub fn restriction(&self, role: Role) -> Restriction {
-        match role {
-            Role::Admin => Restriction::default(),
-            Role::Read => Restriction {
-                read_only: true,
-                protected: None,
-            },
-            Role::Write => {
-                let db = self.db.clone();
-                let schema = self.schema.clone();
-                Restriction {
-                    read_only: false,
-                    protected: Some(Arc::new(move |p| {
-                        let g = match schema.get() {
-                            Some(g) => *g,
-                            None => {
-                                let g = db.group(SCHEMA_GROUP).ok()?;
-                                let _ = schema.set(g);
-                                g
-                            }
-                        };
-                        (db.group_of_page(p) == Some(g)).then(|| {
-                            format!("page {p} holds the schema (classes, indexes, named roots), which only an admin may change")
-                        })
-                    })),
+        let why = match role {
+            Role::Read => {
+                return Restriction {
+                    read_only: true,
+                    protected: None,
                 }
             }
+            Role::Write => "which only an admin may change (by CATALOG requests)",
+            Role::Admin => "which a client changes only by CATALOG requests",
+        };
+        let db = self.db.clone();
+        let schema = self.schema.clone();
+        Restriction {
+            read_only: false,
+            protected: Some(Arc::new(move |p| {
+                let g = match schema.get() {
+                    Some(g) => *g,
+                    None => {
+                        let g = db.group(SCHEMA_GROUP).ok()?;
+                        let _ = schema.set(g);
+                        g
+                    }
+                };
+                (db.group_of_page(p) == Some(g))
+                    .then(|| format!("page {p} holds the schema (classes, indexes, named roots), {why}"))
+            })),
         }
     }
 }

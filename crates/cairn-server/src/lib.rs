@@ -69,6 +69,7 @@
 pub mod access;
 mod bounds;
 pub mod callbacks;
+mod catalog;
 mod objects;
 mod pages;
 mod rights;
@@ -80,6 +81,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
+use cairn_net::catalog_service::CatalogRequest;
 use cairn_net::message::{Architecture, ErrorCode, Fault, Hello};
 use cairn_net::object_service::ObjectRequest;
 use cairn_net::page_service::{FaultDetail, PageRequest};
@@ -254,6 +256,8 @@ pub struct SessionState {
     /// An object-server session: its transactions lock single objects and
     /// it asks for objects, not pages.
     object: bool,
+    /// The session's role.
+    role: users::Role,
     /// What the session's role lets its transactions change.
     restriction: Restriction,
     /// The server's open-transaction bound.
@@ -595,6 +599,7 @@ impl Handler for PageServer {
             notifier: OnceLock::new(),
             file: hello.architecture == Architecture::FILE,
             object: hello.architecture == Architecture::OBJECT,
+            role,
             restriction: self.access.restriction(role),
             txns_bound: self.core.txns.clone(),
             waiting: Bound::new(
@@ -620,6 +625,11 @@ impl Handler for PageServer {
             .map_err(|e| Fault::new(ErrorCode::PROTOCOL, e.to_string()))?;
         if let Some(req) = rights {
             return rights::handle(&self.core, &session.state, req).await;
+        }
+        let catalog = CatalogRequest::decode(request.kind, &request.body)
+            .map_err(|e| Fault::new(ErrorCode::PROTOCOL, e.to_string()))?;
+        if let Some(req) = catalog {
+            return catalog::handle(&self.core, &session.state, req).await;
         }
         if session.state.object {
             let req = ObjectRequest::decode(request.kind, &request.body)

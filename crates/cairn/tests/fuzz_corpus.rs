@@ -7,6 +7,8 @@ mod replay;
 
 #[path = "../../../fuzz/targets/catalog.rs"]
 mod catalog;
+#[path = "../../../fuzz/targets/catalog_change.rs"]
+mod catalog_change;
 #[path = "../../../fuzz/targets/methods.rs"]
 mod methods;
 #[path = "../../../fuzz/targets/typed_records.rs"]
@@ -25,6 +27,78 @@ fn typed_records_corpus_replays_without_panics() {
 #[test]
 fn catalog_corpus_replays_without_panics() {
     replay::replay("catalog", catalog::run);
+}
+
+#[test]
+fn catalog_change_corpus_replays_without_panics() {
+    replay::replay("catalog_change", catalog_change::run);
+}
+
+/// Writes the `catalog_change` seeds from real encodings: each change, a
+/// request and a reply (the selector byte first, see the target).
+#[test]
+#[ignore = "rewrites the seed inputs of fuzz/corpus/catalog_change"]
+fn write_catalog_change_seeds() {
+    use cairn::storage::{Oid, PageId};
+    use cairn_net::catalog_service::{CatalogReply, CatalogRequest};
+    use cairn_schema::catalog_change::CatalogChange;
+    let changes = [
+        ("create", CatalogChange::CreateMeta),
+        (
+            "register",
+            CatalogChange::Register {
+                name: "Part".into(),
+                fields: Part::fields(),
+            },
+        ),
+        (
+            "add-index",
+            CatalogChange::AddIndex {
+                class: 3,
+                field: "id".into(),
+                root: PageId(12),
+            },
+        ),
+        (
+            "remove-index",
+            CatalogChange::RemoveIndex {
+                class: 3,
+                field: "id".into(),
+            },
+        ),
+        (
+            "set-root",
+            CatalogChange::SetRoot {
+                name: "top".into(),
+                oid: Some(Oid::from_bytes(&[4, 0, 0, 0, 1, 0, 2, 0, 0, 0])),
+            },
+        ),
+    ];
+    for (name, change) in &changes {
+        let mut seed = vec![0];
+        seed.extend(change.encode());
+        replay::write_seed("catalog_change", name, &seed);
+    }
+    let mut seed = vec![1];
+    seed.extend(
+        CatalogRequest {
+            txn: 9,
+            change: changes[4].1.encode(),
+        }
+        .encode()
+        .1,
+    );
+    replay::write_seed("catalog_change", "request", &seed);
+    let mut seed = vec![2];
+    seed.extend(
+        CatalogReply {
+            pages: vec![5, 6],
+            images: vec![(5, vec![0xAB; 32])],
+            outcome: vec![3],
+        }
+        .encode(),
+    );
+    replay::write_seed("catalog_change", "reply", &seed);
 }
 
 #[test]

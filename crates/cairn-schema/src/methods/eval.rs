@@ -28,7 +28,7 @@ pub(super) fn index_candidates<S: StoreOps>(
     lo: &Bound<Vec<u8>>,
     hi: &Bound<Vec<u8>>,
 ) -> Result<Vec<Oid>> {
-    let tree = catalog::index_tree(store, meta, id, field, None)?.ok_or_else(|| Error::NoIndex {
+    let tree = catalog::index_tree(store, meta, id, field)?.ok_or_else(|| Error::NoIndex {
         type_name: class.to_owned(),
         field: field.to_owned(),
         indexed: "those the catalog lists".into(),

@@ -356,6 +356,7 @@ mod tests {
             notifier: std::sync::OnceLock::new(),
             file: false,
             object: false,
+            role: crate::users::Role::Admin,
             restriction: cairn_storage::Restriction::default(),
             txns_bound: crate::bounds::Bound::new("test transactions", 64),
             waiting: crate::bounds::Bound::new("test waiting requests", 64),

@@ -24,6 +24,7 @@ fn object_session(client: ClientId, core: &Core) -> SessionState {
         notifier: OnceLock::new(),
         file: false,
         object: true,
+        role: crate::users::Role::Admin,
         restriction: cairn_storage::Restriction::default(),
         txns_bound: core.txns.clone(),
         waiting: crate::bounds::Bound::new("test waiting requests", 64),

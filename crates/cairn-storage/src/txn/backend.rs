@@ -184,6 +184,17 @@ pub trait Backend: Send + Sync {
         let _ = snap;
     }
     /// Counts a read-only transaction that ended.
+    /// Runs a catalog change (`change`: the schema layer's encoding of it)
+    /// where the catalog is kept: a remote client's backend sends it to
+    /// the server, which checks and applies it in this transaction, stages
+    /// the server's images of the pages it changed in `txn`
+    /// ([`Txn::stage_server_pages`]) and returns the server's answer.
+    /// `None` (the default, and an embedded database's): the caller runs
+    /// the change in this process.
+    fn catalog_change(&self, _txn: &mut Txn, _change: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
     fn note_read_only(&self) {}
     /// Counts private pages a transaction spilled to disk.
     fn note_spilled(&self, pages: u64) {

@@ -336,13 +336,21 @@ impl Txn {
     /// transaction that is not a client's ([`Txn::set_client_checked`]),
     /// or that changed and freed nothing.
     pub(super) fn check_client_links(&mut self) -> Result<()> {
+        self.make_commit_checks()?;
         if !self.client_checked
             || (self.client_pages.is_empty() && self.to_free.is_empty() && self.allocated.is_empty())
         {
             return Ok(());
         }
         let page_count = self.page_count();
-        let allocated: HashSet<PageId> = self.allocated.iter().copied().collect();
+        // The server's own pages (a catalog request's) are not the client's
+        // to link to: they count as neither allocated nor changed by it.
+        let allocated: HashSet<PageId> = self
+            .allocated
+            .iter()
+            .copied()
+            .filter(|p| !self.server_pages.contains(p))
+            .collect();
         let changed: Vec<PageId> = self.client_pages.iter().copied().collect();
         // Every link a changed or freed page had before: who linked where.
         let mut before_links: HashMap<PageId, PageId> = HashMap::new();
@@ -425,8 +433,9 @@ impl Txn {
     /// no object any more; a B+-tree page below a root, or a large-object
     /// page, was linked from a page this transaction changed or freed (its
     /// parent — whose new image must no longer link to it, see
-    /// [`Txn::check_client_links`]); a B+-tree root only by a transaction
-    /// allowed to change the schema (dropping an index). A FREE of a page
+    /// [`Txn::check_client_links`]); a B+-tree root only by an
+    /// unrestricted transaction, or one whose catalog change let go of it
+    /// ([`Txn::release_root`]: an index dropped). A FREE of a page
     /// still in use — another client's objects, a leaf under an unchanged
     /// parent — would lose data or leave a dangling link.
     /// `before_links`: every page a changed or freed page linked to before,
@@ -453,9 +462,11 @@ impl Txn {
                 if live > 0 {
                     return Err(refuse(format!("it still holds {live} objects")));
                 }
-            } else if root && !may_drop_roots {
+            } else if root && !may_drop_roots && !self.released_roots.contains(&p) {
                 return Err(refuse(
-                    "it is a B+-tree root; only a session that may change the schema drops an index".into(),
+                    "it is a B+-tree root no catalog change of the transaction let go of (only an admin's CATALOG \
+                     request drops an index)"
+                        .into(),
                 ));
             } else if tree_or_large && !root && !before_links.contains_key(&p) {
                 return Err(refuse(

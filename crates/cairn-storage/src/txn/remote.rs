@@ -154,6 +154,67 @@ impl Txn {
         Ok((id, after))
     }
 
+    /// Runs a catalog change through the backend ([`super::Backend::catalog_change`]):
+    /// the server's answer for a remote client, `None` where the caller
+    /// runs the change itself.
+    pub fn catalog_change(&mut self, change: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_active()?;
+        let backend = self.db.clone();
+        backend.catalog_change(self, change)
+    }
+
+    /// Marks `pages` as changed (or allocated) by the server's own code for
+    /// this client transaction (a catalog request): no client record may
+    /// change them ([`Txn::stage_redo`] refuses one), and the commit's check
+    /// of the client's links takes the server's word for theirs.
+    pub fn note_server_pages(&mut self, pages: impl IntoIterator<Item = PageId>) {
+        self.server_pages.extend(pages);
+    }
+
+    /// A client's side of a catalog request: the server's images of the
+    /// pages it changed in this transaction become private pages the
+    /// transaction reads, and its commit does not ship
+    /// ([`Txn::client_changed_pages`]); they are the server's, committed or
+    /// dropped with the transaction there.
+    pub fn stage_server_pages(&mut self, images: Vec<(PageId, Vec<u8>)>) -> Result<()> {
+        self.check_active()?;
+        for (id, image) in &images {
+            if image.len() != self.db.page_size() {
+                return Err(Error::InvalidArgument(format!(
+                    "the server's image of page {id} has {} bytes, not {}",
+                    image.len(),
+                    self.db.page_size()
+                )));
+            }
+        }
+        for (id, image) in images {
+            self.changes += 1;
+            self.server_pages.insert(id);
+            match self.pages.get_mut(id)? {
+                Some(p) => p.copy_from_slice(&image),
+                None => {
+                    let spilled = self.pages.insert(id, &image)?;
+                    self.db.note_spilled(spilled);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The pages this transaction changed itself: its private pages but
+    /// those the server changed for it ([`Txn::stage_server_pages`]).
+    pub fn client_changed_pages(&self) -> Vec<PageId> {
+        let mut pages = self.changed_pages();
+        pages.retain(|p| !self.server_pages.contains(p));
+        pages
+    }
+
+    /// The pages the server changed for this transaction (see
+    /// [`Txn::note_server_pages`], [`Txn::stage_server_pages`]).
+    pub fn server_pages(&self) -> &std::collections::BTreeSet<PageId> {
+        &self.server_pages
+    }
+
     /// Decodes a client's record `index` and checks what every client
     /// record must be: a PAGE record naming `named`, of a page inside the
     /// volume that this transaction holds X on.
@@ -186,7 +247,109 @@ impl Txn {
         if !self.holds(Resource::Page(id), LockMode::X) {
             return Err(refuse(index, id, "the transaction does not hold X on the page".into()));
         }
+        if self.server_pages.contains(&id) {
+            return Err(refuse(
+                index,
+                id,
+                "the server changed it for a catalog request of this transaction; no client record may".into(),
+            ));
+        }
+        if let Some(why) = self.protected_reason(id) {
+            return Err(refuse(index, id, why));
+        }
         Ok(ClientRecord { id, full, runs })
+    }
+}
+
+/// What a server checks at commit of a page whose image a page client
+/// sends only then ([`Txn::check_at_commit`]): a catalog change named it
+/// before the server could read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitCheck {
+    /// The object exists (a named root names it).
+    Object(crate::ids::Oid),
+    /// The page is a B+-tree root in `group` (an index names it).
+    TreeRoot {
+        /// The root page.
+        page: PageId,
+        /// The group it must be in.
+        group: crate::ids::GroupId,
+    },
+}
+
+impl CommitCheck {
+    fn page(&self) -> PageId {
+        match self {
+            CommitCheck::Object(oid) => oid.page,
+            CommitCheck::TreeRoot { page, .. } => *page,
+        }
+    }
+}
+
+impl Txn {
+    /// For a page client's transaction on the server: if the client sends
+    /// `check`'s page with its commit (the transaction holds X on it, and
+    /// the page is not one the server changed for it), keeps `check` to be
+    /// made then, before anything is logged, and says true. False
+    /// otherwise: the page is readable here as it is.
+    pub fn check_at_commit(&mut self, check: CommitCheck) -> bool {
+        let page = check.page();
+        if !self.client_checked || self.server_pages.contains(&page) || !self.holds(Resource::Page(page), LockMode::X) {
+            return false;
+        }
+        self.commit_checks.push(check);
+        true
+    }
+
+    /// A catalog change of this transaction let go of the B+-tree at
+    /// `root` (an index dropped): the client may free its pages, its root
+    /// among them, which no client may otherwise free under a restriction.
+    pub fn release_root(&mut self, root: PageId) {
+        self.released_roots.insert(root);
+    }
+
+    /// Makes the checks [`Txn::check_at_commit`] kept, on the pages as the
+    /// client's records left them.
+    pub(super) fn make_commit_checks(&mut self) -> Result<()> {
+        for check in std::mem::take(&mut self.commit_checks) {
+            let page = check.page();
+            let image = self.current_image(page)?;
+            let why = match check {
+                CommitCheck::Object(oid) => {
+                    let home = page::page_type(&image) == Some(PageType::Slotted)
+                        && crate::record::slotted::get(&image, oid.slot).is_ok_and(|r| {
+                            r.is_some_and(|r| {
+                                r.uniq == oid.uniq
+                                    && matches!(
+                                        r.kind,
+                                        crate::record::object::KIND_SMALL
+                                            | crate::record::object::KIND_SMALL_PADDED
+                                            | crate::record::object::KIND_FORWARD
+                                            | crate::record::object::KIND_LARGE
+                                    )
+                            })
+                        });
+                    (!home).then(|| format!("a named root names object {oid}, which the commit does not hold"))
+                }
+                CommitCheck::TreeRoot { group, .. } => {
+                    let root = crate::btree::page_links(&image).is_ok_and(|l| l.root);
+                    let in_group = self.group_of_page(page)? == Some(group);
+                    (!root || !in_group).then(|| {
+                        format!(
+                            "an index names page {page}, which the commit leaves no B+-tree root of group {}",
+                            group.0
+                        )
+                    })
+                }
+            };
+            if let Some(why) = why {
+                return Err(Error::InvalidArgument(format!(
+                    "{} refused: {why} (the catalog change was made on the client's word)",
+                    self.id
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

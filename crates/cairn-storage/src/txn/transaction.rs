@@ -55,6 +55,17 @@ pub struct Txn {
     /// Pages client records changed (`remote.rs`, `unwritten.rs`), whose
     /// links are checked before the commit is logged (`client_check.rs`).
     pub(super) client_pages: BTreeSet<PageId>,
+    /// Pages changed by the server's own code for this transaction (a
+    /// catalog request, `remote.rs`): on the server, pages no client
+    /// record may change and whose links the server vouches for; in a
+    /// client, the server's images of them, which its commit does not ship.
+    pub(super) server_pages: BTreeSet<PageId>,
+    /// What a catalog request said of pages whose client images come with
+    /// the commit, checked then ([`Txn::check_at_commit`]).
+    pub(super) commit_checks: Vec<super::remote::CommitCheck>,
+    /// B+-tree roots a catalog change of this transaction let go of (an
+    /// index dropped): a client may free them ([`Txn::release_root`]).
+    pub(super) released_roots: BTreeSet<PageId>,
     /// What the transaction may change ([`Txn::restrict`]).
     restriction: Restriction,
     /// A client's transaction: its pages and frees are checked before the
@@ -134,6 +145,9 @@ impl Txn {
             rebased: Vec::new(),
             full_images: false,
             client_pages: BTreeSet::new(),
+            server_pages: BTreeSet::new(),
+            commit_checks: Vec::new(),
+            released_roots: BTreeSet::new(),
             restriction: Restriction::default(),
             client_checked: false,
             parking: false,
@@ -262,6 +276,14 @@ impl Txn {
         self.restriction = restriction;
     }
 
+    /// Takes the restriction off (and returns it): the server's own code
+    /// runs a request it has checked (a catalog change) on the pages the
+    /// restriction protects from the client, then puts it back with
+    /// [`Txn::restrict`].
+    pub fn take_restriction(&mut self) -> Restriction {
+        std::mem::take(&mut self.restriction)
+    }
+
     /// Marks the transaction as a page or file client's (a server does):
     /// before its commit is logged, the pages it changed and the pages it
     /// frees are checked as a whole (`client_check.rs`), not only each
@@ -292,6 +314,12 @@ impl Txn {
     /// ([`crate::Db::begin_read_only`]).
     pub fn is_snapshot(&self) -> bool {
         self.snapshot.is_some()
+    }
+
+    /// Why the restriction protects page `id` from this transaction's
+    /// changes, if it does.
+    pub(super) fn protected_reason(&self, id: PageId) -> Option<String> {
+        self.restriction.protected.as_ref().and_then(|f| f(id))
     }
 
     fn check_allowed(&mut self, res: Resource, mode: LockMode) -> Result<()> {

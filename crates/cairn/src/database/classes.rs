@@ -7,6 +7,16 @@
 use super::*;
 
 impl Inner {
+    /// Makes a catalog change in `txn`: sent to the server for a remote
+    /// store (which checks it and applies it in the same transaction), made
+    /// here for an embedded one ([`catalog_change`]; ARCHITECTURE.md,
+    /// "Catalog changes").
+    pub(super) fn change_catalog(&self, txn: &mut Tx, change: CatalogChange) -> Result<Outcome> {
+        let m = &self.meta;
+        let trees = [m.roots.root(), m.classes.root(), m.indexes.root()];
+        catalog_change::change(txn, &trees, &|name| self.group(name), &change)
+    }
+
     /// Registers `T` in a transaction of its own, committed at once (so the
     /// catalog's pages are exclusively locked only briefly), one
     /// registration of this session at a time; retried on a deadlock with
@@ -48,7 +58,13 @@ impl Inner {
                 trees.push(((c.id, field.clone()), tree));
                 continue;
             }
-            catalog::remove_index(txn, &self.meta, c.id, &field)?;
+            self.change_catalog(
+                txn,
+                CatalogChange::RemoveIndex {
+                    class: c.id,
+                    field: field.clone(),
+                },
+            )?;
             let mut pages = Vec::new();
             let r = txn.tree_destroy(tree, &mut pages);
             self.index_cache.tree(tree.root()).changed(&pages);
@@ -75,7 +91,14 @@ impl Inner {
                 self.index_cache.tree(tree.root()).changed(&pages);
             }
             let tree = built?;
-            catalog::add_index(txn, &self.meta, c.id, field, &tree)?;
+            self.change_catalog(
+                txn,
+                CatalogChange::AddIndex {
+                    class: c.id,
+                    field: field.to_string(),
+                    root: tree.root(),
+                },
+            )?;
             trees.push(((c.id, field.to_string()), tree));
         }
         Ok(trees)
@@ -256,7 +279,23 @@ impl Transaction<'_> {
         };
         let fields = T::fields();
         let registered = (|| {
-            let (mut info, new) = catalog::register(&mut self.txn, &meta, &mut cat, T::NAME, &fields)?;
+            let (mut info, new) = match catalog::find_registered(&mut self.txn, &meta, &cat, T::NAME, &fields)? {
+                Some(info) => (info, false),
+                None => {
+                    let change = CatalogChange::Register {
+                        name: T::NAME.to_string(),
+                        fields: fields.clone(),
+                    };
+                    match inner.change_catalog(&mut self.txn, change)? {
+                        Outcome::Registered { info, new } => {
+                            cat.names.insert(info.id, T::NAME.to_string());
+                            cat.schemas.insert((info.id, info.version), fields.clone());
+                            (info, new)
+                        }
+                        other => return Err(Error::Internal(format!("registering {} answered {other:?}", T::NAME))),
+                    }
+                }
+            };
             let trees = if info.latest {
                 inner.sync_indexes::<T>(&mut self.txn, &cat, info, new)?
             } else {

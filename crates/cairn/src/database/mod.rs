@@ -33,6 +33,7 @@ use cairn_storage::{Db, DbOptions, GroupId, Oid, Txn};
 
 use crate::cache::{CachePolicy, CacheStats, CachedObject, ObjectCache};
 use crate::catalog::{self, Catalog, ClassInfo, Meta};
+use cairn_schema::catalog_change::{self, CatalogChange, Outcome};
 
 mod classes;
 mod query;
@@ -297,7 +298,16 @@ impl Database {
         let system = db.group(catalog::SYSTEM_GROUP, true)?;
         let (meta, cat) = retry(|| {
             let mut txn = db.begin()?;
-            let meta = catalog::open_meta(&mut txn, system)?;
+            let meta = match catalog::read_meta(&mut txn, system)? {
+                Some(meta) => meta,
+                None => {
+                    let group = |name: &str| -> Result<GroupId> { Ok(db.group(name, false)?) };
+                    match catalog_change::change(&mut txn, &[], &group, &CatalogChange::CreateMeta)? {
+                        Outcome::Meta(meta) => meta,
+                        other => return Err(Error::Internal(format!("creating the catalog answered {other:?}"))),
+                    }
+                }
+            };
             let mut cat = Catalog::default();
             catalog::load(&mut txn, &meta, &mut cat)?;
             txn.commit()?;
@@ -791,7 +801,17 @@ impl<'db> Transaction<'db> {
         } else {
             None
         };
-        let tree = catalog::index_tree(&mut self.txn, &self.inner.meta, class.id, field, group)?;
+        let mut tree = catalog::index_tree(&mut self.txn, &self.inner.meta, class.id, field)?;
+        if let (None, Some(group)) = (tree, group) {
+            let created = self.txn.tree_create(group, false)?;
+            let change = CatalogChange::AddIndex {
+                class: class.id,
+                field: field.to_string(),
+                root: created.root(),
+            };
+            self.inner.change_catalog(&mut self.txn, change)?;
+            tree = Some(created);
+        }
         if let Some(t) = tree {
             self.index_roots.insert(key, t);
         }
@@ -801,12 +821,21 @@ impl<'db> Transaction<'db> {
     /// Names an object: `root(name)` finds it again in any later transaction.
     pub fn set_root<T>(&mut self, name: &str, r: &Ref<T>) -> Result<()> {
         self.refuse_if_read_only()?;
-        catalog::set_root(&mut self.txn, &self.inner.meta, name, Some(r.oid()))
+        let change = CatalogChange::SetRoot {
+            name: name.to_string(),
+            oid: Some(r.oid()),
+        };
+        self.inner.change_catalog(&mut self.txn, change).map(drop)
     }
 
     /// Removes a name.
     pub fn remove_root(&mut self, name: &str) -> Result<()> {
-        catalog::set_root(&mut self.txn, &self.inner.meta, name, None)
+        self.refuse_if_read_only()?;
+        let change = CatalogChange::SetRoot {
+            name: name.to_string(),
+            oid: None,
+        };
+        self.inner.change_catalog(&mut self.txn, change).map(drop)
     }
 
     /// The object named `name`.

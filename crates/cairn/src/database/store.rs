@@ -441,4 +441,12 @@ impl StoreOps for Tx {
     ) -> StorageResult<()> {
         each!(self, t => StoreOps::tree_scan(t, tree, lo, hi, f))
     }
+
+    fn catalog_remote(&mut self, trees: &[PageId], change: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        each!(self, t => StoreOps::catalog_remote(t, trees, change))
+    }
+
+    fn check_at_commit(&mut self, check: cairn_storage::txn::CommitCheck) -> bool {
+        each!(self, t => StoreOps::check_at_commit(t, check))
+    }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use cairn_net::catalog_service::{CatalogReply, CatalogRequest};
 use cairn_net::message::ErrorCode;
 use cairn_net::page_service::{FaultDetail, LockCounters, PageRequest};
 use cairn_net::rpc::Client;
@@ -289,6 +290,19 @@ impl Connection {
             upgrades: c.upgrades,
             wait_micros: c.wait_micros,
         })
+    }
+
+    /// A CATALOG request: the catalog change `change` (the schema layer's
+    /// bytes) made by the server in transaction `txn`, and its reply.
+    pub(super) fn catalog(&self, txn: TxnId, change: &[u8]) -> Result<CatalogReply> {
+        let (kind, body) = CatalogRequest {
+            txn: txn.0,
+            change: change.to_vec(),
+        }
+        .encode();
+        let parts = self.call_kind(kind, body, txn)?;
+        let body = self.one_body(parts)?;
+        CatalogReply::decode(&body).map_err(|e| self.error(cairn_net::Error::Message(e)))
     }
 
     /// The one reply body of a call that has no parts.

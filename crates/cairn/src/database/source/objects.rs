@@ -198,6 +198,10 @@ impl StoreOps for ObjectTxn {
         ObjectTxn::create(self, group, None, bytes)
     }
 
+    fn catalog_remote(&mut self, trees: &[PageId], change: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        ObjectTxn::catalog_change(self, trees, change).map(Some)
+    }
+
     fn read(&mut self, oid: Oid) -> StorageResult<Vec<u8>> {
         ObjectTxn::read(self, oid)
     }

@@ -160,6 +160,27 @@ impl ObjectTxn {
         Ok(())
     }
 
+    /// A catalog change (the schema layer's bytes), made by the server in
+    /// this transaction; its answer. `trees` are the catalog's trees: the
+    /// other transactions' lookups of them are named first and kept off
+    /// until this one ends, and the lookups under the pages the change
+    /// made go.
+    pub fn catalog_change(&mut self, trees: &[PageId], change: &[u8]) -> Result<Vec<u8>> {
+        self.check_active()?;
+        self.send_tree_later(None)?;
+        for &root in trees {
+            self.store.before_tree_write(self.id, root)?;
+        }
+        self.wrote = true;
+        self.on_server = true;
+        let reply = self.store.conn.catalog(self.id, change)?;
+        let pages: Vec<PageId> = reply.pages.iter().map(|p| PageId(*p)).collect();
+        for &root in trees {
+            self.store.tree_written(self.id, root, Some(&pages));
+        }
+        Ok(reply.outcome)
+    }
+
     /// Frees every page of the tree at `root` (its changes kept to send
     /// later go with it).
     pub fn tree_destroy(&mut self, root: PageId) -> Result<()> {

@@ -257,8 +257,37 @@ impl Backend for RemoteStore {
     /// more than a message of them) and a last COMMIT. The reply's LSNs
     /// stamp the after-images, read again from the transaction's private
     /// pages, as they are installed in the pool.
+    /// A catalog change: sent to the server, which makes it in this
+    /// transaction (the catalog's pages are never the client's to write).
+    /// First the client's other transactions reading the schema's pages
+    /// under its rights are named, so the server's X waits for them; the
+    /// pages the server changed come back as images this transaction reads
+    /// and does not ship (`commit` drops them from the pool once decided).
+    fn catalog_change(&self, txn: &mut Txn, change: &[u8]) -> Result<Option<Vec<u8>>> {
+        let id = txn.id();
+        let schema = lock(&self.groups)
+            .iter()
+            .find(|(_, name)| name.as_str() == crate::catalog::SYSTEM_GROUP)
+            .map(|(g, _)| *g);
+        let schema = match schema {
+            Some(g) => g,
+            None => self.group(crate::catalog::SYSTEM_GROUP, false)?,
+        };
+        self.name_readers_of(id, &self.covered_pages_of(schema))?;
+        let reply = self.conn.catalog(id, change)?;
+        let pages: Vec<PageId> = reply.pages.iter().map(|p| PageId(*p)).collect();
+        self.name_readers_of(id, &pages)?;
+        let images = reply.images.into_iter().map(|(p, i)| (PageId(p), i)).collect();
+        txn.stage_server_pages(images)?;
+        Ok(Some(reply.outcome))
+    }
+
     fn commit(&self, txn: &mut Txn) -> Result<()> {
         let id = txn.id();
+        // Every page it changed, the server's (a catalog change's) among
+        // them: those are not shipped (the server has them), but their
+        // images are installed with the LSNs the commit gives them like the
+        // others' (or discarded if the outcome is unknown).
         let pages = txn.changed_pages();
         let freed: Vec<PageId> = txn.allocations().1.iter().copied().collect();
         self.start_ending(id);
@@ -268,6 +297,9 @@ impl Backend for RemoteStore {
         let mut batch_bytes = 0usize;
         let mut reply: Result<Bytes> = Ok(Bytes::new());
         for &p in &pages {
+            if txn.server_pages().contains(&p) {
+                continue;
+            }
             let after = txn
                 .private_page(p)?
                 .ok_or_else(|| Error::Internal(format!("private page {p} vanished before commit")))?

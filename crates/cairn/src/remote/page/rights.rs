@@ -209,26 +209,48 @@ impl RemoteStore {
     /// callback id 0), acknowledged before any of them may end; nothing
     /// when no other transaction reads the page.
     pub(super) fn name_readers(&self, txn: TxnId, id: PageId) -> Result<()> {
-        let readers: Vec<TxnId> = {
+        self.name_readers_of(txn, &[id])
+    }
+
+    /// [`RemoteStore::name_readers`] of every page of `pages`, in one
+    /// round trip (none when no other transaction reads any of them).
+    pub(super) fn name_readers_of(&self, txn: TxnId, pages: &[PageId]) -> Result<()> {
+        let named: Vec<(Resource, Vec<TxnId>)> = {
             let mut st = self.rights.lock();
             let st = &mut *st;
-            st.add_writer(id, txn);
-            if !st.covers.contains_key(&id) {
-                return Ok(());
-            }
-            let mut readers = Vec::new();
-            for (t, v) in st.txns.iter_mut() {
-                if *t != txn && v.locks.contains_key(&Resource::Page(id)) && !v.answering.ending {
-                    v.answering.name();
-                    readers.push(*t);
+            let mut named = Vec::new();
+            for &id in pages {
+                st.add_writer(id, txn);
+                if !st.covers.contains_key(&id) {
+                    continue;
+                }
+                let mut readers = Vec::new();
+                for (t, v) in st.txns.iter_mut() {
+                    if *t != txn && v.locks.contains_key(&Resource::Page(id)) && !v.answering.ending {
+                        v.answering.name();
+                        readers.push(*t);
+                    }
+                }
+                if !readers.is_empty() {
+                    named.push((Resource::Page(id), readers));
                 }
             }
-            readers
+            named
         };
-        if readers.is_empty() {
+        if named.is_empty() {
             return Ok(());
         }
-        self.rights.name(&self.conn, txn, vec![(Resource::Page(id), readers)])
+        self.rights.name(&self.conn, txn, named)
+    }
+
+    /// The pages of `group` this client holds a right to cache.
+    pub(super) fn covered_pages_of(&self, group: GroupId) -> Vec<PageId> {
+        let st = self.rights.lock();
+        st.covers
+            .iter()
+            .filter(|(_, c)| c.facts.group == Some(group))
+            .map(|(p, _)| *p)
+            .collect()
     }
 
     /// Takes S on page `id` for `txn` under the client's right to cache it,
