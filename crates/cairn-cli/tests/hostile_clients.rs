@@ -1,6 +1,7 @@
 //! The hostile-client suite (issue 34): against a real `cairn serve`, a
-//! client with a valid login (role `write`) sends well-framed requests of
-//! every page-service and object-service kind with random fields — system
+//! client with a valid login (role `write`; every sixth session `admin`,
+//! which may also send catalog changes) sends well-framed requests of
+//! every page-service, object-service and catalog kind with random fields — system
 //! pages, pages past the end, other sessions' transaction ids, bogus OIDs
 //! and tree roots, wrong page kinds, random redo records, huge counts, and
 //! random bodies under every service kind — while an honest client commits
@@ -17,6 +18,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::process::Command;
 
+use cairn_net::catalog_service::CatalogRequest;
 use cairn_net::message::{Architecture, ErrorCode};
 use cairn_net::object_service::{Change, ObjectRequest, TreeOp, OID_BYTES};
 use cairn_net::page_service::PageRequest;
@@ -30,6 +32,14 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRng, TestRunner};
 
 use common::serve;
+
+/// The typed class the catalog holds before the attack.
+#[derive(cairn::Persistent, Debug)]
+struct Part {
+    #[cairn(index)]
+    id: u64,
+    name: String,
+}
 
 /// The fields of one request, drawn from the 64 bits proptest gives it
 /// (splitmix64), so a failing case replays and shrinks.
@@ -262,6 +272,63 @@ fn object_request(g: &mut Gen, pages: u32) -> ObjectRequest {
 /// Sends one request; a reply (of any code but CORRUPT and INTERNAL) or a
 /// closed connection is fine. Returns the reply's parts (`Some(vec![])` for
 /// a refusal), `None` once the connection is gone.
+/// A random CATALOG request: a change of every kind with fields drawn from
+/// a few real and wrong names, types, classes, pages and OIDs, or random
+/// bytes as the change.
+fn catalog_request(g: &mut Gen, pages: u32) -> (Kind, Vec<u8>) {
+    use cairn_schema::catalog_change::CatalogChange;
+    use cairn_schema::types::{FieldDesc, TypeDesc};
+    const NAMES: [&str; 5] = ["Part", "Gear", "", "Part\u{0}", "x"];
+    const FIELDS: [&str; 4] = ["id", "name", "", "id"];
+    let pick = |g: &mut Gen, of: &[&str]| of[g.below(of.len() as u64) as usize].to_string();
+    let ty = |g: &mut Gen| match g.below(4) {
+        0 => TypeDesc::U32,
+        1 => TypeDesc::String,
+        2 => TypeDesc::Seq(Box::new(TypeDesc::U8)),
+        _ => TypeDesc::U64,
+    };
+    let change = match g.below(7) {
+        0 => CatalogChange::CreateMeta,
+        1 => CatalogChange::Register {
+            name: pick(g, &NAMES),
+            fields: (0..g.below(4))
+                .map(|_| FieldDesc {
+                    name: pick(g, &FIELDS),
+                    ty: ty(g),
+                    has_default: g.below(2) == 0,
+                })
+                .collect(),
+        },
+        2 => CatalogChange::AddIndex {
+            class: g.below(5) as u32,
+            field: pick(g, &FIELDS),
+            root: PageId(g.page(pages)),
+        },
+        3 => CatalogChange::RemoveIndex {
+            class: g.below(5) as u32,
+            field: pick(g, &FIELDS),
+        },
+        4 => CatalogChange::SetRoot {
+            name: pick(g, &NAMES),
+            oid: Some(Oid::from_bytes(&g.oid(pages))),
+        },
+        5 => CatalogChange::SetRoot {
+            name: pick(g, &NAMES),
+            oid: None,
+        },
+        _ => {
+            let mut body = g.txn().to_le_bytes().to_vec();
+            body.extend(g.bytes(48));
+            return (Kind::CATALOG, body);
+        }
+    };
+    CatalogRequest {
+        txn: g.txn(),
+        change: change.encode(),
+    }
+    .encode()
+}
+
 fn send(c: &Client, kind: Kind, body: Vec<u8>, faults: &mut BTreeMap<u16, u64>) -> Option<Vec<bytes::Bytes>> {
     let call = match c.invoke(kind, body) {
         Ok(call) => call,
@@ -324,8 +391,24 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
         db.close().unwrap();
         g
     };
+    {
+        // A typed catalog with a class and an index, for the catalog
+        // changes to meet.
+        let db = cairn::Database::open(&path).unwrap();
+        let mut tx = db.begin().unwrap();
+        let p = tx
+            .create(Part {
+                id: 1,
+                name: "one".into(),
+            })
+            .unwrap();
+        tx.set_root("first", &p).unwrap();
+        tx.commit().unwrap();
+        db.close().unwrap();
+    }
     users::add(&path, "honest", Role::Write, "honest-pw").unwrap();
     users::add(&path, "eve", Role::Write, "eve-pw").unwrap();
+    users::add(&path, "mallory", Role::Admin, "mallory-pw").unwrap();
     let server = serve(&path, &[]);
     let addr = server.addr.clone();
 
@@ -360,6 +443,7 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
     let sent = std::cell::Cell::new(0u64);
     let session = std::cell::Cell::new(0u32);
     let (images, accepted) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0u64));
+    let (catalogs, catalogs_made) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0u64));
     let pages = 64u32;
     let config = Config {
         cases,
@@ -382,15 +466,20 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
             } else {
                 Architecture::PAGE
             };
-            let Ok(c) = Client::connect(&addr, &login("eve", arch)) else {
+            let admin = n % 6 == 5;
+            let user = if admin { "mallory" } else { "eve" };
+            let Ok(c) = Client::connect(&addr, &login(user, arch)) else {
                 return Ok(());
             };
             let mut held: Vec<Held> = Vec::new();
             for r in requests {
                 let mut g = Gen::new(r);
-                let req = (arch == Architecture::PAGE && g.below(8) != 0).then(|| page_request(&mut g, pages, &held));
-                let (kind, body) = match (&req, arch == Architecture::OBJECT) {
+                let catalog = (admin || g.below(16) == 0) && g.below(2) == 0;
+                let req = (arch == Architecture::PAGE && !catalog && g.below(8) != 0)
+                    .then(|| page_request(&mut g, pages, &held));
+                let (kind, body): (Kind, Vec<u8>) = match (&req, arch == Architecture::OBJECT) {
                     (Some(req), _) => req.encode(),
+                    (None, _) if catalog => catalog_request(&mut g, pages),
                     (None, _) if g.below(4) == 0 => rights_request(&mut g, pages).encode(),
                     (None, true) if g.below(8) != 0 => object_request(&mut g, pages).encode(),
                     (None, _) => (Kind(0x0100 + g.below(0x60) as u16), g.bytes(128)),
@@ -400,8 +489,13 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
                 let Some(parts) = send(&c, kind, body, &mut faults.borrow_mut()) else {
                     break;
                 };
-                if matches!(req, Some(PageRequest::Commit { .. })) && faults.borrow().values().sum::<u64>() == before {
+                let refused = faults.borrow().values().sum::<u64>() != before;
+                if matches!(req, Some(PageRequest::Commit { .. })) && !refused {
                     accepted.set(accepted.get() + 1);
+                }
+                if kind == Kind::CATALOG {
+                    catalogs.set(catalogs.get() + 1);
+                    catalogs_made.set(catalogs_made.get() + u64::from(!refused));
                 }
                 if let Some(PageRequest::Fetch { txn, mode, .. }) = req {
                     if mode & cairn_net::page_service::FETCH_X != 0 {
@@ -447,6 +541,15 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
     }
     t.abort().unwrap();
     db.close().unwrap();
+    // The catalog still loads, and the typed data is there.
+    {
+        let db = cairn::Database::open(&path).expect("the typed layer opens the database");
+        let mut tx = db.begin().unwrap();
+        let by_id: cairn::Index<u64, Part> = cairn::Index::on("id");
+        assert!(tx.find(&by_id, &1).is_ok());
+        tx.commit().unwrap();
+        db.close().unwrap();
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .arg("check")
         .arg(&path)
@@ -454,8 +557,10 @@ fn hostile_requests_of_every_kind_leave_the_honest_data_whole_and_the_database_s
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok", "{out:?}");
     eprintln!(
-        "hostile suite: {cases} sessions, {sent} requests, {} page images changed from, {} hostile commits accepted, refusals by code {faults:?}",
+        "hostile suite: {cases} sessions, {sent} requests, {} page images changed from, {} hostile commits accepted, {} catalog changes sent ({} made), refusals by code {faults:?}",
         images.get(),
-        accepted.get()
+        accepted.get(),
+        catalogs.get(),
+        catalogs_made.get()
     );
 }

@@ -337,7 +337,9 @@ pub fn apply<S: StoreOps>(
     if let CatalogChange::CreateMeta = change {
         return catalog::open_meta(txn, system).map(Outcome::Meta);
     }
-    let meta = catalog::find_meta(txn, system)?;
+    // No catalog yet is the sender's mistake, not damage.
+    let meta = catalog::read_meta(txn, system)?
+        .ok_or_else(|| refused(change, "the database has no catalog yet (create it first)"))?;
     match change {
         CatalogChange::CreateMeta => unreachable!("handled above"),
         CatalogChange::Register { name, fields } => {
