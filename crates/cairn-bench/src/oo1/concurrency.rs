@@ -358,6 +358,13 @@ impl ConcurrencyRow {
     }
 }
 
+/// Whether each deadlock retried is printed with its cycle (to stderr):
+/// `CAIRN_BENCH_DEADLOCKS=1`, to see which locks the clients meet on.
+fn show_deadlocks() -> bool {
+    static SHOW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SHOW.get_or_init(|| std::env::var_os("CAIRN_BENCH_DEADLOCKS").is_some_and(|v| v == "1"))
+}
+
 /// Attempts of one operation before a deadlock or timeout is an error.
 const ATTEMPTS_MAX: u32 = 100;
 
@@ -373,6 +380,14 @@ fn run_retrying(sys: &mut dyn System, op: &Op, jitter: &mut ParkMiller, retries:
             Err(Error::Cairn(e)) if e.is_retryable() && attempt < ATTEMPTS_MAX => {
                 if matches!(e, cairn::Error::Deadlock { .. }) {
                     retries.deadlocks += 1;
+                    if show_deadlocks() {
+                        let what = match op {
+                            Op::Lookup(_) => "lookup",
+                            Op::Traversal(_) => "traversal",
+                            Op::Insert(_) => "insert",
+                        };
+                        eprintln!("deadlock retried ({what}): {e}");
+                    }
                 } else {
                     retries.lock_timeouts += 1;
                 }
