@@ -143,3 +143,60 @@ fn views_under_object_locks_see_every_commit_to_other_objects_of_their_page() {
     }
     writer.join().unwrap();
 }
+
+/// Two transactions that name the objects they will change, in opposite
+/// orders, take their locks in one order (OID order) and never deadlock:
+/// the second waits for the first at its prefetch, holding nothing. Made
+/// one by one in their own orders, the changes would deadlock: the first
+/// holds `a` and wants `b`, the second holds `b` and wants `a`. Under page
+/// locking the two objects are put on different pages.
+#[test]
+fn prefetch_for_update_takes_its_locks_in_one_order_so_opposite_orders_do_not_deadlock() {
+    for object_locking in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = std::sync::Arc::new(open(dir.path(), object_locking));
+        let (a, b) = if object_locking {
+            two_on_one_page(&db)
+        } else {
+            let mut tx = db.begin().unwrap();
+            let a = tx.create(Counter { n: 0 }).unwrap();
+            let mut b = tx.create(Counter { n: 0 }).unwrap();
+            while b.oid().page == a.oid().page {
+                b = tx.create(Counter { n: 0 }).unwrap();
+            }
+            tx.commit().unwrap();
+            (a, b)
+        };
+        let waits = |db: &Database| db.storage().unwrap().stats().locks.waits;
+        let mut first = db.begin().unwrap();
+        first.prefetch_for_update([&a, &b]).unwrap();
+        first.update(&a, |c| c.n += 1).unwrap();
+        let before = waits(&db);
+        let second = {
+            let (db, a, b) = (db.clone(), a.clone(), b.clone());
+            std::thread::spawn(move || {
+                let mut tx = db.begin().unwrap();
+                tx.prefetch_for_update([&b, &a])?;
+                tx.update(&b, |c| c.n += 10)?;
+                tx.update(&a, |c| c.n += 10)?;
+                tx.commit()
+            })
+        };
+        while waits(&db) == before && !second.is_finished() {
+            std::thread::yield_now();
+        }
+        first.update(&b, |c| c.n += 1).unwrap();
+        first.commit().unwrap();
+        second
+            .join()
+            .unwrap()
+            .expect("the second transaction commits too, no deadlock");
+        let mut tx = db.begin().unwrap();
+        assert_eq!(
+            (tx.get(&a).unwrap().n, tx.get(&b).unwrap().n),
+            (11, 11),
+            "object locking {object_locking}"
+        );
+        tx.commit().unwrap();
+    }
+}

@@ -555,6 +555,32 @@ impl Txn {
         self.prefetch_in(&ordered, LockMode::X)
     }
 
+    /// Takes the X locks a change of each object of `oids` takes, now and
+    /// in one global order — OID order, whatever the order of `oids` — so
+    /// that two transactions that name the objects they will change never
+    /// hold one each and wait for the other's: under object-level locking
+    /// IX on each page and X on each object; else X on their pages, in page
+    /// order (a remote client's in one round trip,
+    /// [`Txn::prefetch_pages_exclusive`]).
+    pub fn lock_objects_for_update(&mut self, oids: &[Oid]) -> Result<()> {
+        let mut ordered = oids.to_vec();
+        ordered.sort_unstable();
+        ordered.dedup();
+        if self.object_locks {
+            for oid in ordered {
+                self.lock_object(oid, true)?;
+            }
+            return Ok(());
+        }
+        let mut pages: Vec<PageId> = ordered.iter().map(|o| o.page).collect();
+        pages.dedup();
+        self.prefetch_pages_exclusive(&pages)?;
+        for p in pages {
+            self.lock_page(p, true)?;
+        }
+        Ok(())
+    }
+
     /// [`Backend::prefetch`] of the pages not held in `mode` (S or X) yet.
     fn prefetch_in(&mut self, pages: &[PageId], mode: LockMode) -> Result<()> {
         self.run(|t| {

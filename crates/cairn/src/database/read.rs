@@ -44,19 +44,21 @@ impl Transaction<'_> {
         Ok(())
     }
 
-    /// Says which objects this transaction is about to change, so that a
-    /// client takes their exclusive locks together — the pages' in one
-    /// pipelined FETCH (page server), the objects' in one OBJ_FETCH (object
-    /// server) — instead of one round trip each as the changes come.
-    /// Nothing for an embedded database. The locks are held to the end of
-    /// the transaction whether or not the objects are changed.
+    /// Says which objects this transaction is about to change, so that it
+    /// takes their exclusive locks now, together and in one global order
+    /// (OID order, whatever the order of `refs`): two transactions naming
+    /// the objects they will change never hold one each and wait for the
+    /// other's (a deadlock the changes made one by one, in their own
+    /// orders, would risk). A client takes them in one round trip — the
+    /// pages' in one pipelined FETCH (page server), the objects' in one
+    /// OBJ_FETCH (object server) — instead of one each as the changes come.
+    /// The locks are held to the end of the transaction whether or not the
+    /// objects are changed. Nothing in a read-only transaction.
     pub fn prefetch_for_update<'r, T: Persistent + 'r>(
         &mut self,
         refs: impl IntoIterator<Item = &'r Ref<T>>,
     ) -> Result<()> {
-        if !self.inner.db.prefetch_saves_round_trips() {
-            return Ok(());
-        }
+        self.refuse_if_read_only()?;
         let oids: Vec<Oid> = refs.into_iter().map(|r| r.oid()).collect();
         self.txn.prefetch_for_update(&oids)?;
         Ok(())

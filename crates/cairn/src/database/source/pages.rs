@@ -101,13 +101,7 @@ impl Source for Txn {
     /// two transactions prefetching the same pages for update never hold
     /// one each and wait for the other.
     fn prefetch_for_update(&mut self, oids: &[Oid]) -> StorageResult<()> {
-        if self.object_locking() {
-            return Ok(());
-        }
-        let mut pages: Vec<PageId> = oids.iter().map(|o| o.page).collect();
-        pages.sort_unstable();
-        pages.dedup();
-        self.prefetch_pages_exclusive(&pages)
+        self.lock_objects_for_update(oids)
     }
 
     fn create_near(&mut self, near: Oid, bytes: &[u8]) -> StorageResult<Oid> {
