@@ -116,12 +116,18 @@ impl Txn {
             self.changes += 1;
             self.client_pages.insert(id);
             self.client_checked = true;
-            match self.pages.get_mut(id)? {
-                Some(p) => p.copy_from_slice(&after),
-                None => {
-                    let spilled = self.pages.insert(id, &after)?;
-                    self.db.note_spilled(spilled);
-                }
+            self.put_private(id, &after)?;
+        }
+        Ok(())
+    }
+
+    /// Makes `image` this transaction's private copy of page `id`.
+    fn put_private(&mut self, id: PageId, image: &[u8]) -> Result<()> {
+        match self.pages.get_mut(id)? {
+            Some(p) => p.copy_from_slice(image),
+            None => {
+                let spilled = self.pages.insert(id, image)?;
+                self.db.note_spilled(spilled);
             }
         }
         Ok(())
@@ -190,13 +196,7 @@ impl Txn {
         for (id, image) in images {
             self.changes += 1;
             self.server_pages.insert(id);
-            match self.pages.get_mut(id)? {
-                Some(p) => p.copy_from_slice(&image),
-                None => {
-                    let spilled = self.pages.insert(id, &image)?;
-                    self.db.note_spilled(spilled);
-                }
-            }
+            self.put_private(id, &image)?;
         }
         Ok(())
     }
