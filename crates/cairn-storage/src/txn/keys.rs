@@ -539,6 +539,23 @@ impl Txn {
                 self.lock(gap, LockMode::IX)?;
                 continue;
             }
+            // The new entry splits the gap: the part below it is guarded
+            // by the gap below the new entry from now on. If this
+            // transaction read the gap (S), it keeps reading that part too:
+            // it takes S there, under the latch, before any other inserter
+            // can see the new entry (else another's insert just below it
+            // would find a gap nobody holds — a phantom in this
+            // transaction's range). Nobody else can hold X there: X on the
+            // entry is this transaction's.
+            let below = gap_of(root, Some(&id));
+            if self.holds(gap, LockMode::S)
+                && !self.holds(below, LockMode::S)
+                && !self.try_lock_resource(below, LockMode::S)?
+            {
+                drop(pending);
+                self.lock(below, LockMode::S)?;
+                continue;
+            }
             pending.entries.insert(id.clone(), self.id);
             drop(pending);
             self.own_tree(tree, &state)

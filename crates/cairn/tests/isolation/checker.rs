@@ -36,13 +36,40 @@
 //!      (completed attempts not yet followed by another completed one); when it
 //!      ends it replaces those predecessors in the frontier. With `P`
 //!      concurrent clients the frontier holds at most `P` attempts, so this adds
-//!      `O(n * P)` edges and preserves reachability.
+//!      `O(n * P)` edges and preserves reachability. Snapshots (step 5) stay out
+//!      of the sweep: each gets edges *out* to the first later attempt of every
+//!      process, and none *in* — a snapshot that missed a commit which returned
+//!      before it began is reported as `StaleSnapshot` by a direct check, apart
+//!      from the cycles, so that a run can tell it from every other anomaly.
 //! 4. **Cycles.** Strongly connected components (iterative Tarjan) of the whole
 //!    graph. Each nontrivial component is reported once, as the weakest
 //!    anomaly that still has a cycle inside it: `G0` (`ww` only), `G1c` (`ww` +
 //!    `wr`), `GSingle` (exactly one `rw` edge, the rest `ww`/`wr`), `G2Item`
 //!    (`ww`/`wr`/`rw`), otherwise `RealTime` (every cycle needs an `rt` edge: a
 //!    stale read). The anomaly names one shortest example cycle found by BFS.
+//! 5. **Snapshots.** A committed attempt marked [`Txn::snapshot`] (a read-only
+//!    transaction at a snapshot) is a node of the graph like any other, so a
+//!    cycle through its reads is one of the anomalies above. Besides, each must
+//!    have read one committed state (`Snapshot`): it appended nothing; each list
+//!    it read is a state its key really had between commits (a prefix of the
+//!    final list that ends where a writer's appends to the key end — not a list
+//!    that never existed); and all those states were current together, at one
+//!    point of the commit order. The version it saw of key `k` was current from
+//!    the commit of its last writer `L(k)` until that of the next one `U(k)`:
+//!    the interval `[L(k), U(k))`. The intervals intersect unless some
+//!    interval ends before another begins: `U(a)` committed no later than
+//!    `L(b)` (the same writer — a fractured read — or one that precedes it).
+//!    The engine's commit order itself is not observable from outside, so
+//!    "precedes" is what is known of it: a path of `ww`/`wr`/`rw` edges
+//!    between two-phase-locked attempts (each orders their commits) and `rt`
+//!    edges (a commit that returned before another attempt began comes first);
+//!    the `wr`/`rw` edges of snapshots themselves are what is being judged and
+//!    order nothing. A path is sought only forward in a topological order of
+//!    that graph, under a budget, so the check stays cheap and reports nothing
+//!    it cannot prove. Finally a snapshot must not have missed a commit that
+//!    returned before it began (`StaleSnapshot`): no writer of a value after a
+//!    version it read may have ended before the snapshot's begin. That is the
+//!    real-time part of its judgement, kept apart from the cycles (step 3).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
@@ -85,6 +112,9 @@ pub struct Txn {
     pub begin: u64,
     /// See `begin`.
     pub end: u64,
+    /// A read-only transaction at a snapshot (`Database::begin_read_only`): it
+    /// must also have read one committed state (module docs, step 5).
+    pub snapshot: bool,
 }
 
 /// A whole history: the attempts, and the final state read after all of them ended (every key's list,
@@ -128,6 +158,11 @@ pub enum Kind {
     PartialUnknown,
     /// A value read/in final that no txn ever appended (to that key).
     UnknownValue,
+    /// A snapshot transaction that did not read one committed state: it appended, read a state its
+    /// key never had, or read states that were never current together (a fractured snapshot).
+    Snapshot,
+    /// A snapshot transaction that missed a commit which had returned before it began.
+    StaleSnapshot,
 }
 
 /// One anomaly: its kind, the ids of the attempts involved, and a human-readable explanation.
@@ -152,6 +187,8 @@ pub struct Report {
     pub aborted: usize,
     /// Attempts whose outcome was `Unknown`.
     pub unknown: usize,
+    /// Committed attempts that were snapshot transactions (counted in `committed` too).
+    pub snapshots: usize,
 }
 
 impl Report {
@@ -211,7 +248,8 @@ impl Report {
 
 /// `T<id> p<process> <outcome> [<begin>,<end>] r(k)=[..] a(k,v) ...`
 fn describe_txn(t: &Txn) -> String {
-    let mut s = format!("T{} p{} {:?} [{},{}]", t.id, t.process, t.outcome, t.begin, t.end);
+    let what = if t.snapshot { " snapshot" } else { "" };
+    let mut s = format!("T{} p{} {:?}{what} [{},{}]", t.id, t.process, t.outcome, t.begin, t.end);
     for op in &t.ops {
         match op {
             Op::Read { key, seen: Some(seen) } => {
@@ -251,7 +289,9 @@ pub fn check(history: &History) -> Report {
     }
     c.add_ww_edges();
     c.add_rt_edges();
+    c.add_snapshot_rt_edges();
     c.find_cycles();
+    c.check_snapshots();
     let mut anomalies = c.anomalies;
     // Stable: within a kind, anomalies stay in discovery order.
     anomalies.sort_by(|a, b| a.kind.cmp(&b.kind));
@@ -261,6 +301,11 @@ pub fn check(history: &History) -> Report {
         committed: count(Outcome::Committed),
         aborted: count(Outcome::Aborted),
         unknown: count(Outcome::Unknown),
+        snapshots: history
+            .txns
+            .iter()
+            .filter(|t| t.snapshot && t.outcome == Outcome::Committed)
+            .count(),
     }
 }
 
@@ -282,6 +327,8 @@ const ALL: &[Dep] = &[Dep::Ww, Dep::Wr, Dep::Rw, Dep::Rt];
 const MAX_START_EDGES: usize = 8;
 /// Edges the G-single search may examine per component, so a huge component stays cheap.
 const GSINGLE_BUDGET: usize = 2_000_000;
+/// Edges the commit-order search may examine per snapshot transaction.
+const SNAPSHOT_BUDGET: usize = 200_000;
 
 /// An edge of the dependency graph; `key` is `None` for real-time edges.
 #[derive(Clone, Copy, Debug)]
@@ -662,8 +709,9 @@ impl<'a> Checker<'a> {
     fn add_rt_edges(&mut self) {
         let mut events: Vec<(u64, bool, usize)> = Vec::new();
         for (pos, t) in self.h.txns.iter().enumerate() {
-            // An interval running backwards is nonsense; it orders nothing.
-            if t.outcome == Outcome::Committed && t.begin <= t.end {
+            // An interval running backwards is nonsense; it orders nothing. Snapshots have their
+            // own edges (`add_snapshot_rt_edges`).
+            if t.outcome == Outcome::Committed && t.begin <= t.end && !t.snapshot {
                 events.push((t.begin, false, pos));
                 events.push((t.end, true, pos));
             }
@@ -683,6 +731,30 @@ impl<'a> Checker<'a> {
                     self.graph.add(f, pos, Dep::Rt, None);
                 }
                 preds.insert(pos, frontier.clone());
+            }
+        }
+    }
+
+    /// Real-time edges out of snapshots: from each to the first committed attempt of every
+    /// process that began after it ended, one among the process's snapshots and one among the
+    /// rest (each reaches that process's later attempts of its kind). None lead into a snapshot:
+    /// one that missed a commit that returned before it began is `StaleSnapshot` instead (step 5).
+    fn add_snapshot_rt_edges(&mut self) {
+        let h = self.h;
+        let ok = |t: &Txn| t.outcome == Outcome::Committed && t.begin <= t.end;
+        let mut lanes: HashMap<(usize, bool), Vec<(u64, usize)>> = HashMap::new();
+        for (pos, t) in h.txns.iter().enumerate().filter(|(_, t)| ok(t)) {
+            lanes.entry((t.process, t.snapshot)).or_default().push((t.begin, pos));
+        }
+        for lane in lanes.values_mut() {
+            lane.sort_unstable();
+        }
+        for (pos, t) in h.txns.iter().enumerate().filter(|(_, t)| ok(t) && t.snapshot) {
+            for lane in lanes.values() {
+                let next = lane.partition_point(|&(begin, _)| begin <= t.end);
+                if let Some(&(_, to)) = lane.get(next) {
+                    self.graph.add(pos, to, Dep::Rt, None);
+                }
             }
         }
     }
@@ -797,10 +869,19 @@ impl<'a> Checker<'a> {
     /// Topological ranks of `set` over its `allowed` edges (Kahn's algorithm, ties broken by
     /// history position). Nodes on a cycle get no rank.
     fn topo_rank(&self, set: &HashSet<usize>, allowed: &[Dep]) -> HashMap<usize, usize> {
-        let edges = self.edges_within(set, allowed);
+        self.ranks_by(set, &|_, e| allowed.contains(&e.dep))
+    }
+
+    /// Topological ranks of `set` over the edges `edge_ok` accepts, as `topo_rank`. Nodes on a
+    /// cycle, and every node reachable from one, get no rank.
+    fn ranks_by(&self, set: &HashSet<usize>, edge_ok: &dyn Fn(usize, &Edge) -> bool) -> HashMap<usize, usize> {
         let mut indegree: HashMap<usize, usize> = set.iter().map(|&v| (v, 0)).collect();
-        for (_, e) in &edges {
-            *indegree.entry(e.to).or_default() += 1;
+        for &from in set {
+            for e in self.graph.out[from].iter().filter(|e| edge_ok(from, e)) {
+                if let Some(d) = indegree.get_mut(&e.to) {
+                    *d += 1;
+                }
+            }
         }
         let mut ready: BinaryHeap<Reverse<usize>> = indegree
             .iter()
@@ -810,7 +891,7 @@ impl<'a> Checker<'a> {
         let mut rank = HashMap::new();
         while let Some(Reverse(v)) = ready.pop() {
             rank.insert(v, rank.len());
-            for e in self.graph.out[v].iter().filter(|e| allowed.contains(&e.dep)) {
+            for e in self.graph.out[v].iter().filter(|e| edge_ok(v, e)) {
                 if let Some(d) = indegree.get_mut(&e.to) {
                     *d = d.saturating_sub(1);
                     if *d == 0 {
@@ -845,6 +926,22 @@ impl<'a> Checker<'a> {
         within: &dyn Fn(usize) -> bool,
         budget: &mut usize,
     ) -> Option<Cycle> {
+        let edge_ok = |_: usize, e: &Edge| allowed.contains(&e.dep);
+        self.bfs_by(from, &|v| v == to, &edge_ok, within, budget)
+            .map(|(_, path)| path)
+    }
+
+    /// Shortest path from `from` to the nearest node `is_target` accepts, over edges `edge_ok`
+    /// accepts between nodes `within` accepts, examining at most `budget` edges: that node and
+    /// the path.
+    fn bfs_by(
+        &self,
+        from: usize,
+        is_target: &dyn Fn(usize) -> bool,
+        edge_ok: &dyn Fn(usize, &Edge) -> bool,
+        within: &dyn Fn(usize) -> bool,
+        budget: &mut usize,
+    ) -> Option<(usize, Cycle)> {
         let mut parent: HashMap<usize, (usize, Edge)> = HashMap::new();
         let mut queue = VecDeque::from([from]);
         while let Some(v) = queue.pop_front() {
@@ -853,12 +950,12 @@ impl<'a> Checker<'a> {
                     return None;
                 }
                 *budget -= 1;
-                if !allowed.contains(&e.dep) || !within(e.to) || e.to == from || parent.contains_key(&e.to) {
+                if !edge_ok(v, e) || !within(e.to) || e.to == from || parent.contains_key(&e.to) {
                     continue;
                 }
                 parent.insert(e.to, (v, *e));
-                if e.to == to {
-                    return Some(unwind(&parent, from, to));
+                if is_target(e.to) {
+                    return Some((e.to, unwind(&parent, from, e.to)));
                 }
                 queue.push_back(e.to);
             }
@@ -868,18 +965,238 @@ impl<'a> Checker<'a> {
 
     /// `T3 -ww(k5)-> T9 -rw(k2)-> T3`
     fn fmt_cycle(&self, cycle: &[(usize, Edge)]) -> String {
+        match cycle.first() {
+            Some(&(first, _)) => self.fmt_path(cycle, first),
+            None => String::new(),
+        }
+    }
+
+    /// `T3 -ww(k5)-> T9 -rt-> T4`: the steps of `path`, then the node it ends at.
+    fn fmt_path(&self, path: &[(usize, Edge)], end: usize) -> String {
         let mut s = String::new();
-        for &(from, e) in cycle {
+        for &(from, e) in path {
             let label = match (e.dep, e.key) {
                 (Dep::Rt, _) | (_, None) => format!("{:?}", e.dep).to_lowercase(),
                 (dep, Some(k)) => format!("{}(k{k})", format!("{dep:?}").to_lowercase()),
             };
             let _ = write!(s, "T{} -{label}-> ", self.id(from));
         }
-        if let Some(&(first, _)) = cycle.first() {
-            let _ = write!(s, "T{}", self.id(first));
-        }
+        let _ = write!(s, "T{}", self.id(end));
         s
+    }
+}
+
+/// Snapshot transactions (module docs, step 5).
+impl Checker<'_> {
+    /// Checks every committed snapshot transaction against what is known of the commit order.
+    fn check_snapshots(&mut self) {
+        let h = self.h;
+        let snaps: Vec<usize> = (0..h.txns.len())
+            .filter(|&p| h.txns[p].snapshot && h.txns[p].outcome == Outcome::Committed)
+            .collect();
+        if snaps.is_empty() {
+            return;
+        }
+        let nodes: HashSet<usize> = (0..h.txns.len()).filter(|&p| self.member[p]).collect();
+        let rank = self.ranks_by(&nodes, &|from, e| self.orders_commits(from, e));
+        let first_end = self.first_ends();
+        for pos in snaps {
+            self.check_snapshot(pos, &rank);
+            self.check_stale(pos, &first_end);
+        }
+    }
+
+    /// Per key and index `i` of its final list, the earliest `end` of a committed attempt that
+    /// appended one of the values from `i` on (`u64::MAX` if none): a snapshot that read the
+    /// first `i` values and began after it is stale.
+    fn first_ends(&self) -> HashMap<u32, Vec<u64>> {
+        let h = self.h;
+        let mut out = HashMap::new();
+        for (&key, list) in &h.final_state {
+            let mut min = vec![u64::MAX; list.len() + 1];
+            for i in (0..list.len()).rev() {
+                let end = self
+                    .member_writer(list[i], key)
+                    .map(|w| &h.txns[w])
+                    .filter(|t| t.outcome == Outcome::Committed)
+                    .map_or(u64::MAX, |t| t.end);
+                min[i] = min[i + 1].min(end);
+            }
+            out.insert(key, min);
+        }
+        out
+    }
+
+    /// `StaleSnapshot`: the snapshot at `pos` read a key without a value whose writer's commit
+    /// had returned before the snapshot began. Reported once per snapshot.
+    fn check_stale(&mut self, pos: usize, first_end: &HashMap<u32, Vec<u64>>) {
+        let h = self.h;
+        let t = &h.txns[pos];
+        for op in &t.ops {
+            let Op::Read { key, seen: Some(seen) } = op else {
+                continue;
+            };
+            let fin: &[u64] = h.final_state.get(key).map_or(&[], Vec::as_slice);
+            let early = first_end.get(key).and_then(|m| m.get(seen.len())).copied();
+            if !fin.starts_with(seen) || early.is_none_or(|end| end >= t.begin) {
+                continue;
+            }
+            let missed = fin[seen.len()..].iter().find_map(|&v| {
+                let w = self.member_writer(v, *key)?;
+                let wt = &h.txns[w];
+                (wt.outcome == Outcome::Committed && wt.end < t.begin).then_some((v, w))
+            });
+            if let Some((v, w)) = missed {
+                let detail = format!(
+                    "snapshot T{} began at {} and read k{key}={} without {v}, appended by T{} whose commit returned at {}",
+                    t.id,
+                    t.begin,
+                    fmt_tail(seen, 4),
+                    h.txns[w].id,
+                    h.txns[w].end
+                );
+                self.push(Kind::StaleSnapshot, vec![pos, w], detail);
+                return;
+            }
+        }
+    }
+
+    /// Whether an edge is known to order two commits: a real-time edge always, a dependency
+    /// unless a snapshot is at either end (its reads are what is being judged).
+    fn orders_commits(&self, from: usize, e: &Edge) -> bool {
+        let snapshot = |p: usize| self.h.txns[p].snapshot;
+        e.dep == Dep::Rt || !(snapshot(from) || snapshot(e.to))
+    }
+
+    /// One snapshot: it appended nothing, each read is a committed state of its key, and the
+    /// intervals those states were current in intersect.
+    fn check_snapshot(&mut self, pos: usize, rank: &HashMap<usize, usize>) {
+        let h = self.h;
+        let t = &h.txns[pos];
+        let me = t.id;
+        let appended: Vec<(u32, u64)> = t
+            .ops
+            .iter()
+            .filter_map(|op| match *op {
+                Op::Append { key, val } => Some((key, val)),
+                Op::Read { .. } => None,
+            })
+            .collect();
+        if !appended.is_empty() {
+            let detail = format!("snapshot T{me} appended (key, value) {appended:?}");
+            self.push(Kind::Snapshot, vec![pos], detail);
+        }
+        // Each interval's start (the last writer seen) and end (the first writer not seen).
+        let mut starts: Vec<(usize, u32)> = Vec::new();
+        let mut ends: Vec<(usize, u32)> = Vec::new();
+        for op in &t.ops {
+            let Op::Read { key, seen: Some(seen) } = op else {
+                continue;
+            };
+            let key = *key;
+            if let Err(why) = self.committed_state(key, seen) {
+                let detail = format!("snapshot T{me} read k{key}={}: {why}", fmt_tail(seen, 8));
+                self.push(Kind::Snapshot, vec![pos], detail);
+                continue;
+            }
+            let fin: &[u64] = h.final_state.get(&key).map_or(&[], Vec::as_slice);
+            let (before, after) = fin.split_at(seen.len());
+            if let Some(w) = before.iter().rev().find_map(|&v| self.member_writer(v, key)) {
+                starts.push((w, key));
+            }
+            if let Some(w) = after.iter().find_map(|&v| self.member_writer(v, key)) {
+                ends.push((w, key));
+            }
+        }
+        let mut budget = SNAPSHOT_BUDGET;
+        for &(end, end_key) in &ends {
+            let Some((start, start_key, path)) = self.no_later(end, &starts, rank, &mut budget) else {
+                continue;
+            };
+            let (e, s) = (self.id(end), self.id(start));
+            let (detail, txns) = if path.is_empty() {
+                let detail = format!(
+                    "snapshot T{me} read k{end_key} as before T{e} committed but k{start_key} as after it did: a fractured read of one commit"
+                );
+                (detail, vec![pos, end])
+            } else {
+                let detail = format!(
+                    "snapshot T{me} read k{end_key} as before T{e} committed but k{start_key} as after T{s} did, which committed later: {}",
+                    self.fmt_path(&path, start)
+                );
+                (detail, vec![pos, end, start])
+            };
+            self.push(Kind::Snapshot, txns, detail);
+            return;
+        }
+    }
+
+    /// `Ok` if `seen` is a state `key` had between commits: a prefix of its final list whose
+    /// values committed attempts appended, ending where its last writer's appends to `key` end
+    /// (not half of one commit). Otherwise why not.
+    fn committed_state(&self, key: u32, seen: &[u64]) -> Result<(), String> {
+        let fin: &[u64] = self.h.final_state.get(&key).map_or(&[], Vec::as_slice);
+        if !fin.starts_with(seen) {
+            return Err(format!(
+                "not a prefix of final k{key}={}: a state k{key} never had",
+                fmt_tail(fin, 8)
+            ));
+        }
+        let clean = self.clean_prefix.get(&key).copied().unwrap_or(0);
+        if seen.len() > clean {
+            if let Some(v) = seen.iter().find(|&&v| self.member_writer(v, key).is_none()) {
+                return Err(format!("it holds {v}, which no committed txn appended to k{key}"));
+            }
+        }
+        let Some(&last) = seen.last() else { return Ok(()) };
+        let Some(w) = self.member_writer(last, key) else {
+            return Ok(());
+        };
+        match self.last_append.get(&(w, key)) {
+            Some(&fin_last) if fin_last != last => Err(format!(
+                "it ends in {last}, but T{} appended {fin_last} to k{key} after it: half of one commit",
+                self.id(w)
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A start among `starts` that the writer `end` committed no later than — itself, or one it
+    /// reaches over edges that order commits — with the key and the path. Only forward in `rank`
+    /// (no path runs from a rank to a lower one), within `budget` edges examined.
+    fn no_later(
+        &self,
+        end: usize,
+        starts: &[(usize, u32)],
+        rank: &HashMap<usize, usize>,
+        budget: &mut usize,
+    ) -> Option<(usize, u32, Cycle)> {
+        if let Some(&(w, key)) = starts.iter().find(|&&(w, _)| w == end) {
+            return Some((w, key, Vec::new()));
+        }
+        let rank_of = |v: usize| rank.get(&v).copied();
+        // Unranked nodes lie on (or after) a cycle, already reported: search them unpruned.
+        let targets: Vec<(usize, u32)> = match rank_of(end) {
+            Some(r) => starts
+                .iter()
+                .copied()
+                .filter(|&(w, _)| rank_of(w).is_none_or(|rw| rw > r))
+                .collect(),
+            None => starts.to_vec(),
+        };
+        let ranks: Option<Vec<usize>> = targets.iter().map(|&(w, _)| rank_of(w)).collect();
+        let limit = ranks
+            .and_then(|r| r.into_iter().max())
+            .filter(|_| rank_of(end).is_some());
+        if targets.is_empty() {
+            return None;
+        }
+        let within = |v: usize| limit.is_none_or(|lim| rank_of(v).is_some_and(|r| r <= lim));
+        let is_target = |v: usize| targets.iter().any(|&(w, _)| w == v);
+        let edge_ok = |from: usize, e: &Edge| self.orders_commits(from, e);
+        let (hit, path) = self.bfs_by(end, &is_target, &edge_ok, &within, budget)?;
+        let key = targets.iter().find(|&&(w, _)| w == hit).map_or(0, |&(_, k)| k);
+        Some((hit, key, path))
     }
 }
 
@@ -988,6 +1305,7 @@ mod tests {
             outcome,
             begin: span.0,
             end: span.1,
+            snapshot: false,
         }
     }
 
@@ -1414,6 +1732,126 @@ mod tests {
         }
     }
 
+    /// A committed snapshot transaction.
+    fn snap(id: usize, span: (u64, u64), ops: Vec<Op>) -> Txn {
+        Txn {
+            snapshot: true,
+            ..ok(id, span, ops)
+        }
+    }
+
+    #[test]
+    fn snapshot_with_a_fractured_read_of_one_commit() {
+        // T0 appends to k0 and k1 in one commit; the snapshot sees k1 after it and k0 before.
+        let h = hist(
+            vec![
+                ok(0, (1, 10), vec![a(0, 1), a(1, 2)]),
+                snap(1, (2, 9), vec![r(0, &[]), r(1, &[2])]),
+            ],
+            &[(0, &[1]), (1, &[2])],
+        );
+        let report = assert_kinds(&h, &[Kind::Snapshot, Kind::GSingle]);
+        let found = only(&report, Kind::Snapshot);
+        assert_eq!(found.txns, vec![1, 0]);
+        assert!(found.detail.contains("fractured"), "{}", found.detail);
+    }
+
+    #[test]
+    fn snapshot_with_a_fractured_read_across_dependent_commits() {
+        // T1 read T0's append before its own: a state with T1's commit but not T0's never existed.
+        let h = hist(
+            vec![
+                ok(0, (1, 10), vec![a(0, 1)]),
+                ok(1, (2, 11), vec![r(0, &[1]), a(1, 2)]),
+                snap(2, (3, 12), vec![r(0, &[]), r(1, &[2])]),
+            ],
+            &[(0, &[1]), (1, &[2])],
+        );
+        let report = assert_kinds(&h, &[Kind::Snapshot, Kind::GSingle]);
+        let detail = &only(&report, Kind::Snapshot).detail;
+        assert!(detail.contains("T0 -wr(k0)-> T1"), "{detail}");
+    }
+
+    #[test]
+    fn snapshot_fractured_across_commits_ordered_only_by_real_time() {
+        // T0 returned before T1 began; the snapshot overlaps both and sees T1 without T0.
+        let h = hist(
+            vec![
+                ok(0, (1, 3), vec![a(0, 1)]),
+                ok(1, (4, 5), vec![a(1, 2)]),
+                snap(2, (2, 6), vec![r(0, &[]), r(1, &[2])]),
+            ],
+            &[(0, &[1]), (1, &[2])],
+        );
+        let report = assert_kinds(&h, &[Kind::Snapshot, Kind::RealTime]);
+        let detail = &only(&report, Kind::Snapshot).detail;
+        assert!(detail.contains("T0 -rt-> T1"), "{detail}");
+    }
+
+    #[test]
+    fn snapshot_reading_a_list_that_never_existed() {
+        // k0 went [] -> [1] -> [1, 2]: [2] was never its state.
+        let h = hist(
+            vec![
+                ok(0, (1, 2), vec![a(0, 1)]),
+                ok(1, (3, 4), vec![a(0, 2)]),
+                snap(2, (5, 6), vec![r(0, &[2])]),
+            ],
+            &[(0, &[1, 2])],
+        );
+        let report = assert_kinds(&h, &[Kind::Snapshot, Kind::IncompatibleOrder]);
+        assert!(only(&report, Kind::Snapshot).detail.contains("never had"));
+        // Half of one commit: T0 appended 1 and 2 to k0 together.
+        let h = hist(
+            vec![
+                ok(0, (1, 10), vec![a(0, 1), a(0, 2)]),
+                snap(1, (2, 9), vec![r(0, &[1])]),
+            ],
+            &[(0, &[1, 2])],
+        );
+        let report = assert_kinds(&h, &[Kind::Snapshot, Kind::G1b, Kind::GSingle]);
+        assert!(only(&report, Kind::Snapshot).detail.contains("half of one commit"));
+    }
+
+    #[test]
+    fn snapshot_that_changed_something() {
+        let h = hist(vec![snap(0, (1, 2), vec![a(0, 1)])], &[(0, &[1])]);
+        assert_kinds(&h, &[Kind::Snapshot]);
+    }
+
+    #[test]
+    fn snapshot_of_unordered_commits_in_either_order_is_clean() {
+        // T0 and T1 overlap and touch different keys: the snapshot may see T1 and not T0.
+        let h = hist(
+            vec![
+                ok(0, (1, 5), vec![a(0, 1)]),
+                ok(1, (2, 4), vec![a(1, 2)]),
+                snap(2, (3, 6), vec![r(0, &[]), r(1, &[2])]),
+                snap(3, (7, 8), vec![r(0, &[1]), r(1, &[2])]),
+            ],
+            &[(0, &[1]), (1, &[2])],
+        );
+        let report = assert_kinds(&h, &[]);
+        assert_eq!(report.snapshots, 2);
+    }
+
+    #[test]
+    fn stale_snapshot_is_its_own_kind_and_reading_the_future_is_a_cycle() {
+        // The snapshot began after T0's commit returned but did not see it.
+        let h = hist(
+            vec![ok(0, (1, 2), vec![a(0, 1)]), snap(1, (3, 4), vec![r(0, &[])])],
+            &[(0, &[1])],
+        );
+        let report = assert_kinds(&h, &[Kind::StaleSnapshot]);
+        assert_eq!(only(&report, Kind::StaleSnapshot).txns, vec![1, 0]);
+        // The snapshot ended before T1 began but saw its append.
+        let h = hist(
+            vec![snap(0, (1, 2), vec![r(0, &[1])]), ok(1, (3, 4), vec![a(0, 1)])],
+            &[(0, &[1])],
+        );
+        assert_kinds(&h, &[Kind::RealTime]);
+    }
+
     #[test]
     fn long_generated_serial_history_is_clean() {
         let h = serial_history(5_000, 8, 10, 0x9E37_79B9_7F4A_7C15);
@@ -1421,6 +1859,18 @@ mod tests {
         assert!(report.is_clean(), "{}", report.summary(&h, 3));
         assert_eq!(report.committed + report.aborted + report.unknown, 5_000);
         assert!(report.committed > 3_500, "{} committed", report.committed);
+    }
+
+    #[test]
+    fn long_generated_serial_history_with_its_readers_as_snapshots_is_clean() {
+        // Each read-only txn read the state at its linearization point: a legal snapshot.
+        let mut h = serial_history(5_000, 8, 10, 0x5EED);
+        for t in &mut h.txns {
+            t.snapshot = t.outcome == Committed && t.ops.iter().all(|op| matches!(op, Op::Read { .. }));
+        }
+        let report = check(&h);
+        assert!(report.is_clean(), "{}", report.summary(&h, 3));
+        assert!(report.snapshots > 500, "{} snapshots", report.snapshots);
     }
 
     /// A committed txn whose first op reads more than 5 values of a key it touches nowhere else.

@@ -3,10 +3,33 @@
 //! records a history and an Elle-style checker (`checker.rs`) looks for
 //! G0, G1a, G1b, G1c, G-single, G2-item, real-time violations (stale
 //! reads), lost and partial writes and inconsistent reads inside one
-//! transaction. Each configuration is a test: the embedded engine with
-//! threads (page and object locking), each client kind alone against one
-//! real server child, all kinds mixed on one server, and runs with the
-//! server killed -9 and restarted as they go.
+//! transaction. Each configuration is a test:
+//!
+//! - the embedded engine with threads: page and object locking, each also
+//!   with key-range locking of the index;
+//! - the embedded engine with one transaction in three a read-only
+//!   snapshot (`begin_read_only`), under object and page locking: besides
+//!   serializability, each snapshot must have read one committed state —
+//!   one point of the commit order, no state that never existed;
+//! - phantoms (`phantom.rs`): threads scan ranges of an index under
+//!   key-range locking (object and page locking) while others insert and
+//!   delete objects inside, at the edges of and next to the ranges; scans
+//!   become reads of every key in their range, so a phantom is an item
+//!   anomaly, and a range scanned twice in one transaction must show the
+//!   same rows. A negative control runs the same workload with scans that
+//!   hold no locks and wants the checker to find phantoms;
+//! - each client kind alone against one real server child, all kinds mixed
+//!   on one server, and runs with the server killed -9 and restarted as they
+//!   go.
+//!
+//! Three defects of the engine today are reproduced by the ignored tests of
+//! `repro.rs`. The snapshot runs tolerate (count and show) two of them: a
+//! snapshot that misses a commit which returned before it began, and a
+//! snapshot read of a torn object. The phantom runs avoid the third: a
+//! transaction that scanned a range does not insert into it or just above
+//! it, where its own insert opens the range to others'.
+//! `CAIRN_ISOLATION_STRICT=1` fails on the first two and lets scanners
+//! insert anywhere.
 //!
 //! Quick by default; `CAIRN_ISOLATION_TXNS` sets the transactions per
 //! configuration (default 1000), `CAIRN_ISOLATION_CLIENTS` the processes
@@ -16,6 +39,8 @@
 mod common;
 
 mod checker;
+mod phantom;
+mod repro;
 mod workload;
 
 use std::path::Path;
@@ -23,12 +48,18 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 
 use cairn::{Arch, Database, Options};
-use checker::History;
+use checker::{History, Kind};
 use common::ServerChild;
 use workload::{Recorder, Source};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// `CAIRN_ISOLATION_STRICT=1`: fail on the engine's known defects
+/// (`repro.rs`) rather than tolerate or avoid them.
+fn strict() -> bool {
+    env_or("CAIRN_ISOLATION_STRICT", 0) == 1
 }
 
 /// The size of a run: transactions in all, processes, seed.
@@ -46,12 +77,13 @@ fn size() -> Size {
     }
 }
 
-/// Runs the processes, each with its own source, to `size.txns` in all.
-fn run_processes(sources: &[Source], rec: &Recorder, size: &Size) {
+/// Runs the processes, each with its own source, to `size.txns` in all;
+/// about one transaction in `snapshot_one_in` (if set) at a snapshot.
+fn run_processes(sources: &[Source], rec: &Recorder, size: &Size, snapshot_one_in: Option<u64>) {
     let per = size.txns.div_ceil(sources.len()).max(1);
     std::thread::scope(|s| {
         for (process, source) in sources.iter().enumerate() {
-            s.spawn(move || workload::run_process(source, rec, process, size.seed, per));
+            s.spawn(move || workload::run_process(source, rec, process, size.seed, per, snapshot_one_in));
         }
     });
 }
@@ -60,20 +92,47 @@ fn run_processes(sources: &[Source], rec: &Recorder, size: &Size) {
 /// anomaly or on any error that was neither a conflict nor a lost
 /// connection.
 fn judge(what: &str, rec: &Recorder, final_state: std::collections::BTreeMap<u32, Vec<u64>>) {
+    judge_with(what, rec, final_state, false);
+}
+
+/// `judge`; with `known_bugs`, the two snapshot defects the engine has
+/// today (`repro.rs`) — snapshots that miss a commit which returned before
+/// they began (`StaleSnapshot`) and snapshot reads of torn objects — are
+/// counted and shown but do not fail the test.
+fn judge_with(what: &str, rec: &Recorder, final_state: std::collections::BTreeMap<u32, Vec<u64>>, known_bugs: bool) {
     let history = History {
         txns: rec.txns(),
         final_state,
     };
-    let report = checker::check(&history);
-    let failures = rec.failures();
+    verdict(what, &history, rec, Vec::new(), known_bugs);
+}
+
+/// Checks `history` (recorded by `rec`, plus `more_failures` found while
+/// building it) and fails the test on any anomaly or failure but, with
+/// `known_bugs`, those `judge_with` tolerates.
+fn verdict(what: &str, history: &History, rec: &Recorder, more_failures: Vec<String>, known_bugs: bool) {
+    let report = checker::check(history);
+    let torn = rec.torn();
+    let failures = [
+        rec.failures(),
+        more_failures,
+        if known_bugs { Vec::new() } else { torn.clone() },
+    ]
+    .concat();
+    let tolerated: &[Kind] = if known_bugs { &[Kind::StaleSnapshot] } else { &[] };
+    let mut kinds = std::collections::BTreeMap::new();
+    for a in &report.anomalies {
+        *kinds.entry(a.kind.clone()).or_insert(0) += 1;
+    }
     let at = |i: usize| rec.conflicts_at[i].load(Ordering::Relaxed);
     eprintln!(
-        "{what}: {} committed, {} aborted, {} unknown; {} anomalies, {} failures; conflicts at read/append/commit {}/{}/{}",
+        "{what}: {} committed ({} snapshots), {} aborted, {} unknown; anomalies {kinds:?}, {} failures, {} torn snapshot reads; conflicts at read/append/commit {}/{}/{}",
         report.committed,
+        report.snapshots,
         report.aborted,
         report.unknown,
-        report.anomalies.len(),
         failures.len(),
+        torn.len(),
         at(0),
         at(1),
         at(2)
@@ -85,7 +144,19 @@ fn judge(what: &str, rec: &Recorder, final_state: std::collections::BTreeMap<u32
         failures.len(),
         &failures[..failures.len().min(5)]
     );
-    assert!(report.is_clean(), "{what}:\n{}", report.summary(&history, 3));
+    let tolerated_count = report.anomalies.iter().filter(|a| tolerated.contains(&a.kind)).count();
+    if tolerated_count + torn.len() > 0 && known_bugs {
+        eprintln!(
+            "{what}: tolerated {}{:?}",
+            report.summary(history, 1),
+            &torn[..torn.len().min(3)]
+        );
+    }
+    assert!(
+        report.anomalies.len() == tolerated_count,
+        "{what}:\n{}",
+        report.summary(history, 3)
+    );
 }
 
 fn embedded(object_locking: bool) {
@@ -93,25 +164,45 @@ fn embedded(object_locking: bool) {
 }
 
 fn embedded_with(object_locking: bool, key_range_locking: bool) {
-    let dir = tempfile::tempdir().unwrap();
+    embedded_run(object_locking, key_range_locking, None)
+}
+
+/// Opens an embedded database in `dir` with these locking options and a
+/// short lock timeout (a stuck wait shows as aborts, not a hang).
+fn open_embedded(dir: &Path, object_locking: bool, key_range_locking: bool) -> Arc<Database> {
     let mut opts = Options::default();
     opts.storage.background = false;
     opts.storage.object_locking = object_locking;
     opts.storage.key_range_locking = key_range_locking;
     opts.storage.lock_timeout = std::time::Duration::from_millis(2_000);
-    let db = Arc::new(Database::open_with(dir.path(), opts).unwrap());
+    Arc::new(Database::open_with(dir, opts).unwrap())
+}
+
+/// "embedded, object locks, key-range locks" and the like.
+fn embedded_name(object_locking: bool, key_range_locking: bool) -> String {
+    let locks = if object_locking { "object locks" } else { "page locks" };
+    let ranges = if key_range_locking { ", key-range locks" } else { "" };
+    format!("embedded, {locks}{ranges}")
+}
+
+/// The list-append workload on threads sharing one embedded database, about
+/// one transaction in `snapshot_one_in` (if set) a snapshot reader.
+fn embedded_run(object_locking: bool, key_range_locking: bool, snapshot_one_in: Option<u64>) {
+    // The engine's two snapshot defects (`repro.rs`) are counted and shown,
+    // but tolerated unless `CAIRN_ISOLATION_STRICT=1`.
+    let known_bugs = !strict();
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_embedded(dir.path(), object_locking, key_range_locking);
     workload::load(&db);
     let size = size();
     let rec = Recorder::default();
     let sources: Vec<Source> = (0..size.clients).map(|_| Source::Shared(db.clone())).collect();
-    run_processes(&sources, &rec, &size);
-    let what = match (object_locking, key_range_locking) {
-        (true, false) => "embedded, object locks",
-        (false, false) => "embedded, page locks",
-        (true, true) => "embedded, object locks, key-range locks",
-        (false, true) => "embedded, page locks, key-range locks",
-    };
-    judge(what, &rec, workload::final_state(&db));
+    run_processes(&sources, &rec, &size, snapshot_one_in);
+    let mut what = embedded_name(object_locking, key_range_locking);
+    if let Some(n) = snapshot_one_in {
+        what += &format!(", 1 in {n} a snapshot reader");
+    }
+    judge_with(&what, &rec, workload::final_state(&db), known_bugs);
 }
 
 #[test]
@@ -132,6 +223,112 @@ fn embedded_threads_with_object_and_key_range_locks_are_serializable() {
 #[test]
 fn embedded_threads_with_page_and_key_range_locks_are_serializable() {
     embedded_with(false, true)
+}
+
+/// Two-phase-locked writers under object locking, and one transaction in
+/// three a read-only snapshot (`begin_read_only`): the whole history is
+/// serializable, and each snapshot read one committed state (one point of
+/// the commit order, no state that never existed).
+#[test]
+fn embedded_threads_with_object_locks_and_snapshot_readers_are_serializable() {
+    embedded_run(true, false, Some(3))
+}
+
+/// The same under page locking.
+#[test]
+fn embedded_threads_with_page_locks_and_snapshot_readers_are_serializable() {
+    embedded_run(false, false, Some(3))
+}
+
+/// Runs the phantom workload (`phantom.rs`) on threads sharing one
+/// embedded database: the history, the failures the model reports apart
+/// from it, and the recorder.
+fn phantom_history(
+    object_locking: bool,
+    key_range_locking: bool,
+    mode: phantom::Mode,
+) -> (History, Vec<String>, phantom::Phantoms) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_embedded(dir.path(), object_locking, key_range_locking);
+    let ph = phantom::Phantoms::load(&db);
+    let size = size();
+    let per = size.txns.div_ceil(size.clients).max(1);
+    std::thread::scope(|s| {
+        for process in 0..size.clients {
+            let (db, ph) = (&db, &ph);
+            s.spawn(move || phantom::run_process(db, ph, process, size.seed, per, mode));
+        }
+    });
+    let (ledgers, mut problems) = phantom::final_state(&db, &ph);
+    let (history, more) = phantom::to_history(&ph.attempts(), ledgers);
+    problems.extend(more);
+    eprintln!("{}", phantom::counts(&ph.attempts()));
+    (history, problems, ph)
+}
+
+/// The phantom workload judged like the list-append runs, and failed as
+/// well on anything the model reports apart (a scan that found a row
+/// outside its range, a second scan of a range that differs from the first
+/// by more than the transaction's own changes, an index that disagrees
+/// with the ledgers at the end).
+fn phantom_run(object_locking: bool, key_range_locking: bool) {
+    let mode = phantom::Mode {
+        unlocked: false,
+        own_range_inserts: true,
+    };
+    let (history, problems, ph) = phantom_history(object_locking, key_range_locking, mode);
+    let what = format!("phantoms, {}", embedded_name(object_locking, key_range_locking));
+    verdict(&what, &history, &ph.rec, problems, false);
+}
+
+/// Range scans of an index under key-range locking, with inserts and
+/// deletes inside, at the edges of and next to the ranges (and scans
+/// repeated in one transaction): no phantoms — the history is
+/// serializable and every repeated scan sees the same rows.
+#[test]
+fn embedded_threads_scanning_under_object_and_key_range_locks_see_no_phantoms() {
+    phantom_run(true, true);
+}
+
+/// The same under page-level locking of objects.
+#[test]
+fn embedded_threads_scanning_under_page_and_key_range_locks_see_no_phantoms() {
+    phantom_run(false, true);
+}
+
+// Without key-range locking the index's pages are locked until commit (S
+// by a scan on every leaf it reads, X by an insert or delete on every page
+// it changes), which is phantom-free too, only coarser: the same workload
+// runs clean there, with about half of its transactions aborted, under
+// object and page locking alike. No configuration of the engine lets a
+// locking scan see phantoms, so the negative control below simulates one.
+
+/// A negative control: the phantom workload with every scan in a snapshot
+/// of its own (no lock holds its range until commit), recorded as part of
+/// its transaction. The checker must find what that lets in: write skew
+/// through ranges, scans that missed committed inserts or deletes.
+#[test]
+fn the_checker_finds_phantoms_when_scans_hold_no_locks() {
+    let mode = phantom::Mode {
+        unlocked: true,
+        own_range_inserts: false,
+    };
+    let (history, problems, ph) = phantom_history(true, true, mode);
+    let report = checker::check(&history);
+    let mut kinds = std::collections::BTreeMap::new();
+    for a in &report.anomalies {
+        *kinds.entry(a.kind.clone()).or_insert(0) += 1;
+    }
+    eprintln!(
+        "unlocked scans: {} committed, {} aborted; anomalies {kinds:?}; {} repeated scans that differ",
+        report.committed,
+        report.aborted,
+        problems.len()
+    );
+    assert!(ph.rec.failures().is_empty(), "{:?}", ph.rec.failures());
+    let cycles = [Kind::GSingle, Kind::G2Item, Kind::RealTime];
+    let found = report.anomalies.iter().filter(|a| cycles.contains(&a.kind)).count();
+    assert!(found > 0, "no phantom found:\n{}", report.summary(&history, 3));
 }
 
 /// A served database and what kills and restarts its server.
@@ -223,7 +420,7 @@ fn served(what: &str, archs: &[Arch], kills: usize) {
                 }
             });
         }
-        run_processes(&sources, &rec, &size);
+        run_processes(&sources, &rec, &size, None);
         done.store(true, Ordering::SeqCst);
     });
     judge(what, &rec, served.final_state());

@@ -11,6 +11,12 @@
 //! taken before the first request and after the commit or abort returned:
 //! real-time order without reading a wall clock).
 //!
+//! With snapshots on (embedded only), about one transaction in `n` is a
+//! read-only transaction at a snapshot (`Database::begin_read_only`) that
+//! reads two to four keys and appends nothing, recorded with
+//! [`Txn::snapshot`] set so that the checker also wants its reads to be one
+//! committed state.
+//!
 //! Outcomes: a commit that returned is `Committed`; a deadlock victim or a
 //! lock timeout is `Aborted`; a connection lost before the commit was sent
 //! is `Aborted` (the server rolls back what it never saw committed), and
@@ -81,12 +87,28 @@ pub struct Recorder {
     pub conflicts_at: [AtomicUsize; 3],
     txns: Mutex<Vec<Txn>>,
     failures: Mutex<Vec<String>>,
+    torn: Mutex<Vec<String>>,
 }
 
 impl Recorder {
     /// A tick of the logical clock.
     pub fn tick(&self) -> u64 {
         self.clock.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// A fresh attempt id, unique in the run.
+    pub fn next_id(&self) -> usize {
+        self.next_id.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// A fresh value, unique in the run (never 0).
+    pub fn next_val(&self) -> u64 {
+        self.next_val.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Counts a commit (what a killer counts to choose when to strike).
+    pub fn count_commit(&self) {
+        self.committed.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The history recorded, in id order.
@@ -101,14 +123,20 @@ impl Recorder {
         self.failures.lock().expect("recorder").clone()
     }
 
+    /// Snapshot reads of an object that could not be decoded (`Stop::Torn`).
+    pub fn torn(&self) -> Vec<String> {
+        self.torn.lock().expect("recorder").clone()
+    }
+
     fn record(&self, txn: Txn) {
         if txn.outcome == Outcome::Committed {
-            self.committed.fetch_add(1, Ordering::SeqCst);
+            self.count_commit();
         }
         self.txns.lock().expect("recorder").push(txn);
     }
 
-    fn fail(&self, what: String) {
+    /// Keeps an error that is neither a conflict nor a lost connection: a failure of the run.
+    pub fn fail(&self, what: String) {
         self.failures.lock().expect("recorder").push(what);
     }
 }
@@ -187,12 +215,16 @@ pub fn final_state(db: &Database) -> BTreeMap<u32, Vec<u64>> {
 }
 
 /// How an attempt ended when it did not commit.
-enum Stop {
+pub enum Stop {
     /// A conflict (deadlock victim, lock timeout) at a read (0), an
     /// append (1) or the commit (2): aborted, try another.
     Conflict(usize),
     /// The connection is gone; `during_commit` if the commit was in flight.
     Lost { during_commit: bool },
+    /// A snapshot read an object it could not decode: it saw a torn image of
+    /// it (an engine defect, reproduced by `repro.rs`), kept apart from the
+    /// other failures so that a run can tolerate it. The attempt is aborted.
+    Torn(String),
     /// Anything else: a defect, recorded as a failure.
     Other(String),
 }
@@ -201,7 +233,9 @@ fn classify(e: &Error, during_commit: bool) -> Stop {
     classify_at(e, during_commit, if during_commit { 2 } else { 0 })
 }
 
-fn classify_at(e: &Error, during_commit: bool, at: usize) -> Stop {
+/// A conflict struck at `at` (0: a read, 1: a change, 2: the commit), a lost connection, or
+/// anything else.
+pub fn classify_at(e: &Error, during_commit: bool, at: usize) -> Stop {
     match e {
         Error::Deadlock { .. } | Error::LockTimeout { .. } => Stop::Conflict(at),
         Error::Net { .. } => Stop::Lost { during_commit },
@@ -209,20 +243,32 @@ fn classify_at(e: &Error, during_commit: bool, at: usize) -> Stop {
     }
 }
 
-/// Runs `txns_max` transactions as process `process` (or stops early when
-/// `stop` says so), recording each.
-pub fn run_process(source: &Source, rec: &Recorder, process: usize, seed: u64, txns_max: usize) {
+/// Runs `txns_max` transactions as process `process`, recording each; with
+/// `snapshot_one_in` = `Some(n)`, about one in `n` of them is a read-only
+/// transaction at a snapshot (embedded databases only).
+pub fn run_process(
+    source: &Source,
+    rec: &Recorder,
+    process: usize,
+    seed: u64,
+    txns_max: usize,
+    snapshot_one_in: Option<u64>,
+) {
     let mut rng = Rng::new(seed ^ (process as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
     let mut db = match source.open() {
         Ok(db) => db,
         Err(e) => return rec.fail(format!("process {process}: cannot open: {e}")),
     };
     for _ in 0..txns_max {
-        let plan = plan(&mut rng, rec);
-        let id = rec.next_id.fetch_add(1, Ordering::SeqCst);
+        let snapshot = snapshot_one_in.is_some_and(|n| rng.below(n) == 0);
+        let mut ops = if snapshot {
+            snapshot_plan(&mut rng)
+        } else {
+            plan(&mut rng, rec)
+        };
+        let id = rec.next_id();
         let begin = rec.tick();
-        let mut ops = plan.clone();
-        let result = attempt(&db, &mut ops, &mut rng);
+        let result = attempt(&db, &mut ops, &mut rng, snapshot);
         let end = rec.tick();
         let outcome = match result {
             Ok(()) => Outcome::Committed,
@@ -241,6 +287,13 @@ pub fn run_process(source: &Source, rec: &Recorder, process: usize, seed: u64, t
                     Outcome::Aborted
                 }
             }
+            Err(Stop::Torn(msg)) => {
+                rec.torn
+                    .lock()
+                    .expect("recorder")
+                    .push(format!("T{id} (process {process}): {msg}"));
+                Outcome::Aborted
+            }
             Err(Stop::Other(msg)) => {
                 rec.fail(format!("T{id} (process {process}): {msg}"));
                 Outcome::Aborted
@@ -253,6 +306,7 @@ pub fn run_process(source: &Source, rec: &Recorder, process: usize, seed: u64, t
             outcome,
             begin,
             end,
+            snapshot,
         });
     }
 }
@@ -268,16 +322,28 @@ fn plan(rng: &mut Rng, rec: &Recorder) -> Vec<Op> {
             } else {
                 Op::Append {
                     key,
-                    val: rec.next_val.fetch_add(1, Ordering::SeqCst) + 1,
+                    val: rec.next_val(),
                 }
             }
         })
         .collect()
 }
 
-/// Runs one transaction; reads fill in what they saw.
-fn attempt(db: &Database, ops: &mut [Op], rng: &mut Rng) -> Result<(), Stop> {
-    let mut tx = db.begin().map_err(|e| classify(&e, false))?;
+/// Two to four reads of random keys: a snapshot transaction's plan.
+fn snapshot_plan(rng: &mut Rng) -> Vec<Op> {
+    let n = 2 + rng.below(3) as usize;
+    (0..n)
+        .map(|_| Op::Read {
+            key: rng.below(KEYS as u64) as u32,
+            seen: None,
+        })
+        .collect()
+}
+
+/// Runs one transaction (read-only at a snapshot with `snapshot`); reads fill in what they saw.
+fn attempt(db: &Database, ops: &mut [Op], rng: &mut Rng, snapshot: bool) -> Result<(), Stop> {
+    let begun = if snapshot { db.begin_read_only() } else { db.begin() };
+    let mut tx = begun.map_err(|e| classify(&e, false))?;
     let index = by_key();
     for op in ops.iter_mut() {
         let key = match op {
@@ -288,14 +354,26 @@ fn attempt(db: &Database, ops: &mut [Op], rng: &mut Rng) -> Result<(), Stop> {
             Ok(None) => return Err(Stop::Other(format!("key {key} not found"))),
             Err(e) => return Err(classify(&e, false)),
         };
+        // A snapshot's object that cannot be decoded is torn (`Stop::Torn`).
+        let read_err = |e: Error| match e {
+            Error::Decode { .. } if snapshot => Stop::Torn(e.to_string()),
+            e => classify(&e, false),
+        };
         match op {
             Op::Read { seen, .. } => {
                 let vals = if rng.below(2) == 0 {
-                    tx.get(&cell).map_err(|e| classify(&e, false))?.vals.to_vec()
+                    tx.get(&cell).map_err(read_err)?.vals.to_vec()
                 } else {
-                    let view = tx.view(&cell).map_err(|e| classify(&e, false))?;
+                    let view = tx.view(&cell).map_err(read_err)?;
                     let vals = view.get().vals().to_vec();
-                    vals.map_err(|e| Stop::Other(format!("a view of key {key}: {e}")))?
+                    vals.map_err(|e| {
+                        let msg = format!("a view of key {key}: {e}");
+                        if snapshot {
+                            Stop::Torn(msg)
+                        } else {
+                            Stop::Other(msg)
+                        }
+                    })?
                 };
                 *seen = Some(vals);
             }
