@@ -146,13 +146,17 @@ impl Shared {
                 .wal
                 .append(refs)
                 .inspect_err(|e| self.poison(format!("log append failed: {e}")))?;
-            Ok((start, got))
+            let end = got.last().copied().unwrap_or(start);
+            Ok((start, end, got))
         })
     }
 
     /// The commit of `t` is installed (or failed): no longer in flight.
     pub(super) fn commit_installed(&self, t: &mut Txn) {
         if let Some(first) = t.in_flight.take() {
+            if std::mem::take(&mut t.built_on_pending) {
+                self.versions.wait_for_older(first, self.locks.options().timeout);
+            }
             self.versions.commit_done(first, self.wal.end_lsn());
         }
     }
@@ -222,6 +226,10 @@ impl Shared {
         let mut newest = (!t.objects.is_empty() || !tree_images.is_empty()).then(|| lock(&db.newest));
         let mut rebased: Vec<(PageId, Vec<u8>)> = Vec::new();
         if let Some(newest) = &newest {
+            // Built on another commit's image not installed yet: this one
+            // ends only after that one (`commit_installed`).
+            t.built_on_pending = t.objects.page_ids().iter().any(|id| newest.contains_key(id))
+                || tree_images.iter().any(|(id, _)| newest.contains_key(id));
             let base_of = |id: PageId| -> Result<Vec<u8>> {
                 Ok(match newest.get(&id) {
                     Some((_, image)) => image.to_vec(),
@@ -260,6 +268,10 @@ impl Shared {
                 page::set_lsn(&mut after, lsn);
                 let image: std::sync::Arc<[u8]> = after.into();
                 newest.insert(id, (lsn, image.clone()));
+                lock(&db.pending_images)
+                    .entry(id)
+                    .or_default()
+                    .insert(lsn, image.clone());
                 t.rebased.push((id, lsn, image));
             }
         }
@@ -287,8 +299,15 @@ impl Shared {
             {
                 let mut g = self.pool.write(id)?;
                 if page::lsn(&g) < lsn {
-                    self.versions.keep(id, page::lsn(&g), lsn, &g, self.wal.end_lsn());
+                    self.keep_replaced(id, &g, lsn);
                     g.copy_from_slice(&image);
+                }
+                let mut pending = lock(&self.pending_images);
+                if let Some(m) = pending.get_mut(&id) {
+                    m.remove(&lsn);
+                    if m.is_empty() {
+                        pending.remove(&id);
+                    }
                 }
             }
             let mut newest = lock(&self.newest);
@@ -312,6 +331,33 @@ impl Shared {
             page::set_lsn(&mut g, lsn);
         }
         Ok(())
+    }
+
+    /// Hands the version store the committed image `g` of page `id` that
+    /// the image of LSN `lsn` replaces — and, between them, the images of
+    /// earlier commits to the page logged but not installed yet (this one
+    /// was built on them, and installs first): each valid from its LSN to
+    /// the next, so a snapshot that sees an earlier commit and not this one
+    /// finds the page as that commit left it.
+    fn keep_replaced(&self, id: PageId, g: &[u8], lsn: Lsn) {
+        let end = self.wal.end_lsn();
+        let cur = page::lsn(g);
+        let between: Vec<(Lsn, std::sync::Arc<[u8]>)> = lock(&self.pending_images)
+            .get(&id)
+            .map(|m| {
+                m.range((std::ops::Bound::Excluded(cur), std::ops::Bound::Excluded(lsn)))
+                    .map(|(l, i)| (*l, i.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut from = cur;
+        let mut image: &[u8] = g;
+        for (l, next) in &between {
+            self.versions.keep(id, from, *l, image, end);
+            from = *l;
+            image = next;
+        }
+        self.versions.keep(id, from, lsn, image, end);
     }
 
     /// Phase 3: the deferred frees, each a system action; each page leaves

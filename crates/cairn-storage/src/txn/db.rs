@@ -32,6 +32,9 @@ const ROLL_AT_CHECKPOINT_BYTES: u64 = 64 << 10;
 /// its record's LSN.
 pub(super) type NewestImage = (Lsn, Arc<[u8]>);
 
+/// A page's images logged by commits and not installed yet, by LSN.
+pub(super) type PendingImages = std::collections::BTreeMap<Lsn, Arc<[u8]>>;
+
 /// How to open a database.
 #[derive(Clone, Debug)]
 pub struct DbOptions {
@@ -173,6 +176,13 @@ pub(crate) struct Shared {
     /// the base the next commit to the page applies its changes to. Taken
     /// under the commit gate, before a buffer frame.
     pub(super) newest: Mutex<crate::fxhash::FxHashMap<PageId, NewestImage>>,
+    /// Every such image not installed yet, by page and LSN (the newest
+    /// is also in `newest`): a commit that installs its image of a page
+    /// before an earlier commit installed its own hands the earlier states
+    /// to the version store too (`commit.rs`), so a snapshot that sees the
+    /// earlier commit and not the later finds the page as the earlier one
+    /// left it. Taken under a buffer frame.
+    pub(super) pending_images: Mutex<crate::fxhash::FxHashMap<PageId, PendingImages>>,
     /// The first LSNs of file-server commits whose pages their clients have
     /// not written yet: a checkpoint's redo LSN stays at or below each.
     pub(super) unwritten: Mutex<RedoHolds>,
@@ -396,6 +406,7 @@ impl Db {
             pending_frees: Mutex::new(HashMap::new()),
             reserved: Mutex::default(),
             newest: Mutex::default(),
+            pending_images: Mutex::default(),
             unwritten: Mutex::default(),
             write_hook: std::sync::OnceLock::new(),
             key_ranges: opts.key_range_locking.then(super::KeyRanges::default),

@@ -66,22 +66,22 @@ impl Backend for Shared {
     }
 
     fn read_at(&self, id: PageId, snap: super::Snapshot, f: &mut dyn FnMut(&[u8])) -> Result<()> {
-        {
-            let g = self.pool.read(id)?;
-            if crate::page::lsn(&g) <= snap.lsn {
-                if self.versions.is_expired(snap) {
-                    // Checked here too: an expired snapshot reads nothing.
-                    drop(g);
-                    return self.versions.version_at(id, snap).map(|_| ());
-                }
-                f(&g);
-                return Ok(());
-            }
+        let g = self.pool.read(id)?;
+        let lsn = crate::page::lsn(&g);
+        if lsn <= snap.lsn && !self.versions.is_expired(snap) {
+            f(&g);
+            return Ok(());
         }
-        // Changed after the snapshot: its install kept the image it
-        // replaced before the new one was visible.
-        let image = self.versions.version_at(id, snap)?;
-        f(&image);
+        // Changed after the snapshot's LSN (or the snapshot expired): the
+        // store says whether the snapshot sees this image, else gives the
+        // version it sees — kept by the install before the new image was
+        // visible. (The frame stays held for reading meanwhile, so no
+        // install slips in between; an install takes the frame, then the
+        // store, in that order too.)
+        match self.versions.version_at(id, snap, lsn)? {
+            None => f(&g),
+            Some(image) => f(&image),
+        }
         Ok(())
     }
 

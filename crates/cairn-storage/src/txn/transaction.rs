@@ -82,6 +82,9 @@ pub struct Txn {
     pub(super) snapshot: Option<super::Snapshot>,
     /// Where its commit began, while it is in flight (`versions.rs`).
     pub(super) in_flight: Option<crate::ids::Lsn>,
+    /// Its commit applied changes to another commit's image of a page not
+    /// installed yet (`commit.rs`): it ends only after that one.
+    pub(super) built_on_pending: bool,
 }
 
 /// Which pages a [`Restriction`] protects: `Some(why)` for a page the
@@ -155,6 +158,7 @@ impl Txn {
             key_trees: super::keys::OwnTrees::default(),
             snapshot: None,
             in_flight: None,
+            built_on_pending: false,
         }
     }
 

@@ -6,38 +6,45 @@
 //! `S`, and nothing after. It takes no lock, so it never waits for a writer
 //! and never makes one wait, and it never aborts for a conflict.
 //!
-//! **Its LSN.** Commits append their records, wait for the log, then
-//! install their pages one by one; a snapshot must not see half of one. So
-//! every commit is registered as *in flight* from its first append (under
-//! the store's mutex, with that append) until its pages are installed, and
-//! a snapshot begins at `S` = where the oldest commit in flight began — or,
-//! with none in flight, the log's end (a record's LSN is where it ends, so
-//! that commit's records all lie above `S`, and every earlier one at or
-//! below it). Every
-//! page image whose LSN is at most `S` is then part of a finished commit
-//! (or of a system action, whose pages no committed reference reaches
-//! before it), and every commit after `S` is invisible to it.
-//!
+//! **What it sees.** Commits append their records, wait for the log, then
+//! install their pages one by one; a snapshot must not see half of one,
+//! and must see every commit that returned before it began. So every
+//! commit is registered as *in flight* from its first append (under the
+//! store's mutex, with that append, each batch of records with the LSN
+//! range it took) until its pages are installed. A snapshot that begins
+//! when the log ends at `H` sees every record at or below `H` but those of
+//! the commits in flight then (their ranges, kept with the snapshot): a
+//! commit that returned is all visible even while an older one is still
+//! installing, and one in flight is invisible, whichever of its pages it
+//! installed already. Its LSN `S` is where the oldest commit in flight
+//! began (or `H`, with none): every image at or below `S` is visible to it
+//! (a record's LSN is where it ends, so an in-flight commit's records all
+//! lie above its start). Every page image a snapshot sees is part of a
+//! finished commit (or of a system action, whose pages no committed
+//! reference reaches before it).
+
 //! **Its pages.** A snapshot reads the committed image of a page if the
-//! image's LSN is at most `S`; else the version the store kept for it: the
-//! image that was current over an LSN range `[from, to)` holding `S`.
-//! Every install of a transaction's commit hands the image it replaces to
-//! the store first, under the page's buffer frame held for writing, so a
-//! reader that saw the new image finds the old one.
-//!
-//! **Reclaiming.** A version `[from, to)` is needed while a snapshot with
-//! `from <= S < to` runs, or while a snapshot could still begin below
-//! `to` (a commit in flight at or below it). After each commit the store
-//! drops every version that ends at or below both the oldest snapshot and
-//! the horizon; when a snapshot ends it sweeps all of them.
-//!
+//! image's LSN is at most `S`, or visible to it; else the newest version
+//! the store kept for the page whose LSN is visible. Every install of a
+//! transaction's commit hands the image it replaces to the store first,
+//! under the page's buffer frame held for writing, so a reader that saw
+//! the new image finds the old one.
+
+//! **Reclaiming.** A version `[from, to)` is needed while a snapshot whose
+//! window `(S, H]` it overlaps (`from <= H`, `S < to`) runs, or while a
+//! snapshot could still begin below `to` (a commit in flight at or below
+//! it). After each commit the store drops every version that ends at or
+//! below both the oldest snapshot's `S` and the horizon; when a snapshot
+//! ends it sweeps all of them.
+
 //! **Bounded.** Past [`super::DbOptions::snapshot_bytes_max`] bytes of
 //! kept images, the oldest snapshots are ended early: their next read is
 //! [`Error::SnapshotTooOld`], and their versions go. Writers never wait for
 //! the store.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::fxhash::{FxHashMap, FxHashSet};
@@ -48,8 +55,28 @@ use crate::ids::{Lsn, PageId};
 pub struct Snapshot {
     /// Which snapshot (unique in the database's life).
     pub id: u64,
-    /// It sees every commit at or below this LSN, and none after.
+    /// It sees every record at or below this LSN (where the oldest commit
+    /// in flight when it began started); above it, those of the commits
+    /// that were not in flight then, up to the log's end then (see the
+    /// module docs).
     pub lsn: Lsn,
+}
+
+/// What a running snapshot sees above its LSN.
+struct Window {
+    /// Its LSN (`S`).
+    low: Lsn,
+    /// The log's end when it began (`H`).
+    high: Lsn,
+    /// The LSN ranges `(start, end]` of the commits in flight when it began.
+    excluded: Vec<(Lsn, Lsn)>,
+}
+
+impl Window {
+    /// True if a page image of LSN `lsn` is part of what the snapshot sees.
+    fn sees(&self, lsn: Lsn) -> bool {
+        lsn <= self.low || (lsn <= self.high && !self.excluded.iter().any(|&(s, e)| s < lsn && lsn <= e))
+    }
 }
 
 /// Counters of the version store.
@@ -75,16 +102,17 @@ struct State {
     /// Per page: start of validity → end, for the lookup by snapshot.
     by_page: FxHashMap<PageId, BTreeMap<Lsn, Lsn>>,
     bytes: usize,
-    /// Running snapshots: id → LSN; and their LSNs, counted.
-    snapshots: BTreeMap<u64, Lsn>,
+    /// Running snapshots: id → what they see; and their LSNs, counted.
+    snapshots: BTreeMap<u64, Window>,
     lsns: BTreeMap<Lsn, usize>,
     /// Snapshots ended early (until they end).
     expired: FxHashSet<u64>,
     expired_total: u64,
     next_id: u64,
     /// Commits in flight: first LSN → how many (they differ, but a count
-    /// keeps removal exact).
-    in_flight: BTreeMap<Lsn, usize>,
+    /// keeps removal exact) and the LSN ranges `(start, end]` of their
+    /// batches of records.
+    in_flight: BTreeMap<Lsn, (usize, Vec<(Lsn, Lsn)>)>,
 }
 
 impl State {
@@ -96,8 +124,10 @@ impl State {
         self.in_flight.keys().next().copied().unwrap_or(end)
     }
 
+    /// True if a running snapshot's window overlaps `[from, to)`: it may
+    /// read the version.
     fn needed(&self, from: Lsn, to: Lsn) -> bool {
-        self.lsns.range(from..to).next().is_some()
+        self.snapshots.values().any(|w| from <= w.high && w.low < to)
     }
 
     fn drop_version(&mut self, to: Lsn, page: PageId) {
@@ -135,11 +165,11 @@ impl State {
 
     fn end_snapshot(&mut self, id: u64) {
         self.expired.remove(&id);
-        if let Some(lsn) = self.snapshots.remove(&id) {
-            if let Some(n) = self.lsns.get_mut(&lsn) {
+        if let Some(w) = self.snapshots.remove(&id) {
+            if let Some(n) = self.lsns.get_mut(&w.low) {
                 *n -= 1;
                 if *n == 0 {
-                    self.lsns.remove(&lsn);
+                    self.lsns.remove(&w.low);
                 }
             }
         }
@@ -149,6 +179,8 @@ impl State {
 /// The version store and the snapshots of one database.
 pub(crate) struct Versions {
     state: Mutex<State>,
+    /// Notified when a commit is no longer in flight.
+    done: Condvar,
     bytes_max: usize,
 }
 
@@ -156,6 +188,7 @@ impl Versions {
     pub(crate) fn new(bytes_max: usize) -> Versions {
         Versions {
             state: Mutex::new(State::default()),
+            done: Condvar::new(),
             bytes_max,
         }
     }
@@ -164,20 +197,24 @@ impl Versions {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `append` (a commit's log append, returning the first LSN it
-    /// got) under the store's mutex and registers the commit in flight
-    /// from that LSN, unless `registered` says it already is.
+    /// Runs `append` (a batch of a commit's log records, returning where
+    /// the log ended before it and the LSN of its last record) under the
+    /// store's mutex and registers the commit in flight from there, unless
+    /// `registered` says it already is; either way the batch's range is
+    /// the commit's.
     pub(crate) fn append_in_flight<T>(
         &self,
         registered: &mut Option<Lsn>,
-        append: impl FnOnce() -> Result<(Lsn, T)>,
+        append: impl FnOnce() -> Result<(Lsn, Lsn, T)>,
     ) -> Result<T> {
         let mut st = self.state();
-        let (first, out) = append()?;
-        if registered.is_none() {
-            *st.in_flight.entry(first).or_insert(0) += 1;
-            *registered = Some(first);
+        let (start, end, out) = append()?;
+        let first = *registered.get_or_insert(start);
+        let entry = st.in_flight.entry(first).or_insert((0, Vec::new()));
+        if first == start {
+            entry.0 += 1;
         }
+        entry.1.push((start, end));
         Ok(out)
     }
 
@@ -185,7 +222,7 @@ impl Versions {
     /// failed): it is no longer in flight; versions nobody needs go.
     pub(crate) fn commit_done(&self, first: Lsn, end: Lsn) {
         let mut st = self.state();
-        if let Some(n) = st.in_flight.get_mut(&first) {
+        if let Some((n, _)) = st.in_flight.get_mut(&first) {
             *n -= 1;
             if *n == 0 {
                 st.in_flight.remove(&first);
@@ -194,6 +231,32 @@ impl Versions {
         if !st.by_to.is_empty() {
             let h = st.horizon(end);
             st.prune(h, false);
+        }
+        drop(st);
+        self.done.notify_all();
+    }
+
+    /// Waits until no commit that began before `first` is in flight: a
+    /// commit built on another's image not installed yet (object-level or
+    /// key-range changes to the same page) must not end before that one
+    /// does, or a snapshot beginning in between would see it (and through
+    /// its image, part of the other) without the rest of the other. The
+    /// commits waited for are decided and installing: the wait is short
+    /// and takes no lock. Bounded: past `limit` it gives up (a commit whose
+    /// thread died with the database poisoned never ends).
+    pub(crate) fn wait_for_older(&self, first: Lsn, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut st = self.state();
+        while st.in_flight.range(..first).next().is_some() {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            st = self
+                .done
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 
@@ -212,7 +275,7 @@ impl Versions {
         }
         st.by_page.entry(page).or_default().insert(from, to);
         while st.bytes > self.bytes_max {
-            let Some((&id, _)) = st.snapshots.iter().min_by_key(|(_, &lsn)| lsn) else {
+            let Some((&id, _)) = st.snapshots.iter().min_by_key(|(_, w)| w.low) else {
                 break;
             };
             st.end_snapshot(id);
@@ -229,7 +292,13 @@ impl Versions {
         let lsn = st.horizon(end);
         let id = st.next_id;
         st.next_id += 1;
-        st.snapshots.insert(id, lsn);
+        let excluded: Vec<(Lsn, Lsn)> = st.in_flight.values().flat_map(|(_, r)| r.iter().copied()).collect();
+        let window = Window {
+            low: lsn,
+            high: end,
+            excluded,
+        };
+        st.snapshots.insert(id, window);
         *st.lsns.entry(lsn).or_insert(0) += 1;
         Snapshot { id, lsn }
     }
@@ -242,10 +311,10 @@ impl Versions {
         st.prune(h, true);
     }
 
-    /// The image of `page` at `snap`, the committed one (`current`, with
-    /// its LSN) being newer: the kept version whose range holds the
-    /// snapshot's LSN.
-    pub(crate) fn version_at(&self, page: PageId, snap: Snapshot) -> Result<Arc<[u8]>> {
+    /// The image of `page` the snapshot reads when the committed one has
+    /// LSN `current`: `None` if it sees that one, else the newest version
+    /// kept whose LSN it sees. An error if the snapshot was ended early.
+    pub(crate) fn version_at(&self, page: PageId, snap: Snapshot, current: Lsn) -> Result<Option<Arc<[u8]>>> {
         let st = self.state();
         if st.expired.contains(&snap.id) {
             return Err(Error::SnapshotTooOld {
@@ -253,16 +322,22 @@ impl Versions {
                 bytes_max: self.bytes_max as u64,
             });
         }
-        let found = st
-            .by_page
-            .get(&page)
-            .and_then(|m| m.range(..=snap.lsn).next_back())
-            .filter(|(_, &to)| snap.lsn < to)
-            .and_then(|(_, &to)| st.by_to.get(&(to, page)));
+        let Some(w) = st.snapshots.get(&snap.id) else {
+            return Err(Error::Internal(format!("snapshot {} is not running", snap.id)));
+        };
+        if w.sees(current) {
+            return Ok(None);
+        }
+        let found = st.by_page.get(&page).and_then(|m| {
+            m.range(..=w.high)
+                .rev()
+                .find(|(&from, _)| w.sees(from))
+                .and_then(|(_, &to)| st.by_to.get(&(to, page)))
+        });
         match found {
-            Some((_, image)) => Ok(Arc::clone(image)),
+            Some((_, image)) => Ok(Some(Arc::clone(image))),
             None => Err(Error::Internal(format!(
-                "page {page} has no version at the snapshot at LSN {} (it did not exist then)",
+                "page {page} has no version the snapshot at LSN {} sees (it did not exist then)",
                 snap.lsn.0
             ))),
         }
@@ -287,7 +362,7 @@ impl Versions {
 /// Commits in flight, for tests.
 #[cfg(test)]
 pub(crate) fn in_flight_count(v: &Versions) -> usize {
-    v.state().in_flight.values().sum()
+    v.state().in_flight.values().map(|(n, _)| n).sum()
 }
 
 #[cfg(test)]
@@ -303,13 +378,13 @@ mod tests {
         let v = Versions::new(1 << 20);
         // A commit in flight from LSN 100: a snapshot begins below it.
         let mut reg = None;
-        v.append_in_flight(&mut reg, || Ok((Lsn(100), ()))).unwrap();
+        v.append_in_flight(&mut reg, || Ok((Lsn(100), Lsn(130), ()))).unwrap();
         let s = v.begin(Lsn(500));
         assert_eq!(s.lsn, Lsn(100));
         v.keep(PageId(7), Lsn(40), Lsn(120), &img(1), Lsn(500));
         v.commit_done(Lsn(100), Lsn(500));
-        assert_eq!(&*v.version_at(PageId(7), s).unwrap(), &img(1)[..]);
-        assert!(v.version_at(PageId(8), s).is_err());
+        assert_eq!(&*v.version_at(PageId(7), s, Lsn(120)).unwrap().unwrap(), &img(1)[..]);
+        assert!(v.version_at(PageId(8), s, Lsn(125)).is_err());
         // A later snapshot sees the new image (no version needed).
         let s2 = v.begin(Lsn(500));
         assert_eq!(s2.lsn, Lsn(500));
@@ -331,7 +406,7 @@ mod tests {
         }
         assert!(v.is_expired(old), "the oldest snapshot went first");
         assert!(matches!(
-            v.version_at(PageId(1), old),
+            v.version_at(PageId(1), old, Lsn(20)),
             Err(Error::SnapshotTooOld { .. })
         ));
         assert!(!v.is_expired(young));
@@ -343,14 +418,58 @@ mod tests {
     fn versions_of_a_commit_in_flight_stay_until_it_is_done() {
         let v = Versions::new(1 << 20);
         let mut reg = None;
-        v.append_in_flight(&mut reg, || Ok((Lsn(200), ()))).unwrap();
+        v.append_in_flight(&mut reg, || Ok((Lsn(200), Lsn(220), ()))).unwrap();
         v.keep(PageId(1), Lsn(50), Lsn(210), &img(9), Lsn(300));
         // No snapshot runs, but one beginning now would need the version.
         let s = v.begin(Lsn(300));
-        assert_eq!(&*v.version_at(PageId(1), s).unwrap(), &img(9)[..]);
+        assert_eq!(&*v.version_at(PageId(1), s, Lsn(210)).unwrap().unwrap(), &img(9)[..]);
         v.end(s, Lsn(300));
         assert_eq!(v.stats().versions, 1, "still in flight");
         v.commit_done(Lsn(200), Lsn(300));
+        assert_eq!(v.stats().versions, 0);
+    }
+
+    /// A commit that returned while an older one was still in flight is
+    /// seen; the one in flight is not, neither the page it installed
+    /// already nor the one it will install.
+    #[test]
+    fn a_snapshot_sees_a_finished_commit_above_one_still_in_flight() {
+        let v = Versions::new(1 << 20);
+        // C0 appends (100, 150] and installs page 1 at LSN 140.
+        let mut c0 = None;
+        v.append_in_flight(&mut c0, || Ok((Lsn(100), Lsn(150), ()))).unwrap();
+        v.keep(PageId(1), Lsn(40), Lsn(140), &img(1), Lsn(150));
+        // C1 appends (150, 200], installs page 2 at LSN 190 and is done.
+        let mut c1 = None;
+        v.append_in_flight(&mut c1, || Ok((Lsn(150), Lsn(200), ()))).unwrap();
+        v.keep(PageId(2), Lsn(60), Lsn(190), &img(2), Lsn(200));
+        v.commit_done(Lsn(150), Lsn(200));
+        let s = v.begin(Lsn(200));
+        assert_eq!(s.lsn, Lsn(100), "its LSN is C0's start");
+        assert!(v.version_at(PageId(2), s, Lsn(190)).unwrap().is_none(), "C1 is seen");
+        assert_eq!(
+            &*v.version_at(PageId(1), s, Lsn(140)).unwrap().unwrap(),
+            &img(1)[..],
+            "C0's installed page is not"
+        );
+        // C0 installs page 3 at 145 after the snapshot began: not seen.
+        v.keep(PageId(3), Lsn(70), Lsn(145), &img(3), Lsn(200));
+        v.commit_done(Lsn(100), Lsn(200));
+        assert_eq!(&*v.version_at(PageId(3), s, Lsn(145)).unwrap().unwrap(), &img(3)[..]);
+        // A commit after the snapshot began is not seen either.
+        let mut c2 = None;
+        v.append_in_flight(&mut c2, || Ok((Lsn(200), Lsn(230), ()))).unwrap();
+        v.keep(PageId(2), Lsn(190), Lsn(220), &img(4), Lsn(230));
+        v.commit_done(Lsn(200), Lsn(230));
+        assert!(v
+            .version_at(PageId(2), s, Lsn(220))
+            .unwrap()
+            .is_some_and(|i| *i == img(4)[..]));
+        // A new snapshot sees all of them.
+        let s2 = v.begin(Lsn(230));
+        assert_eq!(s2.lsn, Lsn(230));
+        v.end(s, Lsn(230));
+        v.end(s2, Lsn(230));
         assert_eq!(v.stats().versions, 0);
     }
 }

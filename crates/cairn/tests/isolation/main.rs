@@ -119,7 +119,8 @@ fn verdict(what: &str, history: &History, rec: &Recorder, more_failures: Vec<Str
         if known_bugs { Vec::new() } else { torn.clone() },
     ]
     .concat();
-    let tolerated: &[Kind] = if known_bugs { &[Kind::StaleSnapshot] } else { &[] };
+    // Stale snapshots (`repro.rs`, 1) are fixed: never tolerated.
+    let tolerated: &[Kind] = &[];
     let mut kinds = std::collections::BTreeMap::new();
     for a in &report.anomalies {
         *kinds.entry(a.kind.clone()).or_insert(0) += 1;
