@@ -226,16 +226,30 @@ impl Shared {
         let mut newest = (!t.objects.is_empty() || !tree_images.is_empty()).then(|| lock(&db.newest));
         let mut rebased: Vec<(PageId, Vec<u8>)> = Vec::new();
         if let Some(newest) = &newest {
-            // Built on another commit's image not installed yet: this one
-            // ends only after that one (`commit_installed`).
-            t.built_on_pending = t.objects.page_ids().iter().any(|id| newest.contains_key(id))
-                || tree_images.iter().any(|(id, _)| newest.contains_key(id));
             let base_of = |id: PageId| -> Result<Vec<u8>> {
                 Ok(match newest.get(&id) {
                     Some((_, image)) => image.to_vec(),
                     None => db.pool.read(id)?.to_vec(),
                 })
             };
+            // Built on an image another commit still in flight made (one
+            // not installed yet, or installed while that commit installs
+            // its other pages): this one ends only after that one
+            // (`commit_installed`), or a snapshot could see this image,
+            // with part of the other in it, and not the rest of the other.
+            let mut bases = Vec::new();
+            for id in t
+                .objects
+                .page_ids()
+                .into_iter()
+                .chain(tree_images.iter().map(|(id, _)| *id))
+            {
+                bases.push(match newest.get(&id) {
+                    Some((lsn, _)) => *lsn,
+                    None => page::lsn(&db.pool.read(id)?),
+                });
+            }
+            t.built_on_pending = db.versions.any_in_flight(&bases);
             for id in t.objects.page_ids() {
                 let base = base_of(id)?;
                 let after = t.rebase(id, &base)?;

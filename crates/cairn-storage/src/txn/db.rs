@@ -529,7 +529,7 @@ impl Db {
     pub fn begin_read_only(&self) -> Result<Txn> {
         let mut txn = self.begin()?;
         txn.object_locks = false;
-        txn.snapshot = Some(self.shared.versions.begin(self.shared.wal.end_lsn()));
+        txn.snapshot = Some(self.shared.versions.begin(|| self.shared.wal.end_lsn()));
         Ok(txn)
     }
 

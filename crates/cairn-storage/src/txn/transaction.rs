@@ -82,8 +82,8 @@ pub struct Txn {
     pub(super) snapshot: Option<super::Snapshot>,
     /// Where its commit began, while it is in flight (`versions.rs`).
     pub(super) in_flight: Option<crate::ids::Lsn>,
-    /// Its commit applied changes to another commit's image of a page not
-    /// installed yet (`commit.rs`): it ends only after that one.
+    /// Its commit applied changes to a page image another commit still in
+    /// flight made (`commit.rs`): it ends only after that one.
     pub(super) built_on_pending: bool,
 }
 

@@ -236,11 +236,23 @@ impl Versions {
         self.done.notify_all();
     }
 
+    /// True if a page image of one of the LSNs `lsns` was made by a commit
+    /// in flight now.
+    pub(crate) fn any_in_flight(&self, lsns: &[Lsn]) -> bool {
+        let st = self.state();
+        st.in_flight
+            .values()
+            .flat_map(|(_, ranges)| ranges)
+            .any(|&(s, e)| lsns.iter().any(|&l| s < l && l <= e))
+    }
+
     /// Waits until no commit that began before `first` is in flight: a
-    /// commit built on another's image not installed yet (object-level or
-    /// key-range changes to the same page) must not end before that one
-    /// does, or a snapshot beginning in between would see it (and through
-    /// its image, part of the other) without the rest of the other. The
+    /// commit built on a page image another commit still in flight made
+    /// (object-level or key-range changes to the same page, applied to that
+    /// commit's image whether or not it is installed yet) must not end
+    /// before that one does, or a snapshot beginning in between would see
+    /// it (and through its image, part of the other) without the rest of
+    /// the other. The
     /// commits waited for are decided and installing: the wait is short
     /// and takes no lock. Bounded: past `limit` it gives up (a commit whose
     /// thread died with the database poisoned never ends).
@@ -286,9 +298,14 @@ impl Versions {
         }
     }
 
-    /// Begins a snapshot, given the log's end.
-    pub(crate) fn begin(&self, end: Lsn) -> Snapshot {
+    /// Begins a snapshot; `end` reads the log's end. It is read under the
+    /// store's mutex, as commits append under it: read before, a commit
+    /// could append and end in between, and the versions its installs kept
+    /// be dropped as needed by nobody before this snapshot — which does not
+    /// see that commit — is registered.
+    pub(crate) fn begin(&self, end: impl FnOnce() -> Lsn) -> Snapshot {
         let mut st = self.state();
+        let end = end();
         let lsn = st.horizon(end);
         let id = st.next_id;
         st.next_id += 1;
@@ -379,14 +396,14 @@ mod tests {
         // A commit in flight from LSN 100: a snapshot begins below it.
         let mut reg = None;
         v.append_in_flight(&mut reg, || Ok((Lsn(100), Lsn(130), ()))).unwrap();
-        let s = v.begin(Lsn(500));
+        let s = v.begin(|| Lsn(500));
         assert_eq!(s.lsn, Lsn(100));
         v.keep(PageId(7), Lsn(40), Lsn(120), &img(1), Lsn(500));
         v.commit_done(Lsn(100), Lsn(500));
         assert_eq!(&*v.version_at(PageId(7), s, Lsn(120)).unwrap().unwrap(), &img(1)[..]);
         assert!(v.version_at(PageId(8), s, Lsn(125)).is_err());
         // A later snapshot sees the new image (no version needed).
-        let s2 = v.begin(Lsn(500));
+        let s2 = v.begin(|| Lsn(500));
         assert_eq!(s2.lsn, Lsn(500));
         assert_eq!(v.stats().versions, 1);
         v.end(s, Lsn(500));
@@ -399,8 +416,8 @@ mod tests {
     #[test]
     fn past_the_bound_the_oldest_snapshot_ends_early() {
         let v = Versions::new(40);
-        let old = v.begin(Lsn(10));
-        let young = v.begin(Lsn(30));
+        let old = v.begin(|| Lsn(10));
+        let young = v.begin(|| Lsn(30));
         for (i, to) in [(1u8, 20u64), (2, 40), (3, 60)] {
             v.keep(PageId(u32::from(i)), Lsn(5), Lsn(to), &img(i), Lsn(100));
         }
@@ -421,7 +438,7 @@ mod tests {
         v.append_in_flight(&mut reg, || Ok((Lsn(200), Lsn(220), ()))).unwrap();
         v.keep(PageId(1), Lsn(50), Lsn(210), &img(9), Lsn(300));
         // No snapshot runs, but one beginning now would need the version.
-        let s = v.begin(Lsn(300));
+        let s = v.begin(|| Lsn(300));
         assert_eq!(&*v.version_at(PageId(1), s, Lsn(210)).unwrap().unwrap(), &img(9)[..]);
         v.end(s, Lsn(300));
         assert_eq!(v.stats().versions, 1, "still in flight");
@@ -444,7 +461,7 @@ mod tests {
         v.append_in_flight(&mut c1, || Ok((Lsn(150), Lsn(200), ()))).unwrap();
         v.keep(PageId(2), Lsn(60), Lsn(190), &img(2), Lsn(200));
         v.commit_done(Lsn(150), Lsn(200));
-        let s = v.begin(Lsn(200));
+        let s = v.begin(|| Lsn(200));
         assert_eq!(s.lsn, Lsn(100), "its LSN is C0's start");
         assert!(v.version_at(PageId(2), s, Lsn(190)).unwrap().is_none(), "C1 is seen");
         assert_eq!(
@@ -466,7 +483,7 @@ mod tests {
             .unwrap()
             .is_some_and(|i| *i == img(4)[..]));
         // A new snapshot sees all of them.
-        let s2 = v.begin(Lsn(230));
+        let s2 = v.begin(|| Lsn(230));
         assert_eq!(s2.lsn, Lsn(230));
         v.end(s, Lsn(230));
         v.end(s2, Lsn(230));

@@ -354,11 +354,6 @@ impl Database {
     /// outgrow `Options::storage.snapshot_bytes_max` ends early: its next
     /// read fails, and a new one sees the present.
     ///
-    /// Known defect, being fixed (issue 36; reproduced by the ignored test
-    /// `a_snapshot_never_reads_a_torn_object` of `tests/isolation/repro.rs`):
-    /// under object-level locking, with several writers changing objects of
-    /// one page, a snapshot may read a page as no single commit left it
-    /// (seen so far as an object it cannot decode, which fails the read).
     pub fn begin_read_only(&self) -> Result<Transaction<'_>> {
         let txn = self.inner.db.begin_read_only()?;
         let mut t = self.inner.transaction(txn);

@@ -1,10 +1,6 @@
 //! Reproductions of the engine defects the isolation runs found: two of
 //! snapshots, each a test of what `Database::begin_read_only` promises, and
-//! one of key-range locking. The torn read (2) still fails, so it is
-//! ignored; run it with
-//! `cargo test -p cairn --test isolation repro -- --ignored --nocapture`.
-//! The stale snapshot (1) and the key-range one (3) are fixed and run with
-//! the suite.
+//! one of key-range locking. All three are fixed, and run with the suite.
 //! None depends on timing: the snapshot ones count their misses over a
 //! fixed number of rounds and want none; the key-range one is a fixed
 //! interleaving whose correct outcome is a deadlock (detected at once).
@@ -30,9 +26,15 @@
 //!    `[its LSN, the later commit's LSN)` — so a snapshot whose LSN lies
 //!    between the two commits reads that page without the earlier commit,
 //!    and the commit's other pages (say, where it moved an object) with it.
-//!    That install order is now handled (the later install hands the
-//!    earlier commit's image to the store too, `Shared::keep_replaced`),
-//!    but torn reads remain (about 1 in 1,000 reads here): still open.
+//!    That install order is handled now (the later install hands the
+//!    earlier commit's image to the store too, `Shared::keep_replaced`).
+//!    What tore the rest (about 1 read in 1,000 here): a commit built its
+//!    image of a page on the image an older commit had *installed* while
+//!    still installing its other pages, ended first, and a snapshot saw it —
+//!    with part of the older commit in its image — and not the older one.
+//!    Fixed: a commit built on an image a commit still in flight made ends
+//!    only after that one (`Versions::wait_for_older`,
+//!    `Versions::any_in_flight`).
 //! 3. **A scan's range opens to others where the scanner inserts.** Under
 //!    key-range locking a scan holds S on the gap below each entry it
 //!    returned (`txn/keys.rs`); an insert checks the gap below the next
@@ -164,7 +166,6 @@ fn torn_reads(writers: u32, appends: u64) -> (usize, usize, Vec<String>) {
 }
 
 #[test]
-#[ignore = "engine defect: a snapshot may read a torn object under object locking"]
 fn a_snapshot_never_reads_a_torn_object() {
     let (failed, reads, first) = torn_reads(3, 1_500);
     eprintln!("{failed} of {reads} snapshot reads failed: {first:?}");
