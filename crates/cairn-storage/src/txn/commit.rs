@@ -224,48 +224,10 @@ impl Shared {
         // page must see this one's image as its base, and nothing may fail
         // between registering the image and appending the COMMIT.
         let mut newest = (!t.objects.is_empty() || !tree_images.is_empty()).then(|| lock(&db.newest));
-        let mut rebased: Vec<(PageId, Vec<u8>)> = Vec::new();
-        if let Some(newest) = &newest {
-            let base_of = |id: PageId| -> Result<Vec<u8>> {
-                Ok(match newest.get(&id) {
-                    Some((_, image)) => image.to_vec(),
-                    None => db.pool.read(id)?.to_vec(),
-                })
-            };
-            // Built on an image another commit still in flight made (one
-            // not installed yet, or installed while that commit installs
-            // its other pages): this one ends only after that one
-            // (`commit_installed`), or a snapshot could see this image,
-            // with part of the other in it, and not the rest of the other.
-            let mut bases = Vec::new();
-            for id in t
-                .objects
-                .page_ids()
-                .into_iter()
-                .chain(tree_images.iter().map(|(id, _)| *id))
-            {
-                bases.push(match newest.get(&id) {
-                    Some((lsn, _)) => *lsn,
-                    None => page::lsn(&db.pool.read(id)?),
-                });
-            }
-            t.built_on_pending = db.versions.any_in_flight(&bases);
-            for id in t.objects.page_ids() {
-                let base = base_of(id)?;
-                let after = t.rebase(id, &base)?;
-                let full = db.sink.needs_full_image(page::lsn(&base));
-                batch.push(redo::page_record(t.id, id, (!full).then_some(&base[..]), &after));
-                batch_ids.push(id);
-                rebased.push((id, after));
-            }
-            for (id, after) in tree_images {
-                let base = base_of(id)?;
-                let full = db.sink.needs_full_image(page::lsn(&base));
-                batch.push(redo::page_record(t.id, id, (!full).then_some(&base[..]), &after));
-                batch_ids.push(id);
-                rebased.push((id, after));
-            }
-        }
+        let rebased = match &newest {
+            Some(newest) => db.rebase_records(t, newest, tree_images, &mut batch, &mut batch_ids)?,
+            None => Vec::new(),
+        };
         batch.push(
             Redo::Commit {
                 txn: t.id,
@@ -299,6 +261,50 @@ impl Shared {
             pending.insert(p, t.id);
         }
         Ok((lsns, commit_lsn))
+    }
+
+    /// The object-level and key-range changes of `t` applied to each page's
+    /// newest image (`newest`'s, else the committed one): their PAGE records
+    /// go into `batch`, and the pages' new images are returned, in order.
+    /// Sets [`Txn::built_on_pending`](super::Txn) when an image built on was
+    /// made by a commit still in flight.
+    fn rebase_records(
+        &self,
+        t: &mut Txn,
+        newest: &crate::fxhash::FxHashMap<PageId, super::db::NewestImage>,
+        tree_images: Vec<(PageId, Vec<u8>)>,
+        batch: &mut Vec<Vec<u8>>,
+        batch_ids: &mut Vec<PageId>,
+    ) -> Result<Vec<(PageId, Vec<u8>)>> {
+        let base_of = |id: PageId| -> Result<Vec<u8>> {
+            Ok(match newest.get(&id) {
+                Some((_, image)) => image.to_vec(),
+                None => self.pool.read(id)?.to_vec(),
+            })
+        };
+        let mut rebased = Vec::new();
+        let mut bases = Vec::new();
+        let objects: Vec<(PageId, Option<Vec<u8>>)> = t.objects.page_ids().into_iter().map(|id| (id, None)).collect();
+        let trees = tree_images.into_iter().map(|(id, after)| (id, Some(after)));
+        for (id, after) in objects.into_iter().chain(trees) {
+            let base = base_of(id)?;
+            bases.push(page::lsn(&base));
+            let after = match after {
+                Some(after) => after,
+                None => t.rebase(id, &base)?,
+            };
+            let full = self.sink.needs_full_image(page::lsn(&base));
+            batch.push(redo::page_record(t.id, id, (!full).then_some(&base[..]), &after));
+            batch_ids.push(id);
+            rebased.push((id, after));
+        }
+        // Built on an image another commit still in flight made (one not
+        // installed yet, or installed while that commit installs its other
+        // pages): this one ends only after that one (`commit_installed`),
+        // or a snapshot could see this image, with part of the other in
+        // it, and not the rest of the other.
+        t.built_on_pending = self.versions.any_in_flight(&bases);
+        Ok(rebased)
     }
 
     /// Phase 2: waits for the log to be durable up to the COMMIT (group
