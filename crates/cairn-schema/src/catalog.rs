@@ -62,7 +62,7 @@ pub struct Meta {
 }
 
 /// A registered class, as this session uses it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClassInfo {
     /// The class id (the first field of each of its records).
     pub id: u32,
@@ -552,9 +552,19 @@ fn encode_type(t: &TypeDesc, w: &mut Writer) {
 }
 
 fn decode_str(r: &mut Reader<'_>) -> Result<String, DecodeError> {
-    let n = r.get_count("name", 1)?;
-    let b = r.take(n, "name")?;
-    String::from_utf8(b.to_vec()).map_err(|_| r.error("name", "not UTF-8"))
+    decode_text(r, "name")
+}
+
+/// A LEB128 length and that many bytes (`what`: for errors).
+pub(crate) fn decode_len_bytes<'a>(r: &mut Reader<'a>, what: &str) -> Result<&'a [u8], DecodeError> {
+    let n = r.get_count(what, 1)?;
+    r.take(n, what)
+}
+
+/// [`decode_len_bytes`] holding UTF-8.
+pub(crate) fn decode_text(r: &mut Reader<'_>, what: &str) -> Result<String, DecodeError> {
+    let b = decode_len_bytes(r, what)?;
+    String::from_utf8(b.to_vec()).map_err(|_| r.error(what, "not UTF-8"))
 }
 
 fn decode_type(r: &mut Reader<'_>, depth: usize) -> Result<TypeDesc, DecodeError> {

@@ -119,28 +119,9 @@ impl PartialEq for Meta {
 
 impl Eq for Meta {}
 
-impl PartialEq for ClassInfo {
-    fn eq(&self, o: &ClassInfo) -> bool {
-        (self.id, self.version, self.latest, self.writable) == (o.id, o.version, o.latest, o.writable)
-    }
-}
-
-impl Eq for ClassInfo {}
-
 fn put_str(w: &mut Writer, s: &[u8]) {
     w.put_len(s.len() as u64);
     w.put(s);
-}
-
-fn get_bytes<'a>(r: &mut Reader<'a>, what: &str) -> std::result::Result<&'a [u8], DecodeError> {
-    let n = r.get_len(what)?;
-    let n = usize::try_from(n).map_err(|_| r.error(what, format!("length {n} is too large")))?;
-    r.take(n, what)
-}
-
-fn get_str(r: &mut Reader<'_>, what: &str) -> std::result::Result<String, DecodeError> {
-    let b = get_bytes(r, what)?;
-    String::from_utf8(b.to_vec()).map_err(|_| r.error(what, "not UTF-8"))
 }
 
 fn get_u32(r: &mut Reader<'_>, what: &str) -> std::result::Result<u32, DecodeError> {
@@ -190,8 +171,8 @@ impl CatalogChange {
         let change = match r.take(1, "a catalog change's kind")?[0] {
             1 => CatalogChange::CreateMeta,
             2 => {
-                let name = get_str(&mut r, "a class name")?;
-                let schema = get_bytes(&mut r, "a schema")?;
+                let name = catalog::decode_text(&mut r, "a class name")?;
+                let schema = catalog::decode_len_bytes(&mut r, "a schema")?;
                 CatalogChange::Register {
                     name,
                     fields: catalog::decode_schema(schema)?,
@@ -199,15 +180,15 @@ impl CatalogChange {
             }
             3 => CatalogChange::AddIndex {
                 class: get_u32(&mut r, "a class id")?,
-                field: get_str(&mut r, "a field name")?,
+                field: catalog::decode_text(&mut r, "a field name")?,
                 root: PageId(get_u32(&mut r, "an index root")?),
             },
             4 => CatalogChange::RemoveIndex {
                 class: get_u32(&mut r, "a class id")?,
-                field: get_str(&mut r, "a field name")?,
+                field: catalog::decode_text(&mut r, "a field name")?,
             },
             5 => {
-                let name = get_str(&mut r, "a root name")?;
+                let name = catalog::decode_text(&mut r, "a root name")?;
                 let oid = match r.take(1, "a root's OID flag")?[0] {
                     0 => None,
                     1 => Some(Oid::from_bytes(&r.take_array::<10>("a root's OID")?)),

@@ -180,7 +180,7 @@ impl Txn {
     /// A client's side of a catalog request: the server's images of the
     /// pages it changed in this transaction become private pages the
     /// transaction reads, and its commit does not ship
-    /// ([`Txn::client_changed_pages`]); they are the server's, committed or
+    /// ([`Txn::server_pages`]); they are the server's, committed or
     /// dropped with the transaction there.
     pub fn stage_server_pages(&mut self, images: Vec<(PageId, Vec<u8>)>) -> Result<()> {
         self.check_active()?;
@@ -199,14 +199,6 @@ impl Txn {
             self.put_private(id, &image)?;
         }
         Ok(())
-    }
-
-    /// The pages this transaction changed itself: its private pages but
-    /// those the server changed for it ([`Txn::stage_server_pages`]).
-    pub fn client_changed_pages(&self) -> Vec<PageId> {
-        let mut pages = self.changed_pages();
-        pages.retain(|p| !self.server_pages.contains(p));
-        pages
     }
 
     /// The pages the server changed for this transaction (see
