@@ -2,6 +2,7 @@
 //! variables for waiting, deadlock detection and timeouts. The protocol is
 //! described in the [module docs](super).
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -79,8 +80,11 @@ impl Outcome {
 /// An owner that holds or waits for something.
 #[derive(Debug)]
 struct OwnerState {
-    /// The resources it holds (each has a `Grant` for it in its queue).
-    held: crate::fxhash::FxHashSet<Resource>,
+    /// The resources it holds, each once, in the order first granted (each
+    /// has a `Grant` for it in its queue). A list, not a set: a request
+    /// knows from the queue whether the owner held the resource already,
+    /// and `release_all` only walks it.
+    held: Vec<Resource>,
     /// The one request it waits on, if any.
     wait: Option<(Resource, Ticket)>,
     /// Where its waiting thread sleeps; only that thread waits on it.
@@ -269,11 +273,7 @@ impl LockManager {
     ///
     /// Errors: [`Error::InvalidArgument`] if the owner already waits.
     pub fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool> {
-        let mut t = self.lock_table();
-        let Some(target) = t.begin_request(owner, res, mode)? else {
-            return Ok(true);
-        };
-        Ok(t.grant_now(owner, res, target))
+        Ok(self.lock_table().try_grant(owner, res, mode)?.is_none())
     }
 
     /// Grants `owner` a lock it already holds in effect elsewhere: a
@@ -330,7 +330,9 @@ impl LockManager {
             return Ok(false);
         }
         q.grant(owner, target);
-        t.owners.entry(owner).or_insert_with(OwnerState::new).held.insert(res);
+        if prior.is_none() {
+            t.owners.entry(owner).or_insert_with(OwnerState::new).held.push(res);
+        }
         if let Some(cycle) = find_cycle(owner, |o| t.waits_for(o)) {
             let cycle = t.describe_cycle(&cycle);
             let q = t.queues.get_mut(&res).expect("just granted");
@@ -339,7 +341,7 @@ impl LockManager {
                 None => {
                     q.granted.retain(|g| g.owner != owner);
                     let state = t.owners.get_mut(&owner).expect("just granted");
-                    state.held.remove(&res);
+                    state.held.retain(|r| *r != res);
                     if state.held.is_empty() && state.wait.is_none() {
                         t.owners.remove(&owner);
                     }
@@ -385,12 +387,24 @@ impl LockManager {
             state.wake();
             touched.push(res);
         }
+        let t = &mut *t;
         for res in state.held {
-            let q = t.queues.get_mut(&res).expect("a held resource has a queue");
+            let Entry::Occupied(mut e) = t.queues.entry(res) else {
+                panic!("{owner} held {res}, which has no queue");
+            };
+            let q = e.get_mut();
             let before = q.granted.len();
             q.granted.retain(|g| g.owner != owner);
             assert_eq!(q.granted.len() + 1, before, "{owner} held {res} once");
-            touched.push(res);
+            // Only a queue with waiters has anything to settle.
+            if !q.waiting.is_empty() {
+                touched.push(res);
+            } else if q.granted.is_empty() {
+                let q = e.remove();
+                if t.spare.len() < SPARE_QUEUES {
+                    t.spare.push(q);
+                }
+            }
         }
         for res in touched {
             t.settle(res);
@@ -585,12 +599,9 @@ impl Table {
     /// request may let this one be granted at once (`Ok(None)` again) —
     /// and its ticket and target mode are returned.
     fn request(&mut self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<(Ticket, LockMode)>> {
-        let Some(target) = self.begin_request(owner, res, mode)? else {
+        let Some(target) = self.try_grant(owner, res, mode)? else {
             return Ok(None);
         };
-        if self.grant_now(owner, res, target) {
-            return Ok(None);
-        }
         let ticket = self.enqueue(owner, res, target);
         if let Err(e) = self.break_cycles(owner) {
             self.cancel(res, ticket);
@@ -605,12 +616,19 @@ impl Table {
         Ok(Some((ticket, target)))
     }
 
-    /// Counts a request and works out what it asks for: `Ok(None)` if the
-    /// owner already holds a mode covering `mode`, else the mode it will hold
-    /// once granted. Refuses an owner that already waits.
-    fn begin_request(&mut self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<LockMode>> {
+    /// Counts a request and grants it now if nothing blocks it: `Ok(None)`
+    /// if granted (or the owner already holds a mode covering `mode`), else
+    /// the mode it will hold once granted (nothing changed; its queue, which
+    /// holds a blocker, exists). Refuses an owner that already waits.
+    ///
+    /// The fast path of every request: one lookup of the owner, one of the
+    /// queue. The owner waits for nothing (checked here), so the edges a
+    /// grant may add *into* it (from waiters now incompatible with it)
+    /// cannot close a cycle.
+    fn try_grant(&mut self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<LockMode>> {
         self.stats.requests += 1;
-        if let Some((waiting_on, _)) = self.owners.get(&owner).and_then(|s| s.wait) {
+        let state = self.owners.get_mut(&owner);
+        if let Some((waiting_on, _)) = state.as_ref().and_then(|s| s.wait) {
             return Err(Error::InvalidArgument(format!(
                 "{owner} already waits for {waiting_on}; an owner makes one request at a time"
             )));
@@ -620,43 +638,37 @@ impl Table {
                 "{owner} waits for a callback; an owner makes one request at a time"
             )));
         }
-        match self.queues.get(&res).and_then(|q| q.granted_mode(owner)) {
-            Some(held) if held.covers(mode) => Ok(None),
-            Some(held) => {
-                self.stats.upgrades += 1;
-                Ok(Some(held.sup(mode)))
-            }
-            None => Ok(Some(mode)),
-        }
-    }
-
-    /// Grants `target` on `res` to `owner` if nothing blocks it; `false`
-    /// (and no change) otherwise.
-    ///
-    /// The owner waits for nothing (`begin_request` checked), so the edges
-    /// a grant may add *into* it (from waiters now incompatible with it)
-    /// cannot close a cycle.
-    fn grant_now(&mut self, owner: LockOwner, res: Resource, target: LockMode) -> bool {
         let spare = &mut self.spare;
         let q = self
             .queues
             .entry(res)
             .or_insert_with(|| spare.pop().unwrap_or_default());
-        let converting = q.granted_mode(owner).is_some();
-        let ahead = if converting { 0 } else { q.waiting.len() };
-        if !q.blockers(owner, target, ahead).is_empty() {
-            if q.is_empty() {
-                self.drop_queue(res);
+        let prior = q.granted_mode(owner);
+        let target = match prior {
+            Some(held) if held.covers(mode) => return Ok(None),
+            Some(held) => {
+                self.stats.upgrades += 1;
+                held.sup(mode)
             }
-            return false;
+            None => mode,
+        };
+        // A conversion only has to be compatible with the other holders.
+        let ahead = if prior.is_some() { 0 } else { q.waiting.len() };
+        if q.is_blocked(owner, target, ahead) {
+            return Ok(Some(target));
         }
         q.grant(owner, target);
-        self.owners
-            .entry(owner)
-            .or_insert_with(OwnerState::new)
-            .held
-            .insert(res);
-        true
+        if prior.is_none() {
+            match state {
+                Some(s) => s.held.push(res),
+                None => {
+                    let mut s = OwnerState::new();
+                    s.held.push(res);
+                    self.owners.insert(owner, s);
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// [`LockManager::lock_ahead`] for an owner that is itself waiting on
@@ -673,12 +685,15 @@ impl Table {
         if q.granted.iter().any(|g| g.owner != owner && !g.mode.compatible(mode)) {
             return Ok(false);
         }
-        let held = q.granted_mode(owner).map_or(mode, |h| h.sup(mode));
+        let prior = q.granted_mode(owner);
+        let held = prior.map_or(mode, |h| h.sup(mode));
         let mut request = q.remove_waiting(ticket).expect("a waiter is in its queue");
         q.grant(owner, held);
         request.mode = request.mode.sup(held);
         let state = self.owners.get_mut(&owner).expect("a waiter is an owner");
-        state.held.insert(res);
+        if prior.is_none() {
+            state.held.push(res);
+        }
         if held.covers(request.mode) {
             state.wait = None;
             state.wake();
@@ -788,7 +803,7 @@ impl Table {
             ticket,
         });
         let state = self.owners.entry(owner).or_insert_with(OwnerState::new);
-        debug_assert!(state.wait.is_none(), "begin_request refused a waiting owner");
+        debug_assert!(state.wait.is_none(), "try_grant refused a waiting owner");
         state.wait = Some((res, ticket));
         ticket
     }
@@ -821,7 +836,9 @@ impl Table {
         for r in granted {
             let state = self.owners.get_mut(&r.owner).expect("a waiter is an owner");
             state.wait = None;
-            state.held.insert(res);
+            if !r.converting {
+                state.held.push(res);
+            }
             self.outcomes.insert(r.ticket, Outcome::Granted);
             state.wake();
         }
@@ -902,14 +919,18 @@ impl Table {
 
     fn check_invariants(&self) {
         let mut waits_seen: HashMap<LockOwner, (Resource, Ticket)> = HashMap::new();
+        let held_sets: HashMap<LockOwner, HashSet<Resource>> = self
+            .owners
+            .iter()
+            .map(|(o, st)| (*o, st.held.iter().copied().collect()))
+            .collect();
         let mut grants_seen: HashMap<LockOwner, usize> = HashMap::new();
         for (res, q) in &self.queues {
             assert!(!q.is_empty(), "{res}: empty queue kept");
             for (i, a) in q.granted.iter().enumerate() {
                 *grants_seen.entry(a.owner).or_default() += 1;
-                let state = self.owners.get(&a.owner);
                 assert!(
-                    state.is_some_and(|s| s.held.contains(res)),
+                    held_sets.get(&a.owner).is_some_and(|s| s.contains(res)),
                     "{res}: holder {} does not list it as held",
                     a.owner
                 );
@@ -971,6 +992,11 @@ impl Table {
                 grants_seen.get(owner).copied().unwrap_or(0),
                 state.held.len(),
                 "{owner}: held set and granted groups disagree"
+            );
+            assert_eq!(
+                held_sets[owner].len(),
+                state.held.len(),
+                "{owner}: a resource listed as held twice"
             );
             assert_eq!(
                 state.wait,

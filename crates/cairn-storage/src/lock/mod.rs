@@ -38,7 +38,7 @@
 //! # A request's states
 //!
 //! ```text
-//!  (new) ──grant_now───────────────────────▶ Granted ───release_all───▶ (released)
+//!  (new) ──try_grant───────────────────────▶ Granted ───release_all───▶ (released)
 //!    │                                      ▲  │  ▲
 //!    │                               settle │  │  │ settle (the stronger mode),
 //!    └──enqueue──▶ Waiting ─────────────────┘  │  │ cancel (the old mode kept)
@@ -51,8 +51,8 @@
 //!
 //! | from | to | made by | when |
 //! |---|---|---|---|
-//! | (new) | Granted | `Table::grant_now` (from `lock_timeout`, `try_lock`) | no holder or earlier waiter blocks it |
-//! | Granted | Granted (stronger) | `Table::grant_now` | a conversion no other holder blocks |
+//! | (new) | Granted | `Table::try_grant` (from `lock_timeout`, `try_lock`) | no holder or earlier waiter blocks it |
+//! | Granted | Granted (stronger) | `Table::try_grant` | a conversion no other holder blocks |
 //! | (new) | Waiting | `Table::enqueue` (from `lock_timeout`) | blocked; `try_lock` instead returns `false` |
 //! | Granted | Converting | `Table::enqueue` | a blocked conversion; the old mode stays granted |
 //! | Waiting / Converting | Granted | `Table::settle` (from `release_all`, `Table::cancel`) | its blockers are gone; the settler grants it and wakes its owner |

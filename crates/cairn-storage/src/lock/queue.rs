@@ -96,6 +96,19 @@ impl Queue {
         out
     }
 
+    /// Whether [`Queue::blockers`] would name anyone: the grant rule alone,
+    /// without collecting the edges.
+    pub(crate) fn is_blocked(&self, owner: LockOwner, mode: LockMode, ahead: usize) -> bool {
+        self.granted
+            .iter()
+            .any(|g| g.owner != owner && !g.mode.compatible(mode))
+            || self
+                .waiting
+                .iter()
+                .take(ahead)
+                .any(|r| r.owner != owner && !r.mode.compatible(mode))
+    }
+
     /// The blockers of the waiting request at `index` (its waits-for edges).
     pub(crate) fn blockers_of(&self, index: usize) -> Vec<LockOwner> {
         let r = self.waiting[index];
