@@ -411,6 +411,42 @@ impl LockManager {
         }
     }
 
+    /// Lowers the mode `owner` holds on `res` to `mode`, which the held mode
+    /// must cover, and grants what that makes grantable. Not a release —
+    /// strict 2PL still holds what the owner used: a transaction de-escalates
+    /// (`txn/objects.rs`) only after it has taken finer locks on everything
+    /// it read under the coarse one, so what it read stays locked.
+    ///
+    /// Errors: [`Error::InvalidArgument`] if `owner` does not hold `res`, if
+    /// the held mode does not cover `mode`, or if the owner waits (one
+    /// request at a time).
+    pub fn downgrade(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<()> {
+        let mut t = self.lock_table();
+        if let Some((on, _)) = t.owners.get(&owner).and_then(|s| s.wait) {
+            return Err(Error::InvalidArgument(format!(
+                "{owner} waits for {on} and cannot lower its lock on {res}"
+            )));
+        }
+        let Some(q) = t.queues.get_mut(&res) else {
+            return Err(Error::InvalidArgument(format!(
+                "{owner} holds no lock on {res} to lower"
+            )));
+        };
+        let Some(held) = q.granted_mode(owner) else {
+            return Err(Error::InvalidArgument(format!(
+                "{owner} holds no lock on {res} to lower"
+            )));
+        };
+        if !held.covers(mode) {
+            return Err(Error::InvalidArgument(format!(
+                "{owner} holds {held} on {res}, which {mode} is not lower than"
+            )));
+        }
+        q.grant(owner, mode);
+        t.settle(res);
+        Ok(())
+    }
+
     /// The mode `owner` holds on `res`, if any.
     pub fn held_mode(&self, owner: LockOwner, res: &Resource) -> Option<LockMode> {
         self.lock_table().queues.get(res)?.granted_mode(owner)

@@ -1070,3 +1070,28 @@ fn a_thousand_parked_waits_need_no_thread_and_are_granted_in_queue_order() {
     assert_eq!(m.holders(&page(1)).len(), 1000);
     m.check_invariants();
 }
+
+/// Lowering a lock keeps the owner's hold at the lower mode and grants the
+/// waiters the higher one kept out; lowering what is not held, or to a mode
+/// the held one does not cover, is refused and changes nothing.
+#[test]
+fn a_downgrade_keeps_the_lower_mode_and_grants_the_waiters() {
+    let m = manager();
+    m.lock(o(1), page(1), S).unwrap();
+    let wait = m.park(o(2), page(1), IX).unwrap().expect("IX waits for S");
+    assert_eq!(m.waiters(&page(1)), vec![(o(2), IX)]);
+    m.downgrade(o(1), page(1), IS).unwrap();
+    assert_eq!(m.holders(&page(1)), vec![(o(1), IS), (o(2), IX)]);
+    assert!(m.waiters(&page(1)).is_empty());
+    drop(wait);
+    m.check_invariants();
+
+    for (owner, res, mode) in [(o(3), page(1), IS), (o(1), page(1), S), (o(1), page(2), IS)] {
+        assert!(matches!(m.downgrade(owner, res, mode), Err(Error::InvalidArgument(_))));
+    }
+    assert_eq!(m.holders(&page(1)), vec![(o(1), IS), (o(2), IX)]);
+    m.release_all(o(1));
+    m.release_all(o(2));
+    m.check_invariants();
+    assert!(m.holders(&page(1)).is_empty());
+}

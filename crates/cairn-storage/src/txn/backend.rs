@@ -52,6 +52,17 @@ pub trait Backend: Send + Sync {
     /// Takes `res` in `mode` if no other owner is in the way; false if one
     /// is (nothing waits).
     fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool>;
+    /// Lowers `owner`'s lock on `res` to `mode` (which the held one covers)
+    /// where the backend can: `Ok(false)`, nothing changed, where it cannot
+    /// (the default). A transaction de-escalating a page's S it took for
+    /// its reads ([`Txn::set_coarse_reads`]) lowers it to IS once its
+    /// objects are locked one by one.
+    ///
+    /// [`Txn::set_coarse_reads`]: super::Txn::set_coarse_reads
+    fn downgrade_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool> {
+        let _ = (owner, res, mode);
+        Ok(false)
+    }
     /// Takes `res` in `mode` without a thread waiting for it, where the
     /// backend can (a server's clients' transactions, [`Txn::set_parking`]):
     /// granted now, parked in the lock manager's queue, or

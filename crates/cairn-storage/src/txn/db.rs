@@ -98,6 +98,10 @@ pub struct DbStats {
     /// taken late, often at an object-server client's commit, where it
     /// waits for every reader of the page.
     pub escalations: u64,
+    /// Pages held S for an object-locking transaction's reads ("coarse
+    /// reads", `txn/objects.rs`) lowered to IS, with their objects locked
+    /// one by one, before the transaction changed an object there.
+    pub de_escalations: u64,
     /// Pages of file-server commits whose client died before writing them,
     /// repaired by the server (`txn/unwritten.rs`).
     pub pages_repaired: u64,
@@ -117,6 +121,7 @@ pub(super) struct Counters {
     pub(super) checkpoints: AtomicU64,
     pub(super) pages_spilled: AtomicU64,
     pub(super) escalations: AtomicU64,
+    pub(super) de_escalations: AtomicU64,
     pub(super) repaired: AtomicU64,
 }
 
@@ -546,6 +551,7 @@ impl Db {
         pages.spill_to(self.shared.vfs.clone(), &self.shared.dir);
         let mut txn = Txn::new(self.shared.clone(), LockOwner::new(client, id), pages);
         txn.object_locks = self.shared.opts.object_locking;
+        txn.coarse_reads = self.shared.opts.object_locking;
         Ok(txn)
     }
 
@@ -644,6 +650,7 @@ impl Db {
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             pages_spilled: c.pages_spilled.load(Ordering::Relaxed),
             escalations: c.escalations.load(Ordering::Relaxed),
+            de_escalations: c.de_escalations.load(Ordering::Relaxed),
             pages_repaired: c.repaired.load(Ordering::Relaxed),
             wal: self.shared.wal.stats(),
             buffer: self.shared.pool.stats(),

@@ -29,6 +29,14 @@ impl Backend for Shared {
         self.locks.lock(owner, res, mode)
     }
 
+    fn downgrade_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool> {
+        self.locks.downgrade(owner, res, mode)?;
+        self.counters
+            .de_escalations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(true)
+    }
+
     fn try_lock(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<bool> {
         let Some(_guard) = self.before_page_write_lock(owner, res, mode, false)? else {
             return Ok(false);

@@ -22,9 +22,9 @@ use super::spill::PrivatePages;
 pub struct Txn {
     pub(super) db: Arc<dyn Backend>,
     pub(super) id: TxnId,
-    owner: LockOwner,
+    pub(super) owner: LockOwner,
     /// Locks known to be held, to skip the lock manager on repeats.
-    held: crate::fxhash::FxHashMap<Resource, LockMode>,
+    pub(super) held: crate::fxhash::FxHashMap<Resource, LockMode>,
     pub(super) pages: PrivatePages,
     scratch: Vec<u8>,
     pub(super) allocated: Vec<PageId>,
@@ -42,6 +42,14 @@ pub struct Txn {
     pub(super) installed: Vec<(PageId, crate::ids::Lsn)>,
     /// Lock single objects rather than pages (see `objects.rs`).
     pub(super) object_locks: bool,
+    /// Under object locking, reads take S on an object's page while nobody
+    /// writes there: one lock for all the page's objects (`objects.rs`,
+    /// "Coarse reads").
+    pub(super) coarse_reads: bool,
+    /// What coarse reads need to be lowered later: the objects read under
+    /// a page's S, and the pages locked S by page-level accesses, which are
+    /// never lowered (`objects.rs`).
+    pub(super) coarse: super::objects::CoarseReads,
     /// Object-level changes: records changed under object locks.
     pub(super) objects: ObjectChanges,
     /// Most payload bytes `objects` may hold before changes escalate.
@@ -143,6 +151,8 @@ impl Txn {
             changes: 0,
             installed: Vec::new(),
             object_locks: false,
+            coarse_reads: false,
+            coarse: super::objects::CoarseReads::default(),
             objects: ObjectChanges::default(),
             object_bytes_max,
             rebased: Vec::new(),
@@ -260,6 +270,7 @@ impl Txn {
             return self.snapshot_lock(mode).map(|()| true);
         }
         self.run(|t| {
+            t.note_page_level(res, mode);
             if t.holds(res, mode) {
                 return Ok(true);
             }
@@ -348,6 +359,7 @@ impl Txn {
     }
 
     pub(super) fn lock(&mut self, res: Resource, mode: LockMode) -> Result<()> {
+        self.note_page_level(res, mode);
         if self.held.get(&res).is_some_and(|m| m.covers(mode)) {
             return Ok(());
         }
@@ -402,12 +414,27 @@ impl Txn {
     /// it.
     pub fn lock_or_park(&mut self, res: Resource, mode: LockMode) -> Result<bool> {
         self.run(|t| {
+            t.note_page_level(res, mode);
             if t.holds(res, mode) {
                 return Ok(true);
             }
             t.check_allowed(res, mode)?;
             t.park(res, mode)
         })
+    }
+
+    /// A lock asked for on a whole page in S or stronger is a page-level
+    /// access (a scan, a structural change): a page held S for coarse
+    /// reads is then held for that too, and is never de-escalated.
+    fn note_page_level(&mut self, res: Resource, mode: LockMode) {
+        if !self.coarse_reads {
+            return;
+        }
+        if let Resource::Page(p) = res {
+            if !matches!(mode, LockMode::IS | LockMode::IX) {
+                self.coarse.page_level.insert(p);
+            }
+        }
     }
 
     fn note_held(&mut self, res: Resource, mode: LockMode) {
@@ -484,7 +511,9 @@ impl Txn {
     }
 
     pub(super) fn holds(&self, res: Resource, mode: LockMode) -> bool {
-        self.held.get(&res).is_some_and(|m| m.covers(mode))
+        let covers = |r| self.held.get(&r).is_some_and(|m: &LockMode| m.covers(mode));
+        // An object's page locked S or X covers the object in that mode.
+        covers(res) || matches!(res, Resource::Object(oid) if covers(Resource::Page(oid.page)))
     }
 
     /// The committed image of page `id` (the pool's, never a private copy).

@@ -129,7 +129,7 @@ impl Transaction<'_> {
         r.swizzle(slot, gen);
         cache.note_swizzle();
         self.remember(slot, gen, oid, &obj);
-        if self.inner.fault_whole_pages && self.txn.reads_shared_images() && cache.refaulted(oid.page, me) {
+        if self.inner.fault_whole_pages && self.txn.reads_shared_images(oid.page) && cache.refaulted(oid.page, me) {
             let c = self.class_of::<T>()?;
             self.prefetch_page::<T>(c, oid)?;
         }

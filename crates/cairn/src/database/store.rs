@@ -300,8 +300,8 @@ impl Source for Tx {
     }
 
     #[inline]
-    fn reads_shared_images(&self) -> bool {
-        each!(self, t => Source::reads_shared_images(t))
+    fn reads_shared_images(&self, page: PageId) -> bool {
+        each!(self, t => Source::reads_shared_images(t, page))
     }
 
     fn objects_of_page(&mut self, page: PageId, f: impl FnMut(Oid, &[u8])) -> StorageResult<()> {

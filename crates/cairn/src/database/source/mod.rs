@@ -146,12 +146,13 @@ pub(crate) trait Source: StoreOps {
     /// transaction, whose lock decides ([`Trust::Locked`]).
     fn token_of(&self, oid: Oid, bytes: &[u8]) -> u64;
 
-    /// True if a page's other objects may be decoded along with one (the
+    /// True if `page`'s other objects may be decoded along with one (the
     /// whole-page prefetch of `get`), trusting the page's image for all of
-    /// them: the transaction locks whole pages. Under object-level locking
-    /// another transaction may commit a change to another object of the
-    /// page meanwhile, so an image loaded then could outlive that commit.
-    fn reads_shared_images(&self) -> bool;
+    /// them: the transaction holds the whole page locked S, by page
+    /// locking or by a coarse read under object locking. Otherwise another
+    /// transaction may commit a change to another object of the page
+    /// meanwhile, so an image loaded then could outlive that commit.
+    fn reads_shared_images(&self, page: PageId) -> bool;
 
     /// Calls `f` with each object (OID, record) of `page`, which this
     /// transaction has read under its lock, if the image it reads holds

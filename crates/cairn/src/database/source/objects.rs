@@ -58,7 +58,7 @@ impl Source for ObjectTxn {
         self.epoch_of(oid, bytes).unwrap_or(0)
     }
 
-    fn reads_shared_images(&self) -> bool {
+    fn reads_shared_images(&self, _page: PageId) -> bool {
         false
     }
 

@@ -60,15 +60,27 @@ impl Source for Txn {
     }
 
     #[inline]
-    fn reads_shared_images(&self) -> bool {
-        !self.object_locking()
+    fn reads_shared_images(&self, page: PageId) -> bool {
+        !self.object_locking() || self.reads_page_whole(page)
     }
 
     fn objects_of_page(&mut self, page: PageId, f: impl FnMut(Oid, &[u8])) -> StorageResult<()> {
-        if self.object_locking() || self.has_private_copy(page) {
+        if self.has_private_copy(page) {
             return Ok(());
         }
-        self.page_objects(page, f)
+        if !self.object_locking() {
+            return self.page_objects(page, f);
+        }
+        if !self.reads_page_whole(page) {
+            return Ok(());
+        }
+        // Held S for the objects read (a coarse read): the committed image
+        // is the transaction's, and reading it is no page-level access
+        // (which would keep the page's S from ever being lowered).
+        match self.committed_page_image(page)? {
+            Some(image) => cairn_storage::record::object::image_objects(page, &image, f),
+            None => Ok(()),
+        }
     }
 
     fn index_lookup(
@@ -192,20 +204,24 @@ impl Source for Txn {
 /// read; a copy the buffer made has no LSN to check and is not used.
 #[inline]
 fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<ViewBytes> {
-    let check_lsn = txn.object_locking();
-    if check_lsn {
-        txn.lock_object(oid, false)?;
+    // Under object-level locking the object's page may be read whole all
+    // the same (a coarse read's S on it): then as under page locking.
+    let check_lsn = if txn.object_locking() {
+        !txn.lock_object_to_read(oid)?
     } else {
         txn.lock_page(oid.page, false)?;
-    }
+        false
+    };
     if txn.has_private_copy(oid.page) {
         return Ok(ViewBytes::Copy);
     }
     let me = txn.id().0;
-    // Under object-level locking the page is not locked as a whole: its
-    // committed image is read without a page lock.
+    // Under object-level locking the page is not locked as a whole (or is
+    // held S for the objects read, which a page-level read would keep from
+    // being lowered): its committed image is read without a page lock.
+    let object_locking = txn.object_locking();
     let image = |txn: &mut Txn| {
-        if check_lsn {
+        if object_locking {
             txn.committed_page_image(oid.page)
         } else {
             txn.page_image(oid.page)
