@@ -9,6 +9,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+use cairn_storage::btree::BTree;
 use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::{Db, DbOptions, GroupId, Oid, Txn};
 
@@ -187,4 +188,122 @@ fn transactions_may_turn_coarse_reads_off() {
     assert!(!holds(&db, &t, Resource::Page(oids[0].page), LockMode::S));
     assert!(holds(&db, &t, Resource::Object(oids[0]), LockMode::S));
     t.commit().unwrap();
+}
+
+fn key_range_db(dir: &tempfile::TempDir) -> Db {
+    let o = DbOptions {
+        lock_timeout: Duration::from_secs(20),
+        background: false,
+        object_locking: true,
+        key_range_locking: true,
+        ..DbOptions::default()
+    };
+    Db::create(&dir.path().join("db"), &o).unwrap()
+}
+
+fn key(n: u32) -> Vec<u8> {
+    n.to_be_bytes().to_vec()
+}
+
+/// A committed unique tree holding `keys` (value = key).
+fn tree_with(db: &Db, keys: impl IntoIterator<Item = u32>) -> BTree {
+    let mut t = db.begin().unwrap();
+    let tree = BTree::create(&mut t, GroupId::DEFAULT, true).unwrap();
+    for k in keys {
+        t.tree_insert(&tree, &key(k), &key(k)).unwrap();
+    }
+    t.commit().unwrap();
+    tree
+}
+
+#[test]
+fn lookups_in_a_tree_nobody_changes_take_one_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = key_range_db(&dir);
+    let tree = tree_with(&db, (0..100).map(|k| k * 10));
+    let whole = Resource::Tree(tree.root());
+
+    let mut reader = db.begin().unwrap();
+    let before = db.stats().locks.requests;
+    for k in [10, 20, 25, 500, 990] {
+        let found = reader.tree_get(&tree, &key(k)).unwrap();
+        assert_eq!(found.is_some(), k % 10 == 0, "{k}");
+    }
+    assert_eq!(db.stats().locks.requests - before, 1, "one request: S on the tree");
+    assert!(holds(&db, &reader, whole, LockMode::S));
+    // An insert anywhere meets the reader's S until it ends.
+    let mut w = db.begin().unwrap();
+    assert!(!w.try_lock_resource(whole, LockMode::IX).unwrap());
+    reader.commit().unwrap();
+    assert!(w.tree_insert(&tree, &key(15), b"x").unwrap());
+    w.commit().unwrap();
+}
+
+#[test]
+fn a_reader_that_changes_the_tree_locks_what_it_read_key_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = key_range_db(&dir);
+    let tree = tree_with(&db, (0..100).map(|k| k * 10));
+    let whole = Resource::Tree(tree.root());
+
+    let mut t1 = db.begin().unwrap();
+    assert!(t1.tree_get(&tree, &key(200)).unwrap().is_some());
+    assert!(t1.tree_get(&tree, &key(305)).unwrap().is_none());
+    assert!(t1.tree_insert(&tree, &key(995), b"x").unwrap());
+    assert!(holds(&db, &t1, whole, LockMode::IX) && !holds(&db, &t1, whole, LockMode::S));
+    // What it read is locked key by key: the entry 200 (the gap below it)
+    // and the gap 305 fell in (below 310).
+    for (k, v) in [(200, key(200)), (310, key(310))] {
+        let gap = t1.tree_gap_below(&tree, &key(k), &v).unwrap();
+        assert!(holds(&db, &t1, gap, LockMode::S), "the gap below {k}");
+    }
+    // Others insert beside it at once, but not into what it read.
+    let mut t2 = db.begin().unwrap();
+    assert!(t2.tree_insert(&tree, &key(505), b"y").unwrap());
+    let gap = t2.tree_gap_below(&tree, &key(310), &key(310)).unwrap();
+    assert!(!t2.try_lock_resource(gap, LockMode::IX).unwrap());
+    t2.commit().unwrap();
+    t1.commit().unwrap();
+}
+
+/// A transaction about to wait for a lock lowers its coarse locks first,
+/// so a writer never waits for a transaction that itself waits.
+#[test]
+fn a_transaction_that_waits_holds_no_coarse_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(key_range_db(&dir));
+    let tree = tree_with(&db, (0..10).map(|k| k * 10));
+    let oids = seed(&db, 3);
+    let whole = Resource::Tree(tree.root());
+    let page = Resource::Page(oids[0].page);
+
+    let mut holder = db.begin().unwrap();
+    holder.update(oids[2], &[6u8; 100]).unwrap();
+
+    let mut t1 = db.begin().unwrap();
+    t1.tree_get(&tree, &key(30)).unwrap();
+    let owner = t1.owner();
+    assert!(holds(&db, &t1, whole, LockMode::S));
+    // IX on the page is held by `holder`: t1 reads oids[0] object by
+    // object; then it wants the object `holder` changes, and waits.
+    t1.read(oids[0]).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let r = t1.read(oids[2]);
+        (t1, r)
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while db.holds_lock(owner, &whole, LockMode::S) {
+        assert!(std::time::Instant::now() < deadline, "t1 never lowered the tree's S");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(db.holds_lock(owner, &whole, LockMode::IS));
+    assert!(db.holds_lock(owner, &page, LockMode::IS));
+    // An insert into the tree goes on while t1 waits.
+    let mut w = db.begin().unwrap();
+    assert!(w.tree_insert(&tree, &key(55), b"x").unwrap());
+    w.commit().unwrap();
+    holder.commit().unwrap();
+    let (t1, r) = waiter.join().unwrap();
+    assert_eq!(r.unwrap(), vec![6u8; 100]);
+    t1.commit().unwrap();
 }

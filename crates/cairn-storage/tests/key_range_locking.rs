@@ -117,6 +117,9 @@ fn a_scanned_range_stays_as_read_until_the_reader_ends() {
     let db = Db::create(&dir.path().join("db"), &opts(Duration::from_millis(100))).unwrap();
     let tree = tree_with(&db, true, (0..100).map(|k| k * 10));
     let mut reader = db.begin().unwrap();
+    // The range's own locks, not S on the whole tree (a coarse read, which
+    // would keep every insert out: tests/coarse_reads.rs).
+    reader.set_coarse_reads(false);
     let read = scan(
         &mut reader,
         &tree,

@@ -8,7 +8,7 @@ use crate::ids::{ClientId, GroupId, Oid, PageId, TxnId};
 /// modes; pages and objects take `S` and `X`. The lock manager does not
 /// enforce the hierarchy: callers lock top-down (volume, group, page or
 /// object) and the intention modes make conflicting coarse locks wait.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub enum Resource {
     /// The whole volume.
     Volume,
@@ -32,6 +32,16 @@ pub enum Resource {
     Gap(PageId, u64),
     /// The gap above the last entry of a B+-tree.
     TreeEnd(PageId),
+}
+
+impl Resource {
+    /// The tree (its root) an entry, gap or tree-end lock belongs to.
+    pub fn tree(&self) -> Option<PageId> {
+        match *self {
+            Resource::Entry(root, _) | Resource::Gap(root, _) | Resource::TreeEnd(root) => Some(root),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Resource {

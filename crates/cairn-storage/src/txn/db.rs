@@ -551,7 +551,7 @@ impl Db {
         pages.spill_to(self.shared.vfs.clone(), &self.shared.dir);
         let mut txn = Txn::new(self.shared.clone(), LockOwner::new(client, id), pages);
         txn.object_locks = self.shared.opts.object_locking;
-        txn.coarse_reads = self.shared.opts.object_locking;
+        txn.coarse_reads = self.shared.opts.object_locking || self.shared.opts.key_range_locking;
         Ok(txn)
     }
 

@@ -248,6 +248,15 @@ fn hash_id(root: PageId, id: &EntryId) -> u64 {
     h.finish()
 }
 
+/// [`hash_id`] of the identity `(key, value)` without making it: a slice
+/// hashes as the `Vec` holding it does.
+fn hash_parts(root: PageId, key: &[u8], value: &[u8]) -> u64 {
+    let mut h = crate::fxhash::FxHasher::default();
+    root.hash(&mut h);
+    (key, value).hash(&mut h);
+    h.finish()
+}
+
 fn identity(unique: bool, key: &[u8], value: &[u8]) -> EntryId {
     if unique {
         (key.to_vec(), Vec::new())
@@ -488,11 +497,23 @@ impl Txn {
     }
 
     fn tree_state(&mut self, tree: &BTree) -> Result<Arc<TreeState>> {
+        let root = tree.root();
+        if let Some(own) = self.key_trees.trees.get(&root) {
+            return Ok(Arc::clone(&own.state));
+        }
         let Some(ranges) = self.db.key_ranges() else {
             return Err(Error::Internal("this backend does not lock key ranges".into()));
         };
         let db = Arc::clone(&self.db);
-        ranges.get_or_make(tree.root(), || tree.is_unique(&mut Newest { db: &*db }))
+        let state = ranges.get_or_make(root, || tree.is_unique(&mut Newest { db: &*db }))?;
+        // Kept by the transaction (no trip to the shared map and its mutex
+        // on the next operation) once it holds a lock on the whole tree:
+        // the tree cannot be destroyed, and its root page reused for
+        // another, until the transaction ends.
+        if self.holds(Resource::Tree(root), LockMode::IS) {
+            self.own_tree(tree, &state);
+        }
+        Ok(state)
     }
 
     /// Inserts `(key, value)` into `tree` (see [`BTree::insert`] for the
@@ -506,6 +527,7 @@ impl Txn {
         }
         crate::btree::check_entry_size(self.db.page_size(), key, value)?;
         let root = tree.root();
+        self.de_escalate_tree(root)?;
         self.lock(Resource::Tree(root), LockMode::IX)?;
         let state = self.tree_state(tree)?;
         let id = identity(state.unique, key, value);
@@ -593,6 +615,7 @@ impl Txn {
             return tree.delete(self, key, value);
         }
         let root = tree.root();
+        self.de_escalate_tree(root)?;
         self.lock(Resource::Tree(root), LockMode::IX)?;
         let state = self.tree_state(tree)?;
         let ids: Vec<EntryId> = match value {
@@ -692,7 +715,7 @@ impl Txn {
             return Ok(());
         }
         let root = tree.root();
-        self.lock(Resource::Tree(root), LockMode::IS)?;
+        self.lock_tree_to_read(root)?;
         let state = self.tree_state(tree)?;
         let point = matches!((lo, hi), (Bound::Included(a), Bound::Included(b)) if a == b);
         let mut after: Option<EntryId> = None;
@@ -775,13 +798,69 @@ impl Txn {
         Ok((handed, Next::Done))
     }
 
-    /// S on `res` if it can be had without waiting (covered by what the
-    /// transaction holds, or granted now).
+    /// S on `res` (an entry or gap) if it can be had without waiting:
+    /// covered by what the transaction holds — the lock itself, or S on
+    /// its whole tree (a coarse read's, which notes it) — or granted now.
     fn try_lock_shared(&mut self, res: Resource) -> Result<bool> {
-        if self.holds(res, LockMode::S) {
+        if self.holds(res, LockMode::S) || self.covered_by_tree(res) {
             return Ok(true);
         }
         self.try_lock_resource(res, LockMode::S)
+    }
+
+    /// True if the transaction holds S on the whole tree of `res` (taken by
+    /// [`Txn::lock_tree_to_read`]); `res` is then noted, to be locked by
+    /// itself if the tree's S is lowered (`Txn::de_escalate_tree`).
+    fn covered_by_tree(&mut self, res: Resource) -> bool {
+        let Some(root) = res.tree() else { return false };
+        if !self
+            .held
+            .get(&Resource::Tree(root))
+            .is_some_and(|m| m.covers(LockMode::S))
+        {
+            return false;
+        }
+        self.coarse.keys.note(res);
+        true
+    }
+
+    /// The lock a read of the tree at `root` holds on the whole tree:
+    /// under coarse reads S if nobody holds or waits for IX there (asked
+    /// with `try_lock`: it never waits) — one lock covering every entry and
+    /// gap the transaction reads there, which it then only notes — else,
+    /// or if it already holds another, IS.
+    fn lock_tree_to_read(&mut self, root: PageId) -> Result<()> {
+        let res = Resource::Tree(root);
+        if self.held.contains_key(&res) || !self.coarse_reads || self.snapshot.is_some() {
+            return self.lock(res, LockMode::IS);
+        }
+        if self.db.try_lock(self.owner, res, LockMode::S)? {
+            self.held.insert(res, LockMode::S);
+            self.coarse.active = true;
+            return Ok(());
+        }
+        self.lock(res, LockMode::IS)
+    }
+
+    /// Before a change of the tree at `root`: if the transaction holds S on
+    /// the whole tree for its reads, locks each entry and gap it read
+    /// there S (granted at once: nobody else holds IX on the tree, so
+    /// nobody holds X or IX on its entries and gaps) and lowers the tree's
+    /// S to IS, so that the change's IX does not exclude other inserters;
+    /// what it read stays locked (the coarse reads of `txn/objects.rs`,
+    /// for a tree).
+    pub(super) fn de_escalate_tree(&mut self, root: PageId) -> Result<()> {
+        let res = Resource::Tree(root);
+        if self.held.get(&res) != Some(&LockMode::S) {
+            return Ok(());
+        }
+        for key in self.coarse.keys.take_unless(|r| r.tree() != Some(root)) {
+            self.lock(key, LockMode::S)?;
+        }
+        if self.db.downgrade_lock(self.owner, res, LockMode::IS)? {
+            self.held.insert(res, LockMode::IS);
+        }
+        Ok(())
     }
 
     /// True if a lookup of `key` in `tree` may be answered from a cache of
@@ -792,7 +871,7 @@ impl Txn {
         if !self.locks_key_ranges(tree) {
             return false;
         }
-        let Some(own) = self.key_trees.trees.get(&tree.root()) else {
+        let Some(own) = self.key_trees.trees.get(&tree.root()).filter(|t| !t.changes.is_empty()) else {
             return true;
         };
         let from = (key.to_vec(), Vec::new());
@@ -817,22 +896,37 @@ impl Txn {
     ) -> Result<()> {
         self.check_active()?;
         let root = tree.root();
-        self.lock(Resource::Tree(root), LockMode::IS)?;
-        let unique = self.tree_state(tree)?.unique;
-        for v in values {
-            self.lock(gap_of(root, Some(&identity(unique, key, v))), LockMode::S)?;
+        let whole = Resource::Tree(root);
+        if !self.held.contains_key(&whole) {
+            self.lock_tree_to_read(root)?;
         }
-        match past {
-            Some(gap) if !unique => self.lock(gap, LockMode::S),
-            _ => Ok(()),
+        // Under S on the whole tree (a coarse read) the locks are only noted.
+        let coarse = self.held.get(&whole).is_some_and(|m| m.covers(LockMode::S));
+        let unique = match self.key_trees.trees.get(&root) {
+            Some(own) => own.state.unique,
+            None => self.tree_state(tree)?.unique,
+        };
+        let past = past.filter(|_| !unique);
+        let gaps = values
+            .iter()
+            .map(|v| Resource::Gap(root, hash_parts(root, key, if unique { &[][..] } else { v })))
+            .chain(past);
+        for gap in gaps {
+            if coarse {
+                self.coarse.keys.note(gap);
+            } else {
+                self.lock(gap, LockMode::S)?;
+            }
         }
+        Ok(())
     }
 
     /// The lock on the gap just below the entry `(key, value)` of `tree`
     /// (under key-range locking).
     pub fn tree_gap_below(&mut self, tree: &BTree, key: &[u8], value: &[u8]) -> Result<Resource> {
         let unique = self.tree_state(tree)?.unique;
-        Ok(gap_of(tree.root(), Some(&identity(unique, key, value))))
+        let value = if unique { &[][..] } else { value };
+        Ok(Resource::Gap(tree.root(), hash_parts(tree.root(), key, value)))
     }
 
     /// The leaf of `tree` whose range holds `key`, as the tree stands now
@@ -869,6 +963,14 @@ impl Txn {
             self.lock(Resource::Tree(tree.root()), LockMode::X)?;
             if let Some(r) = self.db.key_ranges() {
                 r.forget(tree.root());
+            }
+            if self
+                .key_trees
+                .trees
+                .get(&tree.root())
+                .is_some_and(|t| t.changes.is_empty())
+            {
+                self.key_trees.trees.remove(&tree.root());
             }
         }
         tree.destroy(self)
@@ -990,5 +1092,34 @@ impl PageAccess for Apply<'_> {
         self.touched.push(id);
         self.txn.to_free.insert(id);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lock a lookup takes by hashing slices is the lock an insert or
+    /// a scan takes by hashing the entry's identity: else a cached lookup
+    /// would lock another gap than the writer checks.
+    #[test]
+    fn hashing_the_parts_hashes_the_identity() {
+        let root = PageId(7);
+        for (unique, key, value) in [
+            (true, &b"k"[..], &b"v1"[..]),
+            (false, &b"k"[..], &b"v1"[..]),
+            (false, &b""[..], &b""[..]),
+            (false, &b"ab"[..], &b"c"[..]),
+            (false, &b"a"[..], &b"bc"[..]),
+        ] {
+            let value_part = if unique { &[][..] } else { value };
+            assert_eq!(
+                hash_parts(root, key, value_part),
+                hash_id(root, &identity(unique, key, value)),
+                "{key:?} {value:?}"
+            );
+        }
+        // The length prefixes keep a split between key and value apart.
+        assert_ne!(hash_parts(root, b"ab", b"c"), hash_parts(root, b"a", b"bc"));
     }
 }

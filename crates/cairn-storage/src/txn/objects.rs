@@ -89,48 +89,96 @@ use super::Txn;
 /// sorts it unless it changes an object on a page it read.
 const COARSE_DEDUP_AT: usize = 1 << 16;
 
-/// What a transaction under coarse reads keeps to lower a page's S later
-/// ([`Txn::de_escalate`]): one list of the objects read under pages held S
-/// (no entry per page, so a read costs a push), and the pages locked S or
-/// stronger by page-level accesses (a scan), which are never lowered.
+/// What a transaction under coarse reads keeps to lower a page's or a
+/// tree's S later ([`Txn::de_escalate`], `Txn::de_escalate_tree`): the
+/// objects read under pages held S and the entry and gap locks a tree
+/// held S covered (no entry per page or tree, so a read costs a push), and
+/// the pages locked S or stronger by page-level accesses (a scan), which
+/// are never lowered.
 #[derive(Debug, Default)]
 pub(crate) struct CoarseReads {
-    read: Vec<Oid>,
-    /// Whether `read` is sorted and free of duplicates.
-    sorted: bool,
-    /// The length at which `read` is deduplicated next.
-    dedup_at: usize,
+    /// Whether a coarse lock may be held (set when one is taken, cleared
+    /// when [`Txn::lower_coarse_locks`] lowers them all).
+    pub(super) active: bool,
+    read: Noted<Oid>,
+    pub(super) keys: Noted<Resource>,
     pub(super) page_level: crate::fxhash::FxHashSet<PageId>,
 }
 
 impl CoarseReads {
     fn note_read(&mut self, at: Oid) {
-        if self.read.last() == Some(&at) {
-            return;
-        }
-        self.read.push(at);
-        self.sorted = false;
-        if self.read.len() >= self.dedup_at.max(COARSE_DEDUP_AT) {
-            self.sort();
-            self.dedup_at = 2 * self.read.len();
-        }
-    }
-
-    fn sort(&mut self) {
-        if !self.sorted {
-            self.read.sort_unstable();
-            self.read.dedup();
-            self.sorted = true;
-        }
+        self.read.note(at);
     }
 
     /// The objects of `page` read, taken out of the list (OIDs order by
     /// page first).
     fn take_page(&mut self, page: PageId) -> Vec<Oid> {
+        self.read.take(|o| o.page.cmp(&page))
+    }
+}
+
+/// A list of things noted, deduplicated now and then (see
+/// [`COARSE_DEDUP_AT`]).
+#[derive(Debug)]
+pub(crate) struct Noted<T> {
+    items: Vec<T>,
+    /// Whether `items` is sorted and free of duplicates.
+    sorted: bool,
+    /// The length at which `items` is deduplicated next.
+    dedup_at: usize,
+}
+
+impl<T> Default for Noted<T> {
+    fn default() -> Self {
+        Noted {
+            items: Vec::new(),
+            sorted: true,
+            dedup_at: COARSE_DEDUP_AT,
+        }
+    }
+}
+
+impl<T: Ord + Copy> Noted<T> {
+    pub(super) fn note(&mut self, x: T) {
+        if self.items.last() == Some(&x) {
+            return;
+        }
+        self.items.push(x);
+        self.sorted = false;
+        if self.items.len() >= self.dedup_at {
+            self.sort();
+            self.dedup_at = (2 * self.items.len()).max(COARSE_DEDUP_AT);
+        }
+    }
+
+    fn sort(&mut self) {
+        if !self.sorted {
+            self.items.sort_unstable();
+            self.items.dedup();
+            self.sorted = true;
+        }
+    }
+
+    /// The items in the run where `place` answers `Equal` (the items
+    /// order by it), taken out of the list.
+    pub(super) fn take(&mut self, place: impl Fn(&T) -> std::cmp::Ordering) -> Vec<T> {
         self.sort();
-        let from = self.read.partition_point(|o| o.page < page);
-        let to = from + self.read[from..].partition_point(|o| o.page == page);
-        self.read.drain(from..to).collect()
+        let from = self.items.partition_point(|x| place(x).is_lt());
+        let to = from + self.items[from..].partition_point(|x| place(x).is_eq());
+        self.items.drain(from..to).collect()
+    }
+
+    /// The items `keep` refuses, taken out of the list (deduplicated).
+    pub(super) fn take_unless(&mut self, keep: impl Fn(&T) -> bool) -> Vec<T> {
+        self.sort();
+        let mut taken = Vec::new();
+        self.items.retain(|x| {
+            keep(x) || {
+                taken.push(*x);
+                false
+            }
+        });
+        taken
     }
 }
 
@@ -383,6 +431,7 @@ impl Txn {
                     return Ok(false);
                 }
                 self.held.insert(page, LockMode::S);
+                self.coarse.active = true;
             }
         }
         if self.coarse_reads {
@@ -401,6 +450,7 @@ impl Txn {
     /// the page's S (the change's IX then makes it SIX).
     fn de_escalate(&mut self, page: PageId) -> Result<()> {
         if !self.coarse_reads
+            || !self.object_locks
             || self.held.get(&Resource::Page(page)) != Some(&LockMode::S)
             || self.coarse.page_level.contains(&page)
         {
@@ -411,6 +461,37 @@ impl Txn {
         }
         if self.db.downgrade_lock(self.owner, Resource::Page(page), LockMode::IS)? {
             self.held.insert(Resource::Page(page), LockMode::IS);
+        }
+        Ok(())
+    }
+
+    /// Lowers every coarse lock the transaction holds — pages held S for
+    /// object reads ([`Txn::de_escalate`]) and trees held S for key-range
+    /// reads (`Txn::de_escalate_tree`) — before it does anything that may
+    /// wait for another transaction. So **a waiting transaction holds no
+    /// coarse lock**: a writer that waits for a coarse lock waits for a
+    /// transaction that is running, never for one that waits in turn, and
+    /// coarse reads close no deadlock cycle that object and key locks
+    /// would not.
+    pub(super) fn lower_coarse_locks(&mut self) -> Result<()> {
+        if !self.coarse.active {
+            return Ok(());
+        }
+        self.coarse.active = false;
+        let mut pages = Vec::new();
+        let mut trees = Vec::new();
+        for (res, mode) in &self.held {
+            match (res, mode) {
+                (Resource::Page(p), LockMode::S) => pages.push(*p),
+                (Resource::Tree(root), LockMode::S) => trees.push(*root),
+                _ => {}
+            }
+        }
+        for p in pages {
+            self.de_escalate(p)?;
+        }
+        for root in trees {
+            self.de_escalate_tree(root)?;
         }
         Ok(())
     }

@@ -44,7 +44,8 @@ pub struct Txn {
     pub(super) object_locks: bool,
     /// Under object locking, reads take S on an object's page while nobody
     /// writes there: one lock for all the page's objects (`objects.rs`,
-    /// "Coarse reads").
+    /// "Coarse reads"); under key-range locking, reads of a tree take S on
+    /// the whole tree while nobody changes it (`keys.rs`).
     pub(super) coarse_reads: bool,
     /// What coarse reads need to be lowered later: the objects read under
     /// a page's S, and the pages locked S by page-level accesses, which are
@@ -370,6 +371,14 @@ impl Txn {
         if self.parking && self.park(res, mode)? {
             return Ok(());
         }
+        if self.coarse.active {
+            // Granted now, or lower the coarse locks before waiting.
+            if self.db.try_lock(self.owner, res, mode)? {
+                self.note_held(res, mode);
+                return Ok(());
+            }
+            self.lower_coarse_locks()?;
+        }
         if let Err(e) = self.db.lock(self.owner, res, mode) {
             // A deadlock victim or a timed-out waiter must give its locks
             // up; whatever it was in the middle of stays half-done.
@@ -427,7 +436,7 @@ impl Txn {
     /// access (a scan, a structural change): a page held S for coarse
     /// reads is then held for that too, and is never de-escalated.
     fn note_page_level(&mut self, res: Resource, mode: LockMode) {
-        if !self.coarse_reads {
+        if !self.coarse_reads || !self.object_locks {
             return;
         }
         if let Resource::Page(p) = res {
@@ -953,6 +962,8 @@ impl Txn {
 
     pub(super) fn allocate_page(&mut self, group: GroupId, near: Option<PageId>, ty: PageType) -> Result<PageId> {
         self.check_allowed(Resource::Group(group), LockMode::IX)?;
+        // The backend may wait for the group's lock.
+        self.lower_coarse_locks()?;
         let p = self.db.allocate(self.owner, group, near, ty)?;
         self.allocated.push(p);
         self.changes += 1;

@@ -344,9 +344,15 @@ fn index_lookup_by_key(
     let start = out.len();
     if cacheable {
         if let Some((leaf, version, past)) = cache.get_with_past(key, first_only, out) {
-            let values: Vec<[u8; Oid::ENCODED_SIZE]> = out[start..].iter().map(|o| o.to_bytes()).collect();
-            let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
-            txn.lock_tree_lookup(&tree, key, &values, if first_only { None } else { past })?;
+            let past = if first_only { None } else { past };
+            if let [one] = &out[start..] {
+                // The usual answer (a unique key): no lists to make.
+                txn.lock_tree_lookup(&tree, key, &[&one.to_bytes()[..]], past)?;
+            } else {
+                let values: Vec<[u8; Oid::ENCODED_SIZE]> = out[start..].iter().map(|o| o.to_bytes()).collect();
+                let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
+                txn.lock_tree_lookup(&tree, key, &values, past)?;
+            }
             if cache.still(leaf, version) {
                 return Ok(IndexAnswer::Cached);
             }
