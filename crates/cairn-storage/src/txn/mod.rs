@@ -72,6 +72,7 @@ mod versions;
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, TreeChangeHook, WriteLockHook};
 pub use keys::{KeyRanges, TreeState};
+pub use objects::PageRead;
 pub use remote::CommitCheck;
 pub use salvage::Salvaged;
 pub use transaction::{ProtectedPages, Restriction, Txn};

@@ -89,6 +89,23 @@ use super::Txn;
 /// sorts it unless it changes an object on a page it read.
 const COARSE_DEDUP_AT: usize = 1 << 16;
 
+/// How a read of an object is covered ([`Txn::lock_object_to_read`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageRead {
+    /// By the object's own lock (or the page is the transaction's own
+    /// copy): the page's other objects may change meanwhile, so an image of
+    /// the page kept from before is used only if its LSN is still the
+    /// committed one, read now.
+    Object,
+    /// By S on the whole page, which the transaction has not changed: no
+    /// commit can change the page until the transaction ends, so its
+    /// committed LSN is this one (read once per page and transaction). An
+    /// image kept from before is used only if it has this LSN: one faulted
+    /// by another transaction before a commit changed the page may still be
+    /// about (that one replaces it when it notices).
+    Whole(crate::ids::Lsn),
+}
+
 /// What a transaction under coarse reads keeps to lower a page's or a
 /// tree's S later ([`Txn::de_escalate`], `Txn::de_escalate_tree`): the
 /// objects read under pages held S and the entry and gap locks a tree
@@ -103,6 +120,8 @@ pub(crate) struct CoarseReads {
     read: Noted<Oid>,
     pub(super) keys: Noted<Resource>,
     pub(super) page_level: crate::fxhash::FxHashSet<PageId>,
+    /// The pages read whole, with their committed LSNs ([`PageRead::Whole`]).
+    checked: crate::fxhash::FxHashMap<PageId, crate::ids::Lsn>,
 }
 
 impl CoarseReads {
@@ -381,23 +400,30 @@ impl Txn {
         self.take_object_locks(at, exclusive)
     }
 
-    /// [`Txn::lock_object`] for a read, answering
-    /// [`Txn::reads_page_whole`] for the object's page: true if the read
-    /// is covered by an S lock on the whole page (a coarse read's) and the
-    /// transaction changed nothing there — the one call a typed layer
-    /// makes before it reads an object.
-    pub fn lock_object_to_read(&mut self, at: Oid) -> Result<bool> {
+    /// [`Txn::lock_object`] for a read, answering how the object's page
+    /// is covered ([`PageRead`]) — the one call a typed layer makes before
+    /// it reads an object under object-level locking.
+    pub fn lock_object_to_read(&mut self, at: Oid) -> Result<PageRead> {
         self.check_active()?;
         if !self.object_level(at.page) {
+            // The transaction's own copy of the page: read as it is.
             self.lock_page(at.page, false)?;
-            return Ok(self.reads_page_whole(at.page));
+            return Ok(PageRead::Object);
         }
-        if self.read_under_page_lock(at)? {
-            return Ok(self.objects.pages.is_empty() || !self.objects.pages.contains_key(&at.page));
+        if !self.read_under_page_lock(at)? {
+            self.lock(Resource::Page(at.page), LockMode::IS)?;
+            self.lock(Resource::Object(at), LockMode::S)?;
+            return Ok(PageRead::Object);
         }
-        self.lock(Resource::Page(at.page), LockMode::IS)?;
-        self.lock(Resource::Object(at), LockMode::S)?;
-        Ok(false)
+        if !self.objects.pages.is_empty() && self.objects.pages.contains_key(&at.page) {
+            return Ok(PageRead::Object);
+        }
+        if let Some(&lsn) = self.coarse.checked.get(&at.page) {
+            return Ok(PageRead::Whole(lsn));
+        }
+        let lsn = self.committed_page_lsn(at.page)?;
+        self.coarse.checked.insert(at.page, lsn);
+        Ok(PageRead::Whole(lsn))
     }
 
     /// The intention lock on `at`'s page and the object's own lock — or,

@@ -204,14 +204,16 @@ impl Source for Txn {
 /// read; a copy the buffer made has no LSN to check and is not used.
 #[inline]
 fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<ViewBytes> {
-    // Under object-level locking the object's page may be read whole all
-    // the same (a coarse read's S on it): then as under page locking.
-    let check_lsn = if txn.object_locking() {
-        !txn.lock_object_to_read(oid)?
+    // Under object-level locking an image is read in place only with the
+    // page's committed LSN: read now, or — the page held S whole (a coarse
+    // read), so that no commit can change it — once per transaction.
+    let read = if txn.object_locking() {
+        Some(txn.lock_object_to_read(oid)?)
     } else {
         txn.lock_page(oid.page, false)?;
-        false
+        None
     };
+    let check_lsn = read.is_some();
     if txn.has_private_copy(oid.page) {
         return Ok(ViewBytes::Copy);
     }
@@ -241,7 +243,10 @@ fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<V
     if check_lsn {
         found = match found {
             Some(l) if l.in_page => {
-                let now = txn.committed_page_lsn(oid.page)?;
+                let now = match read {
+                    Some(cairn_storage::txn::PageRead::Whole(lsn)) => lsn,
+                    _ => txn.committed_page_lsn(oid.page)?,
+                };
                 if cairn_storage::page::lsn(&l.bytes) == now {
                     Some(l)
                 } else {
