@@ -1019,6 +1019,19 @@ impl Table {
                 );
             }
         }
+        self.check_owners_and_waits(&grants_seen, &held_sets, &waits_seen);
+    }
+
+    /// The owner and wait half of [`Table::check_invariants`]: each owner's
+    /// held list against the granted groups (`grants_seen`, `held_sets`),
+    /// its recorded wait against the queues (`waits_seen`), the external
+    /// edges, and no cycle.
+    fn check_owners_and_waits(
+        &self,
+        grants_seen: &HashMap<LockOwner, usize>,
+        held_sets: &HashMap<LockOwner, HashSet<Resource>>,
+        waits_seen: &HashMap<LockOwner, (Resource, Ticket)>,
+    ) {
         for (owner, state) in &self.owners {
             assert!(
                 !state.held.is_empty() || state.wait.is_some(),
