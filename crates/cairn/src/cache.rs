@@ -68,6 +68,10 @@ type Outbox = cairn_storage::fxhash::FxHashMap<u64, Vec<(Oid, Arc<[u8]>)>>;
 struct Shared {
     buf: DualBuffer,
     outbox: Outbox,
+    /// Counts [`ObjectCache::installed`] calls: a page image read before a
+    /// commit installed its page is faulted in only if no install happened
+    /// since it was read ([`ObjectCache::fault_in_since`]).
+    installs: u64,
 }
 
 impl Shared {
@@ -258,6 +262,7 @@ impl ObjectCache {
             dual: Mutex::new(Shared {
                 buf: dual,
                 outbox: Outbox::default(),
+                installs: 0,
             }),
         }
     }
@@ -463,6 +468,41 @@ impl ObjectCache {
     pub fn fault_in(&self, owner: u64, oid: Oid, image: Arc<[u8]>) -> Result<Option<Located>> {
         self.dual()
             .call(Some((oid.page, image)), |buf, fault| buf.access(owner, oid, fault))
+    }
+
+    /// Where the count of installs stands ([`ObjectCache::fault_in_since`]):
+    /// taken before a page image is read without a lock on the whole page.
+    pub fn installs(&self) -> u64 {
+        self.dual().installs
+    }
+
+    /// [`ObjectCache::fault_in`] of an image read after [`ObjectCache::installs`]
+    /// answered `since`, without a lock on the whole page (under object
+    /// locking): refused (`None`, as a record not read in place) if a
+    /// commit installed any page since — the image may predate it, and
+    /// would stay in the buffer after [`ObjectCache::installed`] dropped
+    /// that page's images. So every image the buffer holds of a page is
+    /// as new as the page's last install.
+    pub fn fault_in_since(&self, since: u64, owner: u64, oid: Oid, image: Arc<[u8]>) -> Result<Option<Located>> {
+        let mut dual = self.dual();
+        if dual.installs != since {
+            return Ok(None);
+        }
+        dual.call(Some((oid.page, image)), |buf, fault| buf.access(owner, oid, fault))
+    }
+
+    /// A commit installed `pages` (its locks are not released yet): their
+    /// images leave the buffer, and faults of images read before are
+    /// refused from now on (the storage engine's install hook, under
+    /// object locking).
+    pub fn installed(&self, pages: &[cairn_storage::PageId]) {
+        let mut dual = self.dual();
+        dual.installs += 1;
+        for &page in pages {
+            if dual.buf.invalidate_page(page) {
+                self.invalidations.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Transaction `owner` changed `oid` to `bytes` (its encoded record),

@@ -122,6 +122,12 @@ impl Shared {
                 Ok((lsns, commit_lsn)) => self.make_durable_and_install(t, &lsns, commit_lsn),
             }
         };
+        if decided.is_ok() {
+            if let Some(hook) = self.install_hook.get() {
+                let pages: Vec<PageId> = t.installed.iter().map(|(p, _)| *p).collect();
+                hook(&pages);
+            }
+        }
         self.commit_installed(t);
         let result = decided.and_then(|()| self.free_deferred(t));
         if let Err(e) = &result {

@@ -138,6 +138,14 @@ pub type HookGuard = Option<Box<dyn std::any::Any + Send>>;
 /// the commit changed.
 pub type TreeChangeHook = dyn Fn(PageId, &[PageId]) + Send + Sync;
 
+/// The function [`Db::set_install_hook`] sets: called with the pages a
+/// commit installed, once they are the committed images and before the
+/// commit's locks are released — so a cache of page images (the typed
+/// layer's dual buffer, under object locking, where a commit changes a
+/// page others may be reading objects of) drops the old images before any
+/// transaction can lock the whole page again.
+pub type InstallHook = dyn Fn(&[PageId]) + Send + Sync;
+
 /// The function [`Db::set_write_lock_hook`] sets: (owner, page or object,
 /// mode, may wait) → `Some(guard)` to go on, `None` if it would have to
 /// wait and may not.
@@ -202,6 +210,8 @@ pub(crate) struct Shared {
     /// Called when a commit has changed a tree's pages under key-range
     /// locking ([`Db::set_tree_change_hook`]).
     pub(super) tree_hook: std::sync::OnceLock<Box<TreeChangeHook>>,
+    /// Called when a commit has installed its pages ([`Db::set_install_hook`]).
+    pub(super) install_hook: std::sync::OnceLock<Box<InstallHook>>,
     ckpt: Mutex<Lsn>,
     poisoned: Mutex<Option<String>>,
     /// Set with `poisoned`, so the hot path checks an atomic, not a mutex.
@@ -416,6 +426,7 @@ impl Db {
             write_hook: std::sync::OnceLock::new(),
             key_ranges: opts.key_range_locking.then(super::KeyRanges::default),
             tree_hook: std::sync::OnceLock::new(),
+            install_hook: std::sync::OnceLock::new(),
             versions: super::versions::Versions::new(opts.snapshot_bytes_max),
             ckpt: Mutex::new(Lsn(0)),
             poisoned: Mutex::new(None),
@@ -671,6 +682,14 @@ impl Db {
             .tree_hook
             .set(hook)
             .map_err(|_| Error::InvalidArgument("the tree-change hook is set already".into()))
+    }
+
+    /// Sets the install hook (see [`InstallHook`]); once.
+    pub fn set_install_hook(&self, hook: Box<InstallHook>) -> Result<()> {
+        self.shared
+            .install_hook
+            .set(hook)
+            .map_err(|_| Error::InvalidArgument("the install hook is set already".into()))
     }
 
     /// Sets the function called before every lock that lets a transaction

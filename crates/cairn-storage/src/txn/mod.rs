@@ -70,7 +70,7 @@ mod unwritten;
 mod versions;
 
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
-pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, TreeChangeHook, WriteLockHook};
+pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, InstallHook, TreeChangeHook, WriteLockHook};
 pub use keys::{KeyRanges, TreeState};
 pub use objects::PageRead;
 pub use remote::CommitCheck;

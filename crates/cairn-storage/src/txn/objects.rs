@@ -98,12 +98,13 @@ pub enum PageRead {
     /// committed one, read now.
     Object,
     /// By S on the whole page, which the transaction has not changed: no
-    /// commit can change the page until the transaction ends, so its
-    /// committed LSN is this one (read once per page and transaction). An
-    /// image kept from before is used only if it has this LSN: one faulted
-    /// by another transaction before a commit changed the page may still be
-    /// about (that one replaces it when it notices).
-    Whole(crate::ids::Lsn),
+    /// commit can change the page until the transaction ends. An image of
+    /// it kept from before is current if the cache that keeps it drops a
+    /// page's images when a commit installs the page, before the commit's
+    /// locks go, and refuses images read before an install
+    /// ([`crate::txn::Db::set_install_hook`]; the typed layer's dual
+    /// buffer does).
+    Whole,
 }
 
 /// What a transaction under coarse reads keeps to lower a page's or a
@@ -120,8 +121,6 @@ pub(crate) struct CoarseReads {
     read: Noted<Oid>,
     pub(super) keys: Noted<Resource>,
     pub(super) page_level: crate::fxhash::FxHashSet<PageId>,
-    /// The pages read whole, with their committed LSNs ([`PageRead::Whole`]).
-    checked: crate::fxhash::FxHashMap<PageId, crate::ids::Lsn>,
 }
 
 impl CoarseReads {
@@ -418,12 +417,7 @@ impl Txn {
         if !self.objects.pages.is_empty() && self.objects.pages.contains_key(&at.page) {
             return Ok(PageRead::Object);
         }
-        if let Some(&lsn) = self.coarse.checked.get(&at.page) {
-            return Ok(PageRead::Whole(lsn));
-        }
-        let lsn = self.committed_page_lsn(at.page)?;
-        self.coarse.checked.insert(at.page, lsn);
-        Ok(PageRead::Whole(lsn))
+        Ok(PageRead::Whole)
     }
 
     /// The intention lock on `at`'s page and the object's own lock — or,

@@ -229,6 +229,17 @@ impl Database {
                 }
             }))?;
         }
+        if opts.storage.object_locking {
+            // Under object locking a commit changes pages others read
+            // objects of: their images in the dual buffer go before its
+            // locks do, so one locked S whole is current (`source/pages.rs`).
+            let slot = Arc::clone(&inner);
+            db.set_install_hook(Box::new(move |pages| {
+                if let Some(inner) = slot.get().and_then(std::sync::Weak::upgrade) {
+                    inner.cache.installed(pages);
+                }
+            }))?;
+        }
         let database = Database::on_store(Box::new(db), opts)?;
         let _ = inner.set(Arc::downgrade(&database.inner));
         Ok(database)

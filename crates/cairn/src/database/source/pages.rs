@@ -198,35 +198,44 @@ impl Source for Txn {
 /// home page's, or the object's under object-level locking), through the
 /// dual buffer — the page's image, faulted in from the transaction's
 /// committed image of it, or a copy the buffer made. Under object-level
-/// locking only an image whose LSN is still the page's committed one is
-/// read in place: then no commit changed any object of the page since it
-/// was read, and the object, locked S now, cannot change while it is
-/// read; a copy the buffer made has no LSN to check and is not used.
+/// locking an image is read without a lock on the whole page, so a commit
+/// may install the page meanwhile: it is faulted in only if no install
+/// happened since ([`ObjectCache::fault_in_since`]), and every commit
+/// drops its pages' images before its locks go (`Database::open_with`'s
+/// install hook). With the object locked S only, an image is read in place
+/// only if its LSN is still the page's committed one (then no commit
+/// changed any object of the page since it was read, and the object cannot
+/// change while it is read); a copy the buffer made has no LSN to check
+/// and is not used. With the whole page held S (a coarse read) no commit
+/// can change the page, and what the buffer holds of it is current.
 #[inline]
 fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<ViewBytes> {
-    // Under object-level locking an image is read in place only with the
-    // page's committed LSN: read now, or — the page held S whole (a coarse
-    // read), so that no commit can change it — once per transaction.
-    let read = if txn.object_locking() {
-        Some(txn.lock_object_to_read(oid)?)
+    let object_locking = txn.object_locking();
+    let check_lsn = if object_locking {
+        txn.lock_object_to_read(oid)? == cairn_storage::txn::PageRead::Object
     } else {
         txn.lock_page(oid.page, false)?;
-        None
+        false
     };
-    let check_lsn = read.is_some();
     if txn.has_private_copy(oid.page) {
         return Ok(ViewBytes::Copy);
     }
     let me = txn.id().0;
     // Under object-level locking the page is not locked as a whole (or is
     // held S for the objects read, which a page-level read would keep from
-    // being lowered): its committed image is read without a page lock.
-    let object_locking = txn.object_locking();
-    let image = |txn: &mut Txn| {
-        if object_locking {
-            txn.committed_page_image(oid.page)
-        } else {
-            txn.page_image(oid.page)
+    // being lowered): its committed image is read without a page lock, and
+    // faulted in only if no commit installed a page meanwhile.
+    let fault = |txn: &mut Txn| -> Result<Option<crate::dual::Located>> {
+        if !object_locking {
+            return match txn.page_image(oid.page)? {
+                Some(image) => cache.fault_in(me, oid, image),
+                None => Ok(None),
+            };
+        }
+        let since = cache.installs();
+        match txn.committed_page_image(oid.page)? {
+            Some(image) => cache.fault_in_since(since, me, oid, image),
+            None => Ok(None),
         }
     };
     let mut found = match cache.buffered(me, oid)? {
@@ -235,18 +244,12 @@ fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<V
         // (The typed layer flushes nothing into the buffer's transactions,
         // so never its own change.)
         Probe::Elsewhere => None,
-        Probe::Miss => match image(txn)? {
-            Some(image) => cache.fault_in(me, oid, image)?,
-            None => None,
-        },
+        Probe::Miss => fault(txn)?,
     };
     if check_lsn {
         found = match found {
             Some(l) if l.in_page => {
-                let now = match read {
-                    Some(cairn_storage::txn::PageRead::Whole(lsn)) => lsn,
-                    _ => txn.committed_page_lsn(oid.page)?,
-                };
+                let now = txn.committed_page_lsn(oid.page)?;
                 if cairn_storage::page::lsn(&l.bytes) == now {
                     Some(l)
                 } else {
@@ -254,10 +257,7 @@ fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<V
                     // read it again (the object is locked S now, so the new
                     // image holds its current state).
                     cache.invalidate_image(oid.page);
-                    match image(txn)? {
-                        Some(image) => cache.fault_in(me, oid, image)?.filter(|l| l.in_page),
-                        None => None,
-                    }
+                    fault(txn)?.filter(|l| l.in_page)
                 }
             }
             _ => None,
