@@ -10,7 +10,7 @@
 //!   thread with its own [`cairn::Database::connect`] session, of the client
 //!   kind the system's single-client deployment connects with
 //!   ([`served_arch`]);
-//! - `cairn-embedded` (and `cairn-embedded-objlocks`, `cairn-embedded-keyranges`, if selected): the
+//! - `cairn-embedded` (and `cairn-embedded-pagelocks`, `cairn-embedded-keyranges`, if selected): the
 //!   database opened once in this process; each client is a thread running
 //!   its own transactions on that one shared [`cairn::Database`]. Their
 //!   lookups and traversals run in read-only transactions at a snapshot
@@ -82,7 +82,7 @@ use super::workload::{run_seed, Measure};
 /// The systems `--clients` measures (those of `--systems` among them run).
 pub const SYSTEMS: [&str; 7] = [
     "cairn-embedded",
-    "cairn-embedded-objlocks",
+    "cairn-embedded-pagelocks",
     "cairn-embedded-keyranges",
     "cairn-page",
     "cairn-file",
@@ -439,7 +439,7 @@ impl Site {
             return Ok(Site::Served { server, arch, observer });
         }
         let mut o = options();
-        o.storage.object_locking = name != "cairn-embedded";
+        o.storage.object_locking = name != "cairn-embedded-pagelocks";
         o.storage.key_range_locking = name == "cairn-embedded-keyranges";
         let db = Database::open_with(dir, o)?;
         db.register::<Part>()?;

@@ -279,8 +279,9 @@ pub struct Oo1Args {
     /// Parts in the database (small: 20000; large: 200000).
     #[arg(long, default_value_t = 20_000)]
     pub parts: u32,
-    /// Systems to run, comma-separated: cairn-embedded,
-    /// cairn-embedded-objlocks (locking objects instead of pages),
+    /// Systems to run, comma-separated: cairn-embedded (locking objects,
+    /// the typed API's default), cairn-embedded-pagelocks (locking pages
+    /// instead of objects),
     /// cairn-embedded-keyranges (locking objects, and index keys instead of
     /// index pages),
     /// cairn-page, cairn-file, cairn-object and cairn-adaptive (page-,
@@ -311,7 +312,7 @@ pub struct Oo1Args {
     /// each of these numbers of concurrent clients, e.g. `--clients
     /// 1,4,16,32`: cairn-page, cairn-file, cairn-object and cairn-adaptive
     /// as sessions of their kind on one new `cairn serve`, cairn-embedded
-    /// (and cairn-embedded-objlocks, cairn-embedded-keyranges) as threads on
+    /// (and cairn-embedded-pagelocks, cairn-embedded-keyranges) as threads on
     /// one open database. Modes:
     /// reads (lookups and traversals), cold reads (each client's cache
     /// dropped before each operation), mixed (with inserts), and browse

@@ -57,11 +57,15 @@ pub(crate) use store::{Store, Tx};
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The storage engine's options (page size, buffer pool, log, locks).
-    /// With `storage.object_locking` (embedded databases), transactions
-    /// lock single objects instead of their pages, so two of them change
-    /// different objects of one page at the same time; views then read
-    /// copies of objects, not shared page images. A page- or file-server
-    /// client locks pages; an object-server client always locks objects.
+    /// With `storage.object_locking` (embedded databases; **on by
+    /// default** here, off in [`DbOptions::default`]), transactions lock
+    /// single objects instead of their pages, so two of them change
+    /// different objects of one page at the same time; a read takes S on
+    /// the whole page while nobody writes there (a coarse read, lowered to
+    /// object locks before the transaction changes that page or waits), so
+    /// one transaction alone pays about what page locking costs it. Off,
+    /// they lock pages. A page- or file-server client locks pages; an
+    /// object-server client always locks objects.
     /// With `storage.key_range_locking` (embedded databases), index
     /// operations lock keys and key ranges instead of index pages.
     pub storage: DbOptions,
@@ -122,7 +126,10 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            storage: DbOptions::default(),
+            storage: DbOptions {
+                object_locking: true,
+                ..DbOptions::default()
+            },
             cache_bytes: 64 << 20,
             cache_policy: CachePolicy::Clock,
             dual_buffer: DualBufferOptions::default(),

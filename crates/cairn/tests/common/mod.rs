@@ -20,7 +20,9 @@ use cairn::{Database, Options};
 /// Where a test's database lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// In the test process.
+    /// In the test process, locking pages (`DbOptions::object_locking`
+    /// off; the typed API's default locks objects, as
+    /// [`Backend::EmbeddedObjectLocks`]).
     Embedded,
     /// Behind a `cairn serve`-like child process, over loopback TCP.
     Page,
@@ -34,7 +36,7 @@ pub enum Backend {
     /// or single objects as it measures) of such a child process.
     Adaptive,
     /// In the test process, locking single objects instead of pages
-    /// (`DbOptions::object_locking`).
+    /// (`DbOptions::object_locking`, the typed API's default).
     EmbeddedObjectLocks,
     /// In the test process, locking single objects, and index keys and key
     /// ranges instead of index pages (`DbOptions::key_range_locking`).
@@ -126,7 +128,13 @@ impl Site {
     /// As [`Site::open`], returning the error.
     pub fn try_open(&mut self, opts: Options) -> cairn::Result<Database> {
         match self.backend {
-            Backend::Embedded => Database::open_with(&self.path, opts),
+            Backend::Embedded => {
+                // Page locking: the default locks objects, which
+                // `EmbeddedObjectLocks` runs.
+                let mut opts = opts;
+                opts.storage.object_locking = false;
+                Database::open_with(&self.path, opts)
+            }
             Backend::EmbeddedObjectLocks => {
                 let mut opts = opts;
                 opts.storage.object_locking = true;

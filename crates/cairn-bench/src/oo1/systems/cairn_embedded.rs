@@ -28,7 +28,7 @@ impl Embedded {
     pub fn new(dir: PathBuf) -> Embedded {
         Embedded {
             dir,
-            object_locking: false,
+            object_locking: true,
             key_range_locking: false,
         }
     }
@@ -41,23 +41,24 @@ impl Embedded {
     }
 }
 
-/// `cairn-embedded-objlocks`: the same, its transactions locking single
-/// objects instead of pages (`DbOptions::object_locking`): what object-level
+/// `cairn-embedded-pagelocks`: the same, its transactions locking pages
+/// instead of single objects (`DbOptions::object_locking` off; the typed
+/// API locks objects by default): what object-level
 /// locking costs or saves a single process.
-pub struct EmbeddedObjectLocks(Embedded);
+pub struct EmbeddedPageLocks(Embedded);
 
-impl EmbeddedObjectLocks {
+impl EmbeddedPageLocks {
     /// The database in `dir` (created by `build`).
-    pub fn new(dir: PathBuf) -> EmbeddedObjectLocks {
-        EmbeddedObjectLocks(Embedded {
+    pub fn new(dir: PathBuf) -> EmbeddedPageLocks {
+        EmbeddedPageLocks(Embedded {
             dir,
-            object_locking: true,
+            object_locking: false,
             key_range_locking: false,
         })
     }
 }
 
-delegating_deployment!(EmbeddedObjectLocks, Embedded, "cairn-embedded-objlocks");
+delegating_deployment!(EmbeddedPageLocks, Embedded, "cairn-embedded-pagelocks");
 
 /// `cairn-embedded-keyranges`: the same, locking objects and its index
 /// operations locking keys and key ranges instead of index pages

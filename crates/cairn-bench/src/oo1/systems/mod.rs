@@ -45,7 +45,7 @@ use super::system::{Error, Result, System};
 /// Every system's name, in report order.
 pub const ALL: [&str; 10] = [
     "cairn-embedded",
-    "cairn-embedded-objlocks",
+    "cairn-embedded-pagelocks",
     "cairn-embedded-keyranges",
     "cairn-page",
     "cairn-file",
@@ -62,7 +62,7 @@ pub const ALL: [&str; 10] = [
 pub fn database_dir(name: &str, scratch: &Path) -> PathBuf {
     match name {
         "cairn-embedded" => scratch.join("cairn"),
-        "cairn-embedded-objlocks" => scratch.join("cairn-objlocks"),
+        "cairn-embedded-pagelocks" => scratch.join("cairn-pagelocks"),
         "cairn-embedded-keyranges" => scratch.join("cairn-keyranges"),
         other => scratch.join(other),
     }
@@ -90,8 +90,8 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
                 _ => Box::new(cairn_typed::Cairn::new(cairn_page::ObjectServer::new(dir, exe))),
             })
         }
-        "cairn-embedded-objlocks" => Ok(Box::new(cairn_typed::Cairn::new(
-            cairn_embedded::EmbeddedObjectLocks::new(database_dir(name, scratch)),
+        "cairn-embedded-pagelocks" => Ok(Box::new(cairn_typed::Cairn::new(
+            cairn_embedded::EmbeddedPageLocks::new(database_dir(name, scratch)),
         ))),
         "cairn-embedded-keyranges" => Ok(Box::new(cairn_typed::Cairn::new(
             cairn_embedded::EmbeddedKeyRanges::new(database_dir(name, scratch)),
