@@ -20,7 +20,10 @@
 //!   X on both — and S on the gap below the first entry past their range
 //!   (the *fence*, or the tree's end): nothing can appear in, or vanish
 //!   from, what they read until they end. One lock per entry read: a
-//!   lookup that finds its key in a unique tree takes no fence. A reader
+//!   lookup that finds its key in a unique tree takes no fence. A fence
+//!   another transaction is inserting or deleting is waited for first (S
+//!   on its entry): the gap below an entry that may never exist guards
+//!   nothing. A reader
 //!   meeting another transaction's registered change waits on the entry
 //!   itself (S on it, which its writer holds X on).
 //! - **Inserters** take X on the new entry, then check the gap it falls in
@@ -790,6 +793,25 @@ impl Txn {
         };
         if point && state.unique && found {
             return Ok((handed, Next::Done));
+        }
+        // A fence another transaction is inserting (or deleting) guards
+        // nothing until that one ends: if it aborts, the entry never was,
+        // and the gap below it merges into the next one, which this scan
+        // would not hold — an insert into the range would then meet no
+        // lock (a phantom). Wait for its writer first, as for a change met
+        // inside the range; the fence is found again after.
+        if let Some(f) = fence
+            .as_ref()
+            .filter(|f| pending.entries.get(*f).is_some_and(|w| *w != self.id))
+        {
+            let entry = entry_of(root, f);
+            if !self.try_lock_shared(entry)? {
+                return Ok((handed, Next::Wait(entry)));
+            }
+            return Err(Error::Internal(format!(
+                "{} was granted S on {entry}, which another transaction has changed",
+                self.id
+            )));
         }
         let gap = gap_of(root, fence.as_ref());
         if !self.try_lock_shared(gap)? {
