@@ -33,7 +33,10 @@
 //! that wants no such effect reads at a snapshot, `Db::begin_read_only`).
 //! A page locked S for a page-level access (a scan, `page_objects`) is
 //! never de-escalated: its lock covers objects the transaction never
-//! noted.
+//! noted. Before a transaction waits for any lock it lowers every coarse
+//! lock it holds ([`Txn::lower_coarse_locks`]), so coarse reads close no
+//! deadlock cycle; key-range reads do the same with a whole tree
+//! (`keys.rs`).
 //!
 //! [`LockManager::downgrade`]: crate::lock::LockManager::downgrade
 //!
@@ -319,11 +322,11 @@ impl Txn {
         Ok(())
     }
 
-    /// Under object locking, lets reads take S on an object's page while
-    /// nobody writes there, instead of IS on the page and S on the object
-    /// (see the module docs, "Coarse reads"). On by default for an embedded
-    /// database's transactions under object locking; off for a server's
-    /// sessions.
+    /// Lets reads take S on a whole page (under object locking) or tree
+    /// (under key-range locking) while nobody writes there, instead of a
+    /// lock per object or per entry (see the module docs, "Coarse reads").
+    /// On by default for an embedded database's transactions under either;
+    /// off for a server's sessions.
     pub fn set_coarse_reads(&mut self, on: bool) {
         self.coarse_reads = on;
     }
@@ -335,7 +338,12 @@ impl Txn {
     /// typed layer may read it in place and decode its other objects, as
     /// under page locking.
     pub fn reads_page_whole(&self, page: PageId) -> bool {
-        self.holds(Resource::Page(page), LockMode::S) && !self.objects.pages.contains_key(&page)
+        self.holds(Resource::Page(page), LockMode::S) && !self.changed_objects_on(page)
+    }
+
+    /// Whether the transaction has object-level changes on `page`.
+    fn changed_objects_on(&self, page: PageId) -> bool {
+        !self.objects.pages.is_empty() && self.objects.pages.contains_key(&page)
     }
 
     /// True if this transaction locks single objects.
@@ -409,12 +417,7 @@ impl Txn {
             self.lock_page(at.page, false)?;
             return Ok(PageRead::Object);
         }
-        if !self.read_under_page_lock(at)? {
-            self.lock(Resource::Page(at.page), LockMode::IS)?;
-            self.lock(Resource::Object(at), LockMode::S)?;
-            return Ok(PageRead::Object);
-        }
-        if !self.objects.pages.is_empty() && self.objects.pages.contains_key(&at.page) {
+        if !self.lock_object_for_read(at)? || self.changed_objects_on(at.page) {
             return Ok(PageRead::Object);
         }
         Ok(PageRead::Whole)
@@ -428,11 +431,19 @@ impl Txn {
             self.lock(Resource::Page(at.page), LockMode::IX)?;
             return self.lock(Resource::Object(at), LockMode::X);
         }
+        self.lock_object_for_read(at).map(|_| ())
+    }
+
+    /// The locks of a read of `at` at object level: a lock on the whole
+    /// page ([`Txn::read_under_page_lock`]: true), or IS on the page and S
+    /// on the object (false).
+    fn lock_object_for_read(&mut self, at: Oid) -> Result<bool> {
         if self.read_under_page_lock(at)? {
-            return Ok(());
+            return Ok(true);
         }
         self.lock(Resource::Page(at.page), LockMode::IS)?;
-        self.lock(Resource::Object(at), LockMode::S)
+        self.lock(Resource::Object(at), LockMode::S)?;
+        Ok(false)
     }
 
     /// A read of `at` covered by a lock on its whole page: one held already
