@@ -1,13 +1,15 @@
 //! Fuzz target body `page_service`: every decoder of the page service
 //! (`cairn_net::page_service`) on arbitrary bytes. The first byte picks the
 //! decoder (a request kind, or one of the reply decoders; 23 is LOCK_STATS,
-//! its request and its reply), the rest is the body. Decoding must return a
+//! its request and its reply; 24 SNAPSHOT's request, 25 its reply), the
+//! rest is the body. Decoding must return a
 //! value or an error, never panic; a request that decodes must encode back
 //! to the same bytes.
 
 use cairn_net::frame::Kind;
 use cairn_net::page_service::{
-    decode_groups, decode_lsns, decode_page, decode_pages, FaultDetail, Fetched, LockCounters, PageRequest, VolumeInfo,
+    decode_groups, decode_lsns, decode_page, decode_pages, FaultDetail, Fetched, LockCounters, PageRequest,
+    SnapshotInfo, VolumeInfo,
 };
 
 /// Runs one input.
@@ -15,7 +17,7 @@ pub fn run(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    match which % 24 {
+    match which % 26 {
         k @ 0..=16 => {
             let kind = Kind(0x0100 + u16::from(k));
             if let Ok(Some(req)) = PageRequest::decode(kind, body) {
@@ -46,6 +48,16 @@ pub fn run(data: &[u8]) {
         }
         22 => {
             let _ = VolumeInfo::decode(body);
+        }
+        24 => {
+            if let Ok(Some(req)) = PageRequest::decode(Kind::SNAPSHOT, body) {
+                assert_eq!(req.encode(), (Kind::SNAPSHOT, body.to_vec()));
+            }
+        }
+        25 => {
+            if let Ok(w) = SnapshotInfo::decode(body) {
+                assert_eq!(w.encode(), body, "a snapshot window encodes back to its bytes");
+            }
         }
         _ => {
             if let Ok(Some(req)) = PageRequest::decode(Kind::LOCK_STATS, body) {

@@ -119,7 +119,7 @@ fn page_request(g: &mut Gen, pages: u32, held: &[Held]) -> PageRequest {
         };
     }
     let txn = g.txn();
-    match g.below(13) {
+    match g.below(15) {
         0 => PageRequest::Fetch {
             txn,
             mode: g.below(8) as u8,
@@ -178,6 +178,13 @@ fn page_request(g: &mut Gen, pages: u32, held: &[Held]) -> PageRequest {
             group: g.below(6) as u32,
         },
         10 => PageRequest::Read { page: g.page(pages) },
+        11 => PageRequest::Snapshot { txn },
+        12 => PageRequest::Fetch {
+            txn,
+            mode: cairn_net::page_service::FETCH_SNAPSHOT,
+            group: cairn_net::page_service::NO_GROUP,
+            pages: (0..1 + g.below(4)).map(|_| (g.page(pages), g.u64() % 3)).collect(),
+        },
         _ => PageRequest::Written { txn },
     }
 }

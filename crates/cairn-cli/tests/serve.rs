@@ -76,6 +76,130 @@ fn a_committed_page_change_is_seen_by_the_next_client_and_survives_shutdown() {
     assert_eq!(t.read(oid).unwrap(), vec![9u8; 100]);
 }
 
+/// A snapshot (SNAPSHOT, then FETCH at the snapshot) reads a page as of
+/// its beginning while a writer holds X on it and after the writer
+/// commits, without a lock; the window it is sent sees the page's old LSN
+/// and not the new one; a cached LSN that is the snapshot's version comes
+/// back UNCHANGED. It may send nothing but FETCH at its snapshot and
+/// ABORT, and a FETCH at a snapshot must name one.
+#[test]
+fn a_snapshot_reads_as_of_its_beginning_without_locks_and_is_refused_anything_else() {
+    use cairn_net::page_service::{FetchStatus, Fetched, SnapshotInfo, FETCH_S, FETCH_SNAPSHOT, NO_GROUP};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let server = serve(&path, &[]);
+    let c = server.client().unwrap();
+    let snap = begin(&c);
+    let info = SnapshotInfo::decode(&call(&c, &PageRequest::Snapshot { txn: snap }).unwrap()[0]).unwrap();
+    let read_at = |lsn: u64| {
+        let parts = call(
+            &c,
+            &PageRequest::Fetch {
+                txn: snap,
+                mode: FETCH_SNAPSHOT,
+                group: NO_GROUP,
+                pages: vec![(oid.page.0, lsn)],
+            },
+        )
+        .unwrap();
+        let f = Fetched::decode(&parts[0]).unwrap();
+        assert_eq!(f.cover, 0, "no right to cache at a snapshot");
+        (f.status, f.lsn, f.image.to_vec())
+    };
+    let (status, old_lsn, old) = read_at(0);
+    assert_eq!(status, FetchStatus::Image);
+    assert!(info.sees(old_lsn));
+    // A writer takes X and changes the page: the snapshot does not wait.
+    let writer = server.client().unwrap();
+    let w = begin(&writer);
+    let base = fetch(&writer, w, oid.page, true).unwrap();
+    assert_eq!(read_at(0).2, old);
+    let rec = redo::page_record(TxnId(w), oid.page, Some(&base), &change(&base, 7, 9));
+    call(
+        &writer,
+        &PageRequest::Commit {
+            txn: w,
+            records: vec![rec],
+        },
+    )
+    .unwrap();
+    let now = begin(&writer);
+    let new = fetch(&writer, now, oid.page, false).unwrap();
+    let new_lsn = cairn_storage::page::lsn(&new).0;
+    assert!(
+        new_lsn > old_lsn && !info.sees(new_lsn),
+        "the window does not see the commit after it"
+    );
+    call(&writer, &PageRequest::Abort { txn: now }).unwrap();
+    let (status, lsn, image) = read_at(0);
+    assert_eq!(
+        (status, lsn),
+        (FetchStatus::Image, old_lsn),
+        "the version as of the snapshot"
+    );
+    assert!(image.windows(100).any(|w| w.iter().all(|&b| b == 7)));
+    assert_eq!(
+        read_at(old_lsn).0,
+        FetchStatus::Unchanged,
+        "the client's copy is the snapshot's"
+    );
+    assert_eq!(
+        read_at(new_lsn).0,
+        FetchStatus::Image,
+        "a newer copy is not the snapshot's"
+    );
+    // Nothing but reads at its snapshot and ABORT.
+    for req in [
+        PageRequest::Fetch {
+            txn: snap,
+            mode: FETCH_S,
+            group: NO_GROUP,
+            pages: vec![(oid.page.0, 0)],
+        },
+        PageRequest::Lock {
+            txn: snap,
+            resource: cairn_net::page_service::RESOURCE_PAGE,
+            id: oid.page.0,
+            mode: cairn_net::page_service::LOCK_MODE_S,
+            try_only: false,
+        },
+        PageRequest::Commit {
+            txn: snap,
+            records: vec![],
+        },
+        PageRequest::Snapshot { txn: snap },
+    ] {
+        let e = call(&c, &req).unwrap_err();
+        assert_eq!(remote_code(e), ErrorCode::INVALID, "{req:?}");
+    }
+    // A FETCH at a snapshot must name an open one.
+    let other = begin(&c);
+    let e = call(
+        &c,
+        &PageRequest::Fetch {
+            txn: other,
+            mode: FETCH_SNAPSHOT,
+            group: NO_GROUP,
+            pages: vec![(oid.page.0, 0)],
+        },
+    )
+    .unwrap_err();
+    assert_eq!(remote_code(e), ErrorCode::INVALID);
+    call(&c, &PageRequest::Abort { txn: snap }).unwrap();
+    let e = call(
+        &c,
+        &PageRequest::Fetch {
+            txn: snap,
+            mode: FETCH_SNAPSHOT,
+            group: NO_GROUP,
+            pages: vec![(oid.page.0, 0)],
+        },
+    )
+    .unwrap_err();
+    assert_eq!(remote_code(e), ErrorCode::INVALID, "an ended snapshot reads nothing");
+}
+
 /// A client's FREE of one of the volume's own pages (the header, the
 /// space map, an extent list) is refused as INVALID before anything is
 /// logged: it used to be logged, fail at commit and poison the server —

@@ -354,4 +354,17 @@ fn write_page_service_seeds() {
     let mut alloc = vec![19u8];
     alloc.extend_from_slice(&encode_page(3, 40, &image));
     replay::write_seed("page_service", "reply-allocate", &alloc);
+    let mut snapshot = vec![24u8];
+    snapshot.extend_from_slice(&PageRequest::Snapshot { txn: 9 }.encode().1);
+    replay::write_seed("page_service", "request-snapshot", &snapshot);
+    let mut window = vec![25u8];
+    window.extend_from_slice(
+        &cairn_net::page_service::SnapshotInfo {
+            low: 100,
+            high: 400,
+            excluded: vec![(100, 150), (200, 260)],
+        }
+        .encode(),
+    );
+    replay::write_seed("page_service", "reply-snapshot", &window);
 }

@@ -236,6 +236,9 @@ pub struct Session {
 struct TxnEntry {
     id: TxnId,
     txn: Arc<Mutex<Txn>>,
+    /// A read-only transaction at a snapshot (SNAPSHOT): it reads with
+    /// FETCH at its snapshot and ends with ABORT, nothing else.
+    snapshot: bool,
     /// Bytes of redo records it sent (STAGE and COMMIT).
     sent: Arc<std::sync::atomic::AtomicU64>,
     /// Its unit of the server's open-transaction bound, given back when the
@@ -389,11 +392,49 @@ impl SessionState {
         let entry = TxnEntry {
             id: t.id(),
             txn: Arc::new(Mutex::new(t)),
+            snapshot: false,
             sent: Arc::default(),
             _slot: slot,
         };
         txns.insert(id, entry.clone());
         Ok((entry.id, entry.txn))
+    }
+
+    /// Begins the client's transaction `id` as a read-only one at a
+    /// snapshot of the last committed state (SNAPSHOT); `id` must be new.
+    fn begin_snapshot(&self, db: &Db, id: u64) -> Result<Arc<Mutex<Txn>>, Error> {
+        if id == 0 {
+            return Err(Error::InvalidArgument("transaction id 0 names no transaction".into()));
+        }
+        let mut txns = lock(&self.txns);
+        if txns.contains_key(&id) {
+            return Err(Error::InvalidArgument(format!(
+                "SNAPSHOT names transaction {id}, which is open already: a snapshot begins a new one"
+            )));
+        }
+        if txns.len() >= TXNS_PER_SESSION_MAX {
+            return Err(Error::LimitExceeded {
+                what: "open transactions in one session",
+                value: txns.len() as u64 + 1,
+                limit: TXNS_PER_SESSION_MAX as u64,
+            });
+        }
+        let slot = Arc::new(self.txns_bound.take()?);
+        let t = db.begin_read_only_for(self.client)?;
+        let entry = TxnEntry {
+            id: t.id(),
+            txn: Arc::new(Mutex::new(t)),
+            snapshot: true,
+            sent: Arc::default(),
+            _slot: slot,
+        };
+        txns.insert(id, entry.clone());
+        Ok(entry.txn)
+    }
+
+    /// Whether the client's transaction `id` is open and at a snapshot.
+    fn is_snapshot(&self, id: u64) -> bool {
+        lock(&self.txns).get(&id).is_some_and(|e| e.snapshot)
     }
 }
 
@@ -699,6 +740,7 @@ pub fn fault(e: Error) -> Fault {
         Error::Io { .. } => ErrorCode::IO,
         Error::Internal(_) => ErrorCode::INTERNAL,
         Error::PermissionDenied(_) => ErrorCode::DENIED,
+        Error::SnapshotTooOld { .. } => ErrorCode::SNAPSHOT_TOO_OLD,
         _ => ErrorCode::INVALID,
     };
     // The fields a client rebuilds the same error from.
@@ -717,6 +759,10 @@ pub fn fault(e: Error) -> Fault {
         Error::Corrupt { page, reason } => Some(FaultDetail::Corrupt {
             page: page.0,
             reason: reason.clone(),
+        }),
+        Error::SnapshotTooOld { lsn, bytes_max } => Some(FaultDetail::SnapshotTooOld {
+            lsn: *lsn,
+            bytes_max: *bytes_max,
         }),
         _ => None,
     };

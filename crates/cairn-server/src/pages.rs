@@ -12,9 +12,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::page_service::{
-    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, LockCounters, PageRequest, VolumeInfo,
-    FETCH_CACHE, FETCH_S, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP,
-    NO_PAGE, RESOURCE_PAGE,
+    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, LockCounters, PageRequest,
+    SnapshotInfo, VolumeInfo, FETCH_CACHE, FETCH_S, FETCH_SNAPSHOT, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS,
+    LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP, NO_PAGE, RESOURCE_PAGE, SNAPSHOT_EXCLUDED_MAX,
 };
 use cairn_net::rpc::Replier;
 use cairn_storage::access::PageAccess;
@@ -38,6 +38,21 @@ pub(crate) async fn handle(
     // One request of a transaction at a time.
     let abort = matches!(req, PageRequest::Abort { .. });
     let _turn = state.turn_of(req.txn(), abort).await?;
+    match snapshot_request(core, state, &req) {
+        SnapshotRequest::Not => {}
+        SnapshotRequest::Answered(answer) => return answer.map(Bytes::from),
+        SnapshotRequest::Fetch { txn, pages } => {
+            let s = state.clone();
+            let parts = run_blocking(core, state, move || fetch_at_snapshot(&s, txn, &pages)).await??;
+            for p in parts {
+                reply
+                    .part(p)
+                    .await
+                    .map_err(|e| Fault::new(ErrorCode::INTERNAL, e.to_string()))?;
+            }
+            return Ok(Bytes::new());
+        }
+    }
     // A read that needs no wait is answered here, on the network
     // thread: handing it to a blocking thread and back cost about
     // 90 µs of the ~150 µs a cold page fetch took (docs/history/benchmarks-notebook.md).
@@ -68,6 +83,107 @@ pub(crate) async fn handle(
             Ok(Bytes::new())
         }
     }
+}
+
+/// What [`snapshot_request`] made of a request.
+enum SnapshotRequest {
+    /// Not a snapshot's: served as usual.
+    Not,
+    /// Answered (SNAPSHOT), or refused.
+    Answered(Result<Vec<u8>, Fault>),
+    /// A snapshot's FETCH, to read on a blocking thread.
+    Fetch { txn: u64, pages: Vec<(u32, u64)> },
+}
+
+/// Sorts out the requests of snapshots: SNAPSHOT begins one and answers its
+/// window; a FETCH in [`FETCH_SNAPSHOT`] mode must name one, and a
+/// snapshot sends nothing else but ABORT.
+fn snapshot_request(core: &Core, state: &SessionState, req: &PageRequest) -> SnapshotRequest {
+    let refuse = |m: String| SnapshotRequest::Answered(Err(Fault::new(ErrorCode::INVALID, m)));
+    match req {
+        PageRequest::Snapshot { txn } => SnapshotRequest::Answered(begin_snapshot(core, state, *txn)),
+        PageRequest::Fetch { txn, mode, pages, .. } if mode & !FETCH_CACHE == FETCH_SNAPSHOT => {
+            if state.is_snapshot(*txn) {
+                SnapshotRequest::Fetch {
+                    txn: *txn,
+                    pages: pages.clone(),
+                }
+            } else {
+                refuse(format!(
+                    "a FETCH at a snapshot names transaction {txn}, which is not an open snapshot (begin one with SNAPSHOT)"
+                ))
+            }
+        }
+        PageRequest::Abort { .. } => SnapshotRequest::Not,
+        req => match req.txn() {
+            Some(txn) if state.is_snapshot(txn) => refuse(format!(
+                "transaction {txn} is a read-only snapshot: it reads with FETCH at its snapshot and ends with ABORT"
+            )),
+            _ => SnapshotRequest::Not,
+        },
+    }
+}
+
+/// SNAPSHOT: the transaction begun at a snapshot; the reply is its window.
+fn begin_snapshot(core: &Core, state: &SessionState, txn: u64) -> Result<Vec<u8>, Fault> {
+    let t = state.begin_snapshot(&core.db, txn).map_err(fault)?;
+    let window = core.db.snapshot_window(&lock(&t));
+    let Some(w) = window.filter(|w| w.excluded.len() <= SNAPSHOT_EXCLUDED_MAX) else {
+        lock(&state.txns).remove(&txn);
+        return Err(Fault::new(
+            ErrorCode::LIMIT,
+            format!("too many commits in flight to begin a snapshot (at most {SNAPSHOT_EXCLUDED_MAX}); try again"),
+        ));
+    };
+    let info = SnapshotInfo {
+        low: w.low.0,
+        high: w.high.0,
+        excluded: w.excluded.iter().map(|(s, e)| (s.0, e.0)).collect(),
+    };
+    Ok(info.encode())
+}
+
+/// A snapshot's FETCH: each page as of the snapshot, one part each
+/// (UNCHANGED when the version has the LSN the client named); no lock, no
+/// right to cache.
+fn fetch_at_snapshot(state: &SessionState, txn: u64, pages: &[(u32, u64)]) -> Result<Vec<Vec<u8>>, Fault> {
+    let t = state.txn(txn).ok_or_else(|| {
+        Fault::new(
+            ErrorCode::NOT_FOUND,
+            format!("snapshot {txn} ended while its FETCH arrived"),
+        )
+    })?;
+    let mut t = lock(&t);
+    let mut parts = Vec::with_capacity(pages.len());
+    for &(p, client_lsn) in pages {
+        let id = PageId(p);
+        let owner = t.group_of_page(id).map_err(fault)?;
+        let mut part = Fetched {
+            page: p,
+            status: FetchStatus::NotInUse,
+            group: owner.map_or(NO_GROUP, |g| g.0),
+            page_count: t.page_count(),
+            lsn: 0,
+            cover: 0,
+            image: &[],
+        };
+        if !t.is_page_in_use(id).map_err(fault)? {
+            parts.push(part.encode());
+            continue;
+        }
+        let mut image = t.snapshot_page(id).map_err(fault)?;
+        part.lsn = page::lsn(&image).0;
+        if client_lsn != 0 && client_lsn == part.lsn {
+            part.status = FetchStatus::Unchanged;
+            parts.push(part.encode());
+            continue;
+        }
+        page::seal(&mut image);
+        part.status = FetchStatus::Image;
+        part.image = &image;
+        parts.push(part.encode());
+    }
+    Ok(parts)
 }
 
 /// A request's answer: one body, or parts streamed before an empty final
@@ -271,6 +387,7 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             serve_volume(db, req)
         }
         PageRequest::LockStats => Ok(Answer::Body(lock_counters(db).encode())),
+        PageRequest::Snapshot { txn } => begin_snapshot(core, state, txn).map(Answer::Body),
     }
 }
 

@@ -189,7 +189,7 @@ pub enum Error {
     /// A snapshot ran so long that the page versions it needed outgrew the
     /// version store's bound, and it was ended early: begin a new one.
     #[error(
-        "the snapshot at LSN {lsn} is too old: the page versions it needed outgrew the          version store's {bytes_max} bytes (DbOptions::snapshot_bytes_max); end it and begin a new one"
+        "the snapshot at LSN {lsn} is too old: the page versions it needed outgrew the version store's {bytes_max} bytes (DbOptions::snapshot_bytes_max); end it and begin a new one"
     )]
     SnapshotTooOld {
         /// The snapshot's LSN.

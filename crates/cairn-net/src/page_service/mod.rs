@@ -21,6 +21,7 @@
 //! | `0x010F` VOLUME_FILE | empty | the volume file's path (bytes) |
 //! | `0x0110` WRITTEN | `txn u64` | empty |
 //! | `0x0111` LOCK_STATS | empty | `requests u64, waits u64, deadlocks u64, timeouts u64, upgrades u64, wait_micros u64` ([`LockCounters`]) |
+//! | `0x0112` SNAPSHOT | `txn u64` | `low u64, high u64, count u16, (start u64, end u64) × count` ([`SnapshotInfo`]) |
 //!
 //! and the messages of callback locking, which every client shares
 //! ([`crate::rights`]: the server's CALLBACK notice, CALLBACK_REPLY and
@@ -54,6 +55,22 @@
 //! [`LOCK_MODE_IS`] … [`LOCK_MODE_X`]. Errors are
 //! [`Fault`](crate::message::Fault)s with the codes below, so a client can
 //! tell a deadlock (retry) from damage.
+//!
+//! **Snapshots.** SNAPSHOT begins the named transaction as a read-only
+//! one at a snapshot of the last committed state (the server's version
+//! store keeps the page versions it needs) and answers with its window:
+//! its LSN `low`, the log's end `high` when it began, and the LSN ranges of
+//! the commits in flight then, which it does not see
+//! ([`SnapshotInfo::sees`]). The transaction reads with FETCH in mode
+//! [`FETCH_SNAPSHOT`]: each part is the page as of the snapshot (or
+//! UNCHANGED when that version has the LSN the client named), takes no
+//! lock and grants no right. It sends nothing else but ABORT, which ends
+//! it; every other request naming it is refused. A client may read a page
+//! it caches under a right for the snapshot instead, if the window sees
+//! the page's LSN: under the right the cached image is the newest
+//! committed one, so no version the snapshot sees can be newer. A
+//! snapshot that outlived the server's version store fails with
+//! [`ErrorCode::SNAPSHOT_TOO_OLD`].
 //!
 //! **LOCK_STATS** reads the server's lock-manager counters since it opened
 //! the database (all sessions together): any session may ask, whatever its
@@ -89,6 +106,12 @@ pub const FETCH_X: u8 = 1;
 /// FETCH mode: exclusive lock only if granted at once and the page is an
 /// in-use page of the request's group.
 pub const FETCH_TRY_INSERT: u8 = 2;
+/// FETCH mode: no lock; the page as of the transaction's snapshot (a
+/// transaction begun by SNAPSHOT, and only such a one).
+pub const FETCH_SNAPSHOT: u8 = 3;
+/// Commits in flight one SNAPSHOT reply may name (the server refuses to
+/// begin a snapshot while more are).
+pub const SNAPSHOT_EXCLUDED_MAX: usize = 4096;
 /// FETCH mode flag (ORed into the mode): the client answers callbacks, so
 /// the server may grant it the right to cache the pages. A client without
 /// a callback thread leaves it clear and is never called back.
@@ -141,6 +164,8 @@ impl Kind {
     pub const WRITTEN: Kind = Kind(0x0110);
     /// LOCK_STATS: the server's lock-manager counters (any session).
     pub const LOCK_STATS: Kind = Kind(0x0111);
+    /// SNAPSHOT: begins a read-only transaction at a snapshot.
+    pub const SNAPSHOT: Kind = Kind(0x0112);
 }
 
 impl ErrorCode {
@@ -168,6 +193,9 @@ impl ErrorCode {
     /// The server ended the session (in a GOODBYE): it did not answer a callback within the
     /// lock timeout, so its rights were taken and its transactions aborted.
     pub const SESSION_ENDED: ErrorCode = ErrorCode(0x100B);
+    /// A snapshot ran so long that the versions it needed outgrew the
+    /// server's version store, and it was ended early: begin a new one.
+    pub const SNAPSHOT_TOO_OLD: ErrorCode = ErrorCode(0x100C);
 }
 
 fn malformed(what: &'static str, problem: &'static str) -> MessageError {

@@ -3,7 +3,7 @@
 //! LOCK_STATS ([`LockCounters`]), and the [`FaultDetail`] of an error. The
 //! byte layout of each is in the module table of [`page_service`](super).
 
-use super::{malformed, MessageError, Reader, Writer, GROUP_NAME_MAX};
+use super::{malformed, MessageError, Reader, Writer, GROUP_NAME_MAX, SNAPSHOT_EXCLUDED_MAX};
 
 /// What a FETCH part says about one page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +116,71 @@ impl Fetched<'_> {
             cover,
             image,
         })
+    }
+}
+
+/// A SNAPSHOT reply: what the snapshot sees. Every page image of LSN at
+/// most `low`; above it, those up to `high` outside the `excluded` ranges
+/// (the commits in flight when it began).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The snapshot's LSN.
+    pub low: u64,
+    /// The log's end when it began.
+    pub high: u64,
+    /// The LSN ranges `(start, end]` it does not see, at most
+    /// [`SNAPSHOT_EXCLUDED_MAX`].
+    pub excluded: Vec<(u64, u64)>,
+}
+
+impl SnapshotInfo {
+    /// True if a page image of LSN `lsn` is part of what the snapshot sees.
+    pub fn sees(&self, lsn: u64) -> bool {
+        lsn <= self.low || (lsn <= self.high && !self.excluded.iter().any(|&(s, e)| s < lsn && lsn <= e))
+    }
+
+    /// Encodes it (a server never begins a snapshot with more than
+    /// [`SNAPSHOT_EXCLUDED_MAX`] ranges; past that they are cut, which
+    /// [`SnapshotInfo::decode`] refuses).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(18 + 16 * self.excluded.len());
+        w.put_u64(self.low);
+        w.put_u64(self.high);
+        let n = self.excluded.len().min(u16::MAX as usize);
+        w.put_u16(n as u16);
+        for &(start, end) in &self.excluded[..n] {
+            w.put_u64(start);
+            w.put_u64(end);
+        }
+        w.into_bytes()
+    }
+
+    /// Decodes a SNAPSHOT reply: `low <= high`, at most
+    /// [`SNAPSHOT_EXCLUDED_MAX`] ranges, each `(start, end]` with `low <=
+    /// start < end <= high`.
+    pub fn decode(body: &[u8]) -> Result<SnapshotInfo, MessageError> {
+        let what = "SNAPSHOT reply";
+        let mut r = Reader::within(what, body);
+        let low = r.u64("low")?;
+        let high = r.u64("high")?;
+        if low > high {
+            return Err(malformed(what, "the snapshot's LSN is past the log's end"));
+        }
+        let n = r.u16("count")? as usize;
+        if n > SNAPSHOT_EXCLUDED_MAX {
+            return Err(malformed(what, "more commits in flight than a snapshot may name"));
+        }
+        r.check_count("count", n as u64, 16)?;
+        let mut excluded = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (start, end) = (r.u64("a range's start")?, r.u64("a range's end")?);
+            if !(low <= start && start < end && end <= high) {
+                return Err(malformed(what, "a commit in flight outside the snapshot's window"));
+            }
+            excluded.push((start, end));
+        }
+        r.finish("the body")?;
+        Ok(SnapshotInfo { low, high, excluded })
     }
 }
 
@@ -333,6 +398,13 @@ pub enum FaultDetail {
         /// What is wrong with it.
         reason: String,
     },
+    /// A snapshot outlived the version store ([`ErrorCode::SNAPSHOT_TOO_OLD`](crate::message::ErrorCode::SNAPSHOT_TOO_OLD)).
+    SnapshotTooOld {
+        /// The snapshot's LSN.
+        lsn: u64,
+        /// The version store's bound, in bytes.
+        bytes_max: u64,
+    },
 }
 
 fn put_string16(w: &mut Writer, s: &str) {
@@ -365,6 +437,11 @@ impl FaultDetail {
                 w.put(&page.to_le_bytes());
                 put_string16(&mut w, reason);
             }
+            FaultDetail::SnapshotTooOld { lsn, bytes_max } => {
+                w.put_u8(4);
+                w.put_u64(*lsn);
+                w.put_u64(*bytes_max);
+            }
         }
         w.into_bytes()
     }
@@ -386,7 +463,11 @@ impl FaultDetail {
                 page: r.u32("page")?,
                 reason: r.str16("text").map(str::to_owned)?,
             },
-            _ => return Err(malformed(what, "a fault detail tag is not 1 to 3")),
+            4 => FaultDetail::SnapshotTooOld {
+                lsn: r.u64("lsn")?,
+                bytes_max: r.u64("bytes max")?,
+            },
+            _ => return Err(malformed(what, "a fault detail tag is not 1 to 4")),
         };
         r.finish("the body")?;
         Ok(d)

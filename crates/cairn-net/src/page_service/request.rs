@@ -3,7 +3,7 @@
 //! table of [`page_service`](super).
 
 use super::{
-    malformed, MessageError, Reader, Writer, COMMIT_RECORDS_MAX, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_TRY_INSERT,
+    malformed, MessageError, Reader, Writer, COMMIT_RECORDS_MAX, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_SNAPSHOT,
     GROUP_NAME_MAX, LOCK_MODE_X, RESOURCE_GROUP,
 };
 use crate::frame::Kind;
@@ -109,6 +109,12 @@ pub enum PageRequest {
     /// LOCK_STATS: the server's lock-manager counters
     /// ([`LockCounters`](super::LockCounters)); any session may ask.
     LockStats,
+    /// SNAPSHOT: begins `txn` as a read-only transaction at a snapshot;
+    /// the reply is its window ([`SnapshotInfo`](super::SnapshotInfo)).
+    Snapshot {
+        /// The transaction (new to the session).
+        txn: u64,
+    },
 }
 
 /// Writes `count u16, (page u32, u64) × count` for at most `max` pairs (a
@@ -160,7 +166,8 @@ impl PageRequest {
             | PageRequest::Abort { txn }
             | PageRequest::Lock { txn, .. }
             | PageRequest::GroupPages { txn, .. }
-            | PageRequest::Written { txn, .. } => Some(*txn),
+            | PageRequest::Written { txn, .. }
+            | PageRequest::Snapshot { txn } => Some(*txn),
             PageRequest::Volume
             | PageRequest::Groups
             | PageRequest::Group { .. }
@@ -246,6 +253,10 @@ impl PageRequest {
                 w.put_u64(*txn);
                 Kind::WRITTEN
             }
+            PageRequest::Snapshot { txn } => {
+                w.put_u64(*txn);
+                Kind::SNAPSHOT
+            }
             PageRequest::GroupPages { txn, group } => {
                 w.put_u64(*txn);
                 w.put_u32(*group);
@@ -305,6 +316,7 @@ impl PageRequest {
             Kind::VOLUME_FILE => PageRequest::VolumeFile,
             Kind::WRITTEN => PageRequest::Written { txn: r.u64("txn")? },
             Kind::LOCK_STATS => PageRequest::LockStats,
+            Kind::SNAPSHOT => PageRequest::Snapshot { txn: r.u64("txn")? },
             _ => return Ok(None),
         };
         r.finish("the body")?;
@@ -314,10 +326,10 @@ impl PageRequest {
     fn get_fetch(r: &mut Reader<'_>, what: &'static str) -> Result<PageRequest, MessageError> {
         let txn = r.u64("txn")?;
         let mode = r.u8("mode")?;
-        if mode & !FETCH_CACHE > FETCH_TRY_INSERT {
+        if mode & !FETCH_CACHE > FETCH_SNAPSHOT {
             return Err(malformed(
                 what,
-                "FETCH mode is not 0 (S), 1 (X) or 2 (try insert), with or without 0x80 (cache)",
+                "FETCH mode is not 0 (S), 1 (X), 2 (try insert) or 3 (snapshot), with or without 0x80 (cache)",
             ));
         }
         let group = r.u32("group")?;

@@ -45,6 +45,13 @@ fn every_request() -> Vec<PageRequest> {
         PageRequest::VolumeFile,
         PageRequest::Written { txn: 7 },
         PageRequest::LockStats,
+        PageRequest::Snapshot { txn: 8 },
+        PageRequest::Fetch {
+            txn: 8,
+            mode: FETCH_SNAPSHOT,
+            group: NO_GROUP,
+            pages: vec![(4, 0)],
+        },
     ]
 }
 
@@ -80,6 +87,10 @@ fn fault_details_round_trip_and_damage_is_refused() {
             page: 9,
             reason: "bad checksum".into(),
         },
+        FaultDetail::SnapshotTooOld {
+            lsn: 77,
+            bytes_max: 1 << 20,
+        },
     ] {
         let body = d.encode();
         assert_eq!(FaultDetail::decode(&body).unwrap(), d);
@@ -90,7 +101,7 @@ fn fault_details_round_trip_and_damage_is_refused() {
         longer.push(0);
         assert!(FaultDetail::decode(&longer).is_err());
     }
-    assert!(FaultDetail::decode(&[4]).is_err(), "unknown tag");
+    assert!(FaultDetail::decode(&[5]).is_err(), "unknown tag");
     let long = FaultDetail::Deadlock {
         cycle: "é".repeat(40_000),
     };
@@ -192,4 +203,64 @@ fn lock_counters_round_trip_and_a_short_or_long_body_is_refused() {
     // The request has no body: a byte after it is refused.
     assert!(PageRequest::decode(Kind::LOCK_STATS, &[0]).is_err());
     assert_eq!(PageRequest::LockStats.txn(), None);
+}
+
+#[test]
+fn a_snapshot_window_round_trips_and_a_window_that_makes_no_sense_is_refused() {
+    let w = SnapshotInfo {
+        low: 100,
+        high: 500,
+        excluded: vec![(100, 130), (200, 260)],
+    };
+    let body = w.encode();
+    assert_eq!(SnapshotInfo::decode(&body).unwrap(), w);
+    for cut in 0..body.len() {
+        assert!(SnapshotInfo::decode(&body[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut longer = body.clone();
+    longer.push(0);
+    assert!(SnapshotInfo::decode(&longer).is_err());
+    // What it sees: at or below low; above, up to high outside the ranges.
+    assert!(w.sees(100) && w.sees(140) && w.sees(500) && w.sees(200));
+    assert!(!w.sees(101) && !w.sees(130) && !w.sees(201) && !w.sees(501));
+    for bad in [
+        SnapshotInfo {
+            low: 600,
+            high: 500,
+            excluded: vec![],
+        },
+        SnapshotInfo {
+            low: 100,
+            high: 500,
+            excluded: vec![(90, 130)],
+        },
+        SnapshotInfo {
+            low: 100,
+            high: 500,
+            excluded: vec![(130, 130)],
+        },
+        SnapshotInfo {
+            low: 100,
+            high: 500,
+            excluded: vec![(400, 501)],
+        },
+    ] {
+        assert!(SnapshotInfo::decode(&bad.encode()).is_err(), "{bad:?}");
+    }
+    let too_many = SnapshotInfo {
+        low: 0,
+        high: u64::MAX,
+        excluded: (0..=SNAPSHOT_EXCLUDED_MAX as u64).map(|i| (i, i + 1)).collect(),
+    };
+    assert!(SnapshotInfo::decode(&too_many.encode()).is_err());
+    let mut bad_mode = PageRequest::Fetch {
+        txn: 8,
+        mode: FETCH_SNAPSHOT,
+        group: NO_GROUP,
+        pages: vec![(4, 0)],
+    }
+    .encode()
+    .1;
+    bad_mode[8] = 4;
+    assert!(PageRequest::decode(Kind::FETCH, &bad_mode).is_err(), "mode 4");
 }

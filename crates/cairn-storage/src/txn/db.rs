@@ -199,6 +199,11 @@ pub(crate) struct Shared {
     /// The first LSNs of file-server commits whose pages their clients have
     /// not written yet: a checkpoint's redo LSN stays at or below each.
     pub(super) unwritten: Mutex<RedoHolds>,
+    /// The pages those commits' clients are writing into the volume file,
+    /// with how many such commits write each: a snapshot's read of one may
+    /// meet a half-written page, and then reads its version instead
+    /// (`embedded.rs`, `read_at`).
+    pub(super) unwritten_pages: Mutex<crate::fxhash::FxHashMap<PageId, usize>>,
     /// Called before every lock that lets a transaction change a page
     /// ([`Db::set_write_lock_hook`]).
     pub(super) write_hook: std::sync::OnceLock<Box<WriteLockHook>>,
@@ -423,6 +428,7 @@ impl Db {
             newest: Mutex::default(),
             pending_images: Mutex::default(),
             unwritten: Mutex::default(),
+            unwritten_pages: Mutex::default(),
             write_hook: std::sync::OnceLock::new(),
             key_ranges: opts.key_range_locking.then(super::KeyRanges::default),
             tree_hook: std::sync::OnceLock::new(),
@@ -536,17 +542,30 @@ impl Db {
         self.begin_for(ClientId(0))
     }
 
-    /// Starts a transaction on behalf of `client`.
     /// Starts a read-only transaction at a snapshot of the last committed
     /// state (see `txn::versions`): it takes no locks, never waits for a
     /// writer and never makes one wait, and never aborts for a conflict; a
     /// change is [`Error::ReadOnlyTxn`]. A snapshot that outlives the
     /// version store's bound ends early ([`Error::SnapshotTooOld`]).
     pub fn begin_read_only(&self) -> Result<Txn> {
-        let mut txn = self.begin()?;
+        self.begin_read_only_for(ClientId(0))
+    }
+
+    /// [`Db::begin_read_only`] on behalf of `client` (a server's session).
+    pub fn begin_read_only_for(&self, client: ClientId) -> Result<Txn> {
+        let mut txn = self.begin_for(client)?;
         txn.object_locks = false;
+        txn.coarse_reads = false;
         txn.snapshot = Some(self.shared.versions.begin(|| self.shared.wal.end_lsn()));
         Ok(txn)
+    }
+
+    /// What the snapshot of `txn` sees (`None` for a transaction that is
+    /// not at a snapshot, or whose snapshot ended early): a server sends it
+    /// to the client whose snapshot it is, which uses a page it caches for
+    /// the snapshot only if the window sees the page's LSN.
+    pub fn snapshot_window(&self, txn: &Txn) -> Option<super::SnapshotWindow> {
+        txn.snapshot.and_then(|s| self.shared.versions.window(s))
     }
 
     /// The version store's counters (page versions kept for snapshots).

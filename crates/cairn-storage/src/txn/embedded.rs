@@ -74,7 +74,23 @@ impl Backend for Shared {
     }
 
     fn read_at(&self, id: PageId, snap: super::Snapshot, f: &mut dyn FnMut(&[u8])) -> Result<()> {
-        let g = self.pool.read(id)?;
+        let g = match self.pool.read(id) {
+            Ok(g) => g,
+            // A file-server client is writing the page into the volume
+            // file (its commit is in flight, so the snapshot does not see
+            // it): the read may have met it half written. The version the
+            // snapshot sees was kept before the client began.
+            Err(e) if self.being_written(id) => {
+                return match self.versions.version_at(id, snap, crate::ids::Lsn(u64::MAX))? {
+                    Some(image) => {
+                        f(&image);
+                        Ok(())
+                    }
+                    None => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
         let lsn = crate::page::lsn(&g);
         if lsn <= snap.lsn && !self.versions.is_expired(snap) {
             f(&g);

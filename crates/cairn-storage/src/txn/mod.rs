@@ -77,4 +77,4 @@ pub use remote::CommitCheck;
 pub use salvage::Salvaged;
 pub use transaction::{ProtectedPages, Restriction, Txn};
 pub use unwritten::Unwritten;
-pub use versions::{Snapshot, VersionStats};
+pub use versions::{Snapshot, SnapshotWindow, VersionStats};

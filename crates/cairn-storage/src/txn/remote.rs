@@ -66,6 +66,25 @@ impl Txn {
         }
     }
 
+    /// The image of `id` as this snapshot transaction sees it (see
+    /// `txn::versions`): what a server sends a remote client reading at a
+    /// snapshot. No lock; a transaction not at a snapshot is refused.
+    pub fn snapshot_page(&mut self, id: PageId) -> Result<Vec<u8>> {
+        self.check_active()?;
+        let Some(snap) = self.snapshot else {
+            return Err(Error::InvalidArgument(format!("{} is not at a snapshot", self.id)));
+        };
+        if id.0 >= self.page_count() {
+            return Err(Error::InvalidArgument(format!(
+                "page {id} is past the end of the volume ({} pages)",
+                self.page_count()
+            )));
+        }
+        let mut image = Vec::new();
+        self.db.read_at(id, snap, &mut |b| image = b.to_vec())?;
+        Ok(image)
+    }
+
     /// The committed image of `page` if it is in the buffer pool now (no
     /// read from disk, no lock: the caller locks what it trusts of it);
     /// `None` if it is not, or is past the end of the volume.
@@ -82,6 +101,14 @@ impl Txn {
     /// the end of the volume (an error naming the page).
     fn check_fetchable(&self, id: PageId) -> Result<()> {
         self.check_active()?;
+        if self.snapshot.is_some() {
+            // Its pages are the snapshot's (`Txn::snapshot_page`), and it
+            // locks nothing.
+            return Err(Error::InvalidArgument(format!(
+                "{} is a snapshot: it reads pages as of its snapshot, without locks",
+                self.id
+            )));
+        }
         if id.0 >= self.page_count() {
             return Err(Error::InvalidArgument(format!(
                 "page {id} is past the end of the volume ({} pages)",
@@ -99,6 +126,9 @@ impl Txn {
     /// names the page and why.
     pub fn stage_redo(&mut self, records: &[&[u8]], named: TxnId) -> Result<()> {
         self.check_active()?;
+        if self.snapshot.is_some() && !records.is_empty() {
+            return Err(Error::ReadOnlyTxn(self.id));
+        }
         let mut staged: Vec<(PageId, Vec<u8>)> = Vec::with_capacity(records.len());
         for (i, bytes) in records.iter().enumerate() {
             let (id, after) = self.verify_record(bytes, i, &staged, named)?;

@@ -332,6 +332,25 @@ impl Txn {
         self.snapshot.is_some()
     }
 
+    /// Makes this new transaction a read-only one at `snap`, a snapshot its
+    /// backend keeps (a remote client's: the server began it and keeps the
+    /// versions it reads, see [`Backend::read_at`]). From here it takes no
+    /// lock and reads every page with [`Backend::read_at`]; a change is
+    /// [`Error::ReadOnlyTxn`]. Refused once the transaction has locked or
+    /// changed anything.
+    pub fn set_snapshot(&mut self, snap: super::Snapshot) -> Result<()> {
+        if !self.held.is_empty() || self.changes > 0 || self.snapshot.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{} has begun already: only a new transaction is put at a snapshot",
+                self.id
+            )));
+        }
+        self.object_locks = false;
+        self.coarse_reads = false;
+        self.snapshot = Some(snap);
+        Ok(())
+    }
+
     /// Why the restriction protects page `id` from this transaction's
     /// changes, if it does.
     pub(super) fn protected_reason(&self, id: PageId) -> Option<String> {

@@ -131,12 +131,15 @@ impl Db {
                     // Under the gate: a checkpoint picking its redo LSN sees
                     // this hold, or began before these records.
                     done.hold = s.hold_redo(start);
-                    done.lsns = lsns.into_iter().filter(|(p, _)| !freed.contains(p)).collect();
                     // Its client writes the pages: nothing is installed
-                    // here, and a snapshot of a file server's database is
-                    // not offered.
-                    s.commit_installed(&mut t);
-                    s.wal.flush(commit_lsn)
+                    // here. The images they replace go to the version
+                    // store now, while the volume file still has them, and
+                    // the commit stays in flight for snapshots until the
+                    // pages are written (`Unwritten::end`).
+                    let kept = s.keep_unwritten(&lsns);
+                    done.lsns = lsns.into_iter().filter(|(p, _)| !freed.contains(p)).collect();
+                    s.note_unwritten(&done.lsns, true);
+                    kept.and_then(|()| s.wal.flush(commit_lsn))
                 }
             }
         };
@@ -215,12 +218,51 @@ impl Unwritten {
         Ok(())
     }
 
-    /// Releases the hold on the redo LSN, then the locks.
+    /// Releases the hold on the redo LSN; the commit is no longer in
+    /// flight for snapshots (its pages are where a read finds them); then
+    /// the locks go.
     fn end(&mut self) {
         self.shared.release_redo(self.hold);
         if let Some(mut t) = self.txn.take() {
+            self.shared.commit_installed(&mut t);
+            self.shared.note_unwritten(&self.lsns, false);
             t.finish();
         }
+    }
+}
+
+impl Shared {
+    /// Hands the version store the committed image of each page a
+    /// file-server commit changes or frees (`lsns`: each with the LSN of
+    /// its new image), read before its client writes the new one.
+    fn keep_unwritten(&self, lsns: &[(PageId, Lsn)]) -> Result<()> {
+        let end = self.wal.end_lsn();
+        for &(id, lsn) in lsns {
+            let g = self.pool.read(id)?;
+            self.versions.keep(id, page::lsn(&g), lsn, &g, end);
+        }
+        Ok(())
+    }
+
+    /// Notes that a client writes `pages` now (`writing`), or has written
+    /// them.
+    fn note_unwritten(&self, pages: &[(PageId, Lsn)], writing: bool) {
+        let mut m = super::db::lock(&self.unwritten_pages);
+        for &(id, _) in pages {
+            if writing {
+                *m.entry(id).or_insert(0) += 1;
+            } else if let Some(n) = m.get_mut(&id) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// True if a file-server client may be writing page `id` now.
+    pub(super) fn being_written(&self, id: PageId) -> bool {
+        super::db::lock(&self.unwritten_pages).contains_key(&id)
     }
 }
 

@@ -62,19 +62,26 @@ pub struct Snapshot {
     pub lsn: Lsn,
 }
 
-/// What a running snapshot sees above its LSN.
-struct Window {
+/// What a running snapshot sees: every page image of LSN at most `low`,
+/// and above it those up to `high` outside the `excluded` ranges (see the
+/// module docs). A remote client gets its snapshot's window from the
+/// server and decides with it whether a page it caches is part of what the
+/// snapshot sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotWindow {
     /// Its LSN (`S`).
-    low: Lsn,
+    pub low: Lsn,
     /// The log's end when it began (`H`).
-    high: Lsn,
+    pub high: Lsn,
     /// The LSN ranges `(start, end]` of the commits in flight when it began.
-    excluded: Vec<(Lsn, Lsn)>,
+    pub excluded: Vec<(Lsn, Lsn)>,
 }
 
-impl Window {
+type Window = SnapshotWindow;
+
+impl SnapshotWindow {
     /// True if a page image of LSN `lsn` is part of what the snapshot sees.
-    fn sees(&self, lsn: Lsn) -> bool {
+    pub fn sees(&self, lsn: Lsn) -> bool {
         lsn <= self.low || (lsn <= self.high && !self.excluded.iter().any(|&(s, e)| s < lsn && lsn <= e))
     }
 }
@@ -358,6 +365,12 @@ impl Versions {
                 snap.lsn.0
             ))),
         }
+    }
+
+    /// The window of a running snapshot (`None` once it ended, or was
+    /// ended early).
+    pub(crate) fn window(&self, snap: Snapshot) -> Option<SnapshotWindow> {
+        self.state().snapshots.get(&snap.id).cloned()
     }
 
     /// True if the snapshot was ended early.

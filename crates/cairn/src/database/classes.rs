@@ -241,14 +241,27 @@ impl Transaction<'_> {
             return Ok(());
         }
         let inner = self.inner;
+        let e = catalog::epoch(&mut self.txn, &inner.meta)?;
         if self.read_only {
-            // The session's copy, as it is: a snapshot's catalog is never
-            // newer (this process made every change to it), and reloading
-            // the shared copy from the past would take it back in time.
-            self.catalog_epoch = Some(lock(&inner.catalog).epoch);
+            // At a snapshot: the catalog as of it only if it is newer than
+            // the session's (a client whose session has not seen another
+            // client's registration yet). An older one is not taken: the
+            // session's copy has every class and version the snapshot's
+            // objects were written with, and the shared copy must not go
+            // back in time.
+            let session = lock(&inner.catalog).epoch;
+            if e > session {
+                let mut fresh = Catalog::default();
+                catalog::load(&mut self.txn, &inner.meta, &mut fresh)?;
+                let mut cat = lock(&inner.catalog);
+                if cat.epoch < e {
+                    *cat = fresh;
+                    lock(&inner.index_roots).clear();
+                }
+            }
+            self.catalog_epoch = Some(e.max(session));
             return Ok(());
         }
-        let e = catalog::epoch(&mut self.txn, &inner.meta)?;
         if lock(&inner.catalog).epoch != e {
             // Read without the session's mutex held: this may fetch pages.
             let mut fresh = Catalog::default();

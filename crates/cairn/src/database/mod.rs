@@ -367,11 +367,15 @@ impl Database {
     /// one wait, and never aborts for a conflict — and reads around the
     /// shared caches (what they hold may be newer than its snapshot). A
     /// change is [`Error::ReadOnly`]; `select` and `count` (group scans)
-    /// are not offered at a snapshot yet. Embedded databases only, for
-    /// now. A snapshot that runs so long that the versions it needs
-    /// outgrow `Options::storage.snapshot_bytes_max` ends early: its next
-    /// read fails, and a new one sees the present.
-    ///
+    /// are not offered at a snapshot yet. Embedded databases, and page and
+    /// file clients of `cairn serve` (the server keeps the versions; a
+    /// page client reads a page it caches under a right when the snapshot
+    /// sees that image, else asks the server for the page as of the
+    /// snapshot: one round trip to begin, none for a warm page); not yet
+    /// object or adaptive clients. A snapshot that runs so long that the
+    /// versions it needs outgrow `Options::storage.snapshot_bytes_max` (the
+    /// server's, for a client) ends early: its next read fails, and a new
+    /// one sees the present.
     pub fn begin_read_only(&self) -> Result<Transaction<'_>> {
         let txn = self.inner.db.begin_read_only()?;
         let mut t = self.inner.transaction(txn);

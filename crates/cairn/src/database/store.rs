@@ -44,11 +44,11 @@ pub(crate) trait Store: Send + Sync {
     /// Begins a storage transaction.
     fn begin(&self) -> StorageResult<Tx>;
     /// Begins a read-only storage transaction at a snapshot of the last
-    /// committed state; the default (a client of `cairn serve`, for now)
-    /// offers none.
+    /// committed state; the default (the object and adaptive clients, for
+    /// now) offers none.
     fn begin_read_only(&self) -> StorageResult<Tx> {
         Err(cairn_storage::Error::InvalidArgument(
-            "snapshot (read-only) transactions are offered by embedded databases only, for now".into(),
+            "snapshot (read-only) transactions are offered by embedded databases and page and file clients, not yet by object or adaptive clients".into(),
         ))
     }
     /// The group named `name`, created if `create` and missing.
@@ -161,6 +161,10 @@ impl Store for Db {
 impl Store for Arc<RemoteStore> {
     fn begin(&self) -> StorageResult<Tx> {
         Ok(Tx::Pages(RemoteStore::begin(self)?))
+    }
+
+    fn begin_read_only(&self) -> StorageResult<Tx> {
+        Ok(Tx::Pages(RemoteStore::begin_read_only(self)?))
     }
 
     fn group(&self, name: &str, create: bool) -> StorageResult<GroupId> {

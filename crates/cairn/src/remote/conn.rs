@@ -364,6 +364,9 @@ impl Connection {
                         page: PageId(page),
                         reason: format!("on the server: {reason}"),
                     },
+                    (ErrorCode::SNAPSHOT_TOO_OLD, Some(FaultDetail::SnapshotTooOld { lsn, bytes_max })) => {
+                        Error::SnapshotTooOld { lsn, bytes_max }
+                    }
                     (code, _) => Connection::coded_error(code, m, txn),
                 }
             }
@@ -404,6 +407,7 @@ impl Connection {
                 page: PageId(u32::MAX),
                 reason: format!("on the server: {m}"),
             },
+            ErrorCode::SNAPSHOT_TOO_OLD => Error::SnapshotTooOld { lsn: 0, bytes_max: 0 },
             ErrorCode::INTERNAL => Error::Internal(format!("on the server: {m}")),
             ErrorCode::DENIED => Error::PermissionDenied(format!("on the server: {m}")),
             ErrorCode::NOT_FOUND => Error::InvalidArgument(format!("the server found no such thing: {m}")),

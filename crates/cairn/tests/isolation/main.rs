@@ -20,7 +20,8 @@
 //!   hold no locks and wants the checker to find phantoms;
 //! - each client kind alone against one real server child, all kinds mixed
 //!   on one server, and runs with the server killed -9 and restarted as they
-//!   go.
+//!   go; page and file clients also with one transaction in three a
+//!   snapshot reader (alone, and together with the server killed).
 //!
 //! Three defects these runs found in the engine, all fixed, are reproduced
 //! on their own by `repro.rs`: a snapshot that missed a commit which
@@ -390,6 +391,12 @@ impl Served {
 /// `kills`, the server is killed -9 and restarted that many times, evenly
 /// spread over the run's commits.
 fn served(what: &str, archs: &[Arch], kills: usize) {
+    served_with(what, archs, kills, None)
+}
+
+/// [`served`], with about one transaction in `snapshot_one_in` (if set) a
+/// read-only one at a snapshot (page and file clients).
+fn served_with(what: &str, archs: &[Arch], kills: usize, snapshot_one_in: Option<u64>) {
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start(&dir.path().join("db"));
     let loader = served.source(Arch::Page).open().unwrap();
@@ -419,7 +426,7 @@ fn served(what: &str, archs: &[Arch], kills: usize) {
                 }
             });
         }
-        run_processes(&sources, &rec, &size, None);
+        run_processes(&sources, &rec, &size, snapshot_one_in);
         done.store(true, Ordering::SeqCst);
     });
     judge(what, &rec, served.final_state());
@@ -433,6 +440,33 @@ fn page_clients_are_serializable() {
 #[test]
 fn file_clients_are_serializable() {
     served("file clients", &[Arch::File], 0)
+}
+
+/// Page clients, one transaction in three a read-only snapshot: the
+/// history is serializable, and each snapshot read one committed state,
+/// whether its pages came from the client's cache under a right or from
+/// the server's version store.
+#[test]
+fn page_clients_with_snapshot_readers_are_serializable() {
+    served_with("page clients, 1 in 3 a snapshot reader", &[Arch::Page], 0, Some(3))
+}
+
+#[test]
+fn file_clients_with_snapshot_readers_are_serializable() {
+    served_with("file clients, 1 in 3 a snapshot reader", &[Arch::File], 0, Some(3))
+}
+
+/// Page and file clients with snapshot readers, the server killed -9 and
+/// restarted: a snapshot whose server died fails like any transaction and
+/// the next one sees the recovered state.
+#[test]
+fn page_and_file_clients_with_snapshot_readers_stay_serializable_with_the_server_killed() {
+    served_with(
+        "page and file clients, 1 in 3 a snapshot reader, server killed -9",
+        &[Arch::Page, Arch::File],
+        3,
+        Some(3),
+    )
 }
 
 #[test]

@@ -136,6 +136,10 @@ impl Backend for RemoteStore {
         Ok(())
     }
 
+    fn read_at(&self, id: PageId, snap: cairn_storage::txn::Snapshot, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        self.read_at_snapshot(TxnId(snap.id), id, f)
+    }
+
     fn page_count(&self) -> u32 {
         self.page_count.load(Ordering::Relaxed)
     }
@@ -157,6 +161,11 @@ impl Backend for RemoteStore {
     }
 
     fn group_pages(&self, txn: TxnId, group: GroupId) -> Result<Vec<PageId>> {
+        if self.is_snapshot(txn) {
+            return Err(Error::InvalidArgument(format!(
+                "{txn} is a snapshot: scanning a group at a snapshot is not offered (a group's pages are known only as they are now)"
+            )));
+        }
         self.mark_on_server(txn);
         let body = self.conn.call_one(&PageRequest::GroupPages {
             txn: txn.0,
@@ -191,6 +200,13 @@ impl Backend for RemoteStore {
     }
 
     fn prefetch(&self, owner: LockOwner, pages: &[PageId], exclusive: bool) -> Result<bool> {
+        if self.is_snapshot(owner.txn) {
+            // Read as of the snapshot, all at once; nothing is locked.
+            if !exclusive && pages.len() >= 2 {
+                self.fetch_at_snapshot(owner.txn, pages)?;
+            }
+            return Ok(false);
+        }
         // A single page to fetch is one round trip either way: it is
         // fetched when it is used (and only if it is).
         let mode = if exclusive { FETCH_X } else { FETCH_S };

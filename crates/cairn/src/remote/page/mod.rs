@@ -76,6 +76,7 @@
 
 mod backend;
 mod rights;
+mod snapshot;
 
 use super::adaptive::AdaptiveStats;
 use super::conn::{self, Connect, RemoteDevice, RemoteStats, VolumeFile};
@@ -185,8 +186,8 @@ impl RemoteStore {
     /// only a page whose LSN changed counts as new, so the typed layer's
     /// caches stay valid across transactions for unchanged pages. At commit
     /// it sends full page images, waits for them to be durable in the
-    /// server's log, writes and syncs the pages, then sends WRITTEN (one
-    /// way), which releases the locks.
+    /// server's log, writes and syncs the pages, then sends WRITTEN and
+    /// waits for its answer, which releases the locks.
     pub fn connect_as(
         architecture: Architecture,
         address: Address,
@@ -410,9 +411,8 @@ impl RemoteStore {
     /// in its log (`lsns`, for the pages of `changed`), so the client writes
     /// them — stamped with their LSNs and sealed, pages freed excepted —
     /// and caches them, syncs the volume file and sends WRITTEN, which
-    /// releases the transaction's locks (one way: nothing waits for the
-    /// answer). If
-    /// writing fails the commit still stands (the log has it): the client
+    /// releases the transaction's locks and makes the commit visible to
+    /// snapshots; the commit returns once it is answered. If writing fails the commit still stands (the log has it): the client
     /// stops, and the server repairs the pages when the connection closes.
     fn write_pages(
         &self,
@@ -449,10 +449,13 @@ impl RemoteStore {
             ));
             return Err(e);
         }
-        let (kind, body) = PageRequest::Written { txn: txn.id().0 }.encode();
-        self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-        self.conn.one_way.fetch_add(1, Ordering::Relaxed);
-        drop(self.conn.client.invoke(kind, body));
+        // Awaited: until the server has taken it in, the commit is not
+        // visible to snapshots (it is in flight for them until its pages
+        // are written), so a commit that returned earlier could be missed
+        // by a snapshot another client began after it. A lost connection
+        // leaves the outcome to the caller unknown (the server repairs the
+        // pages when it sees the session closed).
+        self.conn.call_one(&PageRequest::Written { txn: txn.id().0 })?;
         Ok(())
     }
 
@@ -700,14 +703,20 @@ impl RemoteStore {
     /// page about to be read, so the lock is taken anyway. An error (a
     /// deadlock, a lost connection) is the caller's, never a guess.
     fn facts(&self, txn: TxnId, id: PageId) -> Result<Facts> {
-        if let Some(f) = self
-            .rights
-            .lock()
-            .txns
-            .get(&txn)
-            .and_then(|v| v.facts.get(&id).copied())
-        {
+        let (known, snapshot) = {
+            let st = self.rights.lock();
+            let view = st.txns.get(&txn);
+            (
+                view.and_then(|v| v.facts.get(&id).copied()),
+                view.is_some_and(|v| v.snapshot.is_some()),
+            )
+        };
+        if let Some(f) = known {
             return Ok(f);
+        }
+        if snapshot {
+            // Known from the snapshot's own read of the page: no lock.
+            return self.snapshot_facts(txn, id);
         }
         if !self.use_cover(txn, id) {
             self.fetch(txn, id, FETCH_S, GroupId(0))?;

@@ -32,6 +32,9 @@ pub(super) struct TxnView {
     /// The server's transaction is over (a COMMIT or ABORT was sent): a
     /// read-only commit, which sends neither, ends it with an ABORT.
     pub(super) ended_on_server: bool,
+    /// A read-only transaction at a snapshot: what it sees and read
+    /// (`snapshot.rs`). It holds no lock, so no callback names it.
+    pub(super) snapshot: Option<Box<super::snapshot::SnapView>>,
 }
 
 /// The client's right to cache a page across transactions (callback

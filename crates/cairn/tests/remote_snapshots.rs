@@ -1,0 +1,158 @@
+//! Read-only transactions at a snapshot on the page and file clients
+//! (`Database::begin_read_only` over `cairn serve`): a snapshot reads the
+//! server's committed state as of its beginning — objects, views and index
+//! lookups — takes no lock at the server, so it never waits for another
+//! client's writer and never makes one wait, and uses a page the client
+//! caches under a right only if the snapshot sees that image: a cached
+//! page newer than the snapshot is never used for it.
+
+mod common;
+
+use cairn::{Database, Error, Index, Persistent, Ref};
+use common::{Backend, Site};
+
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Item {
+    #[cairn(index)]
+    key: u32,
+    value: i64,
+}
+
+const BY_KEY: Index<u32, Item> = Index::on("key");
+
+fn fill(db: &Database, n: u32) -> Vec<Ref<Item>> {
+    let mut tx = db.begin().unwrap();
+    let refs = (0..n)
+        .map(|k| tx.create(Item { key: k, value: 100 }).unwrap())
+        .collect();
+    tx.commit().unwrap();
+    refs
+}
+
+fn warm(db: &Database, refs: &[Ref<Item>]) {
+    let mut tx = db.begin().unwrap();
+    for r in refs {
+        tx.get(r).unwrap();
+    }
+    tx.find_one(&BY_KEY, &1).unwrap();
+    tx.commit().unwrap();
+}
+
+fn lock_counts(db: &Database) -> (u64, u64) {
+    let l = db.server_lock_stats().unwrap().expect("a client");
+    (l.requests, l.waits)
+}
+
+fn a_snapshot_sees_its_state_and_neither_waits_nor_blocks(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(backend, &dir.path().join("db")).server_env("CAIRN_TEST_LOCK_TIMEOUT_MS", "5000");
+    let reader = site.open(common::opts());
+    let writer = site.open(common::opts());
+    let refs = fill(&writer, 200);
+    warm(&reader, &refs);
+
+    let mut ro = reader.begin_read_only().unwrap();
+    // Another client changes an object and a key and holds its locks: the
+    // snapshot reads both without waiting.
+    let mut w = writer.begin().unwrap();
+    w.update(&refs[0], |i| i.value = 7).unwrap();
+    w.update(&refs[1], |i| i.key = 5_000).unwrap();
+    let (requests, waits) = lock_counts(&writer);
+    assert_eq!(ro.get(&refs[0]).unwrap().value, 100);
+    assert_eq!(ro.find_one(&BY_KEY, &1).unwrap().as_ref(), Some(&refs[1]));
+    // It holds nothing, so the writer's commit does not wait for it.
+    w.commit().unwrap();
+    assert_eq!(ro.get(&refs[0]).unwrap().value, 100);
+    assert_eq!(ro.view(&refs[0]).unwrap().get().value(), 100);
+    assert_eq!(ro.find_one(&BY_KEY, &1).unwrap().as_ref(), Some(&refs[1]));
+    assert_eq!(ro.find_one(&BY_KEY, &5_000).unwrap(), None);
+    for r in &refs[2..] {
+        assert_eq!(ro.get(r).unwrap().value, 100);
+    }
+    let (requests_after, waits_after) = lock_counts(&writer);
+    assert_eq!(waits_after, waits, "nobody waited");
+    // Only the writer's commit asked for locks after that (a handful).
+    assert!(requests_after - requests < 40, "{requests} → {requests_after}");
+    assert!(matches!(
+        ro.put(&refs[2], Item { key: 2, value: 0 }),
+        Err(Error::ReadOnly(_))
+    ));
+    ro.commit().unwrap();
+
+    // The reader's own transactions see the present.
+    let mut now = reader.begin().unwrap();
+    assert_eq!(now.get(&refs[0]).unwrap().value, 7);
+    assert_eq!(now.find_one(&BY_KEY, &1).unwrap(), None);
+    assert_eq!(now.find_one(&BY_KEY, &5_000).unwrap().as_ref(), Some(&refs[1]));
+    now.commit().unwrap();
+}
+
+#[test]
+fn a_page_client_snapshot_sees_its_state_and_neither_waits_nor_blocks() {
+    a_snapshot_sees_its_state_and_neither_waits_nor_blocks(Backend::Page);
+}
+
+#[test]
+fn a_file_client_snapshot_sees_its_state_and_neither_waits_nor_blocks() {
+    a_snapshot_sees_its_state_and_neither_waits_nor_blocks(Backend::File);
+}
+
+/// The page client caches a page under a right whose image is newer than
+/// a running snapshot (its own later transaction read it after another
+/// client's commit): the snapshot does not use it and reads the version as
+/// of its beginning from the server. A snapshot begun after the commit
+/// reads the same cached page with no round trip but SNAPSHOT.
+#[test]
+fn a_cached_page_newer_than_the_snapshot_is_not_used_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(Backend::Page, &dir.path().join("db"));
+    let reader = site.open(common::opts());
+    let writer = site.open(common::opts());
+    let refs = fill(&writer, 50);
+    warm(&reader, &refs);
+
+    let mut old = reader.begin_read_only().unwrap();
+    let mut w = writer.begin().unwrap();
+    w.update(&refs[3], |i| i.value = 9).unwrap();
+    w.commit().unwrap();
+    // The reader's next transaction brings the new image and a right.
+    let mut now = reader.begin().unwrap();
+    assert_eq!(now.get(&refs[3]).unwrap().value, 9);
+    now.commit().unwrap();
+    assert_eq!(
+        old.get(&refs[3]).unwrap().value,
+        100,
+        "the snapshot's version, not the cached one"
+    );
+    assert_eq!(old.view(&refs[3]).unwrap().get().value(), 100);
+    old.commit().unwrap();
+
+    let before = reader.remote_stats().unwrap();
+    let mut fresh = reader.begin_read_only().unwrap();
+    assert_eq!(fresh.get(&refs[3]).unwrap().value, 9);
+    fresh.commit().unwrap();
+    let after = reader.remote_stats().unwrap();
+    assert_eq!(
+        after.round_trips - before.round_trips,
+        1,
+        "SNAPSHOT only: the page came from the cache"
+    );
+    assert!(after.cache_hits > before.cache_hits);
+}
+
+/// Scans of a group are not offered at a snapshot (as embedded): the
+/// error says so, and the transaction is still a snapshot afterwards.
+#[test]
+fn a_scan_at_a_snapshot_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(Backend::Page, &dir.path().join("db"));
+    let db = site.open(common::opts());
+    let refs = fill(&db, 5);
+    let mut ro = db.begin_read_only().unwrap();
+    let e = ro.count::<Item>("default", &[]).unwrap_err();
+    assert!(e.to_string().contains("snapshot"), "{e}");
+    drop(ro);
+    let mut ro = db.begin_read_only().unwrap();
+    assert_eq!(ro.get(&refs[4]).unwrap().value, 100);
+    ro.commit().unwrap();
+}
