@@ -190,6 +190,13 @@ pub trait Backend: Send + Sync {
         let _ = (id, snap, f);
         Err(crate::Error::InvalidArgument("this backend keeps no snapshots".into()))
     }
+    /// True if page `id` was in use as of `snap` (see `txn::versions`): in
+    /// use now, or freed by a commit the snapshot does not see. The default
+    /// keeps no snapshots and answers as [`Backend::is_page_in_use`].
+    fn is_page_in_use_at(&self, txn: TxnId, id: PageId, snap: super::Snapshot) -> Result<bool> {
+        let _ = snap;
+        self.is_page_in_use(txn, id)
+    }
     /// Ends a snapshot: the versions only it needed go.
     fn end_snapshot(&self, snap: super::Snapshot) {
         let _ = snap;

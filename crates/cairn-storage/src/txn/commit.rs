@@ -244,6 +244,7 @@ impl Shared {
         let refs: Vec<&[u8]> = batch.iter().map(|r| &r[..]).collect();
         let got = db.append_in_flight(t, &refs)?;
         let commit_lsn = *got.last().expect("the batch holds the COMMIT");
+        t.commit_lsn = Some(commit_lsn);
         let first_rebased = batch_ids.len() - rebased.len();
         if let Some(newest) = &mut newest {
             for ((id, mut after), &lsn) in rebased.into_iter().zip(&got[first_rebased..]) {
@@ -393,6 +394,17 @@ impl Shared {
     pub(super) fn free_deferred(&self, t: &mut Txn) -> Result<()> {
         if t.to_free.is_empty() {
             return Ok(());
+        }
+        // Before the space map lets them go: a snapshot that does not see
+        // this commit still finds each page in use, and its last image
+        // (the free formats it anew).
+        if let Some(at) = t.commit_lsn {
+            let end = self.wal.end_lsn();
+            for &p in &t.to_free {
+                self.versions.note_freed(p, at);
+                let g = self.pool.read(p)?;
+                self.versions.keep(p, page::lsn(&g), at, &g, end);
+            }
         }
         let mut vol = lock(&self.vol);
         for p in std::mem::take(&mut t.to_free) {

@@ -109,6 +109,10 @@ impl Backend for Shared {
         Ok(())
     }
 
+    fn is_page_in_use_at(&self, txn: TxnId, id: PageId, snap: super::Snapshot) -> Result<bool> {
+        Ok(self.is_page_in_use(txn, id)? || self.versions.freed_unseen(id, snap))
+    }
+
     fn end_snapshot(&self, snap: super::Snapshot) {
         self.versions.end(snap, self.wal.end_lsn());
     }

@@ -91,6 +91,9 @@ pub struct Txn {
     pub(super) snapshot: Option<super::Snapshot>,
     /// Where its commit began, while it is in flight (`versions.rs`).
     pub(super) in_flight: Option<crate::ids::Lsn>,
+    /// The LSN of its COMMIT record, once appended (the frees it makes are
+    /// noted with it for snapshots, `versions.rs`).
+    pub(super) commit_lsn: Option<crate::ids::Lsn>,
     /// Its commit applied changes to a page image another commit still in
     /// flight made (`commit.rs`): it ends only after that one.
     pub(super) built_on_pending: bool,
@@ -169,6 +172,7 @@ impl Txn {
             key_trees: super::keys::OwnTrees::default(),
             snapshot: None,
             in_flight: None,
+            commit_lsn: None,
             built_on_pending: false,
         }
     }
@@ -1008,6 +1012,10 @@ impl ObjectSpace for Txn {
     }
 
     fn is_page_in_use(&self, id: PageId) -> Result<bool> {
+        if let Some(snap) = self.snapshot {
+            // In use as of the snapshot: a page freed since is, for it.
+            return self.db.is_page_in_use_at(self.id, id, snap);
+        }
         Ok(!self.to_free.contains(&id) && self.db.is_page_in_use(self.id, id)?)
     }
 

@@ -136,8 +136,9 @@ impl Db {
                     // store now, while the volume file still has them, and
                     // the commit stays in flight for snapshots until the
                     // pages are written (`Unwritten::end`).
-                    let kept = s.keep_unwritten(&lsns);
+                    // (The pages it frees are kept when they are freed.)
                     done.lsns = lsns.into_iter().filter(|(p, _)| !freed.contains(p)).collect();
+                    let kept = s.keep_unwritten(&done.lsns);
                     s.note_unwritten(&done.lsns, true);
                     kept.and_then(|()| s.wal.flush(commit_lsn))
                 }
@@ -233,8 +234,8 @@ impl Unwritten {
 
 impl Shared {
     /// Hands the version store the committed image of each page a
-    /// file-server commit changes or frees (`lsns`: each with the LSN of
-    /// its new image), read before its client writes the new one.
+    /// file-server commit changes (`lsns`: each with the LSN of its new
+    /// image), read before its client writes the new one.
     fn keep_unwritten(&self, lsns: &[(PageId, Lsn)]) -> Result<()> {
         let end = self.wal.end_lsn();
         for &(id, lsn) in lsns {

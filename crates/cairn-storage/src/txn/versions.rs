@@ -37,6 +37,15 @@
 //! below both the oldest snapshot's `S` and the horizon; when a snapshot
 //! ends it sweeps all of them.
 
+//! **Pages freed.** A page a commit frees is out of use now but was in
+//! use for a snapshot that does not see that commit (its objects may still
+//! live there for it). Each free is noted with its commit's LSN before the
+//! space map lets the page go ([`Versions::note_freed`]), and a snapshot
+//! counts a page in use if it is now or if it was freed by a commit it
+//! does not see ([`Versions::freed_unseen`]); the notes go as versions do.
+//! (A page freed before a snapshot began and allocated again after it is
+//! counted in use too: the snapshot's objects never reach it.)
+
 //! **Bounded.** Past [`super::DbOptions::snapshot_bytes_max`] bytes of
 //! kept images, the oldest snapshots are ended early: their next read is
 //! [`Error::SnapshotTooOld`], and their versions go. Writers never wait for
@@ -120,6 +129,8 @@ struct State {
     /// keeps removal exact) and the LSN ranges `(start, end]` of their
     /// batches of records.
     in_flight: BTreeMap<Lsn, (usize, Vec<(Lsn, Lsn)>)>,
+    /// Pages freed, with the LSN of the commit that freed each (the latest).
+    freed: FxHashMap<PageId, Lsn>,
 }
 
 impl State {
@@ -167,6 +178,13 @@ impl State {
             if !self.needed(from, to) {
                 self.drop_version(to, page);
             }
+        }
+        // A free every running snapshot sees, and every one beginning from
+        // here will (it lies at or below the horizon), needs no note.
+        if !self.freed.is_empty() {
+            let windows = &self.snapshots;
+            self.freed
+                .retain(|_, at| *at > horizon || windows.values().any(|w| !w.sees(*at)));
         }
     }
 
@@ -367,6 +385,22 @@ impl Versions {
         }
     }
 
+    /// Notes that the commit of LSN `at` frees `page` (called before the
+    /// space map lets it go).
+    pub(crate) fn note_freed(&self, page: PageId, at: Lsn) {
+        self.state().freed.insert(page, at);
+    }
+
+    /// True if a commit the snapshot does not see freed `page`: the page
+    /// was in use for it, whatever the space map says now.
+    pub(crate) fn freed_unseen(&self, page: PageId, snap: Snapshot) -> bool {
+        let st = self.state();
+        match (st.freed.get(&page), st.snapshots.get(&snap.id)) {
+            (Some(&at), Some(w)) => !w.sees(at),
+            _ => false,
+        }
+    }
+
     /// The window of a running snapshot (`None` once it ended, or was
     /// ended early).
     pub(crate) fn window(&self, snap: Snapshot) -> Option<SnapshotWindow> {
@@ -457,6 +491,33 @@ mod tests {
         assert_eq!(v.stats().versions, 1, "still in flight");
         v.commit_done(Lsn(200), Lsn(300));
         assert_eq!(v.stats().versions, 0);
+    }
+
+    /// A page freed by a commit a snapshot does not see is in use for that
+    /// snapshot, not for one that sees the commit; the note goes once no
+    /// snapshot can miss the free.
+    #[test]
+    fn a_page_freed_by_a_commit_a_snapshot_does_not_see_is_in_use_for_it() {
+        let v = Versions::new(1 << 20);
+        let before = v.begin(|| Lsn(100));
+        let mut c = None;
+        v.append_in_flight(&mut c, || Ok((Lsn(100), Lsn(150), ()))).unwrap();
+        v.note_freed(PageId(9), Lsn(150));
+        let during = v.begin(|| Lsn(150));
+        assert!(v.freed_unseen(PageId(9), before));
+        assert!(
+            v.freed_unseen(PageId(9), during),
+            "the freeing commit is in flight for it"
+        );
+        assert!(!v.freed_unseen(PageId(8), before), "another page");
+        v.commit_done(Lsn(100), Lsn(150));
+        let after = v.begin(|| Lsn(150));
+        assert!(!v.freed_unseen(PageId(9), after), "it sees the free");
+        v.end(before, Lsn(150));
+        assert!(!v.state().freed.is_empty(), "kept while a running snapshot misses it");
+        v.end(during, Lsn(150));
+        assert!(v.state().freed.is_empty(), "no snapshot misses the free any more");
+        v.end(after, Lsn(150));
     }
 
     /// A commit that returned while an older one was still in flight is
