@@ -219,7 +219,7 @@ fn rights_request(g: &mut Gen, pages: u32) -> RightsRequest {
 /// A random well-framed object-service request.
 fn object_request(g: &mut Gen, pages: u32) -> ObjectRequest {
     let txn = g.txn();
-    match g.below(9) {
+    match g.below(10) {
         0 => ObjectRequest::Fetch {
             txn,
             mode: g.below(4) as u8,
@@ -272,6 +272,7 @@ fn object_request(g: &mut Gen, pages: u32) -> ObjectRequest {
             txn,
             method: g.bytes(64),
         },
+        8 => ObjectRequest::Snapshot { txn },
         _ => ObjectRequest::Abort { txn },
     }
 }

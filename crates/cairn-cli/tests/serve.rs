@@ -200,6 +200,88 @@ fn a_snapshot_reads_as_of_its_beginning_without_locks_and_is_refused_anything_el
     assert_eq!(remote_code(e), ErrorCode::INVALID, "an ended snapshot reads nothing");
 }
 
+/// An object session's snapshot (OBJ_SNAPSHOT): OBJ_FETCH S reads the
+/// object as of the snapshot after another session committed a change to
+/// it, with no right to cache; a fetch for update, a create and a commit
+/// with changes are refused; OBJ_ABORT ends it.
+#[test]
+fn an_object_sessions_snapshot_reads_as_of_its_beginning_and_changes_nothing() {
+    use cairn_net::object_service::{Change, FetchedObject, ObjectRequest, NO_OID, OBJ_S, OBJ_X};
+    use cairn_net::page_service::SnapshotInfo;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let oid = setup(&path);
+    let server = serve(&path, &[]);
+    let c = Client::connect(
+        &server.addr,
+        &ClientOptions {
+            architecture: Architecture::OBJECT,
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let send = |req: &ObjectRequest| {
+        let (kind, body) = req.encode();
+        c.invoke(kind, body).and_then(|call| call.collect())
+    };
+    let snap = begin(&c);
+    let window = send(&ObjectRequest::Snapshot { txn: snap }).unwrap();
+    SnapshotInfo::decode(&window[0]).unwrap();
+    // Another session changes the object and commits.
+    let writer = server.client().unwrap();
+    let w = begin(&writer);
+    let base = fetch(&writer, w, oid.page, true).unwrap();
+    let rec = redo::page_record(TxnId(w), oid.page, Some(&base), &change(&base, 7, 9));
+    call(
+        &writer,
+        &PageRequest::Commit {
+            txn: w,
+            records: vec![rec],
+        },
+    )
+    .unwrap();
+    let parts = send(&ObjectRequest::Fetch {
+        txn: snap,
+        mode: OBJ_S,
+        oids: vec![oid.to_bytes()],
+    })
+    .unwrap();
+    let f = FetchedObject::decode(&parts[0]).unwrap();
+    assert_eq!(f.bytes, &[7u8; 100][..], "the object as of the snapshot");
+    assert_eq!(f.right, 0, "no right to cache at a snapshot");
+    for req in [
+        ObjectRequest::Fetch {
+            txn: snap,
+            mode: OBJ_X,
+            oids: vec![oid.to_bytes()],
+        },
+        ObjectRequest::Create {
+            txn: snap,
+            group: 0,
+            near: NO_OID,
+            bytes: vec![1, 2, 3],
+        },
+        ObjectRequest::Commit {
+            txn: snap,
+            changes: vec![Change::Delete { oid: oid.to_bytes() }],
+        },
+        ObjectRequest::Snapshot { txn: snap },
+    ] {
+        let e = send(&req).unwrap_err();
+        assert_eq!(remote_code(e), ErrorCode::INVALID, "{req:?}");
+    }
+    send(&ObjectRequest::Abort { txn: snap }).unwrap();
+    // A new transaction sees the present.
+    let now = begin(&c);
+    let parts = send(&ObjectRequest::Fetch {
+        txn: now,
+        mode: OBJ_S,
+        oids: vec![oid.to_bytes()],
+    })
+    .unwrap();
+    assert_eq!(FetchedObject::decode(&parts[0]).unwrap().bytes, &[9u8; 100][..]);
+}
+
 /// A client's FREE of one of the volume's own pages (the header, the
 /// space map, an extent list) is refused as INVALID before anything is
 /// logged: it used to be logged, fail at commit and poison the server —

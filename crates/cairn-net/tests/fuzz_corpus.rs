@@ -203,6 +203,7 @@ fn write_object_service_seeds() {
             key: b"k".to_vec(),
             objects: true,
         },
+        ObjectRequest::Snapshot { txn: 3 },
     ];
     for (i, req) in requests.into_iter().enumerate() {
         let (kind, body) = req.encode();
@@ -221,12 +222,12 @@ fn write_object_service_seeds() {
     .encode();
     let values = vec![o(1).to_vec(), o(2).to_vec()];
     let replies: [(u8, &str, Vec<u8>); 5] = [
-        (15, "fetched", part.clone()),
-        (16, "oids", encode_oids(&[o(1), o(2)])),
-        (17, "values", encode_values(&values)),
-        (17, "entries", encode_entries(&[(b"k".to_vec(), o(1).to_vec())], true)),
+        (16, "fetched", part.clone()),
+        (17, "oids", encode_oids(&[o(1), o(2)])),
+        (18, "values", encode_values(&values)),
+        (18, "entries", encode_entries(&[(b"k".to_vec(), o(1).to_vec())], true)),
         (
-            18,
+            19,
             "values-and-objects",
             ValuesAndObjects {
                 values: values.clone(),

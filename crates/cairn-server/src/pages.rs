@@ -124,8 +124,9 @@ fn snapshot_request(core: &Core, state: &SessionState, req: &PageRequest) -> Sna
     }
 }
 
-/// SNAPSHOT: the transaction begun at a snapshot; the reply is its window.
-fn begin_snapshot(core: &Core, state: &SessionState, txn: u64) -> Result<Vec<u8>, Fault> {
+/// SNAPSHOT (and the object service's OBJ_SNAPSHOT): the transaction
+/// begun at a snapshot; the reply is its window.
+pub(crate) fn begin_snapshot(core: &Core, state: &SessionState, txn: u64) -> Result<Vec<u8>, Fault> {
     let t = state.begin_snapshot(&core.db, txn).map_err(fault)?;
     let window = core.db.snapshot_window(&lock(&t));
     let Some(w) = window.filter(|w| w.excluded.len() <= SNAPSHOT_EXCLUDED_MAX) else {

@@ -1,10 +1,10 @@
-//! Read-only transactions at a snapshot on the page and file clients
-//! (`Database::begin_read_only` over `cairn serve`): a snapshot reads the
-//! server's committed state as of its beginning — objects, views and index
-//! lookups — takes no lock at the server, so it never waits for another
-//! client's writer and never makes one wait, and uses a page the client
-//! caches under a right only if the snapshot sees that image: a cached
-//! page newer than the snapshot is never used for it.
+//! Read-only transactions at a snapshot on every client of `cairn serve`
+//! (`Database::begin_read_only`): a snapshot reads the server's committed
+//! state as of its beginning — objects, views and index lookups — takes no
+//! lock at the server, so it never waits for another client's writer and
+//! never makes one wait. A page client uses a page it caches under a right
+//! only if the snapshot sees that image; object and adaptive clients read
+//! around what they keep under rights (the present).
 
 mod common;
 
@@ -95,6 +95,61 @@ fn a_page_client_snapshot_sees_its_state_and_neither_waits_nor_blocks() {
 #[test]
 fn a_file_client_snapshot_sees_its_state_and_neither_waits_nor_blocks() {
     a_snapshot_sees_its_state_and_neither_waits_nor_blocks(Backend::File);
+}
+
+#[test]
+fn an_object_client_snapshot_sees_its_state_and_neither_waits_nor_blocks() {
+    a_snapshot_sees_its_state_and_neither_waits_nor_blocks(Backend::Object);
+}
+
+#[test]
+fn an_adaptive_client_snapshot_sees_its_state_and_neither_waits_nor_blocks() {
+    a_snapshot_sees_its_state_and_neither_waits_nor_blocks(Backend::Adaptive);
+}
+
+/// Object and adaptive clients keep objects and lookups under rights: a
+/// copy newer than a running snapshot (the client's own later transaction
+/// read it after another client's commit) is not used for it, and nothing
+/// the snapshot reads is kept for later transactions.
+#[test]
+fn object_and_adaptive_clients_read_around_what_they_keep_at_a_snapshot() {
+    for backend in [Backend::Object, Backend::Adaptive] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut site = Site::new(backend, &dir.path().join("db"));
+        let reader = site.open(common::opts());
+        let writer = site.open(common::opts());
+        let refs = fill(&writer, 50);
+        warm(&reader, &refs);
+        let mut old = reader.begin_read_only().unwrap();
+        let mut w = writer.begin().unwrap();
+        w.update(&refs[3], |i| i.value = 9).unwrap();
+        w.update(&refs[4], |i| i.key = 9_000).unwrap();
+        w.commit().unwrap();
+        let mut now = reader.begin().unwrap();
+        assert_eq!(now.get(&refs[3]).unwrap().value, 9);
+        assert_eq!(now.find_one(&BY_KEY, &9_000).unwrap().as_ref(), Some(&refs[4]));
+        now.commit().unwrap();
+        assert_eq!(old.get(&refs[3]).unwrap().value, 100, "{backend:?}");
+        assert_eq!(old.view(&refs[3]).unwrap().get().value(), 100, "{backend:?}");
+        assert_eq!(
+            old.find_one(&BY_KEY, &4).unwrap().as_ref(),
+            Some(&refs[4]),
+            "{backend:?}"
+        );
+        assert_eq!(old.find_one(&BY_KEY, &9_000).unwrap(), None, "{backend:?}");
+        assert!(matches!(
+            old.put(&refs[5], Item { key: 5, value: 0 }),
+            Err(Error::ReadOnly(_))
+        ));
+        old.commit().unwrap();
+        let mut later = reader.begin().unwrap();
+        assert_eq!(
+            later.get(&refs[3]).unwrap().value,
+            9,
+            "{backend:?}: the present, after the snapshot"
+        );
+        later.commit().unwrap();
+    }
 }
 
 /// The page client caches a page under a right whose image is newer than

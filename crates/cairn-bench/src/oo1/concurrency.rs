@@ -12,10 +12,17 @@
 //!   ([`served_arch`]);
 //! - `cairn-embedded` (and `cairn-embedded-pagelocks`, `cairn-embedded-keyranges`, if selected): the
 //!   database opened once in this process; each client is a thread running
-//!   its own transactions on that one shared [`cairn::Database`]. Their
-//!   lookups and traversals run in read-only transactions at a snapshot
-//!   ([`cairn::Database::begin_read_only`]: no locks), as a user browsing
-//!   would; the served systems offer none yet.
+//!   its own transactions on that one shared [`cairn::Database`].
+//!
+//! Lookups and traversals run in read-only transactions at a snapshot
+//! ([`cairn::Database::begin_read_only`]: no locks), as a user browsing
+//! would, wherever a snapshot still reads from the client's cache:
+//! embedded, and page and file clients (a page client's snapshot reads the
+//! pages it caches under rights when the snapshot sees them). An object or
+//! adaptive client's snapshot reads every object from the server (what it
+//! keeps under rights is the present), so there only the browse mode's
+//! reader runs at snapshots; the other reads are ordinary transactions
+//! served from the client's cache.
 //!
 //! The modes:
 //!
@@ -41,10 +48,6 @@
 //!   new ids), so that the reader's traversal time with writers against its
 //!   time alone, and the writers' throughput against theirs without the
 //!   reader, are ratios of one run.
-//!
-//! The typed API has no read-only transaction: the reads are the ordinary
-//! transactions the single-client harness runs (they change nothing and
-//! commit nothing).
 //!
 //! Every operation is the one the single-client harness runs — the very
 //! operations of [`CairnOn`] that [`super::systems::cairn_typed::Cairn`]
@@ -90,12 +93,14 @@ pub const SYSTEMS: [&str; 7] = [
     "cairn-adaptive",
 ];
 
-/// The operations of `system` on `db`: an embedded database's lookups and
-/// traversals run in read-only transactions at a snapshot (no locks), as
-/// a user browsing would; the served systems offer none yet.
-fn on<'a>(system: &'static str, db: &'a cairn::Database) -> CairnOn<'a> {
+/// The operations of `system` on `db` in `mode`: lookups and traversals
+/// run in read-only transactions at a snapshot (no locks) where a snapshot
+/// reads from the client's cache (embedded, page and file clients), and
+/// for the browse mode's reader everywhere (see the module docs).
+fn on<'a>(system: &'static str, db: &'a cairn::Database, mode: Mode) -> CairnOn<'a> {
     let sys = CairnOn::new(system, db);
-    if db.storage().is_some() {
+    let reads_cache_at_snapshots = !matches!(served_arch(system), Some(Arch::Object | Arch::Adaptive));
+    if reads_cache_at_snapshots || mode == Mode::Browse {
         sys.reading_at_snapshots()
     } else {
         sys
@@ -545,7 +550,7 @@ fn client(
     let _leaving = Leaving(role.writer_of);
     let mut jitter = ParkMiller::new(jitter_seed);
     let prepared = target.session().and_then(|own| {
-        let mut sys = on(system, target.database(&own)?);
+        let mut sys = on(system, target.database(&own)?, role.mode);
         let mut retries = Retries::default();
         for op in plan.iter().filter(|op| !matches!(op, Op::Insert(_))) {
             run_retrying(&mut sys, op, &mut jitter, &mut retries)?;
@@ -558,7 +563,7 @@ fn client(
     go.wait();
     let started = Instant::now();
     let own = prepared?;
-    let mut sys = on(system, target.database(&own)?);
+    let mut sys = on(system, target.database(&own)?, role.mode);
     let mut out = ClientResult::default();
     let before = sys.counters();
     let mut k = 0;

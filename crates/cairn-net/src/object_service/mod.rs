@@ -23,6 +23,7 @@
 //! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count`, then `0 u32` (no objects) and the leaves' rights as TREE_GET_OBJECTS |
 //! | `0x0214` TREE_RANGE | `txn u64, root u32, limit u32, lo bound, hi bound, after u8 (0 none, 1: value32)` | `count u32, (key16, value32) × count, more u8` |
 //! | `0x0215` TREE_DESTROY | `txn u64, root u32` | empty |
+//! | `0x0217` OBJ_SNAPSHOT | `txn u64` | the window, as the page service's SNAPSHOT ([`SnapshotInfo`](crate::page_service::SnapshotInfo)) |
 //! | `0x0216` TREE_GET_OBJECTS | as TREE_GET | TREE_GET's reply, then `count u32, value32 × count`: the object each value names, read under S as OBJ_FETCH reads it (one [`FetchedObject`] each), then `count u8 (≤ 8), (leaf u32, right u64) × count`: rights on the leaves that enclose the key, to cache the answer (none: not cacheable) — an index lookup and the fetch of what it finds in one round trip |
 //!
 //! (`key16` is `len u16, bytes`; `value32` is `len u32, bytes`; a bound is
@@ -45,6 +46,14 @@
 //! another object of the same page is not in the way — and answers.
 //! Groups are named with the page service's GROUP and GROUPS requests,
 //! which object sessions may use too.
+//!
+//! **Snapshots.** OBJ_SNAPSHOT begins the named transaction as a read-only
+//! one at a snapshot of the last committed state (the page service's
+//! SNAPSHOT, for object sessions). It reads with OBJ_FETCH in mode
+//! [`OBJ_S`], OBJ_READ_RANGE, TREE_OPEN, TREE_GET, TREE_GET_OBJECTS and
+//! TREE_RANGE, all as of the snapshot, without locks and never with a
+//! right; it ends with OBJ_ABORT (or an OBJ_COMMIT with no changes). Any
+//! other request naming it is refused (INVALID).
 //!
 //! **Callback locking at object granularity.** A fetched object may come
 //! with a *right* (an epoch, [`FetchedObject::right`]): the client may keep
@@ -124,6 +133,8 @@ impl Kind {
     pub const TREE_DESTROY: Kind = Kind(0x0215);
     /// TREE_GET_OBJECTS.
     pub const TREE_GET_OBJECTS: Kind = Kind(0x0216);
+    /// OBJ_SNAPSHOT.
+    pub const OBJ_SNAPSHOT: Kind = Kind(0x0217);
 }
 
 /// Entries one TREE_GET or TREE_RANGE answers at most.

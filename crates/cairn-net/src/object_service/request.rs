@@ -100,6 +100,13 @@ pub enum ObjectRequest {
         /// The transaction.
         txn: u64,
     },
+    /// OBJ_SNAPSHOT: begins `txn` as a read-only transaction at a
+    /// snapshot; the reply is its window
+    /// ([`SnapshotInfo`](crate::page_service::SnapshotInfo)).
+    Snapshot {
+        /// The transaction (new to the session).
+        txn: u64,
+    },
     /// OBJ_SCAN: the OIDs of a group's objects.
     Scan {
         /// The transaction.
@@ -306,6 +313,7 @@ impl ObjectRequest {
             | ObjectRequest::Flush { txn, .. }
             | ObjectRequest::Method { txn, .. }
             | ObjectRequest::Abort { txn }
+            | ObjectRequest::Snapshot { txn }
             | ObjectRequest::Scan { txn, .. }
             | ObjectRequest::TreeOpen { txn, .. }
             | ObjectRequest::TreeCreate { txn, .. }
@@ -365,6 +373,10 @@ impl ObjectRequest {
             ObjectRequest::Abort { txn } => {
                 w.put_u64(*txn);
                 Kind::OBJ_ABORT
+            }
+            ObjectRequest::Snapshot { txn } => {
+                w.put_u64(*txn);
+                Kind::OBJ_SNAPSHOT
             }
             ObjectRequest::Scan { txn, group } => {
                 w.put_u64(*txn);
@@ -477,6 +489,7 @@ impl ObjectRequest {
                 method: get_value32(&mut r)?,
             },
             Kind::OBJ_ABORT => ObjectRequest::Abort { txn: r.u64("txn")? },
+            Kind::OBJ_SNAPSHOT => ObjectRequest::Snapshot { txn: r.u64("txn")? },
             Kind::OBJ_SCAN => ObjectRequest::Scan {
                 txn: r.u64("txn")?,
                 group: r.u32("group")?,

@@ -43,6 +43,7 @@ fn every_request() -> Vec<ObjectRequest> {
             ],
         },
         ObjectRequest::Abort { txn: 3 },
+        ObjectRequest::Snapshot { txn: 6 },
         ObjectRequest::Flush {
             txn: 3,
             changes: vec![Change::Delete { oid: o(2) }],

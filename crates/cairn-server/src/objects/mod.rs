@@ -67,6 +67,9 @@ pub(crate) async fn handle(
     let _turn = state
         .turn_of(req.txn(), matches!(req, ObjectRequest::Abort { .. }))
         .await?;
+    if let Some(answer) = snapshot_request(core, state, &req) {
+        return answer.map(Bytes::from);
+    }
     if let ObjectRequest::Fetch { txn, mode, oids } = req {
         if mode == OBJ_S_PAGE_AHEAD {
             // The pages in the pool here, the rest on a blocking thread.
@@ -109,6 +112,39 @@ pub(crate) async fn handle(
     crate::run_blocking(core, state, move || serve(&c, &s, req))
         .await?
         .map(Bytes::from)
+}
+
+/// OBJ_SNAPSHOT begins a snapshot (answered here); a snapshot's request
+/// other than a read at it or its end is refused. `None`: served as usual
+/// (a snapshot's reads take no lock and get no right: [`grant`],
+/// `tree::leaf_rights`).
+fn snapshot_request(core: &Core, state: &SessionState, req: &ObjectRequest) -> Option<Result<Vec<u8>, Fault>> {
+    let txn = match req {
+        ObjectRequest::Snapshot { txn } => return Some(crate::pages::begin_snapshot(core, state, *txn)),
+        ObjectRequest::Abort { .. } => return None,
+        req => req.txn()?,
+    };
+    if !state.is_snapshot(txn) {
+        return None;
+    }
+    let allowed = match req {
+        ObjectRequest::Fetch { mode, .. } => *mode == cairn_net::object_service::OBJ_S,
+        ObjectRequest::ReadRange { .. }
+        | ObjectRequest::TreeOpen { .. }
+        | ObjectRequest::TreeGet { .. }
+        | ObjectRequest::TreeRange { .. } => true,
+        ObjectRequest::Commit { changes, .. } => changes.is_empty(),
+        _ => false,
+    };
+    (!allowed).then(|| {
+        Err(Fault::new(
+            ErrorCode::INVALID,
+            format!(
+                "transaction {txn} is a read-only snapshot: it reads objects (OBJ_FETCH S, OBJ_READ_RANGE) and trees \
+                 (TREE_OPEN, TREE_GET, TREE_RANGE) and ends with OBJ_ABORT"
+            ),
+        ))
+    })
 }
 
 /// OBJ_FETCH (S or X, one part per object) on a blocking thread, each part
@@ -251,8 +287,13 @@ fn read_one(t: &mut Txn, oid: Oid, exclusive: bool) -> Result<(u64, Option<Vec<u
 
 /// A right to cache an object just read under S (its lock is held now):
 /// only a small object sent whole has one (a large object's pages change
-/// without its home record, under locks on those pages).
+/// without its home record, under locks on those pages), and none read at a
+/// snapshot.
 fn grant(core: &Core, state: &SessionState, t: &Txn, oid: Oid, bytes: &Option<Vec<u8>>) -> u64 {
+    if t.is_snapshot() {
+        // Read as of the snapshot, not the present: nothing to cache.
+        return 0;
+    }
     match bytes {
         Some(b) if b.len() <= small_max(t.page_size()) => core.callbacks.register(state.client, Resource::Object(oid)),
         _ => 0,
@@ -277,6 +318,7 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
     let db = &*core.db;
     match req {
         ObjectRequest::Fetch { .. } => unreachable!("OBJ_FETCH streams (handle)"),
+        ObjectRequest::Snapshot { txn } => crate::pages::begin_snapshot(core, state, txn),
         ObjectRequest::Create {
             txn,
             group,

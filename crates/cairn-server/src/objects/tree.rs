@@ -199,7 +199,8 @@ fn tree_range(
 /// Rights on the leaves that enclose `key` ([`BTree::leaves_enclosing`]:
 /// any change to its entries takes X on one of them; their locks are held
 /// now), when they hold no more entries of it than were answered; none
-/// otherwise, or if any right is refused (those granted go back).
+/// otherwise, at a snapshot, or if any right is refused (those granted go
+/// back).
 fn leaf_rights(
     core: &Core,
     state: &SessionState,
@@ -208,6 +209,10 @@ fn leaf_rights(
     key: &[u8],
     answered: usize,
 ) -> Result<Vec<(u32, u64)>, Error> {
+    if t.is_snapshot() {
+        // Answered as of the snapshot, not the present: nothing to cache.
+        return Ok(Vec::new());
+    }
     let Some((leaves, count)) = tree.leaves_enclosing(t, key, LOOKUP_LEAVES_MAX)? else {
         return Ok(Vec::new());
     };

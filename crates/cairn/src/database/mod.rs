@@ -367,12 +367,13 @@ impl Database {
     /// one wait, and never aborts for a conflict — and reads around the
     /// shared caches (what they hold may be newer than its snapshot). A
     /// change is [`Error::ReadOnly`]; `select` and `count` (group scans)
-    /// are not offered at a snapshot yet. Embedded databases, and page and
-    /// file clients of `cairn serve` (the server keeps the versions; a
-    /// page client reads a page it caches under a right when the snapshot
-    /// sees that image, else asks the server for the page as of the
-    /// snapshot: one round trip to begin, none for a warm page); not yet
-    /// object or adaptive clients. A snapshot that runs so long that the
+    /// are not offered at a snapshot yet. Embedded databases, and every
+    /// client of `cairn serve` (the server keeps the versions; one round
+    /// trip to begin): a page client reads a page it caches under a right
+    /// when the snapshot sees that image, else asks the server for the
+    /// page as of the snapshot; an object or adaptive client reads each
+    /// object and lookup from the server (what it keeps under rights is
+    /// the present). A snapshot that runs so long that the
     /// versions it needs outgrow `Options::storage.snapshot_bytes_max` (the
     /// server's, for a client) ends early: its next read fails, and a new
     /// one sees the present.

@@ -44,13 +44,8 @@ pub(crate) trait Store: Send + Sync {
     /// Begins a storage transaction.
     fn begin(&self) -> StorageResult<Tx>;
     /// Begins a read-only storage transaction at a snapshot of the last
-    /// committed state; the default (the object and adaptive clients, for
-    /// now) offers none.
-    fn begin_read_only(&self) -> StorageResult<Tx> {
-        Err(cairn_storage::Error::InvalidArgument(
-            "snapshot (read-only) transactions are offered by embedded databases and page and file clients, not yet by object or adaptive clients".into(),
-        ))
-    }
+    /// committed state.
+    fn begin_read_only(&self) -> StorageResult<Tx>;
     /// The group named `name`, created if `create` and missing.
     fn group(&self, name: &str, create: bool) -> StorageResult<GroupId>;
     /// Every group, with its name.
@@ -203,6 +198,10 @@ impl Store for Arc<RemoteStore> {
 impl Store for Arc<ObjectStore> {
     fn begin(&self) -> StorageResult<Tx> {
         Ok(Tx::Objects(ObjectStore::begin(self)?))
+    }
+
+    fn begin_read_only(&self) -> StorageResult<Tx> {
+        Ok(Tx::Objects(ObjectStore::begin_read_only(self)?))
     }
 
     fn group(&self, name: &str, create: bool) -> StorageResult<GroupId> {

@@ -20,8 +20,8 @@
 //!   hold no locks and wants the checker to find phantoms;
 //! - each client kind alone against one real server child, all kinds mixed
 //!   on one server, and runs with the server killed -9 and restarted as they
-//!   go; page and file clients also with one transaction in three a
-//!   snapshot reader (alone, and together with the server killed).
+//!   go; each kind also with one transaction in three a snapshot reader
+//!   (alone, and all together with the server killed).
 //!
 //! Three defects these runs found in the engine, all fixed, are reproduced
 //! on their own by `repro.rs`: a snapshot that missed a commit which
@@ -456,14 +456,29 @@ fn file_clients_with_snapshot_readers_are_serializable() {
     served_with("file clients, 1 in 3 a snapshot reader", &[Arch::File], 0, Some(3))
 }
 
-/// Page and file clients with snapshot readers, the server killed -9 and
+#[test]
+fn object_clients_with_snapshot_readers_are_serializable() {
+    served_with("object clients, 1 in 3 a snapshot reader", &[Arch::Object], 0, Some(3))
+}
+
+#[test]
+fn adaptive_clients_with_snapshot_readers_are_serializable() {
+    served_with(
+        "adaptive clients, 1 in 3 a snapshot reader",
+        &[Arch::Adaptive],
+        0,
+        Some(3),
+    )
+}
+
+/// Every client kind with snapshot readers, the server killed -9 and
 /// restarted: a snapshot whose server died fails like any transaction and
 /// the next one sees the recovered state.
 #[test]
-fn page_and_file_clients_with_snapshot_readers_stay_serializable_with_the_server_killed() {
+fn every_client_kind_with_snapshot_readers_stays_serializable_with_the_server_killed() {
     served_with(
-        "page and file clients, 1 in 3 a snapshot reader, server killed -9",
-        &[Arch::Page, Arch::File],
+        "mixed clients, 1 in 3 a snapshot reader, server killed -9",
+        &mixed(),
         3,
         Some(3),
     )

@@ -11,7 +11,7 @@
 //! taken before the first request and after the commit or abort returned:
 //! real-time order without reading a wall clock).
 //!
-//! With snapshots on (embedded, page and file clients), about one transaction in `n` is a
+//! With snapshots on, about one transaction in `n` is a
 //! read-only transaction at a snapshot (`Database::begin_read_only`) that
 //! reads two to four keys and appends nothing, recorded with
 //! [`Txn::snapshot`] set so that the checker also wants its reads to be one
@@ -245,7 +245,7 @@ pub fn classify_at(e: &Error, during_commit: bool, at: usize) -> Stop {
 
 /// Runs `txns_max` transactions as process `process`, recording each; with
 /// `snapshot_one_in` = `Some(n)`, about one in `n` of them is a read-only
-/// transaction at a snapshot (embedded, page and file clients).
+/// transaction at a snapshot.
 pub fn run_process(
     source: &Source,
     rec: &Recorder,
@@ -295,7 +295,8 @@ pub fn run_process(
                 Outcome::Aborted
             }
             Err(Stop::Other(msg)) => {
-                rec.fail(format!("T{id} (process {process}): {msg}"));
+                let what = if snapshot { ", a snapshot" } else { "" };
+                rec.fail(format!("T{id} (process {process}{what}): {msg}"));
                 Outcome::Aborted
             }
         };

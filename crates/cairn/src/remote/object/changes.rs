@@ -64,6 +64,7 @@ impl ObjectTxn {
     /// message carries is refused (nothing changes, the transaction goes
     /// on).
     pub(super) fn change(&mut self, oid: Oid, after: Option<Vec<u8>>) -> Result<()> {
+        self.refuse_if_snapshot()?;
         let size = change_size(&after);
         let per_message = self.changes_per_message();
         if size > per_message {

@@ -111,7 +111,9 @@ impl ObjectTxn {
         let mut alone = Vec::new();
         let mut read_ahead = Vec::new();
         match (&store.adaptive, mode) {
-            (Some(a), OBJ_S) => {
+            // At a snapshot, single objects: the pages whole would come
+            // under rights (the present).
+            (Some(a), OBJ_S) if !self.snapshot => {
                 let mut a = super::super::lock(a);
                 for o in oids {
                     match a.mode_for(o.page) {
@@ -184,6 +186,9 @@ impl ObjectTxn {
             // what the server sent may be its own uncommitted version
             // (an object it created, read again once let go of).
             if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
+                if self.snapshot {
+                    return Err(conn.protocol("no right to an object read at a snapshot"));
+                }
                 if !self.exclusive.contains_key(&oid) {
                     store.take_object(oid, r, bytes);
                 }

@@ -176,9 +176,39 @@ impl ObjectStore {
         if let Some(e) = self.conn.client.closed() {
             return Err(self.conn.error(e));
         }
-        Ok(ObjectTxn {
+        Ok(self.new_txn(TxnId(self.next_txn.fetch_add(1, Ordering::Relaxed)), false))
+    }
+
+    /// Starts a read-only transaction at a snapshot of the server's last
+    /// committed state (one round trip, OBJ_SNAPSHOT): it sees every commit
+    /// that returned before it began and none after, takes no lock, never
+    /// waits for a writer nor makes one wait, and never aborts for a
+    /// conflict. It reads every object and lookup from the server as of
+    /// the snapshot: what the client keeps under rights is the present,
+    /// so it is not used, and nothing it reads is kept across
+    /// transactions (an adaptive client fetches single objects). A change
+    /// is [`Error::ReadOnlyTxn`]; a snapshot that outlives the server's
+    /// version store fails with [`Error::SnapshotTooOld`].
+    pub fn begin_read_only(self: &Arc<Self>) -> Result<ObjectTxn> {
+        if let Some(e) = self.conn.client.closed() {
+            return Err(self.conn.error(e));
+        }
+        let id = TxnId(self.next_txn.fetch_add(1, Ordering::Relaxed));
+        let body = self.call_one(&ObjectRequest::Snapshot { txn: id.0 }, id)?;
+        // The window is checked; the client keeps nothing it could judge
+        // by it (it caches objects without their pages' LSNs).
+        cairn_net::page_service::SnapshotInfo::decode(&body)
+            .map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        let mut t = self.new_txn(id, true);
+        t.on_server = true;
+        Ok(t)
+    }
+
+    fn new_txn(self: &Arc<Self>, id: TxnId, snapshot: bool) -> ObjectTxn {
+        ObjectTxn {
             store: self.clone(),
-            id: TxnId(self.next_txn.fetch_add(1, Ordering::Relaxed)),
+            id,
+            snapshot,
             on_server: false,
             wrote: false,
             ended: false,
@@ -195,7 +225,7 @@ impl ObjectStore {
             pinned: FxHashSet::default(),
             ahead: std::collections::VecDeque::new(),
             sequence: Sequence::default(),
-        })
+        }
     }
 
     /// The group named `name`, created if `create` and missing.
@@ -270,6 +300,10 @@ impl ObjectStore {
 pub struct ObjectTxn {
     store: Arc<ObjectStore>,
     id: TxnId,
+    /// A read-only transaction at a snapshot
+    /// ([`ObjectStore::begin_read_only`]): it reads around the rights and
+    /// changes nothing.
+    snapshot: bool,
     /// A request named it: the server has begun it.
     on_server: bool,
     /// It changed something on the server already (a create, a flush, a
@@ -319,6 +353,19 @@ impl ObjectTxn {
         self.id.0
     }
 
+    /// True for a read-only transaction at a snapshot.
+    pub fn is_snapshot(&self) -> bool {
+        self.snapshot
+    }
+
+    /// Refuses a change in a snapshot transaction.
+    fn refuse_if_snapshot(&self) -> Result<()> {
+        if self.snapshot {
+            return Err(Error::ReadOnlyTxn(self.id));
+        }
+        Ok(())
+    }
+
     fn check_active(&self) -> Result<()> {
         if self.ended {
             return Err(Error::TxnNotActive(self.id));
@@ -335,6 +382,7 @@ impl ObjectTxn {
     /// Locks the object X on the server (a change follows), unless held.
     pub fn lock_for_update(&mut self, oid: Oid) -> Result<()> {
         self.check_active()?;
+        self.refuse_if_snapshot()?;
         if !self.exclusive.contains_key(&oid) && !self.changes.contains_key(&oid) {
             let store = self.store.clone();
             let _release = store.before_write(self.id, &[oid])?;
@@ -356,6 +404,7 @@ impl ObjectTxn {
     /// on this.
     pub fn lock_many_for_update(&mut self, oids: &[Oid]) -> Result<()> {
         self.check_active()?;
+        self.refuse_if_snapshot()?;
         let mut todo: Vec<Oid> = oids
             .iter()
             .copied()
@@ -380,6 +429,7 @@ impl ObjectTxn {
     /// its OID.
     pub fn create(&mut self, group: GroupId, near: Option<Oid>, bytes: &[u8]) -> Result<Oid> {
         self.check_active()?;
+        self.refuse_if_snapshot()?;
         // What it created counts against the bound as what it read.
         self.trim();
         self.on_server = true;
@@ -438,6 +488,12 @@ impl ObjectTxn {
     /// server: its creates, not its uncommitted deletes).
     pub fn scan(&mut self, group: GroupId) -> Result<Vec<Oid>> {
         self.check_active()?;
+        if self.snapshot {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a snapshot: scanning a group at a snapshot is not offered",
+                self.id
+            )));
+        }
         self.on_server = true;
         let body = self.store.call_one(
             &ObjectRequest::Scan {
@@ -458,6 +514,12 @@ impl ObjectTxn {
     /// transaction, after sending it the changes kept so far; returns the
     /// encoded answer.
     pub fn method(&mut self, method: Vec<u8>) -> Result<Vec<u8>> {
+        if self.snapshot {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a snapshot: server-side methods are not offered at a snapshot",
+                self.id
+            )));
+        }
         self.flush_changes()?;
         self.send_tree_later(None)?;
         self.on_server = true;

@@ -61,7 +61,11 @@ impl ObjectTxn {
         }
         self.store.note_reads(&[oid]);
         if let Some(Read::Whole(b)) = self.read.get(&oid) {
-            let epoch = self.store.epoch_if_bytes(oid, b);
+            let epoch = if self.snapshot {
+                None
+            } else {
+                self.store.epoch_if_bytes(oid, b)
+            };
             return Ok((f(b), epoch));
         }
         let bytes = self.whole(oid)?.ok_or(Error::NotFound { oid })?;
@@ -97,7 +101,7 @@ impl ObjectTxn {
     /// this same epoch ([`ObjectTxn::epoch_of`]). This transaction reads
     /// it under the right from now on. No server call.
     pub fn right_epoch(&mut self, oid: Oid) -> Option<u64> {
-        if self.ended || self.doomed.is_some() {
+        if self.ended || self.doomed.is_some() || self.snapshot {
             return None;
         }
         self.store.right_epoch(self.id, oid)
@@ -109,7 +113,7 @@ impl ObjectTxn {
     /// bytes the client keeps under no right (this transaction's own
     /// change, or what it read under its lock alone).
     pub fn epoch_of(&self, oid: Oid, bytes: &[u8]) -> Option<u64> {
-        if self.changes.contains_key(&oid) {
+        if self.changes.contains_key(&oid) || self.snapshot {
             return None;
         }
         self.store.epoch_if_bytes(oid, bytes)
@@ -156,6 +160,10 @@ impl ObjectTxn {
         if self.read.contains_key(&oid) {
             return true;
         }
+        if self.snapshot {
+            // What the client keeps under rights is the present.
+            return false;
+        }
         match self.store.use_object(self.id, oid) {
             Some(bytes) => {
                 self.keep(oid, Read::Whole(bytes));
@@ -176,7 +184,7 @@ impl ObjectTxn {
         // and not kept a second time as this transaction's read — the
         // right stays the transaction's until it ends, so a later read
         // finds the same bytes, in the cache or on the server.
-        if !self.read.contains_key(&oid) {
+        if !self.read.contains_key(&oid) && !self.snapshot {
             if let Some(bytes) = self.store.copy_object(self.id, oid) {
                 self.store.note_reads(&[oid]);
                 return Ok(bytes);
@@ -205,7 +213,7 @@ impl ObjectTxn {
         // Under a right and not read by this transaction yet: shared
         // straight from the client's cache, not kept again as its read
         // (as `read`).
-        if !self.read.contains_key(&oid) {
+        if !self.read.contains_key(&oid) && !self.snapshot {
             if let Some(shared) = self.store.share_object(self.id, oid) {
                 self.store.note_reads(&[oid]);
                 return Ok(Some(shared));
@@ -235,6 +243,7 @@ impl ObjectTxn {
     /// change it: no S→X upgrade later).
     pub fn read_for_update(&mut self, oid: Oid) -> Result<Vec<u8>> {
         self.check_active()?;
+        self.refuse_if_snapshot()?;
         if let Some(c) = self.changes.get(&oid) {
             return c.clone().ok_or(Error::NotFound { oid });
         }

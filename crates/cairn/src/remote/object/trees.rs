@@ -49,6 +49,7 @@ impl ObjectTxn {
     /// Applies `ops` to the tree at `root`, in order, in one request (after
     /// the changes of that tree kept to send later).
     pub fn tree_apply(&mut self, root: PageId, ops: Vec<TreeOp>) -> Result<()> {
+        self.refuse_if_snapshot()?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -112,6 +113,7 @@ impl ObjectTxn {
     /// request that sends them, and dooms the transaction. From now on no
     /// other transaction of the client uses a lookup of the tree it keeps.
     pub fn tree_apply_later(&mut self, root: PageId, ops: Vec<TreeOp>) -> Result<()> {
+        self.refuse_if_snapshot()?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -166,6 +168,7 @@ impl ObjectTxn {
     /// until this one ends, and the lookups under the pages the change
     /// made go.
     pub fn catalog_change(&mut self, trees: &[PageId], change: &[u8]) -> Result<Vec<u8>> {
+        self.refuse_if_snapshot()?;
         self.check_active()?;
         self.send_tree_later(None)?;
         for &root in trees {
@@ -184,6 +187,7 @@ impl ObjectTxn {
     /// Frees every page of the tree at `root` (its changes kept to send
     /// later go with it).
     pub fn tree_destroy(&mut self, root: PageId) -> Result<()> {
+        self.refuse_if_snapshot()?;
         self.check_active()?;
         if let Some(i) = self.tree_later.iter().position(|(r, _)| *r == root) {
             let (_, ops) = self.tree_later.swap_remove(i);
@@ -219,6 +223,7 @@ impl ObjectTxn {
 
     /// Creates a B+-tree in `group`; returns its root page.
     pub fn tree_create(&mut self, group: GroupId, unique: bool) -> Result<PageId> {
+        self.refuse_if_snapshot()?;
         self.wrote = true;
         let body = self.tree_call(&ObjectRequest::TreeCreate {
             txn: self.id.0,
@@ -239,9 +244,11 @@ impl ObjectTxn {
         if self.tree_later_touches(root, key) {
             self.send_tree_later(Some(root))?;
         }
-        if let Some(mut values) = self.store.use_lookup(self.id, root, key) {
-            values.truncate(limit.max(1) as usize);
-            return Ok(values);
+        if !self.snapshot {
+            if let Some(mut values) = self.store.use_lookup(self.id, root, key) {
+                values.truncate(limit.max(1) as usize);
+                return Ok(values);
+            }
         }
         self.lookup(root, key, limit, false)
     }
@@ -259,7 +266,10 @@ impl ObjectTxn {
             self.send_tree_later(Some(root))?;
         }
         self.trim();
-        if let Some(values) = self.store.use_lookup(self.id, root, key) {
+        if let Some(values) = (!self.snapshot)
+            .then(|| self.store.use_lookup(self.id, root, key))
+            .flatten()
+        {
             let in_hand = values
                 .iter()
                 .all(|v| Oid::from_exact(v).is_some_and(|o| self.changes.contains_key(&o) || self.local(o)));
@@ -288,6 +298,9 @@ impl ObjectTxn {
             objects,
         })?;
         let reply = ValuesAndObjects::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+        if self.snapshot && !reply.leaves.is_empty() {
+            return Err(conn.protocol("no right to a leaf read at a snapshot"));
+        }
         let sent = if objects { reply.values.len() } else { 0 };
         if reply.objects.len() != sent {
             return Err(conn.protocol("one object per value for TREE_GET_OBJECTS, none for TREE_GET"));
@@ -301,6 +314,9 @@ impl ObjectTxn {
             let oid = Oid::from_bytes(&f.oid);
             let read = Read::of(&f);
             if let (Read::Whole(bytes), r @ 1..) = (&read, f.right) {
+                if self.snapshot {
+                    return Err(conn.protocol("no right to an object read at a snapshot"));
+                }
                 if !self.exclusive.contains_key(&oid) {
                     store.take_object(oid, r, bytes);
                 }
