@@ -41,9 +41,9 @@ pub(crate) async fn handle(
     match snapshot_request(core, state, &req) {
         SnapshotRequest::Not => {}
         SnapshotRequest::Answered(answer) => return answer.map(Bytes::from),
-        SnapshotRequest::Fetch { txn, pages } => {
-            let s = state.clone();
-            let parts = run_blocking(core, state, move || fetch_at_snapshot(&s, txn, &pages)).await??;
+        SnapshotRequest::Fetch { txn, cache, pages } => {
+            let (c, s) = (core.clone(), state.clone());
+            let parts = run_blocking(core, state, move || fetch_at_snapshot(&c, &s, txn, cache, &pages)).await??;
             for p in parts {
                 reply
                     .part(p)
@@ -91,8 +91,13 @@ enum SnapshotRequest {
     Not,
     /// Answered (SNAPSHOT), or refused.
     Answered(Result<Vec<u8>, Fault>),
-    /// A snapshot's FETCH, to read on a blocking thread.
-    Fetch { txn: u64, pages: Vec<(u32, u64)> },
+    /// A snapshot's FETCH, to read on a blocking thread (`cache`: the
+    /// client answers callbacks).
+    Fetch {
+        txn: u64,
+        cache: bool,
+        pages: Vec<(u32, u64)>,
+    },
 }
 
 /// Sorts out the requests of snapshots: SNAPSHOT begins one and answers its
@@ -106,6 +111,7 @@ fn snapshot_request(core: &Core, state: &SessionState, req: &PageRequest) -> Sna
             if state.is_snapshot(*txn) {
                 SnapshotRequest::Fetch {
                     txn: *txn,
+                    cache: mode & FETCH_CACHE != 0 && !state.file,
                     pages: pages.clone(),
                 }
             } else {
@@ -145,9 +151,18 @@ pub(crate) fn begin_snapshot(core: &Core, state: &SessionState, txn: u64) -> Res
 }
 
 /// A snapshot's FETCH: each page as of the snapshot, one part each
-/// (UNCHANGED when the version has the LSN the client named); no lock, no
-/// right to cache.
-fn fetch_at_snapshot(state: &SessionState, txn: u64, pages: &[(u32, u64)]) -> Result<Vec<Vec<u8>>, Fault> {
+/// (UNCHANGED when the version has the LSN the client named), without a
+/// lock of the snapshot's. For a client that answers callbacks (`cache`),
+/// a version that is the page's committed image comes with the right to
+/// cache it, as a FETCH S's does ([`right_if_current`]): a client reading
+/// only at snapshots still warms its cache.
+fn fetch_at_snapshot(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    cache: bool,
+    pages: &[(u32, u64)],
+) -> Result<Vec<Vec<u8>>, Fault> {
     let t = state.txn(txn).ok_or_else(|| {
         Fault::new(
             ErrorCode::NOT_FOUND,
@@ -155,6 +170,12 @@ fn fetch_at_snapshot(state: &SessionState, txn: u64, pages: &[(u32, u64)]) -> Re
         )
     })?;
     let mut t = lock(&t);
+    // Takes S for a moment, never waiting, to grant rights (its locks go
+    // when it drops, at the end of the request).
+    let mut locker = match cache {
+        true => Some(core.db.begin_for(state.client).map_err(fault)?),
+        false => None,
+    };
     let mut parts = Vec::with_capacity(pages.len());
     for &(p, client_lsn) in pages {
         let id = PageId(p);
@@ -174,6 +195,9 @@ fn fetch_at_snapshot(state: &SessionState, txn: u64, pages: &[(u32, u64)]) -> Re
         }
         let mut image = t.snapshot_page(id).map_err(fault)?;
         part.lsn = page::lsn(&image).0;
+        if let Some(l) = locker.as_mut() {
+            part.cover = right_if_current(core, state, l, id, part.lsn);
+        }
         if client_lsn != 0 && client_lsn == part.lsn {
             part.status = FetchStatus::Unchanged;
             parts.push(part.encode());
@@ -185,6 +209,22 @@ fn fetch_at_snapshot(state: &SessionState, txn: u64, pages: &[(u32, u64)]) -> Re
         parts.push(part.encode());
     }
     Ok(parts)
+}
+
+/// The right to cache page `id` if the image of LSN `lsn` a snapshot read
+/// is the page's committed one and no writer is at the page: `locker` (a
+/// transaction of the session's own) takes S without waiting — so nobody
+/// holds X, and the image cannot change while the right is registered —
+/// and the right outlives it, as a FETCH S's outlives its transaction. 0
+/// (no right) otherwise.
+fn right_if_current(core: &Core, state: &SessionState, locker: &mut Txn, id: PageId, lsn: u64) -> u64 {
+    if !matches!(locker.try_lock_resource(Resource::Page(id), LockMode::S), Ok(true)) {
+        return 0;
+    }
+    match core.db.read_committed(id) {
+        Ok(current) if page::lsn(&current).0 == lsn => core.callbacks.register(state.client, Resource::Page(id)),
+        _ => 0,
+    }
 }
 
 /// A request's answer: one body, or parts streamed before an empty final

@@ -195,6 +195,37 @@ fn a_cached_page_newer_than_the_snapshot_is_not_used_for_it() {
     assert!(after.cache_hits > before.cache_hits);
 }
 
+/// A page client that reads only at snapshots still warms its cache: a
+/// snapshot's page that is the committed image comes with the right to
+/// cache it, so the next snapshot reads it with no round trip but
+/// SNAPSHOT — until another client changes the page, which calls the right
+/// back.
+#[test]
+fn a_page_client_reading_only_at_snapshots_warms_its_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(Backend::Page, &dir.path().join("db"));
+    let reader = site.open(common::opts());
+    let writer = site.open(common::opts());
+    let refs = fill(&writer, 50);
+    let read_all = |db: &Database| {
+        let before = db.remote_stats().unwrap();
+        let mut ro = db.begin_read_only().unwrap();
+        let sum: i64 = refs.iter().map(|r| ro.get(r).unwrap().value).sum();
+        ro.commit().unwrap();
+        (sum, db.remote_stats().unwrap().round_trips - before.round_trips)
+    };
+    let (sum, cold) = read_all(&reader);
+    assert_eq!(sum, 50 * 100);
+    assert!(cold > 1, "the first snapshot fetches its pages");
+    assert_eq!(read_all(&reader), (50 * 100, 1), "the second reads them under rights");
+    let mut w = writer.begin().unwrap();
+    w.update(&refs[7], |i| i.value = 101).unwrap();
+    w.commit().unwrap();
+    let (sum, after) = read_all(&reader);
+    assert_eq!(sum, 50 * 100 + 1, "the change is seen: its page was called back");
+    assert!(after > 1, "and fetched again");
+}
+
 /// Scans of a group are not offered at a snapshot (as embedded): the
 /// error says so, and the transaction is still a snapshot afterwards.
 #[test]

@@ -24,10 +24,14 @@
 //!    snapshot's version). Several pages at once for a prefetch.
 //!
 //! What a page is (in use, its group) comes from the same places. The
-//! images a snapshot fetches are kept with the transaction, never in the
-//! pool (which holds only current committed images), and the typed
-//! layer's caches are not told of them. The transaction ends with ABORT
-//! (one way), which ends the server's snapshot.
+//! images a snapshot fetches are kept with the transaction. One that is
+//! the page's committed image comes with the right to cache it when no
+//! writer is at the page (the server takes S for a moment to know): it
+//! then goes into the pool under that right, as a FETCH's does, so a
+//! client that reads only at snapshots warms its cache; an older version
+//! never goes into the pool (which holds only committed images), nor is
+//! the typed layer told of it. The transaction ends with ABORT (one way),
+//! which ends the server's snapshot.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,7 +46,7 @@ use cairn_storage::page;
 use cairn_storage::txn::{Backend, Snapshot};
 use cairn_storage::{ClientId, Error, GroupId, Lsn, PageId, Result, Txn, TxnId};
 
-use super::rights::{Facts, TxnView};
+use super::rights::{Cover, Facts, TxnView};
 use super::RemoteStore;
 
 /// Pages one snapshot transaction keeps; past it the oldest go (and are
@@ -215,6 +219,12 @@ impl RemoteStore {
                 todo.push(p);
             }
         }
+        if todo.is_empty() {
+            return Ok(());
+        }
+        // Rights may come with the parts: callbacks that overtake them are
+        // remembered meanwhile.
+        let _in_flight = self.rights.fetch();
         let mut calls = Vec::new();
         for chunk in todo.chunks(FETCH_PAGES_MAX) {
             let mut named = Vec::with_capacity(chunk.len());
@@ -223,7 +233,7 @@ impl RemoteStore {
             }
             let (kind, body) = PageRequest::Fetch {
                 txn: txn.0,
-                mode: FETCH_SNAPSHOT,
+                mode: FETCH_SNAPSHOT | self.cache_flag(),
                 group: NO_GROUP,
                 pages: named.clone(),
             }
@@ -243,6 +253,7 @@ impl RemoteStore {
             self.conn.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
             self.take_snapshot_parts(txn, &named, &parts)?;
         }
+        self.give_back_rights();
         Ok(())
     }
 
@@ -256,16 +267,22 @@ impl RemoteStore {
         for (part, &(p, lsn)) in parts.iter().zip(named) {
             let id = PageId(p);
             let f = Fetched::decode(part).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
-            if f.page != p || f.cover != 0 {
+            if f.page != p || (f.cover != 0 && (self.file.is_some() || f.status == FetchStatus::NotInUse)) {
                 return Err(self
                     .conn
-                    .protocol("the pages asked for, in order, with no right to cache"));
+                    .protocol("the pages asked for, in order, a right only with a page"));
             }
             self.page_count.fetch_max(f.page_count, Ordering::Relaxed);
             let image: Option<Arc<[u8]>> = match f.status {
                 FetchStatus::Image => {
                     page::verify(f.image, id)?;
                     self.conn.pages_shipped.fetch_add(1, Ordering::Relaxed);
+                    if f.cover != 0 {
+                        // The committed image (the server vouched): cached
+                        // as a FETCH's is, the typed layer told.
+                        self.install_newest(id, f.image)?;
+                        self.new_image(id);
+                    }
                     Some(Arc::from(f.image))
                 }
                 FetchStatus::Unchanged => {
@@ -291,11 +308,15 @@ impl RemoteStore {
             let view = st.txns.get_mut(&txn).ok_or_else(|| not_running(txn))?;
             let in_use = f.status != FetchStatus::NotInUse;
             let group = (f.group != NO_GROUP).then_some(GroupId(f.group));
+            let facts = Facts { in_use, group };
             if let Some(image) = image {
-                view.facts.insert(id, Facts { in_use, group });
+                view.facts.insert(id, facts);
                 view.snapshot.as_mut().ok_or_else(|| not_snapshot(txn))?.keep(id, image);
             } else if !in_use {
-                view.facts.insert(id, Facts { in_use, group });
+                view.facts.insert(id, facts);
+            }
+            if f.cover != 0 && st.take_right(id, f.cover) {
+                st.covers.insert(id, Cover { epoch: f.cover, facts });
             }
         }
         Ok(())
