@@ -362,14 +362,11 @@ impl SessionState {
         lock(&self.txns).get(&id).map(|e| e.txn.clone())
     }
 
-    /// The transaction the client calls `id`, begun now if it is new.
-    fn txn_or_begin(&self, db: &Db, id: u64) -> Result<(TxnId, Arc<Mutex<Txn>>), Error> {
+    /// Whether the session may open one more transaction, `id` (not 0; a
+    /// new one): its unit of the server's open-transaction bound if so.
+    fn admit(&self, txns: &HashMap<u64, TxnEntry>, id: u64) -> Result<Arc<Slot>, Error> {
         if id == 0 {
             return Err(Error::InvalidArgument("transaction id 0 names no transaction".into()));
-        }
-        let mut txns = lock(&self.txns);
-        if let Some(e) = txns.get(&id) {
-            return Ok((e.id, e.txn.clone()));
         }
         if txns.len() >= TXNS_PER_SESSION_MAX {
             return Err(Error::LimitExceeded {
@@ -378,7 +375,16 @@ impl SessionState {
                 limit: TXNS_PER_SESSION_MAX as u64,
             });
         }
-        let slot = Arc::new(self.txns_bound.take()?);
+        Ok(Arc::new(self.txns_bound.take()?))
+    }
+
+    /// The transaction the client calls `id`, begun now if it is new.
+    fn txn_or_begin(&self, db: &Db, id: u64) -> Result<(TxnId, Arc<Mutex<Txn>>), Error> {
+        let mut txns = lock(&self.txns);
+        if let Some(e) = txns.get(&id) {
+            return Ok((e.id, e.txn.clone()));
+        }
+        let slot = self.admit(&txns, id)?;
         let mut t = db.begin_for(self.client)?;
         t.restrict(self.restriction.clone());
         if !self.object {
@@ -403,23 +409,13 @@ impl SessionState {
     /// Begins the client's transaction `id` as a read-only one at a
     /// snapshot of the last committed state (SNAPSHOT); `id` must be new.
     fn begin_snapshot(&self, db: &Db, id: u64) -> Result<Arc<Mutex<Txn>>, Error> {
-        if id == 0 {
-            return Err(Error::InvalidArgument("transaction id 0 names no transaction".into()));
-        }
         let mut txns = lock(&self.txns);
         if txns.contains_key(&id) {
             return Err(Error::InvalidArgument(format!(
                 "SNAPSHOT names transaction {id}, which is open already: a snapshot begins a new one"
             )));
         }
-        if txns.len() >= TXNS_PER_SESSION_MAX {
-            return Err(Error::LimitExceeded {
-                what: "open transactions in one session",
-                value: txns.len() as u64 + 1,
-                limit: TXNS_PER_SESSION_MAX as u64,
-            });
-        }
-        let slot = Arc::new(self.txns_bound.take()?);
+        let slot = self.admit(&txns, id)?;
         let t = db.begin_read_only_for(self.client)?;
         let entry = TxnEntry {
             id: t.id(),
