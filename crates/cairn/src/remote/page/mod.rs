@@ -582,31 +582,43 @@ impl RemoteStore {
             for p in chunk {
                 named.push((p.0, self.cached_lsn(*p)?));
             }
-            let req = PageRequest::Fetch {
-                txn: txn.0,
-                mode: mode | self.cache_flag(),
-                group: NO_GROUP,
-                pages: named.clone(),
-            };
-            let (kind, body) = req.encode();
-            self.conn.round_trips.fetch_add(1, Ordering::Relaxed);
-            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-            let call = self
-                .conn
-                .client
-                .invoke(kind, body)
-                .map_err(|e| self.conn.error_for(e, txn))?;
+            let call = self.send_fetch(txn, mode | self.cache_flag(), &named)?;
             calls.push((call, named));
         }
         let mut all_locked = true;
         for (call, named) in calls {
-            let parts = call.collect().map_err(|e| self.conn.error_for(e, txn))?;
-            let n: usize = parts.iter().map(|p| p.len()).sum();
-            self.conn.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+            let parts = self.fetch_reply(txn, call)?;
             let statuses = self.take_parts(txn, mode, &named, &parts)?;
             all_locked &= statuses.iter().all(|s| s.is_locked());
         }
         Ok(all_locked)
+    }
+
+    /// Sends a FETCH of `named` (page, LSN of the cached copy) for `txn` in
+    /// `mode` without waiting for its reply ([`RemoteStore::fetch_reply`]
+    /// takes it): several go out before the first reply is read.
+    fn send_fetch(&self, txn: TxnId, mode: u8, named: &[(u32, u64)]) -> Result<cairn_net::rpc::Call> {
+        let (kind, body) = PageRequest::Fetch {
+            txn: txn.0,
+            mode,
+            group: NO_GROUP,
+            pages: named.to_vec(),
+        }
+        .encode();
+        self.conn.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+        self.conn
+            .client
+            .invoke(kind, body)
+            .map_err(|e| self.conn.error_for(e, txn))
+    }
+
+    /// The parts of a FETCH [`RemoteStore::send_fetch`] sent, counted.
+    fn fetch_reply(&self, txn: TxnId, call: cairn_net::rpc::Call) -> Result<Vec<Bytes>> {
+        let parts = call.collect().map_err(|e| self.conn.error_for(e, txn))?;
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        self.conn.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(parts)
     }
 
     /// Takes in the parts of a FETCH for `txn` in `mode` that named `named`

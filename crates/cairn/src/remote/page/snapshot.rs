@@ -231,26 +231,11 @@ impl RemoteStore {
             for &p in chunk {
                 named.push((p.0, self.cached_lsn(p)?));
             }
-            let (kind, body) = PageRequest::Fetch {
-                txn: txn.0,
-                mode: FETCH_SNAPSHOT | self.cache_flag(),
-                group: NO_GROUP,
-                pages: named.clone(),
-            }
-            .encode();
-            self.conn.round_trips.fetch_add(1, Ordering::Relaxed);
-            self.conn.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-            let call = self
-                .conn
-                .client
-                .invoke(kind, body)
-                .map_err(|e| self.conn.error_for(e, txn))?;
+            let call = self.send_fetch(txn, FETCH_SNAPSHOT | self.cache_flag(), &named)?;
             calls.push((call, named));
         }
         for (call, named) in calls {
-            let parts = call.collect().map_err(|e| self.conn.error_for(e, txn))?;
-            let n: usize = parts.iter().map(|p| p.len()).sum();
-            self.conn.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+            let parts = self.fetch_reply(txn, call)?;
             self.take_snapshot_parts(txn, &named, &parts)?;
         }
         self.give_back_rights();
