@@ -93,7 +93,11 @@ impl Default for FileConfig {
 /// `reply_bytes_max`, `server_request_bytes_max`, `server_reply_bytes_max`,
 /// `handshake_timeout_ms`, `frame_timeout_ms`, `shutdown_grace_ms`, and
 /// `lock_timeout_ms` (how long a lock waits, and how long a writer waits for
-/// a client to answer a callback), `txn_bytes_max` (redo bytes one
+/// a client to answer a callback), `key_range_locking` (1: B+-trees lock
+/// keys and key ranges, not pages, so writers of different keys of one
+/// index do not wait for each other; object-server clients only, page- and
+/// file-server sessions are refused; 0, the default: page locks),
+/// `txn_bytes_max` (redo bytes one
 /// transaction may send over its STAGE and COMMIT messages),
 /// `callback_rights_max` (rights to cache pages held at once by all clients;
 /// past it pages are served under their lock alone), `buffer_frames` (pages
@@ -145,6 +149,13 @@ pub fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
             "handshakes_per_address_max" => limits.handshakes_per_address_max = small(n)? as usize,
             "login_failure_refill_ms" => limits.login_failure_refill = std::time::Duration::from_millis(n),
             "lock_timeout_ms" => db.lock_timeout = std::time::Duration::from_millis(n),
+            "key_range_locking" => {
+                db.key_range_locking = match n {
+                    0 => false,
+                    1 => true,
+                    _ => bail!("{}: key_range_locking is 0 (off) or 1 (on), not {n}", at()),
+                }
+            }
             "txn_bytes_max" => txn_bytes_max = n,
             "txns_max" => txns_max = small(n)? as usize,
             "waiting_max" => waiting_max = small(n)? as usize,
@@ -398,6 +409,18 @@ mod tests {
         let e = config_of("callback_rights_max = many\n").unwrap_err();
         assert!(
             e.to_string().contains("callback_rights_max wants a whole number"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn key_range_locking_is_switched_on_by_the_config_and_off_by_default() {
+        assert!(!config_of("").unwrap().db.key_range_locking);
+        assert!(config_of("key_range_locking = 1\n").unwrap().db.key_range_locking);
+        assert!(!config_of("key_range_locking = 0\n").unwrap().db.key_range_locking);
+        let e = config_of("lock_timeout_ms = 10\nkey_range_locking = 2\n").unwrap_err();
+        assert!(
+            e.to_string().contains(":2: key_range_locking is 0 (off) or 1 (on)"),
             "{e}"
         );
     }

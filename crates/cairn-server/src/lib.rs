@@ -395,6 +395,10 @@ impl SessionState {
         if self.object {
             t.set_object_locking(true)?;
         }
+        // A client's transaction lives across round trips and the client's
+        // own work: a coarse S on a whole page or tree would hold every
+        // writer there up until it ends.
+        t.set_coarse_reads(false);
         let entry = TxnEntry {
             id: t.id(),
             txn: Arc::new(Mutex::new(t)),
@@ -623,6 +627,20 @@ impl Handler for PageServer {
                     Architecture::OBJECT.0,
                     Architecture::FILE.0,
                     hello.architecture.0
+                ),
+            ));
+        }
+        if self.core.db.locks_key_ranges() && hello.architecture != Architecture::OBJECT {
+            // Its B+-trees change only at commit, under no page lock: a
+            // client that reads and writes tree pages itself would read
+            // them under locks no committer respects.
+            return Err(Fault::new(
+                ErrorCode::UNSUPPORTED_ARCHITECTURE,
+                format!(
+                    "this server locks key ranges of its B+-trees (key_range_locking = 1 in its --config), so it \
+                     serves object-server clients ({}) only — connect with the object or adaptive client, or \
+                     serve the database without key-range locking for page- and file-server clients",
+                    Architecture::OBJECT.0
                 ),
             ));
         }

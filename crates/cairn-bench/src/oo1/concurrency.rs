@@ -76,14 +76,14 @@ use cairn::{Arch, Database};
 use super::generate::{self, Graph, PartSpec, TRAVERSAL_HOPS};
 use super::rng::ParkMiller;
 use super::system::{Counters, Error, Result, System, Visits};
-use super::systems::cairn_page::{served_arch, ServerProcess};
+use super::systems::cairn_page::{served_arch, serves_key_ranges, ServerProcess};
 use super::systems::cairn_typed::{options, CairnOn, Part};
 use super::systems::database_dir;
 use super::systems::memory::InMemory;
 use super::workload::{run_seed, Measure};
 
 /// The systems `--clients` measures (those of `--systems` among them run).
-pub const SYSTEMS: [&str; 7] = [
+pub const SYSTEMS: [&str; 9] = [
     "cairn-embedded",
     "cairn-embedded-pagelocks",
     "cairn-embedded-keyranges",
@@ -91,6 +91,8 @@ pub const SYSTEMS: [&str; 7] = [
     "cairn-file",
     "cairn-object",
     "cairn-adaptive",
+    "cairn-object-keyranges",
+    "cairn-adaptive-keyranges",
 ];
 
 /// The operations of `system` on `db` in `mode`: lookups and traversals
@@ -439,8 +441,10 @@ impl Site {
                     "--clients on {name} starts `cairn serve`: name the `cairn` binary (Oo1Config::cairn_exe)"
                 ))
             })?;
-            let server = ServerProcess::start(exe, dir)?;
-            let observer = Database::connect(&server.url, options())?;
+            let server = ServerProcess::start_locking(exe, dir, serves_key_ranges(name))?;
+            // The observer speaks the system's protocol (a key-range server
+            // serves object-server sessions only).
+            let observer = Database::connect(&server.url, cairn::Options { arch, ..options() })?;
             return Ok(Site::Served { server, arch, observer });
         }
         let mut o = options();

@@ -33,7 +33,7 @@ use cairn_net::object_service::{
 use cairn_net::page_service::{encode_pages, NO_GROUP};
 use cairn_net::rpc::Replier;
 use cairn_storage::access::{PageAccess, Recording};
-use cairn_storage::btree::{BTree, Direction};
+use cairn_storage::btree::BTree;
 use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::record::object::{small_max, ObjectSpace};
 use cairn_storage::{Error, GroupId, Oid, PageId, Txn};

@@ -41,7 +41,8 @@ pub(super) fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Res
             ..
         } => tree_range(core, t, root, limit, &lo, &hi, after.as_deref()),
         ObjectRequest::TreeDestroy { root, .. } => {
-            open_client_tree(t, root)?.destroy(t)?;
+            let tree = open_client_tree(t, root)?;
+            t.tree_destroy(tree)?;
             Ok(Vec::new())
         }
         _ => Err(Error::Internal("not a tree request".into())),
@@ -53,6 +54,22 @@ pub(super) fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Res
 /// them (its own changes are not called back).
 fn tree_apply(t: &mut Txn, root: u32, ops: &[TreeOp]) -> Result<Vec<u8>, Error> {
     let tree = open_client_tree(t, root)?;
+    if t.locks_key_ranges(&tree) {
+        // Kept by the transaction, locked by key, applied at its commit:
+        // no page changes now (and no lookup is kept under a leaf's right
+        // on a server that locks key ranges).
+        for op in ops {
+            match op {
+                TreeOp::Insert { key, value } => {
+                    t.tree_insert(&tree, key, value)?;
+                }
+                TreeOp::Delete { key, value } => {
+                    t.tree_delete(&tree, key, value.as_deref())?;
+                }
+            }
+        }
+        return Ok(encode_pages(&[]));
+    }
     let mut changed = Vec::new();
     let mut rec = Recording {
         inner: t,
@@ -89,7 +106,7 @@ fn tree_get(
     let tree = open_client_tree(t, root)?;
     let mut values = Vec::new();
     let mut bytes = 0usize;
-    tree.get_each(t, key, |v| {
+    t.tree_get_each(&tree, key, |v| {
         bytes += v.len() + 8;
         values.push(v.to_vec());
         values.len() < limit as usize
@@ -164,12 +181,6 @@ fn tree_range(
     after: Option<&[u8]>,
 ) -> Result<Vec<u8>, Error> {
     let tree = open_client_tree(t, root)?;
-    let mut cur = tree.range(
-        t,
-        lo.as_ref().map(|k| &k[..]),
-        hi.as_ref().map(|k| &k[..]),
-        Direction::Forward,
-    )?;
     let mut entries = Vec::new();
     let mut bytes = 0usize;
     let mut more = false;
@@ -177,22 +188,31 @@ fn tree_range(
         (std::ops::Bound::Included(k), Some(_)) => Some(k.clone()),
         _ => None,
     };
-    while let Some(e) = cur.next(t)? {
-        if let (Some(k), Some(v)) = (&resume_key, after) {
-            if e.0 == *k && e.1[..] <= *v {
-                continue;
+    // Through the transaction: under key-range locking every entry sent is
+    // locked with the gap below it, and a range read to its end locks the
+    // gap past it; else the leaves read are locked.
+    t.tree_scan(
+        &tree,
+        lo.as_ref().map(|k| &k[..]),
+        hi.as_ref().map(|k| &k[..]),
+        |k, v| {
+            if let (Some(rk), Some(after)) = (&resume_key, after) {
+                if k == &rk[..] && v <= after {
+                    return true;
+                }
             }
-        }
-        // Past the count asked for or the message bound: the
-        // client asks again from the last entry sent.
-        let size = e.0.len() + e.1.len() + 8;
-        if entries.len() == limit as usize || (!entries.is_empty() && bytes + size > core.reply_bytes_max) {
-            more = true;
-            break;
-        }
-        bytes += size;
-        entries.push(e);
-    }
+            // Past the count asked for or the message bound: the
+            // client asks again from the last entry sent.
+            let size = k.len() + v.len() + 8;
+            if entries.len() == limit as usize || (!entries.is_empty() && bytes + size > core.reply_bytes_max) {
+                more = true;
+                return false;
+            }
+            bytes += size;
+            entries.push((k.to_vec(), v.to_vec()));
+            true
+        },
+    )?;
     Ok(encode_entries(&entries, more))
 }
 
@@ -209,8 +229,11 @@ fn leaf_rights(
     key: &[u8],
     answered: usize,
 ) -> Result<Vec<(u32, u64)>, Error> {
-    if t.is_snapshot() {
+    if t.is_snapshot() || t.locks_key_ranges(tree) {
         // Answered as of the snapshot, not the present: nothing to cache.
+        // Under key-range locking a commit changes the leaves without a
+        // page lock, so no leaf's right would be called back: the lookup
+        // is the transaction's alone.
         return Ok(Vec::new());
     }
     let Some((leaves, count)) = tree.leaves_enclosing(t, key, LOOKUP_LEAVES_MAX)? else {

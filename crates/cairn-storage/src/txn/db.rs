@@ -605,6 +605,15 @@ impl Db {
         self.shared.locks.held_mode(owner, res).is_some_and(|m| m.covers(mode))
     }
 
+    /// True if the database locks key ranges of its B+-trees
+    /// ([`DbOptions::key_range_locking`]): a tree's pages then change only
+    /// when a transaction that changed its entries commits, under no page
+    /// lock, so whoever reads or writes tree pages directly (a page or
+    /// file client) cannot share it.
+    pub fn locks_key_ranges(&self) -> bool {
+        self.shared.key_ranges.is_some()
+    }
+
     /// The lock manager's timeout: how long a request waits for a lock (a
     /// server waits as long for a client to answer a callback).
     pub fn lock_timeout(&self) -> std::time::Duration {

@@ -220,6 +220,7 @@ fn serve_child_process() {
     {
         opts.volume.buffer_frames = n;
     }
+    opts.key_range_locking = std::env::var("CAIRN_TEST_KEY_RANGES").is_ok_and(|v| v == "1");
     let db = Arc::new(Db::open_or_create(Path::new(&dir), &opts).expect("open the served database"));
     let mut config = ServerConfig::default();
     if let Some(n) = std::env::var("CAIRN_TEST_TXN_BYTES_MAX")

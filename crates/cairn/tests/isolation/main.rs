@@ -296,6 +296,46 @@ fn embedded_threads_scanning_under_page_and_key_range_locks_see_no_phantoms() {
     phantom_run(false, true);
 }
 
+/// The phantom workload on a server that locks key ranges: object and
+/// adaptive clients in turn, each process its own session; the scans and
+/// the inserts and deletes around them run on the server under entry and
+/// gap locks.
+#[test]
+fn object_and_adaptive_clients_scanning_on_a_key_range_server_see_no_phantoms() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(&dir.path().join("db"), true);
+    let archs = [Arch::Object, Arch::Adaptive];
+    let loader = served.source(Arch::Object).open().unwrap();
+    let ph = phantom::Phantoms::load(&loader);
+    let size = size();
+    let per = size.txns.div_ceil(size.clients).max(1);
+    let mode = phantom::Mode {
+        unlocked: false,
+        own_range_inserts: true,
+    };
+    std::thread::scope(|s| {
+        for process in 0..size.clients {
+            let db = served.source(archs[process % archs.len()]).open().unwrap();
+            let ph = &ph;
+            s.spawn(move || phantom::run_process(&db, ph, process, size.seed, per, mode));
+        }
+    });
+    let (ledgers, mut problems) = phantom::final_state(&loader, &ph);
+    drop(loader);
+    let (history, more) = phantom::to_history(&ph.attempts(), ledgers);
+    problems.extend(more);
+    eprintln!("{}", phantom::counts(&ph.attempts()));
+    verdict(
+        "phantoms, object and adaptive clients, key-range locks",
+        &history,
+        &ph.rec,
+        problems,
+        false,
+    );
+    served.stop();
+    served.check_volume();
+}
+
 // Without key-range locking the index's pages are locked until commit (S
 // by a scan on every leaf it reads, X by an insert or delete on every page
 // it changes), which is phantom-free too, only coarser: the same workload
@@ -336,18 +376,26 @@ struct Served {
     path: std::path::PathBuf,
     server: Mutex<Option<ServerChild>>,
     addr: Arc<RwLock<String>>,
+    env: Vec<(&'static str, &'static str)>,
 }
 
 const SERVER_ENV: [(&str, &str); 1] = [("CAIRN_TEST_LOCK_TIMEOUT_MS", "2000")];
 
 impl Served {
-    fn start(path: &Path) -> Served {
-        let server = common::serve_with(path, &SERVER_ENV);
+    /// Serves `path`; with `key_ranges`, the server locks key ranges of its
+    /// B+-trees (and serves object-server clients only).
+    fn start(path: &Path, key_ranges: bool) -> Served {
+        let mut env = SERVER_ENV.to_vec();
+        if key_ranges {
+            env.push(("CAIRN_TEST_KEY_RANGES", "1"));
+        }
+        let server = common::serve_with(path, &env);
         let addr = Arc::new(RwLock::new(server.addr.to_string()));
         Served {
             path: path.to_path_buf(),
             server: Mutex::new(Some(server)),
             addr,
+            env,
         }
     }
 
@@ -357,7 +405,7 @@ impl Served {
         if let Some(s) = server.take() {
             s.kill();
         }
-        let s = common::serve_with(&self.path, &SERVER_ENV);
+        let s = common::serve_with(&self.path, &self.env);
         *self.addr.write().unwrap() = s.addr.to_string();
         *server = Some(s);
     }
@@ -365,18 +413,28 @@ impl Served {
     /// Stops the server cleanly and reads the final state embedded (an
     /// independent reader: no client of the run), then checks the volume.
     fn final_state(&self) -> std::collections::BTreeMap<u32, Vec<u64>> {
-        if let Some(s) = self.server.lock().unwrap().take() {
-            s.stop();
-        }
+        self.stop();
         let mut opts = Options::default();
         opts.storage.background = false;
         let db = Database::open_with(&self.path, opts).unwrap();
         let state = workload::final_state(&db);
         db.close().unwrap();
+        self.check_volume();
+        state
+    }
+
+    /// Stops the server cleanly (it checkpoints).
+    fn stop(&self) {
+        if let Some(s) = self.server.lock().unwrap().take() {
+            s.stop();
+        }
+    }
+
+    /// Checks the (closed) database's volume.
+    fn check_volume(&self) {
         let report =
             cairn::storage::check::check_database(&self.path, &cairn::storage::volume::VolumeOptions::default());
         assert!(report.is_ok(), "the volume checks: {:?}", report.problems);
-        state
     }
 
     fn source(&self, arch: Arch) -> Source {
@@ -397,9 +455,15 @@ fn served(what: &str, archs: &[Arch], kills: usize) {
 /// [`served`], with about one transaction in `snapshot_one_in` (if set) a
 /// read-only one at a snapshot (page and file clients).
 fn served_with(what: &str, archs: &[Arch], kills: usize, snapshot_one_in: Option<u64>) {
+    served_on(what, archs, kills, snapshot_one_in, false)
+}
+
+/// [`served_with`], on a server that locks key ranges if `key_ranges`
+/// (`archs` then object-server clients only).
+fn served_on(what: &str, archs: &[Arch], kills: usize, snapshot_one_in: Option<u64>, key_ranges: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let served = Served::start(&dir.path().join("db"));
-    let loader = served.source(Arch::Page).open().unwrap();
+    let served = Served::start(&dir.path().join("db"), key_ranges);
+    let loader = served.source(archs[0]).open().unwrap();
     workload::load(&loader);
     drop(loader);
     let size = size();
@@ -492,6 +556,33 @@ fn object_clients_are_serializable() {
 #[test]
 fn adaptive_clients_are_serializable() {
     served("adaptive clients", &[Arch::Adaptive], 0)
+}
+
+/// Object clients on a server that locks key ranges: the index's entries
+/// and gaps are locked, its pages change only at commit.
+#[test]
+fn object_clients_on_a_key_range_server_are_serializable() {
+    served_on("object clients, key-range locks", &[Arch::Object], 0, None, true)
+}
+
+#[test]
+fn adaptive_clients_on_a_key_range_server_are_serializable() {
+    served_on("adaptive clients, key-range locks", &[Arch::Adaptive], 0, None, true)
+}
+
+/// Object and adaptive clients together on a key-range server, one
+/// transaction in three a snapshot reader, the server killed -9 and
+/// restarted three times: entries a commit applied to the tree survive
+/// recovery like any other change.
+#[test]
+fn object_and_adaptive_clients_on_a_key_range_server_stay_serializable_with_the_server_killed() {
+    served_on(
+        "object and adaptive clients, key-range locks, 1 in 3 a snapshot reader, server killed -9",
+        &[Arch::Object, Arch::Adaptive],
+        3,
+        Some(3),
+        true,
+    )
 }
 
 /// The client kinds of the mixed runs, in turn: every kind, or those named

@@ -55,6 +55,9 @@ pub struct PageServer {
     exe: PathBuf,
     server: Option<ServerProcess>,
     arch: Arch,
+    /// The server locks key ranges of its B+-trees (object and adaptive
+    /// clients only).
+    key_ranges: bool,
 }
 
 impl PageServer {
@@ -65,12 +68,15 @@ impl PageServer {
             exe,
             server: None,
             arch: Arch::Page,
+            key_ranges: false,
         }
     }
 
     /// Starts a server on the directory and connects a new client to it.
     fn serve_and_connect(&mut self) -> Result<Database> {
-        let server = self.server.insert(ServerProcess::start(&self.exe, &self.dir)?);
+        let server = self
+            .server
+            .insert(ServerProcess::start_locking(&self.exe, &self.dir, self.key_ranges)?);
         Ok(Database::connect(
             &server.url,
             Options {
@@ -167,6 +173,44 @@ impl AdaptiveClient {
 
 delegating_deployment!(AdaptiveClient, PageServer, "cairn-adaptive");
 
+/// `cairn-object` on a server that locks key ranges of its B+-trees
+/// (`key_range_locking = 1`).
+pub struct ObjectKeyRanges(PageServer);
+
+impl ObjectKeyRanges {
+    /// The database in `dir`, served by the `cairn` binary `exe`.
+    pub fn new(dir: PathBuf, exe: PathBuf) -> ObjectKeyRanges {
+        ObjectKeyRanges(PageServer {
+            arch: Arch::Object,
+            key_ranges: true,
+            ..PageServer::new(dir, exe)
+        })
+    }
+}
+
+delegating_deployment!(ObjectKeyRanges, PageServer, "cairn-object-keyranges");
+
+/// `cairn-adaptive` on a server that locks key ranges of its B+-trees.
+pub struct AdaptiveKeyRanges(PageServer);
+
+impl AdaptiveKeyRanges {
+    /// The database in `dir`, served by the `cairn` binary `exe`.
+    pub fn new(dir: PathBuf, exe: PathBuf) -> AdaptiveKeyRanges {
+        AdaptiveKeyRanges(PageServer {
+            arch: Arch::Adaptive,
+            key_ranges: true,
+            ..PageServer::new(dir, exe)
+        })
+    }
+}
+
+delegating_deployment!(AdaptiveKeyRanges, PageServer, "cairn-adaptive-keyranges");
+
+/// True for the served systems whose server locks key ranges.
+pub fn serves_key_ranges(system: &str) -> bool {
+    matches!(system, "cairn-object-keyranges" | "cairn-adaptive-keyranges")
+}
+
 /// The client architecture each system served by `cairn serve` connects
 /// with, by system name: what its deployment above puts in
 /// [`Options::arch`] (`--clients` connects its sessions the same way).
@@ -176,6 +220,8 @@ pub fn served_arch(system: &str) -> Option<Arch> {
         "cairn-file" => Some(Arch::File),
         "cairn-object" => Some(Arch::Object),
         "cairn-adaptive" => Some(Arch::Adaptive),
+        "cairn-object-keyranges" => Some(Arch::Object),
+        "cairn-adaptive-keyranges" => Some(Arch::Adaptive),
         _ => None,
     }
 }
@@ -223,6 +269,18 @@ impl ServerProcess {
     /// unless `CAIRN_LOG` says otherwise.
     pub fn start(exe: &Path, dir: &Path) -> Result<ServerProcess> {
         ServerProcess::start_with(exe, dir, None)
+    }
+
+    /// [`ServerProcess::start`], with `key_range_locking = 1` in a config
+    /// file next to `dir` if `key_ranges`.
+    pub fn start_locking(exe: &Path, dir: &Path, key_ranges: bool) -> Result<ServerProcess> {
+        if !key_ranges {
+            return ServerProcess::start(exe, dir);
+        }
+        let config = dir.with_extension("keyranges.conf");
+        std::fs::write(&config, "key_range_locking = 1\n")
+            .map_err(|e| Error::io(format!("writing {}", config.display()), e))?;
+        ServerProcess::start_with(exe, dir, Some(&config))
     }
 
     /// [`ServerProcess::start`] with `cairn serve --config FILE` (server

@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use super::system::{Error, Result, System};
 
 /// Every system's name, in report order.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 12] = [
     "cairn-embedded",
     "cairn-embedded-pagelocks",
     "cairn-embedded-keyranges",
@@ -51,6 +51,8 @@ pub const ALL: [&str; 10] = [
     "cairn-file",
     "cairn-object",
     "cairn-adaptive",
+    "cairn-object-keyranges",
+    "cairn-adaptive-keyranges",
     "in-memory",
     "sqlite",
     "lmdb",
@@ -75,7 +77,12 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
         "cairn-embedded" => Ok(Box::new(cairn_typed::Cairn::new(cairn_embedded::Embedded::new(
             database_dir(name, scratch),
         )))),
-        "cairn-page" | "cairn-file" | "cairn-object" | "cairn-adaptive" => {
+        "cairn-page"
+        | "cairn-file"
+        | "cairn-object"
+        | "cairn-adaptive"
+        | "cairn-object-keyranges"
+        | "cairn-adaptive-keyranges" => {
             let exe = cairn_exe.ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "{name} starts `cairn serve` in a separate process: name the `cairn` binary \
@@ -87,6 +94,12 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
                 "cairn-page" => Box::new(cairn_typed::Cairn::new(cairn_page::PageServer::new(dir, exe))),
                 "cairn-file" => Box::new(cairn_typed::Cairn::new(cairn_page::FileServer::new(dir, exe))),
                 "cairn-adaptive" => Box::new(cairn_typed::Cairn::new(cairn_page::AdaptiveClient::new(dir, exe))),
+                "cairn-object-keyranges" => {
+                    Box::new(cairn_typed::Cairn::new(cairn_page::ObjectKeyRanges::new(dir, exe)))
+                }
+                "cairn-adaptive-keyranges" => {
+                    Box::new(cairn_typed::Cairn::new(cairn_page::AdaptiveKeyRanges::new(dir, exe)))
+                }
                 _ => Box::new(cairn_typed::Cairn::new(cairn_page::ObjectServer::new(dir, exe))),
             })
         }

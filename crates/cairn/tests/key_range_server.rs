@@ -1,0 +1,236 @@
+//! `cairn serve` with key-range locking (`key_range_locking = 1`): object
+//! and adaptive clients' index changes lock entries and the gaps between
+//! them on the server, not the index's pages, so two clients inserting
+//! different keys at an index's end do not wait for each other, while a
+//! scan still keeps every insert out of its range until it ends. Page- and
+//! file-server clients, which read and write tree pages themselves, are
+//! refused by such a server.
+//!
+//! Waits are counted by the server's lock manager (`server_lock_stats`):
+//! a test that expects a wait yields until the counter moves, never sleeps.
+
+mod common;
+
+use std::ops::Bound::Included;
+
+use cairn::{Database, Index, Persistent};
+use common::{Backend, Site};
+
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Item {
+    #[cairn(index)]
+    key: u32,
+    value: i64,
+}
+
+const BY_KEY: Index<u32, Item> = Index::on("key");
+
+fn site(backend: Backend, dir: &std::path::Path, key_ranges: bool) -> Site {
+    let site = Site::new(backend, &dir.join("db")).server_env("CAIRN_TEST_LOCK_TIMEOUT_MS", "20000");
+    if key_ranges {
+        site.server_env("CAIRN_TEST_KEY_RANGES", "1")
+    } else {
+        site
+    }
+}
+
+fn fill(db: &Database, n: u32) {
+    let mut tx = db.begin().unwrap();
+    for k in 0..n {
+        tx.create(Item { key: k, value: 1 }).unwrap();
+    }
+    tx.commit().unwrap();
+}
+
+fn waits(db: &Database) -> u64 {
+    db.server_lock_stats().unwrap().expect("a client of a server").waits
+}
+
+/// Yields until the server has counted a lock wait past `before`.
+fn until_a_wait_past(db: &Database, before: u64) {
+    while waits(db) == before {
+        std::thread::yield_now();
+    }
+}
+
+/// Client A inserts a key past the index's end and sends the change (its
+/// own lookup of the key sends it); client B then inserts the next key.
+/// Returns B's commit as it went, and whether B waited.
+fn inserts_at_the_end(backend: Backend, key_ranges: bool) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = site(backend, dir.path(), key_ranges);
+    let a = site.open(common::opts());
+    let b = site.open(common::opts());
+    fill(&a, 200);
+
+    let mut ta = a.begin().unwrap();
+    ta.create(Item { key: 1_000, value: 2 }).unwrap();
+    assert!(ta.find_one(&BY_KEY, &1_000).unwrap().is_some(), "A sees its own insert");
+    let before = waits(&a);
+    let waited = std::thread::scope(|s| {
+        let inserter = s.spawn(|| {
+            let mut tb = b.begin().unwrap();
+            tb.create(Item { key: 1_001, value: 3 }).unwrap();
+            assert!(tb.find_one(&BY_KEY, &1_001).unwrap().is_some(), "B sees its own insert");
+            tb.commit().unwrap();
+        });
+        // B either finishes (no wait) or is counted waiting for A.
+        let waited = loop {
+            if inserter.is_finished() {
+                break false;
+            }
+            if waits(&a) > before {
+                break true;
+            }
+            std::thread::yield_now();
+        };
+        ta.commit().unwrap();
+        inserter.join().unwrap();
+        waited
+    });
+
+    let mut tx = a.begin().unwrap();
+    for k in [0, 199, 1_000, 1_001] {
+        assert!(tx.find_one(&BY_KEY, &k).unwrap().is_some(), "key {k} is found");
+    }
+    assert_eq!(
+        tx.find_range(&BY_KEY, Included(&0), Included(&2_000)).unwrap().len(),
+        202
+    );
+    tx.commit().unwrap();
+    waited
+}
+
+#[test]
+fn object_clients_inserting_at_an_index_end_do_not_wait_for_each_other() {
+    assert!(
+        !inserts_at_the_end(Backend::Object, true),
+        "B waited for A under key-range locks"
+    );
+}
+
+#[test]
+fn adaptive_clients_inserting_at_an_index_end_do_not_wait_for_each_other() {
+    assert!(
+        !inserts_at_the_end(Backend::Adaptive, true),
+        "B waited for A under key-range locks"
+    );
+}
+
+/// The control: without key-range locking the second insert waits for the
+/// first (X on the index's last leaf, held until A ends) — what the test
+/// above shows gone.
+#[test]
+fn object_clients_inserting_at_an_index_end_wait_under_page_locks() {
+    assert!(
+        inserts_at_the_end(Backend::Object, false),
+        "B did not wait for A under page locks"
+    );
+}
+
+/// A scan keeps inserts into its range out until it ends; an insert
+/// outside the range goes on at once.
+fn a_scan_keeps_inserts_out_of_its_range(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = site(backend, dir.path(), true);
+    let a = site.open(common::opts());
+    let b = site.open(common::opts());
+    fill(&a, 100);
+
+    let mut scan = a.begin().unwrap();
+    assert_eq!(
+        scan.find_range(&BY_KEY, Included(&10), Included(&20)).unwrap().len(),
+        11
+    );
+
+    // Outside the range: no wait.
+    let before = waits(&a);
+    let mut tb = b.begin().unwrap();
+    tb.create(Item { key: 5_000, value: 1 }).unwrap();
+    tb.commit().unwrap();
+    assert_eq!(waits(&a), before, "an insert outside the scanned range waited");
+
+    // Inside: B waits until the scan's transaction ends.
+    let before = waits(&a);
+    std::thread::scope(|s| {
+        let inserter = s.spawn(|| {
+            let mut tb = b.begin().unwrap();
+            tb.create(Item { key: 15, value: 2 }).unwrap();
+            tb.commit().unwrap();
+        });
+        until_a_wait_past(&a, before);
+        assert!(
+            !inserter.is_finished(),
+            "the insert into the range went on before the scan ended"
+        );
+        // The range reads the same while the insert waits.
+        assert_eq!(
+            scan.find_range(&BY_KEY, Included(&10), Included(&20)).unwrap().len(),
+            11
+        );
+        scan.commit().unwrap();
+        inserter.join().unwrap();
+    });
+    let mut tx = a.begin().unwrap();
+    assert_eq!(tx.find_range(&BY_KEY, Included(&10), Included(&20)).unwrap().len(), 12);
+    tx.commit().unwrap();
+}
+
+#[test]
+fn an_object_clients_scan_keeps_inserts_out_of_its_range() {
+    a_scan_keeps_inserts_out_of_its_range(Backend::Object);
+}
+
+#[test]
+fn an_adaptive_clients_scan_keeps_inserts_out_of_its_range() {
+    a_scan_keeps_inserts_out_of_its_range(Backend::Adaptive);
+}
+
+/// An insert sent to the server and then aborted leaves nothing behind,
+/// and a key deleted by a commit is gone for the next transaction.
+#[test]
+fn aborted_inserts_vanish_and_committed_deletes_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = site(Backend::Object, dir.path(), true);
+    let a = site.open(common::opts());
+    fill(&a, 50);
+    let mut tx = a.begin().unwrap();
+    tx.create(Item { key: 777, value: 1 }).unwrap();
+    assert!(tx.find_one(&BY_KEY, &777).unwrap().is_some());
+    tx.abort().unwrap();
+    let mut tx = a.begin().unwrap();
+    assert!(
+        tx.find_one(&BY_KEY, &777).unwrap().is_none(),
+        "an aborted insert was found"
+    );
+    let r = tx.find_one(&BY_KEY, &7).unwrap().expect("key 7");
+    tx.delete(&r).unwrap();
+    tx.commit().unwrap();
+    let mut tx = a.begin().unwrap();
+    assert!(tx.find_one(&BY_KEY, &7).unwrap().is_none(), "a deleted key was found");
+    assert_eq!(tx.find_range(&BY_KEY, Included(&0), Included(&100)).unwrap().len(), 49);
+    tx.commit().unwrap();
+}
+
+/// Page- and file-server clients are refused, with the reason.
+#[test]
+fn page_and_file_clients_are_refused_by_a_key_range_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_KEY_RANGES", "1")]);
+    for arch in [cairn::Arch::Page, cairn::Arch::File] {
+        let opts = cairn::Options { arch, ..common::opts() };
+        let Err(e) = Database::connect(&server.url(), opts) else {
+            panic!("{arch:?}: a key-range server served it");
+        };
+        let text = e.to_string();
+        assert!(text.contains("key ranges"), "{arch:?}: {text}");
+    }
+    let opts = cairn::Options {
+        arch: cairn::Arch::Object,
+        ..common::opts()
+    };
+    let db = Database::connect(&server.url(), opts).expect("an object client is served");
+    fill(&db, 3);
+    db.close().unwrap();
+    server.stop();
+}
