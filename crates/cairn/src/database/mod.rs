@@ -900,6 +900,48 @@ impl<'db> Transaction<'db> {
         Ok(first.map(Ref::from_oid))
     }
 
+    /// The first object of each of `keys` (as [`Transaction::find_one`]),
+    /// locked for update, in one global order, before anything of them is
+    /// read: what a transaction about to change the objects it looks up
+    /// should use. Looking them up with `find_one` and then calling
+    /// [`Transaction::prefetch_for_update`] reads them first on an object
+    /// server's client (the lookup brings the object under S), and two
+    /// such transactions that found one object each hold S and want X: a
+    /// deadlock no lock order prevents.
+    pub fn find_for_update<K: IndexKey, T: Persistent>(
+        &mut self,
+        index: &Index<K, T>,
+        keys: &[K],
+    ) -> Result<Vec<Option<Ref<T>>>> {
+        self.refuse_if_read_only()?;
+        let Some((tree, cache)) = self.find_tree::<K, T>(index.field)? else {
+            return Ok(vec![None; keys.len()]);
+        };
+        let max_entries = self.inner.index_cache.max_entries;
+        let mut found = Vec::with_capacity(keys.len());
+        let mut oids = Vec::new();
+        for key in keys {
+            self.key.clear();
+            key.key_bytes(&mut self.key);
+            oids.clear();
+            match self
+                .txn
+                .index_lookup_to_update(tree, &self.key, &cache, max_entries, &mut oids)?
+            {
+                IndexAnswer::Cached => self.index_hits += 1,
+                IndexAnswer::Read => self.index_misses += 1,
+                IndexAnswer::Malformed => {
+                    self.index_misses += 1;
+                    return Err(malformed(&tree, index.field));
+                }
+            }
+            found.push(oids.first().copied());
+        }
+        let lock: Vec<Oid> = found.iter().flatten().copied().collect();
+        self.txn.prefetch_for_update(&lock)?;
+        Ok(found.into_iter().map(|o| o.map(Ref::from_oid)).collect())
+    }
+
     /// The objects whose indexed field lies between `lo` and `hi`, in key order.
     pub fn find_range<K: IndexKey, T: Persistent>(
         &mut self,

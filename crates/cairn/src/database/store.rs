@@ -323,6 +323,17 @@ impl Source for Tx {
         each!(self, t => Source::index_lookup(t, tree, key, first_only, cache, max_entries, out))
     }
 
+    fn index_lookup_to_update(
+        &mut self,
+        tree: BTree,
+        key: &[u8],
+        cache: &TreeCache,
+        max_entries: usize,
+        out: &mut Vec<Oid>,
+    ) -> StorageResult<IndexAnswer> {
+        each!(self, t => Source::index_lookup_to_update(t, tree, key, cache, max_entries, out))
+    }
+
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
         each!(self, t => Source::lock_to_change(t, oid))
     }

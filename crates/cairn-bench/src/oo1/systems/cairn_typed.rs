@@ -324,16 +324,29 @@ impl<'a> CairnOn<'a> {
         let mut tx = db.begin()?;
         let mut v = Visits::default();
         // The parts the new ones connect to that exist already are changed
-        // below (their `from` lists): their locks are taken together, one
-        // round trip for all of them on a client of a server.
+        // below (their `from` lists): looked up once each and locked for
+        // update together, in one order, before any is read (one round trip
+        // for the locks on a client of a server).
         let new_ids: std::collections::HashSet<u32> = parts.iter().map(|p| p.id).collect();
-        let mut targets = Vec::new();
-        for c in parts.iter().flat_map(|p| &p.to) {
-            if !new_ids.contains(&c.to) {
-                targets.push(find(self.name, &mut tx, c.to)?);
-            }
+        let mut ids: Vec<u32> = parts
+            .iter()
+            .flat_map(|p| &p.to)
+            .map(|c| c.to)
+            .filter(|id| !new_ids.contains(id))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut targets = std::collections::HashMap::with_capacity(ids.len());
+        for (id, r) in ids.iter().zip(tx.find_for_update(&BY_ID, &ids)?) {
+            let r = r.ok_or_else(|| wrong(self.name, format!("no part {id} in the index")))?;
+            targets.insert(*id, r);
         }
-        tx.prefetch_for_update(&targets)?;
+        let target_of = |tx: &mut Transaction<'_>, id: u32| -> Result<Ref<Part>> {
+            match targets.get(&id) {
+                Some(r) => Ok(r.clone()),
+                None => find(self.name, tx, id),
+            }
+        };
         for p in parts {
             v.visit(p.x, p.y, p.kind_str());
             let mut to = Vec::with_capacity(p.to.len());
@@ -343,7 +356,7 @@ impl<'a> CairnOn<'a> {
                 let target = if c.to == p.id {
                     placeholder()
                 } else {
-                    find(self.name, &mut tx, c.to)?
+                    target_of(&mut tx, c.to)?
                 };
                 to.push(Connection {
                     to: target,
@@ -364,7 +377,7 @@ impl<'a> CairnOn<'a> {
                 let target = if c.to == p.id {
                     r.clone()
                 } else {
-                    find(self.name, &mut tx, c.to)?
+                    target_of(&mut tx, c.to)?
                 };
                 tx.update(&target, |t| t.from.push(r.clone()))?;
             }

@@ -179,6 +179,22 @@ pub(crate) trait Source: StoreOps {
         out: &mut Vec<Oid>,
     ) -> StorageResult<IndexAnswer>;
 
+    /// [`Source::index_lookup`] of the first value of `key`, for an object
+    /// the caller is about to lock for update: the object is not read. (An
+    /// object-server transaction's lookup reads what it finds under S in
+    /// the same round trip; two updaters that each hold S on an object and
+    /// then want X deadlock on it, whatever order their X locks take.)
+    fn index_lookup_to_update(
+        &mut self,
+        tree: BTree,
+        key: &[u8],
+        cache: &TreeCache,
+        max_entries: usize,
+        out: &mut Vec<Oid>,
+    ) -> StorageResult<IndexAnswer> {
+        self.index_lookup(tree, key, true, cache, max_entries, out)
+    }
+
     /// Takes what changing `oid` needs (its home page's exclusive lock, or
     /// the object's on the server).
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()>;

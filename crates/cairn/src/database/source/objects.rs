@@ -89,6 +89,25 @@ impl Source for ObjectTxn {
         Ok(if bad { IndexAnswer::Malformed } else { IndexAnswer::Read })
     }
 
+    /// TREE_GET, not TREE_GET_OBJECTS: the object is locked for update
+    /// next, and reading it now would take S first.
+    fn index_lookup_to_update(
+        &mut self,
+        tree: BTree,
+        key: &[u8],
+        _cache: &TreeCache,
+        _max_entries: usize,
+        out: &mut Vec<Oid>,
+    ) -> StorageResult<IndexAnswer> {
+        for v in ObjectTxn::tree_get(self, tree.root(), key, 1)? {
+            match Oid::from_exact(&v) {
+                Some(oid) => out.push(oid),
+                None => return Ok(IndexAnswer::Malformed),
+            }
+        }
+        Ok(IndexAnswer::Read)
+    }
+
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
         self.lock_for_update(oid)
     }
