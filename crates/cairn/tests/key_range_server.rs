@@ -234,3 +234,67 @@ fn page_and_file_clients_are_refused_by_a_key_range_server() {
     db.close().unwrap();
     server.stop();
 }
+
+/// A snapshot reads an index as of its beginning while another client's
+/// commits insert and delete keys around it under key-range locking
+/// (splitting the leaves it reads: the commits change the tree's pages at
+/// commit, and the version store keeps what the snapshot needs).
+fn a_snapshot_reads_the_index_as_it_was(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = site(backend, dir.path(), true);
+    let reader = site.open(common::opts());
+    // Embedded, one database (its directory is locked by the first).
+    let second = (backend != Backend::EmbeddedKeyRanges).then(|| site.open(common::opts()));
+    let writer = second.as_ref().unwrap_or(&reader);
+    fill(writer, 100);
+    let mut ro = reader.begin_read_only().unwrap();
+    assert_eq!(
+        ro.find_range(&BY_KEY, Included(&0), Included(&10_000)).unwrap().len(),
+        100
+    );
+    for round in 0..4u32 {
+        let mut w = writer.begin().unwrap();
+        for k in 0..300 {
+            w.create(Item {
+                key: 1_000 + round * 1_000 + k,
+                value: 5,
+            })
+            .unwrap();
+        }
+        for k in round * 10..round * 10 + 10 {
+            let r = w.find_one(&BY_KEY, &k).unwrap().expect("a key of the fill");
+            w.delete(&r).unwrap();
+        }
+        w.commit().unwrap();
+        assert_eq!(
+            ro.find_range(&BY_KEY, Included(&0), Included(&10_000)).unwrap().len(),
+            100,
+            "round {round}: the snapshot's range"
+        );
+        assert!(
+            ro.find_one(&BY_KEY, &(round * 10)).unwrap().is_some(),
+            "a key deleted since"
+        );
+        assert!(
+            ro.find_one(&BY_KEY, &(1_000 + round * 1_000)).unwrap().is_none(),
+            "a key inserted since"
+        );
+    }
+    ro.commit().unwrap();
+    let mut tx = reader.begin().unwrap();
+    assert_eq!(
+        tx.find_range(&BY_KEY, Included(&0), Included(&10_000)).unwrap().len(),
+        100 + 1_200 - 40
+    );
+    tx.commit().unwrap();
+}
+
+#[test]
+fn an_object_clients_snapshot_reads_the_index_as_it_was() {
+    a_snapshot_reads_the_index_as_it_was(Backend::Object);
+}
+
+#[test]
+fn an_embedded_snapshot_reads_the_index_as_it_was_under_key_range_locks() {
+    a_snapshot_reads_the_index_as_it_was(Backend::EmbeddedKeyRanges);
+}
