@@ -244,9 +244,11 @@ impl ObjectTxn {
         if self.tree_later_touches(root, key) {
             self.send_tree_later(Some(root))?;
         }
-        if let Some(mut values) = self.kept_lookup(root, key) {
-            values.truncate(limit.max(1) as usize);
-            return Ok(values);
+        if !self.snapshot {
+            if let Some(mut values) = self.store.use_lookup(self.id, root, key) {
+                values.truncate(limit.max(1) as usize);
+                return Ok(values);
+            }
         }
         self.lookup(root, key, limit, false)
     }
@@ -264,7 +266,10 @@ impl ObjectTxn {
             self.send_tree_later(Some(root))?;
         }
         self.trim();
-        if let Some(values) = self.kept_lookup(root, key) {
+        if let Some(values) = (!self.snapshot)
+            .then(|| self.store.use_lookup(self.id, root, key))
+            .flatten()
+        {
             let in_hand = values
                 .iter()
                 .all(|v| Oid::from_exact(v).is_some_and(|o| self.changes.contains_key(&o) || self.local(o)));
@@ -275,17 +280,6 @@ impl ObjectTxn {
             }
         }
         self.lookup(root, key, limit, true)
-    }
-
-    /// A lookup the client keeps under rights, read under them from now
-    /// on; at a snapshot, only one kept since before it was asked for
-    /// (`ObjectStore::use_lookup_before`).
-    fn kept_lookup(&self, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
-        if self.snapshot {
-            self.store.use_lookup_before(root, key, self.snapshot_clock)
-        } else {
-            self.store.use_lookup(self.id, root, key)
-        }
     }
 
     /// TREE_GET (with `objects`, TREE_GET_OBJECTS): the values, the objects

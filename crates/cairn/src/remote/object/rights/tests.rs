@@ -61,13 +61,11 @@ fn readers_are_named_and_leaves_take_their_lookups_along() {
         },
     );
     st.lookups
-        .insert((PageId(3), b"a".to_vec()), (vec![PageId(9)], vec![vec![1]], 0));
-    st.lookups.insert(
-        (PageId(3), b"b".to_vec()),
-        (vec![PageId(8), PageId(9)], vec![vec![2]], 0),
-    );
+        .insert((PageId(3), b"a".to_vec()), (vec![PageId(9)], vec![vec![1]]));
     st.lookups
-        .insert((PageId(3), b"c".to_vec()), (vec![PageId(10)], vec![vec![3]], 0));
+        .insert((PageId(3), b"b".to_vec()), (vec![PageId(8), PageId(9)], vec![vec![2]]));
+    st.lookups
+        .insert((PageId(3), b"c".to_vec()), (vec![PageId(10)], vec![vec![3]]));
     assert_eq!(st.drop_key(Resource::Page(PageId(9))), Some(4));
     assert_eq!(st.lookups.len(), 1);
     assert_eq!(st.drop_key(Resource::Page(PageId(9))), None);
