@@ -789,15 +789,26 @@ impl<'db> Transaction<'db> {
             return if bad { Err(malformed(&tree, field)) } else { Ok(()) };
         }
         let max_entries = self.inner.index_cache.max_entries;
-        match self
+        let answer = self
             .txn
-            .index_lookup(tree, &self.key, first_only, cache, max_entries, out)?
-        {
+            .index_lookup(tree, &self.key, first_only, cache, max_entries, out)?;
+        self.count_index_answer(answer, &tree, field)
+    }
+
+    /// Counts a lookup's answer as an index cache hit or miss; a malformed
+    /// tree is an error naming it.
+    fn count_index_answer(
+        &mut self,
+        answer: IndexAnswer,
+        tree: &cairn_storage::btree::BTree,
+        field: &str,
+    ) -> Result<()> {
+        match answer {
             IndexAnswer::Cached => self.index_hits += 1,
             IndexAnswer::Read => self.index_misses += 1,
             IndexAnswer::Malformed => {
                 self.index_misses += 1;
-                return Err(malformed(&tree, field));
+                return Err(malformed(tree, field));
             }
         }
         Ok(())
@@ -924,17 +935,10 @@ impl<'db> Transaction<'db> {
             self.key.clear();
             key.key_bytes(&mut self.key);
             oids.clear();
-            match self
+            let answer = self
                 .txn
-                .index_lookup_to_update(tree, &self.key, &cache, max_entries, &mut oids)?
-            {
-                IndexAnswer::Cached => self.index_hits += 1,
-                IndexAnswer::Read => self.index_misses += 1,
-                IndexAnswer::Malformed => {
-                    self.index_misses += 1;
-                    return Err(malformed(&tree, index.field));
-                }
-            }
+                .index_lookup_to_update(tree, &self.key, &cache, max_entries, &mut oids)?;
+            self.count_index_answer(answer, &tree, index.field)?;
             found.push(oids.first().copied());
         }
         let lock: Vec<Oid> = found.iter().flatten().copied().collect();
