@@ -248,7 +248,7 @@ fn an_object_sessions_snapshot_reads_as_of_its_beginning_and_changes_nothing() {
     .unwrap();
     let f = FetchedObject::decode(&parts[0]).unwrap();
     assert_eq!(f.bytes, &[7u8; 100][..], "the object as of the snapshot");
-    assert_eq!(f.right, 0, "no right to cache at a snapshot");
+    assert_eq!(f.right, 0, "no right to cache a version older than the committed one");
     for req in [
         ObjectRequest::Fetch {
             txn: snap,

@@ -16,13 +16,10 @@
 //!
 //! Lookups and traversals run in read-only transactions at a snapshot
 //! ([`cairn::Database::begin_read_only`]: no locks), as a user browsing
-//! would, wherever a snapshot still reads from the client's cache:
-//! embedded, and page and file clients (a page client's snapshot reads the
-//! pages it caches under rights when the snapshot sees them). An object or
-//! adaptive client's snapshot reads every object from the server (what it
-//! keeps under rights is the present), so there only the browse mode's
-//! reader runs at snapshots; the other reads are ordinary transactions
-//! served from the client's cache.
+//! would, on every system; a snapshot reads from the client's cache what
+//! it sees there (a page client the pages it caches under rights when the
+//! snapshot sees their LSN; an object or adaptive client the objects and
+//! lookups it kept under rights taken in before the snapshot began).
 //!
 //! The modes:
 //!
@@ -95,18 +92,12 @@ pub const SYSTEMS: [&str; 9] = [
     "cairn-adaptive-keyranges",
 ];
 
-/// The operations of `system` on `db` in `mode`: lookups and traversals
-/// run in read-only transactions at a snapshot (no locks) where a snapshot
-/// reads from the client's cache (embedded, page and file clients), and
-/// for the browse mode's reader everywhere (see the module docs).
-fn on<'a>(system: &'static str, db: &'a cairn::Database, mode: Mode) -> CairnOn<'a> {
-    let sys = CairnOn::new(system, db);
-    let reads_cache_at_snapshots = !matches!(served_arch(system), Some(Arch::Object | Arch::Adaptive));
-    if reads_cache_at_snapshots || mode == Mode::Browse {
-        sys.reading_at_snapshots()
-    } else {
-        sys
-    }
+/// The operations of `system` on `db`: lookups and traversals run in
+/// read-only transactions at a snapshot (no locks), as a user would run
+/// them, on every system — each reads from its client's cache what the
+/// snapshot sees there (see the module docs).
+fn on<'a>(system: &'static str, db: &'a cairn::Database) -> CairnOn<'a> {
+    CairnOn::new(system, db).reading_at_snapshots()
 }
 
 /// What the clients run.
@@ -554,7 +545,7 @@ fn client(
     let _leaving = Leaving(role.writer_of);
     let mut jitter = ParkMiller::new(jitter_seed);
     let prepared = target.session().and_then(|own| {
-        let mut sys = on(system, target.database(&own)?, role.mode);
+        let mut sys = on(system, target.database(&own)?);
         let mut retries = Retries::default();
         for op in plan.iter().filter(|op| !matches!(op, Op::Insert(_))) {
             run_retrying(&mut sys, op, &mut jitter, &mut retries)?;
@@ -567,7 +558,7 @@ fn client(
     go.wait();
     let started = Instant::now();
     let own = prepared?;
-    let mut sys = on(system, target.database(&own)?, role.mode);
+    let mut sys = on(system, target.database(&own)?);
     let mut out = ClientResult::default();
     let before = sys.counters();
     let mut k = 0;

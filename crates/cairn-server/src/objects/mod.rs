@@ -227,6 +227,10 @@ fn fetch(
             }
         }
     }
+    // A snapshot's reads: S taken for a moment by a transaction of its own
+    // (`right_if_current`), made on the first object that may have a right.
+    let mut locker = None;
+    let page_size = t.page_size();
     for (i, o) in oids.iter().enumerate() {
         let read = crate::parking(&mut t, |t| read_one(t, oid_of(o), mode == OBJ_X));
         if matches!(read, Err(Error::LockParked { .. })) {
@@ -235,6 +239,8 @@ fn fetch(
         let part = read.map(|(len, bytes)| {
             let right = if mode == OBJ_X {
                 0
+            } else if t.is_snapshot() {
+                right_if_current(core, state, &mut locker, page_size, oid_of(o), bytes.as_deref())
             } else {
                 grant(core, state, &t, oid_of(o), &bytes)
             };
@@ -296,6 +302,46 @@ fn grant(core: &Core, state: &SessionState, t: &Txn, oid: Oid, bytes: &Option<Ve
     }
     match bytes {
         Some(b) if b.len() <= small_max(t.page_size()) => core.callbacks.register(state.client, Resource::Object(oid)),
+        _ => 0,
+    }
+}
+
+/// A right to cache an object a snapshot read, when those `bytes` are the
+/// object's committed version and S can be taken without waiting (by
+/// `locker`, a transaction of the session's own, begun here if `None`,
+/// ended with the request): as the page server's snapshot fetch does, so a
+/// client that reads only at snapshots still comes to keep what it reads.
+/// Only a small object whose home record is its bytes (not a forwarding
+/// stub) has one. 0 otherwise.
+pub(super) fn right_if_current(
+    core: &Core,
+    state: &SessionState,
+    locker: &mut Option<Txn>,
+    page_size: usize,
+    oid: Oid,
+    bytes: Option<&[u8]>,
+) -> u64 {
+    let Some(bytes) = bytes.filter(|b| b.len() <= small_max(page_size)) else {
+        return 0;
+    };
+    let l = match locker {
+        Some(l) => l,
+        None => match core.db.begin_for(state.client) {
+            Ok(t) => locker.insert(t),
+            Err(_) => return 0,
+        },
+    };
+    let mut locked = |res, mode| matches!(l.try_lock_resource(res, mode), Ok(true));
+    if !locked(Resource::Page(oid.page), LockMode::IS) || !locked(Resource::Object(oid), LockMode::S) {
+        return 0;
+    }
+    let Ok(image) = core.db.read_committed(oid.page) else {
+        return 0;
+    };
+    match cairn_storage::record::object::home_record(&image, oid) {
+        Ok(Some(range)) if image.get(range.clone()) == Some(bytes) => {
+            core.callbacks.register(state.client, Resource::Object(oid))
+        }
         _ => 0,
     }
 }

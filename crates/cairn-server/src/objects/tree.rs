@@ -150,6 +150,10 @@ fn values_objects(
     mut bytes: usize,
 ) -> Result<Vec<Vec<u8>>, Error> {
     let mut parts = Vec::with_capacity(values.len());
+    // A snapshot's: S taken for a moment by a transaction of the
+    // session's own (`right_if_current`), begun on the first object.
+    let mut locker = None;
+    let page_size = t.page_size();
     for v in values {
         let o: [u8; OID_BYTES] = v[..].try_into().map_err(|_| Error::Corrupt {
             page: PageId(root),
@@ -162,7 +166,11 @@ fn values_objects(
         } else {
             bytes += size;
         }
-        let right = grant(core, state, t, oid_of(&o), &whole);
+        let right = if t.is_snapshot() {
+            right_if_current(core, state, &mut locker, page_size, oid_of(&o), whole.as_deref())
+        } else {
+            grant(core, state, t, oid_of(&o), &whole)
+        };
         parts.push(fetched_part(&o, len, whole, right));
     }
     Ok(parts)
@@ -219,8 +227,10 @@ fn tree_range(
 /// Rights on the leaves that enclose `key` ([`BTree::leaves_enclosing`]:
 /// any change to its entries takes X on one of them; their locks are held
 /// now), when they hold no more entries of it than were answered; none
-/// otherwise, at a snapshot, or if any right is refused (those granted go
-/// back).
+/// otherwise, or if any right is refused (those granted go back). At a
+/// snapshot, only if every such leaf the snapshot read is the leaf's
+/// committed image ([`leaves_current`]): the answer is then the present's
+/// too.
 fn leaf_rights(
     core: &Core,
     state: &SessionState,
@@ -229,17 +239,24 @@ fn leaf_rights(
     key: &[u8],
     answered: usize,
 ) -> Result<Vec<(u32, u64)>, Error> {
-    if t.is_snapshot() || t.locks_key_ranges(tree) {
-        // Answered as of the snapshot, not the present: nothing to cache.
+    if t.locks_key_ranges(tree) || (t.is_snapshot() && core.db.locks_key_ranges()) {
         // Under key-range locking a commit changes the leaves without a
         // page lock, so no leaf's right would be called back: the lookup
-        // is the transaction's alone.
+        // is the transaction's alone (a snapshot's too, though it takes no
+        // key-range lock itself).
         return Ok(Vec::new());
     }
     let Some((leaves, count)) = tree.leaves_enclosing(t, key, LOOKUP_LEAVES_MAX)? else {
         return Ok(Vec::new());
     };
     if count != answered {
+        return Ok(Vec::new());
+    }
+    // A snapshot's: S on the leaves for the rest of this request, so none
+    // changes before its right is registered (and a writer then calls it
+    // back).
+    let mut locker = None;
+    if t.is_snapshot() && !leaves_current(core, state, t, &leaves, &mut locker)? {
         return Ok(Vec::new());
     }
     let rights: Vec<(u32, u64)> = leaves
@@ -256,6 +273,36 @@ fn leaf_rights(
         return Ok(Vec::new());
     }
     Ok(rights)
+}
+
+/// Whether each of `leaves`, as snapshot `t` read it, is the leaf's
+/// committed image (the same LSN) and S on it can be taken at once by
+/// `locker` (a transaction of the session's own, begun here; it holds the
+/// locks until it drops, at the end of the request): as the page server's
+/// snapshot fetch judges a page, so a snapshot's lookup is kept for later
+/// transactions when the leaves have not changed since it began. Never
+/// waits.
+fn leaves_current(
+    core: &Core,
+    state: &SessionState,
+    t: &mut Txn,
+    leaves: &[PageId],
+    locker: &mut Option<Txn>,
+) -> Result<bool, Error> {
+    let l = match locker {
+        Some(l) => l,
+        None => locker.insert(core.db.begin_for(state.client)?),
+    };
+    for &leaf in leaves {
+        if !matches!(l.try_lock_resource(Resource::Page(leaf), LockMode::S), Ok(true)) {
+            return Ok(false);
+        }
+        let seen = cairn_storage::page::lsn(&t.snapshot_page(leaf)?);
+        if cairn_storage::page::lsn(&core.db.read_committed(leaf)?) != seen {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Opens the B+-tree a client names by its root page. A page that is not a

@@ -371,9 +371,9 @@ impl Database {
     /// client of `cairn serve` (the server keeps the versions; one round
     /// trip to begin): a page client reads a page it caches under a right
     /// when the snapshot sees that image, else asks the server for the
-    /// page as of the snapshot; an object or adaptive client reads each
-    /// object and lookup from the server (what it keeps under rights is
-    /// the present). A snapshot that runs so long that the
+    /// page as of the snapshot; an object or adaptive client reads an
+    /// object or lookup it kept under a right taken in before the snapshot
+    /// began and still held, else asks the server. A snapshot that runs so long that the
     /// versions it needs outgrow `Options::storage.snapshot_bytes_max` (the
     /// server's, for a client) ends early: its next read fails, and a new
     /// one sees the present.

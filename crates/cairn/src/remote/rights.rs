@@ -245,6 +245,30 @@ impl<T: Table> Rights<T> {
         }
     }
 
+    /// The table's side of a callback of `epoch` on `key`: a right of that
+    /// epoch or older goes with what it covers (the transactions reading
+    /// under it are returned, to be named); a newer one stays. Either way
+    /// a reply still in flight carrying a right of that epoch or older is
+    /// refused when it comes ([`Revoked`]): the server renews a right the
+    /// client holds with a new epoch when it fetches the key again, and a
+    /// callback of the renewed epoch can overtake the reply renewing it —
+    /// taken in after the answer "dropped", the right would be one the
+    /// server no longer counts, and its bytes would never be called back.
+    pub(super) fn called_back(&self, key: Resource, epoch: u64) -> Vec<TxnId> {
+        let mut t = self.lock();
+        match t.held(key) {
+            Some(e) if e <= epoch => {
+                t.revoked().revoke(key, epoch);
+                t.call_back(key)
+            }
+            Some(_) => Vec::new(),
+            None => {
+                t.revoked().revoke(key, epoch);
+                t.readers_without_right(key)
+            }
+        }
+    }
+
     /// Answers callback `cb` (on the callback thread): a right of its
     /// epoch or older goes with what it covers, and the transactions
     /// reading under it are named; a newer right (granted after this
@@ -255,18 +279,7 @@ impl<T: Table> Rights<T> {
     /// right must be gone by the time the writer goes on).
     pub(super) fn answer(&self, conn: &Connection, cb: Callback, before_answer: impl FnOnce()) -> Result<()> {
         conn.callbacks.fetch_add(1, Ordering::Relaxed);
-        let key = from_wire(cb.key);
-        let users = {
-            let mut t = self.lock();
-            match t.held(key) {
-                Some(e) if e <= cb.epoch => t.call_back(key),
-                Some(_) => Vec::new(),
-                None => {
-                    t.revoked().revoke(key, cb.epoch);
-                    t.readers_without_right(key)
-                }
-            }
-        };
+        let users = self.called_back(from_wire(cb.key), cb.epoch);
         before_answer();
         if !users.is_empty() {
             conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);

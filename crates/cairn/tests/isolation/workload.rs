@@ -1,6 +1,6 @@
 //! The list-append workload over the typed API, and its history recorder.
 //!
-//! `KEYS` cells, each a `Cell { #[cairn(index)] key, vals: List<u64> }`
+//! `keys()` cells, each a `Cell { #[cairn(index)] key, vals: List<u64> }`
 //! found through its index with `find_one`, as an application would. Each
 //! process (a thread with its own client, or with the shared embedded
 //! database) runs transactions of one to four operations, each a read of a
@@ -28,12 +28,20 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use cairn::{Database, Error, Index, List, Persistent};
+use cairn::{Database, Error, Index, List, Persistent, Ref};
 
 use crate::checker::{Op, Outcome, Txn};
 
-/// The keys of a run.
-pub const KEYS: u32 = 16;
+/// The keys of a run: 16, or `CAIRN_ISOLATION_KEYS` (more keys, fewer
+/// conflicts: what the clients keep under rights stays theirs longer, so
+/// more reads are served from it).
+pub fn keys() -> u32 {
+    std::env::var("CAIRN_ISOLATION_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(16)
+}
 
 /// One key's list.
 #[derive(Persistent, Debug, Clone)]
@@ -196,7 +204,7 @@ pub fn client_options(arch: cairn::Arch) -> cairn::Options {
 /// Creates the cells, all empty, in one transaction.
 pub fn load(db: &Database) {
     let mut tx = db.begin().expect("begin the load");
-    for key in 0..KEYS {
+    for key in 0..keys() {
         tx.create(Cell { key, vals: List::new() }).expect("create a cell");
     }
     tx.commit().expect("commit the load");
@@ -206,7 +214,7 @@ pub fn load(db: &Database) {
 pub fn final_state(db: &Database) -> BTreeMap<u32, Vec<u64>> {
     let mut tx = db.begin().expect("begin the final read");
     let mut out = BTreeMap::new();
-    for key in 0..KEYS {
+    for key in 0..keys() {
         let cell = tx.find_one(&by_key(), &key).expect("find").expect("every cell exists");
         out.insert(key, tx.get(&cell).expect("read a cell").vals.to_vec());
     }
@@ -259,6 +267,12 @@ pub fn run_process(
         Ok(db) => db,
         Err(e) => return rec.fail(format!("process {process}: cannot open: {e}")),
     };
+    // Cells found so far, by key: half the time a transaction follows
+    // the reference it holds instead of looking the key up (as a program
+    // navigating its objects does), so its reads come from what the
+    // client keeps under rights, snapshots' too, and not only through
+    // the index.
+    let mut refs: BTreeMap<u32, Ref<Cell>> = BTreeMap::new();
     for _ in 0..txns_max {
         let snapshot = snapshot_one_in.is_some_and(|n| rng.below(n) == 0);
         let mut ops = if snapshot {
@@ -268,7 +282,7 @@ pub fn run_process(
         };
         let id = rec.next_id();
         let begin = rec.tick();
-        let result = attempt(&db, &mut ops, &mut rng, snapshot);
+        let result = attempt(&db, &mut ops, &mut rng, &mut refs, snapshot);
         let end = rec.tick();
         let outcome = match result {
             Ok(()) => Outcome::Committed,
@@ -317,7 +331,7 @@ fn plan(rng: &mut Rng, rec: &Recorder) -> Vec<Op> {
     let n = 1 + rng.below(4) as usize;
     (0..n)
         .map(|_| {
-            let key = rng.below(KEYS as u64) as u32;
+            let key = rng.below(keys() as u64) as u32;
             if rng.below(2) == 0 {
                 Op::Read { key, seen: None }
             } else {
@@ -335,14 +349,20 @@ fn snapshot_plan(rng: &mut Rng) -> Vec<Op> {
     let n = 2 + rng.below(3) as usize;
     (0..n)
         .map(|_| Op::Read {
-            key: rng.below(KEYS as u64) as u32,
+            key: rng.below(keys() as u64) as u32,
             seen: None,
         })
         .collect()
 }
 
 /// Runs one transaction (read-only at a snapshot with `snapshot`); reads fill in what they saw.
-fn attempt(db: &Database, ops: &mut [Op], rng: &mut Rng, snapshot: bool) -> Result<(), Stop> {
+fn attempt(
+    db: &Database,
+    ops: &mut [Op],
+    rng: &mut Rng,
+    refs: &mut BTreeMap<u32, Ref<Cell>>,
+    snapshot: bool,
+) -> Result<(), Stop> {
     let begun = if snapshot { db.begin_read_only() } else { db.begin() };
     let mut tx = begun.map_err(|e| classify(&e, false))?;
     let index = by_key();
@@ -350,10 +370,17 @@ fn attempt(db: &Database, ops: &mut [Op], rng: &mut Rng, snapshot: bool) -> Resu
         let key = match op {
             Op::Read { key, .. } | Op::Append { key, .. } => *key,
         };
-        let cell = match tx.find_one(&index, &key) {
-            Ok(Some(cell)) => cell,
-            Ok(None) => return Err(Stop::Other(format!("key {key} not found"))),
-            Err(e) => return Err(classify(&e, false)),
+        let held = refs.get(&key).filter(|_| rng.below(2) == 0).cloned();
+        let cell = match held {
+            Some(cell) => cell,
+            None => match tx.find_one(&index, &key) {
+                Ok(Some(cell)) => {
+                    refs.insert(key, cell.clone());
+                    cell
+                }
+                Ok(None) => return Err(Stop::Other(format!("key {key} not found"))),
+                Err(e) => return Err(classify(&e, false)),
+            },
         };
         // A snapshot's object that cannot be decoded is torn (`Stop::Torn`).
         let read_err = |e: Error| match e {

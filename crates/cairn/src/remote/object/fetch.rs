@@ -185,10 +185,11 @@ impl ObjectTxn {
             // Never a right to an object this transaction holds X on:
             // what the server sent may be its own uncommitted version
             // (an object it created, read again once let go of).
+            // A snapshot's read comes with one when the object's version
+            // is the committed one (the server took S for a moment): kept
+            // for later transactions and snapshots, not used by this one
+            // (it came after the snapshot began; what it read is its own).
             if let (Read::Whole(bytes), r @ 1.., OBJ_S) = (&read, f.right, mode) {
-                if self.snapshot {
-                    return Err(conn.protocol("no right to an object read at a snapshot"));
-                }
                 if !self.exclusive.contains_key(&oid) {
                     store.take_object(oid, r, bytes);
                 }

@@ -183,10 +183,14 @@ impl ObjectStore {
     /// committed state (one round trip, OBJ_SNAPSHOT): it sees every commit
     /// that returned before it began and none after, takes no lock, never
     /// waits for a writer nor makes one wait, and never aborts for a
-    /// conflict. It reads every object and lookup from the server as of
-    /// the snapshot: what the client keeps under rights is the present,
-    /// so it is not used, and nothing it reads is kept across
-    /// transactions (an adaptive client fetches single objects). A change
+    /// conflict. It reads an object or lookup the client keeps under a
+    /// right that came *before* the snapshot was asked for and is still
+    /// held (no commit changed it since the right's grant, which came
+    /// before the snapshot began: it is what the snapshot sees), and every
+    /// other from the server as of the snapshot (an adaptive client
+    /// fetching single objects); what the server sends that is the
+    /// committed version comes with a right and is kept for later
+    /// transactions, not used by this one. A change
     /// is [`Error::ReadOnlyTxn`]; a snapshot that outlives the server's
     /// version store fails with [`Error::SnapshotTooOld`].
     pub fn begin_read_only(self: &Arc<Self>) -> Result<ObjectTxn> {
@@ -194,6 +198,9 @@ impl ObjectStore {
             return Err(self.conn.error(e));
         }
         let id = TxnId(self.next_txn.fetch_add(1, Ordering::Relaxed));
+        // Read before the request goes: every right taken in up to now was
+        // granted before the server begins the snapshot.
+        let before = self.clock();
         let body = self.call_one(&ObjectRequest::Snapshot { txn: id.0 }, id)?;
         // The window is checked; the client keeps nothing it could judge
         // by it (it caches objects without their pages' LSNs).
@@ -201,6 +208,7 @@ impl ObjectStore {
             .map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
         let mut t = self.new_txn(id, true);
         t.on_server = true;
+        t.snapshot_clock = before;
         Ok(t)
     }
 
@@ -209,6 +217,7 @@ impl ObjectStore {
             store: self.clone(),
             id,
             snapshot,
+            snapshot_clock: 0,
             on_server: false,
             wrote: false,
             ended: false,
@@ -301,9 +310,12 @@ pub struct ObjectTxn {
     store: Arc<ObjectStore>,
     id: TxnId,
     /// A read-only transaction at a snapshot
-    /// ([`ObjectStore::begin_read_only`]): it reads around the rights and
-    /// changes nothing.
+    /// ([`ObjectStore::begin_read_only`]): it reads under rights only what
+    /// was kept before it began, and changes nothing.
     snapshot: bool,
+    /// A snapshot's: the client's clock when it was asked for (what was
+    /// taken in under rights by then, and is still held, it may read).
+    snapshot_clock: u64,
     /// A request named it: the server has begun it.
     on_server: bool,
     /// It changed something on the server already (a create, a flush, a

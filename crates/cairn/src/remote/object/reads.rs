@@ -161,8 +161,15 @@ impl ObjectTxn {
             return true;
         }
         if self.snapshot {
-            // What the client keeps under rights is the present.
-            return false;
+            // What the client keeps under rights is the present: used only
+            // if the right came before the snapshot was asked for.
+            return match self.store.use_object_before(oid, self.snapshot_clock) {
+                Some(bytes) => {
+                    self.keep(oid, Read::Whole(bytes));
+                    true
+                }
+                None => false,
+            };
         }
         match self.store.use_object(self.id, oid) {
             Some(bytes) => {

@@ -65,6 +65,10 @@ struct Cached {
     /// Marks the client's user set on objects of these bytes (slot, mark:
     /// the typed layer's "checked as this class"), reset with the bytes.
     marks: Vec<(u16, CheckedAs)>,
+    /// When the right came (the client's clock): a snapshot begun after
+    /// it may read these bytes while the right is held
+    /// ([`ObjectStore::use_object_before`]).
+    since: u64,
 }
 
 /// A B+-tree leaf whose lookups are kept under a right.
@@ -74,8 +78,9 @@ struct Leaf {
     keys: Vec<Vec<u8>>,
 }
 
-/// A kept lookup: the leaves that enclose its key, and the values.
-type Lookup = (Vec<PageId>, Vec<Vec<u8>>);
+/// A kept lookup: the leaves that enclose its key, the values, and when
+/// its rights came (the client's clock).
+type Lookup = (Vec<PageId>, Vec<Vec<u8>>, u64);
 
 /// What a running transaction reads under rights.
 #[derive(Default)]
@@ -159,7 +164,21 @@ impl RightsState {
             bytes: Some(bytes),
             stamp: self.clock,
             marks: Vec::new(),
+            since: self.clock,
         }
+    }
+
+    /// `txn`'s bookkeeping, removed (it ended). A reply still in flight
+    /// may carry a right to something it wrote, granted before its commit
+    /// (a snapshot's read, under a lock held for that request alone): the
+    /// client's own writer calls none of its rights back, so such a right
+    /// is refused when it comes ([`Revoked`]), as a called-back one is.
+    fn forget_txn(&mut self, txn: TxnId) -> Option<TxnRights> {
+        let v = self.txns.remove(&txn)?;
+        for k in &v.writes {
+            self.revoked.revoke(*k, u64::MAX);
+        }
+        Some(v)
     }
 
     /// What running transactions read under the client's rights.
@@ -224,7 +243,7 @@ impl RightsState {
         let l = self.leaves.remove(&leaf)?;
         for k in l.keys {
             let key = (l.root, k);
-            if self.lookups.get(&key).is_some_and(|(ls, _)| ls.contains(&leaf)) {
+            if self.lookups.get(&key).is_some_and(|(ls, ..)| ls.contains(&leaf)) {
                 self.lookups.remove(&key);
             }
         }
@@ -504,7 +523,7 @@ impl ObjectStore {
     /// kept under a right on its leaf (read by `txn` under it from now on).
     pub(super) fn use_lookup(&self, txn: TxnId, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
         let mut st = self.rights.lock();
-        let (leaves, values) = st.lookups.get(&(root, key.to_vec())).cloned()?;
+        let (leaves, values, _) = st.lookups.get(&(root, key.to_vec())).cloned()?;
         if leaves
             .iter()
             .enumerate()
@@ -518,6 +537,63 @@ impl ObjectStore {
         }
         v.reads.extend(leaves.iter().map(|l| Resource::Page(*l)));
         Some(values)
+    }
+
+    /// The client's clock now: a snapshot begun after this reads what was
+    /// taken in under rights up to it, while the rights are held
+    /// ([`ObjectStore::use_object_before`]).
+    pub(super) fn clock(&self) -> u64 {
+        self.rights.lock().clock
+    }
+
+    /// The object's bytes, kept under a right taken in at or before
+    /// `before` (the clock when a snapshot was asked for) and held now —
+    /// the object itself, or its page's image. Such bytes are what the
+    /// snapshot sees: no commit changed the object between the right's
+    /// grant, which came before the snapshot began, and now (a writer
+    /// calls the right back before it may change the object, and commits
+    /// only once the client has given it up). No reader is registered: a
+    /// snapshot holds no lock, in effect or real, and keeps what it read.
+    pub(super) fn use_object_before(&self, oid: Oid, before: u64) -> Option<Arc<[u8]>> {
+        let st = self.rights.lock();
+        if st.written(Resource::Object(oid), None, TxnId(0)) {
+            return None;
+        }
+        let bytes = match st.objects.get(&oid) {
+            Some(c) => {
+                let b = c.bytes.as_ref().filter(|_| c.since <= before)?;
+                Arc::clone(b)
+            }
+            None => {
+                let c = st.pages.get(&oid.page).filter(|c| c.since <= before)?;
+                if st.page_written(oid.page) {
+                    return None;
+                }
+                let image = c.bytes.as_ref()?;
+                let range = cairn_storage::record::object::home_record(image, oid).ok()??;
+                Arc::from(image.get(range)?)
+            }
+        };
+        self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
+        Some(bytes)
+    }
+
+    /// The values of `key` in the tree at `root` for a snapshot asked for
+    /// at `before`: a lookup kept under rights taken in by then and held
+    /// now (as [`ObjectStore::use_object_before`]; no reader registered).
+    pub(super) fn use_lookup_before(&self, root: PageId, key: &[u8], before: u64) -> Option<Vec<Vec<u8>>> {
+        let st = self.rights.lock();
+        let (leaves, values, since) = st.lookups.get(&(root, key.to_vec()))?;
+        if *since > before
+            || leaves
+                .iter()
+                .enumerate()
+                .any(|(i, l)| st.written(Resource::Page(*l), (i == 0).then_some(root), TxnId(0)))
+        {
+            return None;
+        }
+        self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
+        Some(values.clone())
     }
 
     /// Keeps an object fetched with a right of `epoch` (unless called back
@@ -579,7 +655,9 @@ impl ObjectStore {
             }
         }
         let leaves = rights.iter().map(|(l, _)| PageId(*l)).collect();
-        st.lookups.insert((root, key.to_vec()), (leaves, values));
+        st.clock += 1;
+        let since = st.clock;
+        st.lookups.insert((root, key.to_vec()), (leaves, values, since));
         let dropped = self.evict_leaves(&mut st);
         drop(st);
         release(&self.conn, &dropped);
@@ -835,7 +913,7 @@ impl ObjectStore {
     pub(super) fn txn_ended(&self, txn: TxnId) {
         let dropped = {
             let mut st = self.rights.lock();
-            let Some(v) = st.txns.remove(&txn) else { return };
+            let Some(v) = st.forget_txn(txn) else { return };
             if !v.pinned.is_empty() {
                 // What it pinned counts against the bound again.
                 st.pinned_bytes = 0;

@@ -244,11 +244,9 @@ impl ObjectTxn {
         if self.tree_later_touches(root, key) {
             self.send_tree_later(Some(root))?;
         }
-        if !self.snapshot {
-            if let Some(mut values) = self.store.use_lookup(self.id, root, key) {
-                values.truncate(limit.max(1) as usize);
-                return Ok(values);
-            }
+        if let Some(mut values) = self.kept_lookup(root, key) {
+            values.truncate(limit.max(1) as usize);
+            return Ok(values);
         }
         self.lookup(root, key, limit, false)
     }
@@ -266,10 +264,7 @@ impl ObjectTxn {
             self.send_tree_later(Some(root))?;
         }
         self.trim();
-        if let Some(values) = (!self.snapshot)
-            .then(|| self.store.use_lookup(self.id, root, key))
-            .flatten()
-        {
+        if let Some(values) = self.kept_lookup(root, key) {
             let in_hand = values
                 .iter()
                 .all(|v| Oid::from_exact(v).is_some_and(|o| self.changes.contains_key(&o) || self.local(o)));
@@ -280,6 +275,17 @@ impl ObjectTxn {
             }
         }
         self.lookup(root, key, limit, true)
+    }
+
+    /// A lookup the client keeps under rights, read under them from now
+    /// on; at a snapshot, only one kept since before it was asked for
+    /// (`ObjectStore::use_lookup_before`).
+    fn kept_lookup(&self, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
+        if self.snapshot {
+            self.store.use_lookup_before(root, key, self.snapshot_clock)
+        } else {
+            self.store.use_lookup(self.id, root, key)
+        }
     }
 
     /// TREE_GET (with `objects`, TREE_GET_OBJECTS): the values, the objects
@@ -298,9 +304,6 @@ impl ObjectTxn {
             objects,
         })?;
         let reply = ValuesAndObjects::decode(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
-        if self.snapshot && !reply.leaves.is_empty() {
-            return Err(conn.protocol("no right to a leaf read at a snapshot"));
-        }
         let sent = if objects { reply.values.len() } else { 0 };
         if reply.objects.len() != sent {
             return Err(conn.protocol("one object per value for TREE_GET_OBJECTS, none for TREE_GET"));
@@ -313,10 +316,10 @@ impl ObjectTxn {
             }
             let oid = Oid::from_bytes(&f.oid);
             let read = Read::of(&f);
+            // A snapshot's objects come with rights when their version is
+            // the committed one (the server took S for a moment): kept for
+            // later transactions, as OBJ_FETCH's are.
             if let (Read::Whole(bytes), r @ 1..) = (&read, f.right) {
-                if self.snapshot {
-                    return Err(conn.protocol("no right to an object read at a snapshot"));
-                }
                 if !self.exclusive.contains_key(&oid) {
                     store.take_object(oid, r, bytes);
                 }

@@ -61,12 +61,60 @@ fn readers_are_named_and_leaves_take_their_lookups_along() {
         },
     );
     st.lookups
-        .insert((PageId(3), b"a".to_vec()), (vec![PageId(9)], vec![vec![1]]));
+        .insert((PageId(3), b"a".to_vec()), (vec![PageId(9)], vec![vec![1]], 0));
+    st.lookups.insert(
+        (PageId(3), b"b".to_vec()),
+        (vec![PageId(8), PageId(9)], vec![vec![2]], 0),
+    );
     st.lookups
-        .insert((PageId(3), b"b".to_vec()), (vec![PageId(8), PageId(9)], vec![vec![2]]));
-    st.lookups
-        .insert((PageId(3), b"c".to_vec()), (vec![PageId(10)], vec![vec![3]]));
+        .insert((PageId(3), b"c".to_vec()), (vec![PageId(10)], vec![vec![3]], 0));
     assert_eq!(st.drop_key(Resource::Page(PageId(9))), Some(4));
     assert_eq!(st.lookups.len(), 1);
     assert_eq!(st.drop_key(Resource::Page(PageId(9))), None);
+}
+
+/// A callback of a right's renewed epoch that overtakes the reply renewing
+/// it drops the right held, and the renewal is refused when it comes: the
+/// client answered "dropped", so the server no longer counts it. (Taken in,
+/// its bytes would be kept with nothing to call them back.)
+#[test]
+fn a_renewal_overtaken_by_its_callback_is_refused() {
+    let k = Resource::Object(oid(3));
+    let mut st = RightsState::default();
+    let c = st.new_entry(5, Arc::from(&b"old"[..]));
+    st.objects.insert(oid(3), c);
+    let rights = crate::remote::rights::Rights::new(st);
+    let flight = rights.fetch();
+    // The server renewed the right as epoch 6 and called 6 back.
+    assert!(rights.called_back(k, 6).is_empty());
+    assert!(!rights.lock().objects.contains_key(&oid(3)), "the right held goes");
+    assert!(!rights.lock().take_right(k, 6, None), "the renewal is refused");
+    assert!(rights.lock().take_right(k, 7, None), "a later grant is taken");
+    drop(flight);
+    // A callback of an older epoch leaves a newer right alone.
+    let mut st = RightsState::default();
+    let c = st.new_entry(9, Arc::from(&b"new"[..]));
+    st.objects.insert(oid(3), c);
+    let rights = crate::remote::rights::Rights::new(st);
+    assert!(rights.called_back(k, 8).is_empty());
+    assert!(rights.lock().objects.contains_key(&oid(3)));
+}
+
+/// A transaction that wrote an object ends: a reply in flight granting a
+/// right to that object (read before the commit, under a lock held for one
+/// request) is refused, since the client's own writer called nothing back.
+#[test]
+fn a_right_in_flight_to_what_an_ended_transaction_wrote_is_refused() {
+    let k = Resource::Object(oid(4));
+    let other = Resource::Object(oid(5));
+    let mut st = RightsState::default();
+    st.revoked().fetch_started_for_tests();
+    st.txns.entry(TxnId(1)).or_default().writes.insert(k);
+    assert!(!st.take_right(k, 3, None), "written now");
+    assert!(st.forget_txn(TxnId(1)).is_some());
+    assert!(
+        !st.take_right(k, 3, None),
+        "written by a transaction that ended while it was in flight"
+    );
+    assert!(st.take_right(other, 3, None));
 }
