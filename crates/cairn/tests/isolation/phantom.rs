@@ -16,7 +16,8 @@
 //! always a run of consecutive inserts: first in, first out). The load puts
 //! one row in every slot.
 //!
-//! **The scans** (`find_range` over a few neighbouring slots) read the
+//! **The scans** (`find_range` over a few neighbouring slots, or `find`
+//! of one slot's key half the time a scan covers one slot) read the
 //! index only: they learn each row by its OID, never by reading it, so
 //! that nothing but the index's key-range (or page) locks stands between
 //! them and a concurrent insert or delete. A scan often shares its
@@ -47,6 +48,13 @@
 //! transaction's insert just below it is a phantom (`repro.rs`, 3, found by
 //! these runs and fixed: the new entry's gap inherits the scanner's S).
 //! The runs make such inserts ([`Mode::own_range_inserts`]).
+//!
+//! **Snapshot scanners** (`Mode::snapshot_one_in`): some transactions only
+//! scan, read-only at a snapshot; they hold no lock, and each must still
+//! have read one committed state. On a server a lookup of one slot is kept
+//! under rights on its leaves where the server grants them (a snapshot's
+//! too, when the leaves it read are the committed ones), so rows appear
+//! and vanish under rights that inserts and deletes must call back.
 //!
 //! **Unlocked scans** (a negative control): each scan runs in a read-only
 //! snapshot of its own, begun just for it, so nothing holds its range until
@@ -147,6 +155,8 @@ pub struct Attempt {
     pub outcome: Outcome,
     pub begin: u64,
     pub end: u64,
+    /// Read-only at a snapshot (`Mode::snapshot_one_in`).
+    pub snapshot: bool,
 }
 
 /// What the processes of a phantom run share: the recorder (clock, ids,
@@ -190,6 +200,7 @@ impl Phantoms {
             outcome: Outcome::Committed,
             begin,
             end,
+            snapshot: false,
         };
         Phantoms {
             rec,
@@ -220,16 +231,25 @@ pub struct Mode {
     /// defect of `repro.rs`, 3, let phantoms in before it was fixed); without it, a scanner's
     /// inserts go elsewhere (its deletes go anywhere).
     pub own_range_inserts: bool,
+    /// About one transaction in this many is read-only at a snapshot
+    /// (`Database::begin_read_only`) and only scans: its scans hold no
+    /// lock and must still see one committed state.
+    pub snapshot_one_in: Option<u64>,
 }
 
 /// Runs `txns_max` phantom transactions as process `process` on `db`, recording each.
 pub fn run_process(db: &Database, ph: &Phantoms, process: usize, seed: u64, txns_max: usize, mode: Mode) {
     let mut rng = Rng::new(seed ^ (process as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     for _ in 0..txns_max {
-        let mut steps = plan(&mut rng, &ph.rec, mode);
+        let snapshot = mode.snapshot_one_in.is_some_and(|n| rng.below(n) == 0);
+        let mut steps = if snapshot {
+            snapshot_plan(&mut rng)
+        } else {
+            plan(&mut rng, &ph.rec, mode)
+        };
         let id = ph.rec.next_id();
         let begin = ph.rec.tick();
-        let result = attempt(db, ph, &mut steps, mode.unlocked);
+        let result = attempt(db, ph, &mut steps, &mut rng, mode.unlocked, snapshot);
         let end = ph.rec.tick();
         let outcome = match result {
             Ok(()) => {
@@ -258,6 +278,7 @@ pub fn run_process(db: &Database, ph: &Phantoms, process: usize, seed: u64, txns
             outcome,
             begin,
             end,
+            snapshot,
         };
         ph.attempts.lock().expect("attempts").push(a);
     }
@@ -312,6 +333,18 @@ fn plan(rng: &mut Rng, rec: &Recorder, mode: Mode) -> Vec<Step> {
     steps
 }
 
+/// One to three scans of random ranges, some of one slot: a snapshot
+/// transaction's plan.
+fn snapshot_plan(rng: &mut Rng) -> Vec<Step> {
+    (0..1 + rng.below(3))
+        .map(|_| {
+            let lo = rng.below(u64::from(SLOTS)) as u32;
+            let hi = (lo + rng.below(SCAN_WIDTH_MAX) as u32).min(SLOTS - 1);
+            Step::Scan { lo, hi, seen: None }
+        })
+        .collect()
+}
+
 /// A slot at an edge of `lo..=hi`, just outside it, or inside it.
 fn near(rng: &mut Rng, lo: u32, hi: u32) -> u32 {
     match rng.below(5) {
@@ -333,22 +366,36 @@ fn away(rng: &mut Rng, slot: u32, lo: u32, hi: u32) -> u32 {
     slot
 }
 
-/// Runs one phantom transaction (its scans unlocked with `unlocked`); its steps fill in what
-/// they saw and did.
-fn attempt(db: &Database, ph: &Phantoms, steps: &mut [Step], unlocked: bool) -> Result<(), Stop> {
+/// Runs one phantom transaction (its scans unlocked with `unlocked`; read-only at a snapshot
+/// with `snapshot`); its steps fill in what they saw and did. A scan of one slot is a lookup of
+/// its key half the time (`find`: on a server, answered with the rows and kept under rights on
+/// the leaves where the server grants them), else a range.
+fn attempt(
+    db: &Database,
+    ph: &Phantoms,
+    steps: &mut [Step],
+    rng: &mut Rng,
+    unlocked: bool,
+    snapshot: bool,
+) -> Result<(), Stop> {
     let at = |n: usize| move |e: Error| classify_at(&e, false, n);
-    let mut tx = db.begin().map_err(at(0))?;
+    let mut tx = if snapshot { db.begin_read_only() } else { db.begin() }.map_err(at(0))?;
     for step in steps.iter_mut() {
         match step {
             Step::Scan { lo, hi, seen } => {
                 let range = (Bound::Included(&*lo), Bound::Included(&*hi));
+                let lookup = lo == hi && rng.below(2) == 0;
+                let read = |tx: &mut cairn::Transaction| match lookup {
+                    true => tx.find(&by_slot(), &*lo),
+                    false => tx.find_range(&by_slot(), range.0, range.1),
+                };
                 let found = if unlocked {
                     let mut ro = db.begin_read_only().map_err(at(0))?;
-                    let found = ro.find_range(&by_slot(), range.0, range.1);
+                    let found = read(&mut ro);
                     ro.commit().map_err(at(0))?;
                     found
                 } else {
-                    tx.find_range(&by_slot(), range.0, range.1)
+                    read(&mut tx)
                 };
                 *seen = Some(found.map_err(at(0))?.iter().map(|r| pack(r.oid())).collect());
             }
@@ -518,7 +565,7 @@ pub fn to_history(attempts: &[Attempt], ledgers: BTreeMap<u32, Vec<u64>>) -> (Hi
             outcome: a.outcome,
             begin: a.begin,
             end: a.end,
-            snapshot: false,
+            snapshot: a.snapshot,
         });
     }
     let history = History {
@@ -689,6 +736,7 @@ mod tests {
             outcome: Outcome::Committed,
             begin: span.0,
             end: span.1,
+            snapshot: false,
         }
     }
 
