@@ -39,6 +39,23 @@ fn warm(db: &Database, refs: &[Ref<Item>]) {
     tx.commit().unwrap();
 }
 
+/// Sums the values of `refs` in one snapshot: the sum, and the round trips
+/// it took.
+fn sum_at_a_snapshot(db: &Database, refs: &[Ref<Item>]) -> (i64, u64) {
+    let before = db.remote_stats().unwrap();
+    let mut ro = db.begin_read_only().unwrap();
+    let sum: i64 = refs.iter().map(|r| ro.get(r).unwrap().value).sum();
+    ro.commit().unwrap();
+    (sum, db.remote_stats().unwrap().round_trips - before.round_trips)
+}
+
+/// Sets `r`'s value in a transaction of its own.
+fn set_value(db: &Database, r: &Ref<Item>, value: i64) {
+    let mut w = db.begin().unwrap();
+    w.update(r, |i| i.value = value).unwrap();
+    w.commit().unwrap();
+}
+
 fn lock_counts(db: &Database) -> (u64, u64) {
     let l = db.server_lock_stats().unwrap().expect("a client");
     (l.requests, l.waits)
@@ -175,9 +192,7 @@ fn a_cached_page_newer_than_the_snapshot_is_not_used_for_it() {
     warm(&reader, &refs);
 
     let mut old = reader.begin_read_only().unwrap();
-    let mut w = writer.begin().unwrap();
-    w.update(&refs[3], |i| i.value = 9).unwrap();
-    w.commit().unwrap();
+    set_value(&writer, &refs[3], 9);
     // The reader's next transaction brings the new image and a right.
     let mut now = reader.begin().unwrap();
     assert_eq!(now.get(&refs[3]).unwrap().value, 9);
@@ -215,20 +230,12 @@ fn a_page_client_reading_only_at_snapshots_warms_its_cache() {
     let reader = site.open(common::opts());
     let writer = site.open(common::opts());
     let refs = fill(&writer, 50);
-    let read_all = |db: &Database| {
-        let before = db.remote_stats().unwrap();
-        let mut ro = db.begin_read_only().unwrap();
-        let sum: i64 = refs.iter().map(|r| ro.get(r).unwrap().value).sum();
-        ro.commit().unwrap();
-        (sum, db.remote_stats().unwrap().round_trips - before.round_trips)
-    };
+    let read_all = |db: &Database| sum_at_a_snapshot(db, &refs);
     let (sum, cold) = read_all(&reader);
     assert_eq!(sum, 50 * 100);
     assert!(cold > 1, "the first snapshot fetches its pages");
     assert_eq!(read_all(&reader), (50 * 100, 1), "the second reads them under rights");
-    let mut w = writer.begin().unwrap();
-    w.update(&refs[7], |i| i.value = 101).unwrap();
-    w.commit().unwrap();
+    set_value(&writer, &refs[7], 101);
     let (sum, after) = read_all(&reader);
     assert_eq!(sum, 50 * 100 + 1, "the change is seen: its page was called back");
     assert!(after > 1, "and fetched again");
@@ -260,9 +267,7 @@ fn object_and_adaptive_snapshots_read_what_the_client_kept_before_them() {
             (50 * 100, Some(refs[1].clone()), 1),
             "{backend:?}: kept objects and lookup, one round trip (OBJ_SNAPSHOT)"
         );
-        let mut w = writer.begin().unwrap();
-        w.update(&refs[7], |i| i.value = 101).unwrap();
-        w.commit().unwrap();
+        set_value(&writer, &refs[7], 101);
         let (sum, one, trips) = read_all(&reader);
         assert_eq!(
             (sum, one),
@@ -286,13 +291,7 @@ fn object_and_adaptive_clients_reading_only_at_snapshots_warm_their_cache() {
         let reader = site.open(common::opts());
         let writer = site.open(common::opts());
         let refs = fill(&writer, 50);
-        let read_all = |db: &Database| {
-            let before = db.remote_stats().unwrap();
-            let mut ro = db.begin_read_only().unwrap();
-            let sum: i64 = refs.iter().map(|r| ro.get(r).unwrap().value).sum();
-            ro.commit().unwrap();
-            (sum, db.remote_stats().unwrap().round_trips - before.round_trips)
-        };
+        let read_all = |db: &Database| sum_at_a_snapshot(db, &refs);
         let (sum, cold) = read_all(&reader);
         assert_eq!(sum, 50 * 100);
         assert!(cold > 1, "{backend:?}: the first snapshot reads from the server");
@@ -301,9 +300,7 @@ fn object_and_adaptive_clients_reading_only_at_snapshots_warm_their_cache() {
             (50 * 100, 1),
             "{backend:?}: the second reads what it kept"
         );
-        let mut w = writer.begin().unwrap();
-        w.update(&refs[7], |i| i.value = 101).unwrap();
-        w.commit().unwrap();
+        set_value(&writer, &refs[7], 101);
         let (sum, after) = read_all(&reader);
         assert_eq!(sum, 50 * 100 + 1, "{backend:?}: the change is seen");
         assert!(after > 1, "{backend:?}: the changed object is read again");
@@ -331,13 +328,7 @@ fn lookups_and_objects_a_snapshot_finds_by_key_are_kept_for_the_next() {
             assert_eq!(ro.get(&refs[k as usize]).unwrap().value, 100);
         }
         ro.commit().unwrap();
-        let read_all = |db: &Database| {
-            let before = db.remote_stats().unwrap();
-            let mut ro = db.begin_read_only().unwrap();
-            let sum: i64 = refs.iter().map(|r| ro.get(r).unwrap().value).sum();
-            ro.commit().unwrap();
-            (sum, db.remote_stats().unwrap().round_trips - before.round_trips)
-        };
+        let read_all = |db: &Database| sum_at_a_snapshot(db, &refs);
         assert_eq!(read_all(&reader), (20 * 100, 1), "{backend:?}: kept from the lookups");
         let find_all = |db: &Database, keys: u32| {
             let before = db.remote_stats().unwrap();
@@ -355,9 +346,7 @@ fn lookups_and_objects_a_snapshot_finds_by_key_are_kept_for_the_next() {
             (20 * 100, 1),
             "{backend:?}: the lookups were kept"
         );
-        let mut w = writer.begin().unwrap();
-        w.update(&refs[3], |i| i.value = 103).unwrap();
-        w.commit().unwrap();
+        set_value(&writer, &refs[3], 103);
         let (sum, trips) = read_all(&reader);
         assert_eq!(sum, 20 * 100 + 3, "{backend:?}: the change is seen");
         assert!(trips > 1, "{backend:?}: the changed object is read again");
