@@ -239,6 +239,11 @@ pub struct Summary {
     pub p99_ms: f64,
     /// Deadlocks and lock timeouts they retried.
     pub retries: Retries,
+    /// Round trips they made (a served system's).
+    pub round_trips: u64,
+    /// Callbacks their sessions answered (a served system's): rights to
+    /// what they kept, taken back for another client's writer.
+    pub callbacks: u64,
 }
 
 impl Summary {
@@ -252,6 +257,9 @@ impl Summary {
             s.wall_s = s.wall_s.max(c.elapsed_s);
             s.retries.deadlocks += c.retries.deadlocks;
             s.retries.lock_timeouts += c.retries.lock_timeouts;
+            let counter = |name| c.counters.0.get(name).copied().unwrap_or(0);
+            s.round_trips += counter("round_trips");
+            s.callbacks += counter("callbacks");
             all.extend_from_slice(&c.latencies_ms);
         }
         all.sort_by(f64::total_cmp);
@@ -270,6 +278,11 @@ impl Summary {
     /// Deadlocks retried per 100 operations.
     pub fn deadlocks_per_100_ops(&self) -> f64 {
         100.0 * self.retries.deadlocks as f64 / self.ops.max(1) as f64
+    }
+
+    /// `n` per operation.
+    pub fn per_op(&self, n: u64) -> f64 {
+        n as f64 / self.ops.max(1) as f64
     }
 }
 

@@ -646,17 +646,21 @@ fn write_browse(t: &mut String, rows: &[ConcurrencyRow]) {
         t,
         "\nBrowse while others write: the reader repeats the 7-hop traversal (3,280 parts, one transaction each) \
          while N-1 writers insert 100 parts per transaction; × alone: the reader's median over its median alone, \
-         the writers' inserts/s alone over theirs with the reader; lock wait: the whole run's, per operation"
+         the writers' inserts/s alone over theirs with the reader; trips and callbacks: per operation of the line's \
+         clients (callbacks: rights to what they kept, taken back for another's writer); lock wait: the whole run's, \
+         per operation"
     );
     let _ = writeln!(
         t,
-        "{:<16} {:<28} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8} {:>9}",
+        "{:<16} {:<28} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>9}",
         "system",
         "run",
         "clients",
         "ops/s",
         "median ms",
         "p99 ms",
+        "trips/op",
+        "callbk/op",
         "× alone",
         "deadlocks",
         "/100 ops",
@@ -678,13 +682,15 @@ fn write_browse(t: &mut String, rows: &[ConcurrencyRow]) {
         for (label, s, ratio) in lines {
             let _ = writeln!(
                 t,
-                "{:<16} {:<28} {:>7} {:>9.1} {:>9} {:>9} {:>8} {:>9} {:>8.2} {:>8} {:>9}",
+                "{:<16} {:<28} {:>7} {:>9.1} {:>9} {:>9} {:>8.1} {:>9.1} {:>8} {:>9} {:>8.2} {:>8} {:>9}",
                 r.system,
                 label,
                 r.clients,
                 s.ops_per_s(),
                 fmt_ms(s.median_ms),
                 fmt_ms(s.p99_ms),
+                s.per_op(s.round_trips),
+                s.per_op(s.callbacks),
                 fmt_times(ratio),
                 s.retries.deadlocks,
                 s.deadlocks_per_100_ops(),
