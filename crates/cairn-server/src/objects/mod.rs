@@ -324,12 +324,8 @@ pub(super) fn right_if_current(
     let Some(bytes) = bytes.filter(|b| b.len() <= small_max(page_size)) else {
         return 0;
     };
-    let l = match locker {
-        Some(l) => l,
-        None => match core.db.begin_for(state.client) {
-            Ok(t) => locker.insert(t),
-            Err(_) => return 0,
-        },
+    let Ok(l) = momentary_locker(core, state, locker) else {
+        return 0;
     };
     let mut locked = |res, mode| matches!(l.try_lock_resource(res, mode), Ok(true));
     if !locked(Resource::Page(oid.page), LockMode::IS) || !locked(Resource::Object(oid), LockMode::S) {
@@ -343,6 +339,21 @@ pub(super) fn right_if_current(
             core.callbacks.register(state.client, Resource::Object(oid))
         }
         _ => 0,
+    }
+}
+
+/// The transaction of the session's own that takes a snapshot's momentary
+/// locks (`right_if_current`, `tree::leaves_current`): `locker`, begun now
+/// if it is `None`; it holds them until it drops, at the end of the
+/// request.
+pub(super) fn momentary_locker<'a>(
+    core: &Core,
+    state: &SessionState,
+    locker: &'a mut Option<Txn>,
+) -> Result<&'a mut Txn, Error> {
+    match locker {
+        Some(l) => Ok(l),
+        None => Ok(locker.insert(core.db.begin_for(state.client)?)),
     }
 }
 

@@ -289,10 +289,7 @@ fn leaves_current(
     leaves: &[PageId],
     locker: &mut Option<Txn>,
 ) -> Result<bool, Error> {
-    let l = match locker {
-        Some(l) => l,
-        None => locker.insert(core.db.begin_for(state.client)?),
-    };
+    let l = momentary_locker(core, state, locker)?;
     for &leaf in leaves {
         if !matches!(l.try_lock_resource(Resource::Page(leaf), LockMode::S), Ok(true)) {
             return Ok(false);
