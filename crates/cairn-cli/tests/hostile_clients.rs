@@ -189,12 +189,13 @@ fn page_request(g: &mut Gen, pages: u32, held: &[Held]) -> PageRequest {
     }
 }
 
-/// A random key of a right: a page's or an object's.
+/// A random key of a right: a page's, an object's or a B+-tree gap's.
 fn right_key(g: &mut Gen, pages: u32) -> RightKey {
-    if g.below(2) == 0 {
-        RightKey::Page(g.page(pages))
-    } else {
-        RightKey::Object(g.oid(pages))
+    match g.below(4) {
+        0 => RightKey::Page(g.page(pages)),
+        1 => RightKey::Object(g.oid(pages)),
+        2 => RightKey::Gap(g.page(pages), g.u64()),
+        _ => RightKey::TreeEnd(g.page(pages)),
     }
 }
 

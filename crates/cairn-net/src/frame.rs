@@ -25,8 +25,9 @@ use bytes::{Buf, Bytes, BytesMut};
 pub const MAGIC: u32 = u32::from_le_bytes(*b"CRN\x01");
 /// The protocol version this crate speaks (byte 4 of every frame). Version 2 made callback
 /// locking's messages one set for every client kind (`rights`); version 1's page and object
-/// forms are gone.
-pub const PROTOCOL_VERSION: u8 = 2;
+/// forms are gone. Version 3 lets a right cover a B+-tree's gap (a key-range server's
+/// lookups kept by its clients), in callbacks, releases and the rights of a lookup's reply.
+pub const PROTOCOL_VERSION: u8 = 3;
 /// Size of the frame header in bytes.
 pub const HEADER_SIZE: usize = 32;
 /// Default largest body accepted after the handshake (16 MiB).

@@ -10,8 +10,11 @@
 //! | `0x0302` RELEASE | `count u16 (1..=4096), (key, epoch u64) × count` | none awaited (sent one way) |
 //!
 //! A `key` ([`RightKey`]) is `tag u8` then `page u32` (tag 0: a page, or
-//! a B+-tree leaf) or `oid[10]` (tag 1: an object). A page session's
-//! rights are on pages only; the server refuses an object key from one.
+//! a B+-tree leaf), `oid[10]` (tag 1: an object), `root u32, hash u64`
+//! (tag 2: a gap between two entries of the B+-tree at `root`, under
+//! key-range locking) or `root u32` (tag 3: the gap past that tree's last
+//! entry). A page session's rights are on pages only; the server refuses
+//! any other key from one.
 //!
 //! **The protocol.** A reply that grants a right carries its nonzero
 //! epoch. Before another client's transaction may change what a right
@@ -51,10 +54,18 @@ pub enum RightKey {
     Page(u32),
     /// An object.
     Object([u8; OID_BYTES]),
+    /// The gap just below one entry of a B+-tree under key-range locking:
+    /// the tree's root and the hash of the entry's identity (the server's
+    /// gap lock). An index lookup's answer is kept under rights on the
+    /// gaps it locked.
+    Gap(u32, u64),
+    /// The gap past the last entry of the B+-tree at this root (under
+    /// key-range locking).
+    TreeEnd(u32),
 }
 
 impl RightKey {
-    fn put(&self, w: &mut Writer) {
+    pub(crate) fn put(&self, w: &mut Writer) {
         match self {
             RightKey::Page(p) => {
                 w.put_u8(0);
@@ -64,14 +75,30 @@ impl RightKey {
                 w.put_u8(1);
                 w.put(o);
             }
+            RightKey::Gap(root, hash) => {
+                w.put_u8(2);
+                w.put_u32(*root);
+                w.put_u64(*hash);
+            }
+            RightKey::TreeEnd(root) => {
+                w.put_u8(3);
+                w.put_u32(*root);
+            }
         }
     }
 
-    fn get(r: &mut Reader<'_>, what: &'static str) -> Result<RightKey, MessageError> {
+    pub(crate) fn get(r: &mut Reader<'_>, what: &'static str) -> Result<RightKey, MessageError> {
         Ok(match r.u8("a right's key kind")? {
             0 => RightKey::Page(r.u32("a page")?),
             1 => RightKey::Object(r.take_array("an object id")?),
-            _ => return Err(malformed(what, "a right's key is 0 (page) or 1 (object)")),
+            2 => RightKey::Gap(r.u32("a tree's root")?, r.u64("a gap's hash")?),
+            3 => RightKey::TreeEnd(r.u32("a tree's root")?),
+            _ => {
+                return Err(malformed(
+                    what,
+                    "a right's key is 0 (page), 1 (object), 2 (gap) or 3 (tree's end)",
+                ))
+            }
         })
     }
 }
@@ -298,9 +325,9 @@ mod tests {
         }
         .encode()
         .1;
-        bad_tag[2] = 2;
+        bad_tag[2] = 4;
         let e = RightsRequest::decode(Kind::RELEASE, &bad_tag).unwrap_err().to_string();
-        assert!(e.contains("0 (page) or 1 (object)"), "{e}");
+        assert!(e.contains("2 (gap) or 3 (tree's end)"), "{e}");
         let e = RightsRequest::decode(Kind::RELEASE, &0u16.to_le_bytes())
             .unwrap_err()
             .to_string();
@@ -331,7 +358,12 @@ mod tests {
 
     #[test]
     fn callbacks_round_trip_and_every_truncation_is_refused() {
-        for key in [RightKey::Page(7), RightKey::Object([9; OID_BYTES])] {
+        for key in [
+            RightKey::Page(7),
+            RightKey::Object([9; OID_BYTES]),
+            RightKey::Gap(5, u64::MAX - 3),
+            RightKey::TreeEnd(5),
+        ] {
             let c = Callback { id: 9, key, epoch: 11 };
             let enc = c.encode();
             assert_eq!(Callback::decode(&enc).unwrap(), c);

@@ -48,7 +48,7 @@ fn rights_corpus_replays_without_panics() {
 fn write_rights_seeds() {
     use cairn_net::rights::{Callback, CallbackReply, RightKey, RightsRequest};
     let o = |n: u8| [n; 10];
-    let seeds: [(u8, &str, Vec<u8>); 5] = [
+    let seeds: [(u8, &str, Vec<u8>); 7] = [
         (
             0,
             "callback-reply-object",
@@ -93,6 +93,25 @@ fn write_rights_seeds() {
                 epoch: 11,
             }
             .encode(),
+        ),
+        (
+            2,
+            "callback-gap",
+            Callback {
+                id: 6,
+                key: RightKey::Gap(4, 0xdead_beef),
+                epoch: 12,
+            }
+            .encode(),
+        ),
+        (
+            1,
+            "release-gaps",
+            RightsRequest::Release {
+                rights: vec![(RightKey::Gap(4, 1), 3), (RightKey::TreeEnd(4), 4)],
+            }
+            .encode()
+            .1,
         ),
         (
             2,
@@ -232,7 +251,11 @@ fn write_object_service_seeds() {
             ValuesAndObjects {
                 values: values.clone(),
                 objects: vec![part.clone(), part],
-                leaves: vec![(4, 2)],
+                rights: vec![
+                    (cairn_net::rights::RightKey::Page(4), 2),
+                    (cairn_net::rights::RightKey::Gap(4, 99), 3),
+                    (cairn_net::rights::RightKey::TreeEnd(4), 5),
+                ],
             }
             .encode(),
         ),

@@ -445,7 +445,9 @@ impl PageServer {
     /// IX under object-level locking, a B+-tree's split, a free — first
     /// calls the page back from the other clients caching it, so no path
     /// around the explicit call-backs of the page service leaves a cached
-    /// page stale.
+    /// page stale; under key-range locking an insert into, or a delete
+    /// from, a gap a kept lookup's right covers calls that right back the
+    /// same way.
     pub fn new(db: Arc<Db>, config: &ServerConfig) -> PageServer {
         let core = Arc::new(Core {
             db,

@@ -20,11 +20,11 @@
 //! | `0x0210` TREE_OPEN | `txn u64, root u32` | `group u32` (the tree is checked) |
 //! | `0x0211` TREE_CREATE | `txn u64, group u32, unique u8` | `root u32` |
 //! | `0x0212` TREE_APPLY | `txn u64, root u32, count u32, ([`TreeOp`]) × count` | `count u32, page u32 × count`: the pages it changed, allocated or freed |
-//! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count`, then `0 u32` (no objects) and the leaves' rights as TREE_GET_OBJECTS |
+//! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count`, then `0 u32` (no objects) and the rights as TREE_GET_OBJECTS |
 //! | `0x0214` TREE_RANGE | `txn u64, root u32, limit u32, lo bound, hi bound, after u8 (0 none, 1: value32)` | `count u32, (key16, value32) × count, more u8` |
 //! | `0x0215` TREE_DESTROY | `txn u64, root u32` | empty |
 //! | `0x0217` OBJ_SNAPSHOT | `txn u64` | the window, as the page service's SNAPSHOT ([`SnapshotInfo`](crate::page_service::SnapshotInfo)) |
-//! | `0x0216` TREE_GET_OBJECTS | as TREE_GET | TREE_GET's reply, then `count u32, value32 × count`: the object each value names, read under S as OBJ_FETCH reads it (one [`FetchedObject`] each), then `count u8 (≤ 8), (leaf u32, right u64) × count`: rights on the leaves that enclose the key, to cache the answer (none: not cacheable) — an index lookup and the fetch of what it finds in one round trip |
+//! | `0x0216` TREE_GET_OBJECTS | as TREE_GET | TREE_GET's reply, then `count u32, value32 × count`: the object each value names, read under S as OBJ_FETCH reads it (one [`FetchedObject`] each), then `count u8 (≤ 8), (key, right u64) × count` (a `key` as in [`crate::rights`]): rights to cache the answer (none: not cacheable) — on the leaves that enclose the key (tag 0), or on a server that locks key ranges on the gaps the lookup locked (tags 2 and 3) — an index lookup and the fetch of what it finds in one round trip |
 //!
 //! (`key16` is `len u16, bytes`; `value32` is `len u32, bytes`; a bound is
 //! `tag u8` — 0 unbounded, 1 included, 2 excluded — then `key16` unless

@@ -4,6 +4,7 @@
 //! [`object_service`](super).
 
 use super::{get_key16, get_value32, malformed, oid, MessageError, Reader, Writer, OID_BYTES};
+use crate::rights::RightKey;
 
 /// One OBJ_FETCH part: `oid[10], status u8 (0 found, 1 no such object),
 /// total_len u64, right u64`, then the object's bytes if found — the whole object, or,
@@ -105,13 +106,15 @@ pub struct ValuesAndObjects {
     pub values: Vec<Vec<u8>>,
     /// One encoded [`FetchedObject`] per value.
     pub objects: Vec<Vec<u8>>,
-    /// Rights (leaf, epoch) to cache the answer until one of the leaves
-    /// that enclose the key changes; at most [`LOOKUP_LEAVES_MAX`] (empty:
-    /// the answer is not to be kept).
-    pub leaves: Vec<(u32, u64)>,
+    /// Rights (key, epoch) to cache the answer until what they cover
+    /// changes: the leaves that enclose the key ([`RightKey::Page`]), or on
+    /// a server that locks key ranges the gaps the lookup locked
+    /// ([`RightKey::Gap`], [`RightKey::TreeEnd`]); at most
+    /// [`LOOKUP_LEAVES_MAX`] (empty: the answer is not to be kept).
+    pub rights: Vec<(RightKey, u64)>,
 }
 
-/// Leaves a lookup's rights name at most.
+/// Rights a lookup's answer names at most (leaves or gaps).
 pub const LOOKUP_LEAVES_MAX: usize = 8;
 
 impl ValuesAndObjects {
@@ -120,11 +123,11 @@ impl ValuesAndObjects {
         let mut w = Writer::new();
         put_values(&mut w, &self.values);
         put_values(&mut w, &self.objects);
-        let leaves = &self.leaves[..self.leaves.len().min(LOOKUP_LEAVES_MAX)];
-        w.put_u8(leaves.len() as u8);
-        for (leaf, epoch) in leaves {
-            w.put(&leaf.to_le_bytes());
-            w.put(&epoch.to_le_bytes());
+        let rights = &self.rights[..self.rights.len().min(LOOKUP_LEAVES_MAX)];
+        w.put_u8(rights.len() as u8);
+        for (key, epoch) in rights {
+            key.put(&mut w);
+            w.put_u64(*epoch);
         }
         w.into_bytes()
     }
@@ -138,10 +141,10 @@ impl ValuesAndObjects {
         let objects = get_values(&mut r)?;
         let n = r.u8("a count")? as usize;
         if n > LOOKUP_LEAVES_MAX {
-            return Err(malformed(what, "rights on more than 8 leaves"));
+            return Err(malformed(what, "more than 8 rights"));
         }
-        let leaves = (0..n)
-            .map(|_| Ok((r.u32("a page")?, r.u64("an LSN or epoch")?)))
+        let rights = (0..n)
+            .map(|_| Ok((RightKey::get(&mut r, what)?, r.u64("an epoch")?)))
             .collect::<Result<_, MessageError>>()?;
         r.finish("the body")?;
         if !objects.is_empty() && objects.len() != values.len() {
@@ -153,7 +156,7 @@ impl ValuesAndObjects {
         Ok(ValuesAndObjects {
             values,
             objects,
-            leaves,
+            rights,
         })
     }
 }

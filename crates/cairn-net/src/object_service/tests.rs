@@ -125,7 +125,11 @@ fn tree_replies_round_trip() {
     let reply = ValuesAndObjects {
         values: values.clone(),
         objects: objects.clone(),
-        leaves: vec![(44, 9), (45, 10)],
+        rights: vec![
+            (crate::rights::RightKey::Page(44), 9),
+            (crate::rights::RightKey::Gap(45, 1 << 60), 10),
+            (crate::rights::RightKey::TreeEnd(45), 11),
+        ],
     };
     let both = reply.encode();
     assert_eq!(ValuesAndObjects::decode(&both).unwrap(), reply);

@@ -12,7 +12,7 @@ use crate::SessionState;
 impl Callbacks {
     /// A client's answer to callback `id` for `key` and `epoch`: grants
     /// each transaction in `in_use_by` S on the page (IS on its page and S
-    /// on an object) ahead of waiters, drops
+    /// on an object; IS on its tree and S on a gap) ahead of waiters, drops
     /// the client's right (if it is still the one called back) and wakes the
     /// writer. An answer to a callback that is no longer outstanding (the
     /// writer gave up) still drops the right and grants the locks: both are
@@ -38,6 +38,9 @@ impl Callbacks {
         let grants: &[(Resource, LockMode)] = match key {
             Resource::Page(_) => &[(key, LockMode::S)],
             Resource::Object(o) => &[(Resource::Page(o.page), LockMode::IS), (key, LockMode::S)],
+            Resource::Gap(root, _) | Resource::TreeEnd(root) => {
+                &[(Resource::Tree(root), LockMode::IS), (key, LockMode::S)]
+            }
             _ => return Err(Error::InvalidArgument(format!("a callback answer for {key}"))),
         };
         let writer = if id == 0 {

@@ -57,6 +57,9 @@ impl Callbacks {
                 if let Resource::Object(o) = key {
                     t.objects_on.entry(o.page).or_default().insert(o);
                 }
+                if let Some(root) = key.tree() {
+                    t.gaps_on.entry(root).or_default().insert(key);
+                }
                 if !renewal {
                     t.rights += 1;
                 }

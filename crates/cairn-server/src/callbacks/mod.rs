@@ -5,9 +5,15 @@
 //!
 //! A right covers a *key*: a page ([`Resource::Page`]: a page client's
 //! cached page, or a B+-tree leaf an object client's index lookups were
-//! answered from) or an object ([`Resource::Object`]: an object client's
-//! cached object). What follows says "page"; an object's right works the
-//! same way, with these differences:
+//! answered from), an object ([`Resource::Object`]: an object client's
+//! cached object), or on a server that locks key ranges a B+-tree's gap
+//! ([`Resource::Gap`], [`Resource::TreeEnd`]: the gap locks that guarded
+//! an index lookup the client keeps). A gap's right is called back before
+//! IX or X on the gap and before X on its whole tree ([`Resource::Tree`]),
+//! **from the writer's own client too** (which keeps lookups by key and
+//! cannot tell which gap its own entry falls in), and none is granted
+//! while any writer is marked on the gap or its tree. What follows says
+//! "page"; an object's right works the same way, with these differences:
 //!
 //! - it is called back before X on the object, and before X or SIX on its
 //!   (home) page — a page-level change may change any object of the page,
@@ -118,6 +124,9 @@ struct Table {
     /// The objects some client holds a right to, by (home) page: a
     /// page-level writer calls them back.
     objects_on: HashMap<PageId, HashSet<Oid>>,
+    /// The gaps (and tree ends) some client holds a right to, by tree
+    /// root: the tree's destroyer calls them back.
+    gaps_on: HashMap<PageId, HashSet<Resource>>,
     outstanding: HashMap<u64, Outstanding>,
     next_id: u64,
     next_epoch: u64,
@@ -156,6 +165,14 @@ impl Table {
                 }
             }
         }
+        if let (true, Some(root)) = (no_cachers, key.tree()) {
+            if let Some(set) = self.gaps_on.get_mut(&root) {
+                set.remove(&key);
+                if set.is_empty() {
+                    self.gaps_on.remove(&root);
+                }
+            }
+        }
     }
 
     /// Removes `key`'s entry if nothing is left in it.
@@ -171,12 +188,20 @@ impl Table {
 
     /// The rights a writer of `writer` on `key` must call back: (key,
     /// client, epoch) of every other client's right to `key` and, with
-    /// `objects`, to each object of the page `key` names.
+    /// `objects`, to each object of the page `key` names. A gap's right
+    /// (and, for a whole tree, the rights on each of its gaps) is called
+    /// back from the writer's own client too: its lookups are kept per key,
+    /// and only the server knows which gap an entry falls in.
     fn targets(&self, writer: ClientId, key: Resource, objects: bool) -> Vec<(Resource, ClientId, u64)> {
         let mut keys = vec![key];
         if let (true, Resource::Page(p)) = (objects, key) {
             if let Some(set) = self.objects_on.get(&p) {
                 keys.extend(set.iter().map(|o| Resource::Object(*o)));
+            }
+        }
+        if let Resource::Tree(root) = key {
+            if let Some(set) = self.gaps_on.get(&root) {
+                keys.extend(set.iter().copied());
             }
         }
         let mut out = Vec::new();
@@ -185,7 +210,7 @@ impl Table {
                 out.extend(
                     r.cachers
                         .iter()
-                        .filter(|(c, _)| **c != writer)
+                        .filter(|(c, _)| **c != writer || k.tree().is_some())
                         .map(|(c, e)| (k, *c, *e)),
                 );
             }
@@ -194,22 +219,29 @@ impl Table {
     }
 
     /// True if a writer of a client other than `client` is marked on `key`,
-    /// or (for an object) on its page.
+    /// or (for an object) on its page; for a gap, a writer of any client,
+    /// on the gap or on its whole tree.
     fn other_writer(&self, client: ClientId, key: Resource) -> bool {
+        let own_too = key.tree().is_some();
         let marked = |k: Resource| {
             self.entries
                 .get(&k)
-                .is_some_and(|r| r.writers.iter().any(|w| *w != client))
+                .is_some_and(|r| r.writers.iter().any(|w| own_too || *w != client))
         };
-        marked(key) || matches!(key, Resource::Object(o) if marked(Resource::Page(o.page)))
+        marked(key)
+            || matches!(key, Resource::Object(o) if marked(Resource::Page(o.page)))
+            || key.tree().is_some_and(|root| marked(Resource::Tree(root)))
     }
 }
 
-/// The wire form of a right's key (pages and objects only).
-fn right_key(key: Resource) -> Option<RightKey> {
+/// The wire form of a right's key (pages, objects, and a B+-tree's gaps
+/// under key-range locking).
+pub(crate) fn right_key(key: Resource) -> Option<RightKey> {
     match key {
         Resource::Page(p) => Some(RightKey::Page(p.0)),
         Resource::Object(o) => Some(RightKey::Object(o.to_bytes())),
+        Resource::Gap(root, hash) => Some(RightKey::Gap(root.0, hash)),
+        Resource::TreeEnd(root) => Some(RightKey::TreeEnd(root.0)),
         _ => None,
     }
 }
@@ -219,6 +251,8 @@ pub fn key_of(key: RightKey) -> Resource {
     match key {
         RightKey::Page(p) => Resource::Page(PageId(p)),
         RightKey::Object(o) => Resource::Object(Oid::from_bytes(&o)),
+        RightKey::Gap(root, hash) => Resource::Gap(PageId(root), hash),
+        RightKey::TreeEnd(root) => Resource::TreeEnd(PageId(root)),
     }
 }
 
@@ -323,6 +357,22 @@ impl Callbacks {
                             .get(&Resource::Object(*o))
                             .is_some_and(|r| !r.cachers.is_empty()),
                     "object {o} listed under page {page} without a right"
+                );
+            }
+        }
+        for (key, rights) in &t.entries {
+            if let (false, Some(root)) = (rights.cachers.is_empty(), key.tree()) {
+                assert!(
+                    t.gaps_on.get(&root).is_some_and(|s| s.contains(key)),
+                    "{key} has rights but is not listed under its tree"
+                );
+            }
+        }
+        for (root, gaps) in &t.gaps_on {
+            for g in gaps {
+                assert!(
+                    g.tree() == Some(*root) && t.entries.get(g).is_some_and(|r| !r.cachers.is_empty()),
+                    "{g} listed under tree {root} without a right"
                 );
             }
         }

@@ -4,6 +4,8 @@
 //! that enclose a lookup's key.
 
 use super::*;
+use crate::callbacks::right_key;
+use cairn_net::rights::RightKey;
 
 /// The B+-tree requests: the tree is opened (and so checked) from its root
 /// for each, in the client's transaction.
@@ -104,13 +106,21 @@ fn tree_get(
     objects: bool,
 ) -> Result<Vec<u8>, Error> {
     let tree = open_client_tree(t, root)?;
-    let mut values = Vec::new();
-    let mut bytes = 0usize;
-    t.tree_get_each(&tree, key, |v| {
-        bytes += v.len() + 8;
-        values.push(v.to_vec());
-        values.len() < limit as usize
-    })?;
+    let key_ranges = t.locks_key_ranges(&tree);
+    let (values, guards) = if key_ranges {
+        let Some(l) = t.tree_lookup_guarded(&tree, key, limit as usize, true)? else {
+            return Err(Error::Internal("a lookup that may wait said it would".into()));
+        };
+        (l.values, l.complete.then_some(l.gaps))
+    } else {
+        let mut values = Vec::new();
+        t.tree_get_each(&tree, key, |v| {
+            values.push(v.to_vec());
+            values.len() < limit as usize
+        })?;
+        (values, None)
+    };
+    let bytes: usize = values.iter().map(|v| v.len() + 8).sum();
     // No "more" in this reply: values past the message bound are
     // an error, not left out (a range reads any number).
     if bytes > core.reply_bytes_max {
@@ -120,9 +130,14 @@ fn tree_get(
             limit: core.reply_bytes_max as u64,
         });
     }
-    let leaves = match values.len() {
-        0 => Vec::new(),
-        n => leaf_rights(core, state, t, &tree, key, n)?,
+    let rights = if values.is_empty() {
+        Vec::new()
+    } else if key_ranges {
+        guards.map_or_else(Vec::new, |gaps| register_all(core, state, &gaps))
+    } else if t.is_snapshot() && core.db.locks_key_ranges() {
+        snapshot_gap_rights(core, state, &tree, key, limit, &values)?
+    } else {
+        leaf_rights(core, state, t, &tree, key, values.len())?
     };
     let objects = if objects {
         values_objects(core, state, t, root, &values, bytes)?
@@ -132,7 +147,7 @@ fn tree_get(
     Ok(ValuesAndObjects {
         values,
         objects,
-        leaves,
+        rights,
     }
     .encode())
 }
@@ -224,13 +239,61 @@ fn tree_range(
     Ok(encode_entries(&entries, more))
 }
 
+/// Rights on every one of `keys` (whose locks are held now), or none if
+/// there are more than a reply names or any is refused (those granted go
+/// back).
+fn register_all(core: &Core, state: &SessionState, keys: &[Resource]) -> Vec<(RightKey, u64)> {
+    if keys.len() > LOOKUP_LEAVES_MAX {
+        return Vec::new();
+    }
+    let epochs = core.callbacks.register_many(state.client, keys);
+    if epochs.contains(&0) {
+        let granted: Vec<(Resource, u64)> = keys
+            .iter()
+            .zip(&epochs)
+            .filter(|(_, e)| **e != 0)
+            .map(|(k, e)| (*k, *e))
+            .collect();
+        core.callbacks.give_back(state.client, &granted);
+        return Vec::new();
+    }
+    keys.iter()
+        .zip(epochs)
+        .filter_map(|(k, e)| Some((right_key(*k)?, e)))
+        .collect()
+}
+
+/// Rights on the gaps that guard a snapshot's lookup of `key` on a server
+/// that locks key ranges, when its answer (`values`) is the present's too:
+/// a transaction of the session's own ([`momentary_locker`]) looks the key
+/// up again under its locks without waiting, and holds them until the
+/// request ends, so no writer comes between the answer and its rights.
+/// None if it would wait, or finds another answer.
+fn snapshot_gap_rights(
+    core: &Core,
+    state: &SessionState,
+    tree: &BTree,
+    key: &[u8],
+    limit: u32,
+    values: &[Vec<u8>],
+) -> Result<Vec<(RightKey, u64)>, Error> {
+    let mut locker = None;
+    let l = momentary_locker(core, state, &mut locker)?;
+    Ok(match l.tree_lookup_guarded(tree, key, limit as usize, false)? {
+        Some(now) if now.complete && now.values == values => register_all(core, state, &now.gaps),
+        _ => Vec::new(),
+    })
+}
+
 /// Rights on the leaves that enclose `key` ([`BTree::leaves_enclosing`]:
 /// any change to its entries takes X on one of them; their locks are held
 /// now), when they hold no more entries of it than were answered; none
 /// otherwise, or if any right is refused (those granted go back). At a
 /// snapshot, only if every such leaf the snapshot read is the leaf's
 /// committed image ([`leaves_current`]): the answer is then the present's
-/// too.
+/// too. Never on a server that locks key ranges: a commit there changes
+/// the leaves under no page lock (its lookups are kept under rights on
+/// gaps instead).
 fn leaf_rights(
     core: &Core,
     state: &SessionState,
@@ -238,12 +301,8 @@ fn leaf_rights(
     tree: &BTree,
     key: &[u8],
     answered: usize,
-) -> Result<Vec<(u32, u64)>, Error> {
-    if t.locks_key_ranges(tree) || (t.is_snapshot() && core.db.locks_key_ranges()) {
-        // Under key-range locking a commit changes the leaves without a
-        // page lock, so no leaf's right would be called back: the lookup
-        // is the transaction's alone (a snapshot's too, though it takes no
-        // key-range lock itself).
+) -> Result<Vec<(RightKey, u64)>, Error> {
+    if core.db.locks_key_ranges() {
         return Ok(Vec::new());
     }
     let Some((leaves, count)) = tree.leaves_enclosing(t, key, LOOKUP_LEAVES_MAX)? else {
@@ -259,20 +318,8 @@ fn leaf_rights(
     if t.is_snapshot() && !leaves_current(core, state, t, &leaves, &mut locker)? {
         return Ok(Vec::new());
     }
-    let rights: Vec<(u32, u64)> = leaves
-        .iter()
-        .map(|l| (l.0, core.callbacks.register(state.client, Resource::Page(*l))))
-        .collect();
-    if rights.iter().any(|(_, e)| *e == 0) {
-        let granted: Vec<(Resource, u64)> = rights
-            .iter()
-            .filter(|(_, e)| *e != 0)
-            .map(|(l, e)| (Resource::Page(PageId(*l)), *e))
-            .collect();
-        core.callbacks.give_back(state.client, &granted);
-        return Ok(Vec::new());
-    }
-    Ok(rights)
+    let keys: Vec<Resource> = leaves.iter().map(|l| Resource::Page(*l)).collect();
+    Ok(register_all(core, state, &keys))
 }
 
 /// Whether each of `leaves`, as snapshot `t` read it, is the leaf's

@@ -176,6 +176,17 @@ pub trait Backend: Send + Sync {
     fn read_newest(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()> {
         self.read_committed(id, f)
     }
+    /// Whether a change under `res` in `mode` (an inserter's IX on the gap
+    /// its entry falls in, under key-range locking) may go on without a
+    /// lock: `Some(guard)` if the write-lock hook
+    /// ([`super::Db::set_write_lock_hook`]) has nothing to call back (hold
+    /// the guard until the change is registered: it keeps a new right off
+    /// `res` meanwhile), `None` if it has — take the lock then, which calls
+    /// back. The default has no hook and says go on.
+    fn probe_write(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<super::HookGuard>> {
+        let _ = (owner, res, mode);
+        Ok(Some(None))
+    }
     /// Who holds `res`, in which mode (an inserter's check of a gap under
     /// key-range locking). The default knows of nobody.
     fn lock_holders(&self, res: &Resource) -> Vec<(LockOwner, LockMode)> {

@@ -723,7 +723,10 @@ impl Db {
     /// Sets the function called before every lock that lets a transaction
     /// change a page or an object — X, SIX or IX on
     /// [`Resource::Page`](crate::lock::Resource::Page), X on
-    /// [`Resource::Object`](crate::lock::Resource::Object) — with the lock's
+    /// [`Resource::Object`](crate::lock::Resource::Object) — or what a
+    /// B+-tree's gap covers under key-range locking (IX or X on a gap or
+    /// the tree's end, X on the whole tree; an insert asks for its gap's IX
+    /// whenever the hook, asked without waiting, would call back), with the lock's
     /// owner, the resource, the mode, and whether it may wait. A server
     /// calls back the page or object from the clients caching it there,
     /// whatever path the change takes (a page written, an object changed

@@ -54,6 +54,10 @@ impl Backend for Shared {
         })
     }
 
+    fn probe_write(&self, owner: LockOwner, res: Resource, mode: LockMode) -> Result<Option<super::HookGuard>> {
+        self.before_page_write_lock(owner, res, mode, false)
+    }
+
     fn read_committed(&self, id: PageId, f: &mut dyn FnMut(&[u8])) -> Result<()> {
         let g = self.pool.read(id)?;
         f(&g);
@@ -263,9 +267,11 @@ impl Backend for Shared {
 impl Shared {
     /// Runs the write-lock hook ([`super::Db::set_write_lock_hook`]) before a
     /// lock that lets its owner change a page or an object (X, SIX or IX on
-    /// a page, X on an object): `Some(guard)` to go on (held until the lock
-    /// request returns), `None` if `wait` is false and the hook would have
-    /// to wait. Without a hook, or for any other lock, goes on at once.
+    /// a page, X on an object), or what a B+-tree's gap covers under
+    /// key-range locking (IX or X on a gap or the tree's end, X on the
+    /// whole tree): `Some(guard)` to go on (held until the lock request
+    /// returns), `None` if `wait` is false and the hook would have to wait.
+    /// Without a hook, or for any other lock, goes on at once.
     fn before_page_write_lock(
         &self,
         owner: LockOwner,
@@ -273,7 +279,14 @@ impl Shared {
         mode: LockMode,
         wait: bool,
     ) -> Result<Option<super::db::HookGuard>> {
-        if !matches!(res, Resource::Page(_) | Resource::Object(_)) || LockMode::S.covers(mode) {
+        let writes = match res {
+            Resource::Page(_) | Resource::Object(_) | Resource::Gap(..) | Resource::TreeEnd(_) => {
+                !LockMode::S.covers(mode)
+            }
+            Resource::Tree(_) => mode == LockMode::X,
+            _ => false,
+        };
+        if !writes {
             return Ok(Some(None));
         }
         match self.write_hook.get() {

@@ -28,7 +28,9 @@
 //!   itself (S on it, which its writer holds X on).
 //! - **Inserters** take X on the new entry, then check the gap it falls in
 //!   (the gap below the next entry): only a reader's S there (or a
-//!   deleter's X) makes them wait, and then they hold IX on it. Two
+//!   deleter's X) makes them wait, and then they hold IX on it; so does a
+//!   right a server's client keeps a lookup under on that gap
+//!   ([`Backend::probe_write`]: the lock's write hook calls it back). Two
 //!   inserts of different keys into one gap — the right edge, under a
 //!   rising key — do not wait for each other: IX is compatible with IX,
 //!   and an inserter never locks another inserter's entry.
@@ -478,6 +480,29 @@ fn committed_has(db: &dyn Backend, tree: &BTree, unique: bool, id: &EntryId) -> 
     Ok(found)
 }
 
+/// What a scan reads: keys in `[lo, hi]`; `point` if that is one key.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    lo: Bound<&'a [u8]>,
+    hi: Bound<&'a [u8]>,
+    point: bool,
+}
+
+/// A lookup's answer with the locks that guard it
+/// ([`Txn::tree_lookup_guarded`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardedLookup {
+    /// The key's values, in order (at most the limit asked for).
+    pub values: Vec<Vec<u8>>,
+    /// The gap locks (S, held by the transaction) that guard the answer:
+    /// nothing can be inserted among the values, or past the last of them
+    /// within the key, nor a value deleted, without IX or X on one of them.
+    pub gaps: Vec<Resource>,
+    /// Every value of the key was read (not cut at the limit): only then
+    /// do `gaps` guard the whole answer.
+    pub complete: bool,
+}
+
 /// What a scan does after one hold of the latch.
 enum Next {
     /// Wait for this lock, then read again after the last entry handed on.
@@ -558,11 +583,29 @@ impl Txn {
             let mine = next
                 .as_ref()
                 .is_some_and(|n| own.is_some_and(|o| matches!(o.get(n), Some(Change::Insert(_)))));
-            if !mine && !self.holds(gap, LockMode::IX) && self.gap_is_read(gap) {
-                // A reader scanned this gap: wait for it, off the latch.
-                drop(pending);
-                self.lock(gap, LockMode::IX)?;
-                continue;
+            // Held until the change is registered: no right on the gap is
+            // granted meanwhile (a lookup registered after it meets the
+            // change and waits for it).
+            let mut _unwatched = None;
+            if !mine && !self.holds(gap, LockMode::IX) {
+                let owner = self.owner();
+                if self.gap_is_read(gap) {
+                    // A reader scanned this gap: wait for it, off the latch.
+                    drop(pending);
+                    self.lock(gap, LockMode::IX)?;
+                    continue;
+                }
+                match self.db.probe_write(owner, gap, LockMode::IX)? {
+                    Some(guard) => _unwatched = Some(guard),
+                    None => {
+                        // A client keeps a lookup under a right on this
+                        // gap: the lock's hook calls it back, off the
+                        // latch, before the entry can appear.
+                        drop(pending);
+                        self.lock(gap, LockMode::IX)?;
+                        continue;
+                    }
+                }
             }
             // The new entry splits the gap: the part below it is guarded
             // by the gap below the new entry from now on. If this
@@ -717,19 +760,84 @@ impl Txn {
             }
             return Ok(());
         }
+        self.scan_locking(tree, lo, hi, &mut f, None, true).map(|_| ())
+    }
+
+    /// A lookup of `key` in `tree` under key-range locking (`limit` values
+    /// at most, and nothing read past them) that also says which locks
+    /// guard its answer: S on the gap below each value and, when fewer
+    /// than `limit` were found, on the gap past them (none for a found key
+    /// of a unique tree) — what a
+    /// server grants its client rights on, so the answer is kept until one
+    /// of them is written. Without `wait`, `None` if a lock would have to
+    /// be waited for (the locks taken so far stay).
+    pub fn tree_lookup_guarded(
+        &mut self,
+        tree: &BTree,
+        key: &[u8],
+        limit: usize,
+        wait: bool,
+    ) -> Result<Option<GuardedLookup>> {
+        self.check_active()?;
+        if !self.locks_key_ranges(tree) {
+            return Err(Error::Internal(format!(
+                "a guarded lookup of the tree at {} outside key-range locking",
+                tree.root()
+            )));
+        }
+        let mut values = Vec::new();
+        let mut gaps = Vec::new();
+        // Stopped at the limit, it reads (and locks) nothing past it: then
+        // only a unique tree's answer is known whole.
+        let mut cut = false;
+        let mut take = |_: &[u8], v: &[u8]| {
+            values.push(v.to_vec());
+            cut = values.len() >= limit;
+            !cut
+        };
+        let range = (Bound::Included(key), Bound::Included(key));
+        if !self.scan_locking(tree, range.0, range.1, &mut take, Some(&mut gaps), wait)? {
+            return Ok(None);
+        }
+        let complete = !cut || self.tree_state(tree)?.unique;
+        gaps.sort_unstable();
+        gaps.dedup();
+        Ok(Some(GuardedLookup { values, gaps, complete }))
+    }
+
+    /// [`Txn::tree_scan`] under key-range locking, noting in `gaps` the gap
+    /// locks that guard what it read; without `wait`, false as soon as a
+    /// lock would have to be waited for.
+    fn scan_locking(
+        &mut self,
+        tree: &BTree,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        f: &mut impl FnMut(&[u8], &[u8]) -> bool,
+        mut gaps: Option<&mut Vec<Resource>>,
+        wait: bool,
+    ) -> Result<bool> {
         let root = tree.root();
-        self.lock_tree_to_read(root)?;
+        if wait {
+            self.lock_tree_to_read(root)?;
+        } else if !self.holds(Resource::Tree(root), LockMode::IS)
+            && !self.try_lock_resource(Resource::Tree(root), LockMode::IS)?
+        {
+            return Ok(false);
+        }
         let state = self.tree_state(tree)?;
         let point = matches!((lo, hi), (Bound::Included(a), Bound::Included(b)) if a == b);
         let mut after: Option<EntryId> = None;
         loop {
-            let (handed, next) = self.scan_batch(tree, &state, lo, after.as_ref(), hi, point, &mut f)?;
+            let scope = Scope { lo, hi, point };
+            let (handed, next) = self.scan_batch(tree, &state, scope, after.as_ref(), f, gaps.as_deref_mut())?;
             if let Some(last) = handed {
                 after = Some(last);
             }
             match next {
-                Next::Done => return Ok(()),
+                Next::Done => return Ok(true),
                 Next::More => {}
+                Next::Wait(_) if !wait => return Ok(false),
                 Next::Wait(res) => self.lock(res, LockMode::S)?,
             }
         }
@@ -738,17 +846,16 @@ impl Txn {
     /// One hold of the latch of a [`Txn::tree_scan`]: the entries it could
     /// lock without waiting, handed to `f`; the last one handed on, and
     /// what to do next.
-    #[allow(clippy::too_many_arguments)]
     fn scan_batch(
         &mut self,
         tree: &BTree,
         state: &Arc<TreeState>,
-        lo: Bound<&[u8]>,
+        scope: Scope<'_>,
         after: Option<&EntryId>,
-        hi: Bound<&[u8]>,
-        point: bool,
         f: &mut impl FnMut(&[u8], &[u8]) -> bool,
+        mut gaps: Option<&mut Vec<Resource>>,
     ) -> Result<(Option<EntryId>, Next)> {
+        let Scope { lo, hi, point } = scope;
         let root = tree.root();
         let db = Arc::clone(&self.db);
         let pending = state.read();
@@ -777,6 +884,9 @@ impl Txn {
                     let gap = gap_of(root, Some(&id));
                     if !self.try_lock_shared(gap)? {
                         return Ok((handed, Next::Wait(gap)));
+                    }
+                    if let Some(g) = gaps.as_deref_mut() {
+                        g.push(gap);
                     }
                     found = true;
                     let go_on = f(&key, &value);
@@ -816,6 +926,9 @@ impl Txn {
         let gap = gap_of(root, fence.as_ref());
         if !self.try_lock_shared(gap)? {
             return Ok((handed, Next::Wait(gap)));
+        }
+        if let Some(g) = gaps {
+            g.push(gap);
         }
         Ok((handed, Next::Done))
     }

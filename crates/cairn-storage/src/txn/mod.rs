@@ -71,7 +71,7 @@ mod versions;
 
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, InstallHook, TreeChangeHook, WriteLockHook};
-pub use keys::{KeyRanges, TreeState};
+pub use keys::{GuardedLookup, KeyRanges, TreeState};
 pub use objects::PageRead;
 pub use remote::CommitCheck;
 pub use salvage::Salvaged;

@@ -440,11 +440,13 @@ fn callback_daemon<S>(client: Client, store: Weak<S>, answer: fn(&S, Callback) -
 }
 
 /// A right's key on the wire; `None` for a resource no right covers (only
-/// pages and objects are kept under rights).
+/// pages, objects and a B+-tree's gaps are kept under rights).
 pub(super) fn wire(key: Resource) -> Option<RightKey> {
     match key {
         Resource::Object(o) => Some(RightKey::Object(o.to_bytes())),
         Resource::Page(p) => Some(RightKey::Page(p.0)),
+        Resource::Gap(root, hash) => Some(RightKey::Gap(root.0, hash)),
+        Resource::TreeEnd(root) => Some(RightKey::TreeEnd(root.0)),
         _ => None,
     }
 }
@@ -454,6 +456,8 @@ pub(super) fn from_wire(key: RightKey) -> Resource {
     match key {
         RightKey::Page(p) => Resource::Page(PageId(p)),
         RightKey::Object(o) => Resource::Object(Oid::from_bytes(&o)),
+        RightKey::Gap(root, hash) => Resource::Gap(PageId(root), hash),
+        RightKey::TreeEnd(root) => Resource::TreeEnd(PageId(root)),
     }
 }
 

@@ -7,7 +7,11 @@
 //!   epoch): the client keeps its bytes, and a later transaction reads it
 //!   without asking, under an S lock only the client knows of. An index
 //!   lookup whose key lies inside one leaf may come with a right on that
-//!   leaf: the answer (key → values) is kept until the leaf changes. A
+//!   leaf: the answer (key → values) is kept until the leaf changes. On a
+//!   server that locks key ranges it comes instead with rights on the gaps
+//!   its locks guarded, called back before an entry is inserted into one
+//!   of them or deleted from it — by this client's own transactions too:
+//!   the server calls those back from here as well. A
 //!   page an adaptive client fetched whole comes with a right on the page:
 //!   its image is kept and its small objects read in place from it (dual
 //!   buffering: objects and pages in one cache); a transaction so reading
@@ -71,16 +75,17 @@ struct Cached {
     since: u64,
 }
 
-/// A B+-tree leaf whose lookups are kept under a right.
+/// A B+-tree leaf (or, from a server that locks key ranges, a gap of
+/// the tree) whose lookups are kept under a right.
 struct Leaf {
     epoch: u64,
     root: PageId,
     keys: Vec<Vec<u8>>,
 }
 
-/// A kept lookup: the leaves that enclose its key, the values, and when
-/// its rights came (the client's clock).
-type Lookup = (Vec<PageId>, Vec<Vec<u8>>, u64);
+/// A kept lookup: the leaves that enclose its key (or the gaps that guard
+/// it), the values, and when its rights came (the client's clock).
+type Lookup = (Vec<Resource>, Vec<Vec<u8>>, u64);
 
 /// What a running transaction reads under rights.
 #[derive(Default)]
@@ -131,8 +136,9 @@ pub(super) struct RightsState {
     /// Bytes of objects on pages running transactions pin, as the last
     /// eviction counted them: they are kept over the bound.
     pinned_bytes: usize,
-    leaves: FxHashMap<PageId, Leaf>,
-    /// (tree root, key) → (leaves, values).
+    /// Leaves and gaps lookups are kept under, by their right's key.
+    leaves: FxHashMap<Resource, Leaf>,
+    /// (tree root, key) → (leaves or gaps, values).
     lookups: FxHashMap<(PageId, Vec<u8>), Lookup>,
     txns: FxHashMap<TxnId, TxnRights>,
     /// Rights called back before the reply granting them was taken in.
@@ -239,7 +245,7 @@ impl RightsState {
     /// Drops the leaf's entry and the lookups kept under it (a lookup
     /// under other leaves too stays listed there: dropping it again later
     /// is harmless).
-    fn drop_leaf(&mut self, leaf: PageId) -> Option<u64> {
+    fn drop_leaf(&mut self, leaf: Resource) -> Option<u64> {
         let l = self.leaves.remove(&leaf)?;
         for k in l.keys {
             let key = (l.root, k);
@@ -256,10 +262,11 @@ impl RightsState {
         match key {
             Resource::Object(o) => self.drop_object(o),
             Resource::Page(p) => {
-                let leaf = self.drop_leaf(p);
+                let leaf = self.drop_leaf(key);
                 let image = self.drop_image(p);
                 leaf.max(image)
             }
+            Resource::Gap(..) | Resource::TreeEnd(_) => self.drop_leaf(key),
             _ => None,
         }
     }
@@ -292,10 +299,11 @@ impl Table for RightsState {
         match key {
             Resource::Object(o) => self.objects.get(&o).map(|c| c.epoch),
             Resource::Page(p) => {
-                let leaf = self.leaves.get(&p).map(|l| l.epoch);
+                let leaf = self.leaves.get(&key).map(|l| l.epoch);
                 let image = self.pages.get(&p).map(|c| c.epoch);
                 leaf.max(image)
             }
+            Resource::Gap(..) | Resource::TreeEnd(_) => self.leaves.get(&key).map(|l| l.epoch),
             _ => None,
         }
     }
@@ -527,7 +535,7 @@ impl ObjectStore {
         if leaves
             .iter()
             .enumerate()
-            .any(|(i, l)| st.written(Resource::Page(*l), (i == 0).then_some(root), txn))
+            .any(|(i, l)| st.written(*l, (i == 0).then_some(root), txn))
         {
             return None;
         }
@@ -535,7 +543,7 @@ impl ObjectStore {
         if v.answering.ending {
             return None;
         }
-        v.reads.extend(leaves.iter().map(|l| Resource::Page(*l)));
+        v.reads.extend(leaves.iter().copied());
         Some(values)
     }
 
@@ -588,7 +596,7 @@ impl ObjectStore {
             || leaves
                 .iter()
                 .enumerate()
-                .any(|(i, l)| st.written(Resource::Page(*l), (i == 0).then_some(root), TxnId(0)))
+                .any(|(i, l)| st.written(*l, (i == 0).then_some(root), TxnId(0)))
         {
             return None;
         }
@@ -624,18 +632,15 @@ impl ObjectStore {
         release(&self.conn, &evicted);
     }
 
-    /// Keeps an index lookup under rights (leaf, epoch) on the leaves that
-    /// enclose its key: all taken in, or the lookup is not kept.
-    pub(super) fn take_lookup(&self, root: PageId, key: &[u8], rights: &[(u32, u64)], values: Vec<Vec<u8>>) {
+    /// Keeps an index lookup under rights (key, epoch) on the leaves that
+    /// enclose its key, or (a server that locks key ranges) on the gaps
+    /// that guard it: all taken in, or the lookup is not kept.
+    pub(super) fn take_lookup(&self, root: PageId, key: &[u8], rights: &[(Resource, u64)], values: Vec<Vec<u8>>) {
         let mut st = self.rights.lock();
-        if !rights
-            .iter()
-            .all(|&(l, e)| st.take_right(Resource::Page(PageId(l)), e, Some(root)))
-        {
+        if !rights.iter().all(|&(l, e)| st.take_right(l, e, Some(root))) {
             return;
         }
-        for &(l, epoch) in rights {
-            let leaf = PageId(l);
+        for &(leaf, epoch) in rights {
             match st.leaves.get_mut(&leaf) {
                 Some(have) if have.root == root => {
                     have.epoch = have.epoch.max(epoch);
@@ -654,7 +659,7 @@ impl ObjectStore {
                 }
             }
         }
-        let leaves = rights.iter().map(|(l, _)| PageId(*l)).collect();
+        let leaves = rights.iter().map(|(l, _)| *l).collect();
         st.clock += 1;
         let since = st.clock;
         st.lookups.insert((root, key.to_vec()), (leaves, values, since));
@@ -672,17 +677,17 @@ impl ObjectStore {
             return Vec::new();
         }
         let read = st.read_keys();
-        let victims: Vec<(u64, PageId)> = st
+        let victims: Vec<(u64, Resource)> = st
             .leaves
             .iter()
-            .filter(|(l, _)| !read.contains(&Resource::Page(**l)))
+            .filter(|(l, _)| !read.contains(*l))
             .map(|(l, leaf)| (leaf.epoch, *l))
             .collect();
         let mut out = Vec::new();
         bound.give_back(st.lookups.len(), 0, victims, |l| {
             let before = st.lookups.len();
             if let Some(e) = st.drop_leaf(l) {
-                out.push((Resource::Page(l), e));
+                out.push((l, e));
             }
             before - st.lookups.len()
         });
@@ -829,15 +834,14 @@ impl ObjectStore {
         let named = {
             let mut st = self.rights.lock();
             st.txns.entry(txn).or_default().trees.insert(root);
-            let leaves: Vec<PageId> = st
+            let leaves: Vec<Resource> = st
                 .leaves
                 .iter()
                 .filter(|(_, l)| l.root == root)
                 .map(|(p, _)| *p)
                 .collect();
             let mut named = Vec::new();
-            for p in leaves {
-                let k = Resource::Page(p);
+            for k in leaves {
                 let readers = st.name_readers(k, txn);
                 if !readers.is_empty() {
                     named.push((k, readers));
@@ -856,8 +860,12 @@ impl ObjectStore {
     pub(super) fn tree_written(&self, txn: TxnId, root: PageId, pages: Option<&[PageId]>) {
         let dropped = {
             let mut st = self.rights.lock();
-            let leaves: Vec<PageId> = match pages {
-                Some(pages) => pages.iter().copied().filter(|p| st.leaves.contains_key(p)).collect(),
+            let leaves: Vec<Resource> = match pages {
+                Some(pages) => pages
+                    .iter()
+                    .map(|p| Resource::Page(*p))
+                    .filter(|p| st.leaves.contains_key(p))
+                    .collect(),
                 None => st
                     .leaves
                     .iter()
@@ -868,7 +876,7 @@ impl ObjectStore {
             let mut dropped = Vec::new();
             for p in leaves {
                 if let Some(e) = st.drop_leaf(p) {
-                    dropped.push((Resource::Page(p), e));
+                    dropped.push((p, e));
                 }
             }
             let v = st.txns.entry(txn).or_default();
@@ -972,7 +980,7 @@ impl ObjectStore {
                 .keys()
                 .filter(|p| !pinned.contains(p))
                 .map(|p| Resource::Page(*p));
-            let leaves = st.leaves.keys().map(|l| Resource::Page(*l));
+            let leaves = st.leaves.keys().copied();
             // A page may be both an image and a leaf's key: once each.
             let keys: FxHashSet<Resource> = objects
                 .chain(pages)

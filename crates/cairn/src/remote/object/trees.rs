@@ -18,6 +18,7 @@ use cairn_net::object_service::{
 use cairn_net::page_service::decode_pages;
 use cairn_net::page_service::NO_GROUP;
 use cairn_schema::TreeOp;
+use cairn_storage::lock::Resource;
 use cairn_storage::{Error, GroupId, Oid, PageId, Result};
 
 use super::{ObjectTxn, Read};
@@ -329,8 +330,16 @@ impl ObjectTxn {
             }
             self.keep(oid, read);
         }
-        if !reply.leaves.is_empty() {
-            store.take_lookup(root, key, &reply.leaves, reply.values.clone());
+        if !reply.rights.is_empty() {
+            let rights: Vec<(Resource, u64)> = reply
+                .rights
+                .iter()
+                .map(|(k, e)| (crate::remote::rights::from_wire(*k), *e))
+                .collect();
+            if rights.iter().any(|(k, _)| k.tree().is_some_and(|r| r != root)) {
+                return Err(conn.protocol("rights on the gaps of the tree looked up, not another's"));
+            }
+            store.take_lookup(root, key, &rights, reply.values.clone());
         }
         Ok(reply.values)
     }

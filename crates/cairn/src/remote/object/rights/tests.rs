@@ -52,25 +52,40 @@ fn readers_are_named_and_leaves_take_their_lookups_along() {
     assert_eq!(named, vec![TxnId(2)]);
     assert!(st.txns[&TxnId(2)].answering.on_server);
     assert!(!st.txns[&TxnId(1)].answering.on_server);
-    st.leaves.insert(
-        PageId(9),
-        Leaf {
-            epoch: 4,
-            root: PageId(3),
-            keys: vec![b"a".to_vec(), b"b".to_vec()],
-        },
-    );
+    let leaf = |p| Resource::Page(PageId(p));
+    let gap = Resource::Gap(PageId(3), 77);
+    for (key, epoch, keys) in [
+        (leaf(9), 4, vec![b"a".to_vec(), b"b".to_vec()]),
+        (gap, 5, vec![b"d".to_vec()]),
+    ] {
+        st.leaves.insert(
+            key,
+            Leaf {
+                epoch,
+                root: PageId(3),
+                keys,
+            },
+        );
+    }
     st.lookups
-        .insert((PageId(3), b"a".to_vec()), (vec![PageId(9)], vec![vec![1]], 0));
+        .insert((PageId(3), b"a".to_vec()), (vec![leaf(9)], vec![vec![1]], 0));
+    st.lookups
+        .insert((PageId(3), b"b".to_vec()), (vec![leaf(8), leaf(9)], vec![vec![2]], 0));
+    st.lookups
+        .insert((PageId(3), b"c".to_vec()), (vec![leaf(10)], vec![vec![3]], 0));
     st.lookups.insert(
-        (PageId(3), b"b".to_vec()),
-        (vec![PageId(8), PageId(9)], vec![vec![2]], 0),
+        (PageId(3), b"d".to_vec()),
+        (vec![gap, Resource::TreeEnd(PageId(3))], vec![vec![4]], 0),
     );
-    st.lookups
-        .insert((PageId(3), b"c".to_vec()), (vec![PageId(10)], vec![vec![3]], 0));
-    assert_eq!(st.drop_key(Resource::Page(PageId(9))), Some(4));
+    assert_eq!(st.held(gap), Some(5));
+    assert_eq!(st.drop_key(leaf(9)), Some(4));
+    assert_eq!(st.lookups.len(), 2);
+    assert_eq!(st.drop_key(leaf(9)), None);
+    // A gap's right goes with the lookups kept under it, and nothing else.
+    assert_eq!(st.drop_key(gap), Some(5));
+    assert_eq!(st.held(gap), None);
+    assert!(st.lookups.contains_key(&(PageId(3), b"c".to_vec())));
     assert_eq!(st.lookups.len(), 1);
-    assert_eq!(st.drop_key(Resource::Page(PageId(9))), None);
 }
 
 /// A callback of a right's renewed epoch that overtakes the reply renewing
