@@ -498,8 +498,8 @@ pub struct GuardedLookup {
     /// nothing can be inserted among the values, or past the last of them
     /// within the key, nor a value deleted, without IX or X on one of them.
     pub gaps: Vec<Resource>,
-    /// Every value of the key was read (not cut at the limit): only then
-    /// do `gaps` guard the whole answer.
+    /// The key has no more values than were returned (none past the
+    /// limit): only then do `gaps` guard the whole answer.
     pub complete: bool,
 }
 
@@ -764,18 +764,22 @@ impl Txn {
     }
 
     /// A lookup of `key` in `tree` under key-range locking (`limit` values
-    /// at most, and nothing read past them) that also says which locks
-    /// guard its answer: S on the gap below each value and, when fewer
-    /// than `limit` were found, on the gap past them (none for a found key
-    /// of a unique tree) — what a
-    /// server grants its client rights on, so the answer is kept until one
-    /// of them is written. Without `wait`, `None` if a lock would have to
-    /// be waited for (the locks taken so far stay).
+    /// at most) that also says which locks guard its answer: S on the gap
+    /// below each value and on the gap past them (none for a found key of
+    /// a unique tree) — what a server grants its client rights on, so the
+    /// answer is kept until one of them is written. With `past` it reads
+    /// (and locks) one value past the limit, to know whether an answer of
+    /// `limit` values is whole; without, such an answer of a tree that is
+    /// not unique is not known whole, and nothing past it is locked (a
+    /// `find_one` of the key an inserter at the tree's end just added
+    /// would hold every later inserter up). Without `wait`, `None` if a
+    /// lock would have to be waited for (the locks taken so far stay).
     pub fn tree_lookup_guarded(
         &mut self,
         tree: &BTree,
         key: &[u8],
         limit: usize,
+        past: bool,
         wait: bool,
     ) -> Result<Option<GuardedLookup>> {
         self.check_active()?;
@@ -787,19 +791,23 @@ impl Txn {
         }
         let mut values = Vec::new();
         let mut gaps = Vec::new();
-        // Stopped at the limit, it reads (and locks) nothing past it: then
-        // only a unique tree's answer is known whole.
+        // With `past`, one value past the limit is read (and its gap
+        // locked, not returned): only so is an answer of `limit` values of
+        // a tree that is not unique known whole.
         let mut cut = false;
         let mut take = |_: &[u8], v: &[u8]| {
+            if values.len() == limit {
+                cut = true;
+                return false;
+            }
             values.push(v.to_vec());
-            cut = values.len() >= limit;
-            !cut
+            past || values.len() < limit
         };
         let range = (Bound::Included(key), Bound::Included(key));
         if !self.scan_locking(tree, range.0, range.1, &mut take, Some(&mut gaps), wait)? {
             return Ok(None);
         }
-        let complete = !cut || self.tree_state(tree)?.unique;
+        let complete = !cut && (past || values.len() < limit || self.tree_state(tree)?.unique);
         gaps.sort_unstable();
         gaps.dedup();
         Ok(Some(GuardedLookup { values, gaps, complete }))
