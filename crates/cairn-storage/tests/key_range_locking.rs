@@ -212,9 +212,10 @@ fn a_reader_meets_an_uncommitted_insert_or_delete_and_waits_for_it() {
 /// A guarded lookup (what a server grants its clients' rights on) names
 /// the gap locks that guard its answer: the gap below each value, and the
 /// gap past them when it read them all — none past a unique tree's found
-/// key, the tree's end past its last entry. Asked to, it reads one value
-/// past its limit to tell whether its answer is whole. Without waiting it
-/// gives up where a lock would be waited for.
+/// key, the tree's end past its last entry. A full answer (at its limit)
+/// reads one value on to tell whether it is whole, but never locks the
+/// tree's end for that. Without waiting it gives up where a lock would be
+/// waited for.
 #[test]
 fn a_guarded_lookup_names_the_gaps_that_guard_its_answer() {
     let dir = tempfile::tempdir().unwrap();
@@ -229,36 +230,29 @@ fn a_guarded_lookup_names_the_gaps_that_guard_its_answer() {
     let mut below = |k: u32, v: &[u8]| r.tree_gap_below(&pairs, &key(k), v).unwrap();
     let mut want = vec![below(5, b"a"), below(5, b"b"), below(7, b"c")];
     want.sort_unstable();
-    let whole = r.tree_lookup_guarded(&pairs, &key(5), 10, true, true).unwrap().unwrap();
+    let whole = r.tree_lookup_guarded(&pairs, &key(5), 10, true).unwrap().unwrap();
     assert_eq!(whole.values, vec![b"a".to_vec(), b"b".to_vec()]);
     assert!(whole.complete);
     assert_eq!(whole.gaps, want);
-    for past in [false, true] {
-        let cut = r.tree_lookup_guarded(&pairs, &key(5), 1, past, true).unwrap().unwrap();
-        assert_eq!((cut.values.len(), cut.complete), (1, false));
-        let one = r.tree_lookup_guarded(&pairs, &key(7), 1, past, true).unwrap().unwrap();
-        assert_eq!(one.complete, past, "one value, known whole only by reading past it");
-        assert_eq!(one.gaps.len(), if past { 2 } else { 1 });
-    }
-    let last = r
-        .tree_lookup_guarded(&pairs, &key(7), 10, false, true)
-        .unwrap()
-        .unwrap();
+    let cut = r.tree_lookup_guarded(&pairs, &key(5), 1, true).unwrap().unwrap();
+    assert_eq!((cut.values.len(), cut.complete), (1, false));
+    let one = r.tree_lookup_guarded(&pairs, &key(3), 1, true).unwrap().unwrap();
+    assert!(one.values.is_empty() && one.complete);
+    let one = r.tree_lookup_guarded(&pairs, &key(5), 2, true).unwrap().unwrap();
+    assert!(one.complete, "two values, and the gap past them read and locked");
+    let end = r.tree_lookup_guarded(&pairs, &key(7), 1, true).unwrap().unwrap();
+    assert!(!end.complete, "a full answer spares the tree's end");
+    assert_eq!(end.gaps, vec![r.tree_gap_below(&pairs, &key(7), b"c").unwrap()]);
+    let last = r.tree_lookup_guarded(&pairs, &key(7), 10, true).unwrap().unwrap();
     assert_eq!(last.gaps.last(), Some(&Resource::TreeEnd(pairs.root())));
     r.commit().unwrap();
 
     let unique = tree_with(&db, true, [10, 20]);
     let mut r = db.begin().unwrap();
-    let found = r
-        .tree_lookup_guarded(&unique, &key(10), 1, false, true)
-        .unwrap()
-        .unwrap();
+    let found = r.tree_lookup_guarded(&unique, &key(10), 1, true).unwrap().unwrap();
     assert!(found.complete, "a unique tree's key is whole at one value");
     assert_eq!(found.gaps, vec![r.tree_gap_below(&unique, &key(10), b"").unwrap()]);
-    let absent = r
-        .tree_lookup_guarded(&unique, &key(15), 1, false, true)
-        .unwrap()
-        .unwrap();
+    let absent = r.tree_lookup_guarded(&unique, &key(15), 1, true).unwrap().unwrap();
     assert!(absent.values.is_empty() && absent.complete);
     assert_eq!(absent.gaps, vec![r.tree_gap_below(&unique, &key(20), b"").unwrap()]);
     r.commit().unwrap();
@@ -268,9 +262,9 @@ fn a_guarded_lookup_names_the_gaps_that_guard_its_answer() {
     let mut w = db.begin().unwrap();
     w.tree_insert(&pairs, &key(5), b"x").unwrap();
     let mut r = db.begin().unwrap();
-    assert_eq!(r.tree_lookup_guarded(&pairs, &key(5), 10, true, false).unwrap(), None);
+    assert_eq!(r.tree_lookup_guarded(&pairs, &key(5), 10, false).unwrap(), None);
     assert!(matches!(
-        r.tree_lookup_guarded(&pairs, &key(5), 10, true, true),
+        r.tree_lookup_guarded(&pairs, &key(5), 10, true),
         Err(Error::LockTimeout { .. })
     ));
     w.abort().unwrap();

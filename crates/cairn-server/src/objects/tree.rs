@@ -108,7 +108,7 @@ fn tree_get(
     let tree = open_client_tree(t, root)?;
     let key_ranges = t.locks_key_ranges(&tree);
     let (values, guards) = if key_ranges {
-        let Some(l) = t.tree_lookup_guarded(&tree, key, limit as usize, false, true)? else {
+        let Some(l) = t.tree_lookup_guarded(&tree, key, limit as usize, true)? else {
             return Err(Error::Internal("a lookup that may wait said it would".into()));
         };
         (l.values, l.complete.then_some(l.gaps))
@@ -266,8 +266,7 @@ fn register_all(core: &Core, state: &SessionState, keys: &[Resource]) -> Vec<(Ri
 /// Rights on the gaps that guard a snapshot's lookup of `key` on a server
 /// that locks key ranges, when its answer (`values`) is the present's too:
 /// a transaction of the session's own ([`momentary_locker`]) looks the key
-/// up again under its locks without waiting, reading one value past the
-/// limit (its locks are the request's alone), and holds them until the
+/// up again under its locks without waiting, and holds them until the
 /// request ends, so no writer comes between the answer and its rights.
 /// None if it would wait, or finds another answer.
 fn snapshot_gap_rights(
@@ -280,7 +279,7 @@ fn snapshot_gap_rights(
 ) -> Result<Vec<(RightKey, u64)>, Error> {
     let mut locker = None;
     let l = momentary_locker(core, state, &mut locker)?;
-    Ok(match l.tree_lookup_guarded(tree, key, limit as usize, true, false)? {
+    Ok(match l.tree_lookup_guarded(tree, key, limit as usize, false)? {
         Some(now) if now.complete && now.values == values => register_all(core, state, &now.gaps),
         _ => Vec::new(),
     })

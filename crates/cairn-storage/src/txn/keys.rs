@@ -488,6 +488,18 @@ struct Scope<'a> {
     point: bool,
 }
 
+/// What a guarded lookup's scan notes ([`Txn::tree_lookup_guarded`]).
+struct Guards<'a> {
+    /// The gap locks taken (or covered) that guard what was read.
+    gaps: Vec<Resource>,
+    /// Set once the answer holds its limit of values: the scan reads on
+    /// only to know whether it is whole, so it waits for no lock and
+    /// spares the tree's end.
+    full: &'a std::cell::Cell<bool>,
+    /// Something past a full answer was spared: it is not known whole.
+    spared: bool,
+}
+
 /// A lookup's answer with the locks that guard it
 /// ([`Txn::tree_lookup_guarded`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -498,8 +510,8 @@ pub struct GuardedLookup {
     /// nothing can be inserted among the values, or past the last of them
     /// within the key, nor a value deleted, without IX or X on one of them.
     pub gaps: Vec<Resource>,
-    /// The key has no more values than were returned (none past the
-    /// limit): only then do `gaps` guard the whole answer.
+    /// The key is known to have no more values than were returned: only
+    /// then do `gaps` guard the whole answer.
     pub complete: bool,
 }
 
@@ -767,19 +779,18 @@ impl Txn {
     /// at most) that also says which locks guard its answer: S on the gap
     /// below each value and on the gap past them (none for a found key of
     /// a unique tree) — what a server grants its client rights on, so the
-    /// answer is kept until one of them is written. With `past` it reads
-    /// (and locks) one value past the limit, to know whether an answer of
-    /// `limit` values is whole; without, such an answer of a tree that is
-    /// not unique is not known whole, and nothing past it is locked (a
-    /// `find_one` of the key an inserter at the tree's end just added
-    /// would hold every later inserter up). Without `wait`, `None` if a
-    /// lock would have to be waited for (the locks taken so far stay).
+    /// answer is kept until one of them is written. An answer of `limit`
+    /// values reads on, one value, to know whether it is whole, and there
+    /// locks only what it can have without waiting, never the tree's end:
+    /// a `find_one` of the key an inserter at the end just added must not
+    /// hold every later inserter up, nor wait for one. What it spares, its
+    /// answer is not known whole. Without `wait`, `None` if a lock would
+    /// have to be waited for (the locks taken so far stay).
     pub fn tree_lookup_guarded(
         &mut self,
         tree: &BTree,
         key: &[u8],
         limit: usize,
-        past: bool,
         wait: bool,
     ) -> Result<Option<GuardedLookup>> {
         self.check_active()?;
@@ -790,10 +801,12 @@ impl Txn {
             )));
         }
         let mut values = Vec::new();
-        let mut gaps = Vec::new();
-        // With `past`, one value past the limit is read (and its gap
-        // locked, not returned): only so is an answer of `limit` values of
-        // a tree that is not unique known whole.
+        let full = std::cell::Cell::new(limit == 0);
+        let mut guards = Guards {
+            gaps: Vec::new(),
+            full: &full,
+            spared: false,
+        };
         let mut cut = false;
         let mut take = |_: &[u8], v: &[u8]| {
             if values.len() == limit {
@@ -801,28 +814,31 @@ impl Txn {
                 return false;
             }
             values.push(v.to_vec());
-            past || values.len() < limit
+            full.set(values.len() == limit);
+            true
         };
         let range = (Bound::Included(key), Bound::Included(key));
-        if !self.scan_locking(tree, range.0, range.1, &mut take, Some(&mut gaps), wait)? {
+        if !self.scan_locking(tree, range.0, range.1, &mut take, Some(&mut guards), wait)? {
             return Ok(None);
         }
-        let complete = !cut && (past || values.len() < limit || self.tree_state(tree)?.unique);
+        let complete = !cut && !guards.spared;
+        let mut gaps = guards.gaps;
         gaps.sort_unstable();
         gaps.dedup();
         Ok(Some(GuardedLookup { values, gaps, complete }))
     }
 
-    /// [`Txn::tree_scan`] under key-range locking, noting in `gaps` the gap
-    /// locks that guard what it read; without `wait`, false as soon as a
-    /// lock would have to be waited for.
+    /// [`Txn::tree_scan`] under key-range locking, noting in `guards` the
+    /// gap locks that guard what it read (and sparing what
+    /// [`Guards::full`] says); without `wait`, false as soon as a lock
+    /// would have to be waited for.
     fn scan_locking(
         &mut self,
         tree: &BTree,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
         f: &mut impl FnMut(&[u8], &[u8]) -> bool,
-        mut gaps: Option<&mut Vec<Resource>>,
+        mut guards: Option<&mut Guards<'_>>,
         wait: bool,
     ) -> Result<bool> {
         let root = tree.root();
@@ -838,13 +854,21 @@ impl Txn {
         let mut after: Option<EntryId> = None;
         loop {
             let scope = Scope { lo, hi, point };
-            let (handed, next) = self.scan_batch(tree, &state, scope, after.as_ref(), f, gaps.as_deref_mut())?;
+            let (handed, next) = self.scan_batch(tree, &state, scope, after.as_ref(), f, guards.as_deref_mut())?;
             if let Some(last) = handed {
                 after = Some(last);
             }
             match next {
                 Next::Done => return Ok(true),
                 Next::More => {}
+                Next::Wait(_) if guards.as_ref().is_some_and(|g| g.full.get()) => {
+                    // Past a full answer: not waited for, the answer is
+                    // just not known whole.
+                    if let Some(g) = guards {
+                        g.spared = true;
+                    }
+                    return Ok(true);
+                }
                 Next::Wait(_) if !wait => return Ok(false),
                 Next::Wait(res) => self.lock(res, LockMode::S)?,
             }
@@ -861,7 +885,7 @@ impl Txn {
         scope: Scope<'_>,
         after: Option<&EntryId>,
         f: &mut impl FnMut(&[u8], &[u8]) -> bool,
-        mut gaps: Option<&mut Vec<Resource>>,
+        mut guards: Option<&mut Guards<'_>>,
     ) -> Result<(Option<EntryId>, Next)> {
         let Scope { lo, hi, point } = scope;
         let root = tree.root();
@@ -893,8 +917,8 @@ impl Txn {
                     if !self.try_lock_shared(gap)? {
                         return Ok((handed, Next::Wait(gap)));
                     }
-                    if let Some(g) = gaps.as_deref_mut() {
-                        g.push(gap);
+                    if let Some(g) = guards.as_deref_mut() {
+                        g.gaps.push(gap);
                     }
                     found = true;
                     let go_on = f(&key, &value);
@@ -931,12 +955,19 @@ impl Txn {
                 self.id
             )));
         }
+        if let (None, Some(g)) = (&fence, guards.as_deref_mut()) {
+            if g.full.get() {
+                // The tree's end past a full answer is spared.
+                g.spared = true;
+                return Ok((handed, Next::Done));
+            }
+        }
         let gap = gap_of(root, fence.as_ref());
         if !self.try_lock_shared(gap)? {
             return Ok((handed, Next::Wait(gap)));
         }
-        if let Some(g) = gaps {
-            g.push(gap);
+        if let Some(g) = guards {
+            g.gaps.push(gap);
         }
         Ok((handed, Next::Done))
     }
