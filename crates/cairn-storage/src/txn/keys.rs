@@ -897,19 +897,7 @@ impl Txn {
         let mut found = false;
         for (id, item) in g.items {
             match item {
-                // A registered change's writer holds X on its entry until it
-                // has taken the registration back (under the exclusive
-                // latch), so S on it cannot be had while it is seen here.
-                Item::Other => {
-                    let entry = entry_of(root, &id);
-                    if !self.try_lock_shared(entry)? {
-                        return Ok((handed, Next::Wait(entry)));
-                    }
-                    return Err(Error::Internal(format!(
-                        "{} was granted S on {entry}, which another transaction has changed",
-                        self.id
-                    )));
-                }
+                Item::Other => return Ok((handed, self.wait_for_change(root, &id)?)),
                 Item::Visible { key, value, .. } => {
                     // S on the gap below an entry covers the entry too: a
                     // deleter takes X on both, an inserter checks the gap.
@@ -946,30 +934,45 @@ impl Txn {
             .as_ref()
             .filter(|f| pending.entries.get(*f).is_some_and(|w| *w != self.id))
         {
-            let entry = entry_of(root, f);
-            if !self.try_lock_shared(entry)? {
-                return Ok((handed, Next::Wait(entry)));
-            }
-            return Err(Error::Internal(format!(
-                "{} was granted S on {entry}, which another transaction has changed",
-                self.id
-            )));
+            return Ok((handed, self.wait_for_change(root, f)?));
         }
-        if let (None, Some(g)) = (&fence, guards.as_deref_mut()) {
-            if g.full.get() {
-                // The tree's end past a full answer is spared.
+        Ok((handed, self.lock_fence(root, fence.as_ref(), guards)?))
+    }
+
+    /// Another transaction's registered change met at `id`: its writer
+    /// holds X on the entry until it has taken the registration back
+    /// (under the exclusive latch), so S on it cannot be had while it is
+    /// seen — the scan waits for it.
+    fn wait_for_change(&mut self, root: PageId, id: &EntryId) -> Result<Next> {
+        let entry = entry_of(root, id);
+        if !self.try_lock_shared(entry)? {
+            return Ok(Next::Wait(entry));
+        }
+        Err(Error::Internal(format!(
+            "{} was granted S on {entry}, which another transaction has changed",
+            self.id
+        )))
+    }
+
+    /// S on the gap past a scan's range: the gap below `fence`, or the
+    /// tree's end — which a guarded lookup spares past a full answer.
+    fn lock_fence(&mut self, root: PageId, fence: Option<&EntryId>, guards: Option<&mut Guards<'_>>) -> Result<Next> {
+        match guards {
+            Some(g) if fence.is_none() && g.full.get() => {
                 g.spared = true;
-                return Ok((handed, Next::Done));
+                Ok(Next::Done)
+            }
+            guards => {
+                let gap = gap_of(root, fence);
+                if !self.try_lock_shared(gap)? {
+                    return Ok(Next::Wait(gap));
+                }
+                if let Some(g) = guards {
+                    g.gaps.push(gap);
+                }
+                Ok(Next::Done)
             }
         }
-        let gap = gap_of(root, fence.as_ref());
-        if !self.try_lock_shared(gap)? {
-            return Ok((handed, Next::Wait(gap)));
-        }
-        if let Some(g) = guards {
-            g.gaps.push(gap);
-        }
-        Ok((handed, Next::Done))
     }
 
     /// S on `res` (an entry or gap) if it can be had without waiting:
