@@ -2,7 +2,9 @@
 //! and adaptive clients' index changes lock entries and the gaps between
 //! them on the server, not the index's pages, so two clients inserting
 //! different keys at an index's end do not wait for each other, while a
-//! scan still keeps every insert out of its range until it ends. Page- and
+//! scan still keeps every insert out of its range until it ends. Their
+//! lookups are kept across transactions under rights on the gaps they
+//! locked, called back by any insert or delete there. Page- and
 //! file-server clients, which read and write tree pages themselves, are
 //! refused by such a server.
 //!
