@@ -56,6 +56,25 @@ fn set_value(db: &Database, r: &Ref<Item>, value: i64) {
     w.commit().unwrap();
 }
 
+/// Snapshots of `reader` that read only at snapshots come to keep what
+/// they read: the first reads `refs` from the server, the second with no
+/// round trip but the snapshot's own, and after `writer` changes one
+/// object the change is seen and read again (`what` names the case).
+fn snapshots_keep_what_they_read(reader: &Database, writer: &Database, refs: &[Ref<Item>], what: &str) {
+    let (sum, cold) = sum_at_a_snapshot(reader, refs);
+    assert_eq!(sum, 50 * 100, "{what}");
+    assert!(cold > 1, "{what}: the first snapshot reads from the server");
+    assert_eq!(
+        sum_at_a_snapshot(reader, refs),
+        (50 * 100, 1),
+        "{what}: the second reads what it kept"
+    );
+    set_value(writer, &refs[7], 101);
+    let (sum, after) = sum_at_a_snapshot(reader, refs);
+    assert_eq!(sum, 50 * 100 + 1, "{what}: the change is seen (its right called back)");
+    assert!(after > 1, "{what}: the changed object is read again");
+}
+
 fn lock_counts(db: &Database) -> (u64, u64) {
     let l = db.server_lock_stats().unwrap().expect("a client");
     (l.requests, l.waits)
@@ -230,15 +249,7 @@ fn a_page_client_reading_only_at_snapshots_warms_its_cache() {
     let reader = site.open(common::opts());
     let writer = site.open(common::opts());
     let refs = fill(&writer, 50);
-    let read_all = |db: &Database| sum_at_a_snapshot(db, &refs);
-    let (sum, cold) = read_all(&reader);
-    assert_eq!(sum, 50 * 100);
-    assert!(cold > 1, "the first snapshot fetches its pages");
-    assert_eq!(read_all(&reader), (50 * 100, 1), "the second reads them under rights");
-    set_value(&writer, &refs[7], 101);
-    let (sum, after) = read_all(&reader);
-    assert_eq!(sum, 50 * 100 + 1, "the change is seen: its page was called back");
-    assert!(after > 1, "and fetched again");
+    snapshots_keep_what_they_read(&reader, &writer, &refs, "page client");
 }
 
 /// Object and adaptive clients: a snapshot reads the objects and lookups
@@ -291,19 +302,7 @@ fn object_and_adaptive_clients_reading_only_at_snapshots_warm_their_cache() {
         let reader = site.open(common::opts());
         let writer = site.open(common::opts());
         let refs = fill(&writer, 50);
-        let read_all = |db: &Database| sum_at_a_snapshot(db, &refs);
-        let (sum, cold) = read_all(&reader);
-        assert_eq!(sum, 50 * 100);
-        assert!(cold > 1, "{backend:?}: the first snapshot reads from the server");
-        assert_eq!(
-            read_all(&reader),
-            (50 * 100, 1),
-            "{backend:?}: the second reads what it kept"
-        );
-        set_value(&writer, &refs[7], 101);
-        let (sum, after) = read_all(&reader);
-        assert_eq!(sum, 50 * 100 + 1, "{backend:?}: the change is seen");
-        assert!(after > 1, "{backend:?}: the changed object is read again");
+        snapshots_keep_what_they_read(&reader, &writer, &refs, &format!("{backend:?}"));
     }
 }
 
