@@ -16,24 +16,30 @@
 //!
 //! Compatibility ([`LockMode::compatible`]; ✓ = both may be held at once):
 //!
-//! | held \ asked | IS | IX | S | SIX | X |
-//! |---|:-:|:-:|:-:|:-:|:-:|
-//! | **IS**  | ✓ | ✓ | ✓ | ✓ | · |
-//! | **IX**  | ✓ | ✓ | · | · | · |
-//! | **S**   | ✓ | · | ✓ | · | · |
-//! | **SIX** | ✓ | · | · | · | · |
-//! | **X**   | · | · | · | · | · |
+//! | held \ asked | IS | IX | S | SIX | X | A |
+//! |---|:-:|:-:|:-:|:-:|:-:|:-:|
+//! | **IS**  | ✓ | ✓ | ✓ | ✓ | · | ✓ |
+//! | **IX**  | ✓ | ✓ | · | · | · | ✓ |
+//! | **S**   | ✓ | · | ✓ | · | · | · |
+//! | **SIX** | ✓ | · | · | · | · | · |
+//! | **X**   | · | · | · | · | · | · |
+//! | **A**   | ✓ | ✓ | · | · | · | ✓ |
+//!
+//! `A` (append) is taken only on objects: appenders of one object run at
+//! once, and whoever reads or writes the object whole waits for them all.
 //!
 //! Supremum ([`LockMode::sup`]): what an owner holding the row's mode holds
-//! after asking for the column's. The lattice is `IS < {IX, S} < SIX < X`.
+//! after asking for the column's. The lattice is `IS < {IX, S} < SIX < X`
+//! with `IX < A < SIX`.
 //!
-//! | sup | IS | IX | S | SIX | X |
-//! |---|---|---|---|---|---|
-//! | **IS**  | IS  | IX  | S   | SIX | X |
-//! | **IX**  | IX  | IX  | SIX | SIX | X |
-//! | **S**   | S   | SIX | S   | SIX | X |
-//! | **SIX** | SIX | SIX | SIX | SIX | X |
-//! | **X**   | X   | X   | X   | X   | X |
+//! | sup | IS | IX | S | SIX | X | A |
+//! |---|---|---|---|---|---|---|
+//! | **IS**  | IS  | IX  | S   | SIX | X | A   |
+//! | **IX**  | IX  | IX  | SIX | SIX | X | A   |
+//! | **S**   | S   | SIX | S   | SIX | X | SIX |
+//! | **SIX** | SIX | SIX | SIX | SIX | X | SIX |
+//! | **X**   | X   | X   | X   | X   | X | X   |
+//! | **A**   | A   | A   | SIX | SIX | X | A   |
 //!
 //! # A request's states
 //!

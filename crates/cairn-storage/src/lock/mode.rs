@@ -5,7 +5,8 @@
 use std::fmt;
 
 /// A lock mode, from weakest to strongest along the lattice
-/// `IS < {IX, S} < SIX < X` (`IX` and `S` are incomparable).
+/// `IS < {IX, S} < SIX < X` and `IX < A < SIX` (`S` is incomparable with
+/// `IX` and with `A`).
 ///
 /// The intention modes (`IS`, `IX`, `SIX`) go on coarse resources (the
 /// volume, a group) to announce shared or exclusive locks below them.
@@ -21,11 +22,27 @@ pub enum LockMode {
     SIX,
     /// Exclusive: read and write the whole resource.
     X,
+    /// Append: add to the object without reading it (an increment lock in
+    /// the manner of Korth's and of escrow locking). Appends commute, so
+    /// two appenders hold it at once; it conflicts with whatever reads or
+    /// writes the object whole (`S`, `SIX`, `X`). Taken only on objects,
+    /// where `IX` (compatible with the same modes) is never taken: on an
+    /// object the two differ in what they allow, not in what they exclude.
+    /// An appender that then reads the object holds `SIX` (`sup(A, S)`),
+    /// which waits for every other appender.
+    A,
 }
 
 impl LockMode {
     /// All modes, in declaration order (the order of the tables).
-    pub const ALL: [LockMode; 5] = [LockMode::IS, LockMode::IX, LockMode::S, LockMode::SIX, LockMode::X];
+    pub const ALL: [LockMode; 6] = [
+        LockMode::IS,
+        LockMode::IX,
+        LockMode::S,
+        LockMode::SIX,
+        LockMode::X,
+        LockMode::A,
+    ];
 
     fn index(self) -> usize {
         match self {
@@ -34,6 +51,7 @@ impl LockMode {
             LockMode::S => 2,
             LockMode::SIX => 3,
             LockMode::X => 4,
+            LockMode::A => 5,
         }
     }
 
@@ -43,13 +61,14 @@ impl LockMode {
         const Y: bool = true;
         const N: bool = false;
         // Rows and columns in the order of `LockMode::ALL`.
-        const COMPAT: [[bool; 5]; 5] = [
-            //  IS IX  S SIX X
-            [Y, Y, Y, Y, N], // IS
-            [Y, Y, N, N, N], // IX
-            [Y, N, Y, N, N], // S
-            [Y, N, N, N, N], // SIX
-            [N, N, N, N, N], // X
+        const COMPAT: [[bool; 6]; 6] = [
+            //  IS IX  S SIX X  A
+            [Y, Y, Y, Y, N, Y], // IS
+            [Y, Y, N, N, N, Y], // IX
+            [Y, N, Y, N, N, N], // S
+            [Y, N, N, N, N, N], // SIX
+            [N, N, N, N, N, N], // X
+            [Y, Y, N, N, N, Y], // A
         ];
         COMPAT[self.index()][other.index()]
     }
@@ -57,14 +76,17 @@ impl LockMode {
     /// The least mode at least as strong as both (the join of the lattice):
     /// what an owner holding `self` holds after also asking for `other`.
     pub fn sup(self, other: LockMode) -> LockMode {
-        use LockMode::{IS, IX, S, SIX, X};
-        const SUP: [[LockMode; 5]; 5] = [
-            //  IS   IX   S    SIX  X
-            [IS, IX, S, SIX, X],     // IS
-            [IX, IX, SIX, SIX, X],   // IX
-            [S, SIX, S, SIX, X],     // S
-            [SIX, SIX, SIX, SIX, X], // SIX
-            [X, X, X, X, X],         // X
+        use LockMode::{A, IS, IX, S, SIX, X};
+        // A excludes exactly what IX excludes, so IX ⊔ A is A; A ⊔ S
+        // excludes all but IS, as SIX does.
+        const SUP: [[LockMode; 6]; 6] = [
+            //  IS   IX   S    SIX  X  A
+            [IS, IX, S, SIX, X, A],       // IS
+            [IX, IX, SIX, SIX, X, A],     // IX
+            [S, SIX, S, SIX, X, SIX],     // S
+            [SIX, SIX, SIX, SIX, X, SIX], // SIX
+            [X, X, X, X, X, X],           // X
+            [A, A, SIX, SIX, X, A],       // A
         ];
         SUP[self.index()][other.index()]
     }

@@ -22,7 +22,7 @@ use super::*;
 use crate::error::Error;
 use crate::ids::{ClientId, PageId, TxnId};
 
-use LockMode::{IS, IX, S, SIX, X};
+use LockMode::{A, IS, IX, S, SIX, X};
 
 pub(super) fn o(txn: u64) -> LockOwner {
     LockOwner::new(ClientId(0), TxnId(txn))
@@ -100,13 +100,14 @@ const SHORT: Duration = Duration::from_millis(50);
 
 #[test]
 fn compatibility_matrix_exhaustively() {
-    // Rows: held; columns: asked; order IS IX S SIX X.
+    // Rows: held; columns: asked; order IS IX S SIX X A.
     let expected = [
-        [true, true, true, true, false],
-        [true, true, false, false, false],
-        [true, false, true, false, false],
-        [true, false, false, false, false],
-        [false, false, false, false, false],
+        [true, true, true, true, false, true],
+        [true, true, false, false, false, true],
+        [true, false, true, false, false, false],
+        [true, false, false, false, false, false],
+        [false, false, false, false, false, false],
+        [true, true, false, false, false, true],
     ];
     for (i, &a) in LockMode::ALL.iter().enumerate() {
         for (j, &b) in LockMode::ALL.iter().enumerate() {
@@ -119,11 +120,12 @@ fn compatibility_matrix_exhaustively() {
 #[test]
 fn supremum_table() {
     let expected = [
-        [IS, IX, S, SIX, X],
-        [IX, IX, SIX, SIX, X],
-        [S, SIX, S, SIX, X],
-        [SIX, SIX, SIX, SIX, X],
-        [X, X, X, X, X],
+        [IS, IX, S, SIX, X, A],
+        [IX, IX, SIX, SIX, X, A],
+        [S, SIX, S, SIX, X, SIX],
+        [SIX, SIX, SIX, SIX, X, SIX],
+        [X, X, X, X, X, X],
+        [A, A, SIX, SIX, X, A],
     ];
     for (i, &a) in LockMode::ALL.iter().enumerate() {
         for (j, &b) in LockMode::ALL.iter().enumerate() {
@@ -186,6 +188,27 @@ fn s_to_x_waits_for_the_other_s_holder() {
     m.release_all(o(1));
     rx.recv_timeout(HANG_GUARD).unwrap().unwrap();
     assert_eq!(m.holders(&page(1)), vec![(o(2), X)]);
+    m.check_invariants();
+}
+
+#[test]
+fn appenders_share_an_object_and_a_reader_waits_for_all_of_them() {
+    let m = manager();
+    let obj = page(9);
+    m.lock(o(1), obj, A).unwrap();
+    m.lock(o(2), obj, A).unwrap();
+    assert_eq!(m.holders(&obj).len(), 2, "appends commute: both granted");
+    assert!(!m.try_lock(o(3), obj, S).unwrap(), "a reader waits for appenders");
+    assert!(!m.try_lock(o(3), obj, X).unwrap(), "so does a writer");
+    // An appender that reads what it appended converts to SIX, which waits
+    // for the other appender to end.
+    let rx = lock_in_thread(&m, o(1), obj, S);
+    wait_until_queued(&m, o(1), obj);
+    assert_still_waiting(&m, &rx, o(1), obj, SIX);
+    m.release_all(o(2));
+    rx.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    assert_eq!(m.held_mode(o(1), &obj), Some(SIX));
+    assert!(!m.try_lock(o(2), obj, A).unwrap(), "SIX keeps new appenders out");
     m.check_invariants();
 }
 
@@ -650,7 +673,7 @@ fn stress_many_threads_random_lock_sets() {
     }));
     // An independent check of exclusion: per resource, the number of holders
     // in each mode, kept by the threads themselves.
-    let counts: Arc<Vec<[AtomicI64; 5]>> = Arc::new((0..resources.len()).map(|_| Default::default()).collect());
+    let counts: Arc<Vec<[AtomicI64; 6]>> = Arc::new((0..resources.len()).map(|_| Default::default()).collect());
     let deadlocks = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -666,7 +689,7 @@ fn stress_many_threads_random_lock_sets() {
                     let mut ok = true;
                     for _ in 0..1 + rng.below(4) {
                         let r = rng.below(resources.len() as u64) as usize;
-                        let mode = LockMode::ALL[rng.below(5) as usize];
+                        let mode = LockMode::ALL[rng.below(LockMode::ALL.len() as u64) as usize];
                         match m.lock(me, resources[r], mode) {
                             Ok(()) => {
                                 let now = held.get(&r).map_or(mode, |h| h.sup(mode));
@@ -731,7 +754,7 @@ fn mode_index(mode: LockMode) -> usize {
 
 /// Modes that are held at once must be pairwise compatible (a mode with
 /// itself too, when two owners hold it).
-fn check_counts(counts: &[AtomicI64; 5]) {
+fn check_counts(counts: &[AtomicI64; 6]) {
     let n: Vec<i64> = counts.iter().map(|c| c.load(Ordering::SeqCst)).collect();
     for (i, &a) in LockMode::ALL.iter().enumerate() {
         for (j, &b) in LockMode::ALL.iter().enumerate() {

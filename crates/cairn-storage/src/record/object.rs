@@ -68,7 +68,7 @@ enum Content {
 }
 
 /// Encodes a home record for `bytes` of a small object: (kind, payload).
-fn small_payload(bytes: &[u8]) -> (u8, std::borrow::Cow<'_, [u8]>) {
+pub(crate) fn small_payload(bytes: &[u8]) -> (u8, std::borrow::Cow<'_, [u8]>) {
     if bytes.len() >= FORWARD_SIZE {
         (KIND_SMALL, std::borrow::Cow::Borrowed(bytes))
     } else {
@@ -79,7 +79,7 @@ fn small_payload(bytes: &[u8]) -> (u8, std::borrow::Cow<'_, [u8]>) {
     }
 }
 
-fn decode_padded(p: &[u8], at: Oid) -> Result<Vec<u8>> {
+pub(crate) fn decode_padded(p: &[u8], at: Oid) -> Result<Vec<u8>> {
     let n = *p.last().unwrap_or(&0) as usize;
     if p.len() != FORWARD_SIZE || n >= FORWARD_SIZE {
         return Err(Error::corrupt(

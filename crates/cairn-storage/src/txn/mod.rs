@@ -53,6 +53,7 @@
 //! log segments before the redo LSN. Recovery ([`crate::recovery`]) replays
 //! from the last checkpoint's redo LSN.
 
+mod append;
 mod backend;
 mod client_check;
 mod commit;
@@ -69,6 +70,7 @@ mod transaction;
 mod unwritten;
 mod versions;
 
+pub use append::RecordMerge;
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, InstallHook, TreeChangeHook, WriteLockHook};
 pub use keys::{GuardedLookup, KeyRanges, TreeState};

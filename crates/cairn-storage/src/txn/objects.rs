@@ -212,33 +212,68 @@ const CHANGE_BYTES_SHARE: usize = 2;
 #[derive(Debug, Default)]
 pub(super) struct ObjectChanges {
     pub(super) pages: FxHashMap<PageId, PageChanges>,
-    /// Payload bytes held in all after-images.
-    bytes: usize,
+    /// Payload bytes held in all after-images (and appends' growth).
+    pub(super) bytes: usize,
 }
 
 /// The changes of one transaction to records of one page.
 #[derive(Debug, Default)]
 pub(super) struct PageChanges {
-    slots: BTreeMap<SlotIdx, SlotChange>,
+    pub(super) slots: BTreeMap<SlotIdx, SlotChange>,
     /// Σ (new length − committed length) over the changed records.
-    net: isize,
+    pub(super) net: isize,
     /// Bytes of room the backend reserved for this transaction here.
-    reserved: usize,
+    pub(super) reserved: usize,
 }
 
 #[derive(Debug)]
-struct SlotChange {
-    uniq: Uniq,
-    /// The record's length in the committed page (fixed while the
-    /// transaction holds the object's X lock).
-    committed_len: usize,
-    /// The record's kind and payload, or `None` for a deletion.
-    after: Option<(u8, Vec<u8>)>,
+pub(super) struct SlotChange {
+    pub(super) uniq: Uniq,
+    /// The record's payload length in the committed page when the change
+    /// was made (fixed while the transaction holds the object's X lock;
+    /// under an append lock only other appends change it).
+    pub(super) committed_len: usize,
+    pub(super) after: After,
+}
+
+/// What a transaction's change makes of a record.
+#[derive(Debug)]
+pub(super) enum After {
+    /// The record's new kind and payload.
+    Image(u8, Vec<u8>),
+    /// The record deleted.
+    Deleted,
+    /// Appends kept logically (`txn/append.rs`), applied in order at commit
+    /// to the record as it then stands; `growth` bounds what they add, and
+    /// is what the page's reservation counts for them.
+    Merges {
+        merges: Vec<std::sync::Arc<dyn super::RecordMerge>>,
+        growth: usize,
+    },
 }
 
 impl SlotChange {
+    /// The payload length the change leaves (for appends, its bound).
     fn len(&self) -> usize {
-        self.after.as_ref().map_or(0, |(_, p)| p.len())
+        match &self.after {
+            After::Image(_, p) => p.len(),
+            After::Deleted => 0,
+            After::Merges { growth, .. } => self.committed_len + growth,
+        }
+    }
+
+    /// Bytes the change holds in memory, counted against the budget.
+    fn held(&self) -> usize {
+        match &self.after {
+            After::Image(_, p) => p.len(),
+            After::Deleted => 0,
+            After::Merges { growth, .. } => *growth,
+        }
+    }
+
+    /// What the change adds to its page's net growth.
+    fn net(&self) -> isize {
+        self.len() as isize - self.committed_len as isize
     }
 }
 
@@ -258,7 +293,7 @@ impl ObjectChanges {
 
     fn take(&mut self, page: PageId) -> Option<PageChanges> {
         let ch = self.pages.remove(&page)?;
-        self.bytes -= ch.slots.values().map(SlotChange::len).sum::<usize>();
+        self.bytes -= ch.slots.values().map(SlotChange::held).sum::<usize>();
         Some(ch)
     }
 
@@ -292,15 +327,23 @@ pub(super) fn apply(image: &mut [u8], page: PageId, ch: &PageChanges) -> Result<
                     format!("object {at} changed by a transaction is gone from its page"),
                 ));
             }
-            match &c.after {
-                None => slotted::delete(image, slot)?,
-                Some((kind, payload)) => {
-                    if !slotted::update(image, slot, *kind, payload)? {
-                        return Err(Error::Internal(format!(
-                            "object {at} does not fit its page in the room reserved for it"
-                        )));
-                    }
+            let merged;
+            let (kind, payload) = match &c.after {
+                After::Deleted => {
+                    slotted::delete(image, slot)?;
+                    continue;
                 }
+                After::Image(kind, payload) => (*kind, payload.as_slice()),
+                After::Merges { merges, .. } => {
+                    let rec = slot_in(image, at)?.expect("checked above");
+                    merged = super::append::merged_record(rec.kind, rec.data, at, merges)?;
+                    (merged.0, merged.1.as_slice())
+                }
+            };
+            if !slotted::update(image, slot, kind, payload)? {
+                return Err(Error::Internal(format!(
+                    "object {at} does not fit its page in the room reserved for it"
+                )));
             }
         }
     }
@@ -353,7 +396,7 @@ impl Txn {
 
     /// True if an access to `page` goes through the object-level path: the
     /// transaction locks objects and holds no private copy of the page.
-    fn object_level(&self, page: PageId) -> bool {
+    pub(super) fn object_level(&self, page: PageId) -> bool {
         self.object_locks && !self.pages.contains(page)
     }
 
@@ -366,11 +409,12 @@ impl Txn {
         self.take_object_locks(at, false)?;
         if let Some(c) = self.objects.pages.get(&at.page).and_then(|ch| ch.slots.get(&at.slot)) {
             let r = match &c.after {
-                Some((kind, data)) if c.uniq == at.uniq => Some(SlotRef {
+                After::Image(kind, data) if c.uniq == at.uniq => Some(SlotRef {
                     kind: *kind,
                     uniq: c.uniq,
                     data,
                 }),
+                After::Merges { .. } => return self.slot_with_merges(at, f),
                 _ => None,
             };
             return Ok(f(r));
@@ -380,7 +424,7 @@ impl Txn {
 
     /// Calls `f` with the record `at` names in the committed page (see
     /// [`slot_in`]); the caller holds the object's lock.
-    fn committed_slot<R>(&mut self, at: Oid, f: impl FnOnce(Option<SlotRef<'_>>) -> R) -> Result<R> {
+    pub(super) fn committed_slot<R>(&mut self, at: Oid, f: impl FnOnce(Option<SlotRef<'_>>) -> R) -> Result<R> {
         let mut f = Some(f);
         let mut out = None;
         let r = self.db.read_committed(at.page, &mut |b| {
@@ -479,7 +523,7 @@ impl Txn {
     /// transactions' object-level writers of the page — the reads stay
     /// locked object by object. A backend that cannot lower a lock keeps
     /// the page's S (the change's IX then makes it SIX).
-    fn de_escalate(&mut self, page: PageId) -> Result<()> {
+    pub(super) fn de_escalate(&mut self, page: PageId) -> Result<()> {
         if !self.coarse_reads
             || !self.object_locks
             || self.held.get(&Resource::Page(page)) != Some(&LockMode::S)
@@ -548,18 +592,24 @@ impl Txn {
     fn change_record(&mut self, at: Oid, after: Option<(u8, &[u8])>) -> Result<Option<bool>> {
         self.refuse_if_doomed()?;
         self.take_object_locks(at, true)?;
-        let known = self
+        // The record's committed length, fixed now that the transaction
+        // holds X: a change made before under X knows it; an append made
+        // under A (when others could append too) does not.
+        let old = self
             .objects
             .pages
             .get(&at.page)
             .and_then(|ch| ch.slots.get(&at.slot))
-            .map(|c| (c.committed_len, c.len()));
-        let (committed_len, current_len) = match known {
-            Some(k) => k,
+            .map(|c| match c.after {
+                After::Merges { .. } => (c.net(), None),
+                _ => (c.net(), Some(c.committed_len)),
+            });
+        let (old_net, known_len) = old.unwrap_or((0, None));
+        let committed_len = match known_len {
+            Some(len) => len,
             None => {
                 let len = self.committed_slot(at, |r| r.map(|r| r.data.len()))?;
-                let len = len.ok_or(Error::NotFound { oid: at })?;
-                (len, len)
+                len.ok_or(Error::NotFound { oid: at })?
             }
         };
         let new_len = after.map_or(0, |(_, p)| p.len());
@@ -568,7 +618,7 @@ impl Txn {
             .pages
             .get(&at.page)
             .map_or((0, 0), |ch| (ch.net, ch.reserved));
-        let net = net_before - current_len as isize + new_len as isize;
+        let net = net_before - old_net + new_len as isize - committed_len as isize;
         let need = usize::try_from(net).unwrap_or(0);
         let mut reserved = reserved;
         let over_budget = self.objects.bytes + new_len > self.object_bytes_max;
@@ -599,10 +649,10 @@ impl Txn {
             SlotChange {
                 uniq: at.uniq,
                 committed_len,
-                after: after.map(|(k, p)| (k, p.to_vec())),
+                after: after.map_or(After::Deleted, |(k, p)| After::Image(k, p.to_vec())),
             },
         );
-        self.objects.bytes = self.objects.bytes + new_len - old.map_or(0, |c| c.len());
+        self.objects.bytes = self.objects.bytes + new_len - old.map_or(0, |c| c.held());
         self.changes += 1;
         Ok(Some(after.is_some()))
     }

@@ -148,7 +148,9 @@ fn wire_mode(m: LockMode) -> u8 {
         LockMode::IX => LOCK_MODE_IX,
         LockMode::S => LOCK_MODE_S,
         LockMode::SIX => LOCK_MODE_SIX,
-        LockMode::X => LOCK_MODE_X,
+        // A page client locks pages, never objects, so it never appends
+        // under A; were it asked to, X covers what A allows.
+        LockMode::X | LockMode::A => LOCK_MODE_X,
     }
 }
 

@@ -1,0 +1,282 @@
+//! Appends that commute: a change to an object that adds to it without
+//! reading it, kept logically and applied at commit to the object's newest
+//! record, so that many transactions append to one object at once.
+//!
+//! **Locks.** An append takes IX on the object's page (and on the page of
+//! its moved body, if it was moved) and the append mode `A` on the object
+//! (and on the body's address, as a change there takes X on it). `A` is
+//! compatible with itself and conflicts with `S`, `SIX` and `X`
+//! ([`LockMode::A`]): appenders of one object do not wait for each other,
+//! and whoever reads or rewrites the object waits for them all — so what
+//! a reader sees holds every append of a transaction or none, and strict
+//! two-phase locking still orders every reader after the appenders it
+//! sees. A transaction that reads what it appended converts to `SIX`,
+//! which waits for the other appenders to end.
+//!
+//! **Kept logically.** The append is a [`RecordMerge`]: a function of the
+//! record's bytes. The transaction keeps it with the record's other
+//! object-level changes (`objects.rs`, `After::Merges`), reads of the
+//! record apply it to the committed record, and commit applies the
+//! transaction's merges, in order, to the record as it stands in the
+//! page's newest image — the committed one, or one another appender's
+//! commit logged ahead of it — and logs the page's difference as any
+//! object-level change does. Recovery redoes page images, so it is
+//! unchanged.
+//!
+//! **Room.** Each append reserves its bound ([`RecordMerge::max_growth`])
+//! on the page of the record, as an object-level change that grows does;
+//! the page's room covers every transaction's reservations, so applying
+//! them at commit cannot run out of room. Under `A` nobody moves the
+//! record (a move needs X), so its page is fixed until the appenders end.
+//!
+//! **When an append is not kept.** [`Txn::merge`] answers `false`, and the
+//! caller takes X, reads the object, applies the merge and writes it back,
+//! when the transaction locks pages rather than objects, holds the page as
+//! a private copy, already changed the record as a whole, or when the
+//! record is large, the page has no room for the growth, the growth would
+//! take the record past the largest small record, or the merge does not
+//! apply to the record as it stands (a record of an older schema version
+//! that lacks the field). A record may still grow past the largest small
+//! record by many appenders at once (each checks only its own growth);
+//! it stays a small record, and the next rewrite makes it large.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::ids::Oid;
+use crate::lock::{LockMode, Resource};
+use crate::record::object::{
+    decode_padded, small_max, small_payload, KIND_FORWARD, KIND_MOVED_SMALL, KIND_SMALL, KIND_SMALL_PADDED,
+};
+use crate::record::slotted::SlotRef;
+
+use super::objects::{After, SlotChange};
+use super::Txn;
+
+/// A change to an object's bytes that commutes with every other change of
+/// its kind to the same object: applying two in either order gives
+/// records that mean the same (an append to a list: the elements of both,
+/// in the order the commits applied them). Kept by a transaction and
+/// applied at its commit to the newest record ([`Txn::merge`]).
+pub trait RecordMerge: Send + Sync + fmt::Debug {
+    /// The record with this change applied, or why it does not apply to
+    /// these bytes.
+    fn apply(&self, record: &[u8]) -> std::result::Result<Vec<u8>, String>;
+
+    /// At most how many bytes [`RecordMerge::apply`] adds to any record it
+    /// applies to (the room reserved for it).
+    fn max_growth(&self) -> usize;
+}
+
+/// The object's bytes in `kind`/`data` (a home record or a moved body at
+/// `at`) with `merges` applied, encoded back as a record of the same place:
+/// (kind, payload).
+pub(super) fn merged_record(kind: u8, data: &[u8], at: Oid, merges: &[Arc<dyn RecordMerge>]) -> Result<(u8, Vec<u8>)> {
+    let (bytes, back) = object_bytes(kind, data, at)?;
+    let bytes = apply_merges(bytes, at, merges)?;
+    Ok(match back {
+        None => {
+            let (kind, payload) = small_payload(&bytes);
+            (kind, payload.into_owned())
+        }
+        Some(back) => {
+            let mut p = back.to_vec();
+            p.extend_from_slice(&bytes);
+            (KIND_MOVED_SMALL, p)
+        }
+    })
+}
+
+/// The object's bytes in a small record (`kind`, `data`) at `at`, with
+/// the back pointer of a moved body.
+fn object_bytes(kind: u8, data: &[u8], at: Oid) -> Result<(Vec<u8>, Option<&[u8]>)> {
+    match kind {
+        KIND_SMALL => Ok((data.to_vec(), None)),
+        KIND_SMALL_PADDED => Ok((decode_padded(data, at)?, None)),
+        KIND_MOVED_SMALL if data.len() >= Oid::ENCODED_SIZE => {
+            let (back, body) = data.split_at(Oid::ENCODED_SIZE);
+            Ok((body.to_vec(), Some(back)))
+        }
+        other => Err(Error::corrupt(
+            at.page,
+            format!("object {at} was appended to, but its slot now holds a record of kind {other}"),
+        )),
+    }
+}
+
+/// `bytes` with `merges` applied in order.
+fn apply_merges(mut bytes: Vec<u8>, at: Oid, merges: &[Arc<dyn RecordMerge>]) -> Result<Vec<u8>> {
+    for m in merges {
+        bytes = m.apply(&bytes).map_err(|why| {
+            Error::corrupt(
+                at.page,
+                format!("an append to object {at} no longer applies to its record: {why}"),
+            )
+        })?;
+    }
+    Ok(bytes)
+}
+
+/// Where an append goes: the slot of the record and what it holds now.
+struct Target {
+    at: Oid,
+    kind: u8,
+    data: Vec<u8>,
+}
+
+impl Txn {
+    /// Appends to object `oid` with `merge`, without reading it (see the
+    /// module docs): true if the append is kept, to be applied at commit
+    /// to the newest record; false if it cannot be kept here, and the
+    /// caller must change the object as a whole instead (take X, read it,
+    /// apply the merge, write it). Either way the transaction may now hold
+    /// the object's append lock.
+    pub fn merge(&mut self, oid: Oid, merge: Arc<dyn RecordMerge>) -> Result<bool> {
+        self.check_active()?;
+        self.refuse_if_doomed()?;
+        if !self.object_level(oid.page) {
+            return Ok(false);
+        }
+        self.lock_to_append(oid)?;
+        let Some(target) = self.append_target(oid)? else {
+            return Ok(false);
+        };
+        // The object as this transaction's commit will find it, but for
+        // other transactions' appends: its own earlier appends applied.
+        let (bytes, _) = object_bytes(target.kind, &target.data, target.at)?;
+        let body = apply_merges(bytes, target.at, &self.merges_at(target.at))?;
+        let Ok(after) = merge.apply(&body) else {
+            return Ok(false);
+        };
+        if after.len() > small_max(self.db.page_size()) {
+            return Ok(false);
+        }
+        let growth = merge.max_growth().max(after.len().saturating_sub(body.len()));
+        if !self.reserve_for_append(target.at, growth)? {
+            return Ok(false);
+        }
+        let committed_len = target.data.len();
+        let ch = self.objects.pages.entry(target.at.page).or_default();
+        ch.net += growth as isize;
+        let c = ch.slots.entry(target.at.slot).or_insert_with(|| SlotChange {
+            uniq: target.at.uniq,
+            committed_len,
+            after: After::Merges {
+                merges: Vec::new(),
+                growth: 0,
+            },
+        });
+        if let After::Merges { merges, growth: g } = &mut c.after {
+            merges.push(merge);
+            *g += growth;
+        }
+        self.objects.bytes += growth;
+        self.changes += 1;
+        Ok(true)
+    }
+
+    /// IX on the page and A on the object.
+    fn lock_to_append(&mut self, at: Oid) -> Result<()> {
+        self.de_escalate(at.page)?;
+        self.lock(Resource::Page(at.page), LockMode::IX)?;
+        self.lock(Resource::Object(at), LockMode::A)
+    }
+
+    /// The slot an append to `oid` changes — its home, or its moved body,
+    /// locked to append too — with what it holds in the committed page;
+    /// `None` if the append cannot be kept (large, the transaction changed
+    /// the record as a whole, or the page is its private copy). Under the
+    /// append lock the record stays where it is.
+    fn append_target(&mut self, oid: Oid) -> Result<Option<Target>> {
+        if self.changed_whole(oid) {
+            return Ok(None);
+        }
+        let home = self.committed_slot(oid, |r| r.map(|r| (r.kind, r.data.to_vec())))?;
+        let (kind, data) = home.ok_or(Error::NotFound { oid })?;
+        match kind {
+            KIND_SMALL | KIND_SMALL_PADDED => Ok(Some(Target { at: oid, kind, data })),
+            KIND_FORWARD => {
+                let Some(body) = Oid::from_slice(&data).filter(|_| data.len() == Oid::ENCODED_SIZE) else {
+                    return Ok(None);
+                };
+                if !self.object_level(body.page) || self.changed_whole(body) {
+                    return Ok(None);
+                }
+                self.lock_to_append(body)?;
+                let rec = self.committed_slot(body, |r| r.map(|r| (r.kind, r.data.to_vec())))?;
+                match rec {
+                    Some((KIND_MOVED_SMALL, data)) if Oid::from_slice(&data) == Some(oid) => Ok(Some(Target {
+                        at: body,
+                        kind: KIND_MOVED_SMALL,
+                        data,
+                    })),
+                    // Damaged: the whole-object path reports it.
+                    _ => Ok(None),
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether the transaction changed the record at `at` as a whole (an
+    /// after-image or a deletion, under X).
+    fn changed_whole(&self, at: Oid) -> bool {
+        self.objects
+            .pages
+            .get(&at.page)
+            .and_then(|ch| ch.slots.get(&at.slot))
+            .is_some_and(|c| !matches!(c.after, After::Merges { .. }))
+    }
+
+    /// The appends the transaction keeps for the record at `at`.
+    fn merges_at(&self, at: Oid) -> Vec<Arc<dyn RecordMerge>> {
+        match self.objects.pages.get(&at.page).and_then(|ch| ch.slots.get(&at.slot)) {
+            Some(SlotChange {
+                after: After::Merges { merges, .. },
+                ..
+            }) => merges.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Reserves room for `growth` more bytes on `at`'s page: false if the
+    /// page has no room for it or the transaction's budget of change bytes
+    /// is spent.
+    fn reserve_for_append(&mut self, at: Oid, growth: usize) -> Result<bool> {
+        if self.objects.bytes + growth > self.object_bytes_max {
+            return Ok(false);
+        }
+        let (net, reserved) = self
+            .objects
+            .pages
+            .get(&at.page)
+            .map_or((0, 0), |ch| (ch.net, ch.reserved));
+        let need = usize::try_from(net + growth as isize).unwrap_or(0);
+        if need <= reserved {
+            return Ok(true);
+        }
+        if !self.db.reserve_room(self.owner(), at.page, need)? {
+            return Ok(false);
+        }
+        self.objects.pages.entry(at.page).or_default().reserved = need;
+        Ok(true)
+    }
+
+    /// [`Txn::slot_with`] for a record the transaction appended to: the
+    /// committed record with its appends applied, read under the record's
+    /// lock (which the read raised to `SIX`, so no other appender is left).
+    pub(super) fn slot_with_merges<R>(&mut self, at: Oid, f: impl FnOnce(Option<SlotRef<'_>>) -> R) -> Result<R> {
+        let merges = self.merges_at(at);
+        let rec = self.committed_slot(at, |r| r.map(|r| (r.kind, r.uniq, r.data.to_vec())))?;
+        let Some((kind, uniq, data)) = rec else {
+            return Ok(f(None));
+        };
+        let (kind, payload) = merged_record(kind, &data, at, &merges)?;
+        Ok(f(Some(SlotRef {
+            kind,
+            uniq,
+            data: &payload,
+        })))
+    }
+}

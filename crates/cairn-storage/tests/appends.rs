@@ -1,0 +1,326 @@
+//! Appends that commute (`txn/append.rs`): transactions that append to one
+//! object hold its append lock at once and neither waits for the other;
+//! a reader or writer of the object waits for all of them and sees every
+//! append of a committed transaction or none; an appender reads its own
+//! appends; commit applies each transaction's appends to the newest
+//! record (whichever commits first), abort drops them, and what commits
+//! survives a crash. A record that has no room for the growth is not
+//! appended to (the caller changes it whole instead), and a moved record
+//! is appended to in its moved body.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_storage::check::check_database;
+use cairn_storage::record::object::home_record;
+use cairn_storage::txn::RecordMerge;
+use cairn_storage::volume::VolumeOptions;
+use cairn_storage::{Db, DbOptions, Error, GroupId, Oid};
+
+/// The test's merge: `bytes` added at the end of the record.
+#[derive(Debug)]
+struct Tail(Vec<u8>);
+
+impl RecordMerge for Tail {
+    fn apply(&self, record: &[u8]) -> Result<Vec<u8>, String> {
+        if record.first() == Some(&0xFF) {
+            return Err("a record starting 0xFF takes no appends".into());
+        }
+        let mut r = record.to_vec();
+        r.extend_from_slice(&self.0);
+        Ok(r)
+    }
+
+    fn max_growth(&self) -> usize {
+        self.0.len()
+    }
+}
+
+fn tail(b: &[u8]) -> Arc<dyn RecordMerge> {
+    Arc::new(Tail(b.to_vec()))
+}
+
+/// Object locking, and lock waits that fail after `timeout` (a request
+/// that must be granted at once is asserted with a short one).
+fn opts(timeout: Duration) -> DbOptions {
+    DbOptions {
+        lock_timeout: timeout,
+        background: false,
+        object_locking: true,
+        ..DbOptions::default()
+    }
+}
+
+fn seed(db: &Db, records: &[Vec<u8>]) -> Vec<Oid> {
+    let mut t = db.begin().unwrap();
+    let oids = records.iter().map(|r| t.create(GroupId::DEFAULT, r).unwrap()).collect();
+    t.commit().unwrap();
+    oids
+}
+
+fn reopen_after_crash(db: Db, path: &std::path::Path, o: &DbOptions) -> Db {
+    db.crash();
+    let report = check_database(path, &VolumeOptions::default());
+    assert!(report.is_ok(), "{:?}", report.problems);
+    Db::open(path, o).unwrap()
+}
+
+#[test]
+fn two_appenders_of_one_object_run_at_once_and_a_reader_waits_for_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let o = opts(Duration::from_millis(300));
+    let db = Db::create(&path, &o).unwrap();
+    let oids = seed(&db, &[b"list:".to_vec(), b"other".to_vec()]);
+    let (list, other) = (oids[0], oids[1]);
+
+    let mut t1 = db.begin().unwrap();
+    let mut t2 = db.begin().unwrap();
+    // Neither waits for the other (a wait would time out).
+    assert!(t1.merge(list, tail(b"a")).unwrap());
+    assert!(t2.merge(list, tail(b"b")).unwrap());
+    assert!(t1.merge(list, tail(b"c")).unwrap());
+    // Another object of the page is read and written freely meanwhile.
+    let mut t3 = db.begin().unwrap();
+    assert_eq!(t3.read(other).unwrap(), b"other");
+    t3.commit().unwrap();
+    // A reader of the list waits for the appenders.
+    let mut t4 = db.begin().unwrap();
+    assert!(matches!(t4.read(list), Err(Error::LockTimeout { .. })));
+    t4.abort().unwrap();
+    // So does an appender that reads, for the other appender.
+    assert!(matches!(t1.read(list), Err(Error::LockTimeout { .. })));
+    // (The timed-out read dooms t1: it aborts, and its appends go.)
+    assert!(t1.commit().is_err());
+    t2.commit().unwrap();
+
+    let expect = |db: &Db, want: &[u8]| {
+        let mut t = db.begin().unwrap();
+        assert_eq!(t.read(list).unwrap(), want);
+        t.commit().unwrap();
+    };
+    expect(&db, b"list:b");
+    let db = reopen_after_crash(db, &path, &o);
+    expect(&db, b"list:b");
+    db.close().unwrap();
+}
+
+#[test]
+fn each_commit_applies_its_appends_to_the_newest_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let o = opts(Duration::from_millis(300));
+    let db = Db::create(&path, &o).unwrap();
+    let list = seed(&db, &[b"L".to_vec()])[0];
+    for first_commits_first in [true, false] {
+        let mut t1 = db.begin().unwrap();
+        let mut t2 = db.begin().unwrap();
+        assert!(t1.merge(list, tail(b"12")).unwrap());
+        assert!(t2.merge(list, tail(b"3")).unwrap());
+        assert!(t1.merge(list, tail(b"4")).unwrap());
+        if first_commits_first {
+            t1.commit().unwrap();
+            t2.commit().unwrap();
+        } else {
+            t2.commit().unwrap();
+            t1.commit().unwrap();
+        }
+    }
+    let want = b"L1243" // t1 then t2
+        .iter()
+        .chain(b"3124") // t2 then t1
+        .copied()
+        .collect::<Vec<u8>>();
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(list).unwrap(), want);
+    t.commit().unwrap();
+    let db = reopen_after_crash(db, &path, &o);
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(list).unwrap(), want);
+    t.commit().unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn an_appender_reads_its_own_appends_and_a_later_rewrite_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Duration::from_millis(300));
+    let db = Db::create(&dir.path().join("db"), &o).unwrap();
+    // A record shorter than a forwarding stub is stored padded.
+    let oids = seed(&db, &[b"ab".to_vec(), b"xyz".to_vec()]);
+    let (short, aborted) = (oids[0], oids[1]);
+    let mut t = db.begin().unwrap();
+    assert!(t.merge(short, tail(b"cdefghijkl")).unwrap());
+    assert_eq!(t.read(short).unwrap(), b"abcdefghijkl", "grows out of its padding");
+    assert!(t.merge(short, tail(b"m")).unwrap(), "appends again after reading");
+    assert_eq!(t.len(short).unwrap(), 13);
+    // A rewrite of what it read replaces the appends; one after it is
+    // applied to the rewrite.
+    let mut now = t.read(short).unwrap();
+    now.reverse();
+    t.update(short, &now).unwrap();
+    assert!(
+        !t.merge(short, tail(b"!")).unwrap(),
+        "changed whole: the caller rewrites it"
+    );
+    t.commit().unwrap();
+    // An aborted append leaves nothing.
+    let mut t = db.begin().unwrap();
+    assert!(t.merge(aborted, tail(b"lost")).unwrap());
+    t.abort().unwrap();
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(short).unwrap(), b"mlkjihgfedcba");
+    assert_eq!(t.read(aborted).unwrap(), b"xyz");
+    t.commit().unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn an_append_that_does_not_apply_or_fit_is_left_to_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Duration::from_millis(300));
+    let db = Db::create(&dir.path().join("db"), &o).unwrap();
+    // A page nearly full (about 450 bytes left); a quarter page (about
+    // 1,000 bytes) is the largest small record.
+    let mut records = vec![vec![0xFFu8; 20], vec![1u8; 100]];
+    records.extend((0..4).map(|i| vec![i as u8; 850]));
+    let oids = seed(&db, &records);
+    assert!(oids.iter().all(|x| x.page == oids[0].page));
+    let mut t = db.begin().unwrap();
+    assert!(!t.merge(oids[0], tail(b"x")).unwrap(), "the merge refuses the record");
+    assert!(
+        !t.merge(oids[2], tail(&[7u8; 200])).unwrap(),
+        "past the largest small record"
+    );
+    assert!(!t.merge(oids[1], tail(&[7u8; 600])).unwrap(), "no room on the page");
+    assert!(t.merge(oids[1], tail(&[7u8; 300])).unwrap(), "room for this one");
+    assert!(!t.merge(oids[1], tail(&[7u8; 300])).unwrap(), "but not for both");
+    t.commit().unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn a_moved_record_is_appended_to_in_its_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let o = opts(Duration::from_millis(300));
+    let db = Db::create(&path, &o).unwrap();
+    let oids = seed(&db, &(0..5).map(|i| vec![i as u8; 700]).collect::<Vec<_>>());
+    assert!(oids.iter().all(|x| x.page == oids[0].page));
+    // Grow two past the page's room: one's body moves, a stub stays home.
+    let mut t = db.begin().unwrap();
+    t.set_object_locking(false).unwrap();
+    t.update(oids[0], &[9u8; 1000]).unwrap();
+    t.update(oids[1], &[8u8; 1000]).unwrap();
+    let image = t.page_image(oids[1].page).unwrap().unwrap();
+    assert_eq!(home_record(&image, oids[1]).unwrap(), None, "moved off its page");
+    t.commit().unwrap();
+    let mut t1 = db.begin().unwrap();
+    let mut t2 = db.begin().unwrap();
+    assert!(t1.merge(oids[1], tail(b"one")).unwrap());
+    assert!(t2.merge(oids[1], tail(b"two")).unwrap());
+    t2.commit().unwrap();
+    t1.commit().unwrap();
+    let mut want = vec![8u8; 1000];
+    want.extend_from_slice(b"twoone");
+    let db = reopen_after_crash(db, &path, &o);
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(oids[1]).unwrap(), want);
+    t.commit().unwrap();
+    db.close().unwrap();
+}
+
+fn rounds() -> u32 {
+    std::env::var("CAIRN_APPEND_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
+}
+
+/// Threads append tokens to three objects of one page, abort some of
+/// their transactions, and now and then read an object and rewrite it
+/// whole as read (so a read that missed an append would lose it). Every
+/// token of a committed transaction is in the end state exactly once and
+/// no aborted one is, after a crash too. `CAIRN_APPEND_ROUNDS` scales the run (default 60).
+#[test]
+fn threads_appending_and_rewriting_lose_no_append() {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let o = opts(Duration::from_secs(60));
+    let db = Arc::new(Db::create(&path, &o).unwrap());
+    let lists = seed(&db, &[b"A".to_vec(), b"B".to_vec(), b"C".to_vec()]);
+    // Per object, the committed tokens (each token a thread and round).
+    let committed: Arc<Mutex<Vec<BTreeSet<[u8; 3]>>>> = Arc::new(Mutex::new(vec![BTreeSet::new(); 3]));
+    let handles: Vec<_> = (0..4u8)
+        .map(|me| {
+            let (db, lists, committed) = (Arc::clone(&db), lists.clone(), Arc::clone(&committed));
+            std::thread::spawn(move || {
+                for round in 0..rounds() {
+                    let r = (round as u16).to_be_bytes();
+                    let token = [me, r[0], r[1]];
+                    let mut t = db.begin().unwrap();
+                    let mut mine = Vec::new();
+                    let go = (|| -> cairn_storage::Result<()> {
+                        for (i, l) in lists.iter().enumerate() {
+                            if (round + u32::from(me) + i as u32).is_multiple_of(3) {
+                                continue;
+                            }
+                            if (round * 7 + u32::from(me)).is_multiple_of(11) {
+                                // Rewritten as read: a stale read loses appends.
+                                let now = t.read(*l)?;
+                                t.update(*l, &now)?;
+                            }
+                            if !t.merge(*l, tail(&token))? {
+                                // Changed whole already: so is the append.
+                                let mut now = t.read(*l)?;
+                                now.extend_from_slice(&token);
+                                t.update(*l, &now)?;
+                            }
+                            mine.push(i);
+                        }
+                        Ok(())
+                    })();
+                    let abort = round % 5 == 4;
+                    match go {
+                        Ok(()) if !abort => {
+                            // Noted before the commit's locks go, so a
+                            // reader never sees a token not yet noted.
+                            let mut c = committed.lock().unwrap();
+                            t.commit().unwrap();
+                            for i in mine {
+                                assert!(c[i].insert(token));
+                            }
+                        }
+                        Ok(()) => t.abort().unwrap(),
+                        Err(Error::Deadlock { .. }) => drop(t),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let db = Arc::try_unwrap(db).ok().unwrap();
+    let db = reopen_after_crash(db, &path, &o);
+    let mut t = db.begin().unwrap();
+    let committed = committed.lock().unwrap();
+    for (i, l) in lists.iter().enumerate() {
+        let bytes = t.read(*l).unwrap();
+        assert_eq!(bytes[0], b"ABC"[i]);
+        let found: Vec<[u8; 3]> = bytes[1..].chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
+        let set: BTreeSet<[u8; 3]> = found.iter().copied().collect();
+        assert_eq!(set.len(), found.len(), "object {i}: a token twice");
+        let lost: Vec<_> = committed[i].difference(&set).collect();
+        let extra: Vec<_> = set.difference(&committed[i]).collect();
+        assert!(
+            lost.is_empty() && extra.is_empty(),
+            "object {i}: lost {lost:?}, not committed {extra:?}"
+        );
+    }
+    t.commit().unwrap();
+    db.close().unwrap();
+}
