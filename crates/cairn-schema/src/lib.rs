@@ -2,6 +2,8 @@
 //! (`cairn-server`), so the server runs the catalog and the methods without
 //! the client crate:
 //!
+//! - [`append`]: an append to a list field as a change that commutes
+//!   with others ([`append::ListAppend`]), applied at commit.
 //! - [`catalog`]: the schema catalog, named roots and index directory, in
 //!   B+-trees named by the meta object of `cairn.system`.
 //! - [`catalog_change`]: every change to the catalog as one request,
@@ -19,6 +21,7 @@
 //! Architecture invariant: this crate depends on storage and the byte codec
 //! only: no network, no client, no server.
 
+pub mod append;
 pub mod catalog;
 pub mod catalog_change;
 pub mod error;

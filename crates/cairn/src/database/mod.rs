@@ -35,6 +35,7 @@ use crate::cache::{CachePolicy, CacheStats, CachedObject, ObjectCache};
 use crate::catalog::{self, Catalog, ClassInfo, Meta};
 use cairn_schema::catalog_change::{self, CatalogChange, Outcome};
 
+mod append;
 mod classes;
 mod query;
 mod read;
@@ -468,6 +469,8 @@ impl Inner {
             buffered: write::Buffered::new(&self.cache, txn.id()),
             txn,
             written: Default::default(),
+            appended: Default::default(),
+            lists: Vec::new(),
             overlay: cairn_storage::fxhash::FxHashMap::default(),
             local: Vec::new(),
             local_hits: 0,
@@ -631,6 +634,12 @@ pub struct Transaction<'db> {
     /// reads of them (to change them again) decode these, since a change
     /// may still be held in the dual buffer as a modified copy.
     written: cairn_storage::fxhash::FxHashMap<Oid, Arc<[u8]>>,
+    /// Objects this transaction appended to under append locks, not read
+    /// since: the store keeps the appends, so a read of one goes there
+    /// ([`Transaction::append`]).
+    appended: cairn_storage::fxhash::FxHashSet<Oid>,
+    /// List fields this transaction appended to, by type.
+    lists: Vec<(TypeId, Arc<cairn_schema::append::ListField>)>,
 }
 
 impl std::fmt::Debug for Transaction<'_> {
@@ -924,6 +933,32 @@ impl<'db> Transaction<'db> {
         index: &Index<K, T>,
         keys: &[K],
     ) -> Result<Vec<Option<Ref<T>>>> {
+        let found = self.find_unread(index, keys)?;
+        let lock: Vec<Oid> = found.iter().flatten().copied().collect();
+        self.txn.prefetch_for_update(&lock)?;
+        Ok(found.into_iter().map(|o| o.map(Ref::from_oid)).collect())
+    }
+
+    /// The first object of each of `keys`, for a transaction about to
+    /// [`Transaction::append`] to them: where the store keeps appends
+    /// (objects locked, embedded) they are only looked up — each append
+    /// takes its own append lock, which other appenders share — and
+    /// elsewhere they are locked for update as [`Transaction::find_for_update`]
+    /// locks them, since an append there rewrites the object.
+    pub fn find_to_append<K: IndexKey, T: Persistent>(
+        &mut self,
+        index: &Index<K, T>,
+        keys: &[K],
+    ) -> Result<Vec<Option<Ref<T>>>> {
+        if !self.txn.keeps_appends() {
+            return self.find_for_update(index, keys);
+        }
+        let found = self.find_unread(index, keys)?;
+        Ok(found.into_iter().map(|o| o.map(Ref::from_oid)).collect())
+    }
+
+    /// The first object of each of `keys`, looked up without reading it.
+    fn find_unread<K: IndexKey, T: Persistent>(&mut self, index: &Index<K, T>, keys: &[K]) -> Result<Vec<Option<Oid>>> {
         self.refuse_if_read_only()?;
         let Some((tree, cache)) = self.find_tree::<K, T>(index.field)? else {
             return Ok(vec![None; keys.len()]);
@@ -941,9 +976,7 @@ impl<'db> Transaction<'db> {
             self.count_index_answer(answer, &tree, index.field)?;
             found.push(oids.first().copied());
         }
-        let lock: Vec<Oid> = found.iter().flatten().copied().collect();
-        self.txn.prefetch_for_update(&lock)?;
-        Ok(found.into_iter().map(|o| o.map(Ref::from_oid)).collect())
+        Ok(found)
     }
 
     /// The objects whose indexed field lies between `lo` and `hi`, in key order.

@@ -75,6 +75,7 @@ impl Transaction<'_> {
             let (value, _, _) = self.fetch::<T>(oid)?;
             return Ok(Arc::new(value));
         }
+        self.settle_appends::<T>(oid)?;
         if !self.overlay.is_empty() {
             if let Some(o) = self.overlay.get(&oid) {
                 return downcast(oid, o.clone());
@@ -154,6 +155,9 @@ impl Transaction<'_> {
     /// the accessors never fail afterwards.
     pub fn view<T: Persistent>(&mut self, r: &Ref<T>) -> Result<crate::view::Obj<T>> {
         let oid = r.oid();
+        if !self.read_only {
+            self.settle_appends::<T>(oid)?;
+        }
         if !self.overlay.is_empty() {
             if let Some(o) = self.overlay.get(&oid) {
                 let value = downcast::<T>(oid, o.clone())?;

@@ -20,6 +20,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
+use cairn_schema::append::ListAppend;
 use cairn_schema::TreeOp;
 use cairn_storage::btree::BTree;
 use cairn_storage::lock::LockStats;
@@ -360,6 +361,14 @@ impl Source for Tx {
 
     fn update(&mut self, oid: Oid, bytes: &[u8]) -> StorageResult<()> {
         each!(self, t => Source::update(t, oid, bytes))
+    }
+
+    fn append(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool> {
+        each!(self, t => Source::append(t, oid, append))
+    }
+
+    fn keeps_appends(&self) -> bool {
+        each!(self, t => Source::keeps_appends(t))
     }
 
     fn delete(&mut self, oid: Oid) -> StorageResult<()> {

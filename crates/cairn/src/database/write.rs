@@ -92,6 +92,7 @@ impl Transaction<'_> {
         self.buffered.active = true;
         let flushed = self.inner.cache.discard(self.buffered.owner, oid)?;
         self.written.remove(&oid);
+        self.appended.remove(&oid);
         self.write_flushed(flushed)?;
         self.txn.delete(oid)?;
         self.overlay.remove(&oid);
@@ -102,7 +103,7 @@ impl Transaction<'_> {
     /// The object as this transaction sees it, decoded to be changed: its
     /// own last change if it made one (which may be held in the buffer),
     /// else read from the store.
-    fn load_own<T: Persistent>(&mut self, oid: Oid) -> Result<T> {
+    pub(super) fn load_own<T: Persistent>(&mut self, oid: Oid) -> Result<T> {
         match self.written.get(&oid) {
             Some(bytes) => {
                 let bytes = Arc::clone(bytes);
@@ -113,7 +114,12 @@ impl Transaction<'_> {
         }
     }
 
-    fn write<T: Persistent>(&mut self, oid: Oid, value: T, old_keys: Vec<(&'static str, Vec<u8>)>) -> Result<()> {
+    pub(super) fn write<T: Persistent>(
+        &mut self,
+        oid: Oid,
+        value: T,
+        old_keys: Vec<(&'static str, Vec<u8>)>,
+    ) -> Result<()> {
         let c = self.writable_class_of::<T>()?;
         let bytes: Arc<[u8]> = self.inner.encode(c, &value)?.into();
         // Refused here, not when a held copy is flushed at commit.
@@ -122,6 +128,7 @@ impl Transaction<'_> {
         self.buffered.active = true;
         let flushed = self.inner.cache.modify(self.buffered.owner, oid, Arc::clone(&bytes))?;
         self.written.insert(oid, bytes);
+        self.appended.remove(&oid);
         self.write_flushed(flushed)?;
         let new_keys = value.index_keys();
         for ((field, old), (_, new)) in old_keys.iter().zip(new_keys.iter()) {

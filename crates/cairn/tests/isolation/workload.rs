@@ -406,9 +406,15 @@ fn attempt(
                 *seen = Some(vals);
             }
             Op::Append { val, .. } => {
+                // Half as an append that commutes (kept under an append
+                // lock where objects are locked), half read and rewritten.
                 let val = *val;
-                tx.update(&cell, |c| c.vals.push(val))
-                    .map_err(|e| classify(&e, false))?;
+                let done = if rng.below(2) == 0 {
+                    tx.append(&cell, "vals", &val)
+                } else {
+                    tx.update(&cell, |c| c.vals.push(val))
+                };
+                done.map_err(|e| classify(&e, false))?;
             }
         }
     }

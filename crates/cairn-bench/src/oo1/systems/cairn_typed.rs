@@ -323,10 +323,11 @@ impl<'a> CairnOn<'a> {
         let db = self.db;
         let mut tx = db.begin()?;
         let mut v = Visits::default();
-        // The parts the new ones connect to that exist already are changed
-        // below (their `from` lists): looked up once each and locked for
-        // update together, in one order, before any is read (one round trip
-        // for the locks on a client of a server).
+        // The parts the new ones connect to that exist already get the new
+        // parts in their `from` lists: looked up once each, and appended to
+        // (appends that commute where objects are locked; elsewhere they
+        // are locked for update here together, in one order, before any is
+        // read: one round trip for the locks on a client of a server).
         let new_ids: std::collections::HashSet<u32> = parts.iter().map(|p| p.id).collect();
         let mut ids: Vec<u32> = parts
             .iter()
@@ -337,7 +338,7 @@ impl<'a> CairnOn<'a> {
         ids.sort_unstable();
         ids.dedup();
         let mut targets = std::collections::HashMap::with_capacity(ids.len());
-        for (id, r) in ids.iter().zip(tx.find_for_update(&BY_ID, &ids)?) {
+        for (id, r) in ids.iter().zip(tx.find_to_append(&BY_ID, &ids)?) {
             let r = r.ok_or_else(|| wrong(self.name, format!("no part {id} in the index")))?;
             targets.insert(*id, r);
         }
@@ -379,7 +380,7 @@ impl<'a> CairnOn<'a> {
                 } else {
                     target_of(&mut tx, c.to)?
                 };
-                tx.update(&target, |t| t.from.push(r.clone()))?;
+                tx.append(&target, "from", &r)?;
             }
         }
         tx.commit()?;

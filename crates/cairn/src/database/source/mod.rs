@@ -18,6 +18,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use cairn_schema::append::ListAppend;
 use cairn_schema::TreeOp;
 use cairn_storage::btree::BTree;
 use cairn_storage::{GroupId, Oid, PageId};
@@ -218,6 +219,16 @@ pub(crate) trait Source: StoreOps {
 
     /// Replaces the object's bytes.
     fn update(&mut self, oid: Oid, bytes: &[u8]) -> StorageResult<()>;
+
+    /// Keeps `append` for the object without reading it, to be applied at
+    /// commit to its newest record (`cairn_storage::txn::RecordMerge`):
+    /// true if kept; false if the caller must change the object whole
+    /// instead (read, append, write under X).
+    fn append(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool>;
+
+    /// Whether [`Source::append`] keeps appends (under append locks) rather
+    /// than leaving the caller to rewrite the object under X.
+    fn keeps_appends(&self) -> bool;
 
     /// Deletes the object.
     fn delete(&mut self, oid: Oid) -> StorageResult<()>;

@@ -4,6 +4,9 @@
 
 use std::ops::Bound;
 
+use std::sync::Arc;
+
+use cairn_schema::append::ListAppend;
 use cairn_schema::TreeOp;
 use cairn_storage::btree::BTree;
 use cairn_storage::{GroupId, Oid, PageId, Txn};
@@ -137,6 +140,15 @@ impl Source for ObjectTxn {
 
     fn update(&mut self, oid: Oid, bytes: &[u8]) -> StorageResult<()> {
         ObjectTxn::update(self, oid, bytes)
+    }
+
+    /// Not kept yet: an object-server client appends by rewriting.
+    fn append(&mut self, _oid: Oid, _append: &Arc<ListAppend>) -> StorageResult<bool> {
+        Ok(false)
+    }
+
+    fn keeps_appends(&self) -> bool {
+        false
     }
 
     fn delete(&mut self, oid: Oid) -> StorageResult<()> {

@@ -1,6 +1,9 @@
 //! [`Source`] of a page-based storage [`Txn`]: embedded, and the page and
 //! file clients.
 
+use std::sync::Arc;
+
+use cairn_schema::append::ListAppend;
 use cairn_schema::TreeOp;
 use cairn_storage::access::Recording;
 use cairn_storage::btree::BTree;
@@ -130,6 +133,20 @@ impl Source for Txn {
 
     fn update(&mut self, oid: Oid, bytes: &[u8]) -> StorageResult<()> {
         Txn::update(self, oid, bytes)
+    }
+
+    /// Kept under the object's append lock when the transaction locks
+    /// objects (embedded); never under page locking (page and file
+    /// clients), where the page's X lock serializes appenders anyway.
+    fn append(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool> {
+        if !self.object_locking() {
+            return Ok(false);
+        }
+        self.merge(oid, Arc::clone(append) as Arc<dyn cairn_storage::txn::RecordMerge>)
+    }
+
+    fn keeps_appends(&self) -> bool {
+        self.object_locking()
     }
 
     fn delete(&mut self, oid: Oid) -> StorageResult<()> {
