@@ -47,7 +47,7 @@ use crate::error::{Error, Result};
 use crate::ids::Oid;
 use crate::lock::{LockMode, Resource};
 use crate::record::object::{
-    decode_padded, small_max, small_payload, KIND_FORWARD, KIND_MOVED_SMALL, KIND_SMALL, KIND_SMALL_PADDED,
+    decode_padded, small_max, small_payload, KIND_FORWARD, KIND_LARGE, KIND_MOVED_SMALL, KIND_SMALL, KIND_SMALL_PADDED,
 };
 use crate::record::slotted::SlotRef;
 
@@ -138,7 +138,97 @@ impl Txn {
         if !self.object_level(oid.page) {
             return Ok(false);
         }
+        // Where the record is and whether its page has room, asked before
+        // the append lock (a hint, read without a lock and checked again
+        // under it): a large record, or one whose page has no room, is
+        // rewritten whole under the caller's X, which would otherwise
+        // have to wait for every other appender to give up its append
+        // lock (two appenders raising A to X deadlock).
+        if !self.holds_append(oid) {
+            let room = match self.peek_target(oid)? {
+                Some(page) if self.object_level(page) => {
+                    // A reservation holds only under an intention lock on
+                    // the page: a page-level writer (X) takes room without
+                    // looking at reservations, and waits for IX holders.
+                    self.de_escalate(page)?;
+                    self.lock(Resource::Page(page), LockMode::IX)?;
+                    let room = self.reserve_on(page, merge.max_growth())?;
+                    self.forget_if_unchanged(page);
+                    room
+                }
+                _ => false,
+            };
+            if !room {
+                self.db.note_append(false);
+                return Ok(false);
+            }
+        }
         self.lock_to_append(oid)?;
+        let kept = self.keep_merge(oid, merge)?;
+        self.db.note_append(kept);
+        Ok(kept)
+    }
+
+    /// Before appending to each of `oids`: takes X now, in OID order, on
+    /// those whose appends cannot be kept because their records are large
+    /// (the caller rewrites them whole), so a transaction appending to
+    /// many objects takes its exclusive locks in one global order rather
+    /// than in the order of its appends. The others are left to their
+    /// append locks.
+    pub fn lock_for_appends(&mut self, oids: &[Oid]) -> Result<()> {
+        self.check_active()?;
+        let mut oids = oids.to_vec();
+        oids.sort_unstable();
+        oids.dedup();
+        for oid in oids {
+            if self.object_level(oid.page) && self.peek_kind(oid)? == Some(KIND_LARGE) {
+                self.lock_object(oid, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The kind of `oid`'s committed home record, read without a lock: a
+    /// hint, which the locked path checks again.
+    fn peek_kind(&mut self, oid: Oid) -> Result<Option<u8>> {
+        Ok(self.peek_slot(oid)?.map(|(kind, _)| kind))
+    }
+
+    /// `at`'s committed slot (kind and payload), read without a lock.
+    fn peek_slot(&mut self, at: Oid) -> Result<Option<(u8, Vec<u8>)>> {
+        if at.page.0 >= self.db.page_count() {
+            return Ok(None);
+        }
+        self.committed_slot(at, |r| r.map(|r| (r.kind, r.data.to_vec())))
+    }
+
+    /// The page an append to `oid` would grow, read without a lock: its
+    /// home's, or its moved body's; `None` for a large record.
+    fn peek_target(&mut self, oid: Oid) -> Result<Option<crate::ids::PageId>> {
+        Ok(match self.peek_slot(oid)? {
+            Some((KIND_LARGE, _)) => None,
+            Some((KIND_FORWARD, stub)) => Some(Oid::from_slice(&stub).map_or(oid.page, |body| body.page)),
+            _ => Some(oid.page),
+        })
+    }
+
+    /// Drops the entry of `page` in the transaction's object-level changes
+    /// if it holds no change (a reservation made ahead of one): commit
+    /// goes through every page with an entry. The backend's reservation
+    /// stays (it ends with the transaction) and is replaced by the next.
+    fn forget_if_unchanged(&mut self, page: crate::ids::PageId) {
+        if self.objects.pages.get(&page).is_some_and(|ch| ch.slots.is_empty()) {
+            self.objects.pages.remove(&page);
+        }
+    }
+
+    /// Whether the transaction holds the object's append lock already.
+    fn holds_append(&self, oid: Oid) -> bool {
+        self.held.get(&Resource::Object(oid)) == Some(&LockMode::A)
+    }
+
+    /// [`Txn::merge`] under the append lock: false if it cannot be kept.
+    fn keep_merge(&mut self, oid: Oid, merge: Arc<dyn RecordMerge>) -> Result<bool> {
         let Some(target) = self.append_target(oid)? else {
             return Ok(false);
         };
@@ -153,7 +243,7 @@ impl Txn {
             return Ok(false);
         }
         let growth = merge.max_growth().max(after.len().saturating_sub(body.len()));
-        if !self.reserve_for_append(target.at, growth)? {
+        if !self.reserve_on(target.at.page, growth)? {
             return Ok(false);
         }
         let committed_len = target.data.len();
@@ -240,26 +330,22 @@ impl Txn {
         }
     }
 
-    /// Reserves room for `growth` more bytes on `at`'s page: false if the
-    /// page has no room for it or the transaction's budget of change bytes
-    /// is spent.
-    fn reserve_for_append(&mut self, at: Oid, growth: usize) -> Result<bool> {
+    /// Reserves room for `growth` more bytes on `page` besides what the
+    /// transaction's changes there already need: false if the page has no
+    /// room for it or the transaction's budget of change bytes is spent.
+    fn reserve_on(&mut self, page: crate::ids::PageId, growth: usize) -> Result<bool> {
         if self.objects.bytes + growth > self.object_bytes_max {
             return Ok(false);
         }
-        let (net, reserved) = self
-            .objects
-            .pages
-            .get(&at.page)
-            .map_or((0, 0), |ch| (ch.net, ch.reserved));
+        let (net, reserved) = self.objects.pages.get(&page).map_or((0, 0), |ch| (ch.net, ch.reserved));
         let need = usize::try_from(net + growth as isize).unwrap_or(0);
         if need <= reserved {
             return Ok(true);
         }
-        if !self.db.reserve_room(self.owner(), at.page, need)? {
+        if !self.db.reserve_room(self.owner(), page, need)? {
             return Ok(false);
         }
-        self.objects.pages.entry(at.page).or_default().reserved = need;
+        self.objects.pages.entry(page).or_default().reserved = need;
         Ok(true)
     }
 

@@ -102,6 +102,13 @@ pub struct DbStats {
     /// reads", `txn/objects.rs`) lowered to IS, with their objects locked
     /// one by one, before the transaction changed an object there.
     pub de_escalations: u64,
+    /// Appends kept under append locks (`Txn::merge` answered true), and
+    /// appends it left to be made whole under X (no room on the record's
+    /// page, a large record, a merge that did not apply; not counted:
+    /// transactions that lock pages, which never keep one).
+    pub appends_kept: u64,
+    /// See [`DbStats::appends_kept`].
+    pub appends_whole: u64,
     /// Pages of file-server commits whose client died before writing them,
     /// repaired by the server (`txn/unwritten.rs`).
     pub pages_repaired: u64,
@@ -122,6 +129,8 @@ pub(super) struct Counters {
     pub(super) pages_spilled: AtomicU64,
     pub(super) escalations: AtomicU64,
     pub(super) de_escalations: AtomicU64,
+    pub(super) appends_kept: AtomicU64,
+    pub(super) appends_whole: AtomicU64,
     pub(super) repaired: AtomicU64,
 }
 
@@ -690,6 +699,8 @@ impl Db {
             pages_spilled: c.pages_spilled.load(Ordering::Relaxed),
             escalations: c.escalations.load(Ordering::Relaxed),
             de_escalations: c.de_escalations.load(Ordering::Relaxed),
+            appends_kept: c.appends_kept.load(Ordering::Relaxed),
+            appends_whole: c.appends_whole.load(Ordering::Relaxed),
             pages_repaired: c.repaired.load(Ordering::Relaxed),
             wal: self.shared.wal.stats(),
             buffer: self.shared.pool.stats(),

@@ -257,6 +257,15 @@ impl Backend for Shared {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    fn note_append(&self, kept: bool) {
+        let c = if kept {
+            &self.counters.appends_kept
+        } else {
+            &self.counters.appends_whole
+        };
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn note_spilled(&self, pages: u64) {
         self.counters
             .pages_spilled

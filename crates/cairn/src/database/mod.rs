@@ -941,10 +941,12 @@ impl<'db> Transaction<'db> {
 
     /// The first object of each of `keys`, for a transaction about to
     /// [`Transaction::append`] to them: where the store keeps appends
-    /// (objects locked, embedded) they are only looked up — each append
-    /// takes its own append lock, which other appenders share — and
-    /// elsewhere they are locked for update as [`Transaction::find_for_update`]
-    /// locks them, since an append there rewrites the object.
+    /// (objects locked, embedded) they are looked up, and only those whose
+    /// appends it cannot keep (large records) are locked for update, in
+    /// one global order — each other append takes its own append lock,
+    /// which other appenders share; elsewhere all are locked for update as
+    /// [`Transaction::find_for_update`] locks them, since an append there
+    /// rewrites the object.
     pub fn find_to_append<K: IndexKey, T: Persistent>(
         &mut self,
         index: &Index<K, T>,
@@ -954,6 +956,8 @@ impl<'db> Transaction<'db> {
             return self.find_for_update(index, keys);
         }
         let found = self.find_unread(index, keys)?;
+        let oids: Vec<Oid> = found.iter().flatten().copied().collect();
+        self.txn.prepare_appends(&oids)?;
         Ok(found.into_iter().map(|o| o.map(Ref::from_oid)).collect())
     }
 

@@ -371,6 +371,10 @@ impl Source for Tx {
         each!(self, t => Source::keeps_appends(t))
     }
 
+    fn prepare_appends(&mut self, oids: &[Oid]) -> StorageResult<()> {
+        each!(self, t => Source::prepare_appends(t, oids))
+    }
+
     fn delete(&mut self, oid: Oid) -> StorageResult<()> {
         each!(self, t => Source::delete(t, oid))
     }

@@ -230,6 +230,10 @@ pub(crate) trait Source: StoreOps {
     /// than leaving the caller to rewrite the object under X.
     fn keeps_appends(&self) -> bool;
 
+    /// Before appends to `oids` ([`Source::keeps_appends`]): the exclusive
+    /// locks of those it will not keep, taken now in one global order.
+    fn prepare_appends(&mut self, oids: &[Oid]) -> StorageResult<()>;
+
     /// Deletes the object.
     fn delete(&mut self, oid: Oid) -> StorageResult<()>;
 

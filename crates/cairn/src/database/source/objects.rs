@@ -151,6 +151,10 @@ impl Source for ObjectTxn {
         false
     }
 
+    fn prepare_appends(&mut self, _oids: &[Oid]) -> StorageResult<()> {
+        Ok(())
+    }
+
     fn delete(&mut self, oid: Oid) -> StorageResult<()> {
         ObjectTxn::delete(self, oid)
     }

@@ -149,6 +149,10 @@ impl Source for Txn {
         self.object_locking()
     }
 
+    fn prepare_appends(&mut self, oids: &[Oid]) -> StorageResult<()> {
+        self.lock_for_appends(oids)
+    }
+
     fn delete(&mut self, oid: Oid) -> StorageResult<()> {
         Txn::delete(self, oid)
     }
