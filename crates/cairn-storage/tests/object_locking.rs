@@ -117,28 +117,27 @@ fn growth_past_the_reserved_room_moves_the_record_without_waiting_for_the_page()
     let path = dir.path().join("db");
     let o = opts(true, Duration::from_secs(10));
     let db = Arc::new(Db::create(&path, &o).unwrap());
-    // About 3.4 KiB of a 4 KiB page used (inserts leave a tenth of a page
-    // free): about 690 bytes of room left.
-    let oids = seed(&db, 11, 300);
+    // About 3.6 KiB of a 4 KiB page used: little room left.
+    let oids = seed(&db, 12, 300);
     assert!(oids.iter().all(|x| x.page == oids[0].page));
     let (a, b) = (oids[0], oids[1]);
 
     let mut t1 = db.begin().unwrap();
-    t1.update(a, &[7u8; 700]).unwrap();
-    // 400 more bytes do not fit beside t1's reserved 400: t2 moves b's
+    t1.update(a, &[7u8; 500]).unwrap();
+    // 200 more bytes do not fit beside t1's reserved 200: t2 moves b's
     // body elsewhere and commits while t1 still holds its changes (the
     // same thread: a wait for the page would be a lock timeout here).
     let mut t2 = db.begin().unwrap();
-    t2.update(b, &[8u8; 700]).unwrap();
+    t2.update(b, &[8u8; 500]).unwrap();
     t2.commit().unwrap();
     assert_eq!(db.stats().escalations, 0, "no page lock taken");
     t1.commit().unwrap();
 
     let mut t = db.begin().unwrap();
-    assert_eq!(t.read(a).unwrap(), vec![7u8; 700]);
+    assert_eq!(t.read(a).unwrap(), vec![7u8; 500]);
     assert_eq!(
         t.read(b).unwrap(),
-        vec![8u8; 700],
+        vec![8u8; 500],
         "moved off the full page, reachable by its OID"
     );
     let image = t.page_image(b.page).unwrap().unwrap();
@@ -158,7 +157,7 @@ fn growth_past_the_reserved_room_moves_the_record_without_waiting_for_the_page()
     let db = Arc::try_unwrap(db).ok().unwrap();
     let db = reopen_after_crash(db, &path, &o);
     let mut t = db.begin().unwrap();
-    assert_eq!(t.read(b).unwrap(), vec![8u8; 700]);
+    assert_eq!(t.read(b).unwrap(), vec![8u8; 500]);
     t.commit().unwrap();
     db.close().unwrap();
 }

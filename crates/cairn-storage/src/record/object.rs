@@ -30,7 +30,7 @@
 
 use crate::access::PageAccess;
 use crate::error::{Error, Result};
-use crate::ids::{GroupId, Oid, PageId, SlotIdx, Uniq};
+use crate::ids::{GroupId, Oid, PageId};
 use crate::page::{self, PageType};
 use crate::record::large::{self, LargeDescriptor};
 use crate::record::slotted;
@@ -211,13 +211,6 @@ fn create_at<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, da
     }
 }
 
-/// The part of an existing page a new record leaves free (one tenth), for
-/// the page's records to grow in place — lists appended to, above all,
-/// whose appends commute only while their page has room for them
-/// (`txn/append.rs`) — as a table's PCTFREE does. A new page takes any
-/// record.
-const FILL_FREE_DIVISOR: usize = 10;
-
 /// Inserts a record into a page of `group`, trying in order: the page
 /// `near` (if given), pages of the clustering region around it, the
 /// group's current fill page, then a newly allocated page.
@@ -242,14 +235,7 @@ fn place<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, kind: 
         if s.read(p, page::page_type)? != Some(PageType::Slotted) {
             continue;
         }
-        let keep = s.page_size() / FILL_FREE_DIVISOR;
-        let placed = s.modify(p, |b| -> Result<Option<(SlotIdx, Uniq)>> {
-            match slotted::free_for_insert(b)? {
-                Some(free) if free >= payload.len() + keep => slotted::insert(b, kind, payload),
-                _ => Ok(None),
-            }
-        })?;
-        if let Some((slot, uniq)) = placed {
+        if let Some((slot, uniq)) = s.modify(p, |b| slotted::insert(b, kind, payload))? {
             if near.is_none() {
                 s.set_fill_page(group, Some(p));
             }
