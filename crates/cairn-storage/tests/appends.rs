@@ -69,6 +69,37 @@ fn reopen_after_crash(db: Db, path: &std::path::Path, o: &DbOptions) -> Db {
     Db::open(path, o).unwrap()
 }
 
+/// Joins the appending threads, checks both ways of appending were taken,
+/// and crashes and recovers the database.
+fn join_and_recover(
+    handles: Vec<std::thread::JoinHandle<()>>,
+    db: Arc<Db>,
+    path: &std::path::Path,
+    o: &DbOptions,
+) -> Db {
+    for h in handles {
+        h.join().unwrap();
+    }
+    let st = db.stats();
+    assert!(st.appends_kept > 0 && st.appends_whole > 0, "both paths taken: {st:?}");
+    let db = Arc::try_unwrap(db).ok().unwrap();
+    reopen_after_crash(db, path, o)
+}
+
+/// `tail` is whole tokens of `N` bytes, each once, and exactly `committed`.
+fn assert_tokens<const N: usize>(what: &str, tail: &[u8], committed: &std::collections::BTreeSet<[u8; N]>) {
+    assert_eq!(tail.len() % N, 0, "{what}: whole tokens");
+    let found: Vec<[u8; N]> = tail.chunks(N).map(|c| c.try_into().unwrap()).collect();
+    let set: std::collections::BTreeSet<[u8; N]> = found.iter().copied().collect();
+    assert_eq!(set.len(), found.len(), "{what}: a token twice");
+    let lost: Vec<_> = committed.difference(&set).collect();
+    let extra: Vec<_> = set.difference(committed).collect();
+    assert!(
+        lost.is_empty() && extra.is_empty(),
+        "{what}: lost {lost:?}, not committed {extra:?}"
+    );
+}
+
 #[test]
 fn two_appenders_of_one_object_run_at_once_and_a_reader_waits_for_both() {
     let dir = tempfile::tempdir().unwrap();
@@ -310,28 +341,13 @@ fn threads_appending_and_rewriting_lose_no_append() {
             })
         })
         .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
-    let st = db.stats();
-    assert!(st.appends_kept > 0 && st.appends_whole > 0, "both paths taken: {st:?}");
-    let db = Arc::try_unwrap(db).ok().unwrap();
-    let db = reopen_after_crash(db, &path, &o);
+    let db = join_and_recover(handles, db, &path, &o);
     let mut t = db.begin().unwrap();
     let committed = committed.lock().unwrap();
     for (i, l) in lists.iter().enumerate() {
         let bytes = t.read(*l).unwrap();
         assert_eq!(bytes[0], b"ABC"[i]);
-        assert_eq!((bytes.len() - 1) % TOKEN, 0, "object {i}: whole tokens");
-        let found: Vec<[u8; TOKEN]> = bytes[1..].chunks(TOKEN).map(|c| c.try_into().unwrap()).collect();
-        let set: BTreeSet<[u8; TOKEN]> = found.iter().copied().collect();
-        assert_eq!(set.len(), found.len(), "object {i}: a token twice");
-        let lost: Vec<_> = committed[i].difference(&set).collect();
-        let extra: Vec<_> = set.difference(&committed[i]).collect();
-        assert!(
-            lost.is_empty() && extra.is_empty(),
-            "object {i}: lost {lost:?}, not committed {extra:?}"
-        );
+        assert_tokens(&format!("object {i}"), &bytes[1..], &committed[i]);
     }
     t.commit().unwrap();
     db.close().unwrap();
@@ -409,22 +425,14 @@ fn many_lists_under_appends_creates_and_moves_check_clean_after_a_crash() {
             })
         })
         .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
-    let st = db.stats();
-    assert!(st.appends_kept > 0 && st.appends_whole > 0, "both paths taken: {st:?}");
-    let db = Arc::try_unwrap(db).ok().unwrap();
-    let db = reopen_after_crash(db, &path, &o);
+    let db = join_and_recover(handles, db, &path, &o);
     let mut t = db.begin().unwrap();
     let committed = committed.lock().unwrap();
     for (i, l) in lists.iter().enumerate() {
         let bytes = t.read(*l).unwrap();
         let base = 60 + i * 7;
         assert_eq!(&bytes[..base], &vec![i as u8; base][..]);
-        let found: BTreeSet<[u8; TOKEN]> = bytes[base..].chunks(TOKEN).map(|c| c.try_into().unwrap()).collect();
-        assert_eq!((bytes.len() - base) / TOKEN, found.len(), "list {i}: a token twice");
-        assert_eq!(found, committed[i], "list {i}");
+        assert_tokens(&format!("list {i}"), &bytes[base..], &committed[i]);
     }
     t.commit().unwrap();
     db.close().unwrap();
