@@ -288,7 +288,15 @@ fn concurrent_key_swaps_never_show_a_torn_index(b: Backend) {
                         let mut tx = db.begin()?;
                         for _ in 0..20 {
                             k = (k + 37) % N;
-                            let found = tx.find(&BY_KEY, &k)?;
+                            // Every value (a torn swap would show two), or
+                            // the first (under key ranges only a first value
+                            // of a non-unique index is answered from the
+                            // cache).
+                            let found = if k % 2 == 0 {
+                                tx.find(&BY_KEY, &k)?
+                            } else {
+                                tx.find_one(&BY_KEY, &k)?.into_iter().collect()
+                            };
                             assert_eq!(found.len(), 1, "key {k} found {} times", found.len());
                             assert_eq!(tx.get(&found[0])?.key, k, "key {k} names an item with another key");
                             assert!(

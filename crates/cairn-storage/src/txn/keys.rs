@@ -1058,6 +1058,11 @@ impl Txn {
             .is_none_or(|((k, _), _)| k.as_slice() != key)
     }
 
+    /// Whether `tree`, under key-range locking, holds one value per key.
+    pub fn tree_is_unique(&mut self, tree: &BTree) -> Result<bool> {
+        Ok(self.tree_state(tree)?.unique)
+    }
+
     /// The locks a lookup of `key` in `tree` under key-range locking takes
     /// when it finds `values` (in order): S on the gap below each (which
     /// covers the entry too); with `past` (the gap just
