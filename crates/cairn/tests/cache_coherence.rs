@@ -289,9 +289,7 @@ fn concurrent_key_swaps_never_show_a_torn_index(b: Backend) {
                         for _ in 0..20 {
                             k = (k + 37) % N;
                             // Every value (a torn swap would show two), or
-                            // the first (under key ranges only a first value
-                            // of a non-unique index is answered from the
-                            // cache).
+                            // the first: both are answered from the cache.
                             let found = if k % 2 == 0 {
                                 tx.find(&BY_KEY, &k)?
                             } else {

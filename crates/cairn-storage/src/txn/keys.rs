@@ -1058,9 +1058,23 @@ impl Txn {
             .is_none_or(|((k, _), _)| k.as_slice() != key)
     }
 
-    /// Whether `tree`, under key-range locking, holds one value per key.
-    pub fn tree_is_unique(&mut self, tree: &BTree) -> Result<bool> {
-        Ok(self.tree_state(tree)?.unique)
+    /// Whether no other transaction has an uncommitted change of `key` in
+    /// `tree` (read under the tree's latch). A cached answer validated by
+    /// its gap locks must also ask this: an insert registered before those
+    /// locks were granted may hold its lock on a gap the cache does not
+    /// name (the gap below another transaction's uncommitted entry, which
+    /// that one's abort then removes), and a scan of the tree would have
+    /// met it and waited for it.
+    pub fn tree_key_settled(&mut self, tree: &BTree, key: &[u8]) -> Result<bool> {
+        let state = self.tree_state(tree)?;
+        let pending = state.read();
+        let me = self.id;
+        let from = (key.to_vec(), Vec::new());
+        Ok(pending
+            .entries
+            .range(from..)
+            .take_while(|((k, _), _)| k.as_slice() == key)
+            .all(|(_, owner)| *owner == me))
     }
 
     /// The locks a lookup of `key` in `tree` under key-range locking takes

@@ -351,10 +351,15 @@ fn index_lookup_in_pages(
 /// [`index_lookup_in_pages`] under key-range locking: a lookup locks the
 /// key, not the leaf, and a commit changes a leaf without a page lock but
 /// gives it a new version in the cache (the database's tree-change hook)
-/// before it releases its key locks. So a cached entry of a unique tree
-/// the transaction has not changed is used under the key's lock (S on the
-/// entry, as a lookup that finds it takes) if the leaf's version is
-/// unchanged once that lock is held; a fill reads the leaf as it stands
+/// before it releases its key locks. So a cached entry of a key the
+/// transaction has not changed is used under the locks a lookup that
+/// found its values takes (S on the gap below each, and past the last) if
+/// the leaf's version is unchanged once they are held and no other
+/// transaction has an uncommitted change of the key
+/// (`Txn::tree_key_settled`: an insert registered before those locks may
+/// hold a gap the cached answer does not name, where a scan of the tree
+/// would have met it; without this check the phantom workload saw
+/// phantoms about one 20,000-transaction run in two); a fill reads the leaf as it stands
 /// (no lock: what it caches is validated when used) after noting the
 /// counter, as at page level.
 fn index_lookup_by_key(
@@ -366,15 +371,7 @@ fn index_lookup_by_key(
     max_entries: usize,
     out: &mut Vec<Oid>,
 ) -> StorageResult<IndexAnswer> {
-    // Only a key's one value (a unique tree) or first value is answered
-    // from the cache: answers of every value of a key of a non-unique
-    // tree, validated by the gaps below each value and the gap past the
-    // last, let the phantom workload see phantoms (about one run in two of
-    // `embedded_threads_scanning_under_object_and_key_range_locks_see_no_phantoms`
-    // at 20,000 transactions; none in 16 without them), for a reason not
-    // yet found. They read the tree, under its locks.
-    let one = first_only || txn.tree_is_unique(&tree)?;
-    let cacheable = one && txn.tree_key_cacheable(&tree, key);
+    let cacheable = txn.tree_key_cacheable(&tree, key);
     let start = out.len();
     if cacheable {
         if let Some((leaf, version, past)) = cache.get_with_past(key, first_only, out) {
@@ -387,7 +384,7 @@ fn index_lookup_by_key(
                 let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
                 txn.lock_tree_lookup(&tree, key, &values, past)?;
             }
-            if cache.still(leaf, version) {
+            if cache.still(leaf, version) && txn.tree_key_settled(&tree, key)? {
                 return Ok(IndexAnswer::Cached);
             }
             out.truncate(start);
