@@ -191,23 +191,31 @@ impl Txn {
     /// The kind of `oid`'s committed home record, read without a lock: a
     /// hint, which the locked path checks again.
     fn peek_kind(&mut self, oid: Oid) -> Result<Option<u8>> {
-        Ok(self.peek_slot(oid)?.map(|(kind, _)| kind))
+        Ok(self.peek_home(oid)?.map(|(kind, _)| kind))
     }
 
-    /// `at`'s committed slot (kind and payload), read without a lock.
-    fn peek_slot(&mut self, at: Oid) -> Result<Option<(u8, Vec<u8>)>> {
-        if at.page.0 >= self.db.page_count() {
+    /// `oid`'s committed home record, read without a lock (and without a
+    /// copy): its kind, and where a forwarding stub points.
+    fn peek_home(&mut self, oid: Oid) -> Result<Option<(u8, Option<Oid>)>> {
+        if oid.page.0 >= self.db.page_count() {
             return Ok(None);
         }
-        self.committed_slot(at, |r| r.map(|r| (r.kind, r.data.to_vec())))
+        self.committed_slot(oid, |r| {
+            r.map(|r| {
+                (
+                    r.kind,
+                    (r.kind == KIND_FORWARD).then(|| Oid::from_slice(r.data)).flatten(),
+                )
+            })
+        })
     }
 
     /// The page an append to `oid` would grow, read without a lock: its
     /// home's, or its moved body's; `None` for a large record.
     fn peek_target(&mut self, oid: Oid) -> Result<Option<crate::ids::PageId>> {
-        Ok(match self.peek_slot(oid)? {
+        Ok(match self.peek_home(oid)? {
             Some((KIND_LARGE, _)) => None,
-            Some((KIND_FORWARD, stub)) => Some(Oid::from_slice(&stub).map_or(oid.page, |body| body.page)),
+            Some((KIND_FORWARD, Some(body))) => Some(body.page),
             _ => Some(oid.page),
         })
     }
