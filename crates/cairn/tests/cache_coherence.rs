@@ -417,3 +417,81 @@ fn views_in_cached_page_images_never_show_stale_or_uncommitted_state(b: Backend)
     assert!(s.image_loads > 0 && s.image_hits > 0, "{s:?}");
     assert!(s.invalidations > 0, "committed changes dropped no image: {s:?}");
 }
+
+/// Key ranges: a cached answer of a key is validated by the gap locks a
+/// lookup that found its values takes, but an insert of the key registered
+/// before them may hold its IX on a gap the cached answer does not name —
+/// the gap below a third transaction's uncommitted entry of the key, which
+/// that one's abort then removes. A scan of the tree meets the insert and
+/// waits for it; the cache must too, or the reader sees the inserted entry
+/// appear later in the same transaction (a phantom the isolation checker
+/// found about one 20,000-transaction run in two before the fix).
+#[test]
+fn key_range_cached_answer_waits_for_an_insert_under_an_aborted_neighbour() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(Backend::EmbeddedKeyRanges, &dir.path().join("db"));
+    let db = site.open(whole_page_opts());
+    const K: u32 = 7;
+    // Index values are OIDs compared as bytes: the three lowest become the
+    // committed entry (v1), the late insert (a) and the aborted one (b),
+    // so that v1 < a < b under key K.
+    let mut refs = fill(&db, 40);
+    refs.sort_by_key(|r| r.oid().to_bytes());
+    let (v1, a, b) = (refs[0].clone(), refs[1].clone(), refs[2].clone());
+    let mut tx = db.begin().unwrap();
+    let k_owner = tx.find_one(&BY_KEY, &K).unwrap().expect("key K is filled");
+    tx.update(&k_owner, |it| it.key = 1_000).unwrap();
+    tx.update(&v1, |it| it.key = K).unwrap();
+    tx.commit().unwrap();
+    // The cache learns K → [v1], and answers it.
+    for _ in 0..2 {
+        let mut tx = db.begin().unwrap();
+        assert_eq!(tx.find(&BY_KEY, &K).unwrap(), vec![v1.clone()]);
+        tx.commit().unwrap();
+    }
+    let hits = db.cache_stats().index_hits;
+    assert!(hits > 0, "the index cache never answered K");
+
+    // b's insert of K first, then a's just below it (its IX on the gap
+    // below b's entry); then b's transaction aborts.
+    let mut tb = db.begin().unwrap();
+    tb.update(&b, |it| it.key = K).unwrap();
+    let mut ta = db.begin().unwrap();
+    ta.update(&a, |it| it.key = K).unwrap();
+    tb.abort().unwrap();
+    let waits = || db.storage().expect("embedded").stats().locks.waits;
+    let waits_before = waits();
+
+    let (found_tx, found_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let db = &db;
+        let reader = s.spawn(move || {
+            let mut tx = db.begin().unwrap();
+            let first = tx.find(&BY_KEY, &K).unwrap();
+            found_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            let second = tx.find(&BY_KEY, &K).unwrap();
+            tx.commit().unwrap();
+            (first, second)
+        });
+        // The reader either waits for a's insert (a lock wait) or answers
+        // without it; a commits once one of the two has happened.
+        loop {
+            if found_rx.try_recv().is_ok() || waits() > waits_before {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        ta.commit().unwrap();
+        go_tx.send(()).unwrap();
+        let (first, second) = reader.join().unwrap();
+        assert_eq!(
+            first, second,
+            "a key's entries changed within one transaction (a phantom)"
+        );
+        let mut both = vec![v1.clone(), a.clone()];
+        both.sort_by_key(|r| r.oid().to_bytes());
+        assert_eq!(second, both);
+    });
+}
