@@ -234,15 +234,22 @@ fn object_request(g: &mut Gen, pages: u32) -> ObjectRequest {
         },
         2 | 3 => {
             let changes = (0..1 + g.below(3))
-                .map(|_| {
-                    if g.below(2) == 0 {
-                        Change::Update {
-                            oid: g.oid(pages),
-                            bytes: g.bytes(200),
-                        }
-                    } else {
-                        Change::Delete { oid: g.oid(pages) }
-                    }
+                .map(|_| match g.below(3) {
+                    0 => Change::Update {
+                        oid: g.oid(pages),
+                        bytes: g.bytes(200),
+                    },
+                    1 => Change::Delete { oid: g.oid(pages) },
+                    // Any class, field and type (the server places the
+                    // field by its own catalog, and checks the elements).
+                    _ => Change::Append {
+                        oid: g.oid(pages),
+                        class: g.below(4) as u32,
+                        field: ["from", "to", "tags", ""][g.below(4) as usize].to_string(),
+                        elem: g.bytes(6),
+                        count: g.below(3) as u32,
+                        elems: g.bytes(40),
+                    },
                 })
                 .collect();
             if g.below(2) == 0 {

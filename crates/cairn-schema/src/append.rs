@@ -3,7 +3,7 @@
 //! the record with the elements added at the end of the field's list,
 //! whatever else other appends added before it. The typed layer keeps it
 //! in an embedded transaction (`Transaction::append`), and the object
-//! server in a client's (an `OBJ_APPEND` change), where it is applied at
+//! server in a client's (an `Append` change of OBJ_FLUSH), where it is applied at
 //! commit to the record as it then stands (`cairn_storage::txn`, module
 //! `append`).
 //!
@@ -116,6 +116,50 @@ impl ListAppend {
             )));
         }
         Ok(ListAppend { field, elems, count })
+    }
+
+    /// An append of `count` elements encoded in `elems` to the list field
+    /// `name` of class `class`, whose elements' type is `elem` encoded by
+    /// [`crate::catalog::encode_type_desc`] — as an object client sends
+    /// it — placed by `cat`, the server's own catalog (what the client
+    /// says is checked against it, never trusted). `fields` keeps the
+    /// fields placed so far (one per class, name and type).
+    pub fn from_wire(
+        cat: &Catalog,
+        fields: &mut HashMap<(u32, String, Vec<u8>), Arc<ListField>>,
+        class: u32,
+        name: &str,
+        elem: &[u8],
+        count: u64,
+        elems: Vec<u8>,
+    ) -> Result<ListAppend> {
+        let key = (class, name.to_string(), elem.to_vec());
+        let field = match fields.get(&key) {
+            Some(f) => Arc::clone(f),
+            None => {
+                let ty = crate::catalog::decode_type_desc(elem)
+                    .map_err(|e| Error::InvalidArgument(format!("the element type of an append to {name}: {e}")))?;
+                let f = Arc::new(ListField::of(cat, class, name, &ty)?);
+                fields.insert(key, Arc::clone(&f));
+                f
+            }
+        };
+        ListAppend::new(field, elems, count)
+    }
+
+    /// The field appended to.
+    pub fn field(&self) -> &Arc<ListField> {
+        &self.field
+    }
+
+    /// The elements, encoded one after another.
+    pub fn elems(&self) -> &[u8] {
+        &self.elems
+    }
+
+    /// How many elements [`ListAppend::elems`] holds.
+    pub fn count(&self) -> u64 {
+        self.count
     }
 
     /// Where the list's count starts and its elements end in `record`, and
@@ -275,6 +319,31 @@ mod tests {
         assert!(ListAppend::new(f, vec![], u64::MAX).is_err(), "a hostile count");
         let e = ListField::of(&catalog(), 7, "name", &TypeDesc::U16).unwrap_err();
         assert!(e.to_string().contains("no field name of type Vec<u16>"), "{e}");
+    }
+
+    #[test]
+    fn an_append_from_the_wire_is_placed_by_the_servers_catalog() {
+        use crate::catalog::encode_type_desc;
+        let cat = catalog();
+        let mut fields = HashMap::new();
+        let u16_ty = encode_type_desc(&TypeDesc::U16);
+        let a = ListAppend::from_wire(&cat, &mut fields, 7, "tags", &u16_ty, 1, u16s(&[9])).unwrap();
+        assert_eq!(a.apply(&record_v1("q", &[1])).unwrap(), record_v1("q", &[1, 9]));
+        assert_eq!((a.count(), a.elems(), a.field().name()), (1, &u16s(&[9])[..], "tags"));
+        // The field is placed once per class, name and type.
+        ListAppend::from_wire(&cat, &mut fields, 7, "tags", &u16_ty, 2, u16s(&[1, 2])).unwrap();
+        assert_eq!(fields.len(), 1);
+        // A type the catalog does not give the field, a damaged type, a
+        // class without it, elements that are not of the type: refused.
+        let u32_ty = encode_type_desc(&TypeDesc::U32);
+        let e = ListAppend::from_wire(&cat, &mut fields, 7, "tags", &u32_ty, 1, vec![0; 4]).unwrap_err();
+        assert!(e.to_string().contains("Vec<u32>"), "{e}");
+        let e = ListAppend::from_wire(&cat, &mut fields, 7, "tags", &[99], 1, vec![0; 2]).unwrap_err();
+        assert!(e.to_string().contains("element type"), "{e}");
+        let e = ListAppend::from_wire(&cat, &mut fields, 7, "tags", &[3, 3], 1, vec![0; 2]).unwrap_err();
+        assert!(e.to_string().contains("element type"), "{e}");
+        assert!(ListAppend::from_wire(&cat, &mut fields, 8, "tags", &u16_ty, 1, vec![0; 2]).is_err());
+        assert!(ListAppend::from_wire(&cat, &mut fields, 7, "tags", &u16_ty, 2, vec![0; 2]).is_err());
     }
 
     proptest! {

@@ -607,6 +607,23 @@ fn decode_type(r: &mut Reader<'_>, depth: usize) -> Result<TypeDesc, DecodeError
     })
 }
 
+/// Encodes a type descriptor as a schema stores it (an object client's
+/// append names its elements' type so).
+pub fn encode_type_desc(t: &TypeDesc) -> Vec<u8> {
+    let mut w = Writer::new();
+    encode_type(t, &mut w);
+    w.into_bytes()
+}
+
+/// Decodes a type descriptor [`encode_type_desc`] encoded: all of `b`,
+/// nothing left over.
+pub fn decode_type_desc(b: &[u8]) -> Result<TypeDesc, DecodeError> {
+    let mut r = Reader::within("type descriptor", b);
+    let t = decode_type(&mut r, 0)?;
+    r.finish("type descriptor")?;
+    Ok(t)
+}
+
 /// Encodes a schema (field list).
 pub fn encode_schema(fields: &[FieldDesc]) -> Vec<u8> {
     let mut w = Writer::new();

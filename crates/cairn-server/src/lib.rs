@@ -178,6 +178,9 @@ struct Core {
     /// Requests running on blocking threads, of all sessions.
     waiting: Arc<Bound>,
     waiting_per_session_max: usize,
+    /// The catalog object clients' appends are placed by
+    /// (`objects/appends.rs`).
+    catalog: objects::CatalogCopy,
 }
 
 impl Core {
@@ -458,6 +461,7 @@ impl PageServer {
             txns: Bound::new("open transactions on the server (txns_max)", config.txns_max),
             waiting: Bound::new("requests waiting on the server (waiting_max)", config.waiting_max),
             waiting_per_session_max: config.waiting_per_session_max,
+            catalog: Default::default(),
         });
         let weak = Arc::downgrade(&core);
         let hook = move |owner: cairn_storage::lock::LockOwner,

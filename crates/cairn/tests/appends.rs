@@ -127,3 +127,127 @@ fn appenders_of_one_object_do_not_wait_for_each_other_and_a_reader_waits_for_the
     tx.commit().unwrap();
     db.close().unwrap();
 }
+
+#[test]
+fn object_client_appends_are_kept_until_commit() {
+    appends_of_remote_clients_are_kept_until_commit(Backend::Object);
+}
+
+#[test]
+fn adaptive_client_appends_are_kept_until_commit() {
+    appends_of_remote_clients_are_kept_until_commit(Backend::Adaptive);
+}
+
+/// Object-server clients keep appends and send them with the commit,
+/// where the server applies them to the object as it then stands under
+/// an append lock: one client's transaction appending to an object does
+/// not hold it, so another client's append to it commits meanwhile (with
+/// the append made a rewrite, the second would wait for the first's X
+/// until the server's lock timeout). A server method sees the appends (they
+/// go ahead of it, OBJ_FLUSH), and so does a read after it.
+fn appends_of_remote_clients_are_kept_until_commit(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(b, &dir.path().join("db")).server_env("CAIRN_TEST_LOCK_TIMEOUT_MS", "2000");
+    let db1 = site.open(common::opts());
+    let db2 = site.open(common::opts());
+    let mut tx = db1.begin().unwrap();
+    let hub = tx.create_in("nodes", node("hub")).unwrap();
+    let spoke = tx.create_in("nodes", node("spoke")).unwrap();
+    tx.commit().unwrap();
+
+    let mut t1 = db1.begin().unwrap();
+    t1.append(&hub, "tags", &1u16).unwrap();
+    t1.append(&hub, "from", &spoke).unwrap();
+    let mut t2 = db2.begin().unwrap();
+    t2.append(&hub, "tags", &2u16).unwrap();
+    t2.commit().unwrap();
+    t1.append(&hub, "tags", &3u16).unwrap();
+    t1.commit().unwrap();
+    let mut tx = db2.begin().unwrap();
+    let h = tx.get(&hub).unwrap();
+    assert_eq!((h.tags.clone(), h.from.0.clone()), (vec![2, 1, 3], vec![spoke.clone()]));
+    tx.commit().unwrap();
+
+    // Sent ahead of a server method, which sees them; read back after it,
+    // appended to again, committed.
+    let mut tx = db1.begin().unwrap();
+    tx.append(&hub, "tags", &4u16).unwrap();
+    let tagged = [cairn::Predicate::new("name", cairn::Cmp::Eq, "hub")];
+    assert_eq!(tx.count::<Node>("nodes", &tagged).unwrap(), 1);
+    tx.append(&spoke, "tags", &9u16).unwrap();
+    assert_eq!(tx.get(&hub).unwrap().tags, vec![2, 1, 3, 4]);
+    tx.append(&hub, "tags", &5u16).unwrap();
+    tx.commit().unwrap();
+    for db in [&db1, &db2] {
+        let mut tx = db.begin().unwrap();
+        assert_eq!(tx.get(&hub).unwrap().tags, vec![2, 1, 3, 4, 5]);
+        assert_eq!(tx.get(&spoke).unwrap().tags, vec![9]);
+        tx.commit().unwrap();
+    }
+    db1.close().unwrap();
+    db2.close().unwrap();
+}
+
+#[test]
+fn object_client_appends_lock_before_its_reads_are_let_go() {
+    appends_lock_before_the_reads_are_let_go(Backend::Object);
+}
+
+#[test]
+fn adaptive_client_appends_lock_before_its_reads_are_let_go() {
+    appends_lock_before_the_reads_are_let_go(Backend::Adaptive);
+}
+
+/// Write skew through appends (found by the isolation checker): T1 reads
+/// `b` under its client's right and appends to `a`; T2 reads `a` and
+/// appends to `b`. Each read must hold off the other's append, so both
+/// cannot commit. A client stops naming a transaction as a reader under
+/// its rights once the transaction's end is on the way; were the appends'
+/// locks taken in the commit, after that, T2's append to `b` would not
+/// wait for T1 and both would commit. They are taken ahead of it: T1's
+/// waits for T2's read, T2's then waits for T1's, and one of them is a
+/// deadlock victim.
+fn appends_lock_before_the_reads_are_let_go(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(backend, &dir.path().join("db"));
+    let db1 = site.open(common::opts());
+    let db2 = site.open(common::opts());
+    let mut tx = db1.begin().unwrap();
+    let a = tx.create_in("nodes", node("a")).unwrap();
+    let b = tx.create_in("nodes", node("b")).unwrap();
+    tx.commit().unwrap();
+    // db1 keeps `b` under a right.
+    let mut tx = db1.begin().unwrap();
+    tx.get(&b).unwrap();
+    tx.commit().unwrap();
+
+    let mut t1 = db1.begin().unwrap();
+    assert!(t1.get(&b).unwrap().tags.is_empty());
+    t1.append(&a, "tags", &1u16).unwrap();
+    let mut t2 = db2.begin().unwrap();
+    assert!(t2.get(&a).unwrap().tags.is_empty());
+    let waits = || db2.server_lock_stats().unwrap().expect("served").waits;
+    let before = waits();
+    let outcomes = std::thread::scope(|s| {
+        let first = s.spawn(move || t1.commit());
+        // T1's append waits for T2's read of `a` on the server.
+        while waits() == before {
+            std::thread::yield_now();
+        }
+        t2.append(&b, "tags", &2u16).unwrap();
+        let second = t2.commit();
+        [first.join().unwrap(), second]
+    });
+    let committed = outcomes.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(
+        committed, 1,
+        "both appends committed over each other's reads: {outcomes:?}"
+    );
+    for r in &outcomes {
+        if let Err(e) = r {
+            assert!(e.is_retryable(), "{e}");
+        }
+    }
+    db1.close().unwrap();
+    db2.close().unwrap();
+}

@@ -32,7 +32,9 @@ pub enum TreeOp {
 }
 
 /// One change an OBJ_COMMIT carries: `oid[10], op u8 (0 update, 1
-/// delete)`, then for an update `len u32, bytes` (the whole new object).
+/// delete, 2 append)`, then for an update `len u32, bytes` (the whole new
+/// object), for an append `class u32, field key16 (UTF-8), elem key16,
+/// count u32, elems value32`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     /// The object's new bytes.
@@ -46,6 +48,25 @@ pub enum Change {
     Delete {
         /// The object.
         oid: [u8; OID_BYTES],
+    },
+    /// Elements added at the end of a list field of the object, which the
+    /// client did not read: the server applies them at commit to the
+    /// object as it then stands, under an append lock other appenders
+    /// share (or, where it cannot keep them so, reads the object under X
+    /// and rewrites it), placing the field by its own catalog.
+    Append {
+        /// The object.
+        oid: [u8; OID_BYTES],
+        /// Its class (the first field of its records).
+        class: u32,
+        /// The list field's name.
+        field: String,
+        /// The elements' type, as a schema stores a type descriptor.
+        elem: Vec<u8>,
+        /// How many elements `elems` holds.
+        count: u32,
+        /// The elements, encoded one after another.
+        elems: Vec<u8>,
     },
 }
 
@@ -272,6 +293,39 @@ impl Change {
                 w.put(oid);
                 w.put_u8(1);
             }
+            Change::Append {
+                oid,
+                class,
+                field,
+                elem,
+                count,
+                elems,
+            } => {
+                w.put(oid);
+                w.put_u8(2);
+                w.put_u32(*class);
+                w.put_bytes16(field.as_bytes());
+                w.put_bytes16(elem);
+                w.put_u32(*count);
+                w.put_bytes32(elems);
+            }
+        }
+    }
+
+    /// The object the change is to.
+    pub fn oid(&self) -> [u8; OID_BYTES] {
+        match self {
+            Change::Update { oid, .. } | Change::Delete { oid } | Change::Append { oid, .. } => *oid,
+        }
+    }
+
+    /// The bytes of object data it carries (what a transaction's bound on
+    /// its changes counts).
+    pub fn data_len(&self) -> usize {
+        match self {
+            Change::Update { bytes, .. } => bytes.len(),
+            Change::Delete { .. } => 0,
+            Change::Append { elems, .. } => elems.len(),
         }
     }
 
@@ -283,7 +337,15 @@ impl Change {
                 bytes: r.bytes32("an object")?.to_vec(),
             },
             1 => Change::Delete { oid: o },
-            _ => return Err(malformed(what, "a change is 0 (update) or 1 (delete)")),
+            2 => Change::Append {
+                oid: o,
+                class: r.u32("an append's class")?,
+                field: r.str16("an append's field")?.to_string(),
+                elem: r.bytes16("an append's element type")?.to_vec(),
+                count: r.u32("an append's element count")?,
+                elems: r.bytes32("an append's elements")?.to_vec(),
+            },
+            _ => return Err(malformed(what, "a change is 0 (update), 1 (delete) or 2 (append)")),
         })
     }
 }

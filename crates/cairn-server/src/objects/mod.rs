@@ -40,6 +40,8 @@ use cairn_storage::{Error, GroupId, Oid, PageId, Txn};
 
 use crate::{fault, lock, Core, SessionState};
 
+mod appends;
+pub(crate) use appends::CatalogCopy;
 mod pages;
 #[cfg(test)]
 mod tests;
@@ -401,7 +403,7 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
         ObjectRequest::Flush { txn, changes } => {
             let (_, t) = state.txn_or_begin(db, txn).map_err(fault)?;
             let mut t = lock(&t);
-            apply(&mut t, &changes).map_err(fault)?;
+            apply(core, &mut t, &changes).map_err(fault)?;
             Ok(Vec::new())
         }
         ObjectRequest::Method { txn, method } => {
@@ -443,13 +445,7 @@ fn commit(core: &Core, state: &SessionState, txn: u64, changes: &[Change]) -> Re
     state.txn_or_begin(&core.db, txn).map_err(fault)?;
     // Any error drops `t`: the transaction is rolled back.
     let (mut t, _slot) = state.take_for_commit(txn, "OBJ_COMMIT")?;
-    let bytes: u64 = changes
-        .iter()
-        .map(|c| match c {
-            Change::Update { bytes, .. } => bytes.len() as u64,
-            Change::Delete { .. } => 0,
-        })
-        .sum();
+    let bytes: u64 = changes.iter().map(|c| c.data_len() as u64).sum();
     if bytes > core.txn_bytes_max {
         return Err(fault(Error::LimitExceeded {
             what: "bytes of object changes in one transaction (txn_bytes_max)",
@@ -457,17 +453,35 @@ fn commit(core: &Core, state: &SessionState, txn: u64, changes: &[Change]) -> Re
             limit: core.txn_bytes_max,
         }));
     }
-    apply(&mut t, changes).map_err(fault)?;
+    apply(core, &mut t, changes).map_err(fault)?;
     t.commit().map_err(fault)?;
     Ok(Vec::new())
 }
 
-/// Applies a client's after-images (or deletions) in order.
-fn apply(t: &mut Txn, changes: &[Change]) -> Result<(), Error> {
+/// Applies a client's after-images, deletions and appends
+/// (`appends.rs`) in order.
+fn apply(core: &Core, t: &mut Txn, changes: &[Change]) -> Result<(), Error> {
+    let mut lists = None;
     for c in changes {
         match c {
             Change::Update { oid, bytes } => t.update(oid_of(oid), bytes)?,
             Change::Delete { oid } => t.delete(oid_of(oid))?,
+            Change::Append {
+                oid,
+                class,
+                field,
+                elem,
+                count,
+                elems,
+            } => {
+                let lists = match &mut lists {
+                    Some(l) => l,
+                    None => lists.insert(appends::Lists::of(core, t)?),
+                };
+                let oid = oid_of(oid);
+                let append = lists.append(oid, *class, field, elem, *count, elems)?;
+                appends::append_to(t, oid, append)?;
+            }
         }
     }
     Ok(())

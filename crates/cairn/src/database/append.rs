@@ -13,14 +13,15 @@ impl Transaction<'_> {
     /// Adds `value` at the end of the list field `field` (a `List<V>` or
     /// `Vec<V>`) of the object, without reading it.
     ///
-    /// Where the store locks objects (embedded, by default) the append is
+    /// Where the store locks objects (embedded, by default; the object
+    /// and adaptive clients, whose server does) the append is
     /// kept and applied at commit to the object as it then stands, under
     /// an append lock that other appenders share: transactions appending
     /// to one object do not wait for each other, and one that reads or
     /// changes the object whole waits for them all. Each transaction's
     /// appends land together, in the order its commit applies them, after
     /// those of transactions that committed before it. Elsewhere (page
-    /// locking; an object-server client, today), and when the object was
+    /// locking: the page and file clients), and when the object was
     /// already changed whole in this transaction, the field is indexed or
     /// the object's page has no room for the growth, it is the same as
     /// [`Transaction::update`] pushing `value`. This transaction reads its

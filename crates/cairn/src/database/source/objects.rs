@@ -142,15 +142,19 @@ impl Source for ObjectTxn {
         ObjectTxn::update(self, oid, bytes)
     }
 
-    /// Not kept yet: an object-server client appends by rewriting.
-    fn append(&mut self, _oid: Oid, _append: &Arc<ListAppend>) -> StorageResult<bool> {
-        Ok(false)
+    /// Kept by the client and sent with the changes; the server applies
+    /// it at commit under the object's append lock
+    /// (`ObjectTxn::append`).
+    fn append(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool> {
+        ObjectTxn::append(self, oid, append)
     }
 
     fn keeps_appends(&self) -> bool {
-        false
+        true
     }
 
+    /// Nothing to lock ahead: the server takes each append's lock at
+    /// commit, in OID order (X for one it cannot keep).
     fn prepare_appends(&mut self, _oids: &[Oid]) -> StorageResult<()> {
         Ok(())
     }

@@ -7,9 +7,12 @@
 //! size keeps a bounded part of it in the client's memory and no message
 //! carries more than the server takes in one.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cairn_net::object_service::{Change, ObjectRequest};
+use cairn_schema::append::ListAppend;
+use cairn_storage::txn::RecordMerge;
 use cairn_storage::{Error, Oid, Result};
 
 use super::{ObjectTxn, Read};
@@ -41,7 +44,117 @@ pub(super) fn wire_change(oid: Oid, after: Option<Vec<u8>>) -> Change {
     }
 }
 
+/// The bytes an append takes in a message, at most.
+fn append_size(a: &ListAppend) -> usize {
+    CHANGE_OVERHEAD + 16 + a.field().name().len() + 64 + a.elems().len()
+}
+
+/// An append as OBJ_FLUSH and OBJ_COMMIT carry it (its count fits a
+/// `u32`: [`ObjectTxn::append`] keeps no other).
+fn wire_append(oid: Oid, a: &ListAppend) -> Change {
+    Change::Append {
+        oid: oid.to_bytes(),
+        class: a.field().class(),
+        field: a.field().name().to_string(),
+        elem: cairn_schema::catalog::encode_type_desc(a.field().elem()),
+        count: u32::try_from(a.count()).unwrap_or(u32::MAX),
+        elems: a.elems().to_vec(),
+    }
+}
+
+/// Every append kept, in OID order and per object in the order made.
+pub(super) fn wire_appends(appends: BTreeMap<Oid, Vec<Arc<ListAppend>>>) -> impl Iterator<Item = Change> {
+    appends
+        .into_iter()
+        .flat_map(|(oid, list)| list.into_iter().map(move |a| wire_append(oid, &a)))
+}
+
 impl ObjectTxn {
+    /// Keeps `append` to the object, which this transaction need not have
+    /// read, to send with its changes: the server applies it at commit to
+    /// the object as it then stands, under an append lock other appenders
+    /// share (`Txn::merge` there). False if it cannot be kept — the object
+    /// was changed whole in this transaction (or sent so ahead of the
+    /// commit), the append is longer than a message carries or holds more
+    /// than `u32::MAX` elements: the caller rewrites the object instead. A
+    /// later read or change of the object here reads it under X and
+    /// applies the appends kept ([`ObjectTxn::settle_appends`]).
+    pub fn append(&mut self, oid: Oid, append: &Arc<ListAppend>) -> Result<bool> {
+        self.check_active()?;
+        self.refuse_if_snapshot()?;
+        let size = append_size(append);
+        if self.changes.contains_key(&oid)
+            || self.exclusive.contains_key(&oid)
+            || size > self.changes_per_message()
+            || u32::try_from(append.count()).is_err()
+        {
+            return Ok(false);
+        }
+        if self.changes_bytes + size > self.changes_kept_max() {
+            self.send_changes(false)?;
+        }
+        self.appends.entry(oid).or_default().push(Arc::clone(append));
+        self.changes_bytes += size;
+        self.pin(oid);
+        Ok(true)
+    }
+
+    /// Before a read or a change of `oid` here, if this transaction kept
+    /// appends to it: reads it under X and keeps it, the appends applied,
+    /// as the transaction's change of it (what every later read answers
+    /// from). The appends stay kept if that fails.
+    pub(super) fn settle_appends(&mut self, oid: Oid) -> Result<()> {
+        if self.appends.is_empty() {
+            return Ok(());
+        }
+        let Some(list) = self.appends.remove(&oid) else {
+            return Ok(());
+        };
+        let size: usize = list.iter().map(|a| append_size(a)).sum();
+        self.changes_bytes -= size;
+        let merged = self.read_for_update(oid).and_then(|mut bytes| {
+            for a in &list {
+                bytes = a.apply(&bytes).map_err(|why| {
+                    Error::InvalidArgument(format!("appending to {} of object {oid}: {why}", a.field().name()))
+                })?;
+            }
+            Ok(bytes)
+        });
+        match merged {
+            Ok(bytes) => self.change(oid, Some(bytes)),
+            Err(e) => {
+                self.appends.insert(oid, list);
+                self.changes_bytes += size;
+                Err(e)
+            }
+        }
+    }
+
+    /// [`ObjectTxn::settle_appends`] of each of `oids`.
+    pub(super) fn settle_appends_of(&mut self, oids: &[Oid]) -> Result<()> {
+        if self.appends.is_empty() {
+            return Ok(());
+        }
+        for &oid in oids {
+            self.settle_appends(oid)?;
+        }
+        Ok(())
+    }
+
+    /// Lets go of the appends kept to `oid` (it is replaced or deleted
+    /// whole).
+    pub(super) fn drop_appends(&mut self, oid: Oid) {
+        if let Some(list) = self.appends.remove(&oid) {
+            self.changes_bytes -= list.iter().map(|a| append_size(a)).sum::<usize>();
+        }
+    }
+
+    /// True if this transaction keeps appends to `oid` not yet applied
+    /// here (what the client holds of it is not what it reads).
+    pub(super) fn has_appends(&self, oid: Oid) -> bool {
+        !self.appends.is_empty() && self.appends.contains_key(&oid)
+    }
+
     /// Bytes of changes one request may carry (the server's message bound,
     /// from its welcome).
     pub(super) fn changes_per_message(&self) -> usize {
@@ -100,20 +213,25 @@ impl ObjectTxn {
     /// of the pages it pinned): a later read asks the server, which answers
     /// with this transaction's own version. A deleted object stays known
     /// as gone either way.
-    fn send_changes(&mut self, keep: bool) -> Result<()> {
+    pub(super) fn send_changes(&mut self, keep: bool) -> Result<()> {
         self.check_active()?;
-        if self.changes.is_empty() {
+        if self.changes.is_empty() && self.appends.is_empty() {
             return Ok(());
         }
-        let oids: Vec<Oid> = self.changes.keys().copied().collect();
+        let oids: Vec<Oid> = self.changes.keys().chain(self.appends.keys()).copied().collect();
         let store = self.store.clone();
         let _release = store.before_write(self.id, &oids)?;
         self.wrote = true;
         let changes = std::mem::take(&mut self.changes);
+        let appends = std::mem::take(&mut self.appends);
         self.changes_bytes = 0;
-        // What the transaction knows of them once sent.
-        let mut after = Vec::with_capacity(changes.len());
-        let wire = changes
+        // What the transaction knows of them once sent. An object appended
+        // to (never one changed whole too: `append` and `change` see to
+        // that) is read from the server from now on, which applies the
+        // appends there, and never under a right (`exclusive`: what the
+        // server sends of it is this transaction's version).
+        let mut after: Vec<(Oid, Option<Read>)> = appends.keys().map(|o| (*o, None)).collect();
+        let wire: Vec<Change> = changes
             .into_iter()
             .map(|(oid, c)| {
                 after.push((
@@ -125,6 +243,7 @@ impl ObjectTxn {
                 ));
                 wire_change(oid, c)
             })
+            .chain(wire_appends(appends))
             .collect();
         self.on_server = true;
         let sent = self.store.call_one(

@@ -45,6 +45,7 @@ use super::conn::Connection;
 use super::rights::{start_callback_thread, Rights};
 use super::RemoteStats;
 use crate::view::CheckedAs;
+use cairn_schema::append::ListAppend;
 use reads::Read;
 use rights::RightsState;
 
@@ -227,6 +228,7 @@ impl ObjectStore {
             read_kept: 0,
             exclusive: FxHashMap::default(),
             changes: BTreeMap::new(),
+            appends: BTreeMap::new(),
             changes_bytes: 0,
             tree_later: Vec::new(),
             tree_later_bytes: 0,
@@ -340,7 +342,10 @@ pub struct ObjectTxn {
     /// After-images (`None`: deleted), sent at commit (or ahead of it
     /// past a bound, `object/changes.rs`).
     changes: BTreeMap<Oid, Option<Vec<u8>>>,
-    /// Bytes the changes take in a message.
+    /// Appends to objects it did not read (`object/changes.rs`), in the
+    /// order made, sent with the after-images.
+    appends: BTreeMap<Oid, Vec<Arc<ListAppend>>>,
+    /// Bytes the changes and appends take in a message.
     changes_bytes: usize,
     /// Changes of B+-trees kept to send later, per root, in order
     /// (`object/trees.rs`), and the bytes they take.
@@ -395,6 +400,7 @@ impl ObjectTxn {
     pub fn lock_for_update(&mut self, oid: Oid) -> Result<()> {
         self.check_active()?;
         self.refuse_if_snapshot()?;
+        self.settle_appends(oid)?;
         if !self.exclusive.contains_key(&oid) && !self.changes.contains_key(&oid) {
             let store = self.store.clone();
             let _release = store.before_write(self.id, &[oid])?;
@@ -417,6 +423,7 @@ impl ObjectTxn {
     pub fn lock_many_for_update(&mut self, oids: &[Oid]) -> Result<()> {
         self.check_active()?;
         self.refuse_if_snapshot()?;
+        self.settle_appends_of(oids)?;
         let mut todo: Vec<Oid> = oids
             .iter()
             .copied()
@@ -467,6 +474,8 @@ impl ObjectTxn {
         if self.deleted(oid) {
             return Err(Error::NotFound { oid });
         }
+        // The new bytes replace the object whole, its appends too.
+        self.drop_appends(oid);
         self.change(oid, Some(bytes.to_vec()))
     }
 
@@ -484,6 +493,7 @@ impl ObjectTxn {
         if self.deleted(oid) {
             return Err(Error::NotFound { oid });
         }
+        self.drop_appends(oid);
         self.change(oid, None)
     }
 
@@ -547,6 +557,16 @@ impl ObjectTxn {
         self.check_active()?;
         self.settle_ahead();
         self.send_tree_later(None)?;
+        // Appends take their locks on the server (append locks, or X for
+        // one the server rewrites) ahead of the commit, while this
+        // transaction's reads under rights still name it to writers: once
+        // its end is on the way they no longer do (`txn_ending` below), so
+        // a lock it took after that could follow a writer that changed
+        // what it read — its reads' protection released before its last
+        // lock was taken (write skew). The commit then carries none.
+        if !self.appends.is_empty() {
+            self.send_changes(false)?;
+        }
         let oids: Vec<Oid> = self.changes.keys().copied().collect();
         let store = self.store.clone();
         let _release = match oids.is_empty() {

@@ -52,6 +52,7 @@ impl ObjectTxn {
     /// copy decoded from them is current while that right is held.
     pub fn read_with_epoch<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<(R, Option<u64>)> {
         self.check_active()?;
+        self.settle_appends(oid)?;
         self.trim();
         if let Some(c) = self.changes.get(&oid) {
             return c.as_deref().map(|b| (f(b), None)).ok_or(Error::NotFound { oid });
@@ -75,6 +76,7 @@ impl ObjectTxn {
     /// The object's length in bytes.
     pub fn len(&mut self, oid: Oid) -> Result<u64> {
         self.check_active()?;
+        self.settle_appends(oid)?;
         self.trim();
         if let Some(c) = self.changes.get(&oid) {
             return c.as_ref().map(|b| b.len() as u64).ok_or(Error::NotFound { oid });
@@ -92,7 +94,7 @@ impl ObjectTxn {
     /// True if this transaction read or changed the object already (its
     /// copy is this transaction's: no other can have changed it since).
     pub fn has_read(&self, oid: Oid) -> bool {
-        self.read.contains_key(&oid) || self.changes.contains_key(&oid)
+        (self.read.contains_key(&oid) || self.changes.contains_key(&oid)) && !self.has_appends(oid)
     }
 
     /// The epoch of the right to the object the client holds, if any: a
@@ -101,7 +103,7 @@ impl ObjectTxn {
     /// this same epoch ([`ObjectTxn::epoch_of`]). This transaction reads
     /// it under the right from now on. No server call.
     pub fn right_epoch(&mut self, oid: Oid) -> Option<u64> {
-        if self.ended || self.doomed.is_some() || self.snapshot {
+        if self.ended || self.doomed.is_some() || self.snapshot || self.has_appends(oid) {
             return None;
         }
         self.store.right_epoch(self.id, oid)
@@ -113,7 +115,7 @@ impl ObjectTxn {
     /// bytes the client keeps under no right (this transaction's own
     /// change, or what it read under its lock alone).
     pub fn epoch_of(&self, oid: Oid, bytes: &[u8]) -> Option<u64> {
-        if self.changes.contains_key(&oid) || self.snapshot {
+        if self.changes.contains_key(&oid) || self.snapshot || self.has_appends(oid) {
             return None;
         }
         self.store.epoch_if_bytes(oid, bytes)
@@ -183,6 +185,7 @@ impl ObjectTxn {
     /// The object's bytes.
     pub fn read(&mut self, oid: Oid) -> Result<Vec<u8>> {
         self.check_active()?;
+        self.settle_appends(oid)?;
         if let Some(c) = self.changes.get(&oid) {
             return c.clone().ok_or(Error::NotFound { oid });
         }
@@ -206,6 +209,7 @@ impl ObjectTxn {
     /// own uncommitted change is copied (it may change again).
     pub fn read_shared(&mut self, oid: Oid) -> Result<Option<SharedBytes>> {
         self.check_active()?;
+        self.settle_appends(oid)?;
         let unmarked = |bytes: Arc<[u8]>| {
             let range = 0..bytes.len();
             SharedBytes {
@@ -251,6 +255,7 @@ impl ObjectTxn {
     pub fn read_for_update(&mut self, oid: Oid) -> Result<Vec<u8>> {
         self.check_active()?;
         self.refuse_if_snapshot()?;
+        self.settle_appends(oid)?;
         if let Some(c) = self.changes.get(&oid) {
             return c.clone().ok_or(Error::NotFound { oid });
         }
@@ -272,6 +277,7 @@ impl ObjectTxn {
     /// first reply is read; each reply streams its objects.
     pub fn read_many(&mut self, oids: &[Oid]) -> Result<Vec<Option<Vec<u8>>>> {
         self.check_active()?;
+        self.settle_appends_of(oids)?;
         self.trim();
         let todo: Vec<Oid> = oids
             .iter()
@@ -317,6 +323,7 @@ impl ObjectTxn {
     /// crosses only in the ranges asked for); its own changes first.
     pub fn read_range(&mut self, oid: Oid, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_active()?;
+        self.settle_appends(oid)?;
         if let Some(c) = self.changes.get(&oid) {
             let c = c.as_ref().ok_or(Error::NotFound { oid })?;
             let start = usize::try_from(offset).ok().filter(|s| s + buf.len() <= c.len());
