@@ -935,7 +935,8 @@ impl Table {
         out
     }
 
-    /// "txn 1 of client 0 (wants X on page 2) → txn 2 of client 0 (…) → txn 1 of client 0".
+    /// "txn 1 of client 0 (wants X on page 2) → txn 2 of client 0 (…) → txn 1 of client 0"
+    /// (", holding S" after a wait to upgrade a lock held).
     fn describe_cycle(&self, cycle: &[LockOwner]) -> String {
         let mut s = String::new();
         for &o in cycle {
@@ -943,7 +944,11 @@ impl Table {
                 Some((res, ticket)) => {
                     let q = &self.queues[&res];
                     let mode = q.waiting[q.position(ticket).expect("queued")].mode;
-                    format!("wants {mode} on {res}")
+                    match q.granted.iter().find(|g| g.owner == o) {
+                        // An upgrade: what it holds there already.
+                        Some(g) => format!("wants {mode} on {res}, holding {}", g.mode),
+                        None => format!("wants {mode} on {res}"),
+                    }
                 }
                 None => "waits for a callback".to_string(),
             };

@@ -305,6 +305,28 @@ fn upgrade_deadlock_two_s_holders_converting_to_x() {
     assert_one_victim(&m, &results);
 }
 
+/// A cycle of upgrades says what each waiter holds where it waits.
+#[test]
+fn an_upgrade_cycle_names_the_modes_held() {
+    let m = manager();
+    m.lock(o(1), page(1), S).unwrap();
+    m.lock(o(2), page(1), S).unwrap();
+    let rx = lock_in_thread(&m, o(1), page(1), X);
+    wait_until_queued(&m, o(1), page(1));
+    match m.lock(o(2), page(1), X).unwrap_err() {
+        Error::Deadlock { cycle, .. } => {
+            assert!(
+                cycle.contains("txn 1 of client 0 (wants X on page 1, holding S)"),
+                "{cycle}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    m.release_all(o(2));
+    rx.recv_timeout(HANG_GUARD).unwrap().unwrap();
+    m.check_invariants();
+}
+
 #[test]
 fn victim_is_the_requester_and_keeps_its_locks_until_release() {
     let m = manager();
