@@ -136,7 +136,9 @@ impl ObjectStore {
             conn,
             next_txn: AtomicU64::new(1),
             page_size: info.page_size as usize,
-            rights: Rights::new(RightsState::default()),
+            // A quarter of the bound again for copies kept past their
+            // rights for running snapshots.
+            rights: Rights::new(RightsState::new(cached_bytes / 4)),
             rights_bytes_max: cached_bytes,
             on_lost: OnceLock::new(),
             adaptive: policy.map(|p| Mutex::new(Adaptive::new(p, info.page_size as usize))),
@@ -210,6 +212,7 @@ impl ObjectStore {
         let mut t = self.new_txn(id, true);
         t.on_server = true;
         t.snapshot_clock = before;
+        self.snapshot_began(id, before);
         Ok(t)
     }
 

@@ -165,7 +165,7 @@ impl ObjectTxn {
         if self.snapshot {
             // What the client keeps under rights is the present: used only
             // if the right came before the snapshot was asked for.
-            return match self.store.use_object_before(oid, self.snapshot_clock) {
+            return match self.store.use_object_before(self.id, oid, self.snapshot_clock) {
                 Some(bytes) => {
                     self.keep(oid, Read::Whole(bytes));
                     true

@@ -22,7 +22,9 @@
 //!   "dropped", or names this client's transactions reading under it (the
 //!   server grants them the locks they held in effect, and the writer
 //!   waits for them in its lock table). The typed layer's decoded copies
-//!   go with the right ([`ObjectStore::on_object_lost`]).
+//!   go with the right ([`ObjectStore::on_object_lost`]). A running
+//!   snapshot that began before the callback still reads the bytes
+//!   (`rights/retired.rs`).
 //! - **This client's own writers.** A transaction about to change an
 //!   object (or a B+-tree) first drops what it covers here and names this
 //!   client's other transactions reading under those rights to the server
@@ -143,9 +145,20 @@ pub(super) struct RightsState {
     txns: FxHashMap<TxnId, TxnRights>,
     /// Rights called back before the reply granting them was taken in.
     revoked: Revoked,
+    /// Copies kept past their rights for running snapshots
+    /// (`rights/retired.rs`).
+    retired: retired::Retired,
 }
 
 impl RightsState {
+    /// An empty table that keeps up to `retired_max` bytes of called-back
+    /// copies for running snapshots (`rights/retired.rs`).
+    pub(super) fn new(retired_max: usize) -> RightsState {
+        let mut st = RightsState::default();
+        st.retired.bytes_max = retired_max;
+        st
+    }
+
     /// True if a transaction other than `txn` changes `key` (an object, or
     /// a B+-tree page), or (`tree`) has a change of that tree on the way.
     fn written(&self, key: Resource, tree: Option<PageId>, txn: TxnId) -> bool {
@@ -311,6 +324,19 @@ impl Table for RightsState {
     /// What `key` covers goes (an object's copies in the typed layer are
     /// noted lost, for [`ObjectStore::lost`]).
     fn call_back(&mut self, key: Resource) -> Vec<TxnId> {
+        // What the right covered is still what a snapshot that began
+        // before now sees (`rights/retired.rs`).
+        let copy = match key {
+            Resource::Object(o) => self.objects.get(&o),
+            Resource::Page(p) => self.pages.get(&p),
+            _ => None,
+        }
+        .and_then(|c| Some((Arc::clone(c.bytes.as_ref()?), c.since)));
+        if let Some((bytes, since)) = copy {
+            self.clock += 1;
+            let until = self.clock;
+            self.retired.called_back(key, bytes, since, until);
+        }
         if self.drop_key(key).is_some() && self.track_lost {
             if let Resource::Object(o) = key {
                 self.lost_pending.push(o);
@@ -562,28 +588,47 @@ impl ObjectStore {
     /// calls the right back before it may change the object, and commits
     /// only once the client has given it up). No reader is registered: a
     /// snapshot holds no lock, in effect or real, and keeps what it read.
-    pub(super) fn use_object_before(&self, oid: Oid, before: u64) -> Option<Arc<[u8]>> {
+    ///
+    /// Failing that, a copy called back since, which `txn`'s snapshot
+    /// still sees (`rights/retired.rs`).
+    pub(super) fn use_object_before(&self, txn: TxnId, oid: Oid, before: u64) -> Option<Arc<[u8]>> {
         let st = self.rights.lock();
         if st.written(Resource::Object(oid), None, TxnId(0)) {
             return None;
         }
-        let bytes = match st.objects.get(&oid) {
-            Some(c) => {
-                let b = c.bytes.as_ref().filter(|_| c.since <= before)?;
-                Arc::clone(b)
-            }
-            None => {
-                let c = st.pages.get(&oid.page).filter(|c| c.since <= before)?;
+        let from_image = |image: &[u8]| -> Option<Arc<[u8]>> {
+            let range = cairn_storage::record::object::home_record(image, oid).ok()??;
+            Some(Arc::from(image.get(range)?))
+        };
+        let held = match st.objects.get(&oid) {
+            Some(c) => c.bytes.as_ref().filter(|_| c.since <= before).map(Arc::clone),
+            None => st
+                .pages
+                .get(&oid.page)
+                .filter(|c| c.since <= before && !st.page_written(oid.page))
+                .and_then(|c| from_image(c.bytes.as_ref()?)),
+        };
+        let bytes = held.or_else(|| {
+            st.retired.read(txn, Resource::Object(oid)).or_else(|| {
                 if st.page_written(oid.page) {
                     return None;
                 }
-                let image = c.bytes.as_ref()?;
-                let range = cairn_storage::record::object::home_record(image, oid).ok()??;
-                Arc::from(image.get(range)?)
-            }
-        };
+                let image = st.retired.read(txn, Resource::Page(oid.page))?;
+                from_image(&image)
+            })
+        })?;
         self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
         Some(bytes)
+    }
+
+    /// Snapshot `txn`, asked for at `asked` (the clock then), has begun:
+    /// its reply came now. Called-back copies it sees are kept for it
+    /// until it ends (`rights/retired.rs`).
+    pub(super) fn snapshot_began(&self, txn: TxnId, asked: u64) {
+        let mut st = self.rights.lock();
+        st.clock += 1;
+        let began = st.clock;
+        st.retired.snapshot_began(txn, asked, began);
     }
 
     /// The values of `key` in the tree at `root` for a snapshot asked for
@@ -921,6 +966,7 @@ impl ObjectStore {
     pub(super) fn txn_ended(&self, txn: TxnId) {
         let dropped = {
             let mut st = self.rights.lock();
+            st.retired.txn_ended(txn);
             let Some(v) = st.forget_txn(txn) else { return };
             if !v.pinned.is_empty() {
                 // What it pinned counts against the bound again.
@@ -1006,5 +1052,6 @@ impl ObjectStore {
     }
 }
 
+mod retired;
 #[cfg(test)]
 mod tests;
