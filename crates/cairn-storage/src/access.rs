@@ -70,6 +70,15 @@ pub trait PageAccess {
         let _ = id;
         Ok(())
     }
+
+    /// Announces that page `id` is about to be read by an operation whose
+    /// transaction may change it later (a lookup for update): a
+    /// transaction takes an update lock, which readers share and another
+    /// such reader waits for. Without locking, nothing to do.
+    fn lock_to_read_for_update(&mut self, id: PageId) -> Result<()> {
+        let _ = id;
+        Ok(())
+    }
 }
 
 /// A [`PageAccess`] that notes every page changed, allocated or freed
@@ -110,6 +119,10 @@ impl<A: PageAccess> PageAccess for Recording<'_, A> {
 
     fn lock_for_update(&mut self, id: PageId) -> Result<()> {
         self.inner.lock_for_update(id)
+    }
+
+    fn lock_to_read_for_update(&mut self, id: PageId) -> Result<()> {
+        self.inner.lock_to_read_for_update(id)
     }
 }
 

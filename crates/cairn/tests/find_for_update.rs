@@ -165,3 +165,51 @@ fn a_read_only_transaction_cannot_lock_for_update() {
     let mut ro = db.begin_read_only().unwrap();
     assert!(matches!(ro.find_for_update(&BY_KEY, &[1]), Err(Error::ReadOnly(_))));
 }
+
+/// Embedded, trees locked by page (the default): two transactions each
+/// look a key up for update and then insert a key into the same leaf.
+/// Each lookup reads the leaf under an update lock (U), which the second
+/// lookup waits for, so the first goes on to change the leaf (U to X) and
+/// commits, then the second; under S both would hold the leaf and both
+/// ask for X, and one would be a deadlock victim.
+#[test]
+fn lookups_for_update_of_one_leaf_queue_instead_of_deadlocking() {
+    for backend in [Backend::EmbeddedObjectLocks, Backend::Embedded] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut site = Site::new(backend, &dir.path().join("db"));
+        let mut opts = common::opts();
+        opts.storage.lock_timeout = std::time::Duration::from_secs(20);
+        let db = site.open(opts);
+        // Enough keys for the index to have a root above its leaves; the
+        // inserts go to the last leaf, which has room (a split would take
+        // X on the root, which both lookups read under S).
+        fill(&db, 3000);
+        let waits = || db.storage().expect("embedded").stats().locks.waits;
+        let mut ta = db.begin().unwrap();
+        assert!(ta.find_for_update(&BY_KEY, &[2998]).unwrap()[0].is_some());
+        let before = waits();
+        let outcomes = std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                let mut tb = db.begin()?;
+                tb.find_for_update(&BY_KEY, &[2999])?;
+                tb.create(Item { key: 2999, value: 2 })?;
+                tb.commit()
+            });
+            // B waits: for A's U at its lookup (or, under S, for A's S at
+            // its insert).
+            while waits() == before {
+                std::thread::yield_now();
+            }
+            let a = ta.create(Item { key: 2998, value: 1 }).and_then(|_| ta.commit());
+            [a, other.join().unwrap()]
+        });
+        assert!(
+            outcomes.iter().all(Result::is_ok),
+            "{backend:?}: both commit, neither a deadlock victim: {outcomes:?}"
+        );
+        let mut tx = db.begin().unwrap();
+        assert_eq!(tx.find(&BY_KEY, &2998).unwrap().len(), 2);
+        assert_eq!(tx.find(&BY_KEY, &2999).unwrap().len(), 2);
+        tx.commit().unwrap();
+    }
+}

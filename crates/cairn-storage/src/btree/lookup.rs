@@ -16,6 +16,16 @@ impl BTree {
         Ok(self.find_leaf(a, Target::Pair(key, &[]))?.0)
     }
 
+    /// [`BTree::leaf_of`] for a lookup whose transaction may change the
+    /// tree next: the leaf is locked to be read for update before it is
+    /// read ([`PageAccess::lock_to_read_for_update`]: under page locking
+    /// an update lock, which readers share and a second such lookup waits
+    /// for, so two of them never both read a leaf and then both ask to
+    /// change it).
+    pub fn leaf_of_for_update<A: PageAccess>(&self, a: &mut A, key: &[u8]) -> Result<PageId> {
+        Ok(self.find_leaf_locking(a, Target::Pair(key, &[]), true)?.0)
+    }
+
     /// Calls `f` on every entry `(key, value)` of `leaf` (a leaf of this
     /// tree, from [`BTree::leaf_of`]), in order. With the leaf's lock held,
     /// the entries stay exactly so until the transaction ends; the typed

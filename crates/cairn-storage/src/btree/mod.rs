@@ -374,10 +374,21 @@ impl BTree {
     /// The leaf position of `t`, for a read: [`BTree::descend`]'s checks
     /// without recording the path.
     fn find_leaf<A: PageAccess>(&self, a: &mut A, t: Target<'_>) -> Result<(PageId, usize)> {
+        self.find_leaf_locking(a, t, false)
+    }
+
+    /// [`BTree::find_leaf`]; with `for_update`, the leaf is locked to be
+    /// read for update ([`PageAccess::lock_to_read_for_update`]) before it
+    /// is read (its parent's level says it is a leaf; a root that is a
+    /// leaf is read as any page).
+    fn find_leaf_locking<A: PageAccess>(&self, a: &mut A, t: Target<'_>, for_update: bool) -> Result<(PageId, usize)> {
         let mut id = self.root;
         let mut level: Option<u8> = None;
         loop {
             let expect = level;
+            if for_update && expect == Some(0) {
+                a.lock_to_read_for_update(id)?;
+            }
             let (down, idx, lvl) = with_node(a, id, |n| {
                 check_level(n, expect)?;
                 if n.is_leaf() {

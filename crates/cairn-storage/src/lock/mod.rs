@@ -16,30 +16,34 @@
 //!
 //! Compatibility ([`LockMode::compatible`]; ✓ = both may be held at once):
 //!
-//! | held \ asked | IS | IX | S | SIX | X | A |
-//! |---|:-:|:-:|:-:|:-:|:-:|:-:|
-//! | **IS**  | ✓ | ✓ | ✓ | ✓ | · | ✓ |
-//! | **IX**  | ✓ | ✓ | · | · | · | ✓ |
-//! | **S**   | ✓ | · | ✓ | · | · | · |
-//! | **SIX** | ✓ | · | · | · | · | · |
-//! | **X**   | · | · | · | · | · | · |
-//! | **A**   | ✓ | ✓ | · | · | · | ✓ |
+//! | held \ asked | IS | IX | S | SIX | X | A | U |
+//! |---|:-:|:-:|:-:|:-:|:-:|:-:|:-:|
+//! | **IS**  | ✓ | ✓ | ✓ | ✓ | · | ✓ | ✓ |
+//! | **IX**  | ✓ | ✓ | · | · | · | ✓ | · |
+//! | **S**   | ✓ | · | ✓ | · | · | · | ✓ |
+//! | **SIX** | ✓ | · | · | · | · | · | · |
+//! | **X**   | · | · | · | · | · | · | · |
+//! | **A**   | ✓ | ✓ | · | · | · | ✓ | · |
+//! | **U**   | ✓ | · | ✓ | · | · | · | · |
 //!
 //! `A` (append) is taken only on objects: appenders of one object run at
 //! once, and whoever reads or writes the object whole waits for them all.
+//! `U` (update) is a read that may become a change: readers share it, a
+//! second `U` waits (taken on B+-tree leaves by lookups for update).
 //!
 //! Supremum ([`LockMode::sup`]): what an owner holding the row's mode holds
 //! after asking for the column's. The lattice is `IS < {IX, S} < SIX < X`
-//! with `IX < A < SIX`.
+//! with `IX < A < SIX` and `S < U < SIX`.
 //!
-//! | sup | IS | IX | S | SIX | X | A |
-//! |---|---|---|---|---|---|---|
-//! | **IS**  | IS  | IX  | S   | SIX | X | A   |
-//! | **IX**  | IX  | IX  | SIX | SIX | X | A   |
-//! | **S**   | S   | SIX | S   | SIX | X | SIX |
-//! | **SIX** | SIX | SIX | SIX | SIX | X | SIX |
-//! | **X**   | X   | X   | X   | X   | X | X   |
-//! | **A**   | A   | A   | SIX | SIX | X | A   |
+//! | sup | IS | IX | S | SIX | X | A | U |
+//! |---|---|---|---|---|---|---|---|
+//! | **IS**  | IS  | IX  | S   | SIX | X | A   | U   |
+//! | **IX**  | IX  | IX  | SIX | SIX | X | A   | SIX |
+//! | **S**   | S   | SIX | S   | SIX | X | SIX | U   |
+//! | **SIX** | SIX | SIX | SIX | SIX | X | SIX | SIX |
+//! | **X**   | X   | X   | X   | X   | X | X   | X   |
+//! | **A**   | A   | A   | SIX | SIX | X | A   | SIX |
+//! | **U**   | U   | SIX | U   | SIX | X | SIX | U   |
 //!
 //! # A request's states
 //!

@@ -5,8 +5,8 @@
 use std::fmt;
 
 /// A lock mode, from weakest to strongest along the lattice
-/// `IS < {IX, S} < SIX < X` and `IX < A < SIX` (`S` is incomparable with
-/// `IX` and with `A`).
+/// `IS < {IX, S} < SIX < X`, `IX < A < SIX` and `S < U < SIX` (`S` is
+/// incomparable with `IX` and with `A`, and so is `U`).
 ///
 /// The intention modes (`IS`, `IX`, `SIX`) go on coarse resources (the
 /// volume, a group) to announce shared or exclusive locks below them.
@@ -31,17 +31,25 @@ pub enum LockMode {
     /// An appender that then reads the object holds `SIX` (`sup(A, S)`),
     /// which waits for every other appender.
     A,
+    /// Update: read now, perhaps change later (Korth's update mode).
+    /// Compatible with readers (`IS`, `S`) but not with another `U`, so two
+    /// transactions that each read a page meaning to change it queue at
+    /// the read instead of both holding `S` and deadlocking when both ask
+    /// for `X`. Taken on B+-tree leaves by lookups for update
+    /// (`Txn::tree_leaf_for_update`).
+    U,
 }
 
 impl LockMode {
     /// All modes, in declaration order (the order of the tables).
-    pub const ALL: [LockMode; 6] = [
+    pub const ALL: [LockMode; 7] = [
         LockMode::IS,
         LockMode::IX,
         LockMode::S,
         LockMode::SIX,
         LockMode::X,
         LockMode::A,
+        LockMode::U,
     ];
 
     fn index(self) -> usize {
@@ -52,6 +60,7 @@ impl LockMode {
             LockMode::SIX => 3,
             LockMode::X => 4,
             LockMode::A => 5,
+            LockMode::U => 6,
         }
     }
 
@@ -61,14 +70,15 @@ impl LockMode {
         const Y: bool = true;
         const N: bool = false;
         // Rows and columns in the order of `LockMode::ALL`.
-        const COMPAT: [[bool; 6]; 6] = [
-            //  IS IX  S SIX X  A
-            [Y, Y, Y, Y, N, Y], // IS
-            [Y, Y, N, N, N, Y], // IX
-            [Y, N, Y, N, N, N], // S
-            [Y, N, N, N, N, N], // SIX
-            [N, N, N, N, N, N], // X
-            [Y, Y, N, N, N, Y], // A
+        const COMPAT: [[bool; 7]; 7] = [
+            //  IS IX  S SIX X  A  U
+            [Y, Y, Y, Y, N, Y, Y], // IS
+            [Y, Y, N, N, N, Y, N], // IX
+            [Y, N, Y, N, N, N, Y], // S
+            [Y, N, N, N, N, N, N], // SIX
+            [N, N, N, N, N, N, N], // X
+            [Y, Y, N, N, N, Y, N], // A
+            [Y, N, Y, N, N, N, N], // U
         ];
         COMPAT[self.index()][other.index()]
     }
@@ -76,17 +86,18 @@ impl LockMode {
     /// The least mode at least as strong as both (the join of the lattice):
     /// what an owner holding `self` holds after also asking for `other`.
     pub fn sup(self, other: LockMode) -> LockMode {
-        use LockMode::{A, IS, IX, S, SIX, X};
+        use LockMode::{A, IS, IX, S, SIX, U, X};
         // A excludes exactly what IX excludes, so IX ⊔ A is A; A ⊔ S
-        // excludes all but IS, as SIX does.
-        const SUP: [[LockMode; 6]; 6] = [
-            //  IS   IX   S    SIX  X  A
-            [IS, IX, S, SIX, X, A],       // IS
-            [IX, IX, SIX, SIX, X, A],     // IX
-            [S, SIX, S, SIX, X, SIX],     // S
-            [SIX, SIX, SIX, SIX, X, SIX], // SIX
-            [X, X, X, X, X, X],           // X
-            [A, A, SIX, SIX, X, A],       // A
+        // excludes all but IS, as SIX does; so do U ⊔ IX and U ⊔ A.
+        const SUP: [[LockMode; 7]; 7] = [
+            //  IS   IX   S    SIX  X  A    U
+            [IS, IX, S, SIX, X, A, U],         // IS
+            [IX, IX, SIX, SIX, X, A, SIX],     // IX
+            [S, SIX, S, SIX, X, SIX, U],       // S
+            [SIX, SIX, SIX, SIX, X, SIX, SIX], // SIX
+            [X, X, X, X, X, X, X],             // X
+            [A, A, SIX, SIX, X, A, SIX],       // A
+            [U, SIX, U, SIX, X, SIX, U],       // U
         ];
         SUP[self.index()][other.index()]
     }

@@ -22,7 +22,7 @@ use super::*;
 use crate::error::Error;
 use crate::ids::{ClientId, PageId, TxnId};
 
-use LockMode::{A, IS, IX, S, SIX, X};
+use LockMode::{A, IS, IX, S, SIX, U, X};
 
 pub(super) fn o(txn: u64) -> LockOwner {
     LockOwner::new(ClientId(0), TxnId(txn))
@@ -102,12 +102,13 @@ const SHORT: Duration = Duration::from_millis(50);
 fn compatibility_matrix_exhaustively() {
     // Rows: held; columns: asked; order IS IX S SIX X A.
     let expected = [
-        [true, true, true, true, false, true],
-        [true, true, false, false, false, true],
-        [true, false, true, false, false, false],
-        [true, false, false, false, false, false],
-        [false, false, false, false, false, false],
-        [true, true, false, false, false, true],
+        [true, true, true, true, false, true, true],
+        [true, true, false, false, false, true, false],
+        [true, false, true, false, false, false, true],
+        [true, false, false, false, false, false, false],
+        [false, false, false, false, false, false, false],
+        [true, true, false, false, false, true, false],
+        [true, false, true, false, false, false, false],
     ];
     for (i, &a) in LockMode::ALL.iter().enumerate() {
         for (j, &b) in LockMode::ALL.iter().enumerate() {
@@ -120,12 +121,13 @@ fn compatibility_matrix_exhaustively() {
 #[test]
 fn supremum_table() {
     let expected = [
-        [IS, IX, S, SIX, X, A],
-        [IX, IX, SIX, SIX, X, A],
-        [S, SIX, S, SIX, X, SIX],
-        [SIX, SIX, SIX, SIX, X, SIX],
-        [X, X, X, X, X, X],
-        [A, A, SIX, SIX, X, A],
+        [IS, IX, S, SIX, X, A, U],
+        [IX, IX, SIX, SIX, X, A, SIX],
+        [S, SIX, S, SIX, X, SIX, U],
+        [SIX, SIX, SIX, SIX, X, SIX, SIX],
+        [X, X, X, X, X, X, X],
+        [A, A, SIX, SIX, X, A, SIX],
+        [U, SIX, U, SIX, X, SIX, U],
     ];
     for (i, &a) in LockMode::ALL.iter().enumerate() {
         for (j, &b) in LockMode::ALL.iter().enumerate() {
@@ -695,7 +697,7 @@ fn stress_many_threads_random_lock_sets() {
     }));
     // An independent check of exclusion: per resource, the number of holders
     // in each mode, kept by the threads themselves.
-    let counts: Arc<Vec<[AtomicI64; 6]>> = Arc::new((0..resources.len()).map(|_| Default::default()).collect());
+    let counts: Arc<Vec<[AtomicI64; 7]>> = Arc::new((0..resources.len()).map(|_| Default::default()).collect());
     let deadlocks = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -776,7 +778,7 @@ fn mode_index(mode: LockMode) -> usize {
 
 /// Modes that are held at once must be pairwise compatible (a mode with
 /// itself too, when two owners hold it).
-fn check_counts(counts: &[AtomicI64; 6]) {
+fn check_counts(counts: &[AtomicI64; 7]) {
     let n: Vec<i64> = counts.iter().map(|c| c.load(Ordering::SeqCst)).collect();
     for (i, &a) in LockMode::ALL.iter().enumerate() {
         for (j, &b) in LockMode::ALL.iter().enumerate() {

@@ -276,7 +276,7 @@ impl Backend for Shared {
 impl Shared {
     /// Runs the write-lock hook ([`super::Db::set_write_lock_hook`]) before a
     /// lock that lets its owner change a page or an object (X, SIX or IX on
-    /// a page, X on an object), or what a B+-tree's gap covers under
+    /// a page, X or A on an object; not U, a read), or what a B+-tree's gap covers under
     /// key-range locking (IX or X on a gap or the tree's end, X on the
     /// whole tree): `Some(guard)` to go on (held until the lock request
     /// returns), `None` if `wait` is false and the hook would have to wait.
@@ -289,8 +289,9 @@ impl Shared {
         wait: bool,
     ) -> Result<Option<super::db::HookGuard>> {
         let writes = match res {
+            // U reads (it only announces a change: X comes before one).
             Resource::Page(_) | Resource::Object(_) | Resource::Gap(..) | Resource::TreeEnd(_) => {
-                !LockMode::S.covers(mode)
+                !LockMode::U.covers(mode)
             }
             Resource::Tree(_) => mode == LockMode::X,
             _ => false,

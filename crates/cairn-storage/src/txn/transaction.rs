@@ -916,6 +916,10 @@ impl PageAccess for Txn {
         self.lock(Resource::Page(id), LockMode::X)
     }
 
+    fn lock_to_read_for_update(&mut self, id: PageId) -> Result<()> {
+        self.lock(Resource::Page(id), LockMode::U)
+    }
+
     fn free(&mut self, id: PageId) -> Result<()> {
         self.refuse_if_doomed()?;
         // Only a page in use, of a kind transactions hold (object,

@@ -373,7 +373,13 @@ fn attempt(
         let held = refs.get(&key).filter(|_| rng.below(2) == 0).cloned();
         let cell = match held {
             Some(cell) => cell,
-            None => match tx.find_one(&index, &key) {
+            // An append's lookup is, half the time, one for update (its
+            // leaf under U where the tree is locked by page).
+            None => match if matches!(op, Op::Append { .. }) && rng.below(2) == 0 {
+                tx.find_to_append(&index, &[key]).map(|mut f| f.remove(0))
+            } else {
+                tx.find_one(&index, &key)
+            } {
                 Ok(Some(cell)) => {
                     refs.insert(key, cell.clone());
                     cell

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cairn_schema::append::ListAppend;
 use cairn_schema::TreeOp;
-use cairn_storage::access::Recording;
+use cairn_storage::access::{PageAccess as _, Recording};
 use cairn_storage::btree::BTree;
 use cairn_storage::{GroupId, Oid, PageId, Txn};
 
@@ -95,7 +95,23 @@ impl Source for Txn {
         max_entries: usize,
         out: &mut Vec<Oid>,
     ) -> StorageResult<IndexAnswer> {
-        index_lookup_in_pages(self, tree, key, first_only, cache, max_entries, out)
+        index_lookup_in_pages(self, tree, key, first_only, false, cache, max_entries, out)
+    }
+
+    /// Under page locking, the key's leaf is read under an update lock
+    /// (U: readers share it, another lookup for update waits), so two
+    /// transactions that look keys up and then insert into the same leaf
+    /// (OO1's inserts: targets looked up, new ids at the right edge) queue
+    /// instead of both holding S and deadlocking on X.
+    fn index_lookup_to_update(
+        &mut self,
+        tree: BTree,
+        key: &[u8],
+        cache: &TreeCache,
+        max_entries: usize,
+        out: &mut Vec<Oid>,
+    ) -> StorageResult<IndexAnswer> {
+        index_lookup_in_pages(self, tree, key, true, true, cache, max_entries, out)
     }
 
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
@@ -299,11 +315,13 @@ fn view_bytes_of_pages(txn: &mut Txn, oid: Oid, cache: &ObjectCache) -> Result<V
 /// [`crate::index_cache`]), else in the tree: the key's whole leaf is read
 /// (under its lock), the answer taken from it when the key lies strictly
 /// inside it, and the cache filled from it on the leaf's second miss.
+#[allow(clippy::too_many_arguments)]
 fn index_lookup_in_pages(
     txn: &mut Txn,
     tree: BTree,
     key: &[u8],
     first_only: bool,
+    for_update: bool,
     cache: &TreeCache,
     max_entries: usize,
     out: &mut Vec<Oid>,
@@ -315,14 +333,22 @@ fn index_lookup_in_pages(
     if let Some((leaf, version)) = cache.get(key, first_only, out) {
         // (A leaf this transaction changed has a new version, so its
         // entries never validate here: its own are in its private copy.)
-        txn.lock_page(leaf, false)?;
+        if for_update {
+            txn.lock_to_read_for_update(leaf)?;
+        } else {
+            txn.lock_page(leaf, false)?;
+        }
         if cache.still(leaf, version) {
             return Ok(IndexAnswer::Cached);
         }
         out.truncate(start);
     }
     let mark = cache.mark();
-    let leaf = tree.leaf_of(txn, key)?;
+    let leaf = if for_update {
+        tree.leaf_of_for_update(txn, key)?
+    } else {
+        tree.leaf_of(txn, key)?
+    };
     // Changed here, the leaf holds uncommitted entries, never cached; and
     // a leaf's first miss just descends.
     if txn.has_private_copy(leaf) || !cache.worth_filling(leaf, max_entries) {

@@ -151,6 +151,10 @@ fn wire_mode(m: LockMode) -> u8 {
         // A page client locks pages, never objects, so it never appends
         // under A; were it asked to, X covers what A allows.
         LockMode::X | LockMode::A => LOCK_MODE_X,
+        // The page service has no update mode: a page client's lookup for
+        // update reads its leaf under S, as any lookup (what the read
+        // needs; only the queueing of two updaters is lost).
+        LockMode::U => LOCK_MODE_S,
     }
 }
 
