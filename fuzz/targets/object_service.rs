@@ -7,14 +7,14 @@
 
 use cairn_net::frame::Kind;
 use cairn_net::object_service::{
-    decode_entries, decode_fetched_batch, decode_oids, decode_values, encode_fetched_batch, FetchedObject,
-    ObjectRequest, ValuesAndObjects,
+    decode_entries, decode_fetched_batch, decode_firsts, decode_oids, decode_values, encode_fetched_batch,
+    encode_firsts, FetchedObject, ObjectRequest, ValuesAndObjects,
 };
 
 /// The request kinds, in selector order.
-const KINDS: [u16; 16] = [
+const KINDS: [u16; 17] = [
     0x0201, 0x0202, 0x0203, 0x0204, 0x0205, 0x0206, 0x0207, 0x0208, 0x0210, 0x0211, 0x0212, 0x0213, 0x0214, 0x0215,
-    0x0216, 0x0217,
+    0x0216, 0x0217, 0x0218,
 ];
 
 /// Runs one input.
@@ -52,6 +52,13 @@ pub fn run(data: &[u8]) {
         2 => {
             let _ = decode_values(body);
             let _ = decode_entries(body);
+            if let Ok(f) = decode_firsts(body) {
+                assert_eq!(
+                    encode_firsts(&f),
+                    body,
+                    "a TREE_GET_FOR_UPDATE reply encodes back to its bytes"
+                );
+            }
         }
         _ => {
             if let Ok(v) = ValuesAndObjects::decode(body) {

@@ -281,6 +281,11 @@ fn object_request(g: &mut Gen, pages: u32) -> ObjectRequest {
             method: g.bytes(64),
         },
         8 => ObjectRequest::Snapshot { txn },
+        9 if g.below(2) == 0 => ObjectRequest::TreeGetForUpdate {
+            txn,
+            root: g.page(pages),
+            keys: (0..1 + g.below(3)).map(|_| g.bytes(8)).collect(),
+        },
         _ => ObjectRequest::Abort { txn },
     }
 }

@@ -137,7 +137,8 @@ fn write_rights_seeds() {
 #[ignore = "rewrites the seed inputs of fuzz/corpus/object_service"]
 fn write_object_service_seeds() {
     use cairn_net::object_service::{
-        encode_entries, encode_oids, encode_values, Change, FetchedObject, ObjectRequest, TreeOp, ValuesAndObjects,
+        encode_entries, encode_firsts, encode_oids, encode_values, Change, FetchedObject, ObjectRequest, TreeOp,
+        ValuesAndObjects,
     };
     use std::ops::Bound;
     let o = |n: u8| [n; 10];
@@ -231,6 +232,11 @@ fn write_object_service_seeds() {
             objects: true,
         },
         ObjectRequest::Snapshot { txn: 3 },
+        ObjectRequest::TreeGetForUpdate {
+            txn: 3,
+            root: 9,
+            keys: vec![b"a".to_vec(), b"k".to_vec()],
+        },
     ];
     for (i, req) in requests.into_iter().enumerate() {
         let (kind, body) = req.encode();
@@ -248,13 +254,14 @@ fn write_object_service_seeds() {
     }
     .encode();
     let values = vec![o(1).to_vec(), o(2).to_vec()];
-    let replies: [(u8, &str, Vec<u8>); 5] = [
-        (16, "fetched", part.clone()),
-        (17, "oids", encode_oids(&[o(1), o(2)])),
-        (18, "values", encode_values(&values)),
-        (18, "entries", encode_entries(&[(b"k".to_vec(), o(1).to_vec())], true)),
+    let replies: [(u8, &str, Vec<u8>); 6] = [
+        (17, "fetched", part.clone()),
+        (18, "oids", encode_oids(&[o(1), o(2)])),
+        (19, "values", encode_values(&values)),
+        (19, "entries", encode_entries(&[(b"k".to_vec(), o(1).to_vec())], true)),
+        (19, "firsts", encode_firsts(&[Some(o(1).to_vec()), None])),
         (
-            19,
+            20,
             "values-and-objects",
             ValuesAndObjects {
                 values: values.clone(),

@@ -213,3 +213,56 @@ fn lookups_for_update_of_one_leaf_queue_instead_of_deadlocking() {
         tx.commit().unwrap();
     }
 }
+
+#[test]
+fn object_client_lookups_for_update_of_one_leaf_queue_instead_of_deadlocking() {
+    remote_lookups_for_update_of_one_leaf_queue(Backend::Object);
+}
+
+#[test]
+fn adaptive_client_lookups_for_update_of_one_leaf_queue_instead_of_deadlocking() {
+    remote_lookups_for_update_of_one_leaf_queue(Backend::Adaptive);
+}
+
+/// [`lookups_for_update_of_one_leaf_queue_instead_of_deadlocking`] for
+/// two clients of a server that locks its trees by page: the lookups go
+/// to the server (TREE_GET_FOR_UPDATE, never a lookup kept under a right),
+/// which reads each leaf under U.
+fn remote_lookups_for_update_of_one_leaf_queue(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(backend, &dir.path().join("db")).server_env("CAIRN_TEST_LOCK_TIMEOUT_MS", "20000");
+    let a = site.open(common::opts());
+    let b = site.open(common::opts());
+    fill(&a, 3000);
+    // Both clients keep the lookups under rights first.
+    for db in [&a, &b] {
+        let mut tx = db.begin().unwrap();
+        tx.find_one(&BY_KEY, &2998).unwrap();
+        tx.find_one(&BY_KEY, &2999).unwrap();
+        tx.commit().unwrap();
+    }
+    let mut ta = a.begin().unwrap();
+    assert!(ta.find_for_update(&BY_KEY, &[2998]).unwrap()[0].is_some());
+    let before = waits(&a);
+    let outcomes = std::thread::scope(|s| {
+        let other = s.spawn(|| {
+            let mut tb = b.begin()?;
+            tb.find_for_update(&BY_KEY, &[2999])?;
+            tb.create(Item { key: 2999, value: 2 })?;
+            tb.commit()
+        });
+        while waits(&a) == before {
+            std::thread::yield_now();
+        }
+        let r = ta.create(Item { key: 2998, value: 1 }).and_then(|_| ta.commit());
+        [r, other.join().unwrap()]
+    });
+    assert!(
+        outcomes.iter().all(Result::is_ok),
+        "{backend:?}: both commit, neither a deadlock victim: {outcomes:?}"
+    );
+    let mut tx = b.begin().unwrap();
+    assert_eq!(tx.find(&BY_KEY, &2998).unwrap().len(), 2);
+    assert_eq!(tx.find(&BY_KEY, &2999).unwrap().len(), 2);
+    tx.commit().unwrap();
+}

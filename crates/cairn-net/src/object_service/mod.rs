@@ -23,6 +23,7 @@
 //! | `0x0213` TREE_GET | `txn u64, root u32, limit u32, key16` | `count u32, value32 × count`, then `0 u32` (no objects) and the rights as TREE_GET_OBJECTS |
 //! | `0x0214` TREE_RANGE | `txn u64, root u32, limit u32, lo bound, hi bound, after u8 (0 none, 1: value32)` | `count u32, (key16, value32) × count, more u8` |
 //! | `0x0215` TREE_DESTROY | `txn u64, root u32` | empty |
+//! | `0x0218` TREE_GET_FOR_UPDATE | `txn u64, root u32, count u32 (1..=1,024), key16 × count` | `count u32, (found u8, value32 if found) × count`: each key's first value ([`encode_firsts`]), read to be changed next: under page locking each key's leaf under an update lock (U: readers share it, another such lookup waits), leaves in key order; no right |
 //! | `0x0217` OBJ_SNAPSHOT | `txn u64` | the window, as the page service's SNAPSHOT ([`SnapshotInfo`](crate::page_service::SnapshotInfo)) |
 //! | `0x0216` TREE_GET_OBJECTS | as TREE_GET | TREE_GET's reply, then `count u32, value32 × count`: the object each value names, read under S as OBJ_FETCH reads it (one [`FetchedObject`] each), then `count u8 (≤ 8), (key, right u64) × count` (a `key` as in [`crate::rights`]): rights to cache the answer (none: not cacheable) — on the leaves that enclose the key (tag 0), or on a server that locks key ranges on the gaps the lookup locked (tags 2 and 3) — an index lookup and the fetch of what it finds in one round trip |
 //!
@@ -135,7 +136,12 @@ impl Kind {
     pub const TREE_GET_OBJECTS: Kind = Kind(0x0216);
     /// OBJ_SNAPSHOT.
     pub const OBJ_SNAPSHOT: Kind = Kind(0x0217);
+    /// TREE_GET_FOR_UPDATE.
+    pub const TREE_GET_FOR_UPDATE: Kind = Kind(0x0218);
 }
+
+/// Keys one TREE_GET_FOR_UPDATE names at most.
+pub const TREE_KEYS_MAX: usize = 1024;
 
 /// Entries one TREE_GET or TREE_RANGE answers at most.
 pub const TREE_LIMIT_MAX: u32 = 1 << 16;

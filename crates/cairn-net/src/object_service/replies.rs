@@ -99,6 +99,40 @@ fn get_values(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, MessageError> {
     (0..n).map(|_| get_value32(r)).collect()
 }
 
+/// TREE_GET_FOR_UPDATE's reply: each key's first value, if it has one.
+pub fn encode_firsts(firsts: &[Option<Vec<u8>>]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.put_u32(firsts.len() as u32);
+    for f in firsts {
+        match f {
+            Some(v) => {
+                w.put_u8(1);
+                w.put_bytes32(v);
+            }
+            None => w.put_u8(0),
+        }
+    }
+    w.into_bytes()
+}
+
+/// Decodes what [`encode_firsts`] wrote.
+pub fn decode_firsts(body: &[u8]) -> Result<Vec<Option<Vec<u8>>>, MessageError> {
+    let mut r = Reader::within("TREE_GET_FOR_UPDATE reply", body);
+    let n = r.count32("a count", 1)?;
+    let firsts = (0..n)
+        .map(|_| match r.u8("a found flag")? {
+            0 => Ok(None),
+            1 => Ok(Some(get_value32(&mut r)?)),
+            _ => Err(MessageError::Malformed {
+                what: "TREE_GET_FOR_UPDATE reply",
+                problem: "a found flag is 0 or 1",
+            }),
+        })
+        .collect::<Result<_, _>>()?;
+    r.finish("the body")?;
+    Ok(firsts)
+}
+
 /// TREE_GET_OBJECTS's reply, and TREE_GET's (with no objects).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ValuesAndObjects {

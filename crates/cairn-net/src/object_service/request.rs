@@ -7,7 +7,7 @@ use std::ops::Bound;
 
 use super::{
     get_key16, get_value32, malformed, oid, MessageError, Reader, Writer, COMMIT_CHANGES_MAX, FETCH_OBJECTS_MAX,
-    OBJ_S_PAGE_AHEAD, OID_BYTES, READ_RANGE_MAX, TREE_LIMIT_MAX,
+    OBJ_S_PAGE_AHEAD, OID_BYTES, READ_RANGE_MAX, TREE_KEYS_MAX, TREE_LIMIT_MAX,
 };
 use crate::frame::Kind;
 
@@ -173,6 +173,20 @@ pub enum ObjectRequest {
         key: Vec<u8>,
         /// Fetch the objects the values name too.
         objects: bool,
+    },
+    /// TREE_GET_FOR_UPDATE: the first value of each key, looked up to be
+    /// changed next ([`TREE_KEYS_MAX`] keys at most): under page locking
+    /// the server reads each key's leaf under an update lock (U), leaves
+    /// in key order, so two transactions that look keys up and then change
+    /// the same leaves queue instead of deadlocking. No right comes with
+    /// the answer.
+    TreeGetForUpdate {
+        /// The transaction.
+        txn: u64,
+        /// The root page.
+        root: u32,
+        /// The keys.
+        keys: Vec<Vec<u8>>,
     },
     /// TREE_RANGE: entries between two bounds in key order (at most
     /// `limit`; the reply says if more follow).
@@ -381,6 +395,7 @@ impl ObjectRequest {
             | ObjectRequest::TreeCreate { txn, .. }
             | ObjectRequest::TreeApply { txn, .. }
             | ObjectRequest::TreeGet { txn, .. }
+            | ObjectRequest::TreeGetForUpdate { txn, .. }
             | ObjectRequest::TreeRange { txn, .. }
             | ObjectRequest::TreeDestroy { txn, .. }
             | ObjectRequest::ReadRange { txn, .. } => Some(*txn),
@@ -497,6 +512,13 @@ impl ObjectRequest {
                 } else {
                     Kind::TREE_GET
                 }
+            }
+            ObjectRequest::TreeGetForUpdate { txn, root, keys } => {
+                w.put_u64(*txn);
+                w.put_u32(*root);
+                w.put_u32(keys.len() as u32);
+                keys.iter().for_each(|k| w.put_bytes16(k));
+                Kind::TREE_GET_FOR_UPDATE
             }
             ObjectRequest::TreeRange {
                 txn,
@@ -630,6 +652,17 @@ impl ObjectRequest {
                 key: get_key16(r)?,
                 objects: kind == Kind::TREE_GET_OBJECTS,
             },
+            Kind::TREE_GET_FOR_UPDATE => {
+                let txn = r.u64("txn")?;
+                let root = r.u32("root")?;
+                let n = r.u32("a key count")?;
+                if n == 0 || n as usize > TREE_KEYS_MAX {
+                    return Err(malformed(what, "a TREE_GET_FOR_UPDATE names 1 to 1,024 keys"));
+                }
+                let n = r.check_count("a key count", u64::from(n), 2)?;
+                let keys = (0..n).map(|_| get_key16(r)).collect::<Result<_, _>>()?;
+                ObjectRequest::TreeGetForUpdate { txn, root, keys }
+            }
             Kind::TREE_RANGE => ObjectRequest::TreeRange {
                 txn: r.u64("txn")?,
                 root: r.u32("root")?,

@@ -52,6 +52,11 @@ fn every_request() -> Vec<ObjectRequest> {
         },
         ObjectRequest::Abort { txn: 3 },
         ObjectRequest::Snapshot { txn: 6 },
+        ObjectRequest::TreeGetForUpdate {
+            txn: 3,
+            root: 12,
+            keys: vec![b"a".to_vec(), vec![], b"zz".to_vec()],
+        },
         ObjectRequest::Flush {
             txn: 3,
             changes: vec![Change::Delete { oid: o(2) }],
@@ -165,6 +170,25 @@ fn tree_replies_round_trip() {
     let mut zero = 1u64.to_le_bytes().to_vec();
     zero.extend_from_slice(&[9, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     assert!(ObjectRequest::decode(Kind::TREE_GET, &zero).is_err(), "limit 0");
+    // TREE_GET_FOR_UPDATE: each key's first value or none; 1 to 1,024 keys.
+    let firsts = vec![Some(b"v".to_vec()), None, Some(vec![])];
+    let enc = encode_firsts(&firsts);
+    assert_eq!(decode_firsts(&enc).unwrap(), firsts);
+    for cut in 0..enc.len() {
+        assert!(decode_firsts(&enc[..cut]).is_err());
+    }
+    let mut flag = enc.clone();
+    flag[4] = 2;
+    assert!(decode_firsts(&flag).is_err(), "a found flag of 2");
+    for n in [0u32, TREE_KEYS_MAX as u32 + 1] {
+        let mut body = 1u64.to_le_bytes().to_vec();
+        body.extend_from_slice(&9u32.to_le_bytes());
+        body.extend_from_slice(&n.to_le_bytes());
+        assert!(
+            ObjectRequest::decode(Kind::TREE_GET_FOR_UPDATE, &body).is_err(),
+            "{n} keys"
+        );
+    }
 }
 
 #[test]

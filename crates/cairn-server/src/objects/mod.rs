@@ -27,8 +27,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::{
-    encode_entries, encode_fetched_batch, encode_oids, Change, FetchedObject, FetchedPage, ObjectRequest, TreeOp,
-    ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE, OBJ_S_PAGE_AHEAD, OBJ_X, OID_BYTES,
+    encode_entries, encode_fetched_batch, encode_firsts, encode_oids, Change, FetchedObject, FetchedPage,
+    ObjectRequest, TreeOp, ValuesAndObjects, BATCH_OBJECTS_MAX, LOOKUP_LEAVES_MAX, NO_OID, OBJ_S_PAGE,
+    OBJ_S_PAGE_AHEAD, OBJ_X, OID_BYTES,
 };
 use cairn_net::page_service::{encode_pages, NO_GROUP};
 use cairn_net::rpc::Replier;
@@ -422,6 +423,7 @@ fn serve(core: &Core, state: &SessionState, req: ObjectRequest) -> Result<Vec<u8
         | ObjectRequest::TreeCreate { .. }
         | ObjectRequest::TreeApply { .. }
         | ObjectRequest::TreeGet { .. }
+        | ObjectRequest::TreeGetForUpdate { .. }
         | ObjectRequest::TreeRange { .. }
         | ObjectRequest::TreeDestroy { .. } => tree(core, state, req).map_err(fault),
         ObjectRequest::ReadRange { txn, oid, offset, len } => {

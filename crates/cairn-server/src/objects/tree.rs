@@ -1,6 +1,6 @@
 //! The B+-tree requests of object sessions: the server walks the tree for
 //! the client (TREE_OPEN, TREE_CREATE, TREE_APPLY, TREE_GET and
-//! TREE_GET_OBJECTS, TREE_RANGE, TREE_DESTROY), with rights on the leaves
+//! TREE_GET_OBJECTS, TREE_GET_FOR_UPDATE, TREE_RANGE, TREE_DESTROY), with rights on the leaves
 //! that enclose a lookup's key.
 
 use super::*;
@@ -34,6 +34,7 @@ pub(super) fn tree(core: &Core, state: &SessionState, req: ObjectRequest) -> Res
             objects,
             ..
         } => tree_get(core, state, t, root, limit, &key, objects),
+        ObjectRequest::TreeGetForUpdate { root, keys, .. } => tree_get_for_update(core, t, root, &keys),
         ObjectRequest::TreeRange {
             root,
             limit,
@@ -150,6 +151,61 @@ fn tree_get(
         rights,
     }
     .encode())
+}
+
+/// TREE_GET_FOR_UPDATE: the first value of each key, read to be changed
+/// next. Under page locking the root and each key's leaf are locked for
+/// update (U: readers share it, another such lookup waits) before they are
+/// read, the leaves in key order (one global order); under key-range locking the
+/// keys are locked as TREE_GET locks them. No right is granted: the client
+/// does not keep the answer. Run again after a parked wait, it finds the
+/// leaves it locked held and goes on.
+fn tree_get_for_update(core: &Core, t: &mut Txn, root: u32, keys: &[Vec<u8>]) -> Result<Vec<u8>, Error> {
+    if !core.db.locks_key_ranges() {
+        // The root first, before anything reads it (opening the tree does):
+        // every lookup reads it (S to the end, as every page of its path),
+        // and a split the transaction's insert makes next takes X on it —
+        // under S, two such transactions each wait for the other's lookup.
+        // Under U they queue at the root; readers still share it.
+        t.lock_to_read_for_update(PageId(root))?;
+    }
+    let tree = open_client_tree(t, root)?;
+    let key_ranges = t.locks_key_ranges(&tree);
+    if !key_ranges {
+        let mut ordered: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        ordered.sort_unstable();
+        ordered.dedup();
+        for key in ordered {
+            tree.leaf_of_for_update(t, key)?;
+        }
+    }
+    let mut firsts = Vec::with_capacity(keys.len());
+    let mut bytes = 4;
+    for key in keys {
+        let first = if key_ranges {
+            let Some(l) = t.tree_lookup_guarded(&tree, key, 1, true)? else {
+                return Err(Error::Internal("a lookup that may wait said it would".into()));
+            };
+            l.values.into_iter().next()
+        } else {
+            let mut first = None;
+            t.tree_get_each(&tree, key, |v| {
+                first = Some(v.to_vec());
+                false
+            })?;
+            first
+        };
+        bytes += 5 + first.as_ref().map_or(0, Vec::len);
+        if bytes > core.reply_bytes_max {
+            return Err(Error::LimitExceeded {
+                what: "bytes of a TREE_GET_FOR_UPDATE reply (ask for fewer keys)",
+                value: bytes as u64,
+                limit: core.reply_bytes_max as u64,
+            });
+        }
+        firsts.push(first);
+    }
+    Ok(encode_firsts(&firsts))
 }
 
 /// The OBJ_FETCH part of the object each value (an OID) names, read under

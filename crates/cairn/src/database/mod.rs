@@ -968,17 +968,19 @@ impl<'db> Transaction<'db> {
             return Ok(vec![None; keys.len()]);
         };
         let max_entries = self.inner.index_cache.max_entries;
+        let encoded: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|key| {
+                let mut k = Vec::new();
+                key.key_bytes(&mut k);
+                k
+            })
+            .collect();
+        let answers = self.txn.index_lookups_to_update(tree, &encoded, &cache, max_entries)?;
         let mut found = Vec::with_capacity(keys.len());
-        let mut oids = Vec::new();
-        for key in keys {
-            self.key.clear();
-            key.key_bytes(&mut self.key);
-            oids.clear();
-            let answer = self
-                .txn
-                .index_lookup_to_update(tree, &self.key, &cache, max_entries, &mut oids)?;
+        for (answer, first) in answers {
             self.count_index_answer(answer, &tree, index.field)?;
-            found.push(oids.first().copied());
+            found.push(first);
         }
         Ok(found)
     }

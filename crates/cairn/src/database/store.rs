@@ -335,6 +335,16 @@ impl Source for Tx {
         each!(self, t => Source::index_lookup_to_update(t, tree, key, cache, max_entries, out))
     }
 
+    fn index_lookups_to_update(
+        &mut self,
+        tree: BTree,
+        keys: &[Vec<u8>],
+        cache: &TreeCache,
+        max_entries: usize,
+    ) -> StorageResult<Vec<(IndexAnswer, Option<Oid>)>> {
+        each!(self, t => Source::index_lookups_to_update(t, tree, keys, cache, max_entries))
+    }
+
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
         each!(self, t => Source::lock_to_change(t, oid))
     }

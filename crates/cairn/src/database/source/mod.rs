@@ -196,6 +196,26 @@ pub(crate) trait Source: StoreOps {
         self.index_lookup(tree, key, true, cache, max_entries, out)
     }
 
+    /// [`Source::index_lookup_to_update`] of each of `keys`: how each was
+    /// answered, and its first value. One by one unless the store looks
+    /// them up together (an object-server client: one round trip).
+    fn index_lookups_to_update(
+        &mut self,
+        tree: BTree,
+        keys: &[Vec<u8>],
+        cache: &TreeCache,
+        max_entries: usize,
+    ) -> StorageResult<Vec<(IndexAnswer, Option<Oid>)>> {
+        let mut oids = Vec::new();
+        keys.iter()
+            .map(|key| {
+                oids.clear();
+                let answer = self.index_lookup_to_update(tree, key, cache, max_entries, &mut oids)?;
+                Ok((answer, oids.first().copied()))
+            })
+            .collect()
+    }
+
     /// Takes what changing `oid` needs (its home page's exclusive lock, or
     /// the object's on the server).
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()>;

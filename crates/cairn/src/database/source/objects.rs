@@ -111,6 +111,29 @@ impl Source for ObjectTxn {
         Ok(IndexAnswer::Read)
     }
 
+    /// One TREE_GET_FOR_UPDATE per 1,024 keys (`ObjectTxn::tree_get_for_update`):
+    /// at the server, each key's leaf under an update lock where trees
+    /// are locked by page.
+    fn index_lookups_to_update(
+        &mut self,
+        tree: BTree,
+        keys: &[Vec<u8>],
+        _cache: &TreeCache,
+        _max_entries: usize,
+    ) -> StorageResult<Vec<(IndexAnswer, Option<Oid>)>> {
+        Ok(self
+            .tree_get_for_update(tree.root(), keys)?
+            .into_iter()
+            .map(|first| match first {
+                None => (IndexAnswer::Read, None),
+                Some(v) => match Oid::from_exact(&v) {
+                    Some(oid) => (IndexAnswer::Read, Some(oid)),
+                    None => (IndexAnswer::Malformed, None),
+                },
+            })
+            .collect())
+    }
+
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
         self.lock_for_update(oid)
     }

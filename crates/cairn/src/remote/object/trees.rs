@@ -13,7 +13,8 @@
 use std::sync::atomic::Ordering;
 
 use cairn_net::object_service::{
-    self as wire, decode_entries, FetchedObject, ObjectRequest, ValuesAndObjects, TREE_LIMIT_MAX,
+    self as wire, decode_entries, decode_firsts, FetchedObject, ObjectRequest, ValuesAndObjects, TREE_KEYS_MAX,
+    TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::decode_pages;
 use cairn_net::page_service::NO_GROUP;
@@ -276,6 +277,40 @@ impl ObjectTxn {
             }
         }
         self.lookup(root, key, limit, true)
+    }
+
+    /// The first value of each of `keys` in the tree at `root`, looked up
+    /// to be changed next (TREE_GET_FOR_UPDATE): always at the server,
+    /// never from a lookup kept under rights, which under page locking
+    /// reads each key's leaf under an update lock (U), so two transactions
+    /// that look keys up and then insert into the same leaf queue instead
+    /// of deadlocking. The keys go in key order (one global order of the
+    /// leaves across requests), the answers come back in the order asked.
+    pub fn tree_get_for_update(&mut self, root: PageId, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.check_active()?;
+        self.refuse_if_snapshot()?;
+        if keys.iter().any(|k| self.tree_later_touches(root, k)) {
+            self.send_tree_later(Some(root))?;
+        }
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
+        let mut out = vec![None; keys.len()];
+        for chunk in order.chunks(TREE_KEYS_MAX) {
+            let body = self.tree_call(&ObjectRequest::TreeGetForUpdate {
+                txn: self.id.0,
+                root: root.0,
+                keys: chunk.iter().map(|&i| keys[i].clone()).collect(),
+            })?;
+            let conn = &self.store.conn;
+            let firsts = decode_firsts(&body).map_err(|e| conn.error(cairn_net::Error::Message(e)))?;
+            if firsts.len() != chunk.len() {
+                return Err(conn.protocol("one answer per key of a TREE_GET_FOR_UPDATE"));
+            }
+            for (&i, first) in chunk.iter().zip(firsts) {
+                out[i] = first;
+            }
+        }
+        Ok(out)
     }
 
     /// A lookup the client keeps under rights, read under them from now
