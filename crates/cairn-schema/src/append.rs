@@ -33,6 +33,9 @@ pub struct ListField {
     class: u32,
     name: String,
     elem: TypeDesc,
+    /// `elem` as a schema stores a type descriptor (what an object client
+    /// sends with its appends).
+    elem_encoded: Vec<u8>,
     before: HashMap<u16, Vec<TypeDesc>>,
 }
 
@@ -65,6 +68,7 @@ impl ListField {
             class,
             name: name.to_string(),
             elem: elem.clone(),
+            elem_encoded: crate::catalog::encode_type_desc(elem),
             before,
         })
     }
@@ -87,6 +91,12 @@ impl ListField {
     /// The elements' type.
     pub fn elem(&self) -> &TypeDesc {
         &self.elem
+    }
+
+    /// The elements' type encoded as a schema stores it
+    /// ([`crate::catalog::encode_type_desc`]).
+    pub fn elem_encoded(&self) -> &[u8] {
+        &self.elem_encoded
     }
 }
 

@@ -171,29 +171,35 @@ fn tree_get_for_update(core: &Core, t: &mut Txn, root: u32, keys: &[Vec<u8>]) ->
     }
     let tree = open_client_tree(t, root)?;
     let key_ranges = t.locks_key_ranges(&tree);
+    // Each key's leaf, locked in key order (then read from, not descended
+    // to again).
+    let mut leaves = std::collections::HashMap::new();
     if !key_ranges {
         let mut ordered: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         ordered.sort_unstable();
         ordered.dedup();
         for key in ordered {
-            tree.leaf_of_for_update(t, key)?;
+            leaves.insert(key, tree.leaf_of_for_update(t, key)?);
         }
     }
     let mut firsts = Vec::with_capacity(keys.len());
     let mut bytes = 4;
     for key in keys {
-        let first = if key_ranges {
-            let Some(l) = t.tree_lookup_guarded(&tree, key, 1, true)? else {
-                return Err(Error::Internal("a lookup that may wait said it would".into()));
-            };
-            l.values.into_iter().next()
-        } else {
-            let mut first = None;
-            t.tree_get_each(&tree, key, |v| {
-                first = Some(v.to_vec());
-                false
-            })?;
-            first
+        let first = match leaves.get(key.as_slice()) {
+            Some(&leaf) => {
+                let mut first = None;
+                tree.get_each_in(t, leaf, key, |v| {
+                    first = Some(v.to_vec());
+                    false
+                })?;
+                first
+            }
+            None => {
+                let Some(l) = t.tree_lookup_guarded(&tree, key, 1, true)? else {
+                    return Err(Error::Internal("a lookup that may wait said it would".into()));
+                };
+                l.values.into_iter().next()
+            }
         };
         bytes += 5 + first.as_ref().map_or(0, Vec::len);
         if bytes > core.reply_bytes_max {

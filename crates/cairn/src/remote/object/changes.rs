@@ -46,7 +46,7 @@ pub(super) fn wire_change(oid: Oid, after: Option<Vec<u8>>) -> Change {
 
 /// The bytes an append takes in a message, at most.
 fn append_size(a: &ListAppend) -> usize {
-    CHANGE_OVERHEAD + 16 + a.field().name().len() + 64 + a.elems().len()
+    CHANGE_OVERHEAD + a.field().name().len() + a.field().elem_encoded().len() + a.elems().len()
 }
 
 /// An append as OBJ_FLUSH and OBJ_COMMIT carry it (its count fits a
@@ -56,7 +56,7 @@ fn wire_append(oid: Oid, a: &ListAppend) -> Change {
         oid: oid.to_bytes(),
         class: a.field().class(),
         field: a.field().name().to_string(),
-        elem: cairn_schema::catalog::encode_type_desc(a.field().elem()),
+        elem: a.field().elem_encoded().to_vec(),
         count: u32::try_from(a.count()).unwrap_or(u32::MAX),
         elems: a.elems().to_vec(),
     }
