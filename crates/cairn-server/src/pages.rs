@@ -13,8 +13,8 @@ use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::page_service::{
     encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, LockCounters, PageRequest,
-    SnapshotInfo, VolumeInfo, FETCH_CACHE, FETCH_S, FETCH_SNAPSHOT, FETCH_TRY_INSERT, FETCH_X, LOCK_MODE_IS,
-    LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, NO_GROUP, NO_PAGE, RESOURCE_PAGE, SNAPSHOT_EXCLUDED_MAX,
+    SnapshotInfo, VolumeInfo, FETCH_CACHE, FETCH_S, FETCH_SNAPSHOT, FETCH_TRY_INSERT, FETCH_U, FETCH_X, LOCK_MODE_IS,
+    LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_U, NO_GROUP, NO_PAGE, RESOURCE_PAGE, SNAPSHOT_EXCLUDED_MAX,
 };
 use cairn_net::rpc::Replier;
 use cairn_storage::access::PageAccess;
@@ -284,7 +284,7 @@ fn serve_without_waiting(core: &Core, state: &SessionState, req: &PageRequest) -
         return None;
     };
 
-    if !matches!(mode & !FETCH_CACHE, FETCH_S | FETCH_X) {
+    if !matches!(mode & !FETCH_CACHE, FETCH_S | FETCH_X | FETCH_U) {
         return None;
     }
     let (server_id, t) = match state.txn_or_begin(&core.db, *txn) {
@@ -328,6 +328,7 @@ fn lock_request(resource: u8, id: u32, mode: u8) -> (Resource, LockMode) {
         LOCK_MODE_IX => LockMode::IX,
         LOCK_MODE_S => LockMode::S,
         LOCK_MODE_SIX => LockMode::SIX,
+        LOCK_MODE_U => LockMode::U,
         _ => LockMode::X,
     };
     (res, mode)
@@ -349,7 +350,9 @@ fn lock_without_waiting(
     };
     let mut t = t.try_lock().ok()?;
     let _mark = match res {
-        Resource::Page(_) if !LockMode::S.covers(mode) => Some(core.callbacks.try_mark(state.client, res, true)?),
+        // U shares with readers (a right to cache stands for one): only a
+        // lock that lets the page change calls back.
+        Resource::Page(_) if !LockMode::U.covers(mode) => Some(core.callbacks.try_mark(state.client, res, true)?),
         _ => None,
     };
     let granted = if try_only {
@@ -600,7 +603,7 @@ fn lock_resource(
     let (server_id, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
     let mut t = lock(&t);
     let _mark = match res {
-        Resource::Page(p) if !LockMode::S.covers(mode) => {
+        Resource::Page(p) if !LockMode::U.covers(mode) => {
             Some(core.call_back(state.client, server_id, p).map_err(fault)?)
         }
         _ => None,
@@ -699,7 +702,7 @@ fn fetch_one(
         // the mark then keeps any from getting a right until this one's is
         // registered, as `call_back`'s does below.
         let _mark = match mode {
-            FETCH_S => None,
+            FETCH_S | FETCH_U => None,
             FETCH_X => match core.callbacks.try_mark(client, Resource::Page(id), true) {
                 Some(mark) => Some(mark),
                 None => return Ok(None),
@@ -707,7 +710,7 @@ fn fetch_one(
             _ => return Ok(None),
         };
         // A lock wait parks here (`Error::LockParked`), with no thread.
-        let m = if mode == FETCH_X { LockMode::X } else { LockMode::S };
+        let m = fetch_lock_mode(mode);
         if !t.lock_or_park(Resource::Page(id), m)? {
             return Ok(None);
         }
@@ -725,15 +728,15 @@ fn fetch_one(
             None => Ok(None),
         };
     }
-    let _mark = if mode == FETCH_S {
+    let _mark = if matches!(mode, FETCH_S | FETCH_U) {
         None
     } else {
         Some(core.call_back(client, server_id, id)?)
     };
     let granted = match mode {
         FETCH_TRY_INSERT => t.try_insert_page(group, id)?,
-        FETCH_S | FETCH_X => {
-            t.lock_page(id, mode == FETCH_X)?;
+        FETCH_S | FETCH_X | FETCH_U => {
+            t.lock_resource(Resource::Page(id), fetch_lock_mode(mode))?;
             true
         }
         _ => return Err(Error::InvalidArgument(format!("FETCH mode {mode}"))),
@@ -747,11 +750,21 @@ fn fetch_one(
         part.status = FetchStatus::Locked;
         return Ok(Some(part.encode()));
     }
-    let mut image = t.fetch_page(id, mode != FETCH_S)?;
+    // (Under U the page is read as under S, which U covers.)
+    let mut image = t.fetch_page(id, matches!(mode, FETCH_X | FETCH_TRY_INSERT))?;
     // (The writer's mark, if any, lasts until its right is registered.)
     Ok(Some(finish_fetch(
         core, client, id, cache, client_lsn, part, &mut image,
     )))
+}
+
+/// The lock a FETCH in `mode` (S, X or U) takes on its pages.
+fn fetch_lock_mode(mode: u8) -> LockMode {
+    match mode {
+        FETCH_X => LockMode::X,
+        FETCH_U => LockMode::U,
+        _ => LockMode::S,
+    }
 }
 
 /// The FETCH part of a page locked and read: its LSN, the right to cache it

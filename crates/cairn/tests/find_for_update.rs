@@ -36,10 +36,15 @@ fn waits(db: &Database) -> u64 {
 }
 
 fn two_clients(backend: Backend, dir: &std::path::Path) -> (Site, Database, Database) {
+    two_clients_with(backend, dir, 50)
+}
+
+/// Two clients of one server, the first having filled `n` items.
+fn two_clients_with(backend: Backend, dir: &std::path::Path, n: u32) -> (Site, Database, Database) {
     let mut site = Site::new(backend, &dir.join("db")).server_env("CAIRN_TEST_LOCK_TIMEOUT_MS", "20000");
     let a = site.open(common::opts());
     let b = site.open(common::opts());
-    fill(&a, 50);
+    fill(&a, n);
     (site, a, b)
 }
 
@@ -230,10 +235,7 @@ fn adaptive_client_lookups_for_update_of_one_leaf_queue_instead_of_deadlocking()
 /// which reads each leaf under U.
 fn remote_lookups_for_update_of_one_leaf_queue(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let mut site = Site::new(backend, &dir.path().join("db")).server_env("CAIRN_TEST_LOCK_TIMEOUT_MS", "20000");
-    let a = site.open(common::opts());
-    let b = site.open(common::opts());
-    fill(&a, 3000);
+    let (_site, a, b) = two_clients_with(backend, dir.path(), 3000);
     // Both clients keep the lookups under rights first.
     for db in [&a, &b] {
         let mut tx = db.begin().unwrap();
@@ -264,5 +266,53 @@ fn remote_lookups_for_update_of_one_leaf_queue(backend: Backend) {
     let mut tx = b.begin().unwrap();
     assert_eq!(tx.find(&BY_KEY, &2998).unwrap().len(), 2);
     assert_eq!(tx.find(&BY_KEY, &2999).unwrap().len(), 2);
+    tx.commit().unwrap();
+}
+
+#[test]
+fn page_client_lookups_for_update_of_one_leaf_queue_instead_of_deadlocking() {
+    remote_lookups_for_update_of_one_leaf_queue(Backend::Page);
+}
+
+#[test]
+fn file_client_lookups_for_update_of_one_leaf_queue_instead_of_deadlocking() {
+    remote_lookups_for_update_of_one_leaf_queue(Backend::File);
+}
+
+/// A page client's lookups for update of keys in many leaves lock the
+/// root and then all the leaves under U in one FETCH, not one round trip a
+/// leaf (and never through its rights to cache the leaves, which it holds
+/// here: a right is an S in effect).
+#[test]
+fn page_client_lookups_for_update_of_many_leaves_lock_them_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_site, a, _b) = two_clients_with(Backend::Page, dir.path(), 3000);
+    let keys: Vec<u32> = (0..3000).step_by(150).collect();
+    // Every leaf and inner page cached under a right, and how many leaves
+    // the keys lie in, counted as a lookup of each alone fetches them.
+    let mut tx = a.begin().unwrap();
+    for k in &keys {
+        assert!(tx.find_one(&BY_KEY, k).unwrap().is_some());
+    }
+    tx.commit().unwrap();
+    let mut tx = a.begin().unwrap();
+    let before = a.remote_stats().unwrap().round_trips;
+    let found = tx.find_for_update(&BY_KEY, &keys).unwrap();
+    let after = a.remote_stats().unwrap().round_trips;
+    assert!(found.iter().all(Option::is_some), "every key is found");
+    tx.commit().unwrap();
+    // One for the root's U, one for the leaves', one for the X locks of
+    // the objects' pages.
+    assert!(
+        after - before <= 3,
+        "{} round trips for lookups for update of {} keys in many leaves",
+        after - before,
+        keys.len()
+    );
+    // The locks were the server's: a second client's lookup for update of
+    // one key waits until this one's transaction ends (checked by the
+    // single-leaf tests), and reads see every object unchanged.
+    let mut tx = a.begin().unwrap();
+    assert_eq!(tx.find(&BY_KEY, &150).unwrap().len(), 1);
     tx.commit().unwrap();
 }

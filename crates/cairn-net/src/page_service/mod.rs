@@ -41,9 +41,14 @@
 //! the page ([`crate::rights`] has the protocol).
 //! A FETCH takes the lock it needs with the read, so locking adds no round
 //! trip, and names up to [`FETCH_PAGES_MAX`] pages at once (prefetch). Its
-//! mode is [`FETCH_S`], [`FETCH_X`] or [`FETCH_TRY_INSERT`] (take X only if
+//! mode is [`FETCH_S`], [`FETCH_X`], [`FETCH_TRY_INSERT`] (take X only if
 //! nobody is in the way and the page is an in-use page of `group`: a
-//! candidate page for an insert). For each page the client names the LSN of
+//! candidate page for an insert) or [`FETCH_U`] (an update lock: a page
+//! read now and perhaps changed next, such as the B+-tree leaf of a lookup
+//! for update; readers and rights to cache share it, a second U waits, so
+//! two updaters queue instead of both reading under S and then deadlocking
+//! on their upgrades to X; it calls back nobody, and is never taken through
+//! a right to cache). For each page the client names the LSN of
 //! the copy it caches (0: none); if the committed page still has that LSN
 //! the reply says so instead of shipping the image again. Every image
 //! travels sealed (its CRC32C set), and the client verifies it as a page
@@ -52,7 +57,7 @@
 //! answers with the LSN each changed page was installed with. READ is the
 //! committed image without a lock: a client refilling its cache with a page
 //! its transaction already holds a lock on. Lock modes travel as
-//! [`LOCK_MODE_IS`] … [`LOCK_MODE_X`]. Errors are
+//! [`LOCK_MODE_IS`] … [`LOCK_MODE_X`] and [`LOCK_MODE_U`]. Errors are
 //! [`Fault`](crate::message::Fault)s with the codes below, so a client can
 //! tell a deadlock (retry) from damage.
 //!
@@ -109,6 +114,9 @@ pub const FETCH_TRY_INSERT: u8 = 2;
 /// FETCH mode: no lock; the page as of the transaction's snapshot (a
 /// transaction begun by SNAPSHOT, and only such a one).
 pub const FETCH_SNAPSHOT: u8 = 3;
+/// FETCH mode: update lock (U) — shared with readers and rights to cache,
+/// exclusive among updaters; the page is read to be changed next.
+pub const FETCH_U: u8 = 4;
 /// Commits in flight one SNAPSHOT reply may name (the server refuses to
 /// begin a snapshot while more are).
 pub const SNAPSHOT_EXCLUDED_MAX: usize = 4096;
@@ -127,6 +135,9 @@ pub const LOCK_MODE_S: u8 = 2;
 pub const LOCK_MODE_SIX: u8 = 3;
 /// Lock mode X on the wire.
 pub const LOCK_MODE_X: u8 = 4;
+/// Lock mode U (update: shares with IS and S, not with another U) on the
+/// wire.
+pub const LOCK_MODE_U: u8 = 5;
 
 /// LOCK resource: a page.
 pub const RESOURCE_PAGE: u8 = 0;

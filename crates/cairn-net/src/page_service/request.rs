@@ -3,8 +3,8 @@
 //! table of [`page_service`](super).
 
 use super::{
-    malformed, MessageError, Reader, Writer, COMMIT_RECORDS_MAX, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_SNAPSHOT,
-    GROUP_NAME_MAX, LOCK_MODE_X, RESOURCE_GROUP,
+    malformed, MessageError, Reader, Writer, COMMIT_RECORDS_MAX, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_U, GROUP_NAME_MAX,
+    LOCK_MODE_U, RESOURCE_GROUP,
 };
 use crate::frame::Kind;
 
@@ -15,7 +15,8 @@ pub enum PageRequest {
     Fetch {
         /// The transaction.
         txn: u64,
-        /// [`FETCH_S`](super::FETCH_S), [`FETCH_X`](super::FETCH_X) or [`FETCH_TRY_INSERT`](super::FETCH_TRY_INSERT).
+        /// [`FETCH_S`](super::FETCH_S), [`FETCH_X`](super::FETCH_X), [`FETCH_TRY_INSERT`](super::FETCH_TRY_INSERT),
+        /// [`FETCH_SNAPSHOT`](super::FETCH_SNAPSHOT) or [`FETCH_U`](super::FETCH_U).
         mode: u8,
         /// The group an insert wants ([`FETCH_TRY_INSERT`](super::FETCH_TRY_INSERT); else [`NO_GROUP`](super::NO_GROUP)).
         group: u32,
@@ -71,7 +72,7 @@ pub enum PageRequest {
         resource: u8,
         /// The page or group id.
         id: u32,
-        /// [`LOCK_MODE_IS`](super::LOCK_MODE_IS) … [`LOCK_MODE_X`](super::LOCK_MODE_X).
+        /// [`LOCK_MODE_IS`](super::LOCK_MODE_IS) … [`LOCK_MODE_U`](super::LOCK_MODE_U).
         mode: u8,
         /// Do not wait: answer "not granted" instead.
         try_only: bool,
@@ -326,10 +327,10 @@ impl PageRequest {
     fn get_fetch(r: &mut Reader<'_>, what: &'static str) -> Result<PageRequest, MessageError> {
         let txn = r.u64("txn")?;
         let mode = r.u8("mode")?;
-        if mode & !FETCH_CACHE > FETCH_SNAPSHOT {
+        if mode & !FETCH_CACHE > FETCH_U {
             return Err(malformed(
                 what,
-                "FETCH mode is not 0 (S), 1 (X), 2 (try insert) or 3 (snapshot), with or without 0x80 (cache)",
+                "FETCH mode is not 0 (S), 1 (X), 2 (try insert), 3 (snapshot) or 4 (U), with or without 0x80 (cache)",
             ));
         }
         let group = r.u32("group")?;
@@ -350,8 +351,8 @@ impl PageRequest {
         }
         let id = r.u32("id")?;
         let mode = r.u8("mode")?;
-        if mode > LOCK_MODE_X {
-            return Err(malformed(what, "LOCK mode is not 0 to 4 (IS, IX, S, SIX, X)"));
+        if mode > LOCK_MODE_U {
+            return Err(malformed(what, "LOCK mode is not 0 to 5 (IS, IX, S, SIX, X, U)"));
         }
         let try_only = get_flag(r, what, "the try flag", "LOCK try flag is neither 0 nor 1")?;
         Ok(PageRequest::Lock {

@@ -261,6 +261,28 @@ fn a_snapshot_window_round_trips_and_a_window_that_makes_no_sense_is_refused() {
     }
     .encode()
     .1;
-    bad_mode[8] = 4;
-    assert!(PageRequest::decode(Kind::FETCH, &bad_mode).is_err(), "mode 4");
+    bad_mode[8] = FETCH_U;
+    assert!(PageRequest::decode(Kind::FETCH, &bad_mode).is_ok(), "mode 4 (U)");
+    bad_mode[8] = FETCH_U + 1;
+    assert!(PageRequest::decode(Kind::FETCH, &bad_mode).is_err(), "mode 5");
+    bad_mode[8] = (FETCH_U + 1) | FETCH_CACHE;
+    assert!(
+        PageRequest::decode(Kind::FETCH, &bad_mode).is_err(),
+        "mode 5 with the cache flag"
+    );
+}
+
+#[test]
+fn lock_mode_u_is_the_last_lock_mode() {
+    let lock = |mode| PageRequest::Lock {
+        txn: 3,
+        resource: RESOURCE_PAGE,
+        id: 9,
+        mode,
+        try_only: false,
+    };
+    let (kind, body) = lock(LOCK_MODE_U).encode();
+    assert_eq!(PageRequest::decode(kind, &body).unwrap(), Some(lock(LOCK_MODE_U)));
+    let (kind, body) = lock(LOCK_MODE_U + 1).encode();
+    assert!(PageRequest::decode(kind, &body).is_err(), "lock mode 6");
 }

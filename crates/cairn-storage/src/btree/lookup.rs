@@ -4,7 +4,7 @@
 use std::ops::Bound;
 
 use super::node::Target;
-use super::{with_node, BTree, Cursor, Direction};
+use super::{check_level, with_node, BTree, Cursor, Direction};
 use crate::access::PageAccess;
 use crate::error::{Error, Result};
 use crate::ids::PageId;
@@ -24,6 +24,39 @@ impl BTree {
     /// change it).
     pub fn leaf_of_for_update<A: PageAccess>(&self, a: &mut A, key: &[u8]) -> Result<PageId> {
         Ok(self.find_leaf_locking(a, Target::Pair(key, &[]), true)?.0)
+    }
+
+    /// The leaf where `key` lives, as [`BTree::leaf_of`], found without
+    /// reading the leaf itself: its parent's level says it is a leaf (a
+    /// root that is a leaf is the answer, read as any root). A transaction
+    /// that looks up several keys for update finds their leaves so and
+    /// locks them all together, in one order, before it reads any (see
+    /// [`crate::Txn::lock_leaves_for_update`]).
+    pub fn leaf_page_of<A: PageAccess>(&self, a: &mut A, key: &[u8]) -> Result<PageId> {
+        let t = Target::Pair(key, &[]);
+        let mut id = self.root;
+        let mut level: Option<u8> = None;
+        loop {
+            if level == Some(0) {
+                return Ok(id);
+            }
+            let expect = level;
+            let down = with_node(a, id, |n| {
+                check_level(n, expect)?;
+                if n.is_leaf() {
+                    Ok(None)
+                } else {
+                    Ok(Some((n.child(n.child_index(&t)?)?, n.level)))
+                }
+            })?;
+            match down {
+                None => return Ok(id),
+                Some((child, lvl)) => {
+                    level = Some(lvl - 1);
+                    id = child;
+                }
+            }
+        }
     }
 
     /// Calls `f` on every entry `(key, value)` of `leaf` (a leaf of this

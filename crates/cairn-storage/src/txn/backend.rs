@@ -134,17 +134,25 @@ pub trait Backend: Send + Sync {
     /// The transaction has ended (committed, rolled back): release its
     /// locks and forget it.
     fn end(&self, owner: LockOwner, allocated: &[PageId]);
-    /// Takes S (X if `exclusive`: the transaction is about to change
-    /// them) on every page of `pages` for `owner` (none of them held so
-    /// yet) and brings them into the backend's cache, as reading each
-    /// would, but all at once: a remote backend sends the fetches together,
-    /// several pages a request, every request in flight before the first
-    /// reply is read. True if the locks are held now; the default takes
+    /// Takes `mode` (S; U: the transaction reads them to change some
+    /// next; X: it is about to change them) on every page of `pages` for
+    /// `owner` (none of them held so yet), in the order of `pages`, and
+    /// brings them into the backend's cache, as reading each would, but
+    /// all at once: a remote backend sends the fetches together, several
+    /// pages a request (under S and X every request in flight before the
+    /// first reply is read; under U one after another, so that the server
+    /// takes them in order). True if the locks are held now; the default takes
     /// nothing and says false (each page is locked when it is used, as
     /// usual: an embedded engine has no round trip to save).
-    fn prefetch(&self, owner: LockOwner, pages: &[PageId], exclusive: bool) -> Result<bool> {
-        let _ = (owner, pages, exclusive);
+    fn prefetch(&self, owner: LockOwner, pages: &[PageId], mode: LockMode) -> Result<bool> {
+        let _ = (owner, pages, mode);
         Ok(false)
+    }
+    /// True if a lock costs a round trip to a server (a page- or
+    /// file-server client): [`Txn::lock_leaves_for_update`] then takes a
+    /// lookup's update locks together. False by default.
+    fn locks_remotely(&self) -> bool {
+        false
     }
     /// True if the backend keeps transactions' object-level changes (see
     /// [`Txn::set_object_locking`]): it reserves room with

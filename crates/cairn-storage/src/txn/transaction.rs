@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::access::PageAccess;
+use crate::btree::BTree;
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, Oid, PageId, TxnId};
 use crate::lock::{LockMode, LockOwner, Resource};
@@ -620,6 +621,38 @@ impl Txn {
         self.prefetch_in(&ordered, LockMode::X)
     }
 
+    /// Before lookups for update of `keys` in `tree` on a backend whose
+    /// locks cost a round trip ([`Backend::locks_remotely`]: a page- or
+    /// file-server client), under page locking: takes U on the tree's root,
+    /// then U on every key's leaf, in page order and in as few round trips
+    /// as the backend can ([`Backend::prefetch`]), before any leaf is read.
+    /// Each lookup then finds its leaf locked. Elsewhere nothing is done:
+    /// each lookup locks its own leaf.
+    ///
+    /// The root first, as the object server's TREE_GET_FOR_UPDATE takes
+    /// it: every lookup reads the root (S to the end under page locking),
+    /// and a split the transaction's insert makes next takes X on it, so
+    /// two such transactions under S each wait for the other. Under U they
+    /// queue at the root; readers still share it. The leaves are found
+    /// without being read ([`BTree::leaf_page_of`]), or each would be read
+    /// under S first and two updaters would deadlock on their upgrades.
+    pub fn lock_leaves_for_update(&mut self, tree: &BTree, keys: &[&[u8]]) -> Result<()> {
+        if !self.db.locks_remotely() || self.snapshot.is_some() || self.locks_key_ranges(tree) {
+            return Ok(());
+        }
+        PageAccess::lock_to_read_for_update(self, tree.root())?;
+        let mut leaves = Vec::with_capacity(keys.len());
+        for key in keys {
+            let leaf = tree.leaf_page_of(self, key)?;
+            if leaf != tree.root() {
+                leaves.push(leaf);
+            }
+        }
+        leaves.sort_unstable();
+        leaves.dedup();
+        self.prefetch_in(&leaves, LockMode::U)
+    }
+
     /// Takes the X locks a change of each object of `oids` takes, now and
     /// in one global order — OID order, whatever the order of `oids` — so
     /// that two transactions that name the objects they will change never
@@ -662,7 +695,7 @@ impl Txn {
             for &p in &todo {
                 t.check_allowed(Resource::Page(p), mode)?;
             }
-            if t.db.prefetch(t.owner, &todo, mode == LockMode::X)? {
+            if t.db.prefetch(t.owner, &todo, mode)? {
                 for p in todo {
                     let m = t.held.entry(Resource::Page(p)).or_insert(mode);
                     *m = m.sup(mode);

@@ -206,14 +206,7 @@ pub(crate) trait Source: StoreOps {
         cache: &TreeCache,
         max_entries: usize,
     ) -> StorageResult<Vec<(IndexAnswer, Option<Oid>)>> {
-        let mut oids = Vec::new();
-        keys.iter()
-            .map(|key| {
-                oids.clear();
-                let answer = self.index_lookup_to_update(tree, key, cache, max_entries, &mut oids)?;
-                Ok((answer, oids.first().copied()))
-            })
-            .collect()
+        lookups_to_update_one_by_one(self, tree, keys, cache, max_entries)
     }
 
     /// Takes what changing `oid` needs (its home page's exclusive lock, or
@@ -298,4 +291,23 @@ pub(crate) trait Source: StoreOps {
 
     /// Frees every page of `tree`.
     fn tree_destroy(&mut self, tree: BTree, changed: &mut Vec<PageId>) -> StorageResult<()>;
+}
+
+/// [`Source::index_lookup_to_update`] of each of `keys` in turn: how each
+/// was answered, and its first value.
+pub(super) fn lookups_to_update_one_by_one<S: Source + ?Sized>(
+    source: &mut S,
+    tree: BTree,
+    keys: &[Vec<u8>],
+    cache: &TreeCache,
+    max_entries: usize,
+) -> StorageResult<Vec<(IndexAnswer, Option<Oid>)>> {
+    let mut oids = Vec::new();
+    keys.iter()
+        .map(|key| {
+            oids.clear();
+            let answer = source.index_lookup_to_update(tree, key, cache, max_entries, &mut oids)?;
+            Ok((answer, oids.first().copied()))
+        })
+        .collect()
 }

@@ -114,6 +114,25 @@ impl Source for Txn {
         index_lookup_in_pages(self, tree, key, true, true, cache, max_entries, out)
     }
 
+    /// As one by one, but a page or file client first takes U on the
+    /// root and on all the keys' leaves together, in page order
+    /// ([`Txn::lock_leaves_for_update`]: one round trip for them all, and
+    /// one order, so that two such transactions queue instead of holding a
+    /// leaf each and waiting for the other's).
+    fn index_lookups_to_update(
+        &mut self,
+        tree: BTree,
+        keys: &[Vec<u8>],
+        cache: &TreeCache,
+        max_entries: usize,
+    ) -> StorageResult<Vec<(IndexAnswer, Option<Oid>)>> {
+        if keys.len() >= 2 {
+            let named: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            self.lock_leaves_for_update(&tree, &named)?;
+        }
+        super::lookups_to_update_one_by_one(self, tree, keys, cache, max_entries)
+    }
+
     fn lock_to_change(&mut self, oid: Oid) -> StorageResult<()> {
         if self.object_locking() {
             self.lock_object(oid, true)

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use cairn_net::page_service::{
-    decode_lsns, decode_page, decode_pages, PageRequest, FETCH_S, FETCH_TRY_INSERT, FETCH_X, NO_PAGE, RESOURCE_GROUP,
-    RESOURCE_PAGE,
+    decode_lsns, decode_page, decode_pages, PageRequest, FETCH_S, FETCH_TRY_INSERT, FETCH_U, FETCH_X, NO_PAGE,
+    RESOURCE_GROUP, RESOURCE_PAGE,
 };
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::page::{self, PageType};
@@ -47,10 +47,13 @@ impl Backend for RemoteStore {
         }
         match res {
             Resource::Page(p) => {
-                let m = if matches!(mode, LockMode::X | LockMode::SIX | LockMode::IX) {
-                    FETCH_X
-                } else {
-                    FETCH_S
+                // U is the server's to grant (a right to cache is an S in
+                // effect, and two updaters under it would both read and
+                // then deadlock on their upgrades to X).
+                let m = match mode {
+                    LockMode::X | LockMode::SIX | LockMode::IX | LockMode::A => FETCH_X,
+                    LockMode::U => FETCH_U,
+                    LockMode::S | LockMode::IS => FETCH_S,
                 };
                 if m == FETCH_S && self.use_cover(owner.txn, p) {
                     return Ok(());
@@ -96,7 +99,7 @@ impl Backend for RemoteStore {
             }
         };
         if let Resource::Page(p) = res {
-            if !LockMode::S.covers(mode) {
+            if !LockMode::U.covers(mode) {
                 // Another transaction of this client reading the page under
                 // the right would not be seen by the server's lock: not now.
                 let mut st = self.rights.lock();
@@ -199,18 +202,26 @@ impl Backend for RemoteStore {
         Ok(status.is_locked())
     }
 
-    fn prefetch(&self, owner: LockOwner, pages: &[PageId], exclusive: bool) -> Result<bool> {
+    fn prefetch(&self, owner: LockOwner, pages: &[PageId], mode: LockMode) -> Result<bool> {
         if self.is_snapshot(owner.txn) {
             // Read as of the snapshot, all at once; nothing is locked.
-            if !exclusive && pages.len() >= 2 {
+            if mode == LockMode::S && pages.len() >= 2 {
                 self.fetch_at_snapshot(owner.txn, pages)?;
             }
             return Ok(false);
         }
         // A single page to fetch is one round trip either way: it is
         // fetched when it is used (and only if it is).
-        let mode = if exclusive { FETCH_X } else { FETCH_S };
+        let mode = match mode {
+            LockMode::S | LockMode::IS => FETCH_S,
+            LockMode::U => FETCH_U,
+            _ => FETCH_X,
+        };
         self.fetch_many(owner.txn, pages, mode, 2)
+    }
+
+    fn locks_remotely(&self) -> bool {
+        true
     }
 
     fn fill_pages(&self) -> &FillPages {

@@ -90,7 +90,8 @@ use bytes::Bytes;
 use cairn_net::message::Architecture;
 use cairn_net::page_service::{
     decode_groups, FetchStatus, Fetched, PageRequest, VolumeInfo, FETCH_CACHE, FETCH_PAGES_MAX, FETCH_S,
-    FETCH_TRY_INSERT, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_X, NO_GROUP,
+    FETCH_TRY_INSERT, FETCH_U, FETCH_X, LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_U,
+    LOCK_MODE_X, NO_GROUP,
 };
 use cairn_net::transport::Address;
 use cairn_storage::buffer::{BufferPool, Policy};
@@ -151,10 +152,24 @@ fn wire_mode(m: LockMode) -> u8 {
         // A page client locks pages, never objects, so it never appends
         // under A; were it asked to, X covers what A allows.
         LockMode::X | LockMode::A => LOCK_MODE_X,
-        // The page service has no update mode: a page client's lookup for
-        // update reads its leaf under S, as any lookup (what the read
-        // needs; only the queueing of two updaters is lost).
-        LockMode::U => LOCK_MODE_S,
+        LockMode::U => LOCK_MODE_U,
+    }
+}
+
+/// Whether a FETCH in `mode` takes a lock that lets the page change (X, or
+/// X by a granted try-insert): before one, this client's other transactions
+/// reading the page under its right are named to the server, and new ones
+/// are kept off the right until the writer ends.
+fn fetch_writes(mode: u8) -> bool {
+    matches!(mode, FETCH_X | FETCH_TRY_INSERT)
+}
+
+/// The lock a granted FETCH in `mode` leaves its transaction holding.
+fn fetch_lock_mode(mode: u8) -> LockMode {
+    match mode {
+        FETCH_S => LockMode::S,
+        FETCH_U => LockMode::U,
+        _ => LockMode::X,
     }
 }
 
@@ -524,7 +539,7 @@ impl RemoteStore {
     /// to the server ([`RemoteStore::name_readers`]), and new ones are kept
     /// off the right until `txn` ends.
     fn fetch(&self, txn: TxnId, id: PageId, mode: u8, group: GroupId) -> Result<FetchStatus> {
-        if mode != FETCH_S {
+        if fetch_writes(mode) {
             self.name_readers(txn, id)?;
         }
         self.mark_on_server(txn);
@@ -553,15 +568,17 @@ impl RemoteStore {
         self.fetch_many(txn, pages, FETCH_S, at_least)
     }
 
-    /// [`RemoteStore::fetch_shared`] in `mode` (FETCH_S or FETCH_X; for X,
-    /// this client's other transactions reading a page under its right are
-    /// named first, as a single X fetch does).
+    /// [`RemoteStore::fetch_shared`] in `mode` (FETCH_S, FETCH_U or
+    /// FETCH_X; for X, this client's other transactions reading a page
+    /// under its right are named first, as a single X fetch does). Only S
+    /// is taken through a right to cache: U and X are the server's to
+    /// grant. Under U the requests go one after another, each sent once
+    /// the last is answered, so the server takes the locks in the order of
+    /// `pages` (two requests of one transaction in flight at once may be
+    /// served in either order).
     fn fetch_many(&self, txn: TxnId, pages: &[PageId], mode: u8, at_least: usize) -> Result<bool> {
-        let (want, covered) = if mode == FETCH_S {
-            (LockMode::S, true)
-        } else {
-            (LockMode::X, false)
-        };
+        let want = fetch_lock_mode(mode);
+        let covered = mode == FETCH_S;
         let mut todo = Vec::new();
         for &p in pages {
             let held = self.holds(txn, Resource::Page(p), want) || (covered && self.use_cover(txn, p));
@@ -575,7 +592,7 @@ impl RemoteStore {
         if todo.len() < at_least {
             return Ok(false);
         }
-        if mode != FETCH_S {
+        if fetch_writes(mode) {
             for &p in &todo {
                 self.name_readers(txn, p)?;
             }
@@ -583,6 +600,7 @@ impl RemoteStore {
         self.mark_on_server(txn);
         let _in_flight = self.rights.fetch();
         let mut calls = Vec::new();
+        let mut all_locked = true;
         for chunk in todo.chunks(FETCH_PAGES_MAX) {
             let mut named = Vec::with_capacity(chunk.len());
             for p in chunk {
@@ -590,9 +608,24 @@ impl RemoteStore {
             }
             let call = self.send_fetch(txn, mode | self.cache_flag(), &named)?;
             calls.push((call, named));
+            if mode == FETCH_U {
+                all_locked &= self.take_replies(txn, mode, &mut calls)?;
+            }
         }
+        all_locked &= self.take_replies(txn, mode, &mut calls)?;
+        Ok(all_locked)
+    }
+
+    /// Takes in the replies of the FETCHes `calls` (sent in `mode`), in
+    /// order, and empties it: true if every page came locked.
+    fn take_replies(
+        &self,
+        txn: TxnId,
+        mode: u8,
+        calls: &mut Vec<(cairn_net::rpc::Call, Vec<(u32, u64)>)>,
+    ) -> Result<bool> {
         let mut all_locked = true;
-        for (call, named) in calls {
+        for (call, named) in calls.drain(..) {
             let parts = self.fetch_reply(txn, call)?;
             let statuses = self.take_parts(txn, mode, &named, &parts)?;
             all_locked &= statuses.iter().all(|s| s.is_locked());
@@ -697,7 +730,7 @@ impl RemoteStore {
             let facts = Facts { in_use, group };
             view.facts.insert(id, facts);
             if in_use {
-                let m = if mode == FETCH_S { LockMode::S } else { LockMode::X };
+                let m = fetch_lock_mode(mode);
                 let held = view.locks.entry(Resource::Page(id)).or_insert(m);
                 *held = held.sup(m);
             }
@@ -709,7 +742,7 @@ impl RemoteStore {
             // ends, this client's other transactions must not read the
             // committed image under that right, or they would read around
             // its X and see its commit only on the pages they read later.
-            if in_use && mode != FETCH_S {
+            if in_use && fetch_writes(mode) {
                 st.add_writer(id, txn);
             }
         }
