@@ -102,6 +102,19 @@ fn each_role_changes_only_what_it_may_on_every_client_kind() {
             "read creates",
         );
         assert_eq!(parts(&rita), before, "{arch:?}: nothing of the refused change is there");
+        // A lookup for update takes U (on an index leaf, or the object's
+        // X): a lock that would make every writer of it wait, so a
+        // read-only session may not take it either.
+        let by_id: Index<u64, Part> = Index::on("id");
+        let mut tx = rita.begin().unwrap();
+        denied(tx.find_for_update(&by_id, &[1]), "read looks up for update");
+        drop(tx);
+        let mut tx = rita.begin().unwrap();
+        assert!(
+            tx.find_one(&by_id, &1).unwrap().is_some(),
+            "{arch:?}: a read user still reads"
+        );
+        tx.commit().unwrap();
 
         // The URL names the user this time.
         let wes_url = format!("cairn://wes:wes-pw@{}", server.addr);
