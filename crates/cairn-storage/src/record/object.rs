@@ -301,7 +301,19 @@ fn locate<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Located> {
                     format!("forwarding stub in slot {} points to {target}, {why}", oid.slot.0),
                 )
             };
-            let (tkind, tdata) = slot(s, target)?.ok_or_else(|| bad("which does not exist"))?;
+            let Some((tkind, tdata)) = slot(s, target)? else {
+                // The LSNs of the two page images read say which is older
+                // (a reader at a snapshot given mismatched versions).
+                let lsn_of = |s: &mut S, p: crate::ids::PageId| {
+                    s.read(p, |b| crate::page::lsn(b).0)
+                        .map_or_else(|e| format!("unreadable: {e}"), |l| l.to_string())
+                };
+                let (home, there) = (lsn_of(s, oid.page), lsn_of(s, target.page));
+                return Err(bad(&format!(
+                    "which does not exist (page {} read at LSN {home}, page {} at LSN {there})",
+                    oid.page, target.page
+                )));
+            };
             if !matches!(tkind, KIND_MOVED_SMALL | KIND_MOVED_LARGE) {
                 return Err(bad("which is not a moved record (a forwarding loop or chain)"));
             }
