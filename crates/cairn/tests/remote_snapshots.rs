@@ -30,6 +30,18 @@ fn fill(db: &Database, n: u32) -> Vec<Ref<Item>> {
     refs
 }
 
+/// A reader and a writer client of one server (a site in `dir`), 50 items
+/// the writer made, all of them read once by the reader (kept, for clients
+/// that keep what they read).
+fn warm_reader_and_writer(backend: Backend, dir: &std::path::Path) -> (Site, Database, Database, Vec<Ref<Item>>) {
+    let mut site = Site::new(backend, &dir.join("db"));
+    let reader = site.open(common::opts());
+    let writer = site.open(common::opts());
+    let refs = fill(&writer, 50);
+    warm(&reader, &refs);
+    (site, reader, writer, refs)
+}
+
 fn warm(db: &Database, refs: &[Ref<Item>]) {
     let mut tx = db.begin().unwrap();
     for r in refs {
@@ -159,11 +171,7 @@ fn an_adaptive_client_snapshot_sees_its_state_and_neither_waits_nor_blocks() {
 fn object_and_adaptive_clients_read_around_what_they_keep_at_a_snapshot() {
     for backend in [Backend::Object, Backend::Adaptive] {
         let dir = tempfile::tempdir().unwrap();
-        let mut site = Site::new(backend, &dir.path().join("db"));
-        let reader = site.open(common::opts());
-        let writer = site.open(common::opts());
-        let refs = fill(&writer, 50);
-        warm(&reader, &refs);
+        let (_site, reader, writer, refs) = warm_reader_and_writer(backend, dir.path());
         let mut old = reader.begin_read_only().unwrap();
         let mut w = writer.begin().unwrap();
         w.update(&refs[3], |i| i.value = 9).unwrap();
@@ -204,11 +212,7 @@ fn object_and_adaptive_clients_read_around_what_they_keep_at_a_snapshot() {
 #[test]
 fn a_cached_page_newer_than_the_snapshot_is_not_used_for_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut site = Site::new(Backend::Page, &dir.path().join("db"));
-    let reader = site.open(common::opts());
-    let writer = site.open(common::opts());
-    let refs = fill(&writer, 50);
-    warm(&reader, &refs);
+    let (_site, reader, writer, refs) = warm_reader_and_writer(Backend::Page, dir.path());
 
     let mut old = reader.begin_read_only().unwrap();
     set_value(&writer, &refs[3], 9);
@@ -260,11 +264,7 @@ fn a_page_client_reading_only_at_snapshots_warms_its_cache() {
 fn object_and_adaptive_snapshots_read_what_the_client_kept_before_them() {
     for backend in [Backend::Object, Backend::Adaptive] {
         let dir = tempfile::tempdir().unwrap();
-        let mut site = Site::new(backend, &dir.path().join("db"));
-        let reader = site.open(common::opts());
-        let writer = site.open(common::opts());
-        let refs = fill(&writer, 50);
-        warm(&reader, &refs);
+        let (_site, reader, writer, refs) = warm_reader_and_writer(backend, dir.path());
         let read_all = |db: &Database| {
             let before = db.remote_stats().unwrap();
             let mut ro = db.begin_read_only().unwrap();
@@ -415,11 +415,7 @@ fn a_scan_at_a_snapshot_is_refused_with_a_clear_error() {
 fn a_snapshot_keeps_reading_what_a_writer_called_back_after_it_began() {
     for backend in [Backend::Object, Backend::Adaptive] {
         let dir = tempfile::tempdir().unwrap();
-        let mut site = Site::new(backend, &dir.path().join("db"));
-        let reader = site.open(common::opts());
-        let writer = site.open(common::opts());
-        let refs = fill(&writer, 50);
-        warm(&reader, &refs);
+        let (_site, reader, writer, refs) = warm_reader_and_writer(backend, dir.path());
         let sum = |ro: &mut cairn::Transaction<'_>| -> i64 { refs.iter().map(|r| ro.get(r).unwrap().value).sum() };
 
         let before = reader.remote_stats().unwrap();

@@ -19,6 +19,22 @@ use cairn_storage::{Error, GroupId, PageId, Result, Txn, TxnId};
 use super::rights::Facts;
 use super::{lock, wire_mode, RemoteStore};
 
+impl RemoteStore {
+    /// The FETCH mode that takes a page lock in `mode`. U is the server's
+    /// to grant (a right to cache is an S in effect, and two updaters
+    /// under it would both read and then deadlock on their upgrades to X).
+    /// A file client still reads under S: with U, snapshot readers of file
+    /// clients were seen to read a forwarding stub without its moved body
+    /// (see ARCHITECTURE.md, lock table), not yet understood.
+    fn fetch_mode(&self, mode: LockMode) -> u8 {
+        match mode {
+            LockMode::X | LockMode::SIX | LockMode::IX | LockMode::A => FETCH_X,
+            LockMode::U if self.file.is_none() => FETCH_U,
+            LockMode::U | LockMode::S | LockMode::IS => FETCH_S,
+        }
+    }
+}
+
 impl Backend for RemoteStore {
     fn page_size(&self) -> usize {
         self.page_size
@@ -47,18 +63,7 @@ impl Backend for RemoteStore {
         }
         match res {
             Resource::Page(p) => {
-                // U is the server's to grant (a right to cache is an S in
-                // effect, and two updaters under it would both read and
-                // then deadlock on their upgrades to X). A file client
-                // still reads under S: with U, snapshot readers of file
-                // clients were seen to read a forwarding stub without its
-                // moved body (see ARCHITECTURE.md, lock table), not yet
-                // understood.
-                let m = match mode {
-                    LockMode::X | LockMode::SIX | LockMode::IX | LockMode::A => FETCH_X,
-                    LockMode::U if self.file.is_none() => FETCH_U,
-                    LockMode::U | LockMode::S | LockMode::IS => FETCH_S,
-                };
+                let m = self.fetch_mode(mode);
                 if m == FETCH_S && self.use_cover(owner.txn, p) {
                     return Ok(());
                 }
@@ -216,12 +221,7 @@ impl Backend for RemoteStore {
         }
         // A single page to fetch is one round trip either way: it is
         // fetched when it is used (and only if it is).
-        let mode = match mode {
-            LockMode::S | LockMode::IS => FETCH_S,
-            LockMode::U => FETCH_U,
-            _ => FETCH_X,
-        };
-        self.fetch_many(owner.txn, pages, mode, 2)
+        self.fetch_many(owner.txn, pages, self.fetch_mode(mode), 2)
     }
 
     /// A page client's only: a file client takes no U yet (see `lock`).
