@@ -185,3 +185,53 @@ fn records_that_are_not_full_images_of_locked_pages_are_refused() {
     assert_eq!(read(&db, oid), b"before");
     db.close().unwrap();
 }
+
+/// A file-server commit that frees a page lets it go only once its pages
+/// are written and it is no longer in flight: a snapshot that begins in
+/// between does not see the commit, so the page must keep its last image
+/// for it — the page allocated and formatted again meanwhile, with a log
+/// record the snapshot sees, would put an empty page in its place.
+#[test]
+fn a_page_a_file_commit_frees_keeps_its_image_for_a_snapshot_begun_before_it_is_written() {
+    use cairn_storage::access::PageAccess;
+    use cairn_storage::page::PageType;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::create(dir.path(), &short_lock_timeout_opts()).unwrap();
+    let group = db.create_group("freed").unwrap();
+    let mut t = db.begin().unwrap();
+    let oid = t.create(group, b"on the page freed").unwrap();
+    t.commit().unwrap();
+    let p = oid.page;
+    // The file-server commit frees the object's page (no page to write).
+    let mut t = db.begin().unwrap();
+    PageAccess::free(&mut t, p).unwrap();
+    let id = t.id();
+    let u = db.commit_unwritten(t, &[], id).unwrap();
+    assert!(u.lsns().is_empty());
+    // Another transaction allocates a page of the group next to it. Had
+    // the page been let go already, it would be this one, formatted anew
+    // (its lock then waits for the unwritten commit, in vain).
+    let mut other = db.begin().unwrap();
+    let got = PageAccess::allocate(&mut other, group, Some(p), PageType::Slotted);
+    drop(other);
+    // A snapshot begun now does not see the commit: the object is there.
+    let mut snap = db.begin_read_only().unwrap();
+    assert_eq!(snap.read(oid).unwrap(), b"on the page freed");
+    assert!(
+        got.is_ok_and(|q| q != p),
+        "the page freed by a commit in flight was allocated again"
+    );
+    u.written().unwrap();
+    assert_eq!(snap.read(oid).unwrap(), b"on the page freed");
+    drop(snap);
+    // Written, the commit has let the page go: it is the one allocated now.
+    let mut t = db.begin().unwrap();
+    assert_eq!(
+        PageAccess::allocate(&mut t, group, Some(p), PageType::Slotted).unwrap(),
+        p
+    );
+    t.commit().unwrap();
+    db.close().unwrap();
+    let report = check_database(dir.path(), &VolumeOptions::default());
+    assert!(report.is_ok(), "{:?}", report.problems);
+}

@@ -274,10 +274,10 @@ fn page_client_lookups_for_update_of_one_leaf_queue_instead_of_deadlocking() {
     remote_lookups_for_update_of_one_leaf_queue(Backend::Page);
 }
 
-// (Not yet the file client: with U its snapshot readers, in the isolation
-// checker, once in about three runs of 20,000 transactions read a
-// forwarding stub whose moved body their version of the other page
-// lacked; until that is understood it reads leaves under S, as before.)
+#[test]
+fn file_client_lookups_for_update_of_one_leaf_queue_instead_of_deadlocking() {
+    remote_lookups_for_update_of_one_leaf_queue(Backend::File);
+}
 
 /// A page client's lookups for update of keys in many leaves lock the
 /// root and then all the leaves under U in one FETCH, not one round trip a

@@ -149,7 +149,7 @@ pub trait Backend: Send + Sync {
         Ok(false)
     }
     /// True if a lock costs a round trip to a server and the server takes
-    /// U (a page-server client): [`Txn::lock_leaves_for_update`] then
+    /// U (a page- or file-server client): [`Txn::lock_leaves_for_update`] then
     /// takes a lookup's update locks together. False by default.
     fn locks_remotely(&self) -> bool {
         false

@@ -622,7 +622,7 @@ impl Txn {
     }
 
     /// Before lookups for update of `keys` in `tree` on a backend whose
-    /// locks cost a round trip ([`Backend::locks_remotely`]: a page-server
+    /// locks cost a round trip ([`Backend::locks_remotely`]: a page- or file-server
     /// client), under page locking: takes U on the tree's root,
     /// then U on every key's leaf, in page order and in as few round trips
     /// as the backend can ([`Backend::prefetch`]), before any leaf is read.

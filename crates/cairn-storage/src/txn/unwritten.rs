@@ -16,6 +16,10 @@
 //!    across machines: the log describing a page is durable before the page
 //!    is written), then says so. Only then are the locks released, so the
 //!    next reader of a page — which reads the volume file — finds it there.
+//!    The pages the commit frees are let go here too, no sooner: a page let
+//!    go while the commit is still in flight for snapshots could be
+//!    allocated and formatted again where a snapshot that does not see the
+//!    commit would read it (see [`Unwritten`]'s `end`).
 //!
 //! **A client that dies in between** (its session closes with the commit
 //! [`Unwritten`] still pending) leaves pages the log has and the volume file
@@ -147,11 +151,11 @@ impl Db {
         // From here on the commit is decided: `t` is never rolled back, and
         // its locks stay until the pages are written or repaired.
         t.active = false;
+        let id = t.id;
         done.txn = Some(t);
-        let txn = done.txn.as_mut().expect("just set");
-        let result = decided.and_then(|()| s.free_deferred(txn));
-        if let Err(e) = result {
-            s.poison(format!("{} failed after its COMMIT was logged: {e}", txn.id));
+        // (The pages it frees go when it ends: see `Unwritten::end`.)
+        if let Err(e) = decided {
+            s.poison(format!("{id} failed after its COMMIT was logged: {e}"));
             return Err(e);
         }
         s.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -171,8 +175,7 @@ impl Unwritten {
     /// were locked would be stale now) and releases the locks.
     pub fn written(mut self) -> Result<()> {
         let result = self.forget_copies();
-        self.end();
-        result
+        result.and(self.end())
     }
 
     fn forget_copies(&mut self) -> Result<()> {
@@ -220,15 +223,33 @@ impl Unwritten {
     }
 
     /// Releases the hold on the redo LSN; the commit is no longer in
-    /// flight for snapshots (its pages are where a read finds them); then
-    /// the locks go.
-    fn end(&mut self) {
+    /// flight for snapshots (its pages are where a read finds them); the
+    /// pages it frees go; then the locks go.
+    ///
+    /// The frees wait until here, as an embedded commit's wait until its
+    /// pages are installed: a page let go while the commit is in flight
+    /// could be allocated and formatted again by a system action a
+    /// snapshot that does not see the commit sees, and that snapshot would
+    /// find the page empty. Let go after, a new format is newer than every
+    /// snapshot that does not see the commit, which reads the page's last
+    /// image from the version store. Until then the COMMIT record lists
+    /// the frees (a crash redoes them) and the page stays locked X.
+    fn end(&mut self) -> Result<()> {
         self.shared.release_redo(self.hold);
+        let mut result = Ok(());
         if let Some(mut t) = self.txn.take() {
             self.shared.commit_installed(&mut t);
+            if let Err(e) = self.shared.free_deferred(&mut t) {
+                self.shared.poison(format!(
+                    "{} failed to free its pages after its COMMIT was logged: {e}",
+                    t.id
+                ));
+                result = Err(e);
+            }
             self.shared.note_unwritten(&self.lsns, false);
             t.finish();
         }
+        result
     }
 }
 
@@ -278,7 +299,8 @@ impl Drop for Unwritten {
                 "repairing the pages of {id}, a file-server commit its client never wrote, failed: {e}"
             ));
         }
-        self.end();
+        // A failure to free poisons the database (`end`): nothing more to say.
+        let _ = self.end();
     }
 }
 

@@ -114,7 +114,7 @@ impl Source for Txn {
         index_lookup_in_pages(self, tree, key, true, true, cache, max_entries, out)
     }
 
-    /// As one by one, but a page client first takes U on the
+    /// As one by one, but a page or file client first takes U on the
     /// root and on all the keys' leaves together, in page order
     /// ([`Txn::lock_leaves_for_update`]: one round trip for them all, and
     /// one order, so that two such transactions queue instead of holding a

@@ -23,14 +23,11 @@ impl RemoteStore {
     /// The FETCH mode that takes a page lock in `mode`. U is the server's
     /// to grant (a right to cache is an S in effect, and two updaters
     /// under it would both read and then deadlock on their upgrades to X).
-    /// A file client still reads under S: with U, snapshot readers of file
-    /// clients were seen to read a forwarding stub without its moved body
-    /// (see ARCHITECTURE.md, lock table), not yet understood.
     fn fetch_mode(&self, mode: LockMode) -> u8 {
         match mode {
             LockMode::X | LockMode::SIX | LockMode::IX | LockMode::A => FETCH_X,
-            LockMode::U if self.file.is_none() => FETCH_U,
-            LockMode::U | LockMode::S | LockMode::IS => FETCH_S,
+            LockMode::U => FETCH_U,
+            LockMode::S | LockMode::IS => FETCH_S,
         }
     }
 }
@@ -224,9 +221,9 @@ impl Backend for RemoteStore {
         self.fetch_many(owner.txn, pages, self.fetch_mode(mode), 2)
     }
 
-    /// A page client's only: a file client takes no U yet (see `lock`).
+    /// Page and file clients alike: every lock is a round trip.
     fn locks_remotely(&self) -> bool {
-        self.file.is_none()
+        true
     }
 
     fn fill_pages(&self) -> &FillPages {
