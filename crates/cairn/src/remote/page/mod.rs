@@ -572,10 +572,13 @@ impl RemoteStore {
     /// FETCH_X; for X, this client's other transactions reading a page
     /// under its right are named first, as a single X fetch does). Only S
     /// is taken through a right to cache: U and X are the server's to
-    /// grant. Under U the requests go one after another, each sent once
-    /// the last is answered, so the server takes the locks in the order of
-    /// `pages` (two requests of one transaction in flight at once may be
-    /// served in either order).
+    /// grant. Under U and X the requests go one after another, each sent
+    /// once the last is answered, so the server takes the locks in the
+    /// order of `pages` — the one order that keeps two such transactions
+    /// from deadlocking — also past [`FETCH_PAGES_MAX`] pages (two
+    /// requests of one transaction in flight at once may be served in
+    /// either order). Under S they all go out at once: a shared lock is
+    /// never taken in a promised order.
     fn fetch_many(&self, txn: TxnId, pages: &[PageId], mode: u8, at_least: usize) -> Result<bool> {
         let want = fetch_lock_mode(mode);
         let covered = mode == FETCH_S;
@@ -608,7 +611,7 @@ impl RemoteStore {
             }
             let call = self.send_fetch(txn, mode | self.cache_flag(), &named)?;
             calls.push((call, named));
-            if mode == FETCH_U {
+            if mode != FETCH_S {
                 all_locked &= self.take_replies(txn, mode, &mut calls)?;
             }
         }
