@@ -10,7 +10,7 @@ use std::ops::Bound;
 use cairn_storage::access::Recording;
 use cairn_storage::btree::BTree;
 use cairn_storage::record::object::ObjectSpace;
-use cairn_storage::txn::CommitCheck;
+use cairn_storage::txn::{CommitCheck, TreeChange};
 use cairn_storage::{GroupId, Oid, PageId, Txn};
 
 type StorageResult<T> = cairn_storage::Result<T>;
@@ -121,19 +121,17 @@ impl StoreOps for Txn {
 
     fn tree_apply(&mut self, tree: &BTree, ops: Vec<TreeOp>, changed: &mut Vec<PageId>) -> StorageResult<()> {
         if self.locks_key_ranges(tree) {
-            // Kept by the transaction and applied at commit: no page of the
+            // Kept by the transaction (or by the server that runs the
+            // tree, in one request) and applied at commit: no page of the
             // tree changes now, so `changed` stays as it is.
-            for op in &ops {
-                match op {
-                    TreeOp::Insert { key, value } => {
-                        self.tree_insert(tree, key, value)?;
-                    }
-                    TreeOp::Delete { key, value } => {
-                        self.tree_delete(tree, key, value.as_deref())?;
-                    }
-                }
-            }
-            return Ok(());
+            let changes = ops
+                .into_iter()
+                .map(|op| match op {
+                    TreeOp::Insert { key, value } => TreeChange::Insert { key, value },
+                    TreeOp::Delete { key, value } => TreeChange::Delete { key, value },
+                })
+                .collect();
+            return self.tree_apply_changes(tree, changes);
         }
         let mut rec = Recording {
             inner: self,

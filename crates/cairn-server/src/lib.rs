@@ -612,6 +612,14 @@ impl Handler for PageServer {
         self.access.credentials(user)
     }
 
+    fn capabilities(&self) -> cairn_net::message::Capabilities {
+        if self.core.db.locks_key_ranges() {
+            cairn_net::page_service::KEY_RANGES
+        } else {
+            cairn_net::message::Capabilities(0)
+        }
+    }
+
     fn login_failed(&self, peer: &str, user: &str, failures: u64, error: &str) {
         tracing::warn!(
             peer,
@@ -636,16 +644,18 @@ impl Handler for PageServer {
                 ),
             ));
         }
-        if self.core.db.locks_key_ranges() && hello.architecture != Architecture::OBJECT {
+        if self.core.db.locks_key_ranges() && hello.architecture == Architecture::FILE {
             // Its B+-trees change only at commit, under no page lock: a
-            // client that reads and writes tree pages itself would read
-            // them under locks no committer respects.
+            // file-server client reads tree pages from the volume file
+            // itself, under locks no committer respects. (A page-server
+            // client sends its tree operations instead: `KEY_RANGES`.)
             return Err(Fault::new(
                 ErrorCode::UNSUPPORTED_ARCHITECTURE,
                 format!(
                     "this server locks key ranges of its B+-trees (key_range_locking = 1 in its --config), so it \
-                     serves object-server clients ({}) only — connect with the object or adaptive client, or \
-                     serve the database without key-range locking for page- and file-server clients",
+                     serves page-server ({}) and object-server ({}) clients only — connect with the page, object \
+                     or adaptive client, or serve the database without key-range locking for file-server clients",
+                    Architecture::PAGE.0,
                     Architecture::OBJECT.0
                 ),
             ));
@@ -692,10 +702,21 @@ impl Handler for PageServer {
         if let Some(req) = catalog {
             return catalog::handle(&self.core, &session.state, req).await;
         }
-        if session.state.object {
+        // A page session of a server that locks key ranges sends its tree
+        // operations as the object service's tree requests.
+        let trees_here = !session.state.file && self.core.db.locks_key_ranges();
+        if session.state.object || trees_here {
             let req = ObjectRequest::decode(request.kind, &request.body)
                 .map_err(|e| Fault::new(ErrorCode::PROTOCOL, e.to_string()))?;
             if let Some(req) = req {
+                if !session.state.object && !is_page_session_tree_request(&req) {
+                    return Err(Fault::new(
+                        ErrorCode::INVALID,
+                        "a page-server session asks for pages; of the object service it sends only TREE_APPLY, \
+                         TREE_GET (without objects), TREE_GET_FOR_UPDATE, TREE_RANGE and TREE_DESTROY (to a server that \
+                         locks key ranges)",
+                    ));
+                }
                 return objects::handle(&self.core, &session.state, req, reply).await;
             }
         }
@@ -741,6 +762,20 @@ impl Handler for PageServer {
         self.core.callbacks.session_closed(client);
         tracing::info!(peer = %session.state.peer, client = session.state.client.0, aborted = open, "session closed");
     }
+}
+
+/// The object service's requests a page session of a server that locks
+/// key ranges sends: its tree operations, which read and change the trees
+/// under key-range locks in its transaction here, and never grant a right.
+fn is_page_session_tree_request(req: &ObjectRequest) -> bool {
+    matches!(
+        req,
+        ObjectRequest::TreeApply { .. }
+            | ObjectRequest::TreeRange { .. }
+            | ObjectRequest::TreeDestroy { .. }
+            | ObjectRequest::TreeGet { objects: false, .. }
+            | ObjectRequest::TreeGetForUpdate { .. }
+    )
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -195,7 +195,7 @@ fn fetch_at_snapshot(
         }
         let mut image = t.snapshot_page(id).map_err(fault)?;
         part.lsn = page::lsn(&image).0;
-        if let Some(l) = locker.as_mut() {
+        if let Some(l) = locker.as_mut().filter(|_| may_cache(core, &image)) {
             part.cover = right_if_current(core, state, l, id, part.lsn);
         }
         if client_lsn != 0 && client_lsn == part.lsn {
@@ -586,8 +586,17 @@ fn commit(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> R
     }
     // A refused batch aborts the transaction (dropping it).
     t.stage_redo(&records_of(records), TxnId(txn)).map_err(fault)?;
+    // The pages the client knows it changed (its own, and those a catalog
+    // request of it made here): on a server that locks key ranges the
+    // commit also changes the pages of the trees its tree requests
+    // changed, which are the server's alone (the client caches none).
+    let known: std::collections::HashSet<PageId> = t.changed_pages().into_iter().collect();
     let lsns = t.commit_with_lsns().map_err(fault)?;
-    let lsns: Vec<(u32, u64)> = lsns.into_iter().map(|(p, l)| (p.0, l.0)).collect();
+    let lsns: Vec<(u32, u64)> = lsns
+        .into_iter()
+        .filter(|(p, _)| known.contains(p))
+        .map(|(p, l)| (p.0, l.0))
+        .collect();
     Ok(Answer::Body(encode_lsns(&lsns)))
 }
 
@@ -779,7 +788,7 @@ fn finish_fetch<'a>(
     image: &'a mut [u8],
 ) -> Vec<u8> {
     part.lsn = page::lsn(image).0;
-    if cache {
+    if cache && may_cache(core, image) {
         part.cover = core.callbacks.register(client, Resource::Page(id));
     }
     if client_lsn != 0 && part.lsn == client_lsn {
@@ -790,6 +799,14 @@ fn finish_fetch<'a>(
     part.status = FetchStatus::Image;
     part.image = image;
     part.encode()
+}
+
+/// Whether a client may cache `image` under a right: not a B+-tree page
+/// on a server that locks key ranges, whose commits change a tree's pages
+/// under no page lock, so no callback would ever name it (its page
+/// clients send their tree operations here instead).
+fn may_cache(core: &Core, image: &[u8]) -> bool {
+    !(core.db.locks_key_ranges() && matches!(page::page_type(image), Some(PageType::BTreeLeaf | PageType::BTreeInner)))
 }
 
 /// Whether a READ of `page` is the session's to make (see the READ arm).

@@ -389,3 +389,38 @@ fn a_record_of_unknown_kind_or_malformed_shape_is_refused() {
     refused(c.commit(), "holds a malformed record of kind 6");
     unchanged(w);
 }
+
+/// On a database that locks key ranges a commit changes a tree's pages
+/// under the tree's latch and no page lock, so a client's image of a page
+/// of a tree it did not make would undo the entries applied since it read
+/// it: such a record is refused (a page client sends its tree operations
+/// instead). A tree the client makes in its transaction is its own pages,
+/// as anywhere.
+#[test]
+fn a_key_range_database_refuses_a_clients_image_of_a_page_of_a_shared_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = cairn_storage::DbOptions {
+        key_range_locking: true,
+        ..opts()
+    };
+    let db = Db::create(&dir.path().join("db"), &options).unwrap();
+    let mut c = Client::begin(&db);
+    let tree = BTree::create(&mut c, GroupId::DEFAULT, true).unwrap();
+    for i in 0..50 {
+        tree.insert(&mut c, &key(i), b"v").unwrap();
+    }
+    c.commit().expect("a tree the transaction makes is its own pages");
+    let mut c = Client::begin(&db);
+    tree.insert(&mut c, &key(1_000), b"v").unwrap();
+    refused(c.commit(), "locks key ranges");
+    // Through the tree's key-range operations it goes in.
+    let mut t = db.begin().unwrap();
+    assert!(t.tree_insert(&tree, &key(1_000), b"v").unwrap());
+    t.commit().unwrap();
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.tree_get(&tree, &key(1_000)).unwrap().as_deref(), Some(&b"v"[..]));
+    tree.check(&mut t).unwrap();
+    assert_eq!(tree.len(&mut t).unwrap(), 51);
+    t.abort().unwrap();
+    db.close().unwrap();
+}

@@ -4,9 +4,11 @@
 //! different keys at an index's end do not wait for each other, while a
 //! scan still keeps every insert out of its range until it ends. Their
 //! lookups are kept across transactions under rights on the gaps they
-//! locked, called back by any insert or delete there. Page- and
-//! file-server clients, which read and write tree pages themselves, are
-//! refused by such a server.
+//! locked, called back by any insert or delete there. Page-server clients
+//! send their tree operations to such a server (TREE_APPLY, TREE_RANGE)
+//! instead of changing the tree's pages, so the same holds for them;
+//! file-server clients, which read tree pages from the volume file
+//! themselves, are refused.
 //!
 //! Waits are counted by the server's lock manager (`server_lock_stats`):
 //! a test that expects a wait yields until the counter moves, never sleeps.
@@ -123,6 +125,14 @@ fn adaptive_clients_inserting_at_an_index_end_do_not_wait_for_each_other() {
     );
 }
 
+#[test]
+fn page_clients_inserting_at_an_index_end_do_not_wait_for_each_other() {
+    assert!(
+        !inserts_at_the_end(Backend::Page, true),
+        "B waited for A under key-range locks"
+    );
+}
+
 /// The control: without key-range locking the second insert waits for the
 /// first (X on the index's last leaf, held until A ends) — what the test
 /// above shows gone.
@@ -192,6 +202,11 @@ fn an_adaptive_clients_scan_keeps_inserts_out_of_its_range() {
     a_scan_keeps_inserts_out_of_its_range(Backend::Adaptive);
 }
 
+#[test]
+fn a_page_clients_scan_keeps_inserts_out_of_its_range() {
+    a_scan_keeps_inserts_out_of_its_range(Backend::Page);
+}
+
 /// An insert sent to the server and then aborted leaves nothing behind,
 /// and a key deleted by a commit is gone for the next transaction.
 #[test]
@@ -218,26 +233,32 @@ fn aborted_inserts_vanish_and_committed_deletes_hold() {
     tx.commit().unwrap();
 }
 
-/// Page- and file-server clients are refused, with the reason.
+/// File-server clients are refused, with the reason; page and object
+/// clients are served, side by side.
 #[test]
-fn page_and_file_clients_are_refused_by_a_key_range_server() {
+fn file_clients_are_refused_by_a_key_range_server() {
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_KEY_RANGES", "1")]);
-    for arch in [cairn::Arch::Page, cairn::Arch::File] {
-        let opts = cairn::Options { arch, ..common::opts() };
-        let Err(e) = Database::connect(&server.url(), opts) else {
-            panic!("{arch:?}: a key-range server served it");
-        };
-        let text = e.to_string();
-        assert!(text.contains("key ranges"), "{arch:?}: {text}");
-    }
     let opts = cairn::Options {
-        arch: cairn::Arch::Object,
+        arch: cairn::Arch::File,
         ..common::opts()
     };
-    let db = Database::connect(&server.url(), opts).expect("an object client is served");
-    fill(&db, 3);
-    db.close().unwrap();
+    let Err(e) = Database::connect(&server.url(), opts) else {
+        panic!("a key-range server served a file client");
+    };
+    let text = e.to_string();
+    assert!(text.contains("key ranges"), "{text}");
+    let [page, object] = [cairn::Arch::Page, cairn::Arch::Object]
+        .map(|arch| Database::connect(&server.url(), cairn::Options { arch, ..common::opts() }).expect("served"));
+    fill_from(&page, 0, 3);
+    fill_from(&object, 3, 6);
+    for db in [&page, &object] {
+        let mut tx = db.begin().unwrap();
+        assert_eq!(tx.find_range(&BY_KEY, Included(&0), Included(&10)).unwrap().len(), 6);
+        tx.commit().unwrap();
+    }
+    page.close().unwrap();
+    object.close().unwrap();
     server.stop();
 }
 
@@ -293,6 +314,11 @@ fn a_snapshot_reads_the_index_as_it_was(backend: Backend) {
         100 + 1_200 - 40
     );
     tx.commit().unwrap();
+}
+
+#[test]
+fn a_page_clients_snapshot_reads_the_index_as_it_was() {
+    a_snapshot_reads_the_index_as_it_was(Backend::Page);
 }
 
 #[test]
@@ -385,4 +411,41 @@ fn lookups_are_kept_under_gap_rights_until_an_insert_or_delete_calls_them_back()
             assert!(trips <= 2, "{what}: {trips} round trips for lookups nobody changed");
         }
     }
+}
+
+/// A page client of a key-range server looks the keys of a lookup for
+/// update up at the server together (TREE_GET_FOR_UPDATE), not one
+/// request a key, and a second client's insert of another key goes on
+/// while the first holds them.
+#[test]
+fn a_page_clients_lookups_for_update_go_to_the_server_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = site(Backend::Page, dir.path(), true);
+    let a = site.open(common::opts());
+    let b = site.open(common::opts());
+    fill(&a, 3_000);
+    let keys: Vec<u32> = (0..3_000).step_by(150).collect();
+    let mut tx = a.begin().unwrap();
+    let before = a.remote_stats().unwrap().round_trips;
+    let found = tx.find_for_update(&BY_KEY, &keys).unwrap();
+    let after = a.remote_stats().unwrap().round_trips;
+    assert!(found.iter().all(Option::is_some), "every key is found");
+    // The index's root read to open it (its header: no right covers a
+    // tree page here), the lookups, the X locks of the objects' pages.
+    assert!(
+        after - before <= 3,
+        "{} round trips for lookups for update of {} keys",
+        after - before,
+        keys.len()
+    );
+    let waited_before = waits(&b);
+    fill_from(&b, 5_000, 5_001);
+    assert_eq!(waits(&b), waited_before, "an insert of another key waited");
+    tx.commit().unwrap();
+    let mut tx = b.begin().unwrap();
+    assert_eq!(
+        tx.find_range(&BY_KEY, Included(&0), Included(&10_000)).unwrap().len(),
+        3_001
+    );
+    tx.commit().unwrap();
 }

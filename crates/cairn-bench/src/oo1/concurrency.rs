@@ -80,7 +80,7 @@ use super::systems::memory::InMemory;
 use super::workload::{run_seed, Measure};
 
 /// The systems `--clients` measures (those of `--systems` among them run).
-pub const SYSTEMS: [&str; 9] = [
+pub const SYSTEMS: [&str; 10] = [
     "cairn-embedded",
     "cairn-embedded-pagelocks",
     "cairn-embedded-keyranges",
@@ -88,6 +88,7 @@ pub const SYSTEMS: [&str; 9] = [
     "cairn-file",
     "cairn-object",
     "cairn-adaptive",
+    "cairn-page-keyranges",
     "cairn-object-keyranges",
     "cairn-adaptive-keyranges",
 ];
@@ -447,7 +448,7 @@ impl Site {
             })?;
             let server = ServerProcess::start_locking(exe, dir, serves_key_ranges(name))?;
             // The observer speaks the system's protocol (a key-range server
-            // serves object-server sessions only).
+            // serves no file-server session).
             let observer = Database::connect(&server.url, cairn::Options { arch, ..options() })?;
             return Ok(Site::Served { server, arch, observer });
         }

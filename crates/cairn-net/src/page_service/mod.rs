@@ -89,9 +89,25 @@
 //! and never grants a right to cache; a COMMIT carries full page images
 //! and its reply leaves the transaction's locks held; WRITTEN, sent once the
 //! client has written and synced the pages, releases them.
+//!
+//! **A server that locks key ranges** of its B+-trees announces
+//! [`KEY_RANGES`] in its WELCOME. Its commits change a tree's pages under
+//! the tree's latch and no page lock, so a page-server client never reads
+//! or writes the pages of a tree it did not make there: it sends the
+//! object service's TREE_APPLY (changes, kept in its transaction at the
+//! server and applied at its commit), TREE_RANGE (a lookup or a range,
+//! locking the entries and gaps it reads) and TREE_DESTROY, which such a
+//! server answers on a page session too; a COMMIT record of such a tree's
+//! page is refused, and no right to cache a B+-tree page is granted (no
+//! callback would ever name it). File-server sessions are refused there.
 
 use crate::frame::Kind;
 use crate::message::{ErrorCode, MessageError, Reader, Writer};
+
+/// WELCOME capability: the server locks key ranges of its B+-trees, and a
+/// page-server session sends its tree operations as the object service's
+/// tree requests (see the module docs).
+pub const KEY_RANGES: crate::message::Capabilities = crate::message::Capabilities(1 << 16);
 
 /// Pages one FETCH may name.
 pub const FETCH_PAGES_MAX: usize = 256;

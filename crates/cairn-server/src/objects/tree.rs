@@ -131,7 +131,8 @@ fn tree_get(
             limit: core.reply_bytes_max as u64,
         });
     }
-    let rights = if values.is_empty() {
+    let rights = if values.is_empty() || !state.object {
+        // (A page session's lookup is never kept: it asks again.)
         Vec::new()
     } else if key_ranges {
         guards.map_or_else(Vec::new, |gaps| register_all(core, state, &gaps))

@@ -177,6 +177,12 @@ pub trait Backend: Send + Sync {
     fn key_ranges(&self) -> Option<&super::KeyRanges> {
         None
     }
+    /// The server that runs the B+-tree operations of this backend's
+    /// transactions, if one does (a page-server client of a server that
+    /// locks key ranges: `txn::server_trees`); the default runs them here.
+    fn tree_service(&self) -> Option<&dyn super::TreeService> {
+        None
+    }
     /// Calls `f` with the newest image of page `id`: the one a commit
     /// logged and has not installed yet, else the committed one. Read
     /// under a tree's latch, without a lock. The default is

@@ -172,12 +172,15 @@ struct OwnTree {
 #[derive(Debug, Default)]
 pub(super) struct OwnTrees {
     trees: BTreeMap<PageId, OwnTree>,
+    /// The transaction sent tree changes to the server that runs its trees
+    /// (`server_trees.rs`): they are the server's to commit.
+    pub(super) at_server: bool,
 }
 
 impl OwnTrees {
     /// True if the transaction changed no tree under key-range locking.
     pub(super) fn is_empty(&self) -> bool {
-        self.trees.values().all(|t| t.changes.is_empty())
+        !self.at_server && self.trees.values().all(|t| t.changes.is_empty())
     }
 }
 
@@ -527,11 +530,12 @@ enum Next {
 
 impl Txn {
     /// True if this transaction changes and reads `tree` under key-range
-    /// locking: the database locks key ranges, and the tree is not one the
-    /// transaction made itself.
+    /// locking: the database locks key ranges (here, or at the server that
+    /// runs the tree's operations: `server_trees.rs`), and the tree is not
+    /// one the transaction made itself.
     pub fn locks_key_ranges(&self, tree: &BTree) -> bool {
         self.snapshot.is_none()
-            && self.db.key_ranges().is_some()
+            && (self.db.key_ranges().is_some() || self.db.tree_service().is_some())
             && !self.allocated.contains(&tree.root())
             && !self.pages.contains(tree.root())
     }
@@ -559,11 +563,21 @@ impl Txn {
     /// Inserts `(key, value)` into `tree` (see [`BTree::insert`] for the
     /// answers): under key-range locking, a change kept by the transaction
     /// and applied to the tree at commit (see the module docs of
-    /// `txn::keys`); else at page level.
+    /// `txn::keys`); else at page level. At a server that runs the tree
+    /// ([`Txn::tree_apply_changes`]) the answer is true: whether the entry
+    /// was new stays with the server (a unique key already there is still
+    /// an error).
     pub fn tree_insert(&mut self, tree: &BTree, key: &[u8], value: &[u8]) -> Result<bool> {
         self.check_active()?;
         if !self.locks_key_ranges(tree) {
             return tree.insert(self, key, value);
+        }
+        if self.tree_server(tree).is_some() {
+            let change = super::TreeChange::Insert {
+                key: key.to_vec(),
+                value: value.to_vec(),
+            };
+            return self.tree_apply_changes(tree, vec![change]).map(|()| true);
         }
         crate::btree::check_entry_size(self.db.page_size(), key, value)?;
         let root = tree.root();
@@ -667,10 +681,20 @@ impl Txn {
     /// entry of `key`; returns how many entries it removed (see
     /// [`BTree::delete`]). Under key-range locking, kept by the transaction
     /// and applied at commit; else at page level.
+    ///
+    /// At a server that runs the tree ([`Txn::tree_apply_changes`]) the
+    /// answer is 1: how many went stays with the server.
     pub fn tree_delete(&mut self, tree: &BTree, key: &[u8], value: Option<&[u8]>) -> Result<usize> {
         self.check_active()?;
         if !self.locks_key_ranges(tree) {
             return tree.delete(self, key, value);
+        }
+        if self.tree_server(tree).is_some() {
+            let change = super::TreeChange::Delete {
+                key: key.to_vec(),
+                value: value.map(<[u8]>::to_vec),
+            };
+            return self.tree_apply_changes(tree, vec![change]).map(|()| 1);
         }
         let root = tree.root();
         self.de_escalate_tree(root)?;
@@ -733,6 +757,14 @@ impl Txn {
             return tree.get_each(self, key, f);
         }
         let mut n = 0;
+        if self.tree_server(tree).is_some() {
+            let mut count = |v: &[u8]| {
+                n += 1;
+                f(v)
+            };
+            let done = self.get_at_server(tree, key, &mut count);
+            return done.unwrap_or(Ok(())).map(|()| n);
+        }
         self.tree_scan(tree, Bound::Included(key), Bound::Included(key), |_, v| {
             n += 1;
             f(v)
@@ -771,6 +803,9 @@ impl Txn {
                 }
             }
             return Ok(());
+        }
+        if let Some(done) = self.scan_at_server(tree, lo, hi, &mut f) {
+            return done;
         }
         self.scan_locking(tree, lo, hi, &mut f, None, true).map(|_| ())
     }
@@ -1045,7 +1080,7 @@ impl Txn {
     /// under key-range locking and this transaction has changed no entry
     /// of that key.
     pub fn tree_key_cacheable(&self, tree: &BTree, key: &[u8]) -> bool {
-        if !self.locks_key_ranges(tree) {
+        if !self.locks_key_ranges(tree) || self.tree_server(tree).is_some() {
             return false;
         }
         let Some(own) = self.key_trees.trees.get(&tree.root()).filter(|t| !t.changes.is_empty()) else {
@@ -1155,6 +1190,9 @@ impl Txn {
     /// for every transaction that read or changed it.
     pub fn tree_destroy(&mut self, tree: BTree) -> Result<()> {
         self.check_active()?;
+        if let Some(done) = self.destroy_at_server(&tree) {
+            return done;
+        }
         if self.locks_key_ranges(&tree) {
             self.lock(Resource::Tree(tree.root()), LockMode::X)?;
             if let Some(r) = self.db.key_ranges() {

@@ -63,6 +63,7 @@ mod keys;
 mod objects;
 mod remote;
 mod salvage;
+mod server_trees;
 mod spill;
 #[cfg(test)]
 mod tests;
@@ -77,6 +78,7 @@ pub use keys::{GuardedLookup, KeyRanges, TreeState};
 pub use objects::PageRead;
 pub use remote::CommitCheck;
 pub use salvage::Salvaged;
+pub use server_trees::{TreeChange, TreeService};
 pub use transaction::{ProtectedPages, Restriction, Txn};
 pub use unwritten::Unwritten;
 pub use versions::{Snapshot, SnapshotWindow, VersionStats};

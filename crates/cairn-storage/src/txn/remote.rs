@@ -406,6 +406,22 @@ impl Txn {
     pub(super) fn check_client_after(&mut self, index: usize, id: PageId, after: &[u8]) -> Result<()> {
         let before = self.committed_image(id)?;
         let allocated = self.allocated.contains(&id);
+        let tree_page = matches!(
+            crate::page::page_type(&before),
+            Some(crate::page::PageType::BTreeLeaf | crate::page::PageType::BTreeInner)
+        );
+        if tree_page && !allocated && self.db.key_ranges().is_some() {
+            // Its entries change at commits under the tree's latch and no
+            // page lock (`server_trees.rs`): a client's image of it would
+            // undo every entry applied since the client read it.
+            return Err(refuse(
+                index,
+                id,
+                "it is a page of a B+-tree, and this server locks key ranges: a tree the transaction did not make \
+                 changes only through its tree requests (TREE_APPLY, TREE_DESTROY)"
+                    .into(),
+            ));
+        }
         check_client_image(index, id, &before, after, allocated, self.page_count())
     }
 }

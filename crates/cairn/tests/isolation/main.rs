@@ -297,13 +297,18 @@ fn embedded_threads_scanning_under_page_and_key_range_locks_see_no_phantoms() {
     phantom_run(false, true);
 }
 
-/// The phantom workload on a server that locks key ranges: object and
-/// adaptive clients in turn, each process its own session; the scans and
-/// the inserts and deletes around them run on the server under entry and
-/// gap locks, and one transaction in four only scans, at a snapshot.
+/// The phantom workload on a server that locks key ranges: page, object
+/// and adaptive clients in turn, each process its own session; the scans
+/// and the inserts and deletes around them run on the server under entry
+/// and gap locks (a page client's as tree requests), and one transaction
+/// in four only scans, at a snapshot.
 #[test]
-fn object_and_adaptive_clients_scanning_on_a_key_range_server_see_no_phantoms() {
-    served_phantoms("phantoms, object and adaptive clients, key-range locks", true);
+fn page_object_and_adaptive_clients_scanning_on_a_key_range_server_see_no_phantoms() {
+    served_phantoms(
+        "phantoms, page, object and adaptive clients, key-range locks",
+        &[Arch::Page, Arch::Object, Arch::Adaptive],
+        true,
+    );
 }
 
 /// The phantom workload from object and adaptive clients on a server that
@@ -313,16 +318,19 @@ fn object_and_adaptive_clients_scanning_on_a_key_range_server_see_no_phantoms() 
 /// that inserts and deletes must call back.
 #[test]
 fn object_and_adaptive_clients_scanning_on_a_page_locking_server_see_no_phantoms() {
-    served_phantoms("phantoms, object and adaptive clients, page locks", false);
+    served_phantoms(
+        "phantoms, object and adaptive clients, page locks",
+        &[Arch::Object, Arch::Adaptive],
+        false,
+    );
 }
 
-/// The phantom workload from object and adaptive clients in turn, one
-/// transaction in four a snapshot's scans, on a server that locks key
-/// ranges or (`key_ranges` false) the index's pages.
-fn served_phantoms(what: &str, key_ranges: bool) {
+/// The phantom workload from the clients `archs` in turn, one transaction
+/// in four a snapshot's scans, on a server that locks key ranges or
+/// (`key_ranges` false) the index's pages.
+fn served_phantoms(what: &str, archs: &[Arch], key_ranges: bool) {
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start(&dir.path().join("db"), key_ranges);
-    let archs = [Arch::Object, Arch::Adaptive];
     let loader = served.source(Arch::Object).open().unwrap();
     let ph = phantom::Phantoms::load(&loader);
     let size = size();
@@ -397,7 +405,7 @@ const SERVER_ENV: [(&str, &str); 1] = [("CAIRN_TEST_LOCK_TIMEOUT_MS", "2000")];
 
 impl Served {
     /// Serves `path`; with `key_ranges`, the server locks key ranges of its
-    /// B+-trees (and serves object-server clients only).
+    /// B+-trees (and serves no file-server client).
     fn start(path: &Path, key_ranges: bool) -> Served {
         let mut env = SERVER_ENV.to_vec();
         if key_ranges {
@@ -473,7 +481,7 @@ fn served_with(what: &str, archs: &[Arch], kills: usize, snapshot_one_in: Option
 }
 
 /// [`served_with`], on a server that locks key ranges if `key_ranges`
-/// (`archs` then object-server clients only).
+/// (`archs` then page, object or adaptive clients: no file client).
 fn served_on(what: &str, archs: &[Arch], kills: usize, snapshot_one_in: Option<u64>, key_ranges: bool) {
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start(&dir.path().join("db"), key_ranges);
@@ -584,15 +592,23 @@ fn adaptive_clients_on_a_key_range_server_are_serializable() {
     served_on("adaptive clients, key-range locks", &[Arch::Adaptive], 0, None, true)
 }
 
-/// Object and adaptive clients together on a key-range server, one
+/// Page clients on a server that locks key ranges: their index changes and
+/// lookups go to the server as tree requests; their objects' pages are
+/// still locked and shipped as pages.
+#[test]
+fn page_clients_on_a_key_range_server_are_serializable() {
+    served_on("page clients, key-range locks", &[Arch::Page], 0, None, true)
+}
+
+/// Page, object and adaptive clients together on a key-range server, one
 /// transaction in three a snapshot reader, the server killed -9 and
 /// restarted three times: entries a commit applied to the tree survive
 /// recovery like any other change.
 #[test]
-fn object_and_adaptive_clients_on_a_key_range_server_stay_serializable_with_the_server_killed() {
+fn page_object_and_adaptive_clients_on_a_key_range_server_stay_serializable_with_the_server_killed() {
     served_on(
-        "object and adaptive clients, key-range locks, 1 in 3 a snapshot reader, server killed -9",
-        &[Arch::Object, Arch::Adaptive],
+        "page, object and adaptive clients, key-range locks, 1 in 3 a snapshot reader, server killed -9",
+        &[Arch::Page, Arch::Object, Arch::Adaptive],
         3,
         Some(3),
         true,

@@ -206,9 +206,28 @@ impl AdaptiveKeyRanges {
 
 delegating_deployment!(AdaptiveKeyRanges, PageServer, "cairn-adaptive-keyranges");
 
+/// `cairn-page` on a server that locks key ranges of its B+-trees: the
+/// page client sends its index operations to the server as tree requests.
+pub struct PageKeyRanges(PageServer);
+
+impl PageKeyRanges {
+    /// The database in `dir`, served by the `cairn` binary `exe`.
+    pub fn new(dir: PathBuf, exe: PathBuf) -> PageKeyRanges {
+        PageKeyRanges(PageServer {
+            key_ranges: true,
+            ..PageServer::new(dir, exe)
+        })
+    }
+}
+
+delegating_deployment!(PageKeyRanges, PageServer, "cairn-page-keyranges");
+
 /// True for the served systems whose server locks key ranges.
 pub fn serves_key_ranges(system: &str) -> bool {
-    matches!(system, "cairn-object-keyranges" | "cairn-adaptive-keyranges")
+    matches!(
+        system,
+        "cairn-page-keyranges" | "cairn-object-keyranges" | "cairn-adaptive-keyranges"
+    )
 }
 
 /// The client architecture each system served by `cairn serve` connects
@@ -220,6 +239,7 @@ pub fn served_arch(system: &str) -> Option<Arch> {
         "cairn-file" => Some(Arch::File),
         "cairn-object" => Some(Arch::Object),
         "cairn-adaptive" => Some(Arch::Adaptive),
+        "cairn-page-keyranges" => Some(Arch::Page),
         "cairn-object-keyranges" => Some(Arch::Object),
         "cairn-adaptive-keyranges" => Some(Arch::Adaptive),
         _ => None,

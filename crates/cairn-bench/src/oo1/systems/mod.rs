@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use super::system::{Error, Result, System};
 
 /// Every system's name, in report order.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     "cairn-embedded",
     "cairn-embedded-pagelocks",
     "cairn-embedded-keyranges",
@@ -51,6 +51,7 @@ pub const ALL: [&str; 12] = [
     "cairn-file",
     "cairn-object",
     "cairn-adaptive",
+    "cairn-page-keyranges",
     "cairn-object-keyranges",
     "cairn-adaptive-keyranges",
     "in-memory",
@@ -81,6 +82,7 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
         | "cairn-file"
         | "cairn-object"
         | "cairn-adaptive"
+        | "cairn-page-keyranges"
         | "cairn-object-keyranges"
         | "cairn-adaptive-keyranges" => {
             let exe = cairn_exe.ok_or_else(|| {
@@ -94,6 +96,7 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
                 "cairn-page" => Box::new(cairn_typed::Cairn::new(cairn_page::PageServer::new(dir, exe))),
                 "cairn-file" => Box::new(cairn_typed::Cairn::new(cairn_page::FileServer::new(dir, exe))),
                 "cairn-adaptive" => Box::new(cairn_typed::Cairn::new(cairn_page::AdaptiveClient::new(dir, exe))),
+                "cairn-page-keyranges" => Box::new(cairn_typed::Cairn::new(cairn_page::PageKeyRanges::new(dir, exe))),
                 "cairn-object-keyranges" => {
                     Box::new(cairn_typed::Cairn::new(cairn_page::ObjectKeyRanges::new(dir, exe)))
                 }

@@ -127,6 +127,22 @@ impl Source for Txn {
         max_entries: usize,
     ) -> StorageResult<Vec<(IndexAnswer, Option<Oid>)>> {
         if keys.len() >= 2 {
+            // A page client of a server that locks key ranges: the server
+            // looks them all up, in one request.
+            if let Some(firsts) = self.tree_firsts_at_server(&tree, keys) {
+                return firsts?
+                    .into_iter()
+                    .map(|first| {
+                        Ok(match first {
+                            None => (IndexAnswer::Read, None),
+                            Some(v) => match Oid::from_exact(&v) {
+                                Some(oid) => (IndexAnswer::Read, Some(oid)),
+                                None => (IndexAnswer::Malformed, None),
+                            },
+                        })
+                    })
+                    .collect();
+            }
             let named: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             self.lock_leaves_for_update(&tree, &named)?;
         }

@@ -226,6 +226,12 @@ impl Backend for RemoteStore {
         true
     }
 
+    /// A page client of a server that locks key ranges (`trees.rs`).
+    fn tree_service(&self) -> Option<&dyn cairn_storage::txn::TreeService> {
+        self.trees_at_server()
+            .then_some(self as &dyn cairn_storage::txn::TreeService)
+    }
+
     fn fill_pages(&self) -> &FillPages {
         &self.fill
     }

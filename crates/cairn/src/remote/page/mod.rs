@@ -77,6 +77,7 @@
 mod backend;
 mod rights;
 mod snapshot;
+mod trees;
 
 use super::adaptive::AdaptiveStats;
 use super::conn::{self, Connect, RemoteDevice, RemoteStats, VolumeFile};
