@@ -659,7 +659,8 @@ impl Txn {
     /// hold one each and wait for the other's: under object-level locking
     /// IX on each page and X on each object; else X on their pages, in page
     /// order (a remote client's in one round trip,
-    /// [`Txn::prefetch_pages_exclusive`]).
+    /// [`Txn::prefetch_pages_exclusive`]), then X on the pages of the
+    /// moved objects' bodies, in page order too.
     pub fn lock_objects_for_update(&mut self, oids: &[Oid]) -> Result<()> {
         let mut ordered = oids.to_vec();
         ordered.sort_unstable();
@@ -674,6 +675,28 @@ impl Txn {
         pages.dedup();
         self.prefetch_pages_exclusive(&pages)?;
         for p in pages {
+            self.lock_page(p, true)?;
+        }
+        // The bodies of moved objects next, read from their stubs under
+        // the home pages' X and locked together in page order: locked one
+        // by one as each change reaches them, each would be read under S
+        // first and then upgraded, out of any order (two transactions
+        // appending to moved objects deadlocked that way on their bodies'
+        // pages).
+        let mut bodies = Vec::new();
+        for &oid in &ordered {
+            let body = PageAccess::read(self, oid.page, |b| match crate::record::object::slot_in(b, oid) {
+                Ok(Some(r)) if r.kind == crate::record::object::KIND_FORWARD => Oid::from_slice(r.data),
+                _ => None,
+            })?;
+            if let Some(body) = body.filter(|b| !self.holds(Resource::Page(b.page), LockMode::X)) {
+                bodies.push(body.page);
+            }
+        }
+        bodies.sort_unstable();
+        bodies.dedup();
+        self.prefetch_pages_exclusive(&bodies)?;
+        for p in bodies {
             self.lock_page(p, true)?;
         }
         Ok(())
