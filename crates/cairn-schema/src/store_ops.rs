@@ -16,25 +16,9 @@ use cairn_storage::{GroupId, Oid, PageId, Txn};
 type StorageResult<T> = cairn_storage::Result<T>;
 
 /// One change of a B+-tree, applied in order with the others of a
-/// [`StoreOps::tree_apply`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TreeOp {
-    /// Inserts `key` → `value`.
-    Insert {
-        /// The key.
-        key: Vec<u8>,
-        /// The value.
-        value: Vec<u8>,
-    },
-    /// Deletes `key`'s entry with `value`, or (`None`) every entry of
-    /// `key`.
-    Delete {
-        /// The key.
-        key: Vec<u8>,
-        /// Only the entry with this value.
-        value: Option<Vec<u8>>,
-    },
-}
+/// [`StoreOps::tree_apply`]: the storage layer's [`TreeChange`], which a
+/// page client's transaction sends as is to a server that runs its trees.
+pub type TreeOp = TreeChange;
 
 /// The object and B+-tree operations the catalog and the server-side
 /// methods ask of a storage transaction: a page-based [`Txn`] runs them
@@ -124,14 +108,7 @@ impl StoreOps for Txn {
             // Kept by the transaction (or by the server that runs the
             // tree, in one request) and applied at commit: no page of the
             // tree changes now, so `changed` stays as it is.
-            let changes = ops
-                .into_iter()
-                .map(|op| match op {
-                    TreeOp::Insert { key, value } => TreeChange::Insert { key, value },
-                    TreeOp::Delete { key, value } => TreeChange::Delete { key, value },
-                })
-                .collect();
-            return self.tree_apply_changes(tree, changes);
+            return self.tree_apply_changes(tree, ops);
         }
         let mut rec = Recording {
             inner: self,

@@ -286,7 +286,10 @@ pub struct Oo1Args {
     /// index pages),
     /// cairn-page, cairn-file, cairn-object and cairn-adaptive (page-,
     /// file- and object-server clients and the adaptive client of `cairn
-    /// serve` in a separate process), in-memory, sqlite, lmdb.
+    /// serve` in a separate process), cairn-page-keyranges,
+    /// cairn-object-keyranges and cairn-adaptive-keyranges (those clients
+    /// of a server that locks key ranges of its B+-trees), in-memory,
+    /// sqlite, lmdb.
     #[arg(
         long,
         value_delimiter = ',',

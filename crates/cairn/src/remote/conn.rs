@@ -201,6 +201,9 @@ pub(crate) struct Connection {
     pub(super) pages_written_direct: AtomicU64,
 }
 
+/// Entries one TREE_RANGE asks for.
+const TREE_RANGE_BATCH: u32 = 4096;
+
 impl Connection {
     /// Connects to `address` as a client of `architecture`, as `connect`
     /// says (login, TLS); `kind` names the client to the server ("page",
@@ -312,6 +315,52 @@ impl Connection {
     }
 
     /// The body of a reply that must come as one (no parts).
+    /// The entries of a B+-tree range read with TREE_RANGE requests of
+    /// `TREE_RANGE_BATCH` entries, each sent by `call` (the transaction's
+    /// own way), to `f` until it says false: from `lo` (after the value
+    /// `after` of the key `lo` names) to `hi`, each batch resuming after
+    /// the last entry handed on — its key again, skipping its values up to
+    /// the last one seen.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn tree_range_batches(
+        &self,
+        txn: TxnId,
+        root: PageId,
+        mut lo: std::ops::Bound<Vec<u8>>,
+        hi: std::ops::Bound<Vec<u8>>,
+        mut after: Option<Vec<u8>>,
+        call: &mut dyn FnMut(&cairn_net::object_service::ObjectRequest) -> Result<Bytes>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        loop {
+            let body = call(&cairn_net::object_service::ObjectRequest::TreeRange {
+                txn: txn.0,
+                root: root.0,
+                limit: TREE_RANGE_BATCH,
+                lo: lo.clone(),
+                hi: hi.clone(),
+                after: after.take(),
+            })?;
+            let (entries, more) = cairn_net::object_service::decode_entries(&body)
+                .map_err(|e| self.error(cairn_net::Error::Message(e)))?;
+            let mut last = None;
+            for (k, v) in entries {
+                if !f(&k, &v) {
+                    return Ok(());
+                }
+                last = Some((k, v));
+            }
+            match (more, last) {
+                (true, Some((k, v))) => {
+                    lo = std::ops::Bound::Included(k);
+                    after = Some(v);
+                }
+                (true, None) => return Err(self.protocol("a TREE_RANGE reply that says \"more\" sends an entry")),
+                (false, _) => return Ok(()),
+            }
+        }
+    }
+
     pub(super) fn one_body(&self, mut parts: Vec<Bytes>) -> Result<Bytes> {
         match (parts.pop(), parts.is_empty()) {
             (Some(b), true) => Ok(b),

@@ -53,7 +53,7 @@ mod changes;
 mod fetch;
 mod reads;
 mod rights;
-mod trees;
+pub(in crate::remote) mod trees;
 
 pub use changes::CHANGES_KEPT_MIN;
 

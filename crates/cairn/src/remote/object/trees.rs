@@ -13,8 +13,7 @@
 use std::sync::atomic::Ordering;
 
 use cairn_net::object_service::{
-    self as wire, decode_entries, decode_firsts, FetchedObject, ObjectRequest, ValuesAndObjects, TREE_KEYS_MAX,
-    TREE_LIMIT_MAX,
+    self as wire, decode_firsts, FetchedObject, ObjectRequest, ValuesAndObjects, TREE_KEYS_MAX, TREE_LIMIT_MAX,
 };
 use cairn_net::page_service::decode_pages;
 use cairn_net::page_service::NO_GROUP;
@@ -24,23 +23,24 @@ use cairn_storage::{Error, GroupId, Oid, PageId, Result};
 
 use super::{ObjectTxn, Read};
 
-/// The bytes a tree change takes in a TREE_APPLY, at most.
-fn op_size(op: &TreeOp) -> usize {
+/// The bytes a tree change takes in a TREE_APPLY, at most (a page
+/// client's changes too: `page/trees.rs`).
+pub(in crate::remote) fn op_size(op: &TreeOp) -> usize {
     16 + match op {
         TreeOp::Insert { key, value } => key.len() + value.len(),
         TreeOp::Delete { key, value } => key.len() + value.as_ref().map_or(0, Vec::len),
     }
 }
 
-/// The key a tree change is about.
 /// A B+-tree change as TREE_APPLY carries it.
-fn on_the_wire(op: TreeOp) -> wire::TreeOp {
+pub(in crate::remote) fn on_the_wire(op: TreeOp) -> wire::TreeOp {
     match op {
         TreeOp::Insert { key, value } => wire::TreeOp::Insert { key, value },
         TreeOp::Delete { key, value } => wire::TreeOp::Delete { key, value },
     }
 }
 
+/// The key a tree change is about.
 fn op_key(op: &TreeOp) -> &[u8] {
     match op {
         TreeOp::Insert { key, .. } | TreeOp::Delete { key, .. } => key,
@@ -388,39 +388,10 @@ impl ObjectTxn {
         hi: std::ops::Bound<Vec<u8>>,
         mut f: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        use std::ops::Bound;
-        const BATCH: u32 = 4096;
         self.send_tree_later(Some(root))?;
-        let mut lo = lo;
-        let mut after = None;
-        loop {
-            let body = self.tree_call(&ObjectRequest::TreeRange {
-                txn: self.id.0,
-                root: root.0,
-                limit: BATCH,
-                lo: lo.clone(),
-                hi: hi.clone(),
-                after: after.take(),
-            })?;
-            let (entries, more) =
-                decode_entries(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
-            let mut last = None;
-            for (k, v) in entries {
-                if !f(&k, &v) {
-                    return Ok(());
-                }
-                last = Some((k, v));
-            }
-            match (more, last) {
-                // The next batch resumes after the last entry: its key
-                // again, skipping its values up to the last one seen.
-                (true, Some((k, v))) => {
-                    lo = Bound::Included(k);
-                    after = Some(v);
-                }
-                _ => return Ok(()),
-            }
-        }
+        let conn = self.store.conn.clone();
+        let id = self.id;
+        conn.tree_range_batches(id, root, lo, hi, None, &mut |req| self.tree_call(req), &mut f)
     }
 
     pub(super) fn tree_call(&mut self, req: &ObjectRequest) -> Result<bytes::Bytes> {

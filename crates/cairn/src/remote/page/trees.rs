@@ -19,32 +19,13 @@
 
 use std::ops::Bound;
 
-use cairn_net::object_service::{
-    self as wire, decode_entries, decode_firsts, ObjectRequest, ValuesAndObjects, TREE_KEYS_MAX, TREE_LIMIT_MAX,
-};
+use cairn_net::object_service::{decode_firsts, ObjectRequest, ValuesAndObjects, TREE_KEYS_MAX};
 use cairn_net::page_service::KEY_RANGES;
 use cairn_storage::txn::{Backend, TreeChange, TreeService};
 use cairn_storage::{Error, PageId, Result, TxnId};
 
 use super::RemoteStore;
-
-/// Entries one TREE_RANGE asks for.
-const RANGE_BATCH: u32 = 4096;
-
-/// The bytes a change takes in a TREE_APPLY, at most.
-fn change_size(change: &TreeChange) -> usize {
-    16 + match change {
-        TreeChange::Insert { key, value } => key.len() + value.len(),
-        TreeChange::Delete { key, value } => key.len() + value.as_ref().map_or(0, Vec::len),
-    }
-}
-
-fn on_the_wire(change: TreeChange) -> wire::TreeOp {
-    match change {
-        TreeChange::Insert { key, value } => wire::TreeOp::Insert { key, value },
-        TreeChange::Delete { key, value } => wire::TreeOp::Delete { key, value },
-    }
-}
+use crate::remote::object::trees::{on_the_wire, op_size};
 
 impl RemoteStore {
     /// True if the server runs this client's B+-trees: a page-server
@@ -69,46 +50,13 @@ impl RemoteStore {
         &self,
         txn: TxnId,
         root: PageId,
-        mut lo: Bound<Vec<u8>>,
+        lo: Bound<Vec<u8>>,
         hi: Bound<Vec<u8>>,
-        mut after: Option<Vec<u8>>,
+        after: Option<Vec<u8>>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        loop {
-            let body = self.tree_call(
-                txn,
-                &ObjectRequest::TreeRange {
-                    txn: txn.0,
-                    root: root.0,
-                    limit: RANGE_BATCH.min(TREE_LIMIT_MAX),
-                    lo: lo.clone(),
-                    hi: hi.clone(),
-                    after: after.take(),
-                },
-            )?;
-            let (entries, more) = decode_entries(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
-            let mut last = None;
-            for (k, v) in entries {
-                if !f(&k, &v) {
-                    return Ok(());
-                }
-                last = Some((k, v));
-            }
-            match (more, last) {
-                // The next batch resumes after the last entry: its key
-                // again, skipping its values up to the last one seen.
-                (true, Some((k, v))) => {
-                    lo = Bound::Included(k);
-                    after = Some(v);
-                }
-                (true, None) => {
-                    return Err(self
-                        .conn
-                        .protocol("a TREE_RANGE reply that says \"more\" sends an entry"))
-                }
-                (false, _) => return Ok(()),
-            }
-        }
+        self.conn
+            .tree_range_batches(txn, root, lo, hi, after, &mut |req| self.tree_call(txn, req), f)
     }
 
     /// The values of `key` after `after`, to `f` until it says false.
@@ -129,10 +77,10 @@ impl TreeService for RemoteStore {
     fn apply(&self, txn: TxnId, root: PageId, changes: Vec<TreeChange>) -> Result<()> {
         // Room for the request's fixed part.
         let per_message = (self.conn.client.welcome().body_max as usize).saturating_sub(64);
-        if let Some(c) = changes.iter().find(|c| change_size(c) > per_message) {
+        if let Some(c) = changes.iter().find(|c| op_size(c) > per_message) {
             return Err(Error::LimitExceeded {
                 what: "bytes of a B+-tree change (each crosses in one message)",
-                value: change_size(c) as u64,
+                value: op_size(c) as u64,
                 limit: per_message as u64,
             });
         }
@@ -140,11 +88,9 @@ impl TreeService for RemoteStore {
         let mut bytes = 0;
         let mut changes = changes.into_iter().peekable();
         while let Some(change) = changes.next() {
-            bytes += change_size(&change);
+            bytes += op_size(&change);
             batch.push(on_the_wire(change));
-            let full = changes
-                .peek()
-                .is_some_and(|next| bytes + change_size(next) > per_message);
+            let full = changes.peek().is_some_and(|next| bytes + op_size(next) > per_message);
             if full || changes.peek().is_none() {
                 bytes = 0;
                 let req = ObjectRequest::TreeApply {
