@@ -23,9 +23,8 @@ use cairn_storage::{Error, GroupId, Oid, PageId, Result};
 
 use super::{ObjectTxn, Read};
 
-/// The bytes a tree change takes in a TREE_APPLY, at most (a page
-/// client's changes too: `page/trees.rs`).
-pub(in crate::remote) fn op_size(op: &TreeOp) -> usize {
+/// The bytes a tree change takes in a TREE_APPLY, at most.
+fn op_size(op: &TreeOp) -> usize {
     16 + match op {
         TreeOp::Insert { key, value } => key.len() + value.len(),
         TreeOp::Delete { key, value } => key.len() + value.as_ref().map_or(0, Vec::len),
@@ -33,11 +32,41 @@ pub(in crate::remote) fn op_size(op: &TreeOp) -> usize {
 }
 
 /// A B+-tree change as TREE_APPLY carries it.
-pub(in crate::remote) fn on_the_wire(op: TreeOp) -> wire::TreeOp {
+fn on_the_wire(op: TreeOp) -> wire::TreeOp {
     match op {
         TreeOp::Insert { key, value } => wire::TreeOp::Insert { key, value },
         TreeOp::Delete { key, value } => wire::TreeOp::Delete { key, value },
     }
+}
+
+/// `ops` as TREE_APPLY carries them, in batches of at most `per_message`
+/// bytes each, in order (sent one after another, the same as one); an
+/// error if one change alone is larger (each crosses in one message). A
+/// page client's changes too (`page/trees.rs`).
+pub(in crate::remote) fn apply_batches(ops: Vec<TreeOp>, per_message: usize) -> Result<Vec<Vec<wire::TreeOp>>> {
+    if let Some(op) = ops.iter().find(|op| op_size(op) > per_message) {
+        return Err(Error::LimitExceeded {
+            what: "bytes of a B+-tree change (each crosses in one message)",
+            value: op_size(op) as u64,
+            limit: per_message as u64,
+        });
+    }
+    let mut batches = Vec::new();
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    for op in ops {
+        let size = op_size(&op);
+        if !batch.is_empty() && bytes + size > per_message {
+            batches.push(std::mem::take(&mut batch));
+            bytes = 0;
+        }
+        bytes += size;
+        batch.push(on_the_wire(op));
+    }
+    if !batch.is_empty() {
+        batches.push(batch);
+    }
+    Ok(batches)
 }
 
 /// The key a tree change is about.
@@ -64,47 +93,29 @@ impl ObjectTxn {
     /// bound asks (in order: the same as one); the pages each changed drop
     /// the lookups the client keeps under them.
     fn apply_now(&mut self, root: PageId, ops: Vec<TreeOp>) -> Result<()> {
-        let per_message = self.changes_per_message();
-        if let Some(op) = ops.iter().find(|op| op_size(op) > per_message) {
-            return Err(Error::LimitExceeded {
-                what: "bytes of a B+-tree change (each crosses in one message)",
-                value: op_size(op) as u64,
-                limit: per_message as u64,
-            });
-        }
+        let batches = apply_batches(ops, self.changes_per_message())?;
         self.store.before_tree_write(self.id, root)?;
         self.wrote = true;
-        let mut sent = false;
-        let mut batch = Vec::new();
-        let mut bytes = 0;
-        let mut ops = ops.into_iter().peekable();
-        while let Some(op) = ops.next() {
-            bytes += op_size(&op);
-            batch.push(on_the_wire(op));
-            let full = ops.peek().is_some_and(|next| bytes + op_size(next) > per_message);
-            if full || ops.peek().is_none() {
-                bytes = 0;
-                let reply = self.tree_call(&ObjectRequest::TreeApply {
-                    txn: self.id.0,
-                    root: root.0,
-                    ops: std::mem::take(&mut batch),
-                });
-                let body = match reply {
-                    Ok(body) => body,
-                    Err(e) => {
-                        if sent {
-                            // Part of the changes applied: the transaction
-                            // cannot go on knowing what it changed.
-                            self.doomed = Some(format!("applying its B+-tree changes failed half-way: {e}"));
-                        }
-                        return Err(e);
+        for (i, ops) in batches.into_iter().enumerate() {
+            let reply = self.tree_call(&ObjectRequest::TreeApply {
+                txn: self.id.0,
+                root: root.0,
+                ops,
+            });
+            let body = match reply {
+                Ok(body) => body,
+                Err(e) => {
+                    if i > 0 {
+                        // Part of the changes applied: the transaction
+                        // cannot go on knowing what it changed.
+                        self.doomed = Some(format!("applying its B+-tree changes failed half-way: {e}"));
                     }
-                };
-                sent = true;
-                let pages = decode_pages(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
-                let pages: Vec<PageId> = pages.into_iter().map(PageId).collect();
-                self.store.tree_written(self.id, root, Some(&pages));
-            }
+                    return Err(e);
+                }
+            };
+            let pages = decode_pages(&body).map_err(|e| self.store.conn.error(cairn_net::Error::Message(e)))?;
+            let pages: Vec<PageId> = pages.into_iter().map(PageId).collect();
+            self.store.tree_written(self.id, root, Some(&pages));
         }
         Ok(())
     }

@@ -22,10 +22,10 @@ use std::ops::Bound;
 use cairn_net::object_service::{decode_firsts, ObjectRequest, ValuesAndObjects, TREE_KEYS_MAX};
 use cairn_net::page_service::KEY_RANGES;
 use cairn_storage::txn::{Backend, TreeChange, TreeService};
-use cairn_storage::{Error, PageId, Result, TxnId};
+use cairn_storage::{PageId, Result, TxnId};
 
 use super::RemoteStore;
-use crate::remote::object::trees::{on_the_wire, op_size};
+use crate::remote::object::trees::apply_batches;
 
 impl RemoteStore {
     /// True if the server runs this client's B+-trees: a page-server
@@ -77,29 +77,15 @@ impl TreeService for RemoteStore {
     fn apply(&self, txn: TxnId, root: PageId, changes: Vec<TreeChange>) -> Result<()> {
         // Room for the request's fixed part.
         let per_message = (self.conn.client.welcome().body_max as usize).saturating_sub(64);
-        if let Some(c) = changes.iter().find(|c| op_size(c) > per_message) {
-            return Err(Error::LimitExceeded {
-                what: "bytes of a B+-tree change (each crosses in one message)",
-                value: op_size(c) as u64,
-                limit: per_message as u64,
-            });
-        }
-        let mut batch = Vec::new();
-        let mut bytes = 0;
-        let mut changes = changes.into_iter().peekable();
-        while let Some(change) = changes.next() {
-            bytes += op_size(&change);
-            batch.push(on_the_wire(change));
-            let full = changes.peek().is_some_and(|next| bytes + op_size(next) > per_message);
-            if full || changes.peek().is_none() {
-                bytes = 0;
-                let req = ObjectRequest::TreeApply {
+        for ops in apply_batches(changes, per_message)? {
+            self.tree_call(
+                txn,
+                &ObjectRequest::TreeApply {
                     txn: txn.0,
                     root: root.0,
-                    ops: std::mem::take(&mut batch),
-                };
-                self.tree_call(txn, &req)?;
-            }
+                    ops,
+                },
+            )?;
         }
         Ok(())
     }
