@@ -115,18 +115,18 @@ impl Table for ClientState {
     }
 
     /// The right goes; its readers are the transactions holding a lock on
-    /// the page (under the right or the server's) and this client's
-    /// writers of it.
+    /// the page (under the right or the server's). A writer of the page
+    /// that has not read it is not one: its X, asked of the server, reads
+    /// the page there; named, it would be granted S ahead of the caller's
+    /// writer and then upgrade, and two such writers deadlock.
     fn call_back(&mut self, key: Resource) -> Vec<TxnId> {
         let Resource::Page(id) = key else {
             return Vec::new();
         };
-        let writers = self.writers.get(&id).cloned().unwrap_or_default();
         self.covers.remove(&id);
         let mut users: Vec<TxnId> = Vec::new();
         for (t, v) in self.txns.iter_mut() {
-            let reads = v.locks.contains_key(&key) || writers.contains(t);
-            if reads && !v.answering.ending {
+            if v.locks.contains_key(&key) && !v.answering.ending {
                 v.answering.name();
                 users.push(*t);
             }
@@ -316,5 +316,33 @@ mod tests {
         st.writer_ended(writer);
         assert!(!st.other_writer(page, reader));
         assert!(st.writers.is_empty(), "nothing kept for a writer that ended");
+    }
+
+    /// Another client's writer calls back a page this client caches, while
+    /// a transaction of its own has asked for X on it (its FETCH on the
+    /// way) without having read it. The answer names only the transaction
+    /// that read the page: named too, the writer would be granted S ahead
+    /// of the other and then upgrade to X, and two inserters of one page
+    /// so named deadlock (OO1's mixed work with page clients on a
+    /// key-range server: about 35 deadlocks per 100 operations at 4
+    /// clients).
+    #[test]
+    fn a_callback_names_the_readers_of_the_page_not_its_writers() {
+        let mut st = ClientState::default();
+        let (page, writer, reader) = (PageId(7), TxnId(1), TxnId(2));
+        let facts = Facts {
+            in_use: true,
+            group: None,
+        };
+        st.covers.insert(page, Cover { epoch: 3, facts });
+        st.txns.entry(writer).or_default();
+        st.add_writer(page, writer);
+        st.txns
+            .entry(reader)
+            .or_default()
+            .locks
+            .insert(Resource::Page(page), LockMode::S);
+        assert_eq!(st.call_back(Resource::Page(page)), vec![reader]);
+        assert!(!st.covers.contains_key(&page), "the right goes with the callback");
     }
 }
