@@ -256,10 +256,23 @@ impl RightsRequest {
     /// True if every key it names is a page's (what a page session may
     /// name).
     pub fn pages_only(&self) -> bool {
-        match self {
-            RightsRequest::CallbackReply(c) => matches!(c.key, RightKey::Page(_)),
-            RightsRequest::Release { rights } => rights.iter().all(|(k, _)| matches!(k, RightKey::Page(_))),
-        }
+        self.keys().all(|k| matches!(k, RightKey::Page(_)))
+    }
+
+    /// True if no key it names is an object's (what a page session of a
+    /// server that locks key ranges may name: pages, and the gaps of its
+    /// lookups).
+    pub fn names_no_object(&self) -> bool {
+        self.keys().all(|k| !matches!(k, RightKey::Object(_)))
+    }
+
+    /// The keys it names.
+    fn keys(&self) -> impl Iterator<Item = &RightKey> {
+        let (one, many) = match self {
+            RightsRequest::CallbackReply(c) => (Some(&c.key), &[][..]),
+            RightsRequest::Release { rights } => (None, &rights[..]),
+        };
+        one.into_iter().chain(many.iter().map(|(k, _)| k))
     }
 }
 
@@ -379,5 +392,14 @@ mod tests {
         assert!(!r[0].pages_only());
         assert!(r[1].pages_only());
         assert!(!r[2].pages_only(), "one object key among pages");
+        assert!(!r[0].names_no_object() && r[1].names_no_object() && !r[2].names_no_object());
+        let gaps = RightsRequest::Release {
+            rights: vec![
+                (RightKey::Gap(5, 1), 3),
+                (RightKey::TreeEnd(5), 3),
+                (RightKey::Page(8), 4),
+            ],
+        };
+        assert!(gaps.names_no_object() && !gaps.pages_only());
     }
 }

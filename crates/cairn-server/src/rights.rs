@@ -15,13 +15,17 @@ use crate::{fault, run_blocking, Core, SessionState};
 
 /// Answers a CALLBACK_REPLY or a RELEASE of a session.
 ///
-/// A page or file session's rights are on pages only: a message of one
-/// naming an object is refused (INVALID) and changes nothing.
+/// A page or file session's rights are on pages, and a page session's of
+/// a server that locks key ranges on the gaps of its lookups too: a
+/// message of one naming anything else is refused (INVALID) and changes
+/// nothing.
 pub(crate) async fn handle(core: &Arc<Core>, state: &Arc<SessionState>, req: RightsRequest) -> Result<Bytes, Fault> {
-    if !state.object && !req.pages_only() {
+    let gaps = core.db.locks_key_ranges() && !state.file;
+    let may_name = state.object || req.pages_only() || (gaps && req.names_no_object());
+    if !may_name {
         return Err(Fault::new(
             ErrorCode::INVALID,
-            "a page session's rights are on pages: its CALLBACK_REPLY or RELEASE named an object",
+            "a page session's rights are on pages (and on a key-range server, gaps): its CALLBACK_REPLY or RELEASE named something else",
         ));
     }
     match req {

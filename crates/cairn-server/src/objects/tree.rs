@@ -131,8 +131,9 @@ fn tree_get(
             limit: core.reply_bytes_max as u64,
         });
     }
-    let rights = if values.is_empty() || !state.object {
-        // (A page session's lookup is never kept: it asks again.)
+    let rights = if values.is_empty() || !(state.object || core.db.locks_key_ranges()) {
+        // (A page session keeps a lookup only under gap rights: a
+        // page-locking server's leaf rights are the object client's.)
         Vec::new()
     } else if key_ranges {
         guards.map_or_else(Vec::new, |gaps| register_all(core, state, &gaps))

@@ -753,11 +753,12 @@ impl Txn {
     /// `txn::keys`).
     pub fn tree_get_each(&mut self, tree: &BTree, key: &[u8], mut f: impl FnMut(&[u8]) -> bool) -> Result<usize> {
         self.check_active()?;
-        if !self.locks_key_ranges(tree) {
+        let at_server = self.tree_read_server(tree).is_some();
+        if !at_server && !self.locks_key_ranges(tree) {
             return tree.get_each(self, key, f);
         }
         let mut n = 0;
-        if self.tree_server(tree).is_some() {
+        if at_server {
             let mut count = |v: &[u8]| {
                 n += 1;
                 f(v)
@@ -795,7 +796,7 @@ impl Txn {
         mut f: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         self.check_active()?;
-        if !self.locks_key_ranges(tree) {
+        if !self.locks_key_ranges(tree) && self.tree_read_server(tree).is_none() {
             let mut cur = tree.range(self, lo, hi, Direction::Forward)?;
             while let Some((k, v)) = cur.next(self)? {
                 if !f(&k, &v) {

@@ -90,6 +90,24 @@ impl Txn {
         (self.db.tree_service().is_some() && self.locks_key_ranges(tree)).then(|| Arc::clone(&self.db))
     }
 
+    /// The server that answers this transaction's reads of `tree`: the one
+    /// that runs its operations ([`Txn::tree_server`]), or, at a snapshot,
+    /// the backend's server for a tree the transaction did not make — it
+    /// looks up and scans at the snapshot there, and a client may keep the
+    /// answers under rights, where reading the tree's pages here would
+    /// fetch each of them (a key-range server grants no right to cache
+    /// one).
+    pub(super) fn tree_read_server(&self, tree: &BTree) -> Option<Arc<dyn super::Backend>> {
+        self.tree_server(tree).or_else(|| {
+            let root = tree.root();
+            let snapshot_read = self.snapshot.is_some()
+                && self.db.tree_service().is_some()
+                && !self.allocated.contains(&root)
+                && !self.pages.contains(root);
+            snapshot_read.then(|| Arc::clone(&self.db))
+        })
+    }
+
     /// Applies `changes` to `tree` in order: at the server that runs its
     /// operations (one request), else one by one, as
     /// [`Txn::tree_insert`] and [`Txn::tree_delete`] do. A failure at the
@@ -129,7 +147,7 @@ impl Txn {
         hi: Bound<&[u8]>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Option<Result<()>> {
-        let db = self.tree_server(tree)?;
+        let db = self.tree_read_server(tree)?;
         let service = db.tree_service()?;
         Some(service.scan(self.id, tree.root(), lo, hi, f))
     }
@@ -142,7 +160,7 @@ impl Txn {
         key: &[u8],
         f: &mut dyn FnMut(&[u8]) -> bool,
     ) -> Option<Result<()>> {
-        let db = self.tree_server(tree)?;
+        let db = self.tree_read_server(tree)?;
         let service = db.tree_service()?;
         Some(service.get(self.id, tree.root(), key, f))
     }

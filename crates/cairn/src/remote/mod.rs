@@ -4,7 +4,9 @@
 //! - `page`: the page- and file-server client ([`RemoteStore`]), a storage
 //!   [`Backend`](cairn_storage::txn::Backend) under the same `Txn` the
 //!   embedded engine runs: pages fetched (or, as a file-server client, read
-//!   from the served volume file) into a buffer pool, rights to cache pages.
+//!   from the served volume file) into a buffer pool, rights to cache pages
+//!   (and, on a server that locks key ranges, index lookups kept under
+//!   rights on gaps).
 //! - `object`: the object-server client ([`ObjectStore`], [`ObjectTxn`]):
 //!   objects fetched by name, changes sent as after-images, B+-trees walked
 //!   by the server; rights on objects, index leaves and (the adaptive
@@ -16,11 +18,14 @@
 //!   (answers, rights that cross their callback, ends that wait for their
 //!   answers, RELEASE, the callback thread); each client's table of what it
 //!   keeps is its own (`page/rights.rs`, `object/rights.rs`).
+//! - `lookups`: index lookups kept across transactions under rights on
+//!   leaves or gaps (the object and page clients').
 //! - `conn`: the connection, its counters ([`RemoteStats`]), URLs, and the
 //!   page client's device.
 
 mod adaptive;
 mod conn;
+mod lookups;
 mod object;
 mod page;
 mod rights;

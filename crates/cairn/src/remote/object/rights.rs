@@ -53,6 +53,7 @@ use cairn_storage::lock::Resource;
 use cairn_storage::{Oid, PageId, Result, TxnId};
 
 use super::ObjectStore;
+use crate::remote::lookups::{Kept, KeptLookups};
 use crate::remote::rights::{release, Answering, Bound, Revoked, Table};
 use crate::view::CheckedAs;
 
@@ -76,18 +77,6 @@ struct Cached {
     /// ([`ObjectStore::use_object_before`]).
     since: u64,
 }
-
-/// A B+-tree leaf (or, from a server that locks key ranges, a gap of
-/// the tree) whose lookups are kept under a right.
-struct Leaf {
-    epoch: u64,
-    root: PageId,
-    keys: Vec<Vec<u8>>,
-}
-
-/// A kept lookup: the leaves that enclose its key (or the gaps that guard
-/// it), the values, and when its rights came (the client's clock).
-type Lookup = (Vec<Resource>, Vec<Vec<u8>>, u64);
 
 /// What a running transaction reads under rights.
 #[derive(Default)]
@@ -138,10 +127,8 @@ pub(super) struct RightsState {
     /// Bytes of objects on pages running transactions pin, as the last
     /// eviction counted them: they are kept over the bound.
     pinned_bytes: usize,
-    /// Leaves and gaps lookups are kept under, by their right's key.
-    leaves: FxHashMap<Resource, Leaf>,
-    /// (tree root, key) → (leaves or gaps, values).
-    lookups: FxHashMap<(PageId, Vec<u8>), Lookup>,
+    /// Index lookups, kept under rights on leaves (or gaps).
+    lookups: KeptLookups,
     txns: FxHashMap<TxnId, TxnRights>,
     /// Rights called back before the reply granting them was taken in.
     revoked: Revoked,
@@ -255,31 +242,17 @@ impl RightsState {
         Some(c.epoch)
     }
 
-    /// Drops the leaf's entry and the lookups kept under it (a lookup
-    /// under other leaves too stays listed there: dropping it again later
-    /// is harmless).
-    fn drop_leaf(&mut self, leaf: Resource) -> Option<u64> {
-        let l = self.leaves.remove(&leaf)?;
-        for k in l.keys {
-            let key = (l.root, k);
-            if self.lookups.get(&key).is_some_and(|(ls, ..)| ls.contains(&leaf)) {
-                self.lookups.remove(&key);
-            }
-        }
-        Some(l.epoch)
-    }
-
     /// Drops what `key` covers (a page: its lookups and its image); its
     /// epoch if there was a right.
     fn drop_key(&mut self, key: Resource) -> Option<u64> {
         match key {
             Resource::Object(o) => self.drop_object(o),
             Resource::Page(p) => {
-                let leaf = self.drop_leaf(key);
+                let leaf = self.lookups.drop_guard(key);
                 let image = self.drop_image(p);
                 leaf.max(image)
             }
-            Resource::Gap(..) | Resource::TreeEnd(_) => self.drop_leaf(key),
+            Resource::Gap(..) | Resource::TreeEnd(_) => self.lookups.drop_guard(key),
             _ => None,
         }
     }
@@ -312,11 +285,11 @@ impl Table for RightsState {
         match key {
             Resource::Object(o) => self.objects.get(&o).map(|c| c.epoch),
             Resource::Page(p) => {
-                let leaf = self.leaves.get(&key).map(|l| l.epoch);
+                let leaf = self.lookups.epoch(key);
                 let image = self.pages.get(&p).map(|c| c.epoch);
                 leaf.max(image)
             }
-            Resource::Gap(..) | Resource::TreeEnd(_) => self.leaves.get(&key).map(|l| l.epoch),
+            Resource::Gap(..) | Resource::TreeEnd(_) => self.lookups.epoch(key),
             _ => None,
         }
     }
@@ -557,7 +530,9 @@ impl ObjectStore {
     /// kept under a right on its leaf (read by `txn` under it from now on).
     pub(super) fn use_lookup(&self, txn: TxnId, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
         let mut st = self.rights.lock();
-        let (leaves, values, _) = st.lookups.get(&(root, key.to_vec())).cloned()?;
+        let Kept {
+            guards: leaves, values, ..
+        } = st.lookups.get(root, key).cloned()?;
         if leaves
             .iter()
             .enumerate()
@@ -636,7 +611,11 @@ impl ObjectStore {
     /// now (as [`ObjectStore::use_object_before`]; no reader registered).
     pub(super) fn use_lookup_before(&self, root: PageId, key: &[u8], before: u64) -> Option<Vec<Vec<u8>>> {
         let st = self.rights.lock();
-        let (leaves, values, since) = st.lookups.get(&(root, key.to_vec()))?;
+        let Kept {
+            guards: leaves,
+            values,
+            since,
+        } = st.lookups.get(root, key)?;
         if *since > before
             || leaves
                 .iter()
@@ -685,29 +664,9 @@ impl ObjectStore {
         if !rights.iter().all(|&(l, e)| st.take_right(l, e, Some(root))) {
             return;
         }
-        for &(leaf, epoch) in rights {
-            match st.leaves.get_mut(&leaf) {
-                Some(have) if have.root == root => {
-                    have.epoch = have.epoch.max(epoch);
-                    have.keys.push(key.to_vec());
-                }
-                _ => {
-                    st.drop_leaf(leaf);
-                    st.leaves.insert(
-                        leaf,
-                        Leaf {
-                            epoch,
-                            root,
-                            keys: vec![key.to_vec()],
-                        },
-                    );
-                }
-            }
-        }
-        let leaves = rights.iter().map(|(l, _)| *l).collect();
         st.clock += 1;
         let since = st.clock;
-        st.lookups.insert((root, key.to_vec()), (leaves, values, since));
+        st.lookups.keep(root, key, rights, values, since);
         let dropped = self.evict_leaves(&mut st);
         drop(st);
         release(&self.conn, &dropped);
@@ -721,17 +680,11 @@ impl ObjectStore {
         if !bound.passed(st.lookups.len(), 0) {
             return Vec::new();
         }
-        let read = st.read_keys();
-        let victims: Vec<(u64, Resource)> = st
-            .leaves
-            .iter()
-            .filter(|(l, _)| !read.contains(*l))
-            .map(|(l, leaf)| (leaf.epoch, *l))
-            .collect();
+        let victims = st.lookups.unread(&st.read_keys());
         let mut out = Vec::new();
         bound.give_back(st.lookups.len(), 0, victims, |l| {
             let before = st.lookups.len();
-            if let Some(e) = st.drop_leaf(l) {
+            if let Some(e) = st.lookups.drop_guard(l) {
                 out.push((l, e));
             }
             before - st.lookups.len()
@@ -879,12 +832,7 @@ impl ObjectStore {
         let named = {
             let mut st = self.rights.lock();
             st.txns.entry(txn).or_default().trees.insert(root);
-            let leaves: Vec<Resource> = st
-                .leaves
-                .iter()
-                .filter(|(_, l)| l.root == root)
-                .map(|(p, _)| *p)
-                .collect();
+            let leaves = st.lookups.guards_of(root);
             let mut named = Vec::new();
             for k in leaves {
                 let readers = st.name_readers(k, txn);
@@ -909,18 +857,13 @@ impl ObjectStore {
                 Some(pages) => pages
                     .iter()
                     .map(|p| Resource::Page(*p))
-                    .filter(|p| st.leaves.contains_key(p))
+                    .filter(|p| st.lookups.holds(*p))
                     .collect(),
-                None => st
-                    .leaves
-                    .iter()
-                    .filter(|(_, l)| l.root == root)
-                    .map(|(p, _)| *p)
-                    .collect(),
+                None => st.lookups.guards_of(root),
             };
             let mut dropped = Vec::new();
             for p in leaves {
-                if let Some(e) = st.drop_leaf(p) {
+                if let Some(e) = st.lookups.drop_guard(p) {
                     dropped.push((p, e));
                 }
             }
@@ -1026,7 +969,7 @@ impl ObjectStore {
                 .keys()
                 .filter(|p| !pinned.contains(p))
                 .map(|p| Resource::Page(*p));
-            let leaves = st.leaves.keys().copied();
+            let leaves = st.lookups.all_guards();
             // A page may be both an image and a leaf's key: once each.
             let keys: FxHashSet<Resource> = objects
                 .chain(pages)

@@ -349,6 +349,7 @@ impl RemoteStore {
     pub fn evict_cache(&self) -> Result<()> {
         let dropped: Vec<(PageId, u64)> = self.rights.lock().covers.drain().map(|(p, c)| (p, c.epoch)).collect();
         self.release_pages(dropped);
+        self.evict_lookups();
         self.pool.evict_all()
     }
 

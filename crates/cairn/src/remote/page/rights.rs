@@ -10,6 +10,7 @@ use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::{GroupId, PageId, Result, TxnId};
 
 use super::RemoteStore;
+use crate::remote::lookups::KeptLookups;
 use crate::remote::rights::{release, Answering, Bound, Revoked, Table};
 
 /// What one transaction has learnt of a page from the server.
@@ -35,6 +36,10 @@ pub(super) struct TxnView {
     /// A read-only transaction at a snapshot: what it sees and read
     /// (`snapshot.rs`). It holds no lock, so no callback names it.
     pub(super) snapshot: Option<Box<super::snapshot::SnapView>>,
+    /// B+-trees (by root) it sent changes of to the server (`trees.rs`):
+    /// it neither uses nor keeps a lookup of them, whose answer may hold
+    /// its own changes.
+    pub(super) trees: FxHashSet<PageId>,
 }
 
 /// The client's right to cache a page across transactions (callback
@@ -56,6 +61,12 @@ pub(super) struct ClientState {
     pub(super) covers: FxHashMap<PageId, Cover>,
     /// Rights called back before the FETCH that granted them was taken in.
     revoked: Revoked,
+    /// Index lookups kept under rights on the gaps that guard them (a
+    /// key-range server's, `trees.rs`).
+    pub(super) lookups: KeptLookups,
+    /// Ticks at every lookup taken in: a snapshot asked for after a
+    /// lookup's tick may read it ([`KeptLookups`]).
+    pub(super) clock: u64,
     /// Per page, the transactions of this client that asked for X on it
     /// (from just before the request is sent until they end): the others
     /// go to the server (and wait there) instead of reading the page under
@@ -96,6 +107,12 @@ impl ClientState {
     pub(super) fn take_right(&mut self, page: PageId, cover: u64) -> bool {
         self.revoked.admits(Resource::Page(page), cover)
     }
+
+    /// Whether every right of `rights` (gap, epoch), just taken in with a
+    /// lookup, may be used.
+    pub(super) fn take_gap_rights(&mut self, rights: &[(Resource, u64)]) -> bool {
+        rights.iter().all(|&(k, e)| self.revoked.admits(k, e))
+    }
 }
 
 impl Table for ClientState {
@@ -110,6 +127,7 @@ impl Table for ClientState {
     fn held(&self, key: Resource) -> Option<u64> {
         match key {
             Resource::Page(p) => self.covers.get(&p).map(|c| c.epoch),
+            Resource::Gap(..) | Resource::TreeEnd(_) => self.lookups.epoch(key),
             _ => None,
         }
     }
@@ -119,11 +137,19 @@ impl Table for ClientState {
     /// that has not read it is not one: its X, asked of the server, reads
     /// the page there; named, it would be granted S ahead of the caller's
     /// writer and then upgrade, and two such writers deadlock.
+    ///
+    /// A gap's right goes with the lookups kept under it; its readers are
+    /// the transactions that read one of them.
     fn call_back(&mut self, key: Resource) -> Vec<TxnId> {
-        let Resource::Page(id) = key else {
-            return Vec::new();
-        };
-        self.covers.remove(&id);
+        match key {
+            Resource::Page(id) => {
+                self.covers.remove(&id);
+            }
+            Resource::Gap(..) | Resource::TreeEnd(_) => {
+                self.lookups.drop_guard(key);
+            }
+            _ => return Vec::new(),
+        }
         let mut users: Vec<TxnId> = Vec::new();
         for (t, v) in self.txns.iter_mut() {
             if v.locks.contains_key(&key) && !v.answering.ending {
@@ -136,9 +162,20 @@ impl Table for ClientState {
 
     /// Nobody reads a page under a right the client no longer holds: a
     /// right goes only when nobody reads under it, or with its readers
-    /// named.
-    fn readers_without_right(&mut self, _key: Resource) -> Vec<TxnId> {
-        Vec::new()
+    /// named. A gap's the same, but should one have gone with a reader
+    /// (a cold start), the reader is named: its read needs its lock.
+    fn readers_without_right(&mut self, key: Resource) -> Vec<TxnId> {
+        if !matches!(key, Resource::Gap(..) | Resource::TreeEnd(_)) {
+            return Vec::new();
+        }
+        let mut users = Vec::new();
+        for (t, v) in self.txns.iter_mut() {
+            if v.locks.contains_key(&key) && !v.answering.ending {
+                v.answering.name();
+                users.push(*t);
+            }
+        }
+        users
     }
 }
 

@@ -57,6 +57,10 @@ pub(super) const SNAPSHOT_PAGES_MAX: usize = 4096;
 pub(super) struct SnapView {
     /// What it sees.
     pub(super) window: SnapshotInfo,
+    /// The client's lookup clock when it was asked for: a lookup kept
+    /// under rights taken in by then, and held, is what it sees
+    /// (`trees.rs`).
+    pub(super) asked: u64,
     /// The pages it read, as of the snapshot, in the order read.
     pages: cairn_storage::fxhash::FxHashMap<PageId, Arc<[u8]>>,
     order: std::collections::VecDeque<PageId>,
@@ -88,6 +92,7 @@ impl RemoteStore {
     pub fn begin_read_only(self: &Arc<Self>) -> Result<Txn> {
         self.check_usable()?;
         let id = TxnId(self.next_txn.fetch_add(1, Ordering::Relaxed));
+        let asked = self.rights.lock().clock;
         let body = self.conn.call_one(&PageRequest::Snapshot { txn: id.0 })?;
         let window = SnapshotInfo::decode(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
         let low = window.low;
@@ -96,6 +101,7 @@ impl RemoteStore {
         view.answering.on_server = true;
         view.snapshot = Some(Box::new(SnapView {
             window,
+            asked,
             pages: Default::default(),
             order: Default::default(),
         }));

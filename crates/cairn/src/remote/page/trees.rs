@@ -13,19 +13,38 @@
 //! wait for it) and each range as TREE_RANGE (the server locks the entries
 //! and gaps it reads, so no phantom appears in them before the transaction
 //! ends); the keys of lookups for update together, as TREE_GET_FOR_UPDATE
-//! (locked as TREE_GET locks each); a destruction as TREE_DESTROY. A lookup costs a round trip: no page of
-//! such a tree is cached under a right (the server grants none, since no
-//! callback would name it).
+//! (locked as TREE_GET locks each); a destruction as TREE_DESTROY. No page
+//! of such a tree is cached under a right (the server grants none, since
+//! no callback would name it); a snapshot transaction looks up and scans
+//! such a tree at the server too, at its snapshot, rather than fetch each
+//! of the tree's pages.
+//!
+//! **Lookups kept.** A lookup's answer, when the server knows it whole,
+//! comes with rights on the gaps its locks guarded (as an object client's
+//! does): the client keeps it (`remote/lookups.rs`), and a later transaction
+//! finds the key with no round trip, under S locks on those gaps only the
+//! client knows of. Before any transaction inserts into one of those gaps
+//! or deletes from it, this client's own among them, the server calls the
+//! right back: the lookups under it go, and the transactions that read one
+//! are named (the server grants them S on the gap, and the writer waits
+//! for them). A snapshot reads a lookup whose rights came before it was
+//! asked for and are still held: no commit has changed its gaps since. A
+//! transaction that sent changes of a tree neither uses nor keeps a lookup
+//! of it (an answer may hold its own changes, and it may abort).
 
 use std::ops::Bound;
+use std::sync::atomic::Ordering;
 
 use cairn_net::object_service::{decode_firsts, ObjectRequest, ValuesAndObjects, TREE_KEYS_MAX};
 use cairn_net::page_service::KEY_RANGES;
+use cairn_storage::fxhash::FxHashSet;
+use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::txn::{Backend, TreeChange, TreeService};
 use cairn_storage::{PageId, Result, TxnId};
 
 use super::RemoteStore;
 use crate::remote::object::trees::apply_batches;
+use crate::remote::rights::{from_wire, release, Bound as RightsBound};
 
 impl RemoteStore {
     /// True if the server runs this client's B+-trees: a page-server
@@ -59,6 +78,105 @@ impl RemoteStore {
             .tree_range_batches(txn, root, lo, hi, after, &mut |req| self.tree_call(txn, req), f)
     }
 
+    /// The values of `key` in the tree at `root` if this client keeps its
+    /// lookup (see the module docs): read by `txn` under the lookup's
+    /// rights from now on, or, at a snapshot, if they came before it was
+    /// asked for.
+    fn use_lookup(&self, txn: TxnId, root: PageId, key: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let mut st = self.rights.lock();
+        let st = &mut *st;
+        let kept = st.lookups.get(root, key)?;
+        let values = match st.txns.get(&txn).and_then(|v| v.snapshot.as_ref()) {
+            Some(snap) if kept.since > snap.asked => return None,
+            Some(_) => kept.values.clone(),
+            None => {
+                let (guards, values) = (kept.guards.clone(), kept.values.clone());
+                let v = st.txns.entry(txn).or_default();
+                if v.answering.ending || v.trees.contains(&root) {
+                    return None;
+                }
+                for g in guards {
+                    v.locks.entry(g).or_insert(LockMode::S);
+                }
+                values
+            }
+        };
+        self.conn.cache_hits.fetch_add(1, Ordering::Relaxed);
+        Some(values)
+    }
+
+    /// Keeps the answer of `txn`'s lookup of `key` (`values`, all of them)
+    /// under `rights` (gap, epoch) — unless one was called back before it
+    /// came, or `txn` changes the tree; what the bound makes go is given
+    /// back, and so are the rights of a lookup not kept that the client
+    /// held for no other (one it holds stays: the server keeps one right
+    /// per client and gap, and given back, the other lookups under it
+    /// would never be called back).
+    fn take_lookup(&self, txn: TxnId, root: PageId, key: &[u8], rights: &[(Resource, u64)], values: Vec<Vec<u8>>) {
+        let dropped = {
+            let mut st = self.rights.lock();
+            let st = &mut *st;
+            let own = st.txns.get(&txn).is_some_and(|v| v.trees.contains(&root));
+            if own || !st.take_gap_rights(rights) {
+                rights
+                    .iter()
+                    .filter(|&&(g, e)| !st.lookups.renew(g, e))
+                    .copied()
+                    .collect()
+            } else {
+                st.clock += 1;
+                st.lookups.keep(root, key, rights, values, st.clock);
+                self.trim_lookups(st)
+            }
+        };
+        release(&self.conn, &dropped);
+    }
+
+    /// Past the bound on kept lookups (the bound on page rights), gives
+    /// back the gaps nobody reads under (and their lookups), oldest right
+    /// first; what went, to give back.
+    fn trim_lookups(&self, st: &mut super::rights::ClientState) -> Vec<(Resource, u64)> {
+        let bound = RightsBound::count(self.rights_max.max(64));
+        if !bound.passed(st.lookups.len(), 0) {
+            return Vec::new();
+        }
+        let victims = st.lookups.unread(&read_gaps(st));
+        let mut out = Vec::new();
+        let lookups = &mut st.lookups;
+        bound.give_back(lookups.len(), 0, victims, |g| {
+            let before = lookups.len();
+            if let Some(e) = lookups.drop_guard(g) {
+                out.push((g, e));
+            }
+            before - lookups.len()
+        });
+        out
+    }
+
+    /// Gives back every kept lookup's rights nobody reads under (a cold
+    /// start).
+    pub(super) fn evict_lookups(&self) {
+        let dropped = {
+            let mut st = self.rights.lock();
+            let st = &mut *st;
+            let victims = st.lookups.unread(&read_gaps(st));
+            let mut out = Vec::with_capacity(victims.len());
+            for (_, g) in victims {
+                if let Some(e) = st.lookups.drop_guard(g) {
+                    out.push((g, e));
+                }
+            }
+            out
+        };
+        release(&self.conn, &dropped);
+    }
+
+    /// `txn` sends a change of the tree at `root` (see
+    /// [`super::rights::TxnView::trees`]).
+    fn tree_changed(&self, txn: TxnId, root: PageId) {
+        self.rights.lock().txns.entry(txn).or_default().trees.insert(root);
+    }
+
     /// The values of `key` after `after`, to `f` until it says false.
     fn scan_from(
         &self,
@@ -73,8 +191,19 @@ impl RemoteStore {
     }
 }
 
+/// The gaps running transactions read kept lookups under.
+fn read_gaps(st: &super::rights::ClientState) -> FxHashSet<Resource> {
+    st.txns
+        .values()
+        .flat_map(|v| v.locks.keys())
+        .filter(|k| matches!(k, Resource::Gap(..) | Resource::TreeEnd(_)))
+        .copied()
+        .collect()
+}
+
 impl TreeService for RemoteStore {
     fn apply(&self, txn: TxnId, root: PageId, changes: Vec<TreeChange>) -> Result<()> {
+        self.tree_changed(txn, root);
         // Room for the request's fixed part.
         let per_message = (self.conn.client.welcome().body_max as usize).saturating_sub(64);
         for ops in apply_batches(changes, per_message)? {
@@ -102,10 +231,21 @@ impl TreeService for RemoteStore {
     }
 
     fn get(&self, txn: TxnId, root: PageId, key: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
+        if let Some(values) = self.use_lookup(txn, root, key) {
+            for v in &values {
+                if !f(v) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
         // The first value as `find_one` asks for it (the lookup reads on
         // one value without waiting, and never locks the tree's end past a
         // found key: an inserter there does not wait for it); the rest, if
-        // the caller wants them, as a range of the key after it.
+        // the caller wants them, as a range of the key after it — unless
+        // the answer came with rights, which the server grants only to an
+        // answer it knows whole.
+        let flight = self.rights.fetch();
         let body = self.tree_call(
             txn,
             &ObjectRequest::TreeGet {
@@ -117,15 +257,24 @@ impl TreeService for RemoteStore {
             },
         )?;
         let answer = ValuesAndObjects::decode(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
-        if !answer.objects.is_empty() || !answer.rights.is_empty() || answer.values.len() > 1 {
-            return Err(self
-                .conn
-                .protocol("a TREE_GET answer to a page session with one value at most"));
+        let rights: Vec<(Resource, u64)> = answer.rights.iter().map(|(k, e)| (from_wire(*k), *e)).collect();
+        let on_its_gaps = rights
+            .iter()
+            .all(|(k, _)| matches!(k, Resource::Gap(..) | Resource::TreeEnd(_)) && k.tree() == Some(root));
+        if !answer.objects.is_empty() || answer.values.len() > 1 || !on_its_gaps {
+            return Err(self.conn.protocol(
+                "a TREE_GET answer to a page session with one value at most and rights on its tree's gaps only",
+            ));
         }
+        let whole = !rights.is_empty();
+        if whole {
+            self.take_lookup(txn, root, key, &rights, answer.values.clone());
+        }
+        drop(flight);
         let Some(first) = answer.values.into_iter().next() else {
             return Ok(());
         };
-        if !f(&first) {
+        if !f(&first) || whole {
             return Ok(());
         }
         self.scan_from(txn, root, key, Some(first), &mut |_, v| f(v))
@@ -152,6 +301,7 @@ impl TreeService for RemoteStore {
     }
 
     fn destroy(&self, txn: TxnId, root: PageId) -> Result<()> {
+        self.tree_changed(txn, root);
         self.tree_call(
             txn,
             &ObjectRequest::TreeDestroy {

@@ -54,29 +54,13 @@ fn readers_are_named_and_leaves_take_their_lookups_along() {
     assert!(!st.txns[&TxnId(1)].answering.on_server);
     let leaf = |p| Resource::Page(PageId(p));
     let gap = Resource::Gap(PageId(3), 77);
-    for (key, epoch, keys) in [
-        (leaf(9), 4, vec![b"a".to_vec(), b"b".to_vec()]),
-        (gap, 5, vec![b"d".to_vec()]),
-    ] {
-        st.leaves.insert(
-            key,
-            Leaf {
-                epoch,
-                root: PageId(3),
-                keys,
-            },
-        );
-    }
+    let root = PageId(3);
+    st.lookups.keep(root, b"a", &[(leaf(9), 4)], vec![vec![1]], 0);
     st.lookups
-        .insert((PageId(3), b"a".to_vec()), (vec![leaf(9)], vec![vec![1]], 0));
+        .keep(root, b"b", &[(leaf(8), 4), (leaf(9), 4)], vec![vec![2]], 0);
+    st.lookups.keep(root, b"c", &[(leaf(10), 4)], vec![vec![3]], 0);
     st.lookups
-        .insert((PageId(3), b"b".to_vec()), (vec![leaf(8), leaf(9)], vec![vec![2]], 0));
-    st.lookups
-        .insert((PageId(3), b"c".to_vec()), (vec![leaf(10)], vec![vec![3]], 0));
-    st.lookups.insert(
-        (PageId(3), b"d".to_vec()),
-        (vec![gap, Resource::TreeEnd(PageId(3))], vec![vec![4]], 0),
-    );
+        .keep(root, b"d", &[(gap, 5), (Resource::TreeEnd(root), 5)], vec![vec![4]], 0);
     assert_eq!(st.held(gap), Some(5));
     assert_eq!(st.drop_key(leaf(9)), Some(4));
     assert_eq!(st.lookups.len(), 2);
@@ -84,7 +68,7 @@ fn readers_are_named_and_leaves_take_their_lookups_along() {
     // A gap's right goes with the lookups kept under it, and nothing else.
     assert_eq!(st.drop_key(gap), Some(5));
     assert_eq!(st.held(gap), None);
-    assert!(st.lookups.contains_key(&(PageId(3), b"c".to_vec())));
+    assert!(st.lookups.get(root, b"c").is_some());
     assert_eq!(st.lookups.len(), 1);
 }
 
