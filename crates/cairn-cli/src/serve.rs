@@ -95,9 +95,8 @@ impl Default for FileConfig {
 /// `lock_timeout_ms` (how long a lock waits, and how long a writer waits for
 /// a client to answer a callback), `key_range_locking` (1: B+-trees lock
 /// keys and key ranges, not pages, so writers of different keys of one
-/// index do not wait for each other; page-server clients send their tree
-/// operations to the server, file-server sessions are refused; 0, the
-/// default: page locks),
+/// index do not wait for each other; page- and file-server clients send
+/// their tree operations to the server; 0, the default: page locks),
 /// `txn_bytes_max` (redo bytes one
 /// transaction may send over its STAGE and COMMIT messages),
 /// `callback_rights_max` (rights to cache pages held at once by all clients;

@@ -644,22 +644,6 @@ impl Handler for PageServer {
                 ),
             ));
         }
-        if self.core.db.locks_key_ranges() && hello.architecture == Architecture::FILE {
-            // Its B+-trees change only at commit, under no page lock: a
-            // file-server client reads tree pages from the volume file
-            // itself, under locks no committer respects. (A page-server
-            // client sends its tree operations instead: `KEY_RANGES`.)
-            return Err(Fault::new(
-                ErrorCode::UNSUPPORTED_ARCHITECTURE,
-                format!(
-                    "this server locks key ranges of its B+-trees (key_range_locking = 1 in its --config), so it \
-                     serves page-server ({}) and object-server ({}) clients only — connect with the page, object \
-                     or adaptive client, or serve the database without key-range locking for file-server clients",
-                    Architecture::PAGE.0,
-                    Architecture::OBJECT.0
-                ),
-            ));
-        }
         let role = self.access.admit(peer, user)?;
         let client = ClientId(self.next_client.fetch_add(1, Ordering::Relaxed));
         tracing::info!(peer, client = client.0, name = %hello.client_name, user = user.unwrap_or("(trusted, no login)"), role = role.name(), "session opened");
@@ -702,9 +686,9 @@ impl Handler for PageServer {
         if let Some(req) = catalog {
             return catalog::handle(&self.core, &session.state, req).await;
         }
-        // A page session of a server that locks key ranges sends its tree
-        // operations as the object service's tree requests.
-        let trees_here = !session.state.file && self.core.db.locks_key_ranges();
+        // A page or file session of a server that locks key ranges sends
+        // its tree operations as the object service's tree requests.
+        let trees_here = self.core.db.locks_key_ranges();
         if session.state.object || trees_here {
             let req = ObjectRequest::decode(request.kind, &request.body)
                 .map_err(|e| Fault::new(ErrorCode::PROTOCOL, e.to_string()))?;
@@ -766,7 +750,9 @@ impl Handler for PageServer {
 
 /// The object service's requests a page session of a server that locks
 /// key ranges sends: its tree operations, which read and change the trees
-/// under key-range locks in its transaction here, and never grant a right.
+/// under key-range locks in its transaction here; a TREE_GET's answer may
+/// come with rights on the gaps that guard it (its client keeps the
+/// lookup), no other right is granted.
 fn is_page_session_tree_request(req: &ObjectRequest) -> bool {
     matches!(
         req,

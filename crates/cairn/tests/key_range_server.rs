@@ -4,11 +4,11 @@
 //! different keys at an index's end do not wait for each other, while a
 //! scan still keeps every insert out of its range until it ends. Their
 //! lookups are kept across transactions under rights on the gaps they
-//! locked, called back by any insert or delete there. Page-server clients
-//! send their tree operations to such a server (TREE_APPLY, TREE_RANGE)
-//! instead of changing the tree's pages, so the same holds for them;
-//! file-server clients, which read tree pages from the volume file
-//! themselves, are refused.
+//! locked, called back by any insert or delete there. Page- and
+//! file-server clients send their tree operations to such a server
+//! (TREE_APPLY, TREE_GET, TREE_RANGE) instead of reading and changing the
+//! tree's pages, so the same holds for them; a page client keeps its
+//! lookups under gap rights too.
 //!
 //! Waits are counted by the server's lock manager (`server_lock_stats`):
 //! a test that expects a wait yields until the counter moves, never sleeps.
@@ -133,6 +133,14 @@ fn page_clients_inserting_at_an_index_end_do_not_wait_for_each_other() {
     );
 }
 
+#[test]
+fn file_clients_inserting_at_an_index_end_do_not_wait_for_each_other() {
+    assert!(
+        !inserts_at_the_end(Backend::File, true),
+        "B waited for A under key-range locks"
+    );
+}
+
 /// The control: without key-range locking the second insert waits for the
 /// first (X on the index's last leaf, held until A ends) — what the test
 /// above shows gone.
@@ -207,6 +215,11 @@ fn a_page_clients_scan_keeps_inserts_out_of_its_range() {
     a_scan_keeps_inserts_out_of_its_range(Backend::Page);
 }
 
+#[test]
+fn a_file_clients_scan_keeps_inserts_out_of_its_range() {
+    a_scan_keeps_inserts_out_of_its_range(Backend::File);
+}
+
 /// An insert sent to the server and then aborted leaves nothing behind,
 /// and a key deleted by a commit is gone for the next transaction.
 ///
@@ -216,7 +229,7 @@ fn a_page_clients_scan_keeps_inserts_out_of_its_range() {
 /// 31) or not (key 777).
 #[test]
 fn aborted_inserts_vanish_and_committed_deletes_hold() {
-    for backend in [Backend::Object, Backend::Page] {
+    for backend in [Backend::Object, Backend::Page, Backend::File] {
         aborted_inserts_vanish(backend);
     }
 }
@@ -260,30 +273,38 @@ fn aborted_inserts_vanish(backend: Backend) {
     tx.commit().unwrap();
 }
 
-/// File-server clients are refused, with the reason; page and object
-/// clients are served, side by side.
+/// File-server clients are served by a key-range server, side by side with
+/// page and object clients: their tree operations go to the server as a
+/// page client's do, and their commits change the trees there while the
+/// client writes its objects' pages into the volume file. Each sees the
+/// others' keys, and a file client's aborted insert leaves nothing.
 #[test]
-fn file_clients_are_refused_by_a_key_range_server() {
+fn file_page_and_object_clients_share_a_key_range_server() {
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_KEY_RANGES", "1")]);
-    let opts = cairn::Options {
-        arch: cairn::Arch::File,
-        ..common::opts()
-    };
-    let Err(e) = Database::connect(&server.url(), opts) else {
-        panic!("a key-range server served a file client");
-    };
-    let text = e.to_string();
-    assert!(text.contains("key ranges"), "{text}");
-    let [page, object] = [cairn::Arch::Page, cairn::Arch::Object]
+    let [file, page, object] = [cairn::Arch::File, cairn::Arch::Page, cairn::Arch::Object]
         .map(|arch| Database::connect(&server.url(), cairn::Options { arch, ..common::opts() }).expect("served"));
-    fill_from(&page, 0, 3);
-    fill_from(&object, 3, 6);
-    for db in [&page, &object] {
+    fill_from(&file, 0, 3);
+    fill_from(&page, 3, 6);
+    fill_from(&object, 6, 9);
+    fill_from(&file, 9, 12);
+    let mut tx = file.begin().unwrap();
+    tx.create(Item { key: 777, value: 1 }).unwrap();
+    assert!(tx.find_one(&BY_KEY, &777).unwrap().is_some(), "its own insert");
+    tx.abort().unwrap();
+    for db in [&file, &page, &object] {
         let mut tx = db.begin().unwrap();
-        assert_eq!(tx.find_range(&BY_KEY, Included(&0), Included(&10)).unwrap().len(), 6);
+        assert_eq!(
+            tx.find_range(&BY_KEY, Included(&0), Included(&1_000)).unwrap().len(),
+            12
+        );
+        for k in [0, 4, 8, 11] {
+            let item = tx.find_one(&BY_KEY, &k).unwrap().expect("a key of another client");
+            assert_eq!(tx.get(&item).unwrap().key, k);
+        }
         tx.commit().unwrap();
     }
+    file.close().unwrap();
     page.close().unwrap();
     object.close().unwrap();
     server.stop();
@@ -346,6 +367,11 @@ fn a_snapshot_reads_the_index_as_it_was(backend: Backend) {
 #[test]
 fn a_page_clients_snapshot_reads_the_index_as_it_was() {
     a_snapshot_reads_the_index_as_it_was(Backend::Page);
+}
+
+#[test]
+fn a_file_clients_snapshot_reads_the_index_as_it_was() {
+    a_snapshot_reads_the_index_as_it_was(Backend::File);
 }
 
 #[test]

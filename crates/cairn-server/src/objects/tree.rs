@@ -131,9 +131,10 @@ fn tree_get(
             limit: core.reply_bytes_max as u64,
         });
     }
-    let rights = if values.is_empty() || !(state.object || core.db.locks_key_ranges()) {
+    let rights = if values.is_empty() || !(state.object || (core.db.locks_key_ranges() && !state.file)) {
         // (A page session keeps a lookup only under gap rights: a
-        // page-locking server's leaf rights are the object client's.)
+        // page-locking server's leaf rights are the object client's. A
+        // file session keeps none.)
         Vec::new()
     } else if key_ranges {
         guards.map_or_else(Vec::new, |gaps| register_all(core, state, &gaps))

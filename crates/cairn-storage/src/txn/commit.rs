@@ -65,45 +65,13 @@ impl Txn {
 impl Shared {
     /// The embedded commit of `t` (see the module docs).
     pub(super) fn commit_txn(&self, t: &mut Txn) -> Result<()> {
-        // Tree changes under key-range locking are applied now, under each
-        // tree's exclusive latch, held until the pages they made are logged
-        // and registered as the newest images (`keys.rs`). The groups'
-        // intention locks come first: a split allocates in the tree's
-        // group, and nothing waits for a lock under a latch.
         let trees = t.key_range_trees();
-        let prepared = self.lock_tree_groups(t, &trees);
-        let latches: Vec<_> = if prepared.is_ok() {
-            trees.iter().map(|(_, state)| state.write()).collect()
-        } else {
-            Vec::new()
-        };
-        let mut touched: Vec<(PageId, Vec<PageId>)> = Vec::new();
-        let tree_images = prepared.and_then(|()| {
-            let mut images = std::collections::BTreeMap::new();
-            for (tree, _) in &trees {
-                let pages = t.apply_key_ranges(tree, &mut images)?;
-                touched.push((tree.root(), pages));
-            }
-            Ok(images.into_iter().collect::<Vec<_>>())
-        });
-        let tree_images = match tree_images {
-            Ok(images) => images,
-            Err(e) => {
-                drop(latches);
-                t.pages.clear();
-                self.give_back(t);
-                return Err(e);
-            }
-        };
+        let (latches, touched, tree_images) = self.apply_trees(t, &trees)?;
         let decided = {
             let gate = self.sink.gate.read().unwrap_or_else(|e| e.into_inner());
             let appended = self.append_records(t, tree_images);
             if appended.is_ok() {
-                if let Some(hook) = self.tree_hook.get() {
-                    for (root, pages) in &touched {
-                        hook(*root, pages);
-                    }
-                }
+                self.trees_changed(&touched);
             }
             drop(latches);
             match appended {
@@ -137,6 +105,61 @@ impl Shared {
             self.counters.commits.fetch_add(1, Ordering::Relaxed);
         }
         result
+    }
+
+    /// Applies `t`'s tree changes under key-range locking (`trees`, from
+    /// [`Txn::key_range_trees`]) now, under each tree's exclusive latch,
+    /// held (the latches returned) until the pages they made are logged
+    /// and registered as the newest images (`keys.rs`). The groups'
+    /// intention locks come first: a split allocates in the tree's group,
+    /// and nothing waits for a lock under a latch. Returns the latches,
+    /// each tree's root with the pages changed in it, and the images made.
+    /// On a failure nothing is logged and `t`'s private pages and
+    /// allocations are given back.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn apply_trees<'a>(
+        &self,
+        t: &mut Txn,
+        trees: &'a [(crate::btree::BTree, std::sync::Arc<super::TreeState>)],
+    ) -> Result<(
+        Vec<std::sync::RwLockWriteGuard<'a, super::keys::Pending>>,
+        Vec<(PageId, Vec<PageId>)>,
+        Vec<(PageId, Vec<u8>)>,
+    )> {
+        let prepared = self.lock_tree_groups(t, trees);
+        let latches: Vec<_> = if prepared.is_ok() {
+            trees.iter().map(|(_, state)| state.write()).collect()
+        } else {
+            Vec::new()
+        };
+        let mut touched: Vec<(PageId, Vec<PageId>)> = Vec::new();
+        let tree_images = prepared.and_then(|()| {
+            let mut images = std::collections::BTreeMap::new();
+            for (tree, _) in trees {
+                let pages = t.apply_key_ranges(tree, &mut images)?;
+                touched.push((tree.root(), pages));
+            }
+            Ok(images.into_iter().collect::<Vec<_>>())
+        });
+        match tree_images {
+            Ok(images) => Ok((latches, touched, images)),
+            Err(e) => {
+                drop(latches);
+                t.pages.clear();
+                self.give_back(t);
+                Err(e)
+            }
+        }
+    }
+
+    /// Tells the tree hook (a server's: its callbacks) which pages of each
+    /// tree a commit changed (`touched`, from [`Shared::apply_trees`]).
+    pub(super) fn trees_changed(&self, touched: &[(PageId, Vec<PageId>)]) {
+        if let Some(hook) = self.tree_hook.get() {
+            for (root, pages) in touched {
+                hook(*root, pages);
+            }
+        }
     }
 
     /// Appends a batch of `t`'s commit records, registering the commit as in
@@ -320,6 +343,30 @@ impl Shared {
     pub(super) fn make_durable_and_install(&self, t: &mut Txn, lsns: &[(PageId, Lsn)], commit_lsn: Lsn) -> Result<()> {
         self.wal.flush(commit_lsn)?;
         t.installed = lsns.to_vec();
+        self.install_rebased(t)?;
+        for &(id, lsn) in lsns {
+            if !t.pages.contains(id) {
+                continue;
+            }
+            let after = t
+                .pages
+                .get(id)?
+                .ok_or_else(|| Error::Internal(format!("private page {id} vanished during commit")))?;
+            let mut g = self.pool.write(id)?;
+            // Kept before it is replaced: a snapshot that sees the new
+            // image (it is newer than the snapshot) finds the old one.
+            self.versions.keep(id, page::lsn(&g), lsn, &g, self.wal.end_lsn());
+            g.copy_from_slice(after);
+            page::set_lsn(&mut g, lsn);
+        }
+        Ok(())
+    }
+
+    /// Installs the images of `t`'s object-level and key-range changes
+    /// (made on each page's newest image, `append_records`) in the buffer
+    /// pool, each stamped with its record's LSN, once the log is durable up
+    /// to its COMMIT.
+    pub(super) fn install_rebased(&self, t: &mut Txn) -> Result<()> {
         for (id, lsn, image) in std::mem::take(&mut t.rebased) {
             // A later commit to the page may have installed its image (built
             // on this one) first: then this one is in it already.
@@ -341,21 +388,6 @@ impl Shared {
             if newest.get(&id).is_some_and(|(l, _)| *l == lsn) {
                 newest.remove(&id);
             }
-        }
-        for &(id, lsn) in lsns {
-            if !t.pages.contains(id) {
-                continue;
-            }
-            let after = t
-                .pages
-                .get(id)?
-                .ok_or_else(|| Error::Internal(format!("private page {id} vanished during commit")))?;
-            let mut g = self.pool.write(id)?;
-            // Kept before it is replaced: a snapshot that sees the new
-            // image (it is newer than the snapshot) finds the old one.
-            self.versions.keep(id, page::lsn(&g), lsn, &g, self.wal.end_lsn());
-            g.copy_from_slice(after);
-            page::set_lsn(&mut g, lsn);
         }
         Ok(())
     }

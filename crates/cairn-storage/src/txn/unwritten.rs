@@ -21,6 +21,14 @@
 //!    allocated and formatted again where a snapshot that does not see the
 //!    commit would read it (see [`Unwritten`]'s `end`).
 //!
+//! **Tree changes under key-range locking** (a client of a server that
+//! locks key ranges sends them as tree requests; they wait in the
+//! transaction) are the server's to apply: the logged half applies them
+//! as an embedded commit does, under the trees' latches, logs their pages
+//! with the client's, and installs those pages in the server's buffer pool
+//! once the log is durable. [`Unwritten::lsns`] names only the client's
+//! pages.
+//!
 //! **A client that dies in between** (its session closes with the commit
 //! [`Unwritten`] still pending) leaves pages the log has and the volume file
 //! may not. Dropping the [`Unwritten`] repairs them before the locks go: it
@@ -109,19 +117,30 @@ impl Db {
             lsns: Vec::new(),
             hold: 0,
         };
-        if t.pages.is_empty() && t.to_free.is_empty() && t.allocated.is_empty() {
+        if t.pages.is_empty() && t.to_free.is_empty() && t.allocated.is_empty() && t.key_trees.is_empty() {
             t.finish();
             s.counters.read_only.fetch_add(1, Ordering::Relaxed);
             return Ok(done);
         }
-        let freed: Vec<PageId> = t.to_free.iter().copied().collect();
         t.full_images = true;
+        // Its tree changes under key-range locking (sent as TREE_APPLY) are
+        // applied here as an embedded commit's are, and their pages are the
+        // server's: installed in its buffer pool once the log is durable,
+        // not left to the client.
+        let trees = t.key_range_trees();
+        let (latches, touched, tree_images) = s.apply_trees(&mut t, &trees)?;
+        let freed: Vec<PageId> = t.to_free.iter().copied().collect();
         let decided = {
             let gate = s.sink.gate.read().unwrap_or_else(|e| e.into_inner());
             // At or before the start of this commit's first record (the
             // LSNs `append_records` returns are where records end).
             let start = s.wal.end_lsn();
-            match s.append_records(&mut t, Vec::new()) {
+            let appended = s.append_records(&mut t, tree_images);
+            if appended.is_ok() {
+                s.trees_changed(&touched);
+            }
+            drop(latches);
+            match appended {
                 Err(e) => {
                     // Lock order Volume → gate: see `commit_txn`.
                     drop(gate);
@@ -141,10 +160,15 @@ impl Db {
                     // the commit stays in flight for snapshots until the
                     // pages are written (`Unwritten::end`).
                     // (The pages it frees are kept when they are freed.)
-                    done.lsns = lsns.into_iter().filter(|(p, _)| !freed.contains(p)).collect();
+                    // Its tree pages are installed here, once durable.
+                    done.lsns = lsns
+                        .into_iter()
+                        .filter(|(p, _)| t.pages.contains(*p) && !freed.contains(p))
+                        .collect();
                     let kept = s.keep_unwritten(&done.lsns);
                     s.note_unwritten(&done.lsns, true);
                     kept.and_then(|()| s.wal.flush(commit_lsn))
+                        .and_then(|()| s.install_rebased(&mut t))
                 }
             }
         };

@@ -297,16 +297,17 @@ fn embedded_threads_scanning_under_page_and_key_range_locks_see_no_phantoms() {
     phantom_run(false, true);
 }
 
-/// The phantom workload on a server that locks key ranges: page, object
-/// and adaptive clients in turn, each process its own session; the scans
-/// and the inserts and deletes around them run on the server under entry
-/// and gap locks (a page client's as tree requests), and one transaction
-/// in four only scans, at a snapshot.
+/// The phantom workload on a server that locks key ranges: page, file,
+/// object and adaptive clients in turn, each process its own session; the
+/// scans and the inserts and deletes around them run on the server under
+/// entry and gap locks (a page or file client's as tree requests; a page
+/// client's lookups kept under gap rights, as the object clients' are),
+/// and one transaction in four only scans, at a snapshot.
 #[test]
-fn page_object_and_adaptive_clients_scanning_on_a_key_range_server_see_no_phantoms() {
+fn page_file_object_and_adaptive_clients_scanning_on_a_key_range_server_see_no_phantoms() {
     served_phantoms(
-        "phantoms, page, object and adaptive clients, key-range locks",
-        &[Arch::Page, Arch::Object, Arch::Adaptive],
+        "phantoms, page, file, object and adaptive clients, key-range locks",
+        &[Arch::Page, Arch::File, Arch::Object, Arch::Adaptive],
         true,
     );
 }
@@ -600,15 +601,31 @@ fn page_clients_on_a_key_range_server_are_serializable() {
     served_on("page clients, key-range locks", &[Arch::Page], 0, None, true)
 }
 
-/// Page, object and adaptive clients together on a key-range server, one
-/// transaction in three a snapshot reader, the server killed -9 and
-/// restarted three times: entries a commit applied to the tree survive
-/// recovery like any other change.
+/// File clients on a server that locks key ranges: their index changes
+/// and lookups go to the server as tree requests (the commit changes the
+/// trees there while the client writes its objects' pages into the volume
+/// file); one transaction in three a snapshot reader.
 #[test]
-fn page_object_and_adaptive_clients_on_a_key_range_server_stay_serializable_with_the_server_killed() {
+fn file_clients_on_a_key_range_server_are_serializable() {
     served_on(
-        "page, object and adaptive clients, key-range locks, 1 in 3 a snapshot reader, server killed -9",
-        &[Arch::Page, Arch::Object, Arch::Adaptive],
+        "file clients, key-range locks, 1 in 3 a snapshot reader",
+        &[Arch::File],
+        0,
+        Some(3),
+        true,
+    )
+}
+
+/// Page, file, object and adaptive clients together on a key-range
+/// server, one transaction in three a snapshot reader, the server killed
+/// -9 and restarted three times: entries a commit applied to the tree
+/// survive recovery like any other change (a file client's among them,
+/// whose objects' pages its client writes).
+#[test]
+fn every_client_kind_on_a_key_range_server_stays_serializable_with_the_server_killed() {
+    served_on(
+        "page, file, object and adaptive clients, key-range locks, 1 in 3 a snapshot reader, server killed -9",
+        &[Arch::Page, Arch::File, Arch::Object, Arch::Adaptive],
         3,
         Some(3),
         true,

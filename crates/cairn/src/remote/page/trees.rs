@@ -47,10 +47,10 @@ use crate::remote::object::trees::apply_batches;
 use crate::remote::rights::{from_wire, release, Bound as RightsBound};
 
 impl RemoteStore {
-    /// True if the server runs this client's B+-trees: a page-server
-    /// client of a server that announced [`KEY_RANGES`].
+    /// True if the server runs this client's B+-trees: a page- or
+    /// file-server client of a server that announced [`KEY_RANGES`].
     pub(super) fn trees_at_server(&self) -> bool {
-        self.file.is_none() && self.conn.client.welcome().capabilities.0 & KEY_RANGES.0 != 0
+        self.conn.client.welcome().capabilities.0 & KEY_RANGES.0 != 0
     }
 
     /// One tree request of `txn`, its one reply body.
