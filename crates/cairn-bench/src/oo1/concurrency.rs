@@ -80,7 +80,7 @@ use super::systems::memory::InMemory;
 use super::workload::{run_seed, Measure};
 
 /// The systems `--clients` measures (those of `--systems` among them run).
-pub const SYSTEMS: [&str; 10] = [
+pub const SYSTEMS: [&str; 11] = [
     "cairn-embedded",
     "cairn-embedded-pagelocks",
     "cairn-embedded-keyranges",
@@ -89,6 +89,7 @@ pub const SYSTEMS: [&str; 10] = [
     "cairn-object",
     "cairn-adaptive",
     "cairn-page-keyranges",
+    "cairn-file-keyranges",
     "cairn-object-keyranges",
     "cairn-adaptive-keyranges",
 ];

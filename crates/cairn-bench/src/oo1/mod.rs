@@ -287,7 +287,8 @@ pub struct Oo1Args {
     /// cairn-page, cairn-file, cairn-object and cairn-adaptive (page-,
     /// file- and object-server clients and the adaptive client of `cairn
     /// serve` in a separate process), cairn-page-keyranges,
-    /// cairn-object-keyranges and cairn-adaptive-keyranges (those clients
+    /// cairn-file-keyranges, cairn-object-keyranges and
+    /// cairn-adaptive-keyranges (those clients
     /// of a server that locks key ranges of its B+-trees), in-memory,
     /// sqlite, lmdb.
     #[arg(

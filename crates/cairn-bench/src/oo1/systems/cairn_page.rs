@@ -222,11 +222,28 @@ impl PageKeyRanges {
 
 delegating_deployment!(PageKeyRanges, PageServer, "cairn-page-keyranges");
 
+/// `cairn-file` on a server that locks key ranges of its B+-trees: the
+/// file client sends its index operations to the server as tree requests.
+pub struct FileKeyRanges(PageServer);
+
+impl FileKeyRanges {
+    /// The database in `dir`, served by the `cairn` binary `exe`.
+    pub fn new(dir: PathBuf, exe: PathBuf) -> FileKeyRanges {
+        FileKeyRanges(PageServer {
+            arch: Arch::File,
+            key_ranges: true,
+            ..PageServer::new(dir, exe)
+        })
+    }
+}
+
+delegating_deployment!(FileKeyRanges, PageServer, "cairn-file-keyranges");
+
 /// True for the served systems whose server locks key ranges.
 pub fn serves_key_ranges(system: &str) -> bool {
     matches!(
         system,
-        "cairn-page-keyranges" | "cairn-object-keyranges" | "cairn-adaptive-keyranges"
+        "cairn-page-keyranges" | "cairn-file-keyranges" | "cairn-object-keyranges" | "cairn-adaptive-keyranges"
     )
 }
 
@@ -240,6 +257,7 @@ pub fn served_arch(system: &str) -> Option<Arch> {
         "cairn-object" => Some(Arch::Object),
         "cairn-adaptive" => Some(Arch::Adaptive),
         "cairn-page-keyranges" => Some(Arch::Page),
+        "cairn-file-keyranges" => Some(Arch::File),
         "cairn-object-keyranges" => Some(Arch::Object),
         "cairn-adaptive-keyranges" => Some(Arch::Adaptive),
         _ => None,

@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use super::system::{Error, Result, System};
 
 /// Every system's name, in report order.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     "cairn-embedded",
     "cairn-embedded-pagelocks",
     "cairn-embedded-keyranges",
@@ -52,6 +52,7 @@ pub const ALL: [&str; 13] = [
     "cairn-object",
     "cairn-adaptive",
     "cairn-page-keyranges",
+    "cairn-file-keyranges",
     "cairn-object-keyranges",
     "cairn-adaptive-keyranges",
     "in-memory",
@@ -83,6 +84,7 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
         | "cairn-object"
         | "cairn-adaptive"
         | "cairn-page-keyranges"
+        | "cairn-file-keyranges"
         | "cairn-object-keyranges"
         | "cairn-adaptive-keyranges" => {
             let exe = cairn_exe.ok_or_else(|| {
@@ -97,6 +99,7 @@ pub fn by_name(name: &str, scratch: &Path, cairn_exe: Option<&Path>) -> Result<B
                 "cairn-file" => Box::new(cairn_typed::Cairn::new(cairn_page::FileServer::new(dir, exe))),
                 "cairn-adaptive" => Box::new(cairn_typed::Cairn::new(cairn_page::AdaptiveClient::new(dir, exe))),
                 "cairn-page-keyranges" => Box::new(cairn_typed::Cairn::new(cairn_page::PageKeyRanges::new(dir, exe))),
+                "cairn-file-keyranges" => Box::new(cairn_typed::Cairn::new(cairn_page::FileKeyRanges::new(dir, exe))),
                 "cairn-object-keyranges" => {
                     Box::new(cairn_typed::Cairn::new(cairn_page::ObjectKeyRanges::new(dir, exe)))
                 }
