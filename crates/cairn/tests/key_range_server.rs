@@ -507,6 +507,82 @@ fn a_writers_lookups_not_kept_leave_the_clients_other_lookups_called_back() {
     }
 }
 
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Named {
+    #[cairn(index)]
+    name: String,
+}
+
+const BY_NAME: Index<String, Named> = Index::on("name");
+
+/// A page or file client's index changes wait in its transaction and go to
+/// the server together: a hundred objects created with an indexed field
+/// cost a few round trips, not one each (fails if every change is sent as
+/// it is made). An index change the server refuses (a key too long for
+/// the tree) fails the request that sends it — here the commit, which
+/// leaves nothing behind — and a read after such a failure is refused.
+#[test]
+fn a_page_or_file_clients_index_changes_go_to_the_server_together() {
+    for backend in [Backend::Page, Backend::File] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut site = site(backend, dir.path(), true);
+        let db = site.open(common::opts());
+        fill(&db, 1);
+        let trips = || db.remote_stats().unwrap().round_trips;
+        let before = trips();
+        let mut tx = db.begin().unwrap();
+        for k in 100..200 {
+            tx.create(Item { key: k, value: 1 }).unwrap();
+        }
+        tx.commit().unwrap();
+        let spent = trips() - before;
+        assert!(spent <= 10, "{backend:?}: {spent} round trips for 100 creates");
+        let mut tx = db.begin().unwrap();
+        assert_eq!(
+            tx.find_range(&BY_KEY, Included(&100), Included(&199)).unwrap().len(),
+            100
+        );
+        tx.commit().unwrap();
+
+        let mut tx = db.begin().unwrap();
+        tx.create(Named { name: "short".into() }).unwrap();
+        tx.commit().unwrap();
+        let mut tx = db.begin().unwrap();
+        tx.create(Named {
+            name: "x".repeat(2_000),
+        })
+        .unwrap();
+        tx.create(Item { key: 300, value: 1 }).unwrap();
+        let e = tx.commit().expect_err("a key too long for the tree").to_string();
+        assert!(e.contains("exceeds the limit"), "{backend:?}: {e}");
+        let mut tx = db.begin().unwrap();
+        tx.create(Named {
+            name: "y".repeat(2_000),
+        })
+        .unwrap();
+        let e = tx
+            .find_one(&BY_NAME, &"short".to_string())
+            .expect_err("refused when sent")
+            .to_string();
+        assert!(e.contains("exceeds the limit"), "{backend:?}: {e}");
+        let e = tx.find_one(&BY_KEY, &0).expect_err("doomed").to_string();
+        assert!(e.contains("doomed"), "{backend:?}: {e}");
+        drop(tx);
+        let mut tx = db.begin().unwrap();
+        assert!(
+            tx.find_one(&BY_KEY, &300).unwrap().is_none(),
+            "{backend:?}: a failed commit's key"
+        );
+        assert_eq!(
+            tx.find_range(&BY_NAME, Included(&String::new()), Included(&"z".to_string()))
+                .unwrap()
+                .len(),
+            1
+        );
+        tx.commit().unwrap();
+    }
+}
+
 /// A page client of a key-range server looks the keys of a lookup for
 /// update up at the server together (TREE_GET_FOR_UPDATE), not one
 /// request a key, and a second client's insert of another key goes on

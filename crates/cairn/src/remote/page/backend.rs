@@ -309,6 +309,8 @@ impl Backend for RemoteStore {
             None => self.group(crate::catalog::SYSTEM_GROUP, false)?,
         };
         self.name_readers_of(id, &self.covered_pages_of(schema))?;
+        // A catalog change may read the trees this transaction changed.
+        self.send_later(id, None)?;
         let reply = self.conn.catalog(id, change)?;
         let pages: Vec<PageId> = reply.pages.iter().map(|p| PageId(*p)).collect();
         self.name_readers_of(id, &pages)?;
@@ -319,6 +321,9 @@ impl Backend for RemoteStore {
 
     fn commit(&self, txn: &mut Txn) -> Result<()> {
         let id = txn.id();
+        // Its tree changes kept to send later go first (`trees.rs`); a
+        // failure leaves the transaction for `end` to abort.
+        self.send_later(id, None)?;
         // Every page it changed, the server's (a catalog change's) among
         // them: those are not shipped (the server has them), but their
         // images are installed with the LSNs the commit gives them like the

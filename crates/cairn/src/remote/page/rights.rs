@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use cairn_net::rights::Callback;
 use cairn_storage::fxhash::{FxHashMap, FxHashSet};
 use cairn_storage::lock::{LockMode, Resource};
+use cairn_storage::txn::TreeChange;
 use cairn_storage::{GroupId, PageId, Result, TxnId};
 
 use super::RemoteStore;
@@ -40,6 +41,12 @@ pub(super) struct TxnView {
     /// it neither uses nor keeps a lookup of them, whose answer may hold
     /// its own changes.
     pub(super) trees: FxHashSet<PageId>,
+    /// Its tree changes not sent yet (`trees.rs`): by tree, in order.
+    pub(super) later: Vec<(PageId, TreeChange)>,
+    /// Their bytes, about as TREE_APPLY counts them.
+    pub(super) later_bytes: usize,
+    /// Why sending them failed, if it did: the transaction cannot commit.
+    pub(super) later_failed: Option<String>,
 }
 
 /// The client's right to cache a page across transactions (callback

@@ -1,6 +1,7 @@
 //! A page client's B+-trees on a server that locks key ranges
 //! ([`KEY_RANGES`] in its WELCOME): the server runs them
-//! ([`TreeService`], `cairn_storage::txn::server_trees`).
+//! ([`TreeService`], `cairn_storage::txn::server_trees`). A file client's
+//! too: it is a page client that reads and writes the volume file.
 //!
 //! Such a server's commits change a tree's pages under the tree's latch
 //! and no page lock, so the client never reads or writes the pages of a
@@ -13,8 +14,19 @@
 //! wait for it) and each range as TREE_RANGE (the server locks the entries
 //! and gaps it reads, so no phantom appears in them before the transaction
 //! ends); the keys of lookups for update together, as TREE_GET_FOR_UPDATE
-//! (locked as TREE_GET locks each); a destruction as TREE_DESTROY. No page
-//! of such a tree is cached under a right (the server grants none, since
+//! (locked as TREE_GET locks each); a destruction as TREE_DESTROY.
+//!
+//! **Changes sent together.** A transaction's changes are kept in it (in
+//! order, per tree) and sent when it next reads or destroys that tree
+//! (that tree's), makes a catalog change or commits (all), or once they
+//! fill a message: creating a
+//! hundred objects with an indexed field costs one TREE_APPLY, not a
+//! hundred. Their locks are taken then, so their waits and conflicts come
+//! then too; an error sending them dooms the transaction (the server may
+//! hold part of them): it is reported by the request that sent them, and
+//! again by every later one and by the commit.
+//!
+//! No page of such a tree is cached under a right (the server grants none, since
 //! no callback would name it); a snapshot transaction looks up and scans
 //! such a tree at the server too, at its snapshot, rather than fetch each
 //! of the tree's pages.
@@ -40,7 +52,7 @@ use cairn_net::page_service::KEY_RANGES;
 use cairn_storage::fxhash::FxHashSet;
 use cairn_storage::lock::{LockMode, Resource};
 use cairn_storage::txn::{Backend, TreeChange, TreeService};
-use cairn_storage::{PageId, Result, TxnId};
+use cairn_storage::{Error, PageId, Result, TxnId};
 
 use super::RemoteStore;
 use crate::remote::object::trees::apply_batches;
@@ -201,22 +213,112 @@ fn read_gaps(st: &super::rights::ClientState) -> FxHashSet<Resource> {
         .collect()
 }
 
-impl TreeService for RemoteStore {
-    fn apply(&self, txn: TxnId, root: PageId, changes: Vec<TreeChange>) -> Result<()> {
-        self.tree_changed(txn, root);
-        // Room for the request's fixed part.
-        let per_message = (self.conn.client.welcome().body_max as usize).saturating_sub(64);
-        for ops in apply_batches(changes, per_message)? {
-            self.tree_call(
-                txn,
-                &ObjectRequest::TreeApply {
-                    txn: txn.0,
-                    root: root.0,
-                    ops,
-                },
-            )?;
+impl RemoteStore {
+    /// Keeps `changes` of the tree at `root` in `txn` to send later (see
+    /// the module docs), sending what is kept once it fills a message.
+    fn apply_later(&self, txn: TxnId, root: PageId, changes: Vec<TreeChange>) -> Result<()> {
+        let full = {
+            let mut st = self.rights.lock();
+            let v = st.txns.entry(txn).or_default();
+            v.trees.insert(root);
+            for c in changes {
+                v.later_bytes += change_bytes(&c);
+                v.later.push((root, c));
+            }
+            v.later_bytes >= self.per_message()
+        };
+        if full {
+            self.send_later(txn, None)?;
         }
         Ok(())
+    }
+
+    /// Sends `txn`'s tree changes kept to send later — those of the tree
+    /// at `root` only, or all — each tree's in order, as TREE_APPLY
+    /// requests a message each. A failure is kept: the server may hold
+    /// part of them, so the transaction cannot commit (it is reported
+    /// again, by every later call of this and by its COMMIT).
+    pub(super) fn send_later(&self, txn: TxnId, root: Option<PageId>) -> Result<()> {
+        let later = {
+            let mut st = self.rights.lock();
+            let Some(v) = st.txns.get_mut(&txn) else {
+                return Ok(());
+            };
+            if let Some(cause) = &v.later_failed {
+                return Err(Error::TxnDoomed {
+                    txn,
+                    cause: format!("sending its B+-tree changes failed: {cause}"),
+                });
+            }
+            match root {
+                None => {
+                    v.later_bytes = 0;
+                    std::mem::take(&mut v.later)
+                }
+                Some(r) => {
+                    let (now, rest): (Vec<_>, Vec<_>) =
+                        std::mem::take(&mut v.later).into_iter().partition(|(t, _)| *t == r);
+                    v.later = rest;
+                    v.later_bytes = v.later.iter().map(|(_, c)| change_bytes(c)).sum();
+                    now
+                }
+            }
+        };
+        if later.is_empty() {
+            return Ok(());
+        }
+        let sent = self.send_changes(txn, later);
+        if let Err(e) = &sent {
+            if let Some(v) = self.rights.lock().txns.get_mut(&txn) {
+                v.later_failed = Some(e.to_string());
+            }
+        }
+        sent
+    }
+
+    /// TREE_APPLY of `changes` (tree, change), a run of one tree's at a
+    /// time, in order.
+    fn send_changes(&self, txn: TxnId, changes: Vec<(PageId, TreeChange)>) -> Result<()> {
+        let mut runs: Vec<(PageId, Vec<TreeChange>)> = Vec::new();
+        for (root, c) in changes {
+            match runs.last_mut() {
+                Some((r, run)) if *r == root => run.push(c),
+                _ => runs.push((root, vec![c])),
+            }
+        }
+        for (root, run) in runs {
+            for ops in apply_batches(run, self.per_message())? {
+                self.tree_call(
+                    txn,
+                    &ObjectRequest::TreeApply {
+                        txn: txn.0,
+                        root: root.0,
+                        ops,
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of tree changes one TREE_APPLY carries at most: the server's
+    /// message bound less room for the request's fixed part.
+    fn per_message(&self) -> usize {
+        (self.conn.client.welcome().body_max as usize).saturating_sub(64)
+    }
+}
+
+/// About what `c` adds to a TREE_APPLY (its op, lengths, key and value).
+fn change_bytes(c: &TreeChange) -> usize {
+    match c {
+        TreeChange::Insert { key, value } => 7 + key.len() + value.len(),
+        TreeChange::Delete { key, value } => 7 + key.len() + value.as_ref().map_or(0, Vec::len),
+    }
+}
+
+impl TreeService for RemoteStore {
+    fn apply(&self, txn: TxnId, root: PageId, changes: Vec<TreeChange>) -> Result<()> {
+        self.apply_later(txn, root, changes)
     }
 
     fn scan(
@@ -227,10 +329,12 @@ impl TreeService for RemoteStore {
         hi: Bound<&[u8]>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
+        self.send_later(txn, Some(root))?;
         self.range(txn, root, lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec), None, f)
     }
 
     fn get(&self, txn: TxnId, root: PageId, key: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
+        self.send_later(txn, Some(root))?;
         if let Some(values) = self.use_lookup(txn, root, key) {
             for v in &values {
                 if !f(v) {
@@ -281,6 +385,7 @@ impl TreeService for RemoteStore {
     }
 
     fn get_firsts(&self, txn: TxnId, root: PageId, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.send_later(txn, Some(root))?;
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(TREE_KEYS_MAX) {
             let body = self.tree_call(
@@ -302,6 +407,7 @@ impl TreeService for RemoteStore {
 
     fn destroy(&self, txn: TxnId, root: PageId) -> Result<()> {
         self.tree_changed(txn, root);
+        self.send_later(txn, Some(root))?;
         self.tree_call(
             txn,
             &ObjectRequest::TreeDestroy {
