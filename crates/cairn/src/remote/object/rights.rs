@@ -662,6 +662,11 @@ impl ObjectStore {
     pub(super) fn take_lookup(&self, root: PageId, key: &[u8], rights: &[(Resource, u64)], values: Vec<Vec<u8>>) {
         let mut st = self.rights.lock();
         if !rights.iter().all(|&(l, e)| st.take_right(l, e, Some(root))) {
+            // Not kept; a right held for another lookup was renewed at the
+            // server with this epoch, which a give-back must name.
+            for &(l, e) in rights {
+                st.lookups.renew(l, e);
+            }
             return;
         }
         st.clock += 1;
