@@ -2,7 +2,9 @@
 //! and write the volume file themselves, see page-server clients' commits
 //! and are seen by them, and a client killed after its commit was logged but
 //! before it wrote its pages loses nothing — the server repairs the pages
-//! when the connection drops, or recovers them from its log if it dies too.
+//! when the connection drops, or recovers them from its log if it dies too
+//! (on a server that locks key ranges too, where the commit's index
+//! changes are the server's).
 
 mod common;
 
@@ -78,7 +80,18 @@ fn file_and_page_clients_see_each_others_commits() {
     db.close().unwrap();
 }
 
-cairn_testkit::child_entry_points!(dying_file_client_child_process);
+cairn_testkit::child_entry_points!(
+    dying_file_client_child_process,
+    dying_indexing_file_client_child_process
+);
+
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Tagged {
+    #[cairn(index)]
+    tag: u32,
+}
+
+const BY_TAG: cairn::Index<u32, Tagged> = cairn::Index::on("tag");
 
 /// The child side of the tests below (a child entry point, not a test): a
 /// file-server client that sets the balance to 12345 and is killed
@@ -95,6 +108,93 @@ fn dying_file_client_child_process() {
     });
     set_balance(&db, 12_345);
     panic!("the client outlived its own SIGKILL");
+}
+
+/// The child side of the key-range test below: a file-server client of a
+/// server that locks key ranges creates 50 indexed objects (their index
+/// entries go to the server as tree changes) and is killed once the server
+/// has logged the commit and before it writes its pages.
+fn dying_indexing_file_client_child_process() {
+    let url = std::env::var("CAIRN_TEST_DYING_FILE_CLIENT").unwrap();
+    let db = Database::connect(&url, opts(Arch::File)).expect("connect");
+    db.remote_store().expect("remote").inject_before_page_writes(|| {
+        let _ = Command::new("kill")
+            .args(["-9", &std::process::id().to_string()])
+            .status();
+        cairn_testkit::child::wait_to_be_killed();
+    });
+    let mut tx = db.begin().unwrap();
+    for tag in 0..50 {
+        tx.create(Tagged { tag }).unwrap();
+    }
+    tx.commit().unwrap();
+    panic!("the client outlived its own SIGKILL");
+}
+
+/// The tags 0..50 the dying indexing client committed, each found by its
+/// index and read.
+fn tags_found(db: &Database) -> Vec<u32> {
+    let mut tx = db.begin().unwrap();
+    let mut found = Vec::new();
+    for tag in 0..50u32 {
+        if let Some(r) = tx.find_one(&BY_TAG, &tag).unwrap() {
+            found.push(tx.get(&r).unwrap().tag);
+        }
+    }
+    tx.commit().unwrap();
+    found
+}
+
+/// On a server that locks key ranges, a file client's commit changes the
+/// index at the server (installed there once logged) and leaves the
+/// objects' pages to the client. Killed before it writes them, the client
+/// loses nothing: the server repairs its pages, so every index entry names
+/// an object that is there — and, the server killed too, recovery redoes
+/// both.
+#[test]
+fn a_file_client_of_a_key_range_server_killed_before_writing_loses_nothing() {
+    for kill_server in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_KEY_RANGES", "1")]);
+        {
+            // The class and its index, made before the dying client runs.
+            let db = connect(&server, Arch::File);
+            let mut tx = db.begin().unwrap();
+            tx.create(Tagged { tag: 1_000 }).unwrap();
+            tx.commit().unwrap();
+        }
+        let child = cairn_testkit::child::spawn(
+            "dying_indexing_file_client_child_process",
+            &[("CAIRN_TEST_DYING_FILE_CLIENT", server.url())],
+        );
+        let (status, _) = child.wait();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "the dying client was killed: {status}");
+        let all: Vec<u32> = (0..50).collect();
+        if kill_server {
+            server.kill();
+        } else {
+            assert_eq!(
+                tags_found(&connect(&server, Arch::Page)),
+                all,
+                "repaired, seen by a page client"
+            );
+            assert_eq!(
+                tags_found(&connect(&server, Arch::File)),
+                all,
+                "repaired, seen by a file client"
+            );
+            server.stop();
+        }
+        let db = Database::open_with(dir.path().join("db"), opts(Arch::Page)).unwrap();
+        assert_eq!(tags_found(&db), all, "server killed: {kill_server}");
+        db.close().unwrap();
+        let report = cairn::storage::check::check_database(
+            &dir.path().join("db"),
+            &cairn::storage::volume::VolumeOptions::default(),
+        );
+        assert!(report.is_ok(), "{:?}", report.problems);
+    }
 }
 
 /// Starts a server with one account, runs the dying client against it and
