@@ -156,6 +156,87 @@ impl KeptLookups {
 mod tests {
     use super::*;
 
+    /// An operation of the model test.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Keep key `k`'s lookup under these guards (index, epoch).
+        Keep(u8, Vec<(u8, u64)>),
+        DropGuard(u8),
+        Renew(u8, u64),
+    }
+
+    /// Six guards of one tree: two leaves, three gaps, its end.
+    fn guard(i: u8) -> Resource {
+        let root = PageId(3);
+        match i % 6 {
+            0 => Resource::Page(PageId(10)),
+            1 => Resource::Page(PageId(11)),
+            5 => Resource::TreeEnd(root),
+            g => Resource::Gap(root, u64::from(g)),
+        }
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0u8..8, proptest::collection::vec((0u8..6, 1u64..20), 1..4)).prop_map(|(k, g)| Op::Keep(k, g)),
+            1 => (0u8..6).prop_map(Op::DropGuard),
+            1 => (0u8..6, 1u64..20).prop_map(|(g, e)| Op::Renew(g, e)),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Against a model that keeps, per guard, the epoch and which keys'
+        /// lookups it guards: a lookup is there exactly while none of the
+        /// guards it was kept under has been dropped since, and a guard's
+        /// epoch is the highest it was kept or renewed with since it was
+        /// last taken in.
+        #[test]
+        fn kept_lookups_follow_their_guards_as_a_model_does(ops in proptest::collection::vec(op(), 0..60)) {
+            let root = PageId(3);
+            let mut kept = KeptLookups::default();
+            let mut epochs: std::collections::HashMap<Resource, u64> = Default::default();
+            let mut model: std::collections::HashMap<u8, (Vec<Resource>, u64)> = Default::default();
+            for (clock, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Keep(k, gs) => {
+                        let mut rights: Vec<(Resource, u64)> = Vec::new();
+                        for (g, e) in gs {
+                            if !rights.iter().any(|(r, _)| *r == guard(g)) {
+                                rights.push((guard(g), e));
+                            }
+                        }
+                        kept.keep(root, &[k], &rights, vec![vec![k]], clock as u64);
+                        for &(g, e) in &rights {
+                            let have = epochs.entry(g).or_insert(e);
+                            *have = (*have).max(e);
+                        }
+                        model.insert(k, (rights.iter().map(|(g, _)| *g).collect(), clock as u64));
+                    }
+                    Op::DropGuard(g) => {
+                        let g = guard(g);
+                        proptest::prop_assert_eq!(kept.drop_guard(g), epochs.remove(&g));
+                        model.retain(|_, (gs, _)| !gs.contains(&g));
+                    }
+                    Op::Renew(g, e) => {
+                        let g = guard(g);
+                        let held = epochs.get_mut(&g).map(|have| *have = (*have).max(e)).is_some();
+                        proptest::prop_assert_eq!(kept.renew(g, e), held);
+                    }
+                }
+                proptest::prop_assert_eq!(kept.len(), model.len());
+                for k in 0u8..8 {
+                    let got = kept.get(root, &[k]).map(|l| (l.guards.clone(), l.since, l.values.clone()));
+                    let want = model.get(&k).map(|(gs, since)| (gs.clone(), *since, vec![vec![k]]));
+                    proptest::prop_assert_eq!(got, want, "key {}", k);
+                }
+                for i in 0u8..6 {
+                    proptest::prop_assert_eq!(kept.epoch(guard(i)), epochs.get(&guard(i)).copied());
+                }
+            }
+        }
+    }
+
     /// Dropping a right drops the lookups kept under it, and only them; a
     /// lookup kept under two rights goes with either.
     #[test]
