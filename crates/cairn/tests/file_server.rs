@@ -93,11 +93,10 @@ struct Tagged {
 
 const BY_TAG: cairn::Index<u32, Tagged> = cairn::Index::on("tag");
 
-/// The child side of the tests below (a child entry point, not a test): a
-/// file-server client that sets the balance to 12345 and is killed
-/// (SIGKILL, by itself) once the server has logged its commit and before it
-/// writes the page.
-fn dying_file_client_child_process() {
+/// A file-server client of the server `CAIRN_TEST_DYING_FILE_CLIENT`
+/// names that kills itself (SIGKILL) once the server has logged its next
+/// commit and before it writes the commit's pages.
+fn file_client_that_dies_before_writing() -> Database {
     let url = std::env::var("CAIRN_TEST_DYING_FILE_CLIENT").unwrap();
     let db = Database::connect(&url, opts(Arch::File)).expect("connect");
     db.remote_store().expect("remote").inject_before_page_writes(|| {
@@ -106,6 +105,15 @@ fn dying_file_client_child_process() {
             .status();
         cairn_testkit::child::wait_to_be_killed();
     });
+    db
+}
+
+/// The child side of the tests below (a child entry point, not a test): a
+/// file-server client that sets the balance to 12345 and is killed
+/// (SIGKILL, by itself) once the server has logged its commit and before it
+/// writes the page.
+fn dying_file_client_child_process() {
+    let db = file_client_that_dies_before_writing();
     set_balance(&db, 12_345);
     panic!("the client outlived its own SIGKILL");
 }
@@ -115,14 +123,7 @@ fn dying_file_client_child_process() {
 /// entries go to the server as tree changes) and is killed once the server
 /// has logged the commit and before it writes its pages.
 fn dying_indexing_file_client_child_process() {
-    let url = std::env::var("CAIRN_TEST_DYING_FILE_CLIENT").unwrap();
-    let db = Database::connect(&url, opts(Arch::File)).expect("connect");
-    db.remote_store().expect("remote").inject_before_page_writes(|| {
-        let _ = Command::new("kill")
-            .args(["-9", &std::process::id().to_string()])
-            .status();
-        cairn_testkit::child::wait_to_be_killed();
-    });
+    let db = file_client_that_dies_before_writing();
     let mut tx = db.begin().unwrap();
     for tag in 0..50 {
         tx.create(Tagged { tag }).unwrap();
@@ -163,13 +164,7 @@ fn a_file_client_of_a_key_range_server_killed_before_writing_loses_nothing() {
             tx.create(Tagged { tag: 1_000 }).unwrap();
             tx.commit().unwrap();
         }
-        let child = cairn_testkit::child::spawn(
-            "dying_indexing_file_client_child_process",
-            &[("CAIRN_TEST_DYING_FILE_CLIENT", server.url())],
-        );
-        let (status, _) = child.wait();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "the dying client was killed: {status}");
+        run_to_its_death("dying_indexing_file_client_child_process", &server);
         let all: Vec<u32> = (0..50).collect();
         if kill_server {
             server.kill();
@@ -203,14 +198,17 @@ fn run_dying_client() -> (tempfile::TempDir, ServerChild) {
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve(&dir.path().join("db"));
     seed(&connect(&server, Arch::File));
-    let child = cairn_testkit::child::spawn(
-        "dying_file_client_child_process",
-        &[("CAIRN_TEST_DYING_FILE_CLIENT", server.url())],
-    );
+    run_to_its_death("dying_file_client_child_process", &server);
+    (dir, server)
+}
+
+/// Runs the child entry point `name` against `server` and waits until it
+/// has killed itself.
+fn run_to_its_death(name: &str, server: &ServerChild) {
+    let child = cairn_testkit::child::spawn(name, &[("CAIRN_TEST_DYING_FILE_CLIENT", server.url())]);
     let (status, _) = child.wait();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(9), "the dying client was killed: {status}");
-    (dir, server)
 }
 
 #[test]

@@ -62,18 +62,40 @@ impl Txn {
     }
 }
 
+/// The page images a commit's tree changes made, by page.
+pub(super) type TreeImages = Vec<(PageId, Vec<u8>)>;
+
+/// A commit's tree changes applied ([`Shared::apply_trees`]): the trees'
+/// latches, held until the pages they made are logged, and each tree's
+/// root with the pages changed in it.
+pub(super) struct AppliedTrees<'a> {
+    latches: Vec<std::sync::RwLockWriteGuard<'a, super::keys::Pending>>,
+    touched: Vec<(PageId, Vec<PageId>)>,
+}
+
+impl AppliedTrees<'_> {
+    /// Lets the latches go once the pages are `logged` (or failed to be),
+    /// first telling the tree hook (a server's: its callbacks) which pages
+    /// of each tree changed if they were.
+    pub(super) fn release(self, db: &Shared, logged: bool) {
+        if let (true, Some(hook)) = (logged, db.tree_hook.get()) {
+            for (root, pages) in &self.touched {
+                hook(*root, pages);
+            }
+        }
+        drop(self.latches);
+    }
+}
+
 impl Shared {
     /// The embedded commit of `t` (see the module docs).
     pub(super) fn commit_txn(&self, t: &mut Txn) -> Result<()> {
         let trees = t.key_range_trees();
-        let (latches, touched, tree_images) = self.apply_trees(t, &trees)?;
+        let (applied, tree_images) = self.apply_trees(t, &trees)?;
         let decided = {
             let gate = self.sink.gate.read().unwrap_or_else(|e| e.into_inner());
             let appended = self.append_records(t, tree_images);
-            if appended.is_ok() {
-                self.trees_changed(&touched);
-            }
-            drop(latches);
+            applied.release(self, appended.is_ok());
             match appended {
                 Err(e) => {
                     // The gate goes first: giving pages back takes the
@@ -109,23 +131,17 @@ impl Shared {
 
     /// Applies `t`'s tree changes under key-range locking (`trees`, from
     /// [`Txn::key_range_trees`]) now, under each tree's exclusive latch,
-    /// held (the latches returned) until the pages they made are logged
-    /// and registered as the newest images (`keys.rs`). The groups'
-    /// intention locks come first: a split allocates in the tree's group,
-    /// and nothing waits for a lock under a latch. Returns the latches,
-    /// each tree's root with the pages changed in it, and the images made.
-    /// On a failure nothing is logged and `t`'s private pages and
-    /// allocations are given back.
-    #[allow(clippy::type_complexity)]
+    /// held ([`AppliedTrees`]) until the pages they made are logged and
+    /// registered as the newest images (`keys.rs`). The groups' intention
+    /// locks come first: a split allocates in the tree's group, and
+    /// nothing waits for a lock under a latch. Returns the latches and the
+    /// images made. On a failure nothing is logged and `t`'s private pages
+    /// and allocations are given back.
     pub(super) fn apply_trees<'a>(
         &self,
         t: &mut Txn,
         trees: &'a [(crate::btree::BTree, std::sync::Arc<super::TreeState>)],
-    ) -> Result<(
-        Vec<std::sync::RwLockWriteGuard<'a, super::keys::Pending>>,
-        Vec<(PageId, Vec<PageId>)>,
-        Vec<(PageId, Vec<u8>)>,
-    )> {
+    ) -> Result<(AppliedTrees<'a>, TreeImages)> {
         let prepared = self.lock_tree_groups(t, trees);
         let latches: Vec<_> = if prepared.is_ok() {
             trees.iter().map(|(_, state)| state.write()).collect()
@@ -142,22 +158,12 @@ impl Shared {
             Ok(images.into_iter().collect::<Vec<_>>())
         });
         match tree_images {
-            Ok(images) => Ok((latches, touched, images)),
+            Ok(images) => Ok((AppliedTrees { latches, touched }, images)),
             Err(e) => {
                 drop(latches);
                 t.pages.clear();
                 self.give_back(t);
                 Err(e)
-            }
-        }
-    }
-
-    /// Tells the tree hook (a server's: its callbacks) which pages of each
-    /// tree a commit changed (`touched`, from [`Shared::apply_trees`]).
-    pub(super) fn trees_changed(&self, touched: &[(PageId, Vec<PageId>)]) {
-        if let Some(hook) = self.tree_hook.get() {
-            for (root, pages) in touched {
-                hook(*root, pages);
             }
         }
     }
@@ -210,11 +216,7 @@ impl Shared {
     /// page's LSN and the COMMIT's LSN. Nothing is decided if this fails.
     /// `tree_images` are the pages the transaction's key-range tree changes
     /// made (`keys.rs`), logged and registered as object-level pages are.
-    pub(super) fn append_records(
-        &self,
-        t: &mut Txn,
-        tree_images: Vec<(PageId, Vec<u8>)>,
-    ) -> Result<(Vec<(PageId, Lsn)>, Lsn)> {
+    pub(super) fn append_records(&self, t: &mut Txn, tree_images: TreeImages) -> Result<(Vec<(PageId, Lsn)>, Lsn)> {
         let db = self;
         let ids = t.pages.ids();
         let frees: Vec<PageId> = t.to_free.iter().copied().collect();
@@ -302,7 +304,7 @@ impl Shared {
         &self,
         t: &mut Txn,
         newest: &crate::fxhash::FxHashMap<PageId, super::db::NewestImage>,
-        tree_images: Vec<(PageId, Vec<u8>)>,
+        tree_images: TreeImages,
         batch: &mut Vec<Vec<u8>>,
         batch_ids: &mut Vec<PageId>,
     ) -> Result<Vec<(PageId, Vec<u8>)>> {

@@ -128,7 +128,7 @@ impl Db {
         // server's: installed in its buffer pool once the log is durable,
         // not left to the client.
         let trees = t.key_range_trees();
-        let (latches, touched, tree_images) = s.apply_trees(&mut t, &trees)?;
+        let (applied, tree_images) = s.apply_trees(&mut t, &trees)?;
         let freed: Vec<PageId> = t.to_free.iter().copied().collect();
         let decided = {
             let gate = s.sink.gate.read().unwrap_or_else(|e| e.into_inner());
@@ -136,10 +136,7 @@ impl Db {
             // LSNs `append_records` returns are where records end).
             let start = s.wal.end_lsn();
             let appended = s.append_records(&mut t, tree_images);
-            if appended.is_ok() {
-                s.trees_changed(&touched);
-            }
-            drop(latches);
+            applied.release(&s, appended.is_ok());
             match appended {
                 Err(e) => {
                     // Lock order Volume → gate: see `commit_txn`.

@@ -23,8 +23,9 @@ use cairn_storage::{Error, GroupId, Oid, PageId, Result};
 
 use super::{ObjectTxn, Read};
 
-/// The bytes a tree change takes in a TREE_APPLY, at most.
-fn op_size(op: &TreeOp) -> usize {
+/// The bytes a tree change takes in a TREE_APPLY, at most (a page
+/// client's too, `page/trees.rs`).
+pub(in crate::remote) fn op_size(op: &TreeOp) -> usize {
     16 + match op {
         TreeOp::Insert { key, value } => key.len() + value.len(),
         TreeOp::Delete { key, value } => key.len() + value.as_ref().map_or(0, Vec::len),

@@ -115,6 +115,19 @@ impl ClientState {
         self.revoked.admits(Resource::Page(page), cover)
     }
 
+    /// Names the transactions (not ending) that hold a lock on `key`, under
+    /// a right or the server's, in an answer about to be sent.
+    fn name_readers(&mut self, key: Resource) -> Vec<TxnId> {
+        let mut users = Vec::new();
+        for (t, v) in self.txns.iter_mut() {
+            if v.locks.contains_key(&key) && !v.answering.ending {
+                v.answering.name();
+                users.push(*t);
+            }
+        }
+        users
+    }
+
     /// Whether every right of `rights` (gap, epoch), just taken in with a
     /// lookup, may be used.
     pub(super) fn take_gap_rights(&mut self, rights: &[(Resource, u64)]) -> bool {
@@ -157,14 +170,7 @@ impl Table for ClientState {
             }
             _ => return Vec::new(),
         }
-        let mut users: Vec<TxnId> = Vec::new();
-        for (t, v) in self.txns.iter_mut() {
-            if v.locks.contains_key(&key) && !v.answering.ending {
-                v.answering.name();
-                users.push(*t);
-            }
-        }
-        users
+        self.name_readers(key)
     }
 
     /// Nobody reads a page under a right the client no longer holds: a
@@ -175,14 +181,7 @@ impl Table for ClientState {
         if !matches!(key, Resource::Gap(..) | Resource::TreeEnd(_)) {
             return Vec::new();
         }
-        let mut users = Vec::new();
-        for (t, v) in self.txns.iter_mut() {
-            if v.locks.contains_key(&key) && !v.answering.ending {
-                v.answering.name();
-                users.push(*t);
-            }
-        }
-        users
+        self.name_readers(key)
     }
 }
 

@@ -55,7 +55,7 @@ use cairn_storage::txn::{Backend, TreeChange, TreeService};
 use cairn_storage::{Error, PageId, Result, TxnId};
 
 use super::RemoteStore;
-use crate::remote::object::trees::apply_batches;
+use crate::remote::object::trees::{apply_batches, op_size};
 use crate::remote::rights::{from_wire, release, Bound as RightsBound};
 
 impl RemoteStore {
@@ -222,7 +222,7 @@ impl RemoteStore {
             let v = st.txns.entry(txn).or_default();
             v.trees.insert(root);
             for c in changes {
-                v.later_bytes += change_bytes(&c);
+                v.later_bytes += op_size(&c);
                 v.later.push((root, c));
             }
             v.later_bytes >= self.per_message()
@@ -259,7 +259,7 @@ impl RemoteStore {
                     let (now, rest): (Vec<_>, Vec<_>) =
                         std::mem::take(&mut v.later).into_iter().partition(|(t, _)| *t == r);
                     v.later = rest;
-                    v.later_bytes = v.later.iter().map(|(_, c)| change_bytes(c)).sum();
+                    v.later_bytes = v.later.iter().map(|(_, c)| op_size(c)).sum();
                     now
                 }
             }
@@ -305,14 +305,6 @@ impl RemoteStore {
     /// message bound less room for the request's fixed part.
     fn per_message(&self) -> usize {
         (self.conn.client.welcome().body_max as usize).saturating_sub(64)
-    }
-}
-
-/// About what `c` adds to a TREE_APPLY (its op, lengths, key and value).
-fn change_bytes(c: &TreeChange) -> usize {
-    match c {
-        TreeChange::Insert { key, value } => 7 + key.len() + value.len(),
-        TreeChange::Delete { key, value } => 7 + key.len() + value.as_ref().map_or(0, Vec::len),
     }
 }
 
