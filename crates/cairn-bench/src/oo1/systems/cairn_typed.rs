@@ -18,7 +18,8 @@
 //! - **traversal / reverse**: the start part through the index, then `view`
 //!   on the `Ref`s read in place from each part.
 //! - **insert**: one transaction: each new part is `create`d (the index is
-//!   updated by `create`), its targets found through the index and their
+//!   updated by `create`), its targets found through the index (those
+//!   created earlier in the batch: by the reference `create_in` gave) and their
 //!   `from` lists updated; `commit` makes it durable.
 //!
 //! Each run is one transaction.
@@ -342,8 +343,19 @@ impl<'a> CairnOn<'a> {
             let r = r.ok_or_else(|| wrong(self.name, format!("no part {id} in the index")))?;
             targets.insert(*id, r);
         }
-        let target_of = |tx: &mut Transaction<'_>, id: u32| -> Result<Ref<Part>> {
-            match targets.get(&id) {
+        // A part created earlier in this batch is connected to by the
+        // reference `create_in` gave, as an application holds what it just
+        // made (OO1 connects most new parts to the newest ones, often of
+        // the same batch): looking it up would read this transaction's own
+        // index changes, which a client of a key-range server must first
+        // send to the server.
+        let mut created: std::collections::HashMap<u32, Ref<Part>> =
+            std::collections::HashMap::with_capacity(parts.len());
+        let target_of = |tx: &mut Transaction<'_>,
+                         created: &std::collections::HashMap<u32, Ref<Part>>,
+                         id: u32|
+         -> Result<Ref<Part>> {
+            match targets.get(&id).or_else(|| created.get(&id)) {
                 Some(r) => Ok(r.clone()),
                 None => find(self.name, tx, id),
             }
@@ -357,7 +369,7 @@ impl<'a> CairnOn<'a> {
                 let target = if c.to == p.id {
                     placeholder()
                 } else {
-                    target_of(&mut tx, c.to)?
+                    target_of(&mut tx, &created, c.to)?
                 };
                 to.push(Connection {
                     to: target,
@@ -378,10 +390,11 @@ impl<'a> CairnOn<'a> {
                 let target = if c.to == p.id {
                     r.clone()
                 } else {
-                    target_of(&mut tx, c.to)?
+                    target_of(&mut tx, &created, c.to)?
                 };
                 tx.append(&target, "from", &r)?;
             }
+            created.insert(p.id, r);
         }
         tx.commit()?;
         Ok(v)
