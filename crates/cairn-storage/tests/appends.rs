@@ -6,7 +6,8 @@
 //! record (whichever commits first), abort drops them, and what commits
 //! survives a crash. A record that has no room for the growth is not
 //! appended to (the caller changes it whole instead), and a moved record
-//! is appended to in its moved body.
+//! is appended to in its moved body. Under page locking the appends are
+//! kept to commit (`Txn::defer_merge`), holding no lock until then.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -434,6 +435,115 @@ fn many_lists_under_appends_creates_and_moves_check_clean_after_a_crash() {
         assert_eq!(&bytes[..base], &vec![i as u8; base][..]);
         assert_tokens(&format!("list {i}"), &bytes[base..], &committed[i]);
     }
+    t.commit().unwrap();
+    db.close().unwrap();
+}
+
+/// Page locking (the store of the page and file clients), lock waits that
+/// fail after `timeout`.
+fn page_opts(timeout: Duration) -> DbOptions {
+    DbOptions {
+        object_locking: false,
+        ..opts(timeout)
+    }
+}
+
+#[test]
+fn under_page_locks_appends_hold_no_lock_until_their_commit_applies_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let o = page_opts(Duration::from_millis(300));
+    let db = Db::create(&path, &o).unwrap();
+    let oids = seed(&db, &[b"list:".to_vec(), b"other".to_vec()]);
+    let (list, other) = (oids[0], oids[1]);
+    assert_eq!(list.page, other.page, "one page");
+
+    let mut t1 = db.begin().unwrap();
+    let mut t2 = db.begin().unwrap();
+    t1.defer_merge(list, tail(b"a")).unwrap();
+    t2.defer_merge(list, tail(b"b")).unwrap();
+    t1.defer_merge(list, tail(b"c")).unwrap();
+    assert_eq!((t1.deferred_merges(), t2.deferred_merges()), (2, 1));
+    // The page is free meanwhile: another transaction changes it and
+    // commits (a wait for the appenders would time out).
+    let mut t3 = db.begin().unwrap();
+    t3.update(other, b"OTHER").unwrap();
+    t3.commit().unwrap();
+    // Each commit applies its appends, in order, to the record as the
+    // commits before it left it.
+    t1.commit().unwrap();
+    t2.commit().unwrap();
+    let read = |db: &Db, oid: Oid| {
+        let mut t = db.begin().unwrap();
+        let r = t.read(oid).unwrap();
+        t.commit().unwrap();
+        r
+    };
+    assert_eq!(read(&db, list), b"list:acb");
+    assert_eq!(read(&db, other), b"OTHER");
+
+    // An appender reads its own appends (they are applied then, under X),
+    // and appends again after.
+    let mut t = db.begin().unwrap();
+    t.defer_merge(list, tail(b"d")).unwrap();
+    assert_eq!(t.read(list).unwrap(), b"list:acbd");
+    assert_eq!(t.deferred_merges(), 0, "applied by the read");
+    t.defer_merge(list, tail(b"e")).unwrap();
+    assert_eq!(t.len(list).unwrap(), 10);
+    t.commit().unwrap();
+    assert_eq!(read(&db, list), b"list:acbde");
+
+    // A rewrite drops the appends made before it; a deletion too; an
+    // abort drops them all.
+    let mut t = db.begin().unwrap();
+    t.defer_merge(list, tail(b"x")).unwrap();
+    t.update(list, b"new:").unwrap();
+    t.defer_merge(list, tail(b"y")).unwrap();
+    t.defer_merge(other, tail(b"z")).unwrap();
+    t.delete(other).unwrap();
+    t.commit().unwrap();
+    assert_eq!(read(&db, list), b"new:y");
+    let mut t = db.begin().unwrap();
+    assert!(!t.exists(other).unwrap());
+    t.defer_merge(list, tail(b"lost")).unwrap();
+    t.abort().unwrap();
+
+    let db = reopen_after_crash(db, &path, &o);
+    assert_eq!(read(&db, list), b"new:y");
+    db.close().unwrap();
+}
+
+#[test]
+fn under_page_locks_an_append_that_no_longer_applies_fails_its_commit_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let o = page_opts(Duration::from_secs(5));
+    let db = Db::create(&path, &o).unwrap();
+    let oids = seed(&db, &[b"list:".to_vec(), vec![0xFF, 1], b"gone".to_vec()]);
+    let (list, refuses, gone) = (oids[0], oids[1], oids[2]);
+
+    let mut t = db.begin().unwrap();
+    t.defer_merge(list, tail(b"a")).unwrap();
+    t.defer_merge(refuses, tail(b"b")).unwrap();
+    let err = t.commit().unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(m) if m.contains(&refuses.to_string())),
+        "{err}"
+    );
+
+    // An object deleted by another transaction before the appender's
+    // commit: that commit fails, naming it.
+    let mut t = db.begin().unwrap();
+    t.defer_merge(list, tail(b"c")).unwrap();
+    t.defer_merge(gone, tail(b"d")).unwrap();
+    let mut d = db.begin().unwrap();
+    d.delete(gone).unwrap();
+    d.commit().unwrap();
+    assert!(matches!(t.commit(), Err(Error::NotFound { oid }) if oid == gone));
+
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(list).unwrap(), b"list:", "neither commit left anything");
+    assert_eq!(t.read(refuses).unwrap(), [0xFF, 1]);
     t.commit().unwrap();
     db.close().unwrap();
 }

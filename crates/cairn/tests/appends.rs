@@ -12,7 +12,10 @@ use std::time::Duration;
 use cairn::{Error, List, Options, Persistent, Ref};
 use common::{Backend, Site};
 
-on_every_backend!(appends_read_back_commit_abort_and_refuse_what_is_not_a_list);
+on_every_backend!(
+    appends_read_back_commit_abort_and_refuse_what_is_not_a_list,
+    a_copy_cached_while_an_append_waits_for_its_commit_is_not_read_after_it
+);
 
 #[derive(Persistent, Debug, Clone, PartialEq)]
 struct Node {
@@ -93,6 +96,36 @@ fn appends_read_back_commit_abort_and_refuse_what_is_not_a_list(b: Backend) {
     db.close().unwrap();
 }
 
+/// Under page locking an append holds no lock until its transaction
+/// commits, so another transaction reads the object meanwhile and the
+/// cache keeps its copy; the appender's commit drops that copy under the
+/// X it applies its appends under, so no later reader is served it (the
+/// isolation checker found the stale read before it did).
+fn a_copy_cached_while_an_append_waits_for_its_commit_is_not_read_after_it(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let db = site.open(common::opts());
+    let mut tx = db.begin().unwrap();
+    let hub = tx.create(node("hub")).unwrap();
+    tx.commit().unwrap();
+
+    let mut appender = db.begin().unwrap();
+    appender.append(&hub, "tags", &1u16).unwrap();
+    if matches!(b, Backend::Embedded | Backend::Page | Backend::File) {
+        // Page locking: the object is read (and cached) meanwhile.
+        let mut reader = db.begin().unwrap();
+        assert!(reader.get(&hub).unwrap().tags.is_empty());
+        assert_eq!(reader.view(&hub).unwrap().get().tags().len(), 0);
+        reader.commit().unwrap();
+    }
+    appender.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&hub).unwrap().tags, vec![1]);
+    assert_eq!(tx.view(&hub).unwrap().get().tags().len(), 1);
+    tx.commit().unwrap();
+    db.close().unwrap();
+}
+
 fn embedded(dir: &std::path::Path) -> cairn::Database {
     let mut o = Options::default();
     o.storage.background = false;
@@ -138,13 +171,25 @@ fn adaptive_client_appends_are_kept_until_commit() {
     appends_of_remote_clients_are_kept_until_commit(Backend::Adaptive);
 }
 
+#[test]
+fn page_client_appends_are_kept_until_commit() {
+    appends_of_remote_clients_are_kept_until_commit(Backend::Page);
+}
+
+#[test]
+fn file_client_appends_are_kept_until_commit() {
+    appends_of_remote_clients_are_kept_until_commit(Backend::File);
+}
+
 /// Object-server clients keep appends and send them with the commit,
 /// where the server applies them to the object as it then stands under
-/// an append lock: one client's transaction appending to an object does
-/// not hold it, so another client's append to it commits meanwhile (with
-/// the append made a rewrite, the second would wait for the first's X
-/// until the server's lock timeout). A server method sees the appends (they
-/// go ahead of it, OBJ_FLUSH), and so does a read after it.
+/// an append lock; page and file clients keep them to their commit, which
+/// locks the objects' pages X together and applies them. Either way one
+/// client's transaction appending to an object does not hold it, so
+/// another client's append to it commits meanwhile (with the append made
+/// a rewrite, the second would wait for the first's X until the server's
+/// lock timeout). A server method sees the appends (they go ahead of it,
+/// OBJ_FLUSH), and so does a read after it.
 fn appends_of_remote_clients_are_kept_until_commit(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let mut site = Site::new(b, &dir.path().join("db")).server_env("CAIRN_TEST_LOCK_TIMEOUT_MS", "2000");
@@ -198,13 +243,24 @@ fn adaptive_client_appends_lock_before_its_reads_are_let_go() {
     appends_lock_before_the_reads_are_let_go(Backend::Adaptive);
 }
 
+#[test]
+fn page_client_appends_lock_before_its_reads_are_let_go() {
+    appends_lock_before_the_reads_are_let_go(Backend::Page);
+}
+
+#[test]
+fn file_client_appends_lock_before_its_reads_are_let_go() {
+    appends_lock_before_the_reads_are_let_go(Backend::File);
+}
+
 /// Write skew through appends (found by the isolation checker): T1 reads
 /// `b` under its client's right and appends to `a`; T2 reads `a` and
 /// appends to `b`. Each read must hold off the other's append, so both
 /// cannot commit. A client stops naming a transaction as a reader under
 /// its rights once the transaction's end is on the way; were the appends'
 /// locks taken in the commit, after that, T2's append to `b` would not
-/// wait for T1 and both would commit. They are taken ahead of it: T1's
+/// wait for T1 and both would commit. They are taken ahead of it (a page
+/// or file client's, as its commit begins, before its pages go): T1's
 /// waits for T2's read, T2's then waits for T1's, and one of them is a
 /// deadlock victim.
 fn appends_lock_before_the_reads_are_let_go(backend: Backend) {

@@ -29,6 +29,12 @@
 //! them at commit cannot run out of room. Under `A` nobody moves the
 //! record (a move needs X), so its page is fixed until the appenders end.
 //!
+//! **Under page locking** there is no append lock: [`Txn::defer_merge`]
+//! keeps the append in the transaction, holding nothing, and commit takes
+//! X on the pages of all the objects appended to together, in page order,
+//! and applies each object's appends in order ([`Txn::apply_deferred`]):
+//! appenders of one page wait for each other only while they commit.
+//!
 //! **When an append is not kept.** [`Txn::merge`] answers `false`, and the
 //! caller takes X, reads the object, applies the merge and writes it back,
 //! when the transaction locks pages rather than objects, holds the page as
@@ -372,5 +378,121 @@ impl Txn {
             uniq,
             data: &payload,
         })))
+    }
+}
+
+/// Appends a transaction that locks pages keeps until it commits
+/// ([`Txn::defer_merge`]): each object's in the order they were made.
+#[derive(Default)]
+pub(super) struct Deferred {
+    merges: Vec<(Oid, Arc<dyn RecordMerge>)>,
+}
+
+impl Deferred {
+    /// True if no append waits for `oid` (or none at all): the test every
+    /// object access makes, one comparison when none is deferred.
+    #[inline]
+    fn none_for(&self, oid: Oid) -> bool {
+        self.merges.is_empty() || !self.merges.iter().any(|(o, _)| *o == oid)
+    }
+
+    /// The appends deferred for `oid`, in order, taken out.
+    fn take(&mut self, oid: Oid) -> Vec<Arc<dyn RecordMerge>> {
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.merges)
+            .into_iter()
+            .partition(|(o, _)| *o == oid);
+        self.merges = rest;
+        mine.into_iter().map(|(_, m)| m).collect()
+    }
+}
+
+impl Txn {
+    /// Under page locking: keeps `merge` for object `oid` until the
+    /// transaction commits, taking no lock now. Commit takes X on the
+    /// pages of every object appended to, together and in page order, and
+    /// applies each object's appends in the order they were made (see
+    /// [`Txn::apply_deferred`]); a read or partial change of the object
+    /// before that applies them first ([`Txn::settle_merges`]), and a
+    /// whole rewrite or a deletion of it drops them (the object is what the
+    /// transaction then wrote, as when its changes are kept by object).
+    ///
+    /// Appends made so hold their page locks only while the transaction
+    /// commits, not from the append on: appenders of objects on one page
+    /// (OO1's inserts, adding to the reverse lists of the newest parts)
+    /// wait for each other only at their commits. Under object locking,
+    /// [`Txn::merge`] keeps appends under append locks instead.
+    pub fn defer_merge(&mut self, oid: Oid, merge: Arc<dyn RecordMerge>) -> Result<()> {
+        self.check_active()?;
+        self.refuse_if_doomed()?;
+        if self.snapshot.is_some() {
+            return Err(Error::ReadOnlyTxn(self.id));
+        }
+        self.deferred.merges.push((oid, merge));
+        self.db.note_append(true);
+        Ok(())
+    }
+
+    /// How many appends the transaction defers to its commit.
+    pub fn deferred_merges(&self) -> usize {
+        self.deferred.merges.len()
+    }
+
+    /// Applies the appends deferred for `oid` ([`Txn::defer_merge`]) now:
+    /// under X on its page, the object read, each append applied in order,
+    /// the object written back. Nothing if none waits.
+    pub fn settle_merges(&mut self, oid: Oid) -> Result<()> {
+        if self.deferred.none_for(oid) {
+            return Ok(());
+        }
+        let merges = self.deferred.take(oid);
+        self.run(|t| t.apply_whole(oid, &merges))
+    }
+
+    /// Forgets the appends deferred for `oid`: the object is about to be
+    /// rewritten whole or deleted.
+    pub(super) fn drop_merges(&mut self, oid: Oid) {
+        if !self.deferred.none_for(oid) {
+            drop(self.deferred.take(oid));
+        }
+    }
+
+    /// Every deferred append applied ([`Txn::defer_merge`]): what commit
+    /// does first, and what a layer above calls just before it when it
+    /// must act under the appends' locks (drop its cached copies of the
+    /// objects before the locks go). The objects' pages (and their moved
+    /// bodies') are locked X first, all together in page order
+    /// ([`Txn::lock_objects_for_update`]: one round trip for a page
+    /// client), so two committing appenders never hold one page each and
+    /// wait for the other; then each object's appends are applied in
+    /// order, objects in OID order. An error dooms the transaction.
+    pub fn apply_deferred(&mut self) -> Result<()> {
+        if self.deferred.merges.is_empty() {
+            return Ok(());
+        }
+        let deferred = std::mem::take(&mut self.deferred.merges);
+        let mut by_object: std::collections::BTreeMap<Oid, Vec<Arc<dyn RecordMerge>>> = Default::default();
+        for (oid, m) in deferred {
+            by_object.entry(oid).or_default().push(m);
+        }
+        let oids: Vec<Oid> = by_object.keys().copied().collect();
+        self.run(|t| {
+            t.lock_objects_for_update(&oids)?;
+            for (oid, merges) in &by_object {
+                t.apply_whole(*oid, merges)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Reads object `oid` under X, applies `merges` in order and writes it.
+    fn apply_whole(&mut self, oid: Oid, merges: &[Arc<dyn RecordMerge>]) -> Result<()> {
+        self.lock_object(oid, true)?;
+        let mut bytes = self.read(oid)?;
+        for m in merges {
+            bytes = m.apply(&bytes).map_err(|why| {
+                Error::InvalidArgument(format!("an append to object {oid} does not apply to it: {why}"))
+            })?;
+        }
+        self.update(oid, &bytes)
     }
 }

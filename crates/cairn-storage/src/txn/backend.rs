@@ -246,8 +246,8 @@ pub trait Backend: Send + Sync {
     /// Counts an object-level change that escalated to its page's X lock
     /// (no room could be reserved on the page for its growth).
     fn note_escalated(&self) {}
-    /// Counts an append kept under an append lock (`kept`) or left to be
-    /// made whole.
+    /// Counts an append kept under an append lock or to commit (`kept`),
+    /// or left to be made whole.
     fn note_append(&self, kept: bool) {
         let _ = kept;
     }

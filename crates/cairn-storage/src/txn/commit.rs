@@ -41,6 +41,9 @@ impl Txn {
     /// its cached copies.
     pub fn commit_with_lsns(mut self) -> Result<Vec<(PageId, Lsn)>> {
         self.check_active()?;
+        // Appends kept to commit under page locking, applied under their
+        // pages' X locks taken together now (`append.rs`).
+        self.apply_deferred()?;
         // A client's pages are checked as a whole before anything is
         // logged; a refusal drops (rolls back) the transaction.
         self.check_client_links()?;

@@ -102,10 +102,11 @@ pub struct DbStats {
     /// reads", `txn/objects.rs`) lowered to IS, with their objects locked
     /// one by one, before the transaction changed an object there.
     pub de_escalations: u64,
-    /// Appends kept under append locks (`Txn::merge` answered true), and
-    /// appends it left to be made whole under X (no room on the record's
-    /// page, a large record, a merge that did not apply; not counted:
-    /// transactions that lock pages, which never keep one).
+    /// Appends kept under append locks (`Txn::merge` answered true) or,
+    /// by transactions that lock pages, to their commits
+    /// (`Txn::defer_merge`), and appends left to be made whole under X
+    /// (no room on the record's page, a large record, a merge that did
+    /// not apply).
     pub appends_kept: u64,
     /// See [`DbStats::appends_kept`].
     pub appends_whole: u64,

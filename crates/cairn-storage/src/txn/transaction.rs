@@ -98,6 +98,8 @@ pub struct Txn {
     /// Its commit applied changes to a page image another commit still in
     /// flight made (`commit.rs`): it ends only after that one.
     pub(super) built_on_pending: bool,
+    /// Appends kept to commit under page locking (`append.rs`).
+    pub(super) deferred: super::append::Deferred,
 }
 
 /// Which pages a [`Restriction`] protects: `Some(why)` for a page the
@@ -175,6 +177,7 @@ impl Txn {
             in_flight: None,
             commit_lsn: None,
             built_on_pending: false,
+            deferred: Default::default(),
         }
     }
 
@@ -249,7 +252,7 @@ impl Txn {
     /// not usable, and dooms it if the operation fails after changing
     /// private state, or with an error that leaves it holding locks it must
     /// give up or private pages it may have lost.
-    fn run<R>(&mut self, f: impl FnOnce(&mut Txn) -> Result<R>) -> Result<R> {
+    pub(super) fn run<R>(&mut self, f: impl FnOnce(&mut Txn) -> Result<R>) -> Result<R> {
         self.check_active()?;
         let before = self.changes;
         let r = f(self);
@@ -741,6 +744,7 @@ impl Txn {
 
     /// Reads a whole object.
     pub fn read(&mut self, oid: Oid) -> Result<Vec<u8>> {
+        self.settle_merges(oid)?;
         self.run(|t| object::read(t, oid))
     }
 
@@ -805,16 +809,19 @@ impl Txn {
     /// Calls `f` with an object's bytes, in place in its page when it can
     /// (see [`object::read_with`]); `f` must not block.
     pub fn read_with<R>(&mut self, oid: Oid, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        self.settle_merges(oid)?;
         self.run(|t| object::read_with(t, oid, f))
     }
 
     /// Reads part of an object.
     pub fn read_range(&mut self, oid: Oid, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.settle_merges(oid)?;
         self.run(|t| object::read_range(t, oid, offset, buf))
     }
 
     /// The object's length in bytes.
     pub fn len(&mut self, oid: Oid) -> Result<u64> {
+        self.settle_merges(oid)?;
         self.run(|t| object::len(t, oid))
     }
 
@@ -825,31 +832,37 @@ impl Txn {
 
     /// True if the object is stored as a large object.
     pub fn is_large(&mut self, oid: Oid) -> Result<bool> {
+        self.settle_merges(oid)?;
         self.run(|t| object::is_large(t, oid))
     }
 
     /// Replaces an object's bytes.
     pub fn update(&mut self, oid: Oid, data: &[u8]) -> Result<()> {
+        self.drop_merges(oid);
         self.run(|t| object::update(t, oid, data))
     }
 
     /// Writes part of an object (extending it if the range runs past its end).
     pub fn write_range(&mut self, oid: Oid, offset: u64, data: &[u8]) -> Result<()> {
+        self.settle_merges(oid)?;
         self.run(|t| object::write_range(t, oid, offset, data))
     }
 
     /// Appends to an object.
     pub fn append(&mut self, oid: Oid, data: &[u8]) -> Result<()> {
+        self.settle_merges(oid)?;
         self.run(|t| object::append(t, oid, data))
     }
 
     /// Cuts an object to `len` bytes.
     pub fn truncate(&mut self, oid: Oid, len: u64) -> Result<()> {
+        self.settle_merges(oid)?;
         self.run(|t| object::truncate(t, oid, len))
     }
 
     /// Deletes an object.
     pub fn delete(&mut self, oid: Oid) -> Result<()> {
+        self.drop_merges(oid);
         self.run(|t| object::delete(t, oid))
     }
 

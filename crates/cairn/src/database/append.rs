@@ -20,12 +20,19 @@ impl Transaction<'_> {
     /// to one object do not wait for each other, and one that reads or
     /// changes the object whole waits for them all. Each transaction's
     /// appends land together, in the order its commit applies them, after
-    /// those of transactions that committed before it. Elsewhere (page
-    /// locking: the page and file clients), and when the object was
+    /// those of transactions that committed before it. Where the store
+    /// locks pages (the page and file clients, the embedded engine with
+    /// page locks) the append is kept to commit, which locks the pages of
+    /// every object appended to X together, in page order, and applies
+    /// each object's appends in order: the page locks are held while the
+    /// transaction commits, not from the append on. When the object was
     /// already changed whole in this transaction, the field is indexed or
-    /// the object's page has no room for the growth, it is the same as
-    /// [`Transaction::update`] pushing `value`. This transaction reads its
-    /// own appends either way.
+    /// (under object locking) the object's page has no room for the
+    /// growth, it is the same as [`Transaction::update`] pushing `value`.
+    /// This transaction reads its own appends either way. An append kept
+    /// to commit that no longer applies there (the object was deleted by
+    /// another transaction meanwhile, or is of a schema version without
+    /// the field) fails the commit.
     ///
     /// A `field` that `T` does not have as a list of `V`s is
     /// [`Error::InvalidArgument`].
@@ -63,6 +70,7 @@ impl Transaction<'_> {
         if self.appended.is_empty() || !self.appended.contains(&oid) {
             return Ok(());
         }
+        self.txn.settle_appends(oid)?;
         self.txn.lock_to_change(oid)?;
         let value: T = self.load_own::<T>(oid)?;
         let keys = value.index_keys();

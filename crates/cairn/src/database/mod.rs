@@ -940,13 +940,15 @@ impl<'db> Transaction<'db> {
     }
 
     /// The first object of each of `keys`, for a transaction about to
-    /// [`Transaction::append`] to them: where the store keeps appends
-    /// (objects locked, embedded) they are looked up, and only those whose
-    /// appends it cannot keep (large records) are locked for update, in
-    /// one global order — each other append takes its own append lock,
-    /// which other appenders share; elsewhere all are locked for update as
-    /// [`Transaction::find_for_update`] locks them, since an append there
-    /// rewrites the object.
+    /// [`Transaction::append`] to them, looked up as
+    /// [`Transaction::find_for_update`] looks them up: where objects are
+    /// locked (embedded, by default) only those whose appends the store
+    /// cannot keep (large records) are then locked for update, in one
+    /// global order — each other append takes its own append lock, which
+    /// other appenders share; where pages are locked (the page and file
+    /// clients) none is locked now: the appends are kept to the commit,
+    /// which locks their pages together; an object client's server takes
+    /// the appends' locks before the commit.
     pub fn find_to_append<K: IndexKey, T: Persistent>(
         &mut self,
         index: &Index<K, T>,
@@ -1044,6 +1046,15 @@ impl<'db> Transaction<'db> {
     pub fn commit(mut self) -> Result<()> {
         self.flush_hits();
         self.flush_buffered()?;
+        // Appends kept to commit (page locking) are applied now, under X
+        // on their objects' pages: the copies of those objects another
+        // transaction cached while this one held no lock go before the
+        // locks do, as the images of the pages below. (Where objects are
+        // locked, nobody cached them past the append locks; they go too.)
+        self.txn.apply_appends()?;
+        for oid in self.appended.drain() {
+            self.inner.cache.invalidate(oid);
+        }
         let roots = std::mem::take(&mut self.index_roots);
         let changed = self.catalog.take();
         // Page images of what this transaction changed go before its

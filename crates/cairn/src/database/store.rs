@@ -381,6 +381,14 @@ impl Source for Tx {
         each!(self, t => Source::keeps_appends(t))
     }
 
+    fn settle_appends(&mut self, oid: Oid) -> StorageResult<()> {
+        each!(self, t => Source::settle_appends(t, oid))
+    }
+
+    fn apply_appends(&mut self) -> StorageResult<()> {
+        each!(self, t => Source::apply_appends(t))
+    }
+
     fn prepare_appends(&mut self, oids: &[Oid]) -> StorageResult<()> {
         each!(self, t => Source::prepare_appends(t, oids))
     }

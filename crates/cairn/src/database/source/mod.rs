@@ -239,9 +239,22 @@ pub(crate) trait Source: StoreOps {
     /// instead (read, append, write under X).
     fn append(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool>;
 
-    /// Whether [`Source::append`] keeps appends (under append locks) rather
-    /// than leaving the caller to rewrite the object under X.
+    /// Whether [`Source::append`] keeps appends (under append locks, or to
+    /// commit under page locking) rather than leaving the caller to rewrite
+    /// the object under X.
     fn keeps_appends(&self) -> bool;
+
+    /// Before this transaction reads an object it appended to: applies the
+    /// appends the store keeps for it in this process (kept to commit under
+    /// page locking), so the read sees them.
+    fn settle_appends(&mut self, oid: Oid) -> StorageResult<()>;
+
+    /// Just before commit (or a method that may read what was appended):
+    /// applies the appends this process keeps to commit (under page
+    /// locking), under X on their objects' pages, which the transaction
+    /// then holds to its end (so the objects' cached copies can go before
+    /// those locks do).
+    fn apply_appends(&mut self) -> StorageResult<()>;
 
     /// Before appends to `oids` ([`Source::keeps_appends`]): the exclusive
     /// locks of those it will not keep, taken now in one global order.

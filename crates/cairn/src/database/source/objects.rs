@@ -176,6 +176,17 @@ impl Source for ObjectTxn {
         true
     }
 
+    /// Nothing: the server keeps the appends, and a read of the object
+    /// there applies them.
+    fn settle_appends(&mut self, _oid: Oid) -> StorageResult<()> {
+        Ok(())
+    }
+
+    /// Nothing: the server applies them.
+    fn apply_appends(&mut self) -> StorageResult<()> {
+        Ok(())
+    }
+
     /// Nothing to lock ahead: the server takes each append's lock at
     /// commit, in OID order (X for one it cannot keep).
     fn prepare_appends(&mut self, _oids: &[Oid]) -> StorageResult<()> {

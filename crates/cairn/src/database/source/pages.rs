@@ -187,17 +187,29 @@ impl Source for Txn {
     }
 
     /// Kept under the object's append lock when the transaction locks
-    /// objects (embedded); never under page locking (page and file
-    /// clients), where the page's X lock serializes appenders anyway.
+    /// objects (embedded); under page locking (page and file clients, the
+    /// embedded engine with page locks) kept to commit, where the pages of
+    /// all the objects appended to are locked X together
+    /// ([`Txn::defer_merge`]): the page locks are held for the commit only.
     fn append(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool> {
+        let merge = Arc::clone(append) as Arc<dyn cairn_storage::txn::RecordMerge>;
         if !self.object_locking() {
-            return Ok(false);
+            self.defer_merge(oid, merge)?;
+            return Ok(true);
         }
-        self.merge(oid, Arc::clone(append) as Arc<dyn cairn_storage::txn::RecordMerge>)
+        self.merge(oid, merge)
     }
 
     fn keeps_appends(&self) -> bool {
-        self.object_locking()
+        true
+    }
+
+    fn settle_appends(&mut self, oid: Oid) -> StorageResult<()> {
+        self.settle_merges(oid)
+    }
+
+    fn apply_appends(&mut self) -> StorageResult<()> {
+        self.apply_deferred()
     }
 
     fn prepare_appends(&mut self, oids: &[Oid]) -> StorageResult<()> {
@@ -215,6 +227,8 @@ impl Source for Txn {
         cat: &crate::catalog::Catalog,
         group: &dyn Fn(&str) -> crate::Result<GroupId>,
     ) -> crate::Result<crate::methods::Answer> {
+        // It may read objects this transaction appended to, page by page.
+        self.apply_deferred()?;
         crate::methods::run(self, meta, cat, group, m)
     }
 
