@@ -195,6 +195,31 @@ impl Core {
         self.call_back_key(client, t, Resource::Page(page), true)
     }
 
+    /// Calls the pages of `pages` (and the objects on them) back from the
+    /// other clients caching them, [`CALLBACK_ROUND_PAGES`] at once, before
+    /// `t` takes X on them one by one; the marks keep new rights off them
+    /// until dropped.
+    fn call_back_pages(
+        &self,
+        client: ClientId,
+        t: TxnId,
+        pages: &[PageId],
+    ) -> Result<Vec<callbacks::WriterMark<'_>>, Error> {
+        let mut marks = Vec::with_capacity(pages.len());
+        for round in pages.chunks(CALLBACK_ROUND_PAGES) {
+            let keys: Vec<Resource> = round.iter().map(|p| Resource::Page(*p)).collect();
+            marks.extend(self.callbacks.call_back_all(
+                &|c| self.session(c),
+                client,
+                t,
+                &keys,
+                true,
+                self.db.lock_timeout(),
+            )?);
+        }
+        Ok(marks)
+    }
+
     /// Calls `key` back (with `objects`, the objects of the page it names
     /// too) from the other clients caching it; see [`callbacks`].
     fn call_back_key(
@@ -208,6 +233,12 @@ impl Core {
             .call_back(&|c| self.session(c), client, t, key, objects, self.db.lock_timeout())
     }
 }
+
+/// Pages a FETCH X of many calls back in one round: the callbacks of a
+/// round (a page's and its objects') wait in each client's queue of
+/// notices together, which this keeps far below its bound (an object
+/// client may hold rights on dozens of objects of a page).
+const CALLBACK_ROUND_PAGES: usize = 64;
 
 /// A writer's mark taken by the write-lock hook, ended when the lock
 /// request it was taken for returns.

@@ -497,6 +497,16 @@ fn fetch(
 ) -> Result<Answer, Fault> {
     let (server_id, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
     let mut t = lock(&t);
+    // The pages of an X fetch of many (a commit's appends, a prefetch for
+    // update) are called back from the other clients all at once, not one
+    // round of answers per page; each page's own lock request then finds
+    // nobody left to call back (the marks keep new rights off them).
+    let _marks = if mode & !FETCH_CACHE == FETCH_X && pages.len() > 1 {
+        let ids: Vec<PageId> = pages.iter().map(|(p, _)| PageId(*p)).collect();
+        Some(core.call_back_pages(state.client, server_id, &ids).map_err(fault)?)
+    } else {
+        None
+    };
     let mut parts = Vec::with_capacity(pages.len());
     for (p, lsn) in pages {
         let page = PageId(p);

@@ -36,6 +36,15 @@ pub(crate) async fn handle(core: &Arc<Core>, state: &Arc<SessionState>, req: Rig
             core.callbacks.give_back(state.client, &rights);
             Ok(Bytes::new())
         }
+        RightsRequest::CallbackReply(c) if c.in_use_by.is_empty() => {
+            // "Dropped": the table only, here on the network thread (a
+            // client answers the callbacks of a burst together, and they
+            // need no thread).
+            core.callbacks
+                .answer(&core.db, state, c.id, key_of(c.key), c.epoch, c.writer, &[])
+                .map_err(fault)?;
+            Ok(Bytes::new())
+        }
         RightsRequest::CallbackReply(c) => {
             // Granting the named readers their locks may wait for the
             // lock table: on a blocking thread. Id 0 answers no callback:

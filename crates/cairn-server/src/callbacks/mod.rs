@@ -42,6 +42,12 @@
 //!   table's timeouts and deadlock detection (a cycle through a callback is
 //!   a cycle like any other). The client has given up its right either way.
 //!
+//! A FETCH X of many pages (a page client's commit locking the pages of
+//! its appends, a prefetch for update) calls them all back in one round
+//! ([`Callbacks::call_back_all`]): every callback goes out before any
+//! answer is waited for, and each page's lock request then finds nobody
+//! left to call back.
+//!
 //! While a writer calls back a page (and until its lock request returns) no
 //! other client gets a right to the page: its fetch takes the lock for its
 //! transaction only (cover 0), so a right never appears behind the writer's
@@ -263,6 +269,9 @@ pub struct CallbackStats {
     pub rights_granted: u64,
     /// Callbacks sent.
     pub callbacks_sent: u64,
+    /// Rounds of callbacks a writer waited for the answers of: one per
+    /// lock request, or one for all the pages of a FETCH X of many.
+    pub callback_rounds: u64,
     /// Callbacks answered "in use".
     pub answered_in_use: u64,
     /// Readers named in an answer that could not be granted their lock
@@ -470,6 +479,37 @@ mod tests {
 
     fn pg(n: u32) -> Resource {
         Resource::Page(PageId(n))
+    }
+
+    /// The pages of a FETCH X of many are called back in one round: every
+    /// callback goes out before any answer is waited for.
+    #[test]
+    fn many_keys_are_called_back_in_one_round_of_answers() {
+        let cb = Callbacks::new(16);
+        let (reader, writer) = (ClientId(1), ClientId(2));
+        for p in [10, 11, 12] {
+            assert_ne!(cb.register(reader, pg(p)), 0);
+        }
+        assert_ne!(cb.register(writer, pg(13)), 0);
+        // (A client that is gone answers at once: its rights go.)
+        let gone = |_: ClientId| None;
+        let keys = [pg(10), pg(11), pg(12), pg(13)];
+        let marks = cb
+            .call_back_all(&gone, writer, TxnId(1), &keys, true, std::time::Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(marks.len(), 4);
+        assert_eq!(cb.register(reader, pg(11)), 0, "no right while the writer is marked");
+        drop(marks);
+        let st = cb.stats();
+        assert_eq!((st.callbacks_sent, st.callback_rounds), (3, 1), "{st:?}");
+        assert_eq!(cb.rights_held(), 1, "the writer's own right stays");
+        // One key at a time: a round each.
+        for p in [20, 21] {
+            assert_ne!(cb.register(reader, pg(p)), 0);
+            drop(cb.call_back(&gone, writer, TxnId(1), pg(p), true, std::time::Duration::from_secs(1)));
+        }
+        assert_eq!(cb.stats().callback_rounds, 3);
+        cb.check_invariants();
     }
 
     #[test]

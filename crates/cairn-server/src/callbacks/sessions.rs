@@ -31,7 +31,8 @@ pub const SILENT_BAR_MAX: Duration = Duration::from_secs(3600);
 
 impl Callbacks {
     /// Ends the sessions of `silent` clients, which did not answer a
-    /// callback for `key` within the lock timeout: each gets a GOODBYE and
+    /// callback (for the key named with each) within the lock timeout:
+    /// each gets a GOODBYE and
     /// its connection closes (its transactions abort when it has), and its
     /// rights are dropped now, so the writer goes on. Ending the session,
     /// not just taking the right, is what keeps this safe: the client may
@@ -44,10 +45,9 @@ impl Callbacks {
     pub(super) fn end_silent(
         &self,
         sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>,
-        silent: &[ClientId],
-        key: Resource,
+        silent: &[(ClientId, Resource)],
     ) {
-        for &client in silent {
+        for &(client, key) in silent {
             let state = sessions(client);
             let peer = state.as_ref().map_or("", |s| s.peer.as_str());
             let bar = self.bar(peer);

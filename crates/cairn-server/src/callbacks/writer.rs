@@ -86,40 +86,64 @@ impl Callbacks {
         objects: bool,
         timeout: Duration,
     ) -> Result<WriterMark<'a>, Error> {
+        let mut marks = self.call_back_all(sessions, writer, txn, &[key], objects, timeout)?;
+        Ok(marks.pop().expect("one mark per key"))
+    }
+
+    /// [`Callbacks::call_back`] of every key of `keys` at once: every
+    /// callback is sent before any answer is waited for, so a writer about
+    /// to lock many pages (a FETCH X of a commit's targets) waits for one
+    /// round of answers, not one per page. One mark per key, in order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call_back_all<'a>(
+        &'a self,
+        sessions: &dyn Fn(ClientId) -> Option<Arc<SessionState>>,
+        writer: ClientId,
+        txn: TxnId,
+        keys: &[Resource],
+        objects: bool,
+        timeout: Duration,
+    ) -> Result<Vec<WriterMark<'a>>, Error> {
         let mut t = lock(&self.table);
-        t.entries.entry(key).or_default().writers.push(writer);
-        let mark = WriterMark {
-            callbacks: self,
-            client: writer,
-            key,
-        };
-        let targets = t.targets(writer, key, objects);
-        if targets.is_empty() {
-            return Ok(mark);
-        }
-        let mut ids = Vec::with_capacity(targets.len());
-        for (k, client, epoch) in targets {
-            t.next_id += 1;
-            let id = t.next_id;
-            t.outstanding.insert(
-                id,
-                Outstanding {
-                    client,
-                    key: k,
-                    writer: LockOwner::new(writer, txn),
-                    outcome: None,
-                },
-            );
-            ids.push((id, k, client, epoch));
+        let mut marks = Vec::with_capacity(keys.len());
+        let mut ids = Vec::new();
+        for &key in keys {
+            t.entries.entry(key).or_default().writers.push(writer);
+            marks.push(WriterMark {
+                callbacks: self,
+                client: writer,
+                key,
+            });
+            for (k, client, epoch) in t.targets(writer, key, objects) {
+                t.next_id += 1;
+                let id = t.next_id;
+                t.outstanding.insert(
+                    id,
+                    Outstanding {
+                        client,
+                        key: k,
+                        writer: LockOwner::new(writer, txn),
+                        outcome: None,
+                    },
+                );
+                ids.push((id, k, client, epoch));
+            }
         }
         drop(t);
-        lock(&self.stats).callbacks_sent += ids.len() as u64;
+        if ids.is_empty() {
+            return Ok(marks);
+        }
+        {
+            let mut st = lock(&self.stats);
+            st.callbacks_sent += ids.len() as u64;
+            st.callback_rounds += 1;
+        }
         self.send_notices(sessions, &ids);
         let silent = self.wait_for_answers(&ids, timeout)?;
         if !silent.is_empty() {
-            self.end_silent(sessions, &silent, key);
+            self.end_silent(sessions, &silent);
         }
-        Ok(mark)
+        Ok(marks)
     }
 
     /// Sends each callback of `ids` (id, key, client, epoch) to its client;
@@ -151,13 +175,14 @@ impl Callbacks {
     /// Waits (up to `timeout`) until every callback of `ids` is answered
     /// and collects them: the first answer that failed (granting a reader
     /// closed a cycle, or could not be granted) is the writer's error. The
-    /// clients that did not answer in time are returned (their callbacks
-    /// are forgotten): [`Callbacks::end_silent`] ends them.
+    /// clients that did not answer in time are returned, each with a key it
+    /// did not answer for (their callbacks are forgotten):
+    /// [`Callbacks::end_silent`] ends them.
     fn wait_for_answers(
         &self,
         ids: &[(u64, Resource, ClientId, u64)],
         timeout: Duration,
-    ) -> Result<Vec<ClientId>, Error> {
+    ) -> Result<Vec<(ClientId, Resource)>, Error> {
         let start = Instant::now();
         let deadline = start + timeout;
         let mut t = lock(&self.table);
@@ -172,12 +197,12 @@ impl Callbacks {
             }
             let now = Instant::now();
             if now >= deadline {
-                let mut silent: Vec<ClientId> = pending
+                let mut silent: Vec<(ClientId, Resource)> = pending
                     .iter()
-                    .filter_map(|id| t.outstanding.get(id).map(|o| o.client))
+                    .filter_map(|id| t.outstanding.get(id).map(|o| (o.client, o.key)))
                     .collect();
-                silent.sort_unstable_by_key(|c| c.0);
-                silent.dedup();
+                silent.sort_unstable_by_key(|(c, _)| c.0);
+                silent.dedup_by_key(|(c, _)| *c);
                 return take_outcomes(&mut t, ids).map(|()| silent);
             }
             t = self

@@ -181,6 +181,12 @@ fn parse_address(url: &str) -> Result<Address> {
     Ok(Address::Tcp(addr))
 }
 
+/// Callback answers a client has at the server at once ([`Connection::answer_all`]):
+/// far below the server's bound on one session's waiting requests
+/// (`waiting_per_session_max`, 128 by default), which the application's
+/// requests share.
+pub(super) const ANSWERS_IN_FLIGHT: usize = 32;
+
 /// One connection to `cairn serve`, shared by the transactions of a
 /// [`crate::Database`].
 pub(crate) struct Connection {
@@ -257,6 +263,30 @@ impl Connection {
             .and_then(|c| c.wait())
             .map(|_| ())
             .map_err(|e| self.error(e))
+    }
+
+    /// Sends the messages of `messages` (callback answers)
+    /// [`ANSWERS_IN_FLIGHT`] at a time, each group before waiting for any
+    /// of its replies (the RPC layer pipelines them): a round trip per
+    /// group, not per message, and never more requests of this session at
+    /// the server than its bound lets wait there. Not the application's
+    /// round trips. One outcome per message, in order.
+    pub(super) fn answer_all(&self, messages: Vec<(cairn_net::frame::Kind, Vec<u8>)>) -> Vec<Result<()>> {
+        let mut out = Vec::with_capacity(messages.len());
+        let mut messages = messages.into_iter().peekable();
+        while messages.peek().is_some() {
+            let calls: Vec<_> = messages
+                .by_ref()
+                .take(ANSWERS_IN_FLIGHT)
+                .map(|(kind, body)| self.client.invoke(kind, body))
+                .collect();
+            out.extend(
+                calls
+                    .into_iter()
+                    .map(|c| c.and_then(|c| c.wait()).map(|_| ()).map_err(|e| self.error(e))),
+            );
+        }
+        out
     }
 
     /// Sends a request of any service (`kind`, `body`) for transaction

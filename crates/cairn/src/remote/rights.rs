@@ -269,29 +269,46 @@ impl<T: Table> Rights<T> {
         }
     }
 
-    /// Answers callback `cb` (on the callback thread): a right of its
-    /// epoch or older goes with what it covers, and the transactions
-    /// reading under it are named; a newer right (granted after this
-    /// callback's writer was done) stays, and nobody reads under the old
-    /// one; a right not taken in yet is refused when it comes
-    /// ([`Revoked`]). `before_answer` runs once the table is updated and
-    /// before the answer goes (what the typed layer decoded under the
-    /// right must be gone by the time the writer goes on).
-    pub(super) fn answer(&self, conn: &Connection, cb: Callback, before_answer: impl FnOnce()) -> Result<()> {
-        conn.callbacks.fetch_add(1, Ordering::Relaxed);
-        let users = self.called_back(from_wire(cb.key), cb.epoch);
-        before_answer();
-        if !users.is_empty() {
-            conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);
+    /// Answers callbacks `cbs` (on the callback thread, a burst of them
+    /// taken together): a right of a callback's epoch or older goes with
+    /// what it covers, and the transactions reading under it are named; a
+    /// newer right (granted after this callback's writer was done) stays,
+    /// and nobody reads under the old one; a right not taken in yet is
+    /// refused when it comes ([`Revoked`]). `before_answer` runs once the
+    /// table is updated and before any answer goes (what the typed layer
+    /// decoded under the rights must be gone by the time a writer goes
+    /// on). The answers go out together, each a CALLBACK_REPLY, before any
+    /// acknowledgment is waited for: a writer that called back many pages
+    /// at once (a FETCH X of a commit's targets) waits for one round trip
+    /// of this client's, not one per page. Each answer's readers may end
+    /// once it is acknowledged.
+    pub(super) fn answer(&self, conn: &Connection, cbs: Vec<Callback>, before_answer: impl FnOnce()) -> Result<()> {
+        conn.callbacks.fetch_add(cbs.len() as u64, Ordering::Relaxed);
+        let mut answers = Vec::with_capacity(cbs.len());
+        for cb in cbs {
+            let users = self.called_back(from_wire(cb.key), cb.epoch);
+            if !users.is_empty() {
+                conn.callbacks_in_use.fetch_add(1, Ordering::Relaxed);
+            }
+            let reply = CallbackReply {
+                id: cb.id,
+                key: cb.key,
+                epoch: cb.epoch,
+                writer: 0,
+                in_use_by: users.iter().map(|t| t.0).collect(),
+            };
+            answers.push((RightsRequest::CallbackReply(reply).encode(), users));
         }
-        let reply = CallbackReply {
-            id: cb.id,
-            key: cb.key,
-            epoch: cb.epoch,
-            writer: 0,
-            in_use_by: users.iter().map(|t| t.0).collect(),
-        };
-        self.send_answer(conn, reply, &users, false)
+        before_answer();
+        let (messages, readers): (Vec<_>, Vec<_>) = answers.into_iter().unzip();
+        let mut result = Ok(());
+        for (sent, users) in conn.answer_all(messages).into_iter().zip(readers) {
+            self.settled(&users);
+            if result.is_ok() {
+                result = sent;
+            }
+        }
+        result
     }
 }
 
@@ -400,7 +417,7 @@ pub(super) fn start_callback_thread<S: Send + Sync + 'static>(
     name: &str,
     client: Client,
     store: &Arc<S>,
-    answer: fn(&S, Callback) -> Result<()>,
+    answer: fn(&S, Vec<Callback>) -> Result<()>,
 ) -> Result<()> {
     let weak = Arc::downgrade(store);
     std::thread::Builder::new()
@@ -410,23 +427,37 @@ pub(super) fn start_callback_thread<S: Send + Sync + 'static>(
         .map_err(|e| Error::Internal(format!("cannot start the callback thread: {e}")))
 }
 
+/// Callbacks the callback thread answers together at most.
+pub(super) const ANSWER_BATCH_MAX: usize = 1024;
+
 /// The callback daemon (Soprano's): a thread per connection that waits for
 /// the server's callbacks and hands each to `answer` with the store,
 /// reading the connection itself when no request is waiting for a reply.
 /// It ends when the store is gone or the connection closes. Every client
-/// that caches runs it.
-fn callback_daemon<S>(client: Client, store: Weak<S>, answer: fn(&S, Callback) -> Result<()>) {
+/// that caches runs it. The callbacks that have arrived together (up to
+/// [`ANSWER_BATCH_MAX`]) are answered together: a writer calling back
+/// many pages at once sends them in a burst.
+fn callback_daemon<S>(client: Client, store: Weak<S>, answer: fn(&S, Vec<Callback>) -> Result<()>) {
     loop {
         match client.next_notice(Duration::from_millis(200)) {
             Ok(Some(body)) => {
                 let Some(store) = store.upgrade() else { return };
-                match Callback::decode(&body) {
-                    Ok(cb) => {
-                        if let Err(e) = answer(&store, cb) {
-                            tracing::warn!(error = %e, "answering a callback failed");
-                        }
+                let mut batch = Vec::new();
+                let mut next = Some(body);
+                while let Some(body) = next.take() {
+                    match Callback::decode(&body) {
+                        Ok(cb) => batch.push(cb),
+                        Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not a callback"),
                     }
-                    Err(e) => tracing::warn!(error = %e, "the server sent a notice that is not a callback"),
+                    if batch.len() < ANSWER_BATCH_MAX {
+                        next = client.next_notice(Duration::ZERO).ok().flatten();
+                    }
+                }
+                if batch.is_empty() {
+                    continue;
+                }
+                if let Err(e) = answer(&store, batch) {
+                    tracing::warn!(error = %e, "answering a callback failed");
                 }
             }
             Ok(None) => {

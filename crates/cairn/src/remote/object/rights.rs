@@ -946,11 +946,11 @@ impl ObjectStore {
         release(&self.conn, &dropped);
     }
 
-    /// Answers a callback (on the callback thread,
+    /// Answers callbacks that came together (on the callback thread,
     /// `rights::callback_daemon`): the typed layer's copies of what the
-    /// right covered go before the answer does.
-    pub(super) fn answer_callback(&self, cb: Callback) -> Result<()> {
-        self.rights.answer(&self.conn, cb, || self.lost(&[]))
+    /// rights covered go before the answers do.
+    pub(super) fn answer_callback(&self, cbs: Vec<Callback>) -> Result<()> {
+        self.rights.answer(&self.conn, cbs, || self.lost(&[]))
     }
 
     /// Empties what the client keeps under rights (a cold start:

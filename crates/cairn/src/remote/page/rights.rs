@@ -322,10 +322,10 @@ impl RemoteStore {
         true
     }
 
-    /// Answers a callback (on the callback thread,
+    /// Answers callbacks that came together (on the callback thread,
     /// `remote::rights::callback_daemon`).
-    pub(super) fn answer_callback(&self, cb: Callback) -> Result<()> {
-        self.rights.answer(&self.conn, cb, || {})
+    pub(super) fn answer_callback(&self, cbs: Vec<Callback>) -> Result<()> {
+        self.rights.answer(&self.conn, cbs, || {})
     }
 }
 
