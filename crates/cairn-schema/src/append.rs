@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cairn_codec::{Reader, Writer};
-use cairn_storage::txn::RecordMerge;
+use cairn_storage::txn::{RecordEdit, RecordMerge};
 
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
@@ -37,6 +37,9 @@ pub struct ListField {
     /// sends with its appends).
     elem_encoded: Vec<u8>,
     before: HashMap<u16, Vec<TypeDesc>>,
+    /// The versions in which it is the last field: an append there adds
+    /// at the record's end ([`ListAppend`]'s `edit`).
+    last: std::collections::HashSet<u16>,
 }
 
 impl ListField {
@@ -46,12 +49,16 @@ impl ListField {
     pub fn of(cat: &Catalog, class: u32, name: &str, elem: &TypeDesc) -> Result<ListField> {
         let list = TypeDesc::Seq(Box::new(elem.clone()));
         let mut before = HashMap::new();
+        let mut last = std::collections::HashSet::new();
         for (&(c, version), fields) in &cat.schemas {
             if c != class {
                 continue;
             }
             if let Some(at) = fields.iter().position(|f| f.name == name && f.ty == list) {
                 before.insert(version, fields[..at].iter().map(|f| f.ty.clone()).collect());
+                if at + 1 == fields.len() {
+                    last.insert(version);
+                }
             }
         }
         if before.is_empty() {
@@ -70,6 +77,7 @@ impl ListField {
             elem: elem.clone(),
             elem_encoded: crate::catalog::encode_type_desc(elem),
             before,
+            last,
         })
     }
 
@@ -176,20 +184,8 @@ impl ListAppend {
     /// its count.
     fn locate(&self, record: &[u8]) -> std::result::Result<(usize, usize, u64), String> {
         let mut r = Reader::within("record", record);
-        let class = r.u32("class id").map_err(|e| e.to_string())?;
-        let version = r.u16("schema version").map_err(|e| e.to_string())?;
-        if class != self.field.class {
-            return Err(format!(
-                "the record is of class {class}, the append to {} is for class {}",
-                self.field.name, self.field.class
-            ));
-        }
-        let before = self.field.before.get(&version).ok_or_else(|| {
-            format!(
-                "schema version {version} of class {class} has no list field {}",
-                self.field.name
-            )
-        })?;
+        let version = self.version_of(&mut r)?;
+        let before = self.before_in(version)?;
         let found = (|| {
             for ty in before {
                 skip_value(ty, &mut r)?;
@@ -201,6 +197,30 @@ impl ListAppend {
             Ok((at, r.offset(), n))
         })();
         found.map_err(|e: cairn_codec::DecodeError| e.to_string())
+    }
+
+    /// The record's schema version, read from its header, which must be of
+    /// the field's class.
+    fn version_of(&self, r: &mut Reader<'_>) -> std::result::Result<u16, String> {
+        let class = r.u32("class id").map_err(|e| e.to_string())?;
+        let version = r.u16("schema version").map_err(|e| e.to_string())?;
+        if class != self.field.class {
+            return Err(format!(
+                "the record is of class {class}, the append to {} is for class {}",
+                self.field.name, self.field.class
+            ));
+        }
+        Ok(version)
+    }
+
+    /// The types of the fields before the list in schema version `version`.
+    fn before_in(&self, version: u16) -> std::result::Result<&[TypeDesc], String> {
+        self.field.before.get(&version).map(Vec::as_slice).ok_or_else(|| {
+            format!(
+                "schema version {version} of class {} has no list field {}",
+                self.field.class, self.field.name
+            )
+        })
     }
 }
 
@@ -228,6 +248,33 @@ impl RecordMerge for ListAppend {
     fn max_growth(&self) -> usize {
         // The count's LEB128 grows by at most the bytes of what it adds.
         self.elems.len() + len_size(self.count)
+    }
+
+    /// Where the list is the record's last field and its new count takes
+    /// as many bytes as the old: the count overwritten and the elements
+    /// added at the end (the list's elements, and so the record past
+    /// `head`, are never read).
+    fn edit(&self, head: &[u8], len: u64) -> Option<RecordEdit> {
+        let mut r = Reader::within("record", head);
+        let version = self.version_of(&mut r).ok()?;
+        if !self.field.last.contains(&version) {
+            return None;
+        }
+        for ty in self.before_in(version).ok()? {
+            skip_value(ty, &mut r).ok()?;
+        }
+        let at = r.offset();
+        let n = r.get_len("list length").ok()?;
+        let total = n.checked_add(self.count)?;
+        if len_size(total) != len_size(n) || (at + len_size(n)) as u64 > len {
+            return None;
+        }
+        let mut w = Writer::with_capacity(len_size(total));
+        w.put_len(total);
+        Some(RecordEdit {
+            writes: vec![(at, w.into_bytes())],
+            append: self.elems.clone(),
+        })
     }
 }
 
@@ -268,7 +315,51 @@ mod tests {
             ],
         );
         cat.schemas.insert((7, 3), vec![field("name", TypeDesc::String)]);
+        cat.schemas.insert(
+            (7, 4),
+            vec![
+                field("tags", TypeDesc::Seq(Box::new(TypeDesc::U16))),
+                field("name", TypeDesc::String),
+            ],
+        );
         cat
+    }
+
+    /// `record` with `e` made: its writes, then its bytes at the end.
+    fn edited(record: &[u8], e: &RecordEdit) -> Vec<u8> {
+        let mut r = record.to_vec();
+        for (at, bytes) in &e.writes {
+            r[*at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        r.extend_from_slice(&e.append);
+        r
+    }
+
+    #[test]
+    fn an_append_is_an_edit_in_place_only_where_the_list_ends_the_record() {
+        let a = ListAppend::new(tags_field(), u16s(&[9]), 1).unwrap();
+        let v2 = record_v2("q", &[1, 2]);
+        let e = a.edit(&v2, v2.len() as u64).expect("last field, same count width");
+        assert_eq!(edited(&v2, &e), a.apply(&v2).unwrap());
+        // Not the last field (version 4): no edit, though apply works.
+        let mut w = Writer::new();
+        w.put(&header(7, 4));
+        w.put_len(1);
+        w.put(&u16s(&[5]));
+        w.put_len(1);
+        w.put(b"z");
+        let v4 = w.into_bytes();
+        assert!(a.edit(&v4, v4.len() as u64).is_none());
+        assert!(a.apply(&v4).is_ok());
+        // A count whose width grows (127 -> 128), a version without the
+        // field, another class, a head cut before the count: no edit.
+        let long = record_v2("q", &[0; 127]);
+        assert!(a.edit(&long, long.len() as u64).is_none());
+        let v3 = [&header(7, 3)[..], &[1, b'z']].concat();
+        assert!(a.edit(&v3, v3.len() as u64).is_none());
+        let other = [&header(8, 2)[..], &v2[6..]].concat();
+        assert!(a.edit(&other, other.len() as u64).is_none());
+        assert!(a.edit(&v2[..8], v2.len() as u64).is_none());
     }
 
     fn tags_field() -> Arc<ListField> {
@@ -372,6 +463,26 @@ mod tests {
             let all: Vec<u16> = tags.iter().chain(&more).copied().collect();
             prop_assert_eq!(&after, &record_v2(&name, &all));
             prop_assert!(after.len() - before.len() <= a.max_growth());
+        }
+
+        /// An edit in place, given any head of the record, makes exactly
+        /// the record `apply` makes, and is offered whenever the head holds
+        /// the count and its width stays.
+        #[test]
+        fn an_edit_in_place_makes_what_apply_makes(
+            name in "[a-z]{0,20}",
+            tags in proptest::collection::vec(any::<u16>(), 0..300),
+            more in proptest::collection::vec(any::<u16>(), 1..200),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let a = ListAppend::new(tags_field(), u16s(&more), more.len() as u64).unwrap();
+            let before = record_v2(&name, &tags);
+            let head = &before[..cut.index(before.len() + 1)];
+            if let Some(e) = a.edit(head, before.len() as u64) {
+                prop_assert_eq!(edited(&before, &e), a.apply(&before).unwrap());
+            }
+            let same_width = len_size(tags.len() as u64) == len_size((tags.len() + more.len()) as u64);
+            prop_assert_eq!(a.edit(&before, before.len() as u64).is_some(), same_width);
         }
     }
 }

@@ -35,6 +35,15 @@ impl RecordMerge for Tail {
     fn max_growth(&self) -> usize {
         self.0.len()
     }
+
+    /// Bytes added at the end: an edit in place of any record it applies
+    /// to (nothing overwritten).
+    fn edit(&self, head: &[u8], _len: u64) -> Option<cairn_storage::txn::RecordEdit> {
+        (head.first() != Some(&0xFF)).then(|| cairn_storage::txn::RecordEdit {
+            writes: Vec::new(),
+            append: self.0.clone(),
+        })
+    }
 }
 
 fn tail(b: &[u8]) -> Arc<dyn RecordMerge> {
@@ -544,6 +553,49 @@ fn under_page_locks_an_append_that_no_longer_applies_fails_its_commit_and_leaves
     let mut t = db.begin().unwrap();
     assert_eq!(t.read(list).unwrap(), b"list:", "neither commit left anything");
     assert_eq!(t.read(refuses).unwrap(), [0xFF, 1]);
+    t.commit().unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn an_append_to_a_large_record_changes_its_last_pages_not_all_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let o = page_opts(Duration::from_secs(5));
+    let db = Db::create(&path, &o).unwrap();
+    let big: Vec<u8> = (0..40_000u32).map(|i| i as u8 | 1).collect();
+    let oids = seed(&db, std::slice::from_ref(&big));
+    let list = oids[0];
+
+    let mut t = db.begin().unwrap();
+    assert!(t.is_large(list).unwrap());
+    t.defer_merge(list, tail(b"one")).unwrap();
+    t.defer_merge(list, tail(b"two")).unwrap();
+    t.apply_deferred().unwrap();
+    let changed = t.changed_pages();
+    assert!(
+        changed.len() <= 3,
+        "an edit at the end changes the last data page, an index page and the home: {changed:?}"
+    );
+    t.commit().unwrap();
+    let mut t = db.begin().unwrap();
+    let mut want = big.clone();
+    want.extend_from_slice(b"onetwo");
+    assert_eq!(t.read(list).unwrap(), want);
+    t.commit().unwrap();
+    // A record the merge does not apply to: refused, nothing changed.
+    let mut t = db.begin().unwrap();
+    let mut refusing = want.clone();
+    refusing[0] = 0xFF;
+    t.update(list, &refusing).unwrap();
+    t.commit().unwrap();
+    let mut t = db.begin().unwrap();
+    t.merge_whole(list, &[tail(b"x")]).unwrap_err();
+    t.abort().unwrap();
+
+    let db = reopen_after_crash(db, &path, &o);
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(list).unwrap(), refusing);
     t.commit().unwrap();
     db.close().unwrap();
 }

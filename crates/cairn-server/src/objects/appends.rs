@@ -5,8 +5,9 @@
 //! the class, the field and the elements' type is checked against it) and
 //! keeps the append under the object's append lock, which other appenders
 //! share ([`Txn::merge`]); where it cannot be kept so (a large record, no
-//! room on the page, the transaction changed the object whole) it reads
-//! the object under X and rewrites it.
+//! room on the page, the transaction changed the object whole) it applies
+//! it under X at once ([`Txn::merge_whole`]: a large record whose list ends
+//! it is edited in place, its head and tail pages only).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -82,17 +83,13 @@ impl Lists {
     }
 }
 
-/// Keeps `append` under the object's append lock, or reads the object
-/// under X and rewrites it where it cannot be kept.
+/// Keeps `append` under the object's append lock, or applies it now under
+/// X where it cannot be kept (a large record edited in place, any other
+/// read and rewritten: [`Txn::merge_whole`]).
 pub(super) fn append_to(t: &mut Txn, oid: Oid, append: ListAppend) -> Result<(), Error> {
-    let append = Arc::new(append);
-    if t.merge(oid, Arc::clone(&append) as Arc<dyn RecordMerge>)? {
+    let append = Arc::new(append) as Arc<dyn RecordMerge>;
+    if t.merge(oid, Arc::clone(&append))? {
         return Ok(());
     }
-    t.lock_object(oid, true)?;
-    let bytes = t.read(oid)?;
-    let new = append.apply(&bytes).map_err(|why| {
-        Error::InvalidArgument(format!("appending to {} of object {oid}: {why}", append.field().name()))
-    })?;
-    t.update(oid, &new)
+    t.merge_whole(oid, &[append])
 }

@@ -73,6 +73,28 @@ pub trait RecordMerge: Send + Sync + fmt::Debug {
     /// At most how many bytes [`RecordMerge::apply`] adds to any record it
     /// applies to (the room reserved for it).
     fn max_growth(&self) -> usize;
+
+    /// The change as an edit in place of a record kept as a large object,
+    /// which rewritten whole has every page of it locked, changed and
+    /// logged: given the record's first bytes `head` (a page's worth, or
+    /// all of it) and its length `len`, the bytes to overwrite and those to
+    /// add at its end ([`RecordEdit`]). `None` (the default) if it cannot
+    /// be made so: the record is then rewritten whole with
+    /// [`RecordMerge::apply`]. Applying the edit must give exactly what
+    /// `apply` gives.
+    fn edit(&self, head: &[u8], len: u64) -> Option<RecordEdit> {
+        let _ = (head, len);
+        None
+    }
+}
+
+/// A [`RecordMerge`] as an edit of a record in place ([`RecordMerge::edit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordEdit {
+    /// Bytes overwritten, at offsets within the record's head.
+    pub writes: Vec<(usize, Vec<u8>)>,
+    /// Bytes added at the record's end.
+    pub append: Vec<u8>,
 }
 
 /// The object's bytes in `kind`/`data` (a home record or a moved body at
@@ -445,7 +467,7 @@ impl Txn {
             return Ok(());
         }
         let merges = self.deferred.take(oid);
-        self.run(|t| t.apply_whole(oid, &merges))
+        self.run(|t| t.merge_whole(oid, &merges))
     }
 
     /// Forgets the appends deferred for `oid`: the object is about to be
@@ -478,15 +500,22 @@ impl Txn {
         self.run(|t| {
             t.lock_objects_for_update(&oids)?;
             for (oid, merges) in &by_object {
-                t.apply_whole(*oid, merges)?;
+                t.merge_whole(*oid, merges)?;
             }
             Ok(())
         })
     }
 
-    /// Reads object `oid` under X, applies `merges` in order and writes it.
-    fn apply_whole(&mut self, oid: Oid, merges: &[Arc<dyn RecordMerge>]) -> Result<()> {
+    /// Applies `merges` to object `oid` in order under X, not kept: a large
+    /// object is edited in place where every merge can say how
+    /// ([`RecordMerge::edit`]: its head and the pages past its old end are
+    /// changed, not every page of it); any other object is read, changed
+    /// and written whole.
+    pub fn merge_whole(&mut self, oid: Oid, merges: &[Arc<dyn RecordMerge>]) -> Result<()> {
         self.lock_object(oid, true)?;
+        if self.is_large(oid)? && self.edit_large(oid, merges)? {
+            return Ok(());
+        }
         let mut bytes = self.read(oid)?;
         for m in merges {
             bytes = m.apply(&bytes).map_err(|why| {
@@ -494,5 +523,39 @@ impl Txn {
             })?;
         }
         self.update(oid, &bytes)
+    }
+
+    /// [`Txn::merge_whole`] of a large object as edits in place: false,
+    /// with nothing changed, if a merge cannot say how (or its writes fall
+    /// past the head read).
+    fn edit_large(&mut self, oid: Oid, merges: &[Arc<dyn RecordMerge>]) -> Result<bool> {
+        let mut len = self.len(oid)?;
+        let mut head = vec![0u8; len.min(self.db.page_size() as u64) as usize];
+        self.read_range(oid, 0, &mut head)?;
+        // Every edit planned before any is made, each on the record as the
+        // ones before it leave it.
+        let mut edits = Vec::with_capacity(merges.len());
+        for m in merges {
+            let Some(e) = m.edit(&head, len) else {
+                return Ok(false);
+            };
+            for (at, bytes) in &e.writes {
+                match head.get_mut(*at..at + bytes.len()) {
+                    Some(h) => h.copy_from_slice(bytes),
+                    None => return Ok(false),
+                }
+            }
+            len += e.append.len() as u64;
+            edits.push(e);
+        }
+        for e in edits {
+            for (at, bytes) in &e.writes {
+                self.write_range(oid, *at as u64, bytes)?;
+            }
+            if !e.append.is_empty() {
+                self.append(oid, &e.append)?;
+            }
+        }
+        Ok(true)
     }
 }

@@ -52,6 +52,15 @@ impl Transaction<'_> {
             self.appended.insert(oid);
             return Ok(());
         }
+        if commutes && self.txn.append_whole(oid, &append)? {
+            // Applied by the store under X (a large record edited in
+            // place: its head and tail pages, not all of them). A copy
+            // this transaction read before is stale now: a read of it
+            // settles it as one of a kept append.
+            self.inner.cache.invalidate(oid);
+            self.appended.insert(oid);
+            return Ok(());
+        }
         self.txn.lock_to_change(oid)?;
         let value: T = self.load_own::<T>(oid)?;
         let old_keys = value.index_keys();

@@ -377,6 +377,10 @@ impl Source for Tx {
         each!(self, t => Source::append(t, oid, append))
     }
 
+    fn append_whole(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool> {
+        each!(self, t => Source::append_whole(t, oid, append))
+    }
+
     fn keeps_appends(&self) -> bool {
         each!(self, t => Source::keeps_appends(t))
     }

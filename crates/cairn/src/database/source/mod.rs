@@ -239,6 +239,12 @@ pub(crate) trait Source: StoreOps {
     /// instead (read, append, write under X).
     fn append(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool>;
 
+    /// Applies `append` to the object now, under X, where
+    /// [`Source::append`] did not keep it: true if done (a large record
+    /// whose list ends it is edited in place, its head and tail pages
+    /// only); false if the caller must rewrite the object itself.
+    fn append_whole(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool>;
+
     /// Whether [`Source::append`] keeps appends (under append locks, or to
     /// commit under page locking) rather than leaving the caller to rewrite
     /// the object under X.

@@ -172,6 +172,12 @@ impl Source for ObjectTxn {
         ObjectTxn::append(self, oid, append)
     }
 
+    /// Never reached: an object client keeps every append (the server
+    /// applies those it cannot keep).
+    fn append_whole(&mut self, _oid: Oid, _append: &Arc<ListAppend>) -> StorageResult<bool> {
+        Ok(false)
+    }
+
     fn keeps_appends(&self) -> bool {
         true
     }

@@ -200,6 +200,12 @@ impl Source for Txn {
         self.merge(oid, merge)
     }
 
+    fn append_whole(&mut self, oid: Oid, append: &Arc<ListAppend>) -> StorageResult<bool> {
+        let merge = Arc::clone(append) as Arc<dyn cairn_storage::txn::RecordMerge>;
+        self.merge_whole(oid, &[merge])?;
+        Ok(true)
+    }
+
     fn keeps_appends(&self) -> bool {
         true
     }
