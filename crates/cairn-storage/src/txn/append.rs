@@ -404,27 +404,19 @@ impl Txn {
 }
 
 /// Appends a transaction that locks pages keeps until it commits
-/// ([`Txn::defer_merge`]): each object's in the order they were made.
+/// ([`Txn::defer_merge`]): by object, in OID order (the order commit
+/// applies them in), each object's in the order they were made.
 #[derive(Default)]
 pub(super) struct Deferred {
-    merges: Vec<(Oid, Arc<dyn RecordMerge>)>,
+    merges: std::collections::BTreeMap<Oid, Vec<Arc<dyn RecordMerge>>>,
 }
 
 impl Deferred {
-    /// True if no append waits for `oid` (or none at all): the test every
-    /// object access makes, one comparison when none is deferred.
+    /// True if no append waits for `oid`: the test every object access
+    /// makes, a length check when none is deferred.
     #[inline]
     fn none_for(&self, oid: Oid) -> bool {
-        self.merges.is_empty() || !self.merges.iter().any(|(o, _)| *o == oid)
-    }
-
-    /// The appends deferred for `oid`, in order, taken out.
-    fn take(&mut self, oid: Oid) -> Vec<Arc<dyn RecordMerge>> {
-        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.merges)
-            .into_iter()
-            .partition(|(o, _)| *o == oid);
-        self.merges = rest;
-        mine.into_iter().map(|(_, m)| m).collect()
+        self.merges.is_empty() || !self.merges.contains_key(&oid)
     }
 }
 
@@ -449,14 +441,14 @@ impl Txn {
         if self.snapshot.is_some() {
             return Err(Error::ReadOnlyTxn(self.id));
         }
-        self.deferred.merges.push((oid, merge));
+        self.deferred.merges.entry(oid).or_default().push(merge);
         self.db.note_append(true);
         Ok(())
     }
 
     /// How many appends the transaction defers to its commit.
     pub fn deferred_merges(&self) -> usize {
-        self.deferred.merges.len()
+        self.deferred.merges.values().map(Vec::len).sum()
     }
 
     /// Applies the appends deferred for `oid` ([`Txn::defer_merge`]) now:
@@ -466,7 +458,7 @@ impl Txn {
         if self.deferred.none_for(oid) {
             return Ok(());
         }
-        let merges = self.deferred.take(oid);
+        let merges = self.deferred.merges.remove(&oid).unwrap_or_default();
         self.run(|t| t.merge_whole(oid, &merges))
     }
 
@@ -474,7 +466,7 @@ impl Txn {
     /// rewritten whole or deleted.
     pub(super) fn drop_merges(&mut self, oid: Oid) {
         if !self.deferred.none_for(oid) {
-            drop(self.deferred.take(oid));
+            self.deferred.merges.remove(&oid);
         }
     }
 
@@ -491,11 +483,7 @@ impl Txn {
         if self.deferred.merges.is_empty() {
             return Ok(());
         }
-        let deferred = std::mem::take(&mut self.deferred.merges);
-        let mut by_object: std::collections::BTreeMap<Oid, Vec<Arc<dyn RecordMerge>>> = Default::default();
-        for (oid, m) in deferred {
-            by_object.entry(oid).or_default().push(m);
-        }
+        let by_object = std::mem::take(&mut self.deferred.merges);
         let oids: Vec<Oid> = by_object.keys().copied().collect();
         self.run(|t| {
             t.lock_objects_for_update(&oids)?;
