@@ -173,14 +173,16 @@ impl Table for ClientState {
         self.name_readers(key)
     }
 
-    /// Nobody reads a page under a right the client no longer holds: a
-    /// right goes only when nobody reads under it, or with its readers
-    /// named. A gap's the same, but should one have gone with a reader
-    /// (a cold start), the reader is named: its read needs its lock.
+    /// A right goes with its readers named, but the server may not have
+    /// granted them their locks: a callback of the same right from a
+    /// second writer, or the answer naming them refused (a reader that
+    /// could not be granted S fails the writer, and the right stays
+    /// registered). Answered "dropped" then, the next writer would go on
+    /// past readers the server does not know of; so the transactions
+    /// holding a lock on the page (or, for a gap, that read a lookup under
+    /// it) are named again. Naming one the server granted already changes
+    /// nothing.
     fn readers_without_right(&mut self, key: Resource) -> Vec<TxnId> {
-        if !matches!(key, Resource::Gap(..) | Resource::TreeEnd(_)) {
-            return Vec::new();
-        }
         self.name_readers(key)
     }
 }
