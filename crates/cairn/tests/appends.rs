@@ -307,3 +307,70 @@ fn appends_lock_before_the_reads_are_let_go(backend: Backend) {
     db1.close().unwrap();
     db2.close().unwrap();
 }
+
+/// A record whose list is its last field: an append to it, once the
+/// record is large, is an edit in place (its count and its end).
+#[derive(Persistent, Debug, Clone, PartialEq)]
+struct Hub {
+    name: String,
+    vals: List<u64>,
+}
+
+#[test]
+fn page_client_commits_appends_to_large_lists_a_round_trip_per_level() {
+    commits_appends_to_large_lists_a_round_trip_per_level(Backend::Page);
+}
+
+#[test]
+fn file_client_commits_appends_to_large_lists_a_round_trip_per_level() {
+    commits_appends_to_large_lists_a_round_trip_per_level(Backend::File);
+}
+
+/// The appends a page or file client keeps to commit, to lists kept as
+/// large objects of two data pages and an index page: the commit locks
+/// the homes in one round trip, the roots in one, and the first and last
+/// data pages of them all in one, then sends COMMIT. Locked one by one
+/// (each head read under S and upgraded, each last page on its own) it
+/// took about two round trips per list. What the lists hold afterwards is
+/// what `update` pushing the values would make, seen by another client.
+fn commits_appends_to_large_lists_a_round_trip_per_level(b: Backend) {
+    const LISTS: usize = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(b, &dir.path().join("db"));
+    let loader = site.open(common::opts());
+    let start: Vec<u64> = (0..1500).collect();
+    let mut tx = loader.begin().unwrap();
+    let hubs: Vec<Ref<Hub>> = (0..LISTS)
+        .map(|i| {
+            let hub = Hub {
+                name: format!("hub {i}"),
+                vals: List(start.clone()),
+            };
+            tx.create_in("hubs", hub).unwrap()
+        })
+        .collect();
+    tx.commit().unwrap();
+
+    let db = site.open(common::opts());
+    let mut tx = db.begin().unwrap();
+    for (i, hub) in hubs.iter().enumerate() {
+        tx.append(hub, "vals", &(10_000 + i as u64)).unwrap();
+    }
+    let before = db.remote_stats().unwrap().round_trips;
+    tx.commit().unwrap();
+    let trips = db.remote_stats().unwrap().round_trips - before;
+    assert!(
+        trips <= 5,
+        "{trips} round trips to commit appends to {LISTS} large lists (homes, roots, data pages, COMMIT)"
+    );
+    let mut tx = loader.begin().unwrap();
+    for (i, hub) in hubs.iter().enumerate() {
+        let vals = tx.get(hub).unwrap().vals.to_vec();
+        assert_eq!(vals.len(), start.len() + 1);
+        assert_eq!(vals[..start.len()], start[..]);
+        assert_eq!(vals[start.len()], 10_000 + i as u64);
+    }
+    tx.commit().unwrap();
+    db.close().unwrap();
+    loader.close().unwrap();
+}

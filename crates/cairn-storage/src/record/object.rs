@@ -424,6 +424,14 @@ pub fn is_large<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<bool> {
     Ok(matches!(locate(s, oid)?.content, Content::Large(_)))
 }
 
+/// The descriptor of the object if it is stored as a large object.
+pub fn large_descriptor<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<Option<LargeDescriptor>> {
+    Ok(match locate(s, oid)?.content {
+        Content::Large(d) => Some(d),
+        Content::Small(_) => None,
+    })
+}
+
 /// The object's length in bytes.
 pub fn len<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<u64> {
     Ok(match locate(s, oid)?.content {

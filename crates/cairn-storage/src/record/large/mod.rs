@@ -458,6 +458,25 @@ pub fn destroy<A: PageAccess>(a: &mut A, d: LargeDescriptor) -> Result<()> {
     truncate(a, &mut d, 0)
 }
 
+/// The data pages an edit in place of the object changes: its first,
+/// where a record's head is rewritten, and its last unless it is full,
+/// where appended bytes go (a full one is left as it is: they go to a new
+/// page). The index pages on the way are read, under the caller's locks.
+/// Empty for an empty object.
+pub fn edge_pages<A: PageAccess>(a: &mut A, d: &LargeDescriptor) -> Result<Vec<PageId>> {
+    if d.len == 0 {
+        return Ok(Vec::new());
+    }
+    let g = Geometry::new(a.page_size())?;
+    let t = Tree::open(g, d)?;
+    let mut cursor = Cursor::default();
+    let mut out = vec![cursor.data_page(a, &t, 0)?.0];
+    if t.pages > 1 && !d.len.is_multiple_of(g.payload) {
+        out.push(cursor.data_page(a, &t, t.pages - 1)?.0);
+    }
+    Ok(out)
+}
+
 /// Every page of the object, each index page before its children, validated
 /// as by [`check`]. This is for the volume checker: it holds one id per page.
 pub fn pages<A: PageAccess>(a: &mut A, d: &LargeDescriptor) -> Result<Vec<PageId>> {

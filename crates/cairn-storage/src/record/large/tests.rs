@@ -226,6 +226,30 @@ fn round_trips_at_page_and_index_boundaries() {
     }
 }
 
+/// `edge_pages` names the object's first data page, and its last unless
+/// full (in which appended bytes do not land), at every depth: against
+/// the data pages in order as the whole walk finds them.
+#[test]
+fn edge_pages_are_the_first_data_page_and_the_last_unless_full() {
+    let page_size = 128;
+    let g = geometry(page_size);
+    let (p, f) = (g.payload, g.fanout);
+    for len in [0, 1, p - 1, p, p + 1, 3 * p, 3 * p + 5, f * p, f * p + 1, f * f * p + 7] {
+        let mut a = MemPages::new(page_size);
+        let d = create(&mut a, G, None, &pattern(len, 0, len as usize)).unwrap();
+        let data: Vec<PageId> = pages(&mut a, &d)
+            .unwrap()
+            .into_iter()
+            .filter(|id| page::page_type(&a.pages[id]) == Some(PageType::LargeData))
+            .collect();
+        let mut want: Vec<PageId> = data.first().copied().into_iter().collect();
+        if data.len() > 1 && len % p != 0 {
+            want.push(*data.last().unwrap());
+        }
+        assert_eq!(edge_pages(&mut a, &d).unwrap(), want, "len {len}, depth {}", d.depth);
+    }
+}
+
 #[test]
 fn ranges_past_the_end_are_invalid_arguments() {
     let mut a = MemPages::new(PS);
