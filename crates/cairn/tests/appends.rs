@@ -374,3 +374,72 @@ fn commits_appends_to_large_lists_a_round_trip_per_level(b: Backend) {
     db.close().unwrap();
     loader.close().unwrap();
 }
+
+/// A server whose bound on one session's waiting requests (here 1) is
+/// below the callback answers a client sends at once: a writer's commit
+/// locks the pages of 40 objects another client reads in an open
+/// transaction, whose answers all name that reader and are served on
+/// blocking threads. Those the server refuses for its bound are sent
+/// again, so the writer waits for the reader's end (not for its lock
+/// timeout, after which the server would end the reader's session as
+/// silent), and both commit.
+#[test]
+fn page_client_answers_refused_for_the_servers_bound_are_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(Backend::Page, &dir.path().join("db"))
+        .server_env("CAIRN_TEST_WAITING_PER_SESSION_MAX", "1")
+        .server_env("CAIRN_TEST_LOCK_TIMEOUT_MS", "20000");
+    let writer = site.open(common::opts());
+    let reader = site.open(common::opts());
+    // About four to a page: the 40 lie on ten pages or so.
+    let mut tx = writer.begin().unwrap();
+    let nodes: Vec<Ref<Node>> = (0..40)
+        .map(|i| {
+            tx.create_in("nodes", node(&format!("{i:04}{}", "n".repeat(900))))
+                .unwrap()
+        })
+        .collect();
+    tx.commit().unwrap();
+
+    let mut read = reader.begin().unwrap();
+    for n in &nodes {
+        assert!(read.get(n).unwrap().tags.is_empty());
+    }
+    let before = reader.remote_stats().unwrap();
+    std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            let mut tx = writer.begin().unwrap();
+            for n in &nodes {
+                tx.append(n, "tags", &1u16).unwrap();
+            }
+            tx.commit()
+        });
+        // The reader ends once its pages were called back (its answers
+        // named it), not before.
+        while reader.remote_stats().unwrap().callbacks_in_use == before.callbacks_in_use {
+            assert!(!w.is_finished(), "the writer committed past the reader");
+            std::thread::yield_now();
+        }
+        read.commit().unwrap();
+        w.join().unwrap().expect("the writer commits once the reader ended");
+    });
+    let after = reader.remote_stats().unwrap();
+    eprintln!(
+        "pages {}, callbacks {}, answers naming the reader: {}, refused and sent again: {}",
+        nodes
+            .iter()
+            .map(|n| n.oid().page)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        after.callbacks - before.callbacks,
+        after.callbacks_in_use - before.callbacks_in_use,
+        after.answers_refused - before.answers_refused
+    );
+    let mut tx = reader.begin().unwrap();
+    for n in &nodes {
+        assert_eq!(tx.get(n).unwrap().tags, vec![1]);
+    }
+    tx.commit().unwrap();
+    writer.close().unwrap();
+    reader.close().unwrap();
+}

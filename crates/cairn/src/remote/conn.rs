@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use cairn_net::catalog_service::{CatalogReply, CatalogRequest};
@@ -41,6 +42,9 @@ pub struct RemoteStats {
     /// Of those, the ones answered "in use" (a transaction of this client
     /// was reading the page; the writer waits for it).
     pub callbacks_in_use: u64,
+    /// Callback answers the server refused for its bound on one session's
+    /// waiting requests, and this client sent again.
+    pub answers_refused: u64,
     /// Rights to cache given back to the server unasked (RELEASE): the
     /// client held more than its bound, or emptied its cache.
     pub rights_given_back: u64,
@@ -184,8 +188,13 @@ fn parse_address(url: &str) -> Result<Address> {
 /// Callback answers a client has at the server at once ([`Connection::answer_all`]):
 /// far below the server's bound on one session's waiting requests
 /// (`waiting_per_session_max`, 128 by default), which the application's
-/// requests share.
+/// requests share. A server configured lower refuses some of them with
+/// LIMIT, and those are sent again ([`ANSWER_TRIES_MAX`]).
 pub(super) const ANSWERS_IN_FLIGHT: usize = 32;
+
+/// Times a callback answer is sent when the server refuses it for its
+/// bound on a session's waiting requests ([`Connection::answer_all`]).
+const ANSWER_TRIES_MAX: u64 = 200;
 
 /// One connection to `cairn serve`, shared by the transactions of a
 /// [`crate::Database`].
@@ -202,6 +211,7 @@ pub(crate) struct Connection {
     pub(super) objects_shipped: AtomicU64,
     pub(super) callbacks: AtomicU64,
     pub(super) callbacks_in_use: AtomicU64,
+    pub(super) answers_refused: AtomicU64,
     pub(super) rights_given_back: AtomicU64,
     pub(super) pages_read_direct: AtomicU64,
     pub(super) pages_written_direct: AtomicU64,
@@ -244,6 +254,7 @@ impl Connection {
             objects_shipped: AtomicU64::new(0),
             callbacks: AtomicU64::new(0),
             callbacks_in_use: AtomicU64::new(0),
+            answers_refused: AtomicU64::new(0),
             rights_given_back: AtomicU64::new(0),
             pages_read_direct: AtomicU64::new(0),
             pages_written_direct: AtomicU64::new(0),
@@ -256,13 +267,16 @@ impl Connection {
     /// counted as round trips.
     pub(super) fn answer(&self, kind: cairn_net::frame::Kind, body: Vec<u8>, counted: bool) -> Result<()> {
         if counted {
-            return self.call_kind(kind, body, TxnId(0)).map(|_| ());
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
         }
-        self.client
-            .invoke(kind, body)
+        let body = Bytes::from(body);
+        let sent = self
+            .client
+            .invoke(kind, body.clone())
             .and_then(|c| c.wait())
-            .map(|_| ())
-            .map_err(|e| self.error(e))
+            .map(|_| ());
+        self.again_if_refused(kind, &body, sent).map_err(|e| self.error(e))
     }
 
     /// Sends the messages of `messages` (callback answers)
@@ -273,20 +287,50 @@ impl Connection {
     /// round trips. One outcome per message, in order.
     pub(super) fn answer_all(&self, messages: Vec<(cairn_net::frame::Kind, Vec<u8>)>) -> Vec<Result<()>> {
         let mut out = Vec::with_capacity(messages.len());
-        let mut messages = messages.into_iter().peekable();
-        while messages.peek().is_some() {
-            let calls: Vec<_> = messages
-                .by_ref()
-                .take(ANSWERS_IN_FLIGHT)
-                .map(|(kind, body)| self.client.invoke(kind, body))
+        let messages: Vec<(cairn_net::frame::Kind, Bytes)> = messages
+            .into_iter()
+            .map(|(kind, body)| (kind, Bytes::from(body)))
+            .collect();
+        for group in messages.chunks(ANSWERS_IN_FLIGHT) {
+            let calls: Vec<_> = group
+                .iter()
+                .map(|(kind, body)| self.client.invoke(*kind, body.clone()))
                 .collect();
-            out.extend(
-                calls
-                    .into_iter()
-                    .map(|c| c.and_then(|c| c.wait()).map(|_| ()).map_err(|e| self.error(e))),
-            );
+            for (call, (kind, body)) in calls.into_iter().zip(group) {
+                let sent = call.and_then(|c| c.wait()).map(|_| ());
+                out.push(self.again_if_refused(*kind, body, sent).map_err(|e| self.error(e)));
+            }
         }
         out
+    }
+
+    /// A callback answer the server refused for its bound on one session's
+    /// waiting requests (LIMIT: refused at once, not taken in — a server
+    /// configured below [`ANSWERS_IN_FLIGHT`], or this client's own
+    /// requests holding the places), sent again alone, up to
+    /// [`ANSWER_TRIES_MAX`] times, a little later each time. Unanswered,
+    /// the writer it holds back would wait out its lock timeout and the
+    /// server end this session as silent.
+    fn again_if_refused(
+        &self,
+        kind: cairn_net::frame::Kind,
+        body: &Bytes,
+        mut sent: std::result::Result<(), cairn_net::Error>,
+    ) -> std::result::Result<(), cairn_net::Error> {
+        let mut tries = 1;
+        while tries < ANSWER_TRIES_MAX
+            && matches!(&sent, Err(cairn_net::Error::Remote(f)) if f.code == ErrorCode::LIMIT)
+        {
+            self.answers_refused.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(tries.min(20)));
+            tries += 1;
+            sent = self
+                .client
+                .invoke(kind, body.clone())
+                .and_then(|c| c.wait())
+                .map(|_| ());
+        }
+        sent
     }
 
     /// Sends a request of any service (`kind`, `body`) for transaction

@@ -235,6 +235,12 @@ fn serve_child_process() {
     {
         config.callback_rights_max = n;
     }
+    if let Some(n) = std::env::var("CAIRN_TEST_WAITING_PER_SESSION_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.waiting_per_session_max = n;
+    }
     let mut limits = Limits::default();
     if let Some(n) = std::env::var("CAIRN_TEST_BODY_MAX").ok().and_then(|v| v.parse().ok()) {
         limits.body_max = n;

@@ -271,6 +271,7 @@ impl ObjectStore {
             cache_hits: c.cache_hits.load(Ordering::Relaxed),
             callbacks: c.callbacks.load(Ordering::Relaxed),
             callbacks_in_use: c.callbacks_in_use.load(Ordering::Relaxed),
+            answers_refused: c.answers_refused.load(Ordering::Relaxed),
             rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
             objects_shipped: c.objects_shipped.load(Ordering::Relaxed),
             pages_shipped: c.pages_shipped.load(Ordering::Relaxed),

@@ -372,6 +372,7 @@ impl RemoteStore {
             cache_hits: c.cache_hits.load(Ordering::Relaxed),
             callbacks: c.callbacks.load(Ordering::Relaxed),
             callbacks_in_use: c.callbacks_in_use.load(Ordering::Relaxed),
+            answers_refused: c.answers_refused.load(Ordering::Relaxed),
             rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
             pages_read_direct: c.pages_read_direct.load(Ordering::Relaxed),
             pages_written_direct: c.pages_written_direct.load(Ordering::Relaxed),
