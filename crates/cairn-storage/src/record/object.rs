@@ -421,7 +421,7 @@ pub fn exists<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<bool> {
 
 /// True if the object is stored as a large object.
 pub fn is_large<S: ObjectSpace>(s: &mut S, oid: Oid) -> Result<bool> {
-    Ok(matches!(locate(s, oid)?.content, Content::Large(_)))
+    Ok(large_descriptor(s, oid)?.is_some())
 }
 
 /// The descriptor of the object if it is stored as a large object.

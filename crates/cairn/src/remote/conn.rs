@@ -270,13 +270,7 @@ impl Connection {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
             self.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
         }
-        let body = Bytes::from(body);
-        let sent = self
-            .client
-            .invoke(kind, body.clone())
-            .and_then(|c| c.wait())
-            .map(|_| ());
-        self.again_if_refused(kind, &body, sent).map_err(|e| self.error(e))
+        self.answer_all(vec![(kind, body)]).pop().unwrap_or(Ok(()))
     }
 
     /// Sends the messages of `messages` (callback answers)
