@@ -61,6 +61,7 @@ pub(crate) async fn handle(
         None => match req {
             // Their lock waits are parked, holding no thread.
             PageRequest::Fetch { txn, .. }
+            | PageRequest::Place { txn, .. }
             | PageRequest::Free { txn, .. }
             | PageRequest::Lock {
                 txn, try_only: false, ..
@@ -383,6 +384,13 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
             group,
             pages,
         } => fetch(core, state, txn, mode, GroupId(group), pages),
+        PageRequest::Place {
+            txn,
+            cache,
+            group,
+            need,
+            pages,
+        } => place(core, state, txn, cache, GroupId(group), need, pages),
         PageRequest::Allocate {
             txn,
             group,
@@ -524,6 +532,81 @@ fn fetch(
         }
     }
     Ok(Answer::Parts(parts))
+}
+
+/// PLACE (the module docs of `cairn_net::page_service` say what it
+/// answers): each candidate page is looked at before it is locked, so a
+/// page without room for the insert is neither called back from the
+/// clients caching it nor held X to the transaction's end, as a
+/// try-insert FETCH of it would be.
+fn place(
+    core: &Core,
+    state: &SessionState,
+    txn: u64,
+    cache: bool,
+    group: GroupId,
+    need: u32,
+    pages: Vec<(u32, u64)>,
+) -> Result<Answer, Fault> {
+    let (server_id, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    let mut t = lock(&t);
+    let mode = FETCH_TRY_INSERT | if cache { FETCH_CACHE } else { 0 };
+    let mut parts = Vec::with_capacity(pages.len());
+    for (p, lsn) in pages {
+        let id = PageId(p);
+        if !has_room(core, &mut t, id, need).map_err(fault)? {
+            parts.push(passed_over(&mut t, id).map_err(fault)?);
+            continue;
+        }
+        let part = parking(&mut t, |t| {
+            fetch_one(core, state, server_id, t, id, mode, group, lsn, true)
+        })
+        .map_err(fault)?
+        .ok_or_else(|| {
+            Fault::new(
+                ErrorCode::INTERNAL,
+                format!("placing on page {id} gave up without being asked to"),
+            )
+        })?;
+        let locked = Fetched::decode(&part).is_ok_and(|f| f.status.is_locked());
+        parts.push(part);
+        // Under X nobody else changes the page: the look is the answer.
+        if locked && has_room(core, &mut t, id, need).map_err(fault)? {
+            break;
+        }
+    }
+    Ok(Answer::Parts(parts))
+}
+
+/// Whether page `id` is an in-use slotted page whose committed image has
+/// room for a payload of `need` bytes (with its slot entry).
+fn has_room(core: &Core, t: &mut Txn, id: PageId, need: u32) -> Result<bool, Error> {
+    if !t.is_page_in_use(id)? {
+        return Ok(false);
+    }
+    let image = core.db.read_committed(id)?;
+    cairn_storage::record::object::image_has_room(&image, need as usize)
+}
+
+/// The PLACE part of a page passed over, nothing locked: NOT_IN_USE, or
+/// NOT_GRANTED for an in-use page without room.
+fn passed_over(t: &mut Txn, id: PageId) -> Result<Vec<u8>, Error> {
+    let owner = t.group_of_page(id)?;
+    let in_use = t.is_page_in_use(id)?;
+    Ok(Fetched {
+        page: id.0,
+        status: if in_use {
+            FetchStatus::NotGranted
+        } else {
+            FetchStatus::NotInUse
+        },
+        group: owner.map_or(NO_GROUP, |g| g.0),
+        page_count: t.page_count(),
+        lsn: 0,
+        cover: 0,
+        image: &[],
+    }
+    .encode())
 }
 
 /// ALLOCATE: a page of a kind a client may hold, formatted, sent back.

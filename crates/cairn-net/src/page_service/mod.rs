@@ -22,6 +22,7 @@
 //! | `0x0110` WRITTEN | `txn u64` | empty |
 //! | `0x0111` LOCK_STATS | empty | `requests u64, waits u64, deadlocks u64, timeouts u64, upgrades u64, wait_micros u64` ([`LockCounters`]) |
 //! | `0x0112` SNAPSHOT | `txn u64` | `low u64, high u64, count u16, (start u64, end u64) × count` ([`SnapshotInfo`]) |
+//! | `0x0113` PLACE | `txn u64, cache u8, group u32, need u32, count u16, (page u32, lsn u64) × count` | empty; one part per page tried ([`Fetched`]) |
 //!
 //! and the messages of callback locking, which every client shares
 //! ([`crate::rights`]: the server's CALLBACK notice, CALLBACK_REPLY and
@@ -60,6 +61,21 @@
 //! [`LOCK_MODE_IS`] … [`LOCK_MODE_X`] and [`LOCK_MODE_U`]. Errors are
 //! [`Fault`](crate::message::Fault)s with the codes below, so a client can
 //! tell a deadlock (retry) from damage.
+//!
+//! **PLACE** finds a page for an insert in one round trip where a
+//! [`FETCH_TRY_INSERT`] per candidate page took one each. The server tries
+//! the candidates in order: a page that is not an in-use slotted page of
+//! `group`, or whose committed image has no room for a payload of `need`
+//! bytes (with its slot entry), is passed over with nothing locked
+//! ([`FetchStatus::NotInUse`] or [`FetchStatus::NotGranted`]); otherwise
+//! X is tried as a try-insert FETCH tries it (never waiting, refused while
+//! another client caches the page). The first page locked whose image,
+//! read under the lock, has the room ends the request; a page locked
+//! whose image no longer has it (changed between the look and the lock)
+//! stays locked and comes back as a part like any other, and the search
+//! goes on. The reply has one part per page tried, in order, as a FETCH's
+//! (the pages after the one found are not tried and have none); `cache`
+//! is the [`FETCH_CACHE`] flag of a FETCH.
 //!
 //! **Snapshots.** SNAPSHOT begins the named transaction as a read-only
 //! one at a snapshot of the last committed state (the server's version
@@ -193,6 +209,9 @@ impl Kind {
     pub const LOCK_STATS: Kind = Kind(0x0111);
     /// SNAPSHOT: begins a read-only transaction at a snapshot.
     pub const SNAPSHOT: Kind = Kind(0x0112);
+    /// PLACE: X on the first of several candidate pages with room for an
+    /// insert.
+    pub const PLACE: Kind = Kind(0x0113);
 }
 
 impl ErrorCode {

@@ -24,6 +24,25 @@ pub enum PageRequest {
         /// most [`FETCH_PAGES_MAX`](super::FETCH_PAGES_MAX).
         pages: Vec<(u32, u64)>,
     },
+    /// PLACE: X on the first of `pages`, in order, that an insert into
+    /// `group` of a record needing `need` bytes may use now (see the
+    /// module docs).
+    Place {
+        /// The transaction.
+        txn: u64,
+        /// The client answers callbacks ([`FETCH_CACHE`](super::FETCH_CACHE) in a FETCH).
+        cache: bool,
+        /// The group the insert is into.
+        group: u32,
+        /// Bytes the record needs on the page: its payload's length (a
+        /// page has room if the largest payload an insert could place
+        /// there now is at least this).
+        need: u32,
+        /// The candidate pages, in the order to try them, with the LSN of
+        /// the client's cached copy (0: none); 1 to
+        /// [`FETCH_PAGES_MAX`](super::FETCH_PAGES_MAX).
+        pages: Vec<(u32, u64)>,
+    },
     /// ALLOCATE.
     Allocate {
         /// The transaction.
@@ -160,6 +179,7 @@ impl PageRequest {
     pub fn txn(&self) -> Option<u64> {
         match self {
             PageRequest::Fetch { txn, .. }
+            | PageRequest::Place { txn, .. }
             | PageRequest::Allocate { txn, .. }
             | PageRequest::Free { txn, .. }
             | PageRequest::Commit { txn, .. }
@@ -199,6 +219,20 @@ impl PageRequest {
                 w.put_u32(*group);
                 put_page_pairs(w, pages, u16::MAX as usize);
                 Kind::FETCH
+            }
+            PageRequest::Place {
+                txn,
+                cache,
+                group,
+                need,
+                pages,
+            } => {
+                w.put_u64(*txn);
+                w.put_u8(u8::from(*cache));
+                w.put_u32(*group);
+                w.put_u32(*need);
+                put_page_pairs(w, pages, u16::MAX as usize);
+                Kind::PLACE
             }
             PageRequest::Allocate {
                 txn,
@@ -286,6 +320,13 @@ impl PageRequest {
         let mut r = Reader::within(what, body);
         let req = match kind {
             Kind::FETCH => Self::get_fetch(&mut r, what)?,
+            Kind::PLACE => PageRequest::Place {
+                txn: r.u64("txn")?,
+                cache: get_flag(&mut r, what, "the cache flag", "PLACE cache flag is neither 0 nor 1")?,
+                group: r.u32("group")?,
+                need: r.u32("need")?,
+                pages: get_page_pairs(&mut r, what, FETCH_PAGES_MAX, "a PLACE names 1 to 256 pages")?,
+            },
             Kind::ALLOCATE => PageRequest::Allocate {
                 txn: r.u64("txn")?,
                 group: r.u32("group")?,

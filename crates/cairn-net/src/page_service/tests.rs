@@ -52,6 +52,13 @@ fn every_request() -> Vec<PageRequest> {
             group: NO_GROUP,
             pages: vec![(4, 0)],
         },
+        PageRequest::Place {
+            txn: 9,
+            cache: true,
+            group: 2,
+            need: 400,
+            pages: vec![(10, 0), (11, 5), (9, 0)],
+        },
     ]
 }
 
@@ -121,6 +128,22 @@ fn counts_are_checked_before_allocating() {
     body.extend_from_slice(&NO_GROUP.to_le_bytes());
     body.extend_from_slice(&300u16.to_le_bytes());
     assert!(PageRequest::decode(Kind::FETCH, &body).is_err());
+    let place = |cache: u8, count: u16| {
+        let mut body = 7u64.to_le_bytes().to_vec();
+        body.push(cache);
+        body.extend_from_slice(&2u32.to_le_bytes());
+        body.extend_from_slice(&100u32.to_le_bytes());
+        body.extend_from_slice(&count.to_le_bytes());
+        for p in 0..count {
+            body.extend_from_slice(&u32::from(p).to_le_bytes());
+            body.extend_from_slice(&0u64.to_le_bytes());
+        }
+        PageRequest::decode(Kind::PLACE, &body)
+    };
+    assert!(place(1, 256).unwrap().is_some(), "256 candidates");
+    assert!(place(1, 257).is_err(), "more than a FETCH may name");
+    assert!(place(1, 0).is_err(), "no candidate");
+    assert!(place(2, 3).is_err(), "a cache flag of 2");
     assert_eq!(
         PageRequest::decode(Kind(0x0100), b"").unwrap(),
         None,

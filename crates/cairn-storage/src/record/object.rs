@@ -126,6 +126,23 @@ pub trait ObjectSpace: PageAccess {
     /// false for a page another transaction has locked (so inserts go
     /// elsewhere instead of waiting), else takes its exclusive lock.
     fn try_insert_page(&mut self, group: GroupId, page: PageId) -> Result<bool>;
+    /// The first page of `candidates` an insert into `group` of a payload
+    /// of `need` bytes may use now ([`ObjectSpace::try_insert_page`]
+    /// granted, a slotted page with the room): the default tries them in
+    /// order. A transaction looks first at the pages it holds X on, which
+    /// cost nothing, then asks its backend about the rest together
+    /// (one round trip for a remote one).
+    fn insert_page(&mut self, group: GroupId, candidates: &[PageId], need: usize) -> Result<Option<PageId>>
+    where
+        Self: Sized,
+    {
+        for &p in candidates {
+            if self.try_insert_page(group, p)? && has_room(self, p, need)? {
+                return Ok(Some(p));
+            }
+        }
+        Ok(None)
+    }
     /// The object-layer counters.
     fn stats_mut(&mut self) -> &mut ObjectStats;
 
@@ -211,9 +228,26 @@ fn create_at<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, da
     }
 }
 
-/// Inserts a record into a page of `group`, trying in order: the page
-/// `near` (if given), pages of the clustering region around it, the
-/// group's current fill page, then a newly allocated page.
+/// Whether page `p` is a slotted page an insert of a payload of `need`
+/// bytes fits now ([`image_has_room`]).
+pub fn has_room<S: PageAccess>(s: &mut S, p: PageId, need: usize) -> Result<bool> {
+    s.read(p, |b| image_has_room(b, need))?
+}
+
+/// Whether `image` is a slotted page an insert of a payload of `need`
+/// bytes fits now ([`slotted::free_for_insert`]); a damaged slot
+/// directory is [`Error::Corrupt`].
+pub fn image_has_room(image: &[u8], need: usize) -> Result<bool> {
+    if page::page_type(image) != Some(PageType::Slotted) {
+        return Ok(false);
+    }
+    Ok(slotted::free_for_insert(image)?.is_some_and(|f| f >= need))
+}
+
+/// Inserts a record into a page of `group`, trying: the page `near` (if
+/// given) and pages of the clustering region around it, or else the
+/// group's current fill page ([`ObjectSpace::insert_page`]), then a newly
+/// allocated page.
 fn place<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, kind: u8, payload: &[u8]) -> Result<Oid> {
     let mut candidates = Vec::new();
     if let Some(n) = near {
@@ -228,19 +262,15 @@ fn place<S: ObjectSpace>(s: &mut S, group: GroupId, near: Option<PageId>, kind: 
     } else if let Some(&p) = s.fill_page(group).as_ref() {
         candidates.push(p);
     }
-    for p in candidates {
-        if !s.try_insert_page(group, p)? {
-            continue;
-        }
-        if s.read(p, page::page_type)? != Some(PageType::Slotted) {
-            continue;
-        }
+    while let Some(p) = s.insert_page(group, &candidates, payload.len())? {
         if let Some((slot, uniq)) = s.modify(p, |b| slotted::insert(b, kind, payload))? {
             if near.is_none() {
                 s.set_fill_page(group, Some(p));
             }
             return Ok(Oid { page: p, slot, uniq });
         }
+        // (Its room was looked at: not reached unless that look was wrong.)
+        candidates.retain(|&c| c != p);
     }
     // A new page comes formatted (an empty slotted page); it is not
     // re-initialised here, since another transaction may already have used it.

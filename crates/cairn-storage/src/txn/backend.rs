@@ -111,6 +111,32 @@ pub trait Backend: Send + Sync {
             && self.try_lock(owner, Resource::Page(page), LockMode::X)?)
     }
 
+    /// [`Backend::try_insert_page`] of the pages of `candidates` in order,
+    /// for an insert of a payload of `need` bytes, until one is granted:
+    /// the pages granted (now held X), in order, and how many of
+    /// `candidates` were tried. The caller looks at the pages granted for
+    /// room, and tries the rest again if none had it. The default stops at
+    /// the first page granted without looking at its room; a remote
+    /// backend asks about all of them in one round trip, and its server
+    /// passes over (nothing locked) the pages without room and stops at
+    /// the first locked page with it. Pages the transaction holds X on
+    /// already are the caller's to look at, not passed here.
+    fn try_insert_pages(
+        &self,
+        owner: LockOwner,
+        group: GroupId,
+        candidates: &[PageId],
+        need: usize,
+    ) -> Result<(Vec<PageId>, usize)> {
+        let _ = need;
+        for (i, &p) in candidates.iter().enumerate() {
+            if self.try_insert_page(owner, group, p)? {
+                return Ok((vec![p], i + 1));
+            }
+        }
+        Ok((Vec::new(), candidates.len()))
+    }
+
     /// The hints of which page the next insert into each group tries first
     /// (shared by the backend's transactions).
     fn fill_pages(&self) -> &FillPages;

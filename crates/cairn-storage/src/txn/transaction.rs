@@ -1134,6 +1134,35 @@ impl ObjectSpace for Txn {
         Ok(false)
     }
 
+    fn insert_page(&mut self, group: GroupId, candidates: &[PageId], need: usize) -> Result<Option<PageId>> {
+        let (held, rest): (Vec<PageId>, Vec<PageId>) = candidates
+            .iter()
+            .filter(|p| !self.to_free.contains(p))
+            .partition(|&&p| self.held.get(&Resource::Page(p)).is_some_and(|m| m.covers(LockMode::X)));
+        for p in held {
+            if self.try_insert_page(group, p)? && object::has_room(self, p, need)? {
+                return Ok(Some(p));
+            }
+        }
+        let mut rest = &rest[..];
+        while !rest.is_empty() {
+            let r = self.db.try_insert_pages(self.owner, group, rest, need);
+            if let Err(e) = &r {
+                self.doom_if_fatal(e);
+            }
+            let (granted, tried) = r?;
+            for p in granted {
+                let m = self.held.entry(Resource::Page(p)).or_insert(LockMode::X);
+                *m = m.sup(LockMode::X);
+                if object::has_room(self, p, need)? {
+                    return Ok(Some(p));
+                }
+            }
+            rest = rest.get(tried.max(1)..).unwrap_or_default();
+        }
+        Ok(None)
+    }
+
     fn stats_mut(&mut self) -> &mut ObjectStats {
         &mut self.stats
     }

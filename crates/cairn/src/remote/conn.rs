@@ -537,6 +537,7 @@ impl Connection {
 fn txn_of(req: &PageRequest) -> TxnId {
     match req {
         PageRequest::Fetch { txn, .. }
+        | PageRequest::Place { txn, .. }
         | PageRequest::Allocate { txn, .. }
         | PageRequest::Free { txn, .. }
         | PageRequest::Commit { txn, .. }

@@ -208,6 +208,53 @@ impl Backend for RemoteStore {
         Ok(status.is_locked())
     }
 
+    fn try_insert_pages(
+        &self,
+        owner: LockOwner,
+        group: GroupId,
+        candidates: &[PageId],
+        need: usize,
+    ) -> Result<(Vec<PageId>, usize)> {
+        // Pages this transaction knows are not in use or of another group
+        // are passed over here; the rest go in one PLACE.
+        let (asked, considered) = {
+            let st = self.rights.lock();
+            let facts = st.txns.get(&owner.txn).map(|v| &v.facts);
+            let mut asked = Vec::new();
+            let mut considered = candidates.len();
+            for (i, &p) in candidates.iter().enumerate() {
+                if asked.len() == cairn_net::page_service::FETCH_PAGES_MAX {
+                    considered = i;
+                    break;
+                }
+                let known = facts.and_then(|f| f.get(&p));
+                if known.is_some_and(|f| !f.in_use || f.group != Some(group)) {
+                    continue;
+                }
+                asked.push((i, p));
+            }
+            (asked, considered)
+        };
+        if asked.is_empty() {
+            return Ok((Vec::new(), considered));
+        }
+        let pages: Vec<PageId> = asked.iter().map(|&(_, p)| p).collect();
+        let statuses = self.place(owner.txn, group, need, &pages)?;
+        let granted = pages
+            .iter()
+            .zip(&statuses)
+            .filter(|(_, s)| s.is_locked())
+            .map(|(p, _)| *p)
+            .collect();
+        // The server stops at the page it found: the candidates after it
+        // were not tried.
+        let tried = match statuses.len() < pages.len() {
+            true => asked[statuses.len() - 1].0 + 1,
+            false => considered,
+        };
+        Ok((granted, tried))
+    }
+
     fn prefetch(&self, owner: LockOwner, pages: &[PageId], mode: LockMode) -> Result<bool> {
         if self.is_snapshot(owner.txn) {
             // Read as of the snapshot, all at once; nothing is locked.

@@ -559,6 +559,34 @@ impl RemoteStore {
         Ok(statuses[0])
     }
 
+    /// Sends one PLACE for an insert of `txn` into `group` of a payload of
+    /// `need` bytes, naming `pages` (none of them held X by `txn`) in
+    /// order, and takes in the reply as a try-insert FETCH's: the status
+    /// of each page the server tried, in order (a prefix of `pages`; it
+    /// stops at the first page it locked with room). This client's other
+    /// transactions reading any of the pages under its right are named
+    /// first, as before a single try-insert FETCH.
+    fn place(&self, txn: TxnId, group: GroupId, need: usize, pages: &[PageId]) -> Result<Vec<FetchStatus>> {
+        self.name_readers_of(txn, pages)?;
+        self.mark_on_server(txn);
+        let mut named = Vec::with_capacity(pages.len());
+        for p in pages {
+            named.push((p.0, self.cached_lsn(*p)?));
+        }
+        let _in_flight = self.rights.fetch();
+        let parts = self.conn.call(&PageRequest::Place {
+            txn: txn.0,
+            cache: self.cache_flag() != 0,
+            group: group.0,
+            need: u32::try_from(need).unwrap_or(u32::MAX),
+            pages: named.clone(),
+        })?;
+        if parts.len() < 2 || parts.len() > named.len() + 1 {
+            return Err(self.conn.protocol("one PLACE part per page tried, at least one"));
+        }
+        self.take_parts(txn, FETCH_TRY_INSERT, &named[..parts.len() - 1], &parts)
+    }
+
     /// Locks (shared) and fetches every page of `pages` that `txn` has not
     /// locked yet and does not cache under a callback, [`FETCH_PAGES_MAX`]
     /// per request with every request in flight before the first reply is
