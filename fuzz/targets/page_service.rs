@@ -1,7 +1,8 @@
 //! Fuzz target body `page_service`: every decoder of the page service
 //! (`cairn_net::page_service`) on arbitrary bytes. The first byte picks the
 //! decoder (a request kind, or one of the reply decoders; 23 is LOCK_STATS,
-//! its request and its reply; 24 SNAPSHOT's request, 25 its reply), the
+//! its request and its reply; 24 SNAPSHOT's request, 25 its reply, 26
+//! PLACE's request), the
 //! rest is the body. Decoding must return a
 //! value or an error, never panic; a request that decodes must encode back
 //! to the same bytes.
@@ -17,7 +18,7 @@ pub fn run(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    match which % 26 {
+    match which % 27 {
         k @ 0..=16 => {
             let kind = Kind(0x0100 + u16::from(k));
             if let Ok(Some(req)) = PageRequest::decode(kind, body) {
@@ -52,6 +53,11 @@ pub fn run(data: &[u8]) {
         24 => {
             if let Ok(Some(req)) = PageRequest::decode(Kind::SNAPSHOT, body) {
                 assert_eq!(req.encode(), (Kind::SNAPSHOT, body.to_vec()));
+            }
+        }
+        26 => {
+            if let Ok(Some(req)) = PageRequest::decode(Kind::PLACE, body) {
+                assert_eq!(req.encode(), (Kind::PLACE, body.to_vec()));
             }
         }
         25 => {
