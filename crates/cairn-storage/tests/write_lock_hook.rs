@@ -87,3 +87,48 @@ fn a_page_the_hook_refuses_without_waiting_is_not_used_for_a_new_record() {
     assert_eq!(t.read(second).unwrap(), vec![2u8; 100]);
     t.commit().unwrap();
 }
+
+/// A record placed near another goes first to a page of the clustering
+/// region the transaction holds X on already (nothing to ask), and only
+/// then are the other candidates tried: here the page just past the near
+/// one has room too, but is never asked for.
+#[test]
+fn a_record_goes_first_to_a_page_of_its_region_the_transaction_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, seen) = db_with_hook(dir.path(), false);
+    // Twelve records of 1,000 bytes: four to a page, three pages.
+    let mut t = db.begin().unwrap();
+    let oids: Vec<_> = (0..12u8)
+        .map(|i| t.create(GroupId::DEFAULT, &[i; 1000]).unwrap())
+        .collect();
+    t.commit().unwrap();
+    let pages: Vec<PageId> = oids.iter().map(|o| o.page).collect();
+    let (p0, p1, p2) = (pages[0], pages[4], pages[8]);
+    assert!(
+        p0 < p1 && p1 < p2 && p2.0 - p0.0 <= 4,
+        "three pages in one region: {pages:?}"
+    );
+    // Room on the second and third pages.
+    let mut t = db.begin().unwrap();
+    for &o in [&oids[4], &oids[8]] {
+        t.delete(o).unwrap();
+    }
+    t.commit().unwrap();
+
+    let mut t = db.begin().unwrap();
+    // X on the third page: the transaction changes a record there.
+    t.update(oids[9], &[99; 1000]).unwrap();
+    seen.lock().unwrap().clear();
+    let placed = t.create_near(oids[0], &[7; 1000]).unwrap();
+    let asked = x_on_pages(&seen);
+    t.commit().unwrap();
+    assert_eq!(placed.page, p2, "the held page with room was used");
+    assert!(
+        !asked.iter().any(|&(p, _)| p == p1),
+        "page {p1}, not held, was asked for before the held page {p2}: {asked:?}"
+    );
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(placed).unwrap(), vec![7; 1000]);
+    assert_eq!(t.read(oids[9]).unwrap(), vec![99; 1000]);
+    t.commit().unwrap();
+}
