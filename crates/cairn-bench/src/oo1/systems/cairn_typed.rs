@@ -149,6 +149,42 @@ fn find(system: &str, tx: &mut Transaction<'_>, id: u32) -> Result<Ref<Part>> {
         .ok_or_else(|| wrong(system, format!("no part {id} in the index")))
 }
 
+/// Fetches, before a traversal from `r` of `hops` hops visits anything,
+/// the pages of its parts a level at a time (`reverse`: the `from` lists'),
+/// as a careful user of a client-server database would
+/// ([`Transaction::prefetch`]): a page or file client then asks for each
+/// level's pages not cached in one pipelined request, and an object client
+/// for its objects, not one round trip per reference followed. The visits
+/// themselves stay depth-first, after it. A level past the first few that
+/// was all cached (no round trip) ends it: the traversal is likely hot,
+/// and reading its parts twice would only cost.
+fn prefetch_levels(db: &Database, tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, reverse: bool) -> Result<()> {
+    let trips = || db.remote_stats().map_or(0, |s| s.round_trips);
+    let mut level = vec![r.clone()];
+    for _ in 0..hops {
+        let before = trips();
+        tx.prefetch(&level)?;
+        if level.len() >= 27 && trips() == before {
+            return Ok(());
+        }
+        let mut next = Vec::with_capacity(level.len() * 3);
+        for r in &level {
+            let o = tx.view(r)?;
+            let p = o.get();
+            if reverse {
+                next.extend(p.from());
+            } else {
+                next.extend(p.to().into_iter().map(|c| c.to()));
+            }
+        }
+        next.sort_unstable_by_key(|r| r.oid());
+        next.dedup_by_key(|r| r.oid());
+        level = next;
+    }
+    tx.prefetch(&level)?;
+    Ok(())
+}
+
 fn forward(tx: &mut Transaction<'_>, r: &Ref<Part>, hops: u32, v: &mut Visits) -> Result<()> {
     let o = tx.view(r)?;
     let p = o.get();
@@ -280,6 +316,13 @@ impl<'a> CairnOn<'a> {
         })
     }
 
+    /// Whether traversals say ahead which parts they will read
+    /// ([`Transaction::prefetch`]): on a client of a server, where it
+    /// saves round trips; embedded it would only read the parts twice.
+    fn prefetches(&self) -> bool {
+        self.db.remote_stats().is_some()
+    }
+
     /// The database.
     pub fn db(&self) -> &'a Database {
         self.db
@@ -304,6 +347,9 @@ impl<'a> CairnOn<'a> {
         let mut tx = self.begin_read()?;
         let mut v = Visits::default();
         let r = find(self.name, &mut tx, start)?;
+        if self.prefetches() {
+            prefetch_levels(self.db, &mut tx, &r, hops, false)?;
+        }
         forward(&mut tx, &r, hops, &mut v)?;
         tx.commit()?;
         Ok(v)
@@ -314,6 +360,9 @@ impl<'a> CairnOn<'a> {
         let mut tx = self.begin_read()?;
         let mut v = Visits::default();
         let r = find(self.name, &mut tx, start)?;
+        if self.prefetches() {
+            prefetch_levels(self.db, &mut tx, &r, hops, true)?;
+        }
         backward(&mut tx, &r, hops, &mut v)?;
         tx.commit()?;
         Ok(v)
