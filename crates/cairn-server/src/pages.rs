@@ -554,8 +554,9 @@ fn place(
     let mut parts = Vec::with_capacity(pages.len());
     for (p, lsn) in pages {
         let id = PageId(p);
-        if !has_room(core, &mut t, id, need).map_err(fault)? {
-            parts.push(passed_over(&mut t, id).map_err(fault)?);
+        let in_use = t.is_page_in_use(id).map_err(fault)?;
+        if !(in_use && has_room(core, id, need).map_err(fault)?) {
+            parts.push(passed_over(&mut t, id, in_use).map_err(fault)?);
             continue;
         }
         let part = parking(&mut t, |t| {
@@ -571,28 +572,24 @@ fn place(
         let locked = Fetched::decode(&part).is_ok_and(|f| f.status.is_locked());
         parts.push(part);
         // Under X nobody else changes the page: the look is the answer.
-        if locked && has_room(core, &mut t, id, need).map_err(fault)? {
+        if locked && has_room(core, id, need).map_err(fault)? {
             break;
         }
     }
     Ok(Answer::Parts(parts))
 }
 
-/// Whether page `id` is an in-use slotted page whose committed image has
+/// Whether in-use page `id` is a slotted page whose committed image has
 /// room for a payload of `need` bytes (with its slot entry).
-fn has_room(core: &Core, t: &mut Txn, id: PageId, need: u32) -> Result<bool, Error> {
-    if !t.is_page_in_use(id)? {
-        return Ok(false);
-    }
+fn has_room(core: &Core, id: PageId, need: u32) -> Result<bool, Error> {
     let image = core.db.read_committed(id)?;
     cairn_storage::record::object::image_has_room(&image, need as usize)
 }
 
 /// The PLACE part of a page passed over, nothing locked: NOT_IN_USE, or
 /// NOT_GRANTED for an in-use page without room.
-fn passed_over(t: &mut Txn, id: PageId) -> Result<Vec<u8>, Error> {
+fn passed_over(t: &mut Txn, id: PageId, in_use: bool) -> Result<Vec<u8>, Error> {
     let owner = t.group_of_page(id)?;
-    let in_use = t.is_page_in_use(id)?;
     Ok(Fetched {
         page: id.0,
         status: if in_use {

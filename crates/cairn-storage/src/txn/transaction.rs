@@ -1127,8 +1127,7 @@ impl ObjectSpace for Txn {
             self.doom_if_fatal(e);
         }
         if r? {
-            let m = self.held.entry(res).or_insert(LockMode::X);
-            *m = m.sup(LockMode::X);
+            self.note_held(res, LockMode::X);
             return Ok(true);
         }
         Ok(false)
@@ -1152,8 +1151,7 @@ impl ObjectSpace for Txn {
             }
             let (granted, tried) = r?;
             for p in granted {
-                let m = self.held.entry(Resource::Page(p)).or_insert(LockMode::X);
-                *m = m.sup(LockMode::X);
+                self.note_held(Resource::Page(p), LockMode::X);
                 if object::has_room(self, p, need)? {
                     return Ok(Some(p));
                 }
