@@ -250,6 +250,12 @@ impl RecordMerge for ListAppend {
         self.elems.len() + len_size(self.count)
     }
 
+    /// A list append travels to a server as the object service's append
+    /// carries it (a page client's, kept by its server at object grain).
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     /// Where the list is the record's last field and its new count takes
     /// as many bytes as the old: the count overwritten and the elements
     /// added at the end (the list's elements, and so the record past

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
+use cairn_net::object_service::Change;
 use cairn_net::page_service::{
     encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, LockCounters, PageRequest,
     SnapshotInfo, VolumeInfo, FETCH_CACHE, FETCH_S, FETCH_SNAPSHOT, FETCH_TRY_INSERT, FETCH_U, FETCH_X, LOCK_MODE_IS,
@@ -21,8 +22,10 @@ use cairn_storage::access::PageAccess;
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::page::{self, PageType};
 use cairn_storage::record::object::ObjectSpace;
-use cairn_storage::{ClientId, Db, Error, GroupId, PageId, Txn, TxnId};
+use cairn_storage::txn::{ObjectMerges, RecordMerge};
+use cairn_storage::{ClientId, Db, Error, GroupId, Oid, PageId, Txn, TxnId};
 
+use crate::objects::appends::Lists;
 use crate::{await_parked, fault, lock, parking, run_blocking, run_parking, Core, SessionState};
 
 /// Answers a page-service request of a page or file session (or GROUP,
@@ -440,7 +443,60 @@ fn serve(core: &Core, state: &SessionState, req: PageRequest) -> Result<Answer, 
         }
         PageRequest::LockStats => Ok(Answer::Body(lock_counters(db).encode())),
         PageRequest::Snapshot { txn } => begin_snapshot(core, state, txn).map(Answer::Body),
+        PageRequest::Append { txn, appends } => append(core, state, txn, &appends),
     }
+}
+
+/// APPEND: a page client's appends, kept at object grain — IX on the
+/// page, A on the object — and applied at its commit to the records as
+/// they then stand, so that clients appending to objects of one page do
+/// not exclude each other. Each page's appends are kept all together or
+/// not at all ([`Txn::keep_merges_on`]: records moved or large, no room,
+/// an append that does not apply, a page the transaction changed as a
+/// whole); the reply names the pages kept, and the client applies the
+/// rest itself under X. Each append is checked against the server's
+/// catalog as an object client's is. A file-server session applies its
+/// own: the server never holds its pages' images.
+fn append(core: &Core, state: &SessionState, txn: u64, appends: &[Change]) -> Result<Answer, Fault> {
+    if state.file {
+        return Err(Fault::new(
+            ErrorCode::INVALID,
+            "APPEND is for page-server sessions: a file-server client applies its appends itself",
+        ));
+    }
+    let (_, t) = state.txn_or_begin(&core.db, txn).map_err(fault)?;
+    let bytes: u64 = appends.iter().map(|c| c.data_len() as u64).sum();
+    count_bytes(core, state, txn, bytes).map_err(fault)?;
+    let mut t = lock(&t);
+    let mut lists = Lists::of(core, &mut t).map_err(fault)?;
+    let mut by_page: std::collections::BTreeMap<PageId, Vec<ObjectMerges>> = Default::default();
+    for c in appends {
+        let Change::Append {
+            oid,
+            class,
+            field,
+            elem,
+            count,
+            elems,
+        } = c
+        else {
+            return Err(Fault::new(ErrorCode::INVALID, "an APPEND carries appends only"));
+        };
+        let oid = Oid::from_bytes(oid);
+        let merge = Arc::new(lists.append(oid, *class, field, elem, *count, elems).map_err(fault)?);
+        let list = by_page.entry(oid.page).or_default();
+        match list.last_mut() {
+            Some((o, merges)) if *o == oid => merges.push(merge),
+            _ => list.push((oid, vec![merge as Arc<dyn RecordMerge>])),
+        }
+    }
+    let mut kept = Vec::new();
+    for (page, list) in by_page {
+        if t.keep_merges_on(page, &list).map_err(fault)? {
+            kept.push(page.0);
+        }
+    }
+    Ok(Answer::Body(encode_pages(&kept)))
 }
 
 /// The database's lock-manager counters, as LOCK_STATS answers them.
@@ -518,6 +574,12 @@ fn fetch(
     let mut parts = Vec::with_capacity(pages.len());
     for (p, lsn) in pages {
         let page = PageId(p);
+        if mode & !FETCH_CACHE == FETCH_TRY_INSERT && t.changed_at_object_grain(page) {
+            // As in PLACE: not the client's to change as a whole.
+            let in_use = t.is_page_in_use(page).map_err(fault)?;
+            parts.push(passed_over(&mut t, page, in_use).map_err(fault)?);
+            continue;
+        }
         let part = parking(&mut t, |t| {
             fetch_one(core, state, server_id, t, page, mode, group, lsn, true)
         });
@@ -555,7 +617,9 @@ fn place(
     for (p, lsn) in pages {
         let id = PageId(p);
         let in_use = t.is_page_in_use(id).map_err(fault)?;
-        if !(in_use && has_room(core, id, need).map_err(fault)?) {
+        // A page whose appends this transaction keeps here at object
+        // grain is never its client's to change as a whole.
+        if !(in_use && !t.changed_at_object_grain(id) && has_room(core, id, need).map_err(fault)?) {
             parts.push(passed_over(&mut t, id, in_use).map_err(fault)?);
             continue;
         }
@@ -676,11 +740,25 @@ fn commit(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> R
     }
     // A refused batch aborts the transaction (dropping it).
     t.stage_redo(&records_of(records), TxnId(txn)).map_err(fault)?;
-    // The pages the client knows it changed (its own, and those a catalog
-    // request of it made here): on a server that locks key ranges the
-    // commit also changes the pages of the trees its tree requests
-    // changed, which are the server's alone (the client caches none).
-    let known: std::collections::HashSet<PageId> = t.changed_pages().into_iter().collect();
+    // The pages the client knows it changed: its own, those a catalog
+    // request of it made here, and those whose appends APPEND kept here
+    // (the client drops its copies of these). On a server that locks key
+    // ranges the commit also changes the pages of the trees its tree
+    // requests changed, which are the server's alone (the client caches
+    // none).
+    let mut known: std::collections::HashSet<PageId> = t.changed_pages().into_iter().collect();
+    for p in t.pages_changed_at_object_grain() {
+        if !known.insert(p) {
+            // Dropping `t` rolls the transaction back.
+            return Err(Fault::new(
+                ErrorCode::INVALID,
+                format!(
+                    "transaction {txn} ships an image of page {p}, on which the server keeps appends of it (APPEND): \
+                     a page's appends are kept by the server or folded into the client's image, never both"
+                ),
+            ));
+        }
+    }
     let lsns = t.commit_with_lsns().map_err(fault)?;
     let lsns: Vec<(u32, u64)> = lsns
         .into_iter()
@@ -742,14 +820,19 @@ fn records_of(records: &[Vec<u8>]) -> Vec<&[u8]> {
 
 /// Counts the bytes of `records` against the transaction's limit.
 fn count_sent(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> Result<(), Error> {
-    let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
+    count_bytes(core, state, txn, records.iter().map(|r| r.len() as u64).sum())
+}
+
+/// Counts `bytes` more sent for `txn` (redo records, or appends' elements)
+/// against the bound on a transaction's bytes.
+fn count_bytes(core: &Core, state: &SessionState, txn: u64, bytes: u64) -> Result<(), Error> {
     let Some(entry) = lock(&state.txns).get(&txn).cloned() else {
         return Ok(());
     };
     let total = entry.sent.fetch_add(bytes, Ordering::Relaxed) + bytes;
     if total > core.txn_bytes_max {
         return Err(Error::LimitExceeded {
-            what: "bytes of redo records in one transaction (txn_bytes_max)",
+            what: "bytes of redo records and appends in one transaction (txn_bytes_max)",
             value: total,
             limit: core.txn_bytes_max,
         });

@@ -599,3 +599,84 @@ fn an_append_to_a_large_record_changes_its_last_pages_not_all_of_them() {
     t.commit().unwrap();
     db.close().unwrap();
 }
+
+/// How a server keeps a page client's appends (`Txn::keep_merges_on`):
+/// transactions that lock pages keep appends to objects of one page at
+/// object grain — IX on the page, A on each object — so two keep theirs
+/// at once, a page-level reader waits for both, and each commit applies
+/// its own to the record as the other's left it (and survives a crash). A
+/// page's appends are kept all or none: one that does not apply, or a
+/// record moved off its page, leaves the page with nothing kept.
+#[test]
+fn appends_kept_on_a_page_by_page_locking_transactions_run_at_once_all_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let o = page_opts(Duration::from_millis(300));
+    let db = Db::create(&path, &o).unwrap();
+    let mut records = vec![b"a:".to_vec(), b"b:".to_vec(), vec![0xFF; 4]];
+    records.extend((0..5).map(|i| vec![i as u8; 700]));
+    let oids = seed(&db, &records);
+    let page = oids[0].page;
+    assert!(oids.iter().all(|x| x.page == page), "one page");
+
+    let mut t1 = db.begin().unwrap();
+    let mut t2 = db.begin().unwrap();
+    assert!(t1
+        .keep_merges_on(page, &[(oids[0], vec![tail(b"1"), tail(b"2")])])
+        .unwrap());
+    assert!(t2
+        .keep_merges_on(page, &[(oids[0], vec![tail(b"3")]), (oids[1], vec![tail(b"4")])])
+        .unwrap());
+    assert_eq!(t1.pages_changed_at_object_grain(), vec![page]);
+    assert!(t1.changed_at_object_grain(page));
+    let mut reader = db.begin().unwrap();
+    assert!(
+        reader.read(oids[1]).is_err(),
+        "a page-level read waits for the appenders"
+    );
+    reader.abort().unwrap();
+
+    // All or none: the 0xFF record refuses its append, so the other
+    // object's is not kept either.
+    let mut t3 = db.begin().unwrap();
+    let both = [(oids[1], vec![tail(b"5")]), (oids[2], vec![tail(b"6")])];
+    assert!(!t3.keep_merges_on(page, &both).unwrap());
+    assert!(t3.pages_changed_at_object_grain().is_empty());
+    assert!(matches!(
+        t3.keep_merges_on(
+            oids[3].page,
+            &[(
+                Oid {
+                    page: cairn_storage::PageId(page.0 + 1),
+                    ..oids[3]
+                },
+                vec![tail(b"7")]
+            )]
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    t3.abort().unwrap();
+    t2.commit().unwrap();
+    t1.commit().unwrap();
+
+    // A record moved off the page (its body grew past the page's room):
+    // appends to it are not kept here, nor its neighbours'.
+    let mut t = db.begin().unwrap();
+    t.update(oids[3], &[5u8; 1000]).unwrap();
+    t.update(oids[4], &[6u8; 1000]).unwrap();
+    let image = t.page_image(page).unwrap().unwrap();
+    assert_eq!(home_record(&image, oids[4]).unwrap(), None, "moved off its page");
+    t.commit().unwrap();
+    let mut t = db.begin().unwrap();
+    let moved = [(oids[0], vec![tail(b"8")]), (oids[4], vec![tail(b"9")])];
+    assert!(!t.keep_merges_on(page, &moved).unwrap());
+    t.commit().unwrap();
+
+    let db = reopen_after_crash(db, &path, &o);
+    let mut t = db.begin().unwrap();
+    assert_eq!(t.read(oids[0]).unwrap(), b"a:312");
+    assert_eq!(t.read(oids[1]).unwrap(), b"b:4");
+    assert_eq!(t.read(oids[2]).unwrap(), vec![0xFF; 4]);
+    t.commit().unwrap();
+    db.close().unwrap();
+}

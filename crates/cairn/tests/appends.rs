@@ -443,3 +443,57 @@ fn page_client_answers_refused_for_the_servers_bound_are_sent_again() {
     writer.close().unwrap();
     reader.close().unwrap();
 }
+
+/// A page client's appends are kept by its server at object grain
+/// (APPEND): IX on the page and A on the object, as an object client's
+/// are. So an object client's append to one object of a page, kept on the
+/// server while its transaction runs on, does not hold up a page client's
+/// commit of an append to another object of the page: it commits without
+/// a lock wait (applying it under X on the page, the commit waited for the
+/// object client's end: here, until the 2 s lock timeout failed it). A
+/// third client that cached the page is called back, and every client
+/// reads both appends once both committed.
+#[test]
+fn a_page_clients_append_commits_beside_another_clients_append_to_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::serve_with(&dir.path().join("db"), &[("CAIRN_TEST_LOCK_TIMEOUT_MS", "2000")]);
+    let connect = |arch| cairn::Database::connect(&server.url(), Options { arch, ..common::opts() }).unwrap();
+    let page = connect(cairn::Arch::Page);
+    let object = connect(cairn::Arch::Object);
+    let reader = connect(cairn::Arch::Page);
+    let mut tx = page.begin().unwrap();
+    let one = tx.create_in("nodes", node("one")).unwrap();
+    let two = tx.create_in("nodes", node("two")).unwrap();
+    tx.create_in("others", node("other")).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(one.oid().page, two.oid().page, "both on one page");
+    for db in [&page, &reader] {
+        let mut tx = db.begin().unwrap();
+        assert!(tx.get(&one).unwrap().tags.is_empty());
+        tx.commit().unwrap();
+    }
+
+    // The object client's append goes to the server ahead of a method
+    // (which reads only the other group) and is kept there.
+    let mut kept = object.begin().unwrap();
+    kept.append(&two, "tags", &2u16).unwrap();
+    assert_eq!(kept.count::<Node>("others", &[]).unwrap(), 1);
+    let waits = || page.server_lock_stats().unwrap().expect("served").waits;
+    let (waits_before, kept_before) = (waits(), page.remote_stats().unwrap().appends_kept);
+    let mut tx = page.begin().unwrap();
+    tx.append(&one, "tags", &1u16).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(waits(), waits_before, "the page client's commit waited for a lock");
+    assert_eq!(page.remote_stats().unwrap().appends_kept, kept_before + 1);
+    kept.commit().unwrap();
+
+    for db in [&page, &object, &reader] {
+        let mut tx = db.begin().unwrap();
+        assert_eq!(tx.get(&one).unwrap().tags, vec![1]);
+        assert_eq!(tx.get(&two).unwrap().tags, vec![2]);
+        tx.commit().unwrap();
+    }
+    for db in [page, object, reader] {
+        db.close().unwrap();
+    }
+}

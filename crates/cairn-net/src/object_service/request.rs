@@ -296,7 +296,7 @@ impl TreeOp {
 }
 
 impl Change {
-    fn put(&self, w: &mut Writer) {
+    pub(crate) fn put(&self, w: &mut Writer) {
         match self {
             Change::Update { oid, bytes } => {
                 w.put(oid);
@@ -343,7 +343,7 @@ impl Change {
         }
     }
 
-    fn get(r: &mut Reader<'_>, what: &'static str) -> Result<Change, MessageError> {
+    pub(crate) fn get(r: &mut Reader<'_>, what: &'static str) -> Result<Change, MessageError> {
         let o = oid(r)?;
         Ok(match r.u8("a change's kind")? {
             0 => Change::Update {

@@ -23,6 +23,7 @@
 //! | `0x0111` LOCK_STATS | empty | `requests u64, waits u64, deadlocks u64, timeouts u64, upgrades u64, wait_micros u64` ([`LockCounters`]) |
 //! | `0x0112` SNAPSHOT | `txn u64` | `low u64, high u64, count u16, (start u64, end u64) × count` ([`SnapshotInfo`]) |
 //! | `0x0113` PLACE | `txn u64, cache u8, group u32, need u32, count u16, (page u32, lsn u64) × count` | empty; one part per page tried ([`Fetched`]) |
+//! | `0x0114` APPEND | `txn u64, count u32, append × count` (each as the object service's OBJ_COMMIT carries an append: `oid, 2 u8, class u32, len u16, field, len u16, elem, count u32, len u32, elems`) | `count u32, page u32 × count`: the pages whose appends the server keeps |
 //!
 //! and the messages of callback locking, which every client shares
 //! ([`crate::rights`]: the server's CALLBACK notice, CALLBACK_REPLY and
@@ -212,6 +213,9 @@ impl Kind {
     /// PLACE: X on the first of several candidate pages with room for an
     /// insert.
     pub const PLACE: Kind = Kind(0x0113);
+    /// APPEND: appends kept at object grain by the server, applied at the
+    /// transaction's commit.
+    pub const APPEND: Kind = Kind(0x0114);
 }
 
 impl ErrorCode {

@@ -236,7 +236,18 @@ pub fn encode_pages(pages: &[u32]) -> Vec<u8> {
 
 /// Decodes a GROUP_PAGES reply.
 pub fn decode_pages(body: &[u8]) -> Result<Vec<u32>, MessageError> {
-    let mut r = Reader::within("GROUP_PAGES reply", body);
+    page_list("GROUP_PAGES reply", body)
+}
+
+/// Decodes an APPEND reply (encoded as [`encode_pages`]): the pages whose
+/// appends the server keeps.
+pub fn decode_kept_pages(body: &[u8]) -> Result<Vec<u32>, MessageError> {
+    page_list("APPEND reply", body)
+}
+
+/// A `count u32, page u32 × count` reply.
+fn page_list(what: &'static str, body: &[u8]) -> Result<Vec<u32>, MessageError> {
+    let mut r = Reader::within(what, body);
     let n = r.count32("a count", 4)?;
     let pages = (0..n).map(|_| r.u32("a page")).collect::<Result<_, _>>()?;
     r.finish("the body")?;

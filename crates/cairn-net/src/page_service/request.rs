@@ -7,6 +7,7 @@ use super::{
     LOCK_MODE_U, RESOURCE_GROUP,
 };
 use crate::frame::Kind;
+use crate::object_service::{Change, COMMIT_CHANGES_MAX};
 
 /// A page-service request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,6 +136,17 @@ pub enum PageRequest {
         /// The transaction (new to the session).
         txn: u64,
     },
+    /// APPEND: appends the transaction asks the server to keep at object
+    /// grain and apply at its commit (see the module docs); the reply
+    /// names the pages whose appends the server keeps.
+    Append {
+        /// The transaction.
+        txn: u64,
+        /// The appends, each a [`Change::Append`] (1 to
+        /// [`COMMIT_CHANGES_MAX`]), in page order and per object in the
+        /// order made.
+        appends: Vec<Change>,
+    },
 }
 
 /// Writes `count u16, (page u32, u64) × count` for at most `max` pairs (a
@@ -188,6 +200,7 @@ impl PageRequest {
             | PageRequest::Lock { txn, .. }
             | PageRequest::GroupPages { txn, .. }
             | PageRequest::Written { txn, .. }
+            | PageRequest::Append { txn, .. }
             | PageRequest::Snapshot { txn } => Some(*txn),
             PageRequest::Volume
             | PageRequest::Groups
@@ -292,6 +305,14 @@ impl PageRequest {
                 w.put_u64(*txn);
                 Kind::SNAPSHOT
             }
+            PageRequest::Append { txn, appends } => {
+                w.put_u64(*txn);
+                w.put_u32(appends.len() as u32);
+                for a in appends {
+                    a.put(w);
+                }
+                Kind::APPEND
+            }
             PageRequest::GroupPages { txn, group } => {
                 w.put_u64(*txn);
                 w.put_u32(*group);
@@ -359,6 +380,7 @@ impl PageRequest {
             Kind::WRITTEN => PageRequest::Written { txn: r.u64("txn")? },
             Kind::LOCK_STATS => PageRequest::LockStats,
             Kind::SNAPSHOT => PageRequest::Snapshot { txn: r.u64("txn")? },
+            Kind::APPEND => Self::get_append(&mut r, what)?,
             _ => return Ok(None),
         };
         r.finish("the body")?;
@@ -382,6 +404,27 @@ impl PageRequest {
             group,
             pages,
         })
+    }
+
+    fn get_append(r: &mut Reader<'_>, what: &'static str) -> Result<PageRequest, MessageError> {
+        let txn = r.u64("txn")?;
+        let count = r.u32("an append count")?;
+        if count == 0 || count > COMMIT_CHANGES_MAX {
+            return Err(malformed(what, "an APPEND carries 1 to 2^20 appends"));
+        }
+        // An append is at least its OID, kind, class, two lengths, count
+        // and elements' length.
+        let min = crate::object_service::OID_BYTES + 1 + 4 + 2 + 2 + 4 + 4;
+        let count = r.check_count("an append count", u64::from(count), min)?;
+        let mut appends = Vec::with_capacity(count);
+        for _ in 0..count {
+            let c = Change::get(r, what)?;
+            if !matches!(c, Change::Append { .. }) {
+                return Err(malformed(what, "an APPEND carries appends only (change kind 2)"));
+            }
+            appends.push(c);
+        }
+        Ok(PageRequest::Append { txn, appends })
     }
 
     fn get_lock(r: &mut Reader<'_>, what: &'static str) -> Result<PageRequest, MessageError> {

@@ -59,7 +59,25 @@ fn every_request() -> Vec<PageRequest> {
             need: 400,
             pages: vec![(10, 0), (11, 5), (9, 0)],
         },
+        PageRequest::Append {
+            txn: 9,
+            appends: vec![an_append(3), an_append(1)],
+        },
     ]
+}
+
+/// An append to an object on page `page`.
+fn an_append(page: u8) -> crate::object_service::Change {
+    let mut oid = [0u8; crate::object_service::OID_BYTES];
+    oid[0] = page;
+    crate::object_service::Change::Append {
+        oid,
+        class: 4,
+        field: "parts".into(),
+        elem: vec![1, 2],
+        count: 2,
+        elems: vec![9; 20],
+    }
 }
 
 #[test]
@@ -144,6 +162,24 @@ fn counts_are_checked_before_allocating() {
     assert!(place(1, 257).is_err(), "more than a FETCH may name");
     assert!(place(1, 0).is_err(), "no candidate");
     assert!(place(2, 3).is_err(), "a cache flag of 2");
+    let append = |changes: &[crate::object_service::Change], count: u32| {
+        let (_, mut body) = PageRequest::Append {
+            txn: 7,
+            appends: changes.to_vec(),
+        }
+        .encode();
+        body[8..12].copy_from_slice(&count.to_le_bytes());
+        PageRequest::decode(Kind::APPEND, &body)
+    };
+    assert!(append(&[an_append(1)], 1).unwrap().is_some());
+    assert!(append(&[], 0).is_err(), "no append");
+    assert!(append(&[an_append(1)], u32::MAX).is_err(), "a count past the limit");
+    assert!(append(&[an_append(1)], 1000).is_err(), "a count past the body");
+    let update = crate::object_service::Change::Update {
+        oid: [0; crate::object_service::OID_BYTES],
+        bytes: vec![1],
+    };
+    assert!(append(&[update], 1).is_err(), "a change that is not an append");
     assert_eq!(
         PageRequest::decode(Kind(0x0100), b"").unwrap(),
         None,
@@ -185,6 +221,11 @@ fn replies_round_trip_and_damage_is_refused() {
     assert_eq!(decode_lsns(&encode_lsns(&lsns)).unwrap(), lsns);
     assert!(decode_lsns(&encode_lsns(&lsns)[..20]).is_err());
     assert_eq!(decode_pages(&encode_pages(&[4, 5, 6])).unwrap(), vec![4, 5, 6]);
+    assert_eq!(decode_kept_pages(&encode_pages(&[7])).unwrap(), vec![7]);
+    assert!(
+        decode_kept_pages(&encode_pages(&[7])[..6]).is_err(),
+        "a short APPEND reply"
+    );
     assert!(decode_pages(&u32::MAX.to_le_bytes()).is_err(), "a count past the body");
     let groups = vec![(0, "default".to_string()), (9, "ünïcode".to_string())];
     assert_eq!(decode_groups(&encode_groups(&groups)).unwrap(), groups);

@@ -21,7 +21,7 @@ use crate::{lock, Core};
 
 /// The catalog a transaction's appends are placed by, and the fields
 /// placed so far (for one request).
-pub(super) struct Lists {
+pub(crate) struct Lists {
     catalog: Arc<Catalog>,
     fields: HashMap<(u32, String, Vec<u8>), Arc<ListField>>,
 }
@@ -34,7 +34,7 @@ impl Lists {
     /// The catalog as `t` sees it: the server's copy if the stored epoch
     /// (read in `t`, which share-locks it to `t`'s end, so no class
     /// changes under the transaction) is the copy's, else loaded afresh.
-    pub(super) fn of(core: &Core, t: &mut Txn) -> Result<Lists, Error> {
+    pub(crate) fn of(core: &Core, t: &mut Txn) -> Result<Lists, Error> {
         let cached = lock(&core.catalog).clone();
         let meta = match &cached {
             Some((meta, _)) => *meta,
@@ -61,7 +61,7 @@ impl Lists {
     }
 
     /// The append a client's change names, checked against the catalog.
-    pub(super) fn append(
+    pub(crate) fn append(
         &mut self,
         oid: Oid,
         class: u32,

@@ -41,7 +41,7 @@ use cairn_storage::{Error, GroupId, Oid, PageId, Txn};
 
 use crate::{fault, lock, Core, SessionState};
 
-mod appends;
+pub(crate) mod appends;
 pub(crate) use appends::CatalogCopy;
 mod pages;
 #[cfg(test)]

@@ -87,7 +87,18 @@ pub trait RecordMerge: Send + Sync + fmt::Debug {
         let _ = (head, len);
         None
     }
+
+    /// The merge as [`std::any::Any`], for a backend that sends merges of
+    /// a kind it knows to a server ([`super::Backend::keep_merges`]);
+    /// `None` (the default) if it is not to be sent.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
+
+/// An object and the appends to it, in the order they were made (what
+/// [`super::Backend::keep_merges`] and [`Txn::keep_merges_on`] take).
+pub type ObjectMerges = (Oid, Vec<Arc<dyn RecordMerge>>);
 
 /// A [`RecordMerge`] as an edit of a record in place ([`RecordMerge::edit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -410,6 +421,8 @@ impl Txn {
 #[derive(Default)]
 pub(super) struct Deferred {
     merges: std::collections::BTreeMap<Oid, Vec<Arc<dyn RecordMerge>>>,
+    /// The pages whose appends the backend keeps ([`Txn::apply_deferred_at_commit`]).
+    kept_by_backend: Vec<PageId>,
 }
 
 impl Deferred {
@@ -494,6 +507,115 @@ impl Txn {
             }
             Ok(())
         })
+    }
+
+    /// [`Txn::apply_deferred`] at commit, when nothing reads the objects
+    /// appended to any more: first the appends on pages the transaction
+    /// neither changed nor holds X on are offered to the backend to keep
+    /// at object grain ([`super::Backend::keep_merges`]: a page client's
+    /// server keeps them under append locks and applies them at the
+    /// commit, so appenders of one page do not exclude each other); the
+    /// rest are applied here as [`Txn::apply_deferred`] applies them. The
+    /// pages kept are in [`Txn::pages_kept_by_backend`]: the commit changes
+    /// them without this transaction holding their images. An error dooms
+    /// the transaction.
+    pub fn apply_deferred_at_commit(&mut self) -> Result<()> {
+        if self.deferred.merges.is_empty() {
+            return Ok(());
+        }
+        if self.snapshot.is_none() && !self.object_locks && self.db.keeps_merges() {
+            let offered: Vec<ObjectMerges> = self
+                .deferred
+                .merges
+                .iter()
+                .filter(|(oid, _)| !self.pages.contains(oid.page) && !self.holds(Resource::Page(oid.page), LockMode::X))
+                .map(|(oid, m)| (*oid, m.clone()))
+                .collect();
+            if !offered.is_empty() {
+                let owner = self.owner();
+                let kept = self.run(|t| t.db.keep_merges(owner, &offered))?;
+                if !kept.is_empty() {
+                    self.deferred.merges.retain(|oid, _| !kept.contains(&oid.page));
+                    self.deferred.kept_by_backend.extend(kept);
+                    self.changes += 1;
+                }
+            }
+        }
+        self.apply_deferred()
+    }
+
+    /// The pages whose appends the backend keeps and applies at commit
+    /// ([`Txn::apply_deferred_at_commit`]), in page order: changed by the
+    /// commit, though the transaction holds no image of them.
+    pub fn pages_kept_by_backend(&self) -> &[PageId] {
+        &self.deferred.kept_by_backend
+    }
+
+    /// Keeps `appends` (by object, every one of them on `page`, each a
+    /// record at its home) at object grain under append locks — IX on the
+    /// page, A on each object, as [`Txn::merge`] keeps them — whether or
+    /// not the transaction locks objects: how a server keeps a page
+    /// client's appends ([`super::Backend::keep_merges`]). All or none:
+    /// false, with nothing kept on the page, if any one cannot be (the
+    /// transaction holds the page as a private copy or changed it at
+    /// object grain before, a record is not a small one at its home — moved
+    /// or large —, the page has no room for the growth, or an append does
+    /// not apply); the locks taken stay until the transaction ends.
+    pub fn keep_merges_on(&mut self, page: PageId, appends: &[ObjectMerges]) -> Result<bool> {
+        self.check_active()?;
+        self.refuse_if_doomed()?;
+        if self.snapshot.is_some() {
+            return Err(Error::ReadOnlyTxn(self.id));
+        }
+        if appends.iter().any(|(oid, _)| oid.page != page) {
+            return Err(Error::InvalidArgument(format!(
+                "appends kept on page {page} name an object of another page"
+            )));
+        }
+        if !self.db.object_locking() || self.pages.contains(page) || self.objects.contains(page) {
+            return Ok(false);
+        }
+        let was = std::mem::replace(&mut self.object_locks, true);
+        let kept = self.keep_all_on(page, appends);
+        self.object_locks = was;
+        if !matches!(kept, Ok(true)) {
+            self.objects.take(page);
+        }
+        kept
+    }
+
+    /// [`Txn::keep_merges_on`] under object locking, with nothing undone.
+    fn keep_all_on(&mut self, page: PageId, appends: &[ObjectMerges]) -> Result<bool> {
+        // Under IX on the page nobody moves a record of it (a move takes
+        // X), so a record seen at home now stays there.
+        self.lock(Resource::Page(page), LockMode::IX)?;
+        for (oid, _) in appends {
+            if !matches!(self.peek_kind(*oid)?, Some(KIND_SMALL | KIND_SMALL_PADDED)) {
+                return Ok(false);
+            }
+        }
+        for (oid, merges) in appends {
+            for m in merges {
+                if !self.merge(*oid, Arc::clone(m))? {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The pages on which the transaction keeps object-level changes (its
+    /// own under object locking, or appends kept with
+    /// [`Txn::keep_merges_on`]), in page order: a server names them to
+    /// the client in its commit's reply.
+    pub fn pages_changed_at_object_grain(&self) -> Vec<PageId> {
+        self.objects.page_ids()
+    }
+
+    /// Whether the transaction keeps object-level changes on `page` (see
+    /// [`Txn::pages_changed_at_object_grain`]).
+    pub fn changed_at_object_grain(&self, page: PageId) -> bool {
+        self.objects.contains(page)
     }
 
     /// Before the appends of [`Txn::apply_deferred`] are applied, under X

@@ -28,7 +28,7 @@ use crate::ids::{GroupId, PageId, TxnId};
 use crate::lock::{LockMode, LockOwner, LockWait, Resource};
 use crate::page::PageType;
 
-use super::Txn;
+use super::{ObjectMerges, Txn};
 
 /// What a transaction needs from the database underneath it. Object safe:
 /// a [`Txn`] holds an `Arc<dyn Backend>`.
@@ -173,6 +173,22 @@ pub trait Backend: Send + Sync {
     fn prefetch(&self, owner: LockOwner, pages: &[PageId], mode: LockMode) -> Result<bool> {
         let _ = (owner, pages, mode);
         Ok(false)
+    }
+    /// Offers the appends `merges` (by object, none of them on a page
+    /// `owner` changed or holds X on) for the backend to keep at object
+    /// grain and apply at the transaction's commit: a page client sends
+    /// them to its server, which keeps them under append locks
+    /// (`txn/append.rs`). Returns the pages whose appends it keeps — all
+    /// the appends offered on each, never some — and the caller applies
+    /// the rest itself. The default keeps none.
+    fn keep_merges(&self, owner: LockOwner, merges: &[ObjectMerges]) -> Result<Vec<PageId>> {
+        let _ = (owner, merges);
+        Ok(Vec::new())
+    }
+    /// True if [`Backend::keep_merges`] may keep any (the default: false,
+    /// and nothing is offered).
+    fn keeps_merges(&self) -> bool {
+        false
     }
     /// True if a lock costs a round trip to a server and the server takes
     /// U (a page- or file-server client): [`Txn::lock_leaves_for_update`] then

@@ -41,9 +41,10 @@ impl Txn {
     /// its cached copies.
     pub fn commit_with_lsns(mut self) -> Result<Vec<(PageId, Lsn)>> {
         self.check_active()?;
-        // Appends kept to commit under page locking, applied under their
-        // pages' X locks taken together now (`append.rs`).
-        self.apply_deferred()?;
+        // Appends kept to commit under page locking: kept by the backend
+        // at object grain, or applied under their pages' X locks taken
+        // together now (`append.rs`).
+        self.apply_deferred_at_commit()?;
         // A client's pages are checked as a whole before anything is
         // logged; a refusal drops (rolls back) the transaction.
         self.check_client_links()?;
@@ -53,6 +54,7 @@ impl Txn {
             && self.key_trees.is_empty()
             && self.to_free.is_empty()
             && self.allocated.is_empty()
+            && self.pages_kept_by_backend().is_empty()
         {
             self.finish();
             db.note_read_only();

@@ -71,7 +71,7 @@ mod transaction;
 mod unwritten;
 mod versions;
 
-pub use append::{RecordEdit, RecordMerge};
+pub use append::{ObjectMerges, RecordEdit, RecordMerge};
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, InstallHook, TreeChangeHook, WriteLockHook};
 pub use keys::{GuardedLookup, KeyRanges, TreeState};

@@ -291,7 +291,7 @@ impl ObjectChanges {
         self.bytes = 0;
     }
 
-    fn take(&mut self, page: PageId) -> Option<PageChanges> {
+    pub(super) fn take(&mut self, page: PageId) -> Option<PageChanges> {
         let ch = self.pages.remove(&page)?;
         self.bytes -= ch.slots.values().map(SlotChange::held).sum::<usize>();
         Some(ch)

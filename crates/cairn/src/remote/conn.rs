@@ -53,6 +53,9 @@ pub struct RemoteStats {
     pub pages_read_direct: u64,
     /// File-server client: pages it wrote into the volume file at commit.
     pub pages_written_direct: u64,
+    /// Page-server client: pages whose appends its server kept at object
+    /// grain (APPEND) instead of the client changing them under X.
+    pub appends_kept: u64,
     /// Object-protocol clients: objects the server sent (fetched by name,
     /// or along with their page): the client's object faults.
     pub objects_shipped: u64,
@@ -208,6 +211,7 @@ pub(crate) struct Connection {
     pub(super) pages_revalidated: AtomicU64,
     pub(super) one_way: AtomicU64,
     pub(super) cache_hits: AtomicU64,
+    pub(super) appends_kept: AtomicU64,
     pub(super) objects_shipped: AtomicU64,
     pub(super) callbacks: AtomicU64,
     pub(super) callbacks_in_use: AtomicU64,
@@ -251,6 +255,7 @@ impl Connection {
             pages_revalidated: AtomicU64::new(0),
             one_way: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
+            appends_kept: AtomicU64::new(0),
             objects_shipped: AtomicU64::new(0),
             callbacks: AtomicU64::new(0),
             callbacks_in_use: AtomicU64::new(0),

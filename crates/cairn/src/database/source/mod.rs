@@ -255,11 +255,12 @@ pub(crate) trait Source: StoreOps {
     /// page locking), so the read sees them.
     fn settle_appends(&mut self, oid: Oid) -> StorageResult<()>;
 
-    /// Just before commit (or a method that may read what was appended):
-    /// applies the appends this process keeps to commit (under page
-    /// locking), under X on their objects' pages, which the transaction
-    /// then holds to its end (so the objects' cached copies can go before
-    /// those locks do).
+    /// Just before commit: applies the appends this process keeps to
+    /// commit (under page locking), under X on their objects' pages, which
+    /// the transaction then holds to its end (so the objects' cached copies
+    /// can go before those locks do) — or, for a page client, has its
+    /// server keep them under append locks, applied by the commit
+    /// (`Txn::apply_deferred_at_commit`).
     fn apply_appends(&mut self) -> StorageResult<()>;
 
     /// Before appends to `oids` ([`Source::keeps_appends`]): the exclusive

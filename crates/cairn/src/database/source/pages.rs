@@ -215,7 +215,7 @@ impl Source for Txn {
     }
 
     fn apply_appends(&mut self) -> StorageResult<()> {
-        self.apply_deferred()
+        self.apply_deferred_at_commit()
     }
 
     fn prepare_appends(&mut self, oids: &[Oid]) -> StorageResult<()> {
@@ -238,8 +238,12 @@ impl Source for Txn {
         crate::methods::run(self, meta, cat, group, m)
     }
 
+    /// Its private pages, and those whose appends its server keeps
+    /// (changed by its commit all the same).
     fn changed_pages(&self) -> Vec<PageId> {
-        Txn::changed_pages(self)
+        let mut pages = Txn::changed_pages(self);
+        pages.extend_from_slice(self.pages_kept_by_backend());
+        pages
     }
 
     fn commit(self) -> StorageResult<()> {

@@ -51,7 +51,7 @@ fn append_size(a: &ListAppend) -> usize {
 
 /// An append as OBJ_FLUSH and OBJ_COMMIT carry it (its count fits a
 /// `u32`: [`ObjectTxn::append`] keeps no other).
-fn wire_append(oid: Oid, a: &ListAppend) -> Change {
+pub(crate) fn wire_append(oid: Oid, a: &ListAppend) -> Change {
     Change::Append {
         oid: oid.to_bytes(),
         class: a.field().class(),

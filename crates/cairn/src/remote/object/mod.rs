@@ -55,6 +55,7 @@ mod reads;
 mod rights;
 pub(in crate::remote) mod trees;
 
+pub(crate) use changes::wire_append;
 pub use changes::CHANGES_KEPT_MIN;
 
 /// What the typed layer runs when the client loses its right to an object

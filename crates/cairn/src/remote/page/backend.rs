@@ -12,7 +12,7 @@ use cairn_net::page_service::{
 };
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
 use cairn_storage::page::{self, PageType};
-use cairn_storage::txn::{Backend, FillPages};
+use cairn_storage::txn::{Backend, FillPages, ObjectMerges};
 use cairn_storage::wal::redo;
 use cairn_storage::{Error, GroupId, PageId, Result, Txn, TxnId};
 
@@ -269,6 +269,14 @@ impl Backend for RemoteStore {
     }
 
     /// Page and file clients alike: every lock is a round trip.
+    fn keeps_merges(&self) -> bool {
+        self.file.is_none()
+    }
+
+    fn keep_merges(&self, owner: LockOwner, merges: &[ObjectMerges]) -> Result<Vec<PageId>> {
+        self.keep_appends(owner, merges)
+    }
+
     fn locks_remotely(&self) -> bool {
         true
     }
@@ -434,19 +442,37 @@ impl Backend for RemoteStore {
         let body = match reply {
             Ok(body) => body,
             Err(e) => {
-                // The outcome may be unknown: forget the pages it changed.
+                // The outcome may be unknown: forget the pages it changed,
+                // and those whose appends the server kept.
                 for p in &pages {
                     self.pool.discard(*p)?;
+                }
+                for p in txn.pages_kept_by_backend() {
+                    self.forget_appended(*p, u64::MAX)?;
                 }
                 return Err(e);
             }
         };
-        let lsns = decode_lsns(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        let mut lsns = decode_lsns(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
         let changed: std::collections::HashSet<PageId> = pages.iter().copied().collect();
         let freed: std::collections::HashSet<PageId> = freed.into_iter().collect();
         if self.file.is_some() {
             // Written by the client, then installed, in one pass.
             return self.write_pages(txn, &lsns, &changed, &freed);
+        }
+        // The pages whose appends the server applied (`appends.rs`): the
+        // copies here are older than the commit.
+        let kept = txn.pages_kept_by_backend();
+        if !kept.is_empty() {
+            let mut rest = Vec::with_capacity(lsns.len());
+            for (p, lsn) in lsns {
+                if kept.contains(&PageId(p)) && !changed.contains(&PageId(p)) {
+                    self.forget_appended(PageId(p), lsn)?;
+                } else {
+                    rest.push((p, lsn));
+                }
+            }
+            lsns = rest;
         }
         for (p, lsn) in lsns {
             if let Some((id, after)) = self.stamped_after(txn, p, lsn, &changed, &freed)? {

@@ -74,6 +74,7 @@
 //! The pool never holds a transaction's uncommitted change (those are the
 //! `Txn`'s private pages), so an evicted page needs no write-back.
 
+mod appends;
 mod backend;
 mod rights;
 mod snapshot;
@@ -376,6 +377,7 @@ impl RemoteStore {
             rights_given_back: c.rights_given_back.load(Ordering::Relaxed),
             pages_read_direct: c.pages_read_direct.load(Ordering::Relaxed),
             pages_written_direct: c.pages_written_direct.load(Ordering::Relaxed),
+            appends_kept: c.appends_kept.load(Ordering::Relaxed),
             objects_shipped: 0,
             adaptive: AdaptiveStats::default(),
         }
