@@ -2,15 +2,15 @@
 //! (`cairn_net::page_service`) on arbitrary bytes. The first byte picks the
 //! decoder (a request kind, or one of the reply decoders; 23 is LOCK_STATS,
 //! its request and its reply; 24 SNAPSHOT's request, 25 its reply, 26
-//! PLACE's request), the
+//! PLACE's request, 27 APPEND's request and its reply), the
 //! rest is the body. Decoding must return a
 //! value or an error, never panic; a request that decodes must encode back
 //! to the same bytes.
 
 use cairn_net::frame::Kind;
 use cairn_net::page_service::{
-    decode_groups, decode_lsns, decode_page, decode_pages, FaultDetail, Fetched, LockCounters, PageRequest,
-    SnapshotInfo, VolumeInfo,
+    decode_groups, decode_kept_pages, decode_lsns, decode_page, decode_pages, FaultDetail, Fetched, LockCounters,
+    PageRequest, SnapshotInfo, VolumeInfo,
 };
 
 /// Runs one input.
@@ -18,7 +18,7 @@ pub fn run(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    match which % 27 {
+    match which % 28 {
         k @ 0..=16 => {
             let kind = Kind(0x0100 + u16::from(k));
             if let Ok(Some(req)) = PageRequest::decode(kind, body) {
@@ -59,6 +59,12 @@ pub fn run(data: &[u8]) {
             if let Ok(Some(req)) = PageRequest::decode(Kind::PLACE, body) {
                 assert_eq!(req.encode(), (Kind::PLACE, body.to_vec()));
             }
+        }
+        27 => {
+            if let Ok(Some(req)) = PageRequest::decode(Kind::APPEND, body) {
+                assert_eq!(req.encode(), (Kind::APPEND, body.to_vec()));
+            }
+            let _ = decode_kept_pages(body);
         }
         25 => {
             if let Ok(w) = SnapshotInfo::decode(body) {
