@@ -78,6 +78,16 @@
 //! (the pages after the one found are not tried and have none); `cache`
 //! is the [`FETCH_CACHE`] flag of a FETCH.
 //!
+//! **APPEND** (page-server sessions) hands the server list appends to
+//! keep at object grain — IX on the page, the append lock A on each
+//! object — and apply at the transaction's COMMIT, so appenders of one
+//! page do not exclude each other. The server keeps each page's appends
+//! all together or not at all (a record moved or large, no room, an
+//! append that does not apply: none), answers with the pages kept, and
+//! names them with their new LSNs in the COMMIT's reply (the client's
+//! older copies are stale). The client applies the rest itself; a COMMIT
+//! shipping an image of a page whose appends the server keeps is refused.
+//!
 //! **Snapshots.** SNAPSHOT begins the named transaction as a read-only
 //! one at a snapshot of the last committed state (the server's version
 //! store keeps the page versions it needs) and answers with its window:
