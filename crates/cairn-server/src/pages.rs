@@ -749,14 +749,10 @@ fn commit(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> R
     let mut known: std::collections::HashSet<PageId> = t.changed_pages().into_iter().collect();
     for p in t.pages_changed_at_object_grain() {
         if !known.insert(p) {
-            // Dropping `t` rolls the transaction back.
-            return Err(Fault::new(
-                ErrorCode::INVALID,
-                format!(
-                    "transaction {txn} ships an image of page {p}, on which the server keeps appends of it (APPEND): \
-                     a page's appends are kept by the server or folded into the client's image, never both"
-                ),
-            ));
+            // The client changed the page itself after all (under X), and
+            // its image has the appends kept here applied: the image
+            // replaces them.
+            t.forget_object_changes_on(p);
         }
     }
     let lsns = t.commit_with_lsns().map_err(fault)?;

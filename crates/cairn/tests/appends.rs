@@ -497,3 +497,58 @@ fn a_page_clients_append_commits_beside_another_clients_append_to_the_page() {
         db.close().unwrap();
     }
 }
+
+/// A page client's commit whose own appends, applied here, change a page
+/// whose appends the server keeps: `moved`'s body lives on the page of
+/// `neighbour`, so its append (its home holds a forwarding stub, which
+/// the server does not keep appends for) changes that page under X, and
+/// the neighbour's append, kept by the server, is applied into the
+/// client's image instead, which the commit ships. Both appends land
+/// (the server refused such a commit before it learnt to let the image
+/// replace what it kept).
+#[test]
+fn a_page_clients_append_to_a_moved_object_folds_the_kept_appends_of_its_bodys_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut site = Site::new(Backend::Page, &dir.path().join("db"));
+    let db = site.open(common::opts());
+    let mut tx = db.begin().unwrap();
+    let moved = tx.create_in("nodes", node("moved")).unwrap();
+    let fillers: Vec<Ref<Node>> = (0..7)
+        .map(|i| tx.create_in("nodes", node(&format!("{i}{}", "f".repeat(500)))).unwrap())
+        .collect();
+    tx.commit().unwrap();
+    assert!(fillers.iter().all(|f| f.oid().page == moved.oid().page));
+    // Too big for what the page has left: on a page of its own.
+    let mut tx = db.begin().unwrap();
+    let neighbour = tx.create_in("nodes", node(&"n".repeat(450))).unwrap();
+    tx.commit().unwrap();
+    assert_ne!(neighbour.oid().page, moved.oid().page);
+    // Grown past its page's room: its body moves to the neighbour's page,
+    // the one near it with room.
+    let mut tx = db.begin().unwrap();
+    tx.update(&moved, |n| n.tags = (0..300).collect()).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    let home = tx.storage().unwrap().page_image(moved.oid().page).unwrap().unwrap();
+    let stub = cairn_storage::record::object::slot_in(&home, moved.oid())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stub.kind,
+        cairn_storage::record::object::KIND_FORWARD,
+        "moved off its page"
+    );
+    let body = cairn_storage::Oid::from_slice(stub.data).expect("a forwarding stub");
+    tx.commit().unwrap();
+    assert_eq!(neighbour.oid().page, body.page, "the neighbour shares the body's page");
+
+    let mut tx = db.begin().unwrap();
+    tx.append(&moved, "tags", &7u16).unwrap();
+    tx.append(&neighbour, "tags", &8u16).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.get(&moved).unwrap().tags.len(), 301);
+    assert_eq!(tx.get(&neighbour).unwrap().tags, vec![8]);
+    tx.commit().unwrap();
+    db.close().unwrap();
+}

@@ -86,7 +86,8 @@
 //! append that does not apply: none), answers with the pages kept, and
 //! names them with their new LSNs in the COMMIT's reply (the client's
 //! older copies are stale). The client applies the rest itself; a COMMIT
-//! shipping an image of a page whose appends the server keeps is refused.
+//! shipping an image of a page whose appends the server keeps replaces
+//! them (the client applied them into its image).
 //!
 //! **Snapshots.** SNAPSHOT begins the named transaction as a read-only
 //! one at a snapshot of the last committed state (the server's version

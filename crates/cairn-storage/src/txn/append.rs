@@ -423,6 +423,9 @@ pub(super) struct Deferred {
     merges: std::collections::BTreeMap<Oid, Vec<Arc<dyn RecordMerge>>>,
     /// The pages whose appends the backend keeps ([`Txn::apply_deferred_at_commit`]).
     kept_by_backend: Vec<PageId>,
+    /// Those appends, by object: applied here after all if the
+    /// transaction changes one of those pages itself.
+    kept: std::collections::BTreeMap<Oid, Vec<Arc<dyn RecordMerge>>>,
 }
 
 impl Deferred {
@@ -517,8 +520,13 @@ impl Txn {
     /// commit, so appenders of one page do not exclude each other); the
     /// rest are applied here as [`Txn::apply_deferred`] applies them. The
     /// pages kept are in [`Txn::pages_kept_by_backend`]: the commit changes
-    /// them without this transaction holding their images. An error dooms
-    /// the transaction.
+    /// them without this transaction holding their images.
+    ///
+    /// Applying the rest here may change a page whose appends the backend
+    /// keeps (an object's moved body lives there): that page's appends are
+    /// then applied here too, into the transaction's image of it, which
+    /// the commit ships (and the backend's server then forgets what it
+    /// kept there), until no page is both. An error dooms the transaction.
     pub fn apply_deferred_at_commit(&mut self) -> Result<()> {
         if self.deferred.merges.is_empty() {
             return Ok(());
@@ -535,13 +543,66 @@ impl Txn {
                 let owner = self.owner();
                 let kept = self.run(|t| t.db.keep_merges(owner, &offered))?;
                 if !kept.is_empty() {
-                    self.deferred.merges.retain(|oid, _| !kept.contains(&oid.page));
+                    let mut rest = std::mem::take(&mut self.deferred.merges);
+                    for (oid, merges) in std::mem::take(&mut rest) {
+                        if kept.contains(&oid.page) {
+                            self.deferred.kept.insert(oid, merges);
+                        } else {
+                            rest.insert(oid, merges);
+                        }
+                    }
+                    self.deferred.merges = rest;
                     self.deferred.kept_by_backend.extend(kept);
                     self.changes += 1;
                 }
             }
         }
-        self.apply_deferred()
+        self.apply_deferred()?;
+        self.take_back_changed_pages()
+    }
+
+    /// The pages the backend keeps appends on that this transaction
+    /// changed itself after all: their appends applied into its images
+    /// (under the X it holds on them), and the pages no longer counted
+    /// kept. Applying them may change another kept page (a moved body):
+    /// repeated until none is left.
+    fn take_back_changed_pages(&mut self) -> Result<()> {
+        loop {
+            let changed: Vec<PageId> = self
+                .deferred
+                .kept_by_backend
+                .iter()
+                .copied()
+                .filter(|p| self.pages.contains(*p))
+                .collect();
+            if changed.is_empty() {
+                return Ok(());
+            }
+            self.deferred.kept_by_backend.retain(|p| !changed.contains(p));
+            let mut taken = Vec::new();
+            self.deferred.kept.retain(|oid, merges| {
+                let take = changed.contains(&oid.page);
+                if take {
+                    taken.push((*oid, std::mem::take(merges)));
+                }
+                !take
+            });
+            self.run(|t| {
+                for (oid, merges) in &taken {
+                    t.merge_whole(*oid, merges)?;
+                }
+                Ok(())
+            })?;
+        }
+    }
+
+    /// Forgets the object-level changes the transaction keeps on `page`
+    /// (a server's, for a page client's appends it kept there: the
+    /// client's commit ships its own image of the page, with those
+    /// appends applied, instead; see [`Txn::apply_deferred_at_commit`]).
+    /// The locks stay.
+    pub fn forget_object_changes_on(&mut self, page: PageId) {
+        self.objects.take(page);
     }
 
     /// The pages whose appends the backend keeps and applies at commit
