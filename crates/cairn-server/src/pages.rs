@@ -490,10 +490,22 @@ fn append(core: &Core, state: &SessionState, txn: u64, appends: &[Change]) -> Re
             _ => list.push((oid, vec![merge as Arc<dyn RecordMerge>])),
         }
     }
+    // One pass in page order, as a FETCH X of the pages took them: a page
+    // whose appends are not kept is locked X here, in that order (the
+    // client folds them under it next), never after the IX of a later
+    // page — which two appenders, each failing to keep where the other's
+    // reservation took the room, deadlocked on.
+    let appended: std::collections::HashSet<Oid> = by_page.values().flatten().map(|(oid, _)| *oid).collect();
     let mut kept = Vec::new();
     for (page, list) in by_page {
-        if t.keep_merges_on(page, &list).map_err(fault)? {
+        // A page holding the moved body of an object appended to here
+        // (whose home cannot keep appends: a forwarding stub) is changed
+        // by the client under X anyway: taken X now, in order.
+        let bodies = t.is_page_in_use(page).map_err(fault)? && bodies_of(core, page, &appended).map_err(fault)?;
+        if !bodies && t.keep_merges_on(page, &list).map_err(fault)? {
             kept.push(page.0);
+        } else {
+            t.lock_resource(Resource::Page(page), LockMode::X).map_err(fault)?;
         }
     }
     Ok(Answer::Body(encode_pages(&kept)))
@@ -762,6 +774,15 @@ fn commit(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> R
         .map(|(p, l)| (p.0, l.0))
         .collect();
     Ok(Answer::Body(encode_lsns(&lsns)))
+}
+
+/// Whether the committed image of in-use page `page` holds the moved
+/// body of an object of `objects` whose home is another page (read
+/// without a lock: a hint).
+fn bodies_of(core: &Core, page: PageId, objects: &std::collections::HashSet<Oid>) -> Result<bool, Error> {
+    let image = core.db.read_committed(page)?;
+    let homes = cairn_storage::record::object::image_moved_homes(page, &image)?;
+    Ok(homes.iter().any(|h| h.page != page && objects.contains(h)))
 }
 
 /// LOCK: a page or group lock (a page's X after its callbacks); a try

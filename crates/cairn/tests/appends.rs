@@ -500,8 +500,8 @@ fn a_page_clients_append_commits_beside_another_clients_append_to_the_page() {
 
 /// A page client's commit whose own appends, applied here, change a page
 /// whose appends the server keeps: `moved`'s body lives on the page of
-/// `neighbour`, so its append (its home holds a forwarding stub, which
-/// the server does not keep appends for) changes that page under X, and
+/// `neighbour`, so its append (applied here: the transaction changed its
+/// home page) changes that page under X, and
 /// the neighbour's append, kept by the server, is applied into the
 /// client's image instead, which the commit ships. Both appends land
 /// (the server refused such a commit before it learnt to let the image
@@ -542,13 +542,18 @@ fn a_page_clients_append_to_a_moved_object_folds_the_kept_appends_of_its_bodys_p
     tx.commit().unwrap();
     assert_eq!(neighbour.oid().page, body.page, "the neighbour shares the body's page");
 
+    // The transaction changes `moved`'s home page itself (a filler), so
+    // `moved`'s append is applied here, not offered; the neighbour's is
+    // kept by the server.
     let mut tx = db.begin().unwrap();
+    tx.update(&fillers[0], |n| n.tags = vec![1]).unwrap();
     tx.append(&moved, "tags", &7u16).unwrap();
     tx.append(&neighbour, "tags", &8u16).unwrap();
     tx.commit().unwrap();
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.get(&moved).unwrap().tags.len(), 301);
     assert_eq!(tx.get(&neighbour).unwrap().tags, vec![8]);
+    assert_eq!(tx.get(&fillers[0]).unwrap().tags, vec![1]);
     tx.commit().unwrap();
     db.close().unwrap();
 }

@@ -407,6 +407,29 @@ pub fn image_objects(page: PageId, b: &[u8], mut f: impl FnMut(Oid, &[u8])) -> R
     Ok(())
 }
 
+/// The home OIDs of the moved bodies an image of `page` holds (whose
+/// objects' changes change this page too). Anything but a slotted page
+/// holds none; a body too short for its back pointer is reported.
+pub fn image_moved_homes(page: PageId, b: &[u8]) -> Result<Vec<Oid>> {
+    if page::page_type(b) != Some(PageType::Slotted) {
+        return Ok(Vec::new());
+    }
+    let mut homes = Vec::new();
+    for r in slotted::iter(b) {
+        let (slot, rec) = r?;
+        if rec.kind == KIND_MOVED_SMALL {
+            let home = Oid::from_slice(rec.data).ok_or_else(|| {
+                Error::corrupt(
+                    page,
+                    format!("the moved body in slot {slot:?} is too short for its home's OID"),
+                )
+            })?;
+            homes.push(home);
+        }
+    }
+    Ok(homes)
+}
+
 /// A copy of `page` as it reads now, if it is an object (slotted) page in
 /// use: the image a client keeps to read objects in place
 /// ([`home_record`] finds one in it). `None` for any other page.

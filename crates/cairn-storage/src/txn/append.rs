@@ -647,6 +647,13 @@ impl Txn {
 
     /// [`Txn::keep_merges_on`] under object locking, with nothing undone.
     fn keep_all_on(&mut self, page: PageId, appends: &[ObjectMerges]) -> Result<bool> {
+        // Looked at first without a lock (a hint): a page that will not
+        // take them is given up before its IX, which its caller would
+        // otherwise raise to X — two such callers, each holding IX,
+        // deadlocked raising it.
+        if !self.may_keep_all_on(page, appends)? {
+            return Ok(false);
+        }
         // Under IX on the page nobody moves a record of it (a move takes
         // X), so a record seen at home now stays there.
         self.lock(Resource::Page(page), LockMode::IX)?;
@@ -663,6 +670,23 @@ impl Txn {
             }
         }
         Ok(true)
+    }
+
+    /// Whether [`Txn::keep_all_on`] may keep `appends` on `page`, read
+    /// without a lock: every record a small one at its home, and room on
+    /// the page for all of them besides every other transaction's
+    /// reservation there.
+    fn may_keep_all_on(&mut self, page: PageId, appends: &[ObjectMerges]) -> Result<bool> {
+        for (oid, _) in appends {
+            if !matches!(self.peek_kind(*oid)?, Some(KIND_SMALL | KIND_SMALL_PADDED)) {
+                return Ok(false);
+            }
+        }
+        let need: usize = appends
+            .iter()
+            .flat_map(|(_, merges)| merges.iter().map(|m| m.max_growth()))
+            .sum();
+        Ok(self.db.room_left(self.owner(), page)?.is_none_or(|room| need <= room))
     }
 
     /// The pages on which the transaction keeps object-level changes (its

@@ -213,6 +213,13 @@ pub trait Backend: Send + Sync {
         let _ = (owner, page, bytes);
         Ok(false)
     }
+    /// The room [`Backend::reserve_room`] would grant `owner` on `page`
+    /// now, read without a lock (a hint: it may change before a
+    /// reservation); `None` if the backend does not say (the default).
+    fn room_left(&self, owner: LockOwner, page: PageId) -> Result<Option<usize>> {
+        let _ = (owner, page);
+        Ok(None)
+    }
     /// The trees under key-range locking (`txn::keys`), if the backend
     /// locks key ranges; the default does not (its transactions lock a
     /// tree's pages).

@@ -493,6 +493,22 @@ impl Shared {
         Ok(true)
     }
 
+    /// The room [`Shared::reserve_room_for`] would grant `txn` on `page`
+    /// now: the newest image's room less every other transaction's
+    /// reservation there.
+    pub(super) fn room_left_for(&self, txn: crate::ids::TxnId, page: PageId) -> Result<usize> {
+        let reserved = lock(&self.reserved);
+        let newest = lock(&self.newest).get(&page).map(|(_, image)| image.clone());
+        let room = match newest {
+            Some(image) => crate::record::slotted::room(&image)?,
+            None => crate::record::slotted::room(&self.pool.read(page)?)?,
+        };
+        let others: usize = reserved
+            .get(&page)
+            .map_or(0, |e| e.iter().filter(|(t, _)| *t != txn).map(|(_, b)| b).sum());
+        Ok(room.saturating_sub(others))
+    }
+
     /// Ends `txn`'s reservations of room (it committed or rolled back).
     pub(super) fn release_room(&self, txn: crate::ids::TxnId) {
         let mut reserved = lock(&self.reserved);

@@ -245,6 +245,10 @@ impl Backend for Shared {
         self.reserve_room_for(owner.txn, page, bytes)
     }
 
+    fn room_left(&self, owner: LockOwner, page: PageId) -> Result<Option<usize>> {
+        self.room_left_for(owner.txn, page).map(Some)
+    }
+
     fn note_read_only(&self) {
         self.counters
             .read_only
