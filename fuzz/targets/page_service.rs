@@ -9,8 +9,8 @@
 
 use cairn_net::frame::Kind;
 use cairn_net::page_service::{
-    decode_groups, decode_kept_pages, decode_lsns, decode_page, decode_pages, FaultDetail, Fetched, LockCounters,
-    PageRequest, SnapshotInfo, VolumeInfo,
+    decode_commit_reply, decode_groups, decode_kept_pages, decode_lsns, decode_page, decode_pages, FaultDetail,
+    Fetched, LockCounters, PageRequest, SnapshotInfo, VolumeInfo,
 };
 
 /// Runs one input.
@@ -34,6 +34,9 @@ pub fn run(data: &[u8]) {
         }
         18 => {
             let _ = decode_lsns(body);
+            if let Ok(reply) = decode_commit_reply(body) {
+                assert_eq!(reply.encode(), body, "a COMMIT reply encodes back to its bytes");
+            }
         }
         19 => {
             let _ = decode_pages(body);

@@ -13,9 +13,10 @@ use bytes::Bytes;
 use cairn_net::message::{ErrorCode, Fault};
 use cairn_net::object_service::Change;
 use cairn_net::page_service::{
-    encode_groups, encode_lsns, encode_page, encode_pages, FetchStatus, Fetched, LockCounters, PageRequest,
-    SnapshotInfo, VolumeInfo, FETCH_CACHE, FETCH_S, FETCH_SNAPSHOT, FETCH_TRY_INSERT, FETCH_U, FETCH_X, LOCK_MODE_IS,
-    LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_U, NO_GROUP, NO_PAGE, RESOURCE_PAGE, SNAPSHOT_EXCLUDED_MAX,
+    encode_groups, encode_lsns, encode_page, encode_pages, CommitReply, FetchStatus, Fetched, KeptChange, LockCounters,
+    PageRequest, SnapshotInfo, VolumeInfo, FETCH_CACHE, FETCH_S, FETCH_SNAPSHOT, FETCH_TRY_INSERT, FETCH_U, FETCH_X,
+    LOCK_MODE_IS, LOCK_MODE_IX, LOCK_MODE_S, LOCK_MODE_SIX, LOCK_MODE_U, NO_GROUP, NO_PAGE, RESOURCE_PAGE,
+    SNAPSHOT_EXCLUDED_MAX,
 };
 use cairn_net::rpc::Replier;
 use cairn_storage::access::PageAccess;
@@ -754,7 +755,8 @@ fn commit(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> R
     t.stage_redo(&records_of(records), TxnId(txn)).map_err(fault)?;
     // The pages the client knows it changed: its own, those a catalog
     // request of it made here, and those whose appends APPEND kept here
-    // (the client drops its copies of these). On a server that locks key
+    // (the reply says how the commit changed them, so the client brings
+    // its copies up to date or drops them). On a server that locks key
     // ranges the commit also changes the pages of the trees its tree
     // requests changed, which are the server's alone (the client caches
     // none).
@@ -767,13 +769,33 @@ fn commit(core: &Core, state: &SessionState, txn: u64, records: &[Vec<u8>]) -> R
             t.forget_object_changes_on(p);
         }
     }
-    let lsns = t.commit_with_lsns().map_err(fault)?;
+    if !t.pages_changed_at_object_grain().is_empty() {
+        t.report_object_diffs();
+    }
+    let (lsns, diffs) = t.commit_with_diffs().map_err(fault)?;
     let lsns: Vec<(u32, u64)> = lsns
         .into_iter()
         .filter(|(p, _)| known.contains(p))
         .map(|(p, l)| (p.0, l.0))
         .collect();
-    Ok(Answer::Body(encode_lsns(&lsns)))
+    // Within the reply's bound: a page left out is fetched again by the
+    // client (it drops its copy), never a reply too big to send for a
+    // commit that is durable already.
+    let mut room = core.reply_bytes_max.saturating_sub(4 + 12 * lsns.len() + 4);
+    let mut changes = Vec::new();
+    for d in diffs {
+        let size = 16 + d.runs.iter().map(|(_, b)| 8 + b.len()).sum::<usize>();
+        if size > room {
+            continue;
+        }
+        room -= size;
+        changes.push(KeptChange {
+            page: d.page.0,
+            base: d.base.0,
+            runs: d.runs,
+        });
+    }
+    Ok(Answer::Body(CommitReply { lsns, changes }.encode()))
 }
 
 /// Whether the committed image of in-use page `page` holds the moved

@@ -452,7 +452,8 @@ fn page_client_answers_refused_for_the_servers_bound_are_sent_again() {
 /// a lock wait (applying it under X on the page, the commit waited for the
 /// object client's end: here, until the 2 s lock timeout failed it). A
 /// third client that cached the page is called back, and every client
-/// reads both appends once both committed.
+/// reads both appends once both committed. The appender brings its own
+/// copy of the page up to date from its commit's reply.
 #[test]
 fn a_page_clients_append_commits_beside_another_clients_append_to_the_page() {
     let dir = tempfile::tempdir().unwrap();
@@ -479,12 +480,16 @@ fn a_page_clients_append_commits_beside_another_clients_append_to_the_page() {
     kept.append(&two, "tags", &2u16).unwrap();
     assert_eq!(kept.count::<Node>("others", &[]).unwrap(), 1);
     let waits = || page.server_lock_stats().unwrap().expect("served").waits;
-    let (waits_before, kept_before) = (waits(), page.remote_stats().unwrap().appends_kept);
+    let (waits_before, stats_before) = (waits(), page.remote_stats().unwrap());
     let mut tx = page.begin().unwrap();
     tx.append(&one, "tags", &1u16).unwrap();
     tx.commit().unwrap();
     assert_eq!(waits(), waits_before, "the page client's commit waited for a lock");
-    assert_eq!(page.remote_stats().unwrap().appends_kept, kept_before + 1);
+    let stats = page.remote_stats().unwrap();
+    assert_eq!(stats.appends_kept, stats_before.appends_kept + 1);
+    // Its copy of the page was the image the commit changed: brought up
+    // to date from the reply.
+    assert_eq!(stats.appends_applied_here, stats_before.appends_applied_here + 1);
     kept.commit().unwrap();
 
     for db in [&page, &object, &reader] {

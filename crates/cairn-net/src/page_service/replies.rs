@@ -212,16 +212,101 @@ pub fn encode_lsns(lsns: &[(u32, u64)]) -> Vec<u8> {
     w.into_bytes()
 }
 
-/// Decodes a COMMIT reply.
+/// Decodes a COMMIT reply without kept pages' changes ([`decode_commit_reply`]
+/// reads one with them).
 pub fn decode_lsns(body: &[u8]) -> Result<Vec<(u32, u64)>, MessageError> {
+    let reply = decode_commit_reply(body)?;
+    if !reply.changes.is_empty() {
+        return Err(malformed(
+            "COMMIT reply",
+            "changes of pages whose appends the server kept, for a transaction that sent none",
+        ));
+    }
+    Ok(reply.lsns)
+}
+
+/// How a commit changed a page whose appends the server kept (APPEND): the
+/// LSN of the image the changes were applied to, and the byte runs (past
+/// the page's first 16 bytes) where the new image differs from it. A
+/// client caching that very image applies the runs to it and has the new
+/// one, without a fetch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptChange {
+    /// The page.
+    pub page: u32,
+    /// The LSN of the image the commit changed.
+    pub base: u64,
+    /// (offset, bytes) runs of the new image.
+    pub runs: Vec<(u32, Vec<u8>)>,
+}
+
+/// A COMMIT reply: each page's new LSN and, for the pages whose appends
+/// the server kept, how the commit changed them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommitReply {
+    /// (page, LSN) of every page the client knows the commit changed.
+    pub lsns: Vec<(u32, u64)>,
+    /// The kept pages' changes ([`KeptChange`]).
+    pub changes: Vec<KeptChange>,
+}
+
+impl CommitReply {
+    /// The body: the LSNs as [`encode_lsns`] writes them, then, only if
+    /// there are any, `count u32, (page u32, base u64, runs u32, (offset
+    /// u32, len u32, bytes) × runs) × count`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = encode_lsns(&self.lsns);
+        if self.changes.is_empty() {
+            return body;
+        }
+        let mut w = Writer::new();
+        w.put(&(self.changes.len() as u32).to_le_bytes());
+        for c in &self.changes {
+            w.put(&c.page.to_le_bytes());
+            w.put(&c.base.to_le_bytes());
+            w.put(&(c.runs.len() as u32).to_le_bytes());
+            for (off, bytes) in &c.runs {
+                w.put(&off.to_le_bytes());
+                w.put(&(bytes.len() as u32).to_le_bytes());
+                w.put(bytes);
+            }
+        }
+        body.extend_from_slice(&w.into_bytes());
+        body
+    }
+}
+
+/// Decodes a COMMIT reply ([`CommitReply::encode`]).
+pub fn decode_commit_reply(body: &[u8]) -> Result<CommitReply, MessageError> {
     let mut r = Reader::within("COMMIT reply", body);
     let n = r.count32("a count", 12)?;
     let mut lsns = Vec::with_capacity(n);
     for _ in 0..n {
         lsns.push((r.u32("a page")?, r.u64("an LSN")?));
     }
+    let mut changes = Vec::new();
+    if r.remaining() > 0 {
+        let n = r.count32("a count of kept pages' changes", 16)?;
+        if n == 0 {
+            return Err(malformed(
+                "COMMIT reply",
+                "an empty list of kept pages' changes is left out",
+            ));
+        }
+        for _ in 0..n {
+            let page = r.u32("a page")?;
+            let base = r.u64("a base LSN")?;
+            let runs_n = r.count32("a count of runs", 8)?;
+            let mut runs = Vec::with_capacity(runs_n);
+            for _ in 0..runs_n {
+                let off = r.u32("a run's offset")?;
+                runs.push((off, r.bytes32("a run's bytes")?.to_vec()));
+            }
+            changes.push(KeptChange { page, base, runs });
+        }
+    }
     r.finish("the body")?;
-    Ok(lsns)
+    Ok(CommitReply { lsns, changes })
 }
 
 /// Encodes a list of pages: a GROUP_PAGES reply.

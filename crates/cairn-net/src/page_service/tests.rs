@@ -219,6 +219,28 @@ fn replies_round_trip_and_damage_is_refused() {
     }
     let lsns = vec![(1, 2), (3, u64::MAX)];
     assert_eq!(decode_lsns(&encode_lsns(&lsns)).unwrap(), lsns);
+    let reply = CommitReply {
+        lsns: lsns.clone(),
+        changes: vec![KeptChange {
+            page: 3,
+            base: 40,
+            runs: vec![(16, vec![1, 2, 3]), (200, vec![9])],
+        }],
+    };
+    let body = reply.encode();
+    assert_eq!(decode_commit_reply(&body).unwrap(), reply);
+    assert!(decode_lsns(&body).is_err(), "changes where none were kept");
+    for cut in encode_lsns(&lsns).len() + 1..body.len() {
+        assert!(decode_commit_reply(&body[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut empty = encode_lsns(&lsns);
+    empty.extend_from_slice(&0u32.to_le_bytes());
+    assert!(decode_commit_reply(&empty).is_err(), "an empty list of changes");
+    let plain = CommitReply {
+        lsns: lsns.clone(),
+        changes: Vec::new(),
+    };
+    assert_eq!(plain.encode(), encode_lsns(&lsns));
     assert!(decode_lsns(&encode_lsns(&lsns)[..20]).is_err());
     assert_eq!(decode_pages(&encode_pages(&[4, 5, 6])).unwrap(), vec![4, 5, 6]);
     assert_eq!(decode_kept_pages(&encode_pages(&[7])).unwrap(), vec![7]);

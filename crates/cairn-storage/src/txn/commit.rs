@@ -39,7 +39,27 @@ impl Txn {
     /// Commits like [`Txn::commit`] and returns each page the commit
     /// installed with the LSN it got: what a page-server client stamps on
     /// its cached copies.
-    pub fn commit_with_lsns(mut self) -> Result<Vec<(PageId, Lsn)>> {
+    pub fn commit_with_lsns(self) -> Result<Vec<(PageId, Lsn)>> {
+        self.commit_with_diffs().map(|(lsns, _)| lsns)
+    }
+
+    /// Commits like [`Txn::commit_with_lsns`], and also returns how the
+    /// commit changed the pages of its object-level changes
+    /// ([`PageDiff`]), if [`Txn::report_object_diffs`] asked for them:
+    /// what a server sends a page client whose appends it kept, so the
+    /// client brings its cached copies up to date without a fetch.
+    pub fn commit_with_diffs(mut self) -> Result<(InstalledLsns, Vec<PageDiff>)> {
+        let lsns = self.commit_installing()?;
+        Ok((lsns, self.object_diffs.take().unwrap_or_default()))
+    }
+
+    /// Asks the commit to note how it changes each page of the
+    /// transaction's object-level changes ([`Txn::commit_with_diffs`]).
+    pub fn report_object_diffs(&mut self) {
+        self.object_diffs.get_or_insert_with(Vec::new);
+    }
+
+    fn commit_installing(&mut self) -> Result<Vec<(PageId, Lsn)>> {
         self.check_active()?;
         // Appends kept to commit under page locking: kept by the backend
         // at object grain, or applied under their pages' X locks taken
@@ -60,11 +80,27 @@ impl Txn {
             db.note_read_only();
             return Ok(Vec::new());
         }
-        let result = db.commit(&mut self);
+        let result = db.commit(self);
         // Decided, or rolled back by the backend: release the locks.
         self.finish();
         result.map(|()| std::mem::take(&mut self.installed))
     }
+}
+
+/// Each page a commit installed, with the LSN it got.
+pub type InstalledLsns = Vec<(PageId, Lsn)>;
+
+/// How a commit changed a page at object grain ([`Txn::commit_with_diffs`]):
+/// the LSN of the image it changed, and the byte runs of the new image
+/// where it differs (past the page's first 16 bytes, as a PAGE record's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageDiff {
+    /// The page.
+    pub page: PageId,
+    /// The LSN of the image the commit changed.
+    pub base: Lsn,
+    /// (offset, bytes) runs of the new image.
+    pub runs: Vec<(u32, Vec<u8>)>,
 }
 
 /// The page images a commit's tree changes made, by page.
@@ -328,7 +364,17 @@ impl Shared {
             bases.push(page::lsn(&base));
             let after = match after {
                 Some(after) => after,
-                None => t.rebase(id, &base)?,
+                None => {
+                    let after = t.rebase(id, &base)?;
+                    if let Some(diffs) = &mut t.object_diffs {
+                        diffs.push(PageDiff {
+                            page: id,
+                            base: page::lsn(&base),
+                            runs: redo::diff(Some(&base), &after),
+                        });
+                    }
+                    after
+                }
             };
             let full = self.sink.needs_full_image(page::lsn(&base));
             batch.push(redo::page_record(t.id, id, (!full).then_some(&base[..]), &after));

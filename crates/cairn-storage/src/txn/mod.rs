@@ -73,6 +73,7 @@ mod versions;
 
 pub use append::{ObjectMerges, RecordEdit, RecordMerge};
 pub use backend::{Backend, FillPages, ParkedLock, Parking};
+pub use commit::{InstalledLsns, PageDiff};
 pub use db::{poisoned_reason, Db, DbOptions, DbStats, HookGuard, InstallHook, TreeChangeHook, WriteLockHook};
 pub use keys::{GuardedLookup, KeyRanges, TreeState};
 pub use objects::PageRead;

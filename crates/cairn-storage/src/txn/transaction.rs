@@ -59,6 +59,9 @@ pub struct Txn {
     /// Pages whose object-level changes a commit logged, with their LSNs
     /// and the images it installs.
     pub(super) rebased: Vec<(PageId, crate::ids::Lsn, Arc<[u8]>)>,
+    /// How the commit changed each page of `objects`, when asked
+    /// ([`Txn::report_object_diffs`]).
+    pub(super) object_diffs: Option<Vec<super::commit::PageDiff>>,
     /// Log every page as a full image without reading its committed image
     /// (a file-server commit, `unwritten.rs`).
     pub(super) full_images: bool,
@@ -163,6 +166,7 @@ impl Txn {
             objects: ObjectChanges::default(),
             object_bytes_max,
             rebased: Vec::new(),
+            object_diffs: None,
             full_images: false,
             client_pages: BTreeSet::new(),
             server_pages: BTreeSet::new(),

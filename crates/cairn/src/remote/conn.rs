@@ -56,6 +56,9 @@ pub struct RemoteStats {
     /// Page-server client: pages whose appends its server kept at object
     /// grain (APPEND) instead of the client changing them under X.
     pub appends_kept: u64,
+    /// Of those, the ones whose cached copy the client brought up to date
+    /// from the commit's reply (the rest it dropped, to fetch again).
+    pub appends_applied_here: u64,
     /// Object-protocol clients: objects the server sent (fetched by name,
     /// or along with their page): the client's object faults.
     pub objects_shipped: u64,
@@ -212,6 +215,7 @@ pub(crate) struct Connection {
     pub(super) one_way: AtomicU64,
     pub(super) cache_hits: AtomicU64,
     pub(super) appends_kept: AtomicU64,
+    pub(super) appends_applied_here: AtomicU64,
     pub(super) objects_shipped: AtomicU64,
     pub(super) callbacks: AtomicU64,
     pub(super) callbacks_in_use: AtomicU64,
@@ -256,6 +260,7 @@ impl Connection {
             one_way: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
             appends_kept: AtomicU64::new(0),
+            appends_applied_here: AtomicU64::new(0),
             objects_shipped: AtomicU64::new(0),
             callbacks: AtomicU64::new(0),
             callbacks_in_use: AtomicU64::new(0),

@@ -15,20 +15,25 @@
 //! in the server's lock table.
 //!
 //! **The client's copy is stale after the commit.** The commit's reply
-//! names each kept page with its new LSN; the copy in the pool (older) is
-//! dropped and the typed layer told, before the appender ends, so no
-//! transaction of this client reads the page without the appends.
+//! names each kept page with its new LSN and, within the reply's bound,
+//! how the commit changed it (the byte runs of its log record, and the
+//! LSN of the image it changed). Before the appender ends, a copy in the
+//! pool that is that very image gets the runs applied; any other older
+//! copy is dropped (fetched again when next read); the typed layer is
+//! told. So no transaction of this client reads the page without the
+//! appends, and the appender's own next reads of it cost no fetch.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use cairn_net::object_service::{Change, OID_BYTES};
-use cairn_net::page_service::{decode_kept_pages, PageRequest};
+use cairn_net::page_service::{decode_kept_pages, KeptChange, PageRequest};
 use cairn_schema::append::ListAppend;
 use cairn_storage::lock::LockOwner;
 use cairn_storage::page;
 use cairn_storage::txn::ObjectMerges;
-use cairn_storage::{PageId, Result};
+use cairn_storage::wal::redo;
+use cairn_storage::{Lsn, PageId, Result};
 
 use super::RemoteStore;
 use crate::remote::object::wire_append;
@@ -100,14 +105,26 @@ impl RemoteStore {
     }
 
     /// After a commit the server acknowledged: page `id`, whose appends
-    /// the server applied, is at `lsn` now; an older copy in the pool is
-    /// dropped and the typed layer told (a newer one, fetched by another
-    /// transaction since the server released the locks, stays).
-    pub(super) fn forget_appended(&self, id: PageId, lsn: u64) -> Result<()> {
+    /// the server applied, is at `lsn` now. If the pool holds the very
+    /// image the commit changed (`change`'s base), the change is applied
+    /// to it (the byte runs the server's log has for it), so the page need
+    /// not be fetched again; else an older copy is dropped (a newer one,
+    /// fetched by another transaction since the server released the
+    /// locks, stays). The typed layer is told either way.
+    pub(super) fn take_in_appended(&self, id: PageId, lsn: u64, change: Option<&KeptChange>) -> Result<()> {
         let _one_at_a_time = super::lock(&self.installing);
-        let stale = self.pool.read_cached(id)?.is_some_and(|g| page::lsn(&g).0 < lsn);
-        if stale {
-            self.pool.discard(id)?;
+        let cached = self.pool.read_cached(id)?.map(|g| g.to_vec());
+        match (cached, change) {
+            (Some(mut image), Some(c)) if page::lsn(&image).0 == c.base => {
+                redo::apply(&mut image, id, false, &c.runs, Lsn(lsn))?;
+                page::seal(&mut image);
+                self.pool.install(id, &image)?;
+                self.conn.appends_applied_here.fetch_add(1, Ordering::Relaxed);
+            }
+            (Some(image), _) if page::lsn(&image).0 < lsn => {
+                self.pool.discard(id)?;
+            }
+            _ => {}
         }
         drop(_one_at_a_time);
         self.new_image(id);

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use cairn_net::page_service::{
-    decode_lsns, decode_page, decode_pages, PageRequest, FETCH_S, FETCH_TRY_INSERT, FETCH_U, FETCH_X, NO_PAGE,
+    decode_commit_reply, decode_page, decode_pages, PageRequest, FETCH_S, FETCH_TRY_INSERT, FETCH_U, FETCH_X, NO_PAGE,
     RESOURCE_GROUP, RESOURCE_PAGE,
 };
 use cairn_storage::lock::{LockMode, LockOwner, Resource};
@@ -448,12 +448,13 @@ impl Backend for RemoteStore {
                     self.pool.discard(*p)?;
                 }
                 for p in txn.pages_kept_by_backend() {
-                    self.forget_appended(*p, u64::MAX)?;
+                    self.take_in_appended(*p, u64::MAX, None)?;
                 }
                 return Err(e);
             }
         };
-        let mut lsns = decode_lsns(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        let reply = decode_commit_reply(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
+        let mut lsns = reply.lsns;
         let changed: std::collections::HashSet<PageId> = pages.iter().copied().collect();
         let freed: std::collections::HashSet<PageId> = freed.into_iter().collect();
         if self.file.is_some() {
@@ -467,7 +468,8 @@ impl Backend for RemoteStore {
             let mut rest = Vec::with_capacity(lsns.len());
             for (p, lsn) in lsns {
                 if kept.contains(&PageId(p)) && !changed.contains(&PageId(p)) {
-                    self.forget_appended(PageId(p), lsn)?;
+                    let change = reply.changes.iter().find(|c| c.page == p);
+                    self.take_in_appended(PageId(p), lsn, change)?;
                 } else {
                     rest.push((p, lsn));
                 }

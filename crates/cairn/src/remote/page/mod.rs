@@ -378,6 +378,7 @@ impl RemoteStore {
             pages_read_direct: c.pages_read_direct.load(Ordering::Relaxed),
             pages_written_direct: c.pages_written_direct.load(Ordering::Relaxed),
             appends_kept: c.appends_kept.load(Ordering::Relaxed),
+            appends_applied_here: c.appends_applied_here.load(Ordering::Relaxed),
             objects_shipped: 0,
             adaptive: AdaptiveStats::default(),
         }
