@@ -27,13 +27,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use cairn_net::object_service::{Change, OID_BYTES};
-use cairn_net::page_service::{decode_kept_pages, KeptChange, PageRequest};
+use cairn_net::page_service::{decode_kept_pages, CommitReply, KeptChange, PageRequest};
 use cairn_schema::append::ListAppend;
 use cairn_storage::lock::LockOwner;
 use cairn_storage::page;
 use cairn_storage::txn::ObjectMerges;
 use cairn_storage::wal::redo;
-use cairn_storage::{Lsn, PageId, Result};
+use cairn_storage::{Lsn, PageId, Result, Txn};
 
 use super::RemoteStore;
 use crate::remote::object::wire_append;
@@ -102,6 +102,32 @@ impl RemoteStore {
         }
         self.conn.appends_kept.fetch_add(kept.len() as u64, Ordering::Relaxed);
         Ok(kept)
+    }
+
+    /// After a commit the server acknowledged with `reply`: each page of
+    /// `txn` whose appends the server kept, and did not ship (`changed`),
+    /// taken in ([`RemoteStore::take_in_appended`]); returns the LSNs of
+    /// the other pages.
+    pub(super) fn take_in_kept(
+        &self,
+        txn: &Txn,
+        reply: CommitReply,
+        changed: &std::collections::HashSet<PageId>,
+    ) -> Result<Vec<(u32, u64)>> {
+        let kept = txn.pages_kept_by_backend();
+        if kept.is_empty() {
+            return Ok(reply.lsns);
+        }
+        let mut rest = Vec::with_capacity(reply.lsns.len());
+        for (p, lsn) in reply.lsns {
+            if kept.contains(&PageId(p)) && !changed.contains(&PageId(p)) {
+                let change = reply.changes.iter().find(|c| c.page == p);
+                self.take_in_appended(PageId(p), lsn, change)?;
+            } else {
+                rest.push((p, lsn));
+            }
+        }
+        Ok(rest)
     }
 
     /// After a commit the server acknowledged: page `id`, whose appends

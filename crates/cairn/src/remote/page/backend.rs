@@ -454,28 +454,15 @@ impl Backend for RemoteStore {
             }
         };
         let reply = decode_commit_reply(&body).map_err(|e| self.conn.error(cairn_net::Error::Message(e)))?;
-        let mut lsns = reply.lsns;
         let changed: std::collections::HashSet<PageId> = pages.iter().copied().collect();
         let freed: std::collections::HashSet<PageId> = freed.into_iter().collect();
         if self.file.is_some() {
             // Written by the client, then installed, in one pass.
-            return self.write_pages(txn, &lsns, &changed, &freed);
+            return self.write_pages(txn, &reply.lsns, &changed, &freed);
         }
-        // The pages whose appends the server applied (`appends.rs`): the
-        // copies here are older than the commit.
-        let kept = txn.pages_kept_by_backend();
-        if !kept.is_empty() {
-            let mut rest = Vec::with_capacity(lsns.len());
-            for (p, lsn) in lsns {
-                if kept.contains(&PageId(p)) && !changed.contains(&PageId(p)) {
-                    let change = reply.changes.iter().find(|c| c.page == p);
-                    self.take_in_appended(PageId(p), lsn, change)?;
-                } else {
-                    rest.push((p, lsn));
-                }
-            }
-            lsns = rest;
-        }
+        // The pages whose appends the server applied first (`appends.rs`),
+        // then those it shipped.
+        let lsns = self.take_in_kept(txn, reply, &changed)?;
         for (p, lsn) in lsns {
             if let Some((id, after)) = self.stamped_after(txn, p, lsn, &changed, &freed)? {
                 // Another transaction of this client may have fetched a
